@@ -1,0 +1,36 @@
+# Compiler settings shared by fedrt's own targets. Nothing here touches global
+# flags: targets opt in by linking fedrt::internal_flags (build tree only, never
+# exported) through fedrt_target_defaults().
+
+add_library(fedrt_internal_flags INTERFACE)
+add_library(fedrt::internal_flags ALIAS fedrt_internal_flags)
+
+target_compile_options(fedrt_internal_flags INTERFACE
+  -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
+  -Wnon-virtual-dtor -Wcast-align -Wnull-dereference
+  -Wformat=2 -Wimplicit-fallthrough
+  # Bit-identical results across ISAs: never fuse a*b+c into an FMA behind our
+  # back (GCC does by default on AArch64). See ../shared spec, "Floating point".
+  -ffp-contract=off)
+if(FEDRT_WARNINGS_AS_ERRORS)
+  target_compile_options(fedrt_internal_flags INTERFACE -Werror)
+endif()
+if(FEDRT_SANITIZE)
+  target_compile_options(fedrt_internal_flags INTERFACE
+    -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+  target_link_options(fedrt_internal_flags INTERFACE -fsanitize=address,undefined)
+endif()
+
+# The embeddable core (platform, codecs, training) builds the way firmware
+# builds it: no exceptions, no RTTI.
+add_library(fedrt_embedded_flags INTERFACE)
+target_compile_options(fedrt_embedded_flags INTERFACE -fno-exceptions -fno-rtti)
+
+# fedrt_target_defaults(<target> [EMBEDDED])
+function(fedrt_target_defaults target)
+  cmake_parse_arguments(ARG "EMBEDDED" "" "" ${ARGN})
+  target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:fedrt_internal_flags>)
+  if(ARG_EMBEDDED)
+    target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:fedrt_embedded_flags>)
+  endif()
+endfunction()

@@ -1,0 +1,28 @@
+# Third-party dependencies, all from Debian packages (see .ci/install-deps and,
+# for cross builds, toolchains/make-sysroot). Nothing is downloaded here.
+
+find_package(Threads REQUIRED)
+
+# OpenBLAS: Debian ships cblas.h under the multiarch include directory and the
+# library through update-alternatives; look for both by name.
+set(FEDRT_HAVE_OPENBLAS OFF)
+if(FEDRT_WITH_OPENBLAS)
+  find_path(FEDRT_CBLAS_INCLUDE_DIR cblas.h
+            PATH_SUFFIXES openblas openblas-pthread ${CMAKE_LIBRARY_ARCHITECTURE}
+                          ${CMAKE_LIBRARY_ARCHITECTURE}/openblas-pthread)
+  find_library(FEDRT_OPENBLAS_LIBRARY NAMES openblas
+               PATH_SUFFIXES openblas-pthread ${CMAKE_LIBRARY_ARCHITECTURE}/openblas-pthread)
+  if(NOT FEDRT_CBLAS_INCLUDE_DIR OR NOT FEDRT_OPENBLAS_LIBRARY)
+    message(FATAL_ERROR
+      "FEDRT_WITH_OPENBLAS is ON but OpenBLAS was not found "
+      "(include: ${FEDRT_CBLAS_INCLUDE_DIR}, library: ${FEDRT_OPENBLAS_LIBRARY}). "
+      "Install libopenblas-dev (.ci/install-deps), or for a cross build run "
+      "toolchains/make-sysroot, or configure with -DFEDRT_WITH_OPENBLAS=OFF "
+      "to use the built-in GEMM.")
+  endif()
+  set(FEDRT_HAVE_OPENBLAS ON)
+endif()
+
+find_path(FEDRT_ASIO_INCLUDE_DIR asio.hpp)
+find_path(FEDRT_CLI11_INCLUDE_DIR CLI/CLI.hpp)
+find_package(doctest CONFIG QUIET)

@@ -1,0 +1,25 @@
+// Subcommands of the `fedrt` tool. Each Register* function adds a CLI11
+// subcommand and the function that runs it; main.cc runs the parsed one.
+#ifndef FEDRT_RUNTIME_CLI_COMMANDS_H_
+#define FEDRT_RUNTIME_CLI_COMMANDS_H_
+
+#include <functional>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace fedrt::cli {
+
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;  // exit status
+};
+using CommandList = std::vector<Command>;
+
+void RegisterInfo(CLI::App& app, CommandList& commands);
+
+}  // namespace fedrt::cli
+
+#endif  // FEDRT_RUNTIME_CLI_COMMANDS_H_

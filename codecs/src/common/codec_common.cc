@@ -1,0 +1,99 @@
+#include "common/codec_common.h"
+
+#include <cmath>
+#include <vector>
+
+namespace fedrt {
+
+Status Codec::DecodeAccumulate(const uint8_t* payload, std::size_t size, const CodecContext& context,
+                               float weight, float* accumulator, std::size_t d,
+                               const float* side_info) const {
+  std::vector<float> decoded(d);
+  FEDRT_RETURN_IF_ERROR(Decode(payload, size, context, decoded.data(), d, side_info));
+  for (std::size_t i = 0; i < d; ++i) accumulator[i] += weight * decoded[i];
+  return Status::Ok();
+}
+
+Status CheckFinite(const float* values, std::size_t d) {
+  for (std::size_t i = 0; i < d; ++i) {
+    if (!std::isfinite(values[i])) {
+      return InvalidArgument(std::string(std::isnan(values[i]) ? "NaN" : "Inf") + " at coordinate " +
+                             std::to_string(i) + " of " + std::to_string(d));
+    }
+  }
+  return Status::Ok();
+}
+
+CodecStats MakeCodecStats(std::size_t payload_bytes, std::size_t d) {
+  CodecStats stats;
+  stats.payload_bytes = payload_bytes;
+  stats.bits_per_coordinate = d == 0 ? 0.0 : 8.0 * static_cast<double>(payload_bytes) / static_cast<double>(d);
+  return stats;
+}
+
+namespace codec_internal {
+
+const char* SymbolCodingName(SymbolCoding coding) {
+  switch (coding) {
+    case SymbolCoding::kNone: return "none";
+    case SymbolCoding::kPack: return "pack";
+    case SymbolCoding::kRans: return "rans";
+  }
+  return "?";
+}
+
+Result<CommonOptions> ParseCommonOptions(const CodecSpec& spec, bool default_error_feedback,
+                                         SymbolCoding default_coding) {
+  CommonOptions options;
+  auto ef = spec.GetChoice("ef", default_error_feedback ? "on" : "off", {"on", "off"});
+  FEDRT_RETURN_IF_ERROR(ef.status());
+  options.error_feedback = *ef == "on";
+  auto ec = spec.GetChoice("ec", SymbolCodingName(default_coding), {"none", "pack", "rans"});
+  FEDRT_RETURN_IF_ERROR(ec.status());
+  options.coding = *ec == "none" ? SymbolCoding::kNone : *ec == "pack" ? SymbolCoding::kPack : SymbolCoding::kRans;
+  return options;
+}
+
+std::string CommonOptionsSuffix(const CommonOptions& options, bool has_symbols) {
+  std::string suffix = std::string("ef=") + (options.error_feedback ? "on" : "off");
+  if (has_symbols) suffix += std::string(",ec=") + SymbolCodingName(options.coding);
+  return suffix;
+}
+
+Result<PayloadView> OpenPayload(const uint8_t* data, std::size_t size, CodecId codec,
+                                const std::string& spec, const CodecContext& context, std::size_t d) {
+  auto view = ParsePayload(data, size);
+  FEDRT_RETURN_IF_ERROR(view.status());
+  const PayloadHeader& h = view->header;
+  if (h.codec != codec || view->spec != spec) {
+    return InvalidArgument("payload was encoded with '" + view->spec + "', this decoder is '" + spec + "'");
+  }
+  if (h.d != d) {
+    return InvalidArgument("payload has " + std::to_string(h.d) + " coordinates, expected " + std::to_string(d));
+  }
+  if (h.round != context.round || h.tensor_id != context.tensor_id || h.sender_id != context.sender_id) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "payload is for round " + std::to_string(h.round) + ", tensor " +
+                      std::to_string(h.tensor_id) + ", sender " + std::to_string(h.sender_id) +
+                      "; expected round " + std::to_string(context.round) + ", tensor " +
+                      std::to_string(context.tensor_id) + ", sender " + std::to_string(context.sender_id));
+  }
+  return view;
+}
+
+PayloadHeader MakeHeader(CodecId codec, const CodecContext& context, std::size_t d, uint32_t bucket,
+                         uint16_t flags, std::size_t body_size) {
+  PayloadHeader h;
+  h.codec = codec;
+  h.flags = flags;
+  h.d = d;
+  h.bucket = bucket;
+  h.round = context.round;
+  h.tensor_id = context.tensor_id;
+  h.sender_id = context.sender_id;
+  h.body_size = static_cast<uint32_t>(body_size);
+  return h;
+}
+
+}  // namespace codec_internal
+}  // namespace fedrt

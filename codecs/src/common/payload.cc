@@ -1,0 +1,111 @@
+// Payload header, CRC32C and little-endian float helpers.
+#include "fedrt/codecs/payload.h"
+
+#include <cstring>
+
+namespace fedrt {
+namespace {
+
+// Table for the reflected Castagnoli polynomial 0x82F63B78, built at compile
+// time so the embedded core needs no initialisation call.
+struct Crc32cTable {
+  uint32_t entries[256];
+  constexpr Crc32cTable() : entries() {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t crc = i;
+      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+      entries[i] = crc;
+    }
+  }
+};
+constexpr Crc32cTable kCrcTable;
+
+constexpr uint8_t kMaxCodecId = static_cast<uint8_t>(CodecId::kMoniqua);
+
+}  // namespace
+
+uint32_t Crc32c(const uint8_t* data, std::size_t size, uint32_t crc) {
+  crc = ~crc;
+  for (std::size_t i = 0; i < size; ++i) crc = (crc >> 8) ^ kCrcTable.entries[(crc ^ data[i]) & 0xffu];
+  return ~crc;
+}
+
+void StoreFloatLe(uint8_t* p, float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  StoreLe32(p, bits);
+}
+
+float LoadFloatLe(const uint8_t* p) {
+  const uint32_t bits = LoadLe32(p);
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+void FinishPayload(PayloadHeader header, const std::string& spec, uint8_t* out) {
+  header.spec_size = static_cast<uint32_t>(spec.size());
+  std::memcpy(out + kPayloadHeaderSize, spec.data(), spec.size());
+  StoreLe32(out + 0, kPayloadMagic);
+  out[4] = kPayloadVersion;
+  out[5] = static_cast<uint8_t>(header.codec);
+  out[6] = static_cast<uint8_t>(header.flags);
+  out[7] = static_cast<uint8_t>(header.flags >> 8);
+  StoreLe64(out + 8, header.d);
+  StoreLe32(out + 16, header.bucket);
+  StoreLe32(out + 20, header.round);
+  StoreLe32(out + 24, header.tensor_id);
+  StoreLe32(out + 28, header.sender_id);
+  StoreLe32(out + 32, header.spec_size);
+  StoreLe32(out + 36, header.body_size);
+  // The CRC covers the header too: a flipped flag or bucket size is caught
+  // like a flipped body byte.
+  header.crc = Crc32c(out + kPayloadHeaderSize, spec.size() + header.body_size, Crc32c(out, 40));
+  StoreLe32(out + 40, header.crc);
+}
+
+Result<PayloadView> ParsePayload(const uint8_t* data, std::size_t size) {
+  if (data == nullptr || size < kPayloadHeaderSize) {
+    return Corrupt("payload of " + std::to_string(size) + " bytes is shorter than the " +
+                   std::to_string(kPayloadHeaderSize) + "-byte header");
+  }
+  if (LoadLe32(data) != kPayloadMagic) return Corrupt("payload does not start with the FRTC magic");
+  if (data[4] != kPayloadVersion) {
+    return Status(StatusCode::kUnsupported, "payload format version " + std::to_string(data[4]) +
+                                                " (this build reads version " +
+                                                std::to_string(kPayloadVersion) + ")");
+  }
+  if (data[5] == 0 || data[5] > kMaxCodecId) {
+    return Corrupt("payload names unknown codec id " + std::to_string(data[5]));
+  }
+  PayloadView view;
+  PayloadHeader& h = view.header;
+  h.codec = static_cast<CodecId>(data[5]);
+  h.flags = static_cast<uint16_t>(data[6] | (data[7] << 8));
+  h.d = LoadLe64(data + 8);
+  h.bucket = LoadLe32(data + 16);
+  h.round = LoadLe32(data + 20);
+  h.tensor_id = LoadLe32(data + 24);
+  h.sender_id = LoadLe32(data + 28);
+  h.spec_size = LoadLe32(data + 32);
+  h.body_size = LoadLe32(data + 36);
+  h.crc = LoadLe32(data + 40);
+  if (h.spec_size == 0 || h.spec_size > kMaxSpecSize) {
+    return Corrupt("payload spec size " + std::to_string(h.spec_size) + " is outside 1.." +
+                   std::to_string(kMaxSpecSize));
+  }
+  // 64-bit arithmetic: both sizes are at most 2^32 - 1, so the sum cannot wrap.
+  const uint64_t expected = uint64_t{kPayloadHeaderSize} + h.spec_size + h.body_size;
+  if (expected != size) {
+    return Corrupt("payload is " + std::to_string(size) + " bytes but its header says " +
+                   std::to_string(expected));
+  }
+  const uint32_t crc = Crc32c(data + kPayloadHeaderSize, h.spec_size + std::size_t{h.body_size}, Crc32c(data, 40));
+  if (crc != h.crc) return Corrupt("payload CRC32C mismatch (corrupted in transit?)");
+  view.spec.assign(reinterpret_cast<const char*>(data + kPayloadHeaderSize), h.spec_size);
+  view.body = data + kPayloadHeaderSize + h.spec_size;
+  view.body_size = h.body_size;
+  return view;
+}
+
+}  // namespace fedrt

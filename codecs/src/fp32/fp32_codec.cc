@@ -1,0 +1,57 @@
+// fp32: the identity codec (the uncompressed baseline). Body: d floats, little-endian.
+#include "fp32/fp32_codec.h"
+
+#include "common/codec_common.h"
+
+namespace fedrt {
+namespace {
+
+using namespace codec_internal;
+
+class Fp32Codec final : public Codec {
+ public:
+  explicit Fp32Codec(CommonOptions options)
+      : options_(options), spec_("fp32:" + CommonOptionsSuffix(options, false)) {}
+
+  CodecId id() const override { return CodecId::kFp32; }
+  const std::string& spec() const override { return spec_; }
+  bool wants_error_feedback() const override { return options_.error_feedback; }
+
+  std::size_t MaxEncodedSize(std::size_t d) const override { return BodyOffset(spec_) + 4 * d; }
+
+  Result<std::size_t> Encode(const float* input, std::size_t d, const CodecContext& context, uint8_t* out,
+                             std::size_t capacity) override {
+    if (capacity < MaxEncodedSize(d)) return OutOfRange("fp32: output buffer too small");
+    if (4 * uint64_t{d} > UINT32_MAX) return OutOfRange("fp32: vector too long for one payload");
+    FEDRT_RETURN_IF_ERROR(CheckFinite(input, d));
+    uint8_t* body = out + BodyOffset(spec_);
+    for (std::size_t i = 0; i < d; ++i) StoreFloatLe(body + 4 * i, input[i]);
+    FinishPayload(MakeHeader(CodecId::kFp32, context, d, 0, 0, 4 * d), spec_, out);
+    return MaxEncodedSize(d);
+  }
+
+  Status Decode(const uint8_t* payload, std::size_t size, const CodecContext& context, float* out,
+                std::size_t d, const float* /*side_info*/) const override {
+    auto view = OpenPayload(payload, size, CodecId::kFp32, spec_, context, d);
+    FEDRT_RETURN_IF_ERROR(view.status());
+    if (view->body_size != 4 * d) return Corrupt("fp32: body size does not match d");
+    for (std::size_t i = 0; i < d; ++i) out[i] = LoadFloatLe(view->body + 4 * i);
+    // A finite encoder never produces NaN or Inf; one in a payload is an attack or a bug.
+    return CheckFinite(out, d);
+  }
+
+ private:
+  CommonOptions options_;
+  std::string spec_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Codec>> MakeFp32Codec(const CodecSpec& spec) {
+  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"ef", "ec"}));
+  auto options = ParseCommonOptions(spec, false, SymbolCoding::kNone);
+  FEDRT_RETURN_IF_ERROR(options.status());
+  return std::unique_ptr<Codec>(new Fp32Codec(*options));
+}
+
+}  // namespace fedrt

@@ -156,9 +156,29 @@ double Variance(const Standardized& f, const double* levels, std::size_t count) 
   return f.sigma * f.sigma * total / f.z;
 }
 
+// P(x0 < X < x1) as x0 varies below a fixed x1 (same expressions as Mass,
+// with the fixed end's tail computed once).
+class MassUpTo {
+ public:
+  explicit MassUpTo(double x1) : x1_(x1), upper_(UpperTail(x1)), lower_(x1 <= 0.0 ? UpperTail(-x1) : 0.0) {}
+  double operator()(double x0) const {
+    if (x0 >= 0.0) return UpperTail(x0) - upper_;
+    if (x1_ <= 0.0) return lower_ - UpperTail(-x0);
+    return 1.0 - UpperTail(-x0) - upper_;
+  }
+
+ private:
+  double x1_;
+  double upper_;
+  double lower_;
+};
+
 // The x in [a, c] minimising the two V terms around a level between a and c.
 // dV/dx = integral_a^x (r - a) f - integral_x^c (c - r) f is increasing and
-// vanishes where P(x < r < c) = integral_a^c (r - a) f dr / (c - a).
+// vanishes where P(x < r < c) = integral_a^c (r - a) f dr / (c - a). Solved
+// by Newton steps (the derivative is the density) kept inside a bisection
+// bracket; it stops when no double strictly inside the bracket is left or
+// Newton stands still.
 double BestLevelBetween(const Standardized& f, double a, double c) {
   const double xa = f.X(a);
   const double xc = f.X(c);
@@ -166,18 +186,24 @@ double BestLevelBetween(const Standardized& f, double a, double c) {
   if (!(mass > 0.0)) return Mid(a, c);  // no measurable mass: spread levels evenly
   const double first_moment = f.sigma * (Pdf(xa) - Pdf(xc)) + (f.mu - a) * mass;
   const double target = std::min(mass, std::max(0.0, first_moment / (c - a)));
+  const MassUpTo mass_up_to_c(xc);
   double lo = a;
   double hi = c;
+  double x = Mid(a, c);
   for (int step = 0; step < kMaxBisectionSteps; ++step) {
-    const double mid = Mid(lo, hi);
-    if (mid <= lo || mid >= hi) break;
-    if (Mass(f.X(mid), xc) > target) {
-      lo = mid;
+    const double excess = mass_up_to_c(f.X(x)) - target;  // decreasing in x
+    if (excess == 0.0) break;
+    if (excess > 0.0) {
+      lo = x;
     } else {
-      hi = mid;
+      hi = x;
     }
+    double next = x + excess * f.sigma / Pdf(f.X(x));
+    if (!(next > lo && next < hi)) next = Mid(lo, hi);
+    if (next <= lo || next >= hi || next == x) break;
+    x = next;
   }
-  return Mid(lo, hi);
+  return x;
 }
 
 // Strictly increasing from exactly 0 to exactly 1 (in double).

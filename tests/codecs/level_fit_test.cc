@@ -499,5 +499,31 @@ TEST_CASE("on laplace samples alq and amq quantize with lower normalized varianc
   }
 }
 
+TEST_CASE("on tails heavier than exponential the clamped fit still beats uniform levels") {
+  // Cubes of normal samples: magnitudes with a coefficient of variation near
+  // 2.5, outside what a truncated normal reaches.
+  const std::size_t bucket = 1024;
+  TestRng rng{99};
+  std::vector<float> v(1 << 15);
+  for (float& x : v) {
+    const double z = rng.Normal();
+    x = static_cast<float>(z * z * z);
+  }
+  Result<LevelStatistics> stats = ComputeLevelStatistics(v.data(), v.size(), bucket, NormKind::kL2);
+  REQUIRE(stats.ok());
+  const int bits = 3;
+  Result<LevelTable> alq = FitAlqLevels(*stats, bits, 1);
+  Result<LevelTable> amq = FitAmqLevels(*stats, bits, 1);
+  REQUIRE(alq.ok());
+  REQUIRE(amq.ok());
+  const QuantizationError e_alq = MeasureQuantization(v, bucket, alq->levels, 1);
+  const QuantizationError e_amq = MeasureQuantization(v, bucket, amq->levels, 1);
+  const QuantizationError e_uniform = MeasureQuantization(v, bucket, Uniform(LevelsForBits(bits)), 1);
+  MESSAGE("normal cubed d=32768 b=1024 bits 3, expected normalized variance: alq " << e_alq.expected
+          << ", amq " << e_amq.expected << ", uniform (qsgd) " << e_uniform.expected);
+  CHECK(e_alq.expected < 0.5 * e_uniform.expected);
+  CHECK(e_amq.expected < 0.5 * e_uniform.expected);
+}
+
 }  // namespace
 }  // namespace fedrt

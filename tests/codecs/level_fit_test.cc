@@ -203,11 +203,11 @@ TEST_CASE("level statistics reject non-finite coordinates and a null input") {
 }
 
 TEST_CASE("level statistics keep the largest bucket norms in decreasing order") {
-  // 200 buckets of 3 with norms 1..200 in a scrambled order.
+  // 1500 buckets of 3 with norms 1..1500 in a scrambled order.
   std::vector<float> v;
   std::vector<float> norms;
-  for (int i = 0; i < 200; ++i) {
-    const float norm = static_cast<float>((i * 73) % 200 + 1);
+  for (int i = 0; i < 1500; ++i) {
+    const float norm = static_cast<float>((i * 73) % 1500 + 1);
     norms.push_back(norm);
     v.insert(v.end(), {0.0f, norm, 0.0f});
   }
@@ -216,19 +216,20 @@ TEST_CASE("level statistics keep the largest bucket norms in decreasing order") 
   std::sort(norms.begin(), norms.end(), std::greater<float>());
   norms.resize(kMaxBucketNorms);
   CHECK(stats->bucket_norms == norms);
-  CHECK(stats->sum == 200.0);
-  CHECK(stats->sum_sq == 200.0);
+  CHECK(stats->sum == 1500.0);
+  CHECK(stats->sum_sq == 1500.0);
 }
 
 TEST_CASE("statistics of two halves merged equal the statistics of the whole, bit for bit") {
-  const std::size_t bucket = 256;
-  std::vector<float> v = LaplaceVector(100 * bucket + 77, 42);
+  // More buckets than kMaxBucketNorms, so the norm lists are truncated.
+  const std::size_t bucket = 16;
+  std::vector<float> v = LaplaceVector(1100 * bucket + 7, 42);
   // Scale buckets differently so the largest-norm list is not trivial.
   for (std::size_t i = 0; i < v.size(); ++i) v[i] *= static_cast<float>(1 + (i / bucket) % 13);
   std::fill(v.begin() + 5 * bucket, v.begin() + 6 * bucket, 0.0f);  // one all-zero bucket
   Result<LevelStatistics> whole = ComputeLevelStatistics(v.data(), v.size(), bucket, NormKind::kL2);
   REQUIRE(whole.ok());
-  for (std::size_t split_bucket : {1u, 37u, 64u, 99u}) {
+  for (std::size_t split_bucket : {1u, 37u, 640u, 1099u}) {
     const std::size_t split = split_bucket * bucket;
     Result<LevelStatistics> first = ComputeLevelStatistics(v.data(), split, bucket, NormKind::kL2);
     Result<LevelStatistics> second =

@@ -54,7 +54,7 @@ int LevelsForBits(int bits);
 // sorted in decreasing order. Merge must keep the same rule (the largest
 // kMaxBucketNorms of both lists, decreasing) so that statistics merged from
 // parts equal the statistics of the whole.
-inline constexpr std::size_t kMaxBucketNorms = 64;
+inline constexpr std::size_t kMaxBucketNorms = 1024;
 
 // Resolution of LevelStatistics::sum and sum_sq: every coordinate's r and r^2
 // are rounded to a multiple of 2^-24 before they are added, so sums are exact

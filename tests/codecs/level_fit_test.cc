@@ -72,16 +72,9 @@ LevelStatistics StatsWithMoments(double mean, double variance, double count = 1e
   return stats;
 }
 
-// The merge rule level_fit.h states for LevelStatistics::Merge (levels.h):
-// add the sums, keep the largest kMaxBucketNorms norms in decreasing order.
-LevelStatistics MergedByTheStatedRule(const LevelStatistics& a, const LevelStatistics& b) {
+LevelStatistics Merged(const LevelStatistics& a, const LevelStatistics& b) {
   LevelStatistics out = a;
-  out.count += b.count;
-  out.sum += b.sum;
-  out.sum_sq += b.sum_sq;
-  out.bucket_norms.insert(out.bucket_norms.end(), b.bucket_norms.begin(), b.bucket_norms.end());
-  std::sort(out.bucket_norms.begin(), out.bucket_norms.end(), std::greater<float>());
-  if (out.bucket_norms.size() > kMaxBucketNorms) out.bucket_norms.resize(kMaxBucketNorms);
+  out.Merge(b);
   return out;
 }
 
@@ -237,7 +230,7 @@ TEST_CASE("statistics of two halves merged equal the statistics of the whole, bi
     REQUIRE(first.ok());
     REQUIRE(second.ok());
     for (const LevelStatistics& merged :
-         {MergedByTheStatedRule(*first, *second), MergedByTheStatedRule(*second, *first)}) {
+         {Merged(*first, *second), Merged(*second, *first)}) {
       CHECK(merged.count == whole->count);
       CHECK(merged.sum == whole->sum);
       CHECK(merged.sum_sq == whole->sum_sq);

@@ -1,0 +1,43 @@
+// Codecs with an adaptive level table (ALQ, AMQ; codec specification,
+// section 3): the Codec interface plus a way to install a new table.
+//
+// An `alq` or `amq` codec starts with its initial table, version 0 (ALQ:
+// uniform levels j/s; AMQ: exponential levels 0.5^(s-j)), with
+// s = 2^(bits-1) - 1 levels per sign. Whoever owns the table (aggregator, or
+// every peer after all-reducing LevelStatistics) fits a new one and ships it
+// with a higher version; every encoder and decoder of that tensor installs it
+// with SetLevelTable. Payloads carry the version they were encoded with, and
+// decoding a payload of another version fails with kFailedPrecondition.
+//
+// Thread-safety: as Codec (not synchronized; SetLevelTable must not race
+// with Encode or Decode on the same object).
+#ifndef FEDRT_CODECS_ADAPTIVE_H_
+#define FEDRT_CODECS_ADAPTIVE_H_
+
+#include <memory>
+#include <string>
+
+#include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/levels.h"
+
+namespace fedrt {
+
+class AdaptiveCodec : public Codec {
+ public:
+  // Installs `table`: it must pass ValidateLevels and have exactly
+  // levels_per_sign() + 1 entries (kInvalidArgument otherwise, and the
+  // current table stays).
+  virtual Status SetLevelTable(const LevelTable& table) = 0;
+  virtual const LevelTable& level_table() const = 0;
+  // s: the number of nonzero levels per sign (alphabet 2s + 1).
+  virtual int levels_per_sign() const = 0;
+};
+
+// Creates an `alq` or `amq` codec from its spec string ("alq:bits=3,b=1024").
+// Other codec names are kInvalidArgument. MakeCodec creates the same codecs
+// behind the plain Codec interface.
+Result<std::unique_ptr<AdaptiveCodec>> MakeAdaptiveCodec(const std::string& spec);
+
+}  // namespace fedrt
+
+#endif  // FEDRT_CODECS_ADAPTIVE_H_

@@ -1,0 +1,77 @@
+// ComputeLevelStatistics: what a device measures from the vector it encodes
+// with ALQ or AMQ (level_fit.h). Not a hot path (run at refit times only), so
+// it is plain double-precision scalar code.
+//
+// Exactness: each r and r^2 is rounded to a whole number of
+// kLevelStatisticsUnit (2^-24) and the units are summed in uint64, so the
+// sums do not depend on the order in which coordinates, buckets or devices
+// are combined.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "fedrt/codecs/level_fit.h"
+
+namespace fedrt {
+namespace {
+
+constexpr double kUnitsPerOne = 0x1p24;  // 1 / kLevelStatisticsUnit
+
+// Keeps `norms` sorted in decreasing order with at most kMaxBucketNorms.
+void KeepLargest(float norm, std::vector<float>* norms) {
+  if (norms->size() == kMaxBucketNorms && !(norm > norms->back())) return;
+  norms->insert(std::upper_bound(norms->begin(), norms->end(), norm, std::greater<float>()), norm);
+  if (norms->size() > kMaxBucketNorms) norms->pop_back();
+}
+
+}  // namespace
+
+Result<LevelStatistics> ComputeLevelStatistics(const float* v, std::size_t d, std::size_t bucket,
+                                               NormKind norm) {
+  if (v == nullptr && d > 0) return InvalidArgument("level statistics: null input");
+  if (norm != NormKind::kL2 && norm != NormKind::kMax) {
+    return InvalidArgument("level statistics: unknown norm");
+  }
+  const std::size_t b = bucket == 0 ? d : bucket;
+  LevelStatistics stats;
+  uint64_t units = 0;
+  uint64_t units_sq = 0;
+  uint64_t count = 0;
+  for (std::size_t start = 0; start < d; start += b) {
+    const std::size_t n = std::min(b, d - start);
+    const float* w = v + start;
+    double scale = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(w[i])) {
+        return InvalidArgument("level statistics: coordinate " + std::to_string(start + i) +
+                               " is not finite");
+      }
+      const double x = w[i];
+      if (norm == NormKind::kL2) {
+        scale += x * x;  // exact per term: a float squared fits a double
+      } else {
+        scale = std::max(scale, std::fabs(x));
+      }
+    }
+    if (norm == NormKind::kL2) scale = std::sqrt(scale);
+    if (scale == 0.0) continue;  // all-zero bucket: nothing to quantize
+    count += n;
+    for (std::size_t i = 0; i < n; ++i) {
+      // sqrt is monotone and correctly rounded, so |x| <= scale: r <= 1.
+      const double r = std::min(1.0, std::fabs(static_cast<double>(w[i])) / scale);
+      units += static_cast<uint64_t>(std::nearbyint(r * kUnitsPerOne));
+      units_sq += static_cast<uint64_t>(std::nearbyint(r * r * kUnitsPerOne));
+    }
+    const double largest = std::numeric_limits<float>::max();
+    KeepLargest(static_cast<float>(std::min(scale, largest)), &stats.bucket_norms);
+  }
+  stats.count = static_cast<double>(count);
+  stats.sum = static_cast<double>(units) * kLevelStatisticsUnit;
+  stats.sum_sq = static_cast<double>(units_sq) * kLevelStatisticsUnit;
+  return stats;
+}
+
+}  // namespace fedrt

@@ -1,0 +1,337 @@
+// The normalized quantizers: qsgd, terngrad, alq, amq (stochastic rounding on
+// a level table) and sign (scaled sign), one class configured per codec.
+//
+// Body, little-endian:
+//   [alq, amq only] u32 level-table version
+//   one float32 scale per bucket (norm for the level codecs, mean|v| for sign)
+//   the symbol stream (symbols/symbol_coding.h; the coding is in the flags):
+//     level codecs: alphabet 2s+1, symbol s + k for +l_k and s - k for -l_k;
+//     sign: alphabet 2, 1 = negative.
+//
+// Encoding allocates nothing: the symbols are staged in the tail of the
+// caller's buffer, after the largest symbol stream (MaxEncodedSize counts
+// those d bytes). Decode stages them in the last quarter of the output floats
+// (each float is written after its own symbol has been read, and never
+// reaches a symbol not yet read); DecodeAccumulate uses one d-byte vector.
+#include "qsgd/qsgd_codecs.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/codec_common.h"
+#include "fedrt/codecs/philox.h"
+#include "qsgd/qsgd_kernels.h"
+#include "symbols/symbol_coding.h"
+
+namespace fedrt {
+namespace {
+
+using namespace codec_internal;
+
+enum class ScaleKind { kL2, kMax, kMeanAbs };
+
+struct QuantizerConfig {
+  CodecId id = CodecId::kQsgd;
+  std::string spec;
+  ScaleKind scale = ScaleKind::kL2;
+  bool sign_only = false;  // scaled sign: no levels, no randomness
+  bool adaptive = false;   // alq, amq: the body names the table version
+  uint32_t bucket = 512;
+  int s = 1;
+  LevelTable table;
+  CommonOptions options;
+};
+
+// Random words per stack chunk of stochastic rounding.
+constexpr std::size_t kChunk = 256;
+
+class NormalizedQuantizer final : public AdaptiveCodec {
+ public:
+  explicit NormalizedQuantizer(QuantizerConfig config) : c_(std::move(config)) {}
+
+  CodecId id() const override { return c_.id; }
+  const std::string& spec() const override { return c_.spec; }
+  bool wants_error_feedback() const override { return c_.options.error_feedback; }
+
+  Status SetLevelTable(const LevelTable& table) override {
+    FEDRT_RETURN_IF_ERROR(ValidateLevels(table));
+    if (table.levels.size() != static_cast<std::size_t>(c_.s) + 1) {
+      return InvalidArgument(c_.spec + ": level table has " + std::to_string(table.levels.size()) +
+                             " levels, this codec needs " + std::to_string(c_.s + 1));
+    }
+    c_.table = table;
+    return Status::Ok();
+  }
+  const LevelTable& level_table() const override { return c_.table; }
+  int levels_per_sign() const override { return c_.s; }
+
+  std::size_t MaxEncodedSize(std::size_t d) const override {
+    return BodyOffset(c_.spec) + Prefix(d) + MaxSymbolStreamSize(d, Alphabet(), c_.options.coding) + d;
+  }
+
+  Result<std::size_t> Encode(const float* input, std::size_t d, const CodecContext& context, uint8_t* out,
+                             std::size_t capacity) override {
+    if (capacity < MaxEncodedSize(d)) return OutOfRange(c_.spec + ": output buffer too small");
+    const std::size_t stream_capacity = MaxSymbolStreamSize(d, Alphabet(), c_.options.coding);
+    if (Prefix(d) + uint64_t{stream_capacity} > UINT32_MAX) return OutOfRange(c_.spec + ": vector too long for one payload");
+    FEDRT_RETURN_IF_ERROR(CheckFinite(input, d));
+    const QsgdKernels& k = QsgdKernelsFor(ActiveIsa());
+    uint8_t* body = out + BodyOffset(c_.spec);
+    uint8_t* scales = body;
+    if (c_.adaptive) {
+      StoreLe32(body, c_.table.version);
+      scales += 4;
+    }
+    uint8_t* stream = body + Prefix(d);
+    uint8_t* symbols = stream + stream_capacity;  // staging area, see the file comment
+    const RandomStream random = {context.session_seed, context.tensor_id, context.round, context.sender_id,
+                                 RandomPurpose::kStochasticRounding};
+    const std::size_t buckets = Buckets(d);
+    for (std::size_t b = 0; b < buckets; ++b) {
+      const std::size_t begin = b * BucketSize(d);
+      const std::size_t n = std::min(BucketSize(d), d - begin);
+      const float* v = input + begin;
+      const float scale = Scale(k, v, n);
+      StoreFloatLe(scales + 4 * b, scale);
+      if (c_.sign_only) {
+        k.sign_quantize(v, n, symbols + begin);
+      } else if (scale == 0.0f) {
+        std::memset(symbols + begin, c_.s, n);
+      } else {
+        uint32_t words[kChunk];
+        for (std::size_t at = 0; at < n; at += kChunk) {
+          const std::size_t m = std::min(kChunk, n - at);
+          PhiloxWords(random, begin + at, m, words);
+          k.quantize_levels(v + at, m, scale, c_.table.levels.data(), c_.s, words, symbols + begin + at);
+        }
+      }
+    }
+    uint16_t flags = 0;
+    auto size = EncodeSymbols(symbols, d, Alphabet(), c_.options.coding, stream, stream_capacity, &flags);
+    FEDRT_RETURN_IF_ERROR(size.status());
+    if (c_.options.error_feedback) flags |= kFlagErrorFeedback;
+    const std::size_t body_size = Prefix(d) + *size;
+    FinishPayload(MakeHeader(c_.id, context, d, c_.bucket, flags, body_size), c_.spec, out);
+    return BodyOffset(c_.spec) + body_size;
+  }
+
+  Status Decode(const uint8_t* payload, std::size_t size, const CodecContext& context, float* out, std::size_t d,
+                const float* /*side_info*/) const override {
+    // Symbols go to the last quarter of `out` (see the file comment).
+    uint8_t* symbols = reinterpret_cast<uint8_t*>(out) + 3 * d;
+    auto scales = DecodeBody(payload, size, context, d, symbols);
+    FEDRT_RETURN_IF_ERROR(scales.status());
+    const QsgdKernels& k = QsgdKernelsFor(ActiveIsa());
+    ForEachBucket(d, *scales, [&](std::size_t begin, std::size_t n, float scale) {
+      if (c_.sign_only) {
+        k.sign_dequantize(symbols + begin, n, scale, out + begin);
+      } else {
+        k.dequantize_levels(symbols + begin, n, scale, c_.table.levels.data(), c_.s, out + begin);
+      }
+    });
+    return Status::Ok();
+  }
+
+  Status DecodeAccumulate(const uint8_t* payload, std::size_t size, const CodecContext& context, float weight,
+                          float* accumulator, std::size_t d, const float* /*side_info*/) const override {
+    std::vector<uint8_t> symbols(d);
+    auto scales = DecodeBody(payload, size, context, d, symbols.data());
+    FEDRT_RETURN_IF_ERROR(scales.status());
+    const QsgdKernels& k = QsgdKernelsFor(ActiveIsa());
+    ForEachBucket(d, *scales, [&](std::size_t begin, std::size_t n, float scale) {
+      if (c_.sign_only) {
+        k.sign_dequantize_accumulate(symbols.data() + begin, n, scale, weight, accumulator + begin);
+      } else {
+        k.dequantize_levels_accumulate(symbols.data() + begin, n, scale, c_.table.levels.data(), c_.s, weight,
+                                       accumulator + begin);
+      }
+    });
+    return Status::Ok();
+  }
+
+ private:
+  uint32_t Alphabet() const { return c_.sign_only ? 2u : 2u * static_cast<uint32_t>(c_.s) + 1u; }
+  std::size_t BucketSize(std::size_t d) const { return c_.bucket == 0 ? (d == 0 ? 1 : d) : c_.bucket; }
+  std::size_t Buckets(std::size_t d) const { return (d + BucketSize(d) - 1) / BucketSize(d); }
+  std::size_t Prefix(std::size_t d) const { return (c_.adaptive ? 4 : 0) + 4 * Buckets(d); }
+
+  float Scale(const QsgdKernels& k, const float* v, std::size_t n) const {
+    switch (c_.scale) {
+      case ScaleKind::kL2: {
+        // The norm of finite floats can still overflow float32; the clamp
+        // keeps the payload finite (r is clamped to 1 by the kernel).
+        const float norm = k.l2_norm(v, n);
+        return norm > FLT_MAX ? FLT_MAX : norm;
+      }
+      case ScaleKind::kMax: return k.max_abs(v, n);
+      case ScaleKind::kMeanAbs: return k.mean_abs(v, n);
+    }
+    return 0.0f;
+  }
+
+  template <typename Fn>
+  void ForEachBucket(std::size_t d, const uint8_t* scales, Fn fn) const {
+    const std::size_t buckets = Buckets(d);
+    for (std::size_t b = 0; b < buckets; ++b) {
+      const std::size_t begin = b * BucketSize(d);
+      fn(begin, std::min(BucketSize(d), d - begin), LoadFloatLe(scales + 4 * b));
+    }
+  }
+
+  // Validates the payload and decodes its symbols; returns the scales.
+  Result<const uint8_t*> DecodeBody(const uint8_t* payload, std::size_t size, const CodecContext& context,
+                                    std::size_t d, uint8_t* symbols) const {
+    auto view = OpenPayload(payload, size, c_.id, c_.spec, context, d);
+    FEDRT_RETURN_IF_ERROR(view.status());
+    if (view->header.bucket != c_.bucket) return Corrupt(c_.spec + ": header bucket size differs from the spec");
+    const std::size_t prefix = Prefix(d);
+    if (view->body_size < prefix) return Corrupt(c_.spec + ": body shorter than its scales");
+    const uint8_t* scales = view->body;
+    if (c_.adaptive) {
+      const uint32_t version = LoadLe32(view->body);
+      if (version != c_.table.version) {
+        return Status(StatusCode::kFailedPrecondition,
+                      c_.spec + ": payload was encoded with level table version " + std::to_string(version) +
+                          ", this decoder has version " + std::to_string(c_.table.version));
+      }
+      scales += 4;
+    }
+    for (std::size_t b = 0; b < Buckets(d); ++b) {
+      const float scale = LoadFloatLe(scales + 4 * b);
+      if (!(scale >= 0.0f) || scale > FLT_MAX) {
+        return Corrupt(c_.spec + ": bucket " + std::to_string(b) + " has scale " + std::to_string(scale));
+      }
+    }
+    FEDRT_RETURN_IF_ERROR(DecodeSymbols(view->body + prefix, view->body_size - prefix, d, Alphabet(),
+                                        view->header.flags, symbols));
+    return scales;
+  }
+
+  QuantizerConfig c_;
+};
+
+Result<uint32_t> ParseBucket(const CodecSpec& spec, int64_t default_bucket) {
+  auto b = spec.GetInt("b", default_bucket, 0, int64_t{1} << 30);
+  FEDRT_RETURN_IF_ERROR(b.status());
+  return static_cast<uint32_t>(*b);
+}
+
+std::unique_ptr<NormalizedQuantizer> MakeLevelCodec(QuantizerConfig config) {
+  return std::unique_ptr<NormalizedQuantizer>(new NormalizedQuantizer(std::move(config)));
+}
+
+// alq and amq: bits (3), b (1024); s = 2^(bits-1) - 1 levels per sign.
+Result<std::unique_ptr<NormalizedQuantizer>> MakeAdaptiveLevelCodec(const CodecSpec& spec, CodecId id) {
+  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"bits", "b", "ef", "ec"}));
+  auto bits = spec.GetInt("bits", 3, 2, 8);
+  FEDRT_RETURN_IF_ERROR(bits.status());
+  auto bucket = ParseBucket(spec, 1024);
+  FEDRT_RETURN_IF_ERROR(bucket.status());
+  auto options = ParseCommonOptions(spec, false, SymbolCoding::kRans);
+  FEDRT_RETURN_IF_ERROR(options.status());
+  QuantizerConfig c;
+  c.id = id;
+  c.adaptive = true;
+  c.bucket = *bucket;
+  c.s = (1 << (*bits - 1)) - 1;
+  // Initial tables (version 0): ALQ starts uniform, AMQ at its family's p = 1/2.
+  c.table = id == CodecId::kAlq ? UniformLevels(c.s) : ExponentialLevels(c.s, 0.5f);
+  c.options = *options;
+  c.spec = std::string(id == CodecId::kAlq ? "alq" : "amq") + ":bits=" + std::to_string(*bits) +
+           ",b=" + std::to_string(c.bucket) + "," + CommonOptionsSuffix(c.options, true);
+  return MakeLevelCodec(std::move(c));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Codec>> MakeQsgdCodec(const CodecSpec& spec) {
+  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"s", "b", "norm", "ef", "ec"}));
+  auto s = spec.GetInt("s", 4, 1, 127);
+  FEDRT_RETURN_IF_ERROR(s.status());
+  auto bucket = ParseBucket(spec, 512);
+  FEDRT_RETURN_IF_ERROR(bucket.status());
+  auto norm = spec.GetChoice("norm", "l2", {"l2", "max"});
+  FEDRT_RETURN_IF_ERROR(norm.status());
+  auto options = ParseCommonOptions(spec, false, SymbolCoding::kRans);
+  FEDRT_RETURN_IF_ERROR(options.status());
+  QuantizerConfig c;
+  c.id = CodecId::kQsgd;
+  c.scale = *norm == "l2" ? ScaleKind::kL2 : ScaleKind::kMax;
+  c.bucket = *bucket;
+  c.s = static_cast<int>(*s);
+  c.table = UniformLevels(c.s);
+  c.options = *options;
+  c.spec = "qsgd:s=" + std::to_string(c.s) + ",b=" + std::to_string(c.bucket) + ",norm=" + *norm + "," +
+           CommonOptionsSuffix(c.options, true);
+  return std::unique_ptr<Codec>(MakeLevelCodec(std::move(c)));
+}
+
+Result<std::unique_ptr<Codec>> MakeTernGradCodec(const CodecSpec& spec) {
+  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"b", "ef", "ec"}));
+  auto bucket = ParseBucket(spec, 512);
+  FEDRT_RETURN_IF_ERROR(bucket.status());
+  auto options = ParseCommonOptions(spec, false, SymbolCoding::kRans);
+  FEDRT_RETURN_IF_ERROR(options.status());
+  QuantizerConfig c;
+  c.id = CodecId::kTernGrad;
+  c.scale = ScaleKind::kMax;
+  c.bucket = *bucket;
+  c.s = 1;
+  c.table = UniformLevels(1);
+  c.options = *options;
+  c.spec = "terngrad:b=" + std::to_string(c.bucket) + "," + CommonOptionsSuffix(c.options, true);
+  return std::unique_ptr<Codec>(MakeLevelCodec(std::move(c)));
+}
+
+Result<std::unique_ptr<Codec>> MakeSignCodec(const CodecSpec& spec) {
+  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"b", "ef", "ec"}));
+  auto bucket = ParseBucket(spec, 512);
+  FEDRT_RETURN_IF_ERROR(bucket.status());
+  auto options = ParseCommonOptions(spec, true, SymbolCoding::kRans);
+  FEDRT_RETURN_IF_ERROR(options.status());
+  if (!options->error_feedback) {
+    return InvalidArgument("sign: error feedback is always on for scaled sign (EF-SignSGD); remove 'ef=off'");
+  }
+  QuantizerConfig c;
+  c.id = CodecId::kSign;
+  c.scale = ScaleKind::kMeanAbs;
+  c.sign_only = true;
+  c.bucket = *bucket;
+  c.options = *options;
+  c.spec = "sign:b=" + std::to_string(c.bucket) + "," + CommonOptionsSuffix(c.options, true);
+  return std::unique_ptr<Codec>(MakeLevelCodec(std::move(c)));
+}
+
+Result<std::unique_ptr<Codec>> MakeAlqCodec(const CodecSpec& spec) {
+  auto codec = MakeAdaptiveLevelCodec(spec, CodecId::kAlq);
+  FEDRT_RETURN_IF_ERROR(codec.status());
+  return std::unique_ptr<Codec>(std::move(*codec));
+}
+
+Result<std::unique_ptr<Codec>> MakeAmqCodec(const CodecSpec& spec) {
+  auto codec = MakeAdaptiveLevelCodec(spec, CodecId::kAmq);
+  FEDRT_RETURN_IF_ERROR(codec.status());
+  return std::unique_ptr<Codec>(std::move(*codec));
+}
+
+Result<std::unique_ptr<AdaptiveCodec>> MakeAdaptiveCodec(const std::string& text) {
+  auto spec = CodecSpec::Parse(text);
+  FEDRT_RETURN_IF_ERROR(spec.status());
+  CodecId id;
+  if (spec->name() == "alq") {
+    id = CodecId::kAlq;
+  } else if (spec->name() == "amq") {
+    id = CodecId::kAmq;
+  } else {
+    return InvalidArgument("'" + spec->name() + "' has no adaptive level table (adaptive codecs: alq, amq)");
+  }
+  auto codec = MakeAdaptiveLevelCodec(*spec, id);
+  FEDRT_RETURN_IF_ERROR(codec.status());
+  return std::unique_ptr<AdaptiveCodec>(std::move(*codec));
+}
+
+}  // namespace fedrt

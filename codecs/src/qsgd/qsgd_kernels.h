@@ -1,0 +1,67 @@
+// Kernel family of the normalized quantizers (QSGD, TernGrad, ALQ, AMQ,
+// scaled sign): bucket norms, stochastic rounding on a level table, and
+// dequantization (+ accumulation). This file is the family's list: the
+// codecs, the tests and the benchmarks go through QsgdKernelsFor().
+//
+// Definitions (the scalar variant is the reference; every variant gives the
+// same floats and symbols):
+//   L2Norm(v)    float(sqrt(S)) with S summed in double over 8 lanes, lane
+//                k += double(v_i)^2 for i = k mod 8 in increasing i, then
+//                S = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+//   MeanAbs(v)   float(S / n), S as above with |v_i| (0 for n = 0).
+//   MaxAbs(v)    max |v_i| (0 for n = 0).
+//   QuantizeLevels: for each i, in float32 and in this order,
+//                r = |v_i| / norm, clamped to 1;
+//                j = #{k in 1..s-1 : levels[k] <= r}  (so l_j <= r, j < s);
+//                p = (r - levels[j]) / (levels[j+1] - levels[j]);
+//                k = j + (u01(words[i]) < p);
+//                symbols[i] = s - k if v_i < 0 else s + k   (alphabet 2s+1).
+//                `norm` must be > 0; the caller handles all-zero buckets.
+//   DequantizeLevels: out[i] = +-(norm * levels[|symbols[i] - s|]) (minus
+//                for symbols below s); the accumulate form adds
+//                weight * that value to acc[i]. Symbols must be <= 2s.
+//   SignQuantize: symbols[i] = 1 if v_i < 0 else 0.
+//   SignDequantize: out[i] = symbols[i] ? -scale : scale (+ accumulate form).
+// All functions accept any n (tails handled inside) and any alignment.
+#ifndef FEDRT_CODECS_QSGD_QSGD_KERNELS_H_
+#define FEDRT_CODECS_QSGD_QSGD_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "fedrt/platform/cpu.h"
+
+namespace fedrt {
+
+struct QsgdKernels {
+  float (*l2_norm)(const float* v, std::size_t n);
+  float (*mean_abs)(const float* v, std::size_t n);
+  float (*max_abs)(const float* v, std::size_t n);
+  void (*quantize_levels)(const float* v, std::size_t n, float norm, const float* levels, int s,
+                          const uint32_t* words, uint8_t* symbols);
+  void (*dequantize_levels)(const uint8_t* symbols, std::size_t n, float norm, const float* levels, int s,
+                            float* out);
+  void (*dequantize_levels_accumulate)(const uint8_t* symbols, std::size_t n, float norm, const float* levels,
+                                       int s, float weight, float* acc);
+  void (*sign_quantize)(const float* v, std::size_t n, uint8_t* symbols);
+  void (*sign_dequantize)(const uint8_t* symbols, std::size_t n, float scale, float* out);
+  void (*sign_dequantize_accumulate)(const uint8_t* symbols, std::size_t n, float scale, float weight,
+                                     float* acc);
+};
+
+namespace scalar {
+extern const QsgdKernels kQsgdKernels;
+}
+namespace avx2 {
+extern const QsgdKernels kQsgdKernels;
+}
+namespace neon {
+extern const QsgdKernels kQsgdKernels;
+}
+
+// The variant for `isa` (which must be available, see IsaAvailable()).
+const QsgdKernels& QsgdKernelsFor(Isa isa);
+
+}  // namespace fedrt
+
+#endif  // FEDRT_CODECS_QSGD_QSGD_KERNELS_H_

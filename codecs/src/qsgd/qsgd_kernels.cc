@@ -6,6 +6,9 @@ namespace fedrt {
 
 const QsgdKernels& QsgdKernelsFor(Isa isa) {
   switch (isa) {
+#if FEDRT_HAVE_AVX2_KERNELS
+    case Isa::kAvx2: return avx2::kQsgdKernels;
+#endif
     default: return scalar::kQsgdKernels;
   }
 }

@@ -9,6 +9,9 @@ const QsgdKernels& QsgdKernelsFor(Isa isa) {
 #if FEDRT_HAVE_AVX2_KERNELS
     case Isa::kAvx2: return avx2::kQsgdKernels;
 #endif
+#if FEDRT_HAVE_NEON_KERNELS
+    case Isa::kNeon: return neon::kQsgdKernels;
+#endif
     default: return scalar::kQsgdKernels;
   }
 }

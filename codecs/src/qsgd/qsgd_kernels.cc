@@ -6,6 +6,12 @@ namespace fedrt {
 
 const QsgdKernels& QsgdKernelsFor(Isa isa) {
   switch (isa) {
+#if FEDRT_HAVE_AVX2_KERNELS
+    case Isa::kAvx2: return avx2::kQsgdKernels;
+#endif
+#if FEDRT_HAVE_NEON_KERNELS
+    case Isa::kNeon: return neon::kQsgdKernels;
+#endif
     default: return scalar::kQsgdKernels;
   }
 }

@@ -27,6 +27,18 @@ uint64_t LoadLowBytes(const uint8_t* in, int bytes) {
   return word;
 }
 
+// Groups of eight symbols into `kBits` bytes each; a constant width lets
+// the compiler unroll the shifts.
+template <int kBits>
+void PackGroups(const uint8_t* symbols, std::size_t groups, uint8_t* out) {
+  for (std::size_t g = 0; g < groups; ++g) {
+    const uint8_t* s = symbols + 8 * g;
+    uint64_t word = 0;
+    for (int k = 0; k < 8; ++k) word |= static_cast<uint64_t>(s[k]) << (k * kBits);
+    StoreLowBytes(word, kBits, out + g * kBits);
+  }
+}
+
 Status SymbolOutOfRange(std::size_t index, uint32_t symbol, uint32_t alphabet) {
   return Corrupt("packed symbol " + std::to_string(symbol) + " at " + std::to_string(index) +
                  " is outside the alphabet of " + std::to_string(alphabet));
@@ -92,11 +104,14 @@ void PackSymbols(const uint8_t* symbols, std::size_t count, uint32_t alphabet, u
     return;
   }
   const std::size_t groups = count / 8;
-  for (std::size_t g = 0; g < groups; ++g) {
-    const uint8_t* s = symbols + 8 * g;
-    uint64_t word = 0;
-    for (int k = 0; k < 8; ++k) word |= static_cast<uint64_t>(s[k]) << (k * bits);
-    StoreLowBytes(word, bits, out + g * static_cast<std::size_t>(bits));
+  switch (bits) {
+    case 1: PackGroups<1>(symbols, groups, out); break;
+    case 2: PackGroups<2>(symbols, groups, out); break;
+    case 3: PackGroups<3>(symbols, groups, out); break;
+    case 4: PackGroups<4>(symbols, groups, out); break;
+    case 5: PackGroups<5>(symbols, groups, out); break;
+    case 6: PackGroups<6>(symbols, groups, out); break;
+    default: PackGroups<7>(symbols, groups, out); break;
   }
   const int rest = static_cast<int>(count % 8);
   if (rest != 0) {

@@ -1,0 +1,155 @@
+// Every variant of the normalized-quantizer kernels (qsgd_kernels.h) gives the
+// scalar reference's bits: awkward sizes, misaligned pointers, zeros,
+// denormals, huge values, every level table shape.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "fedrt/codecs/levels.h"
+#include "fedrt/platform/cpu.h"
+#include "qsgd/qsgd_kernels.h"
+
+namespace fedrt {
+namespace {
+
+constexpr std::size_t kSizes[] = {0, 1, 7, 8, 9, 31, 32, 33, 1007, 65539};
+
+enum class Fill { kGaussian, kZeros, kDenormals, kHuge, kMixed };
+constexpr Fill kFills[] = {Fill::kGaussian, Fill::kZeros, Fill::kDenormals, Fill::kHuge, Fill::kMixed};
+
+std::vector<float> Values(std::size_t n, Fill fill, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n + 1);  // one spare float for the misaligned view
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const float g = normal(rng);
+    switch (fill) {
+      case Fill::kGaussian: v[i] = g; break;
+      case Fill::kZeros: v[i] = (i % 3 == 0) ? -0.0f : 0.0f; break;
+      case Fill::kDenormals: v[i] = g * 1e-40f; break;
+      case Fill::kHuge: v[i] = g * 1e37f; break;
+      case Fill::kMixed: v[i] = i % 4 == 0 ? g * 1e-41f : i % 4 == 1 ? 0.0f : i % 4 == 2 ? std::copysign(3e38f, g) : g; break;
+    }
+  }
+  return v;
+}
+
+bool SameBits(const float* a, const float* b, std::size_t n) { return n == 0 || std::memcmp(a, b, 4 * n) == 0; }
+bool SameBits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+std::vector<LevelTable> Tables() {
+  LevelTable fitted;
+  fitted.levels = {0.0f, 0.013f, 0.07f, 0.31f, 1.0f};
+  return {UniformLevels(1), UniformLevels(4), ExponentialLevels(7, 0.5f), UniformLevels(127), fitted};
+}
+
+TEST_CASE("every qsgd kernel variant gives the scalar bits for every size, alignment and value class") {
+  const QsgdKernels& ref = QsgdKernelsFor(Isa::kScalar);
+  for (Isa isa : AvailableIsas()) {
+    INFO("isa " << IsaName(isa));
+    const QsgdKernels& k = QsgdKernelsFor(isa);
+    for (std::size_t n : kSizes) {
+      for (Fill fill : kFills) {
+        for (std::size_t offset : {0u, 1u}) {
+          INFO("n " << n << " fill " << static_cast<int>(fill) << " offset " << offset);
+          const auto storage = Values(n, fill, static_cast<uint32_t>(n) + 7u * static_cast<uint32_t>(fill));
+          const float* v = storage.data() + offset;
+          CHECK(SameBits(k.l2_norm(v, n), ref.l2_norm(v, n)));
+          CHECK(SameBits(k.mean_abs(v, n), ref.mean_abs(v, n)));
+          CHECK(SameBits(k.max_abs(v, n), ref.max_abs(v, n)));
+
+          std::vector<uint32_t> words(n + 1);
+          std::mt19937 rng(static_cast<uint32_t>(n));
+          for (uint32_t& w : words) w = static_cast<uint32_t>(rng());
+          std::vector<uint8_t> sym_ref(n + 1), sym(n + 1);
+          const float l2 = ref.l2_norm(v, n);
+          const float max = ref.max_abs(v, n);
+          for (const LevelTable& table : Tables()) {
+            const int s = static_cast<int>(table.levels.size()) - 1;
+            INFO("s " << s);
+            for (float norm : {l2, max}) {
+              if (!(norm > 0.0f) || !std::isfinite(norm)) continue;
+              ref.quantize_levels(v, n, norm, table.levels.data(), s, words.data() + offset, sym_ref.data());
+              k.quantize_levels(v, n, norm, table.levels.data(), s, words.data() + offset, sym.data() + offset);
+              REQUIRE((n == 0 || std::memcmp(sym_ref.data(), sym.data() + offset, n) == 0));
+              bool in_alphabet = true;
+              for (std::size_t i = 0; i < n; ++i) in_alphabet = in_alphabet && sym_ref[i] <= 2 * s;
+              REQUIRE(in_alphabet);
+
+              std::vector<float> out_ref(n + 1), out(n + 1);
+              ref.dequantize_levels(sym_ref.data(), n, norm, table.levels.data(), s, out_ref.data());
+              k.dequantize_levels(sym.data() + offset, n, norm, table.levels.data(), s, out.data() + offset);
+              REQUIRE(SameBits(out_ref.data(), out.data() + offset, n));
+
+              std::vector<float> acc_ref(n + 1, 0.5f), acc(n + 1, 0.5f);
+              ref.dequantize_levels_accumulate(sym_ref.data(), n, norm, table.levels.data(), s, -0.25f, acc_ref.data());
+              k.dequantize_levels_accumulate(sym.data() + offset, n, norm, table.levels.data(), s, -0.25f,
+                                             acc.data() + offset);
+              REQUIRE(SameBits(acc_ref.data(), acc.data() + offset, n));
+            }
+          }
+
+          ref.sign_quantize(v, n, sym_ref.data());
+          k.sign_quantize(v, n, sym.data() + offset);
+          REQUIRE((n == 0 || std::memcmp(sym_ref.data(), sym.data() + offset, n) == 0));
+          const float scale = ref.mean_abs(v, n);
+          std::vector<float> out_ref(n + 1), out(n + 1);
+          ref.sign_dequantize(sym_ref.data(), n, scale, out_ref.data());
+          k.sign_dequantize(sym.data() + offset, n, scale, out.data() + offset);
+          REQUIRE(SameBits(out_ref.data(), out.data() + offset, n));
+          std::vector<float> acc_ref(n + 1, 2.0f), acc(n + 1, 2.0f);
+          ref.sign_dequantize_accumulate(sym_ref.data(), n, scale, 3.0f, acc_ref.data());
+          k.sign_dequantize_accumulate(sym.data() + offset, n, scale, 3.0f, acc.data() + offset);
+          REQUIRE(SameBits(acc_ref.data(), acc.data() + offset, n));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the norms follow their definitions") {
+  const QsgdKernels& ref = QsgdKernelsFor(Isa::kScalar);
+  const std::vector<float> v = {3.0f, -4.0f, 0.0f, 12.0f};
+  CHECK(ref.l2_norm(v.data(), 4) == 13.0f);
+  CHECK(ref.max_abs(v.data(), 4) == 12.0f);
+  CHECK(ref.mean_abs(v.data(), 4) == 4.75f);
+  CHECK(ref.l2_norm(v.data(), 0) == 0.0f);
+  CHECK(ref.mean_abs(v.data(), 0) == 0.0f);
+  // Squares beyond the float range still give a finite-or-clamped norm.
+  const std::vector<float> huge = {3e38f, 3e38f};
+  CHECK(ref.l2_norm(huge.data(), 2) > 3e38f);
+}
+
+TEST_CASE("stochastic rounding picks the neighbouring levels with the specified probabilities") {
+  const QsgdKernels& ref = QsgdKernelsFor(Isa::kScalar);
+  const LevelTable table = UniformLevels(4);
+  // r = 0.3: between 0.25 and 0.5, up with probability 0.2.
+  const std::size_t n = 20000;
+  std::vector<float> v(n, -0.3f);
+  std::vector<uint32_t> words(n);
+  std::mt19937 rng(5);
+  for (uint32_t& w : words) w = static_cast<uint32_t>(rng());
+  std::vector<uint8_t> symbols(n);
+  ref.quantize_levels(v.data(), n, 1.0f, table.levels.data(), 4, words.data(), symbols.data());
+  std::size_t up = 0;
+  std::size_t other = 0;
+  for (uint8_t s : symbols) {
+    other += s != 4 - 1 && s != 4 - 2;
+    up += s == 4 - 2;
+  }
+  CHECK(other == 0);
+  CHECK(static_cast<double>(up) / n == doctest::Approx(0.2).epsilon(0.05));
+  // Exactly on a level: never moves; r = 1 is the top level.
+  v.assign(3, 0.5f);
+  v[2] = 1.0f;
+  ref.quantize_levels(v.data(), 3, 1.0f, table.levels.data(), 4, words.data(), symbols.data());
+  CHECK(symbols[0] == 6);
+  CHECK(symbols[2] == 8);
+}
+
+}  // namespace
+}  // namespace fedrt

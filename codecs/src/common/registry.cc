@@ -6,6 +6,7 @@
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
 #include "fp32/fp32_codec.h"
+#include "half/half_codec.h"
 
 namespace fedrt {
 namespace {
@@ -19,6 +20,8 @@ struct RegisteredCodec {
 
 constexpr RegisteredCodec kCodecs[] = {
     {"fp32", &MakeFp32Codec},
+    {"fp16", &MakeFp16Codec},
+    {"bf16", &MakeBf16Codec},
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
+#include "dqsg/dqsg_codec.h"
 #include "fp32/fp32_codec.h"
 #include "half/half_codec.h"
 
@@ -22,6 +23,8 @@ constexpr RegisteredCodec kCodecs[] = {
     {"fp32", &MakeFp32Codec},
     {"fp16", &MakeFp16Codec},
     {"bf16", &MakeBf16Codec},
+    {"dqsg", &MakeDqsgCodec},
+    {"ndqsg", &MakeNdqsgCodec},
 };
 
 }  // namespace

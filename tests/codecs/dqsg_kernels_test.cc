@@ -126,6 +126,22 @@ TEST_CASE("every dqsg kernel variant matches the scalar reference bit for bit") 
   }
 }
 
+TEST_CASE("max_abs is non-finite on every ISA when any coordinate is Inf or NaN") {
+  for (Isa isa : AvailableIsas()) {
+    INFO("isa " << IsaName(isa));
+    for (std::size_t n : {1u, 9u, 33u, 100u}) {
+      for (std::size_t at : {std::size_t{0}, n / 2, n - 1}) {
+        for (float bad : {INFINITY, -INFINITY, NAN}) {
+          auto w = MakeValues(n, Values::kGaussian, 3);
+          w[at] = bad;
+          INFO("n " << n << " at " << at << " value " << bad);
+          CHECK_FALSE(std::isfinite(DqsgKernelsFor(isa).max_abs(w.data(), n)));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("dqsg quantize follows the formula and decodes within half a step") {
   const auto w = MakeValues(4096, Values::kGaussian, 1);
   const auto u = Dither(w.size(), 0);

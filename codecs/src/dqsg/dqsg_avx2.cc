@@ -6,6 +6,8 @@
 // FTZ/DAZ). Tails (fewer than one iteration): the scalar kernels.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "dqsg/dqsg_kernels.h"
 
 namespace fedrt::avx2 {
@@ -48,8 +50,11 @@ float MaxAbs(const float* w, std::size_t n) {
   m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xB1));
   const float vector_max = _mm_cvtss_f32(_mm_castsi128_ps(m));
   const float tail_max = scalar::MaxAbs(w + i, n - i);
-  // Both are non-negative finite floats (or +0): float comparison is exact.
-  return tail_max > vector_max ? tail_max : vector_max;
+  // Compare the bit patterns, as the reference does (a NaN must win too).
+  const uint32_t vector_bits = static_cast<uint32_t>(_mm_cvtsi128_si32(m));
+  uint32_t tail_bits;
+  std::memcpy(&tail_bits, &tail_max, sizeof tail_bits);
+  return tail_bits > vector_bits ? tail_max : vector_max;
 }
 
 void Quantize(const float* w, const float* u, std::size_t n, float scale, int s, uint8_t* symbols) {

@@ -34,7 +34,7 @@ namespace {
 using namespace codec_internal;
 
 // Coordinates per stack chunk of dither (and of decoded values for nested accumulation).
-constexpr std::size_t kChunk = 256;
+constexpr std::size_t kChunk = 512;
 
 class DitherCodec final : public Codec {
  public:
@@ -63,7 +63,6 @@ class DitherCodec final : public Codec {
     if (4 * uint64_t{buckets} + stream_bound > UINT32_MAX) {
       return OutOfRange(Name() + ": vector too long for one payload");
     }
-    FEDRT_RETURN_IF_ERROR(CheckFinite(input, d));
     const DqsgKernels& kernels = DqsgKernelsFor(ActiveIsa());
     uint8_t* body = out + BodyOffset(spec_);
     uint8_t* stream = body + 4 * buckets;
@@ -74,7 +73,11 @@ class DitherCodec final : public Codec {
     for (std::size_t k = 0; k < buckets; ++k) {
       const std::size_t start = k * BucketSize(d), length = BucketLength(d, k);
       const float* w = input + start;
-      const float scale = kernels.max_abs(w, length) / static_cast<float>(levels_);
+      const float max = kernels.max_abs(w, length);
+      // max_abs orders bit patterns: any Inf or NaN in the bucket makes it non-finite,
+      // so this is the finiteness check (CheckFinite only names the coordinate).
+      if (!std::isfinite(max)) return CheckFinite(input, d);
+      const float scale = max / static_cast<float>(levels_);
       if (!ReconstructionFinite(scale)) {
         return InvalidArgument(Name() + ": values up to " + std::to_string(scale * static_cast<float>(levels_)) +
                                " are too large to quantize without overflowing float");

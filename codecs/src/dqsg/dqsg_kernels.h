@@ -7,7 +7,9 @@
 // even; the dither u comes from PhiloxDither, purpose 1):
 //   max_abs              max_i |w_i|  (as a float; computed on the integer bit
 //                        patterns, which order finite floats by magnitude, so
-//                        subnormals count on every ISA)
+//                        subnormals count on every ISA; an Inf or NaN in w
+//                        gives a non-finite result, which callers use as their
+//                        finiteness check)
 //   quantize             t = w / scale + u;  q = clamp(round(t), -s, s);
 //                        symbol = q + s                      (in [0, 2s])
 //   dequantize           w' = (float(symbol - s) - u) * scale

@@ -15,7 +15,7 @@ namespace fedrt {
 namespace {
 
 TEST_CASE("error feedback loses nothing over a thousand steps") {
-  constexpr std::size_t kD = 500;
+  constexpr std::size_t kD = 256;
   constexpr int kSteps = 1000;
   for (const char* spec : {"dqsg:s=1", "dqsg:s=2,b=64,ec=pack", "ndqsg:s1=3,rho=3", "fp16", "bf16", "fp32"}) {
     INFO("codec " << std::string(spec));

@@ -5,8 +5,10 @@
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
+#include "dqsg/dqsg_codec.h"
 #include "fp32/fp32_codec.h"
 #include "qsgd/qsgd_codecs.h"
+#include "half/half_codec.h"
 
 namespace fedrt {
 namespace {
@@ -25,6 +27,10 @@ constexpr RegisteredCodec kCodecs[] = {
     {"sign", &MakeSignCodec},
     {"alq", &MakeAlqCodec},
     {"amq", &MakeAmqCodec},
+    {"fp16", &MakeFp16Codec},
+    {"bf16", &MakeBf16Codec},
+    {"dqsg", &MakeDqsgCodec},
+    {"ndqsg", &MakeNdqsgCodec},
 };
 
 }  // namespace

@@ -1,0 +1,56 @@
+// Error feedback (codec specification, section 1): a wrapper around any
+// codec that keeps what compression lost and adds it to the next update.
+//
+//   p = g + e;   payload = encode(p);   e = p - decode(payload)
+//
+// One ErrorFeedback object holds the residual e of one tensor (length d) on
+// the sender; it starts at zero. Everything it needs (the residual and one
+// scratch vector of d floats) is allocated by the constructor; Encode
+// allocates nothing itself (the codec's Decode may allocate a symbol buffer,
+// see the codec).
+//
+// Side information: decoding an NDQSG payload needs the receiver's side
+// information y. The sender rarely has it, so `side_info` may be null: the
+// wrapper then decodes against p itself. With y = p the nested decode is
+// exactly the DQSG reconstruction (|w'_DQSG - p| <= scale/2 < D2/2), which is
+// also what the receiver decodes whenever its side information is within the
+// bound. Pass a non-null `side_info` (d floats) to use another y.
+//
+// Thread-safety: not synchronized; one object per tensor per sending thread.
+#ifndef FEDRT_CODECS_ERROR_FEEDBACK_H_
+#define FEDRT_CODECS_ERROR_FEEDBACK_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "fedrt/codecs/codec.h"
+#include "fedrt/platform/status.h"
+
+namespace fedrt {
+
+class ErrorFeedback {
+ public:
+  explicit ErrorFeedback(std::size_t d);
+
+  std::size_t d() const { return residual_.size(); }
+  // The residual e carried to the next Encode.
+  const float* residual() const { return residual_.data(); }
+  // Back to e = 0 (e.g. when the model is reset or the codec changes).
+  void Reset();
+
+  // Encodes g[0..d) with the residual added, as codec.Encode does (same
+  // payload format, same errors), and updates the residual. On an encode
+  // error the residual is unchanged. `d` must equal d(); kInvalidArgument
+  // otherwise. Fails with kInvalidArgument on NaN/Inf in g + e.
+  Result<std::size_t> Encode(Codec& codec, const float* g, std::size_t d, const CodecContext& context,
+                             uint8_t* out, std::size_t capacity, const float* side_info = nullptr);
+
+ private:
+  std::vector<float> residual_;
+  std::vector<float> sum_;  // p = g + e, the vector actually encoded
+};
+
+}  // namespace fedrt
+
+#endif  // FEDRT_CODECS_ERROR_FEEDBACK_H_

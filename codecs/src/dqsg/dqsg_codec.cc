@@ -1,0 +1,296 @@
+// DQSG and NDQSG: subtractive dithered quantization, plain and nested
+// (codec specification, section 3; kernels in dqsg_kernels.h).
+//
+// Body: the per-bucket scales (float32 LE, one per bucket of b coordinates,
+// b = 0: one bucket), then the symbol stream of every coordinate of every
+// bucket whose scale is non-zero, in coordinate order (symbol_coding.h; the
+// payload flags name the coding). A bucket with scale 0 (all zero, or
+// subnormals so small that max|w|/s underflows) has no symbols and decodes to
+// zeros. Symbols: DQSG q + s in [0, 2s]; NDQSG coset q + (rho-1)/2 in [0, rho).
+// The dither of coordinate i is PhiloxDither(purpose 1) word i of the stream
+// (seed, tensor, round, sender) of the context.
+//
+// Encoding allocates nothing: the raw symbols are staged in the caller's
+// output buffer past the largest possible stream (MaxEncodedSize counts
+// d extra bytes for that), then coded into place. Decoding allocates one byte
+// per coordinate for the decoded symbols.
+//
+// Inputs whose reconstruction could overflow float (max|w| close to FLT_MAX)
+// are refused with kInvalidArgument; payload scales are checked likewise.
+#include "dqsg/dqsg_codec.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/codec_common.h"
+#include "dqsg/dqsg_kernels.h"
+#include "fedrt/codecs/philox.h"
+#include "symbols/symbol_coding.h"
+
+namespace fedrt {
+namespace {
+
+using namespace codec_internal;
+
+// Coordinates per stack chunk of dither (and of decoded values for nested accumulation).
+constexpr std::size_t kChunk = 512;
+
+class DitherCodec final : public Codec {
+ public:
+  // rho == 0: plain DQSG with `levels` = s; otherwise NDQSG with s1 = levels.
+  DitherCodec(int levels, int rho, uint32_t bucket, CommonOptions options)
+      : levels_(levels), rho_(rho), bucket_(bucket), options_(options) {
+    spec_ = rho == 0 ? "dqsg:s=" + std::to_string(levels)
+                     : "ndqsg:s1=" + std::to_string(levels) + ",rho=" + std::to_string(rho);
+    spec_ += ",b=" + std::to_string(bucket) + "," + CommonOptionsSuffix(options, true);
+  }
+
+  CodecId id() const override { return nested() ? CodecId::kNdqsg : CodecId::kDqsg; }
+  const std::string& spec() const override { return spec_; }
+  bool needs_side_info() const override { return nested(); }
+  bool wants_error_feedback() const override { return options_.error_feedback; }
+
+  std::size_t MaxEncodedSize(std::size_t d) const override {
+    return BodyOffset(spec_) + 4 * Buckets(d) + MaxSymbolStreamSize(d, alphabet(), options_.coding) + d;
+  }
+
+  Result<std::size_t> Encode(const float* input, std::size_t d, const CodecContext& context, uint8_t* out,
+                             std::size_t capacity) override {
+    if (capacity < MaxEncodedSize(d)) return OutOfRange(Name() + ": output buffer too small");
+    const std::size_t buckets = Buckets(d);
+    const std::size_t stream_bound = MaxSymbolStreamSize(d, alphabet(), options_.coding);
+    if (4 * uint64_t{buckets} + stream_bound > UINT32_MAX) {
+      return OutOfRange(Name() + ": vector too long for one payload");
+    }
+    const DqsgKernels& kernels = DqsgKernelsFor(ActiveIsa());
+    uint8_t* body = out + BodyOffset(spec_);
+    uint8_t* stream = body + 4 * buckets;
+    uint8_t* staged = stream + stream_bound;  // raw symbols, coded into `stream` at the end
+    const RandomStream dither = DitherStream(context);
+    std::size_t count = 0;
+    float u[kChunk];
+    for (std::size_t k = 0; k < buckets; ++k) {
+      const std::size_t start = k * BucketSize(d), length = BucketLength(d, k);
+      const float* w = input + start;
+      const float max = kernels.max_abs(w, length);
+      // max_abs orders bit patterns: any Inf or NaN in the bucket makes it non-finite,
+      // so this is the finiteness check (CheckFinite only names the coordinate).
+      if (!std::isfinite(max)) return CheckFinite(input, d);
+      const float scale = max / static_cast<float>(levels_);
+      if (!ReconstructionFinite(scale)) {
+        return InvalidArgument(Name() + ": values up to " + std::to_string(scale * static_cast<float>(levels_)) +
+                               " are too large to quantize without overflowing float");
+      }
+      StoreFloatLe(body + 4 * k, scale);
+      if (scale == 0.0f) continue;
+      for (std::size_t j = 0; j < length; j += kChunk) {
+        const std::size_t n = length - j < kChunk ? length - j : kChunk;
+        PhiloxDither(dither, start + j, n, u);
+        if (nested()) {
+          kernels.nested_quantize(w + j, u, n, scale, levels_, rho_, staged + count + j);
+        } else {
+          kernels.quantize(w + j, u, n, scale, levels_, staged + count + j);
+        }
+      }
+      count += length;
+    }
+    uint16_t flags = 0;
+    std::size_t stream_size = 0;
+    if (count > 0) {
+      auto coded = EncodeSymbols(staged, count, alphabet(), options_.coding, stream, stream_bound, &flags);
+      FEDRT_RETURN_IF_ERROR(coded.status());
+      stream_size = *coded;
+    }
+    if (options_.error_feedback) flags |= kFlagErrorFeedback;
+    const std::size_t body_size = 4 * buckets + stream_size;
+    FinishPayload(MakeHeader(id(), context, d, bucket_, flags, body_size), spec_, out);
+    return BodyOffset(spec_) + body_size;
+  }
+
+  Status Decode(const uint8_t* payload, std::size_t size, const CodecContext& context, float* out,
+                std::size_t d, const float* side_info) const override {
+    return DecodeInto(payload, size, context, d, side_info, out, 0.0f, false);
+  }
+
+  Status DecodeAccumulate(const uint8_t* payload, std::size_t size, const CodecContext& context, float weight,
+                          float* accumulator, std::size_t d, const float* side_info) const override {
+    return DecodeInto(payload, size, context, d, side_info, accumulator, weight, true);
+  }
+
+  // Validates the payload's header and scales; fills `scales` (one per bucket).
+  Status OpenScales(const uint8_t* payload, std::size_t size, const CodecContext& context, std::size_t d,
+                    PayloadView* view, std::vector<float>* scales) const {
+    auto opened = OpenPayload(payload, size, id(), spec_, context, d);
+    FEDRT_RETURN_IF_ERROR(opened.status());
+    *view = std::move(*opened);
+    if (view->header.bucket != bucket_) return Corrupt(Name() + ": header bucket size differs from the spec");
+    const std::size_t buckets = Buckets(d);
+    if (view->body_size < 4 * buckets) return Corrupt(Name() + ": body too short for the bucket scales");
+    scales->resize(buckets);
+    for (std::size_t k = 0; k < buckets; ++k) {
+      const float scale = LoadFloatLe(view->body + 4 * k);
+      if (!(scale >= 0.0f) || std::signbit(scale) || !ReconstructionFinite(scale)) {
+        return Corrupt(Name() + ": invalid scale in bucket " + std::to_string(k));
+      }
+      (*scales)[k] = scale;
+    }
+    return Status::Ok();
+  }
+
+  int rho() const { return rho_; }
+  std::size_t BucketSize(std::size_t d) const { return bucket_ == 0 ? d : bucket_; }
+
+ private:
+  bool nested() const { return rho_ != 0; }
+  uint32_t alphabet() const { return nested() ? static_cast<uint32_t>(rho_) : static_cast<uint32_t>(2 * levels_ + 1); }
+  std::string Name() const { return nested() ? "ndqsg" : "dqsg"; }
+
+  std::size_t Buckets(std::size_t d) const {
+    if (d == 0) return 0;
+    return bucket_ == 0 ? 1 : (d + bucket_ - 1) / bucket_;
+  }
+  std::size_t BucketLength(std::size_t d, std::size_t k) const {
+    const std::size_t b = BucketSize(d);
+    return d - k * b < b ? d - k * b : b;
+  }
+
+  // |decoded| <= (levels + 1/2) * scale for DQSG and for NDQSG's fine index:
+  // refuse scales for which that bound is not a finite float.
+  bool ReconstructionFinite(float scale) const {
+    return std::isfinite(scale * (static_cast<float>(levels_) + 0.5f));
+  }
+
+  static RandomStream DitherStream(const CodecContext& context) {
+    RandomStream stream;
+    stream.seed = context.session_seed;
+    stream.tensor_id = context.tensor_id;
+    stream.round = context.round;
+    stream.sender_id = context.sender_id;
+    stream.purpose = RandomPurpose::kDither;
+    return stream;
+  }
+
+  // Decodes into `target`: overwrite (accumulate == false) or target += weight * decoded.
+  Status DecodeInto(const uint8_t* payload, std::size_t size, const CodecContext& context, std::size_t d,
+                    const float* side_info, float* target, float weight, bool accumulate) const {
+    if (nested()) {
+      if (side_info == nullptr && d > 0) return InvalidArgument("ndqsg: decoding needs side information");
+      FEDRT_RETURN_IF_ERROR(CheckFinite(side_info, d));
+    }
+    PayloadView view;
+    std::vector<float> scales;
+    FEDRT_RETURN_IF_ERROR(OpenScales(payload, size, context, d, &view, &scales));
+    const std::size_t buckets = scales.size();
+    std::size_t count = 0;
+    for (std::size_t k = 0; k < buckets; ++k) {
+      if (scales[k] != 0.0f) count += BucketLength(d, k);
+    }
+    std::vector<uint8_t> symbols(count);
+    const uint8_t* stream = view.body + 4 * buckets;
+    const std::size_t stream_size = view.body_size - 4 * buckets;
+    if (count == 0) {
+      if (stream_size != 0) return Corrupt(Name() + ": symbols present for all-zero buckets");
+    } else {
+      FEDRT_RETURN_IF_ERROR(DecodeSymbols(stream, stream_size, count, alphabet(), view.header.flags, symbols.data()));
+    }
+    // Everything is validated: from here on nothing fails except a nested
+    // decode whose side information drives the result out of float range.
+    const DqsgKernels& kernels = DqsgKernelsFor(ActiveIsa());
+    const RandomStream dither = DitherStream(context);
+    float u[kChunk];
+    float decoded[kChunk];
+    const uint8_t* sym = symbols.data();
+    for (std::size_t k = 0; k < buckets; ++k) {
+      const std::size_t start = k * BucketSize(d), length = BucketLength(d, k);
+      const float scale = scales[k];
+      if (scale == 0.0f) {
+        if (!accumulate) std::memset(target + start, 0, length * sizeof(float));
+        continue;
+      }
+      for (std::size_t j = 0; j < length; j += kChunk) {
+        const std::size_t n = length - j < kChunk ? length - j : kChunk;
+        const std::size_t at = start + j;
+        PhiloxDither(dither, at, n, u);
+        if (!nested()) {
+          if (accumulate) {
+            kernels.dequantize_accumulate(sym + j, u, n, scale, levels_, weight, target + at);
+          } else {
+            kernels.dequantize(sym + j, u, n, scale, levels_, target + at);
+          }
+          continue;
+        }
+        float* values = accumulate ? decoded : target + at;
+        kernels.nested_dequantize(sym + j, u, side_info + at, n, scale, rho_, values);
+        for (std::size_t i = 0; i < n; ++i) {
+          if (!std::isfinite(values[i])) {
+            return InvalidArgument("ndqsg: side information at coordinate " + std::to_string(at + i) +
+                                   " drives the decoded value out of float range");
+          }
+        }
+        if (accumulate) {
+          for (std::size_t i = 0; i < n; ++i) target[at + i] += weight * values[i];
+        }
+      }
+      sym += length;
+    }
+    return Status::Ok();
+  }
+
+  int levels_;
+  int rho_;
+  uint32_t bucket_;
+  CommonOptions options_;
+  std::string spec_;
+};
+
+Result<uint32_t> ParseBucket(const CodecSpec& spec) {
+  auto b = spec.GetInt("b", 0, 0, INT32_MAX);
+  FEDRT_RETURN_IF_ERROR(b.status());
+  return static_cast<uint32_t>(*b);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Codec>> MakeDqsgCodec(const CodecSpec& spec) {
+  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"s", "b", "ef", "ec"}));
+  auto s = spec.GetInt("s", 2, 1, 127);
+  FEDRT_RETURN_IF_ERROR(s.status());
+  auto b = ParseBucket(spec);
+  FEDRT_RETURN_IF_ERROR(b.status());
+  auto options = ParseCommonOptions(spec, false, SymbolCoding::kRans);
+  FEDRT_RETURN_IF_ERROR(options.status());
+  return std::unique_ptr<Codec>(new DitherCodec(static_cast<int>(*s), 0, *b, *options));
+}
+
+Result<std::unique_ptr<Codec>> MakeNdqsgCodec(const CodecSpec& spec) {
+  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"s1", "rho", "b", "ef", "ec"}));
+  auto s1 = spec.GetInt("s1", 3, 1, 127);
+  FEDRT_RETURN_IF_ERROR(s1.status());
+  auto rho = spec.GetInt("rho", 3, 3, 255);
+  FEDRT_RETURN_IF_ERROR(rho.status());
+  if (*rho % 2 == 0) return InvalidArgument("ndqsg: rho must be odd, got " + std::to_string(*rho));
+  auto b = ParseBucket(spec);
+  FEDRT_RETURN_IF_ERROR(b.status());
+  auto options = ParseCommonOptions(spec, false, SymbolCoding::kRans);
+  FEDRT_RETURN_IF_ERROR(options.status());
+  return std::unique_ptr<Codec>(new DitherCodec(static_cast<int>(*s1), static_cast<int>(*rho), *b, *options));
+}
+
+namespace codec_internal {
+
+Status NdqsgCoarseSteps(const Codec& codec, const uint8_t* payload, std::size_t size,
+                        const CodecContext& context, std::size_t d, std::vector<float>* steps,
+                        std::size_t* bucket) {
+  if (codec.id() != CodecId::kNdqsg) return InvalidArgument("expected an ndqsg codec, got '" + codec.spec() + "'");
+  // The registry makes every kNdqsg codec a DitherCodec (no RTTI to ask).
+  const auto& nested = static_cast<const DitherCodec&>(codec);
+  PayloadView view;
+  FEDRT_RETURN_IF_ERROR(nested.OpenScales(payload, size, context, d, &view, steps));
+  for (float& step : *steps) step = static_cast<float>(nested.rho()) * step;
+  *bucket = nested.BucketSize(d);
+  return Status::Ok();
+}
+
+}  // namespace codec_internal
+}  // namespace fedrt

@@ -1,0 +1,93 @@
+// DQSG / NDQSG kernel family (codec specification, section 3): the hot loops
+// of the subtractive-dither quantizers, one set per ISA, all giving the same
+// symbols and bit-identical floats. This file is the family's list: the
+// codecs, the tests and the benchmarks all go through DqsgKernelsFor().
+//
+// Formulas, evaluated in float32 in exactly this order (round = round half to
+// even; the dither u comes from PhiloxDither, purpose 1):
+//   max_abs              max_i |w_i|  (as a float; computed on the integer bit
+//                        patterns, which order finite floats by magnitude, so
+//                        subnormals count on every ISA; an Inf or NaN in w
+//                        gives a non-finite result, which callers use as their
+//                        finiteness check)
+//   quantize             t = w / scale + u;  q = clamp(round(t), -s, s);
+//                        symbol = q + s                      (in [0, 2s])
+//   dequantize           w' = (float(symbol - s) - u) * scale
+//   dequantize_accumulate acc += weight * w'
+//   nested_quantize      n = clamp(round(w / scale + u), -s1, s1);
+//                        q = n - rho * round(n / rho);  symbol = q + (rho-1)/2
+//   nested_dequantize    q = float(symbol - (rho-1)/2);  a = (q - u) * scale;
+//                        m = round((y - a) / d2);  n = q + rho * m;
+//                        w' = (n - u) * scale          (d2 = rho * scale)
+//
+// Why the clamp: with |w| <= max|w| and scale = fl(max/s), the quotient
+// fl(w/scale) can exceed s by a few ulps (scale is rounded), and u reaches
+// -1/2, so round(t) can land one step outside [-s, s] exactly when t falls
+// within a few ulps of +-(s + 1/2). Clamping changes q by at most one in those
+// cases, and the decoded error stays within scale/2 up to rounding.
+//
+// NDQSG notes. q is computed from the clamped fine index n rather than from
+// t as the specification's q = round(t) - rho*round(t/rho) is written: the two
+// agree except at ties of t/rho (e.g. t = 1.5, rho = 3, where the written
+// form gives 2, outside the alphabet); ours is always in the alphabet and
+// congruent to n modulo rho, which is all the decoder uses. The decoder
+// evaluates y + (r mod_c D2), r = (q - u)*scale - y, in the algebraically
+// equal form (q + rho*m - u)*scale with m = round((y - a)/D2): then, whenever
+// the side information is within the bound, n is the encoder's fine index and
+// the result is bit-identical to the DQSG reconstruction.
+//
+// Every function takes any n (tails inside) and any alignment. s <= 127 and
+// rho <= 255 (symbols are bytes); scale > 0 and finite.
+#ifndef FEDRT_CODECS_DQSG_DQSG_KERNELS_H_
+#define FEDRT_CODECS_DQSG_DQSG_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "fedrt/platform/cpu.h"
+
+namespace fedrt {
+
+#define FEDRT_DQSG_KERNEL_DECLS                                                                       \
+  float MaxAbs(const float* w, std::size_t n);                                                        \
+  void Quantize(const float* w, const float* u, std::size_t n, float scale, int s, uint8_t* symbols); \
+  void Dequantize(const uint8_t* symbols, const float* u, std::size_t n, float scale, int s, float* out); \
+  void DequantizeAccumulate(const uint8_t* symbols, const float* u, std::size_t n, float scale, int s,    \
+                            float weight, float* acc);                                                \
+  void NestedQuantize(const float* w, const float* u, std::size_t n, float scale, int s1, int rho,     \
+                      uint8_t* symbols);                                                              \
+  void NestedDequantize(const uint8_t* symbols, const float* u, const float* y, std::size_t n,          \
+                        float scale, int rho, float* out);
+
+namespace scalar {
+FEDRT_DQSG_KERNEL_DECLS
+}
+namespace avx2 {
+FEDRT_DQSG_KERNEL_DECLS
+}
+// NEON: all kernels on AArch64. ARMv7 NEON has no division and flushes
+// subnormals, so there only max_abs (integer) runs in NEON and the float
+// kernels forward to the scalar reference.
+namespace neon {
+FEDRT_DQSG_KERNEL_DECLS
+}
+#undef FEDRT_DQSG_KERNEL_DECLS
+
+struct DqsgKernels {
+  float (*max_abs)(const float* w, std::size_t n);
+  void (*quantize)(const float* w, const float* u, std::size_t n, float scale, int s, uint8_t* symbols);
+  void (*dequantize)(const uint8_t* symbols, const float* u, std::size_t n, float scale, int s, float* out);
+  void (*dequantize_accumulate)(const uint8_t* symbols, const float* u, std::size_t n, float scale, int s,
+                                float weight, float* acc);
+  void (*nested_quantize)(const float* w, const float* u, std::size_t n, float scale, int s1, int rho,
+                          uint8_t* symbols);
+  void (*nested_dequantize)(const uint8_t* symbols, const float* u, const float* y, std::size_t n,
+                            float scale, int rho, float* out);
+};
+
+// The variants for `isa` (which must be available, see IsaAvailable()).
+const DqsgKernels& DqsgKernelsFor(Isa isa);
+
+}  // namespace fedrt
+
+#endif  // FEDRT_CODECS_DQSG_DQSG_KERNELS_H_

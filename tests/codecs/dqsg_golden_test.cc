@@ -1,0 +1,115 @@
+// Cross-architecture golden payloads: the x86-64 build wrote, for a fixed
+// input, the payload and the decoded floats of every codec of this family
+// (tests/codecs/data/golden_*.bin). Every build (x86-64, AArch64 and ARMv7
+// under qemu) must encode the same bytes and decode the same floats.
+// Regenerate after a deliberate format change with FEDRT_WRITE_GOLDEN=1.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fedrt/codecs/codec.h"
+#include "fedrt/platform/cpu.h"
+
+namespace fedrt {
+namespace {
+
+// Input built with integer arithmetic only, so it is the same on every target:
+// a spread of magnitudes, zeros and subnormals.
+std::vector<float> GoldenInput(std::size_t d) {
+  std::vector<float> v(d);
+  uint32_t state = 12345;
+  for (std::size_t i = 0; i < d; ++i) {
+    state = state * 1664525u + 1013904223u;
+    const int32_t mantissa = static_cast<int32_t>(state) >> 8;  // [-2^23, 2^23)
+    float x = static_cast<float>(mantissa) * 0x1p-23f;
+    if (i % 17 == 0) x *= 8.0f;
+    if (i % 29 == 0) x = 0.0f;
+    if (i % 31 == 0) x *= 0x1p-130f;  // subnormal
+    v[i] = x;
+  }
+  return v;
+}
+
+std::vector<uint8_t> ReadFile(const std::string& path) {
+  std::vector<uint8_t> bytes;
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return bytes;
+  uint8_t buffer[4096];
+  std::size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) bytes.insert(bytes.end(), buffer, buffer + n);
+  std::fclose(f);
+  return bytes;
+}
+
+void WriteFile(const std::string& path, const uint8_t* data, std::size_t size) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  REQUIRE(std::fwrite(data, 1, size, f) == size);
+  std::fclose(f);
+}
+
+std::vector<uint8_t> FloatsLe(const std::vector<float>& values) {
+  std::vector<uint8_t> bytes(4 * values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) StoreFloatLe(bytes.data() + 4 * i, values[i]);
+  return bytes;
+}
+
+TEST_CASE("golden payloads from the x86-64 build encode and decode identically on this build") {
+  const std::size_t d = 3001;
+  const auto input = GoldenInput(d);
+  std::vector<float> side(d);
+  for (std::size_t i = 0; i < d; ++i) side[i] = input[i] * 0.75f;
+  const bool write = std::getenv("FEDRT_WRITE_GOLDEN") != nullptr;
+  const struct {
+    const char* file;
+    const char* spec;
+  } cases[] = {
+      {"golden_dqsg", "dqsg:s=2,b=0"},          {"golden_dqsg_b256_pack", "dqsg:s=5,b=256,ec=pack"},
+      {"golden_ndqsg", "ndqsg:s1=3,rho=3,b=0"}, {"golden_ndqsg_b100_pack", "ndqsg:s1=4,rho=5,b=100,ec=pack"},
+      {"golden_fp16", "fp16"},                  {"golden_bf16", "bf16"},
+  };
+  CodecContext context;
+  context.session_seed = 0x0123456789abcdefull;
+  context.round = 77;
+  context.tensor_id = 4;
+  context.sender_id = 9;
+  for (const auto& c : cases) {
+    INFO("codec " << std::string(c.spec));
+    auto codec = MakeCodec(c.spec);
+    REQUIRE(codec.ok());
+    const float* y = (*codec)->needs_side_info() ? side.data() : nullptr;
+    const std::string base = std::string(FEDRT_TEST_DATA_DIR) + "/" + c.file;
+    for (Isa isa : AvailableIsas()) {
+      INFO("isa " << std::string(IsaName(isa)));
+      REQUIRE(SetIsaOverride(isa));
+      std::vector<uint8_t> payload((*codec)->MaxEncodedSize(d));
+      auto size = (*codec)->Encode(input.data(), d, context, payload.data(), payload.size());
+      REQUIRE(size.ok());
+      payload.resize(*size);
+      std::vector<float> decoded(d);
+      REQUIRE((*codec)->Decode(payload.data(), payload.size(), context, decoded.data(), d, y).ok());
+      const auto decoded_bytes = FloatsLe(decoded);
+      if (write && isa == Isa::kScalar) {
+        WriteFile(base + ".bin", payload.data(), payload.size());
+        WriteFile(base + ".out", decoded_bytes.data(), decoded_bytes.size());
+      }
+      const auto golden_payload = ReadFile(base + ".bin");
+      const auto golden_decoded = ReadFile(base + ".out");
+      REQUIRE_MESSAGE(!golden_payload.empty(), "missing " << base << ".bin");
+      CHECK(payload == golden_payload);
+      CHECK(decoded_bytes == golden_decoded);
+      // The committed payload itself decodes to the committed floats.
+      std::vector<float> from_golden(d);
+      REQUIRE((*codec)->Decode(golden_payload.data(), golden_payload.size(), context, from_golden.data(), d, y).ok());
+      CHECK(FloatsLe(from_golden) == golden_decoded);
+    }
+  }
+  ClearIsaOverride();
+}
+
+}  // namespace
+}  // namespace fedrt

@@ -1,0 +1,234 @@
+// DQSG / NDQSG kernels: every ISA variant against the scalar reference over
+// awkward sizes, alignments and values (zeros, subnormals, huge values), and
+// the reference against the formulas, including the clamp at the boundary.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "dqsg/dqsg_kernels.h"
+#include "fedrt/codecs/philox.h"
+#include "fedrt/platform/cpu.h"
+
+namespace fedrt {
+namespace {
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+void RequireSameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0) return;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    INFO("index " << i << ": " << a[i] << " vs " << b[i]);
+    REQUIRE(Bits(a[i]) == Bits(b[i]));
+  }
+}
+
+uint8_t MaxSymbol(const std::vector<uint8_t>& symbols, std::size_t n) {
+  uint8_t best = 0;
+  for (std::size_t i = 0; i < n; ++i) best = symbols[i] > best ? symbols[i] : best;
+  return best;
+}
+
+enum class Values { kGaussian, kZeros, kSubnormal, kHuge, kMixed };
+
+std::vector<float> MakeValues(std::size_t n, Values kind, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (kind) {
+      case Values::kGaussian: v[i] = normal(rng); break;
+      case Values::kZeros: v[i] = (i % 3 == 0) ? -0.0f : 0.0f; break;
+      case Values::kSubnormal: v[i] = normal(rng) * 1e-39f; break;
+      case Values::kHuge: v[i] = normal(rng) * 1e37f; break;
+      case Values::kMixed: {
+        const float choices[] = {normal(rng), 0.0f, 1e-41f, -3e-39f, normal(rng) * 1e30f, 1.0f, -1.0f};
+        v[i] = choices[rng() % 7];
+        break;
+      }
+    }
+  }
+  return v;
+}
+
+std::vector<float> Dither(std::size_t n, uint64_t first) {
+  RandomStream stream;
+  stream.seed = 0xfeedu;
+  stream.tensor_id = 4;
+  stream.round = 17;
+  stream.sender_id = 2;
+  std::vector<float> u(n);
+  PhiloxDither(stream, first, n, u.data());
+  return u;
+}
+
+TEST_CASE("every dqsg kernel variant matches the scalar reference bit for bit") {
+  const DqsgKernels& ref = DqsgKernelsFor(Isa::kScalar);
+  for (Isa isa : AvailableIsas()) {
+    INFO("isa " << IsaName(isa));
+    const DqsgKernels& k = DqsgKernelsFor(isa);
+    for (Values kind : {Values::kGaussian, Values::kZeros, Values::kSubnormal, Values::kHuge, Values::kMixed}) {
+      for (std::size_t n : {0u, 1u, 7u, 8u, 9u, 31u, 32u, 33u, 1007u, 65539u}) {
+        if (n > 2000 && kind != Values::kMixed) continue;  // keeps the emulated run short
+        for (std::size_t offset : {0u, 3u}) {
+          INFO("values " << static_cast<int>(kind) << " n " << n << " offset " << offset);
+          const auto storage = MakeValues(n + offset, kind, static_cast<uint32_t>(n + 13 * offset));
+          const float* w = storage.data() + offset;
+          const auto u_storage = Dither(n + offset, 5);
+          const float* u = u_storage.data() + offset;
+          const float max = ref.max_abs(w, n);
+          REQUIRE(Bits(k.max_abs(w, n)) == Bits(max));
+          if (max == 0.0f) continue;  // an all-zero bucket has no symbols
+          for (int s : {1, 2, 3, 7, 127}) {
+            const float scale = max / static_cast<float>(s);
+            std::vector<uint8_t> sym_ref(n + 1, 0xEE), sym(n + 1, 0xEE);
+            ref.quantize(w, u, n, scale, s, sym_ref.data());
+            k.quantize(w, u, n, scale, s, sym.data());
+            REQUIRE(sym == sym_ref);
+            REQUIRE(MaxSymbol(sym, n) <= 2 * s);
+            std::vector<float> out_ref(n + 1, 5.0f), out(n + 1, 5.0f);
+            ref.dequantize(sym_ref.data(), u, n, scale, s, out_ref.data());
+            k.dequantize(sym_ref.data(), u, n, scale, s, out.data());
+            RequireSameBits(out, out_ref);
+            std::vector<float> acc_ref(storage.begin() + offset, storage.end()), acc = acc_ref;
+            acc_ref.push_back(9.0f);
+            acc.push_back(9.0f);
+            ref.dequantize_accumulate(sym_ref.data(), u, n, scale, s, 0.25f, acc_ref.data());
+            k.dequantize_accumulate(sym_ref.data(), u, n, scale, s, 0.25f, acc.data());
+            RequireSameBits(acc, acc_ref);
+          }
+          for (int rho : {3, 5, 255}) {
+            const int s1 = 3;
+            const float scale = max / static_cast<float>(s1);
+            std::vector<uint8_t> sym_ref(n + 1, 0xEE), sym(n + 1, 0xEE);
+            ref.nested_quantize(w, u, n, scale, s1, rho, sym_ref.data());
+            k.nested_quantize(w, u, n, scale, s1, rho, sym.data());
+            REQUIRE(sym == sym_ref);
+            REQUIRE(MaxSymbol(sym, n) < rho);
+            // Side information: the input, perturbed; some far away to force wraps.
+            std::vector<float> y(w, w + n);
+            for (std::size_t i = 0; i < n; ++i) y[i] += (i % 5 == 0 ? 2.0f : 0.1f) * scale * static_cast<float>(i % 7);
+            std::vector<float> out_ref(n + 1, 5.0f), out(n + 1, 5.0f);
+            ref.nested_dequantize(sym_ref.data(), u, y.data(), n, scale, rho, out_ref.data());
+            k.nested_dequantize(sym_ref.data(), u, y.data(), n, scale, rho, out.data());
+            RequireSameBits(out, out_ref);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("max_abs is non-finite on every ISA when any coordinate is Inf or NaN") {
+  for (Isa isa : AvailableIsas()) {
+    INFO("isa " << IsaName(isa));
+    for (std::size_t n : {1u, 9u, 33u, 100u}) {
+      for (std::size_t at : {std::size_t{0}, n / 2, n - 1}) {
+        for (float bad : {INFINITY, -INFINITY, NAN}) {
+          auto w = MakeValues(n, Values::kGaussian, 3);
+          w[at] = bad;
+          INFO("n " << n << " at " << at << " value " << bad);
+          CHECK_FALSE(std::isfinite(DqsgKernelsFor(isa).max_abs(w.data(), n)));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("dqsg quantize follows the formula and decodes within half a step") {
+  const auto w = MakeValues(4096, Values::kGaussian, 1);
+  const auto u = Dither(w.size(), 0);
+  const float max = scalar::MaxAbs(w.data(), w.size());
+  float expected_max = 0;
+  for (float x : w) expected_max = std::fmax(expected_max, std::fabs(x));
+  CHECK(max == expected_max);
+  const int s = 2;
+  const float scale = max / s;
+  std::vector<uint8_t> sym(w.size());
+  scalar::Quantize(w.data(), u.data(), w.size(), scale, s, sym.data());
+  std::vector<float> out(w.size());
+  scalar::Dequantize(sym.data(), u.data(), w.size(), scale, s, out.data());
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const float q = std::nearbyint(w[i] / scale + u[i]);
+    REQUIRE(static_cast<int>(sym[i]) - s == static_cast<int>(std::fmax(-2.0f, std::fmin(2.0f, q))));
+    REQUIRE(std::fabs(out[i] - w[i]) <= scale * 0.5f * (1 + 1e-6f));
+  }
+}
+
+TEST_CASE("the clamp catches the one-step overshoot at the boundary and only there") {
+  // Search (max, s) where fl(max / fl(max / s)) > s: the rounded scale lets
+  // the largest coordinate's quotient exceed s by an ulp.
+  int overshoots = 0;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> unit(0.5f, 2.0f);
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int s = 1 + static_cast<int>(rng() % 127);
+    const float max = unit(rng);
+    const float scale = max / static_cast<float>(s);
+    const float quotient = max / scale;
+    // The quotient never exceeds s by more than a few ulps: the clamp changes at most one step.
+    if (quotient > static_cast<float>(s) * (1 + 4 * 0x1p-24f)) FAIL("quotient " << quotient << " for s " << s);
+    if (quotient <= static_cast<float>(s)) continue;
+    ++overshoots;
+    // Largest dither below 1/2: without the clamp the symbol would be s + 1.
+    const float u_hi = 0.5f - 0x1p-24f;
+    REQUIRE(std::nearbyint(quotient + u_hi) == static_cast<float>(s + 1));
+    const float w[2] = {max, -max};
+    const float u[2] = {u_hi, -0.5f};
+    REQUIRE(std::nearbyint(-max / scale + u[1]) == static_cast<float>(-s - 1));
+    for (Isa isa : AvailableIsas()) {
+      uint8_t sym[2];
+      DqsgKernelsFor(isa).quantize(w, u, 2, scale, s, sym);
+      REQUIRE(sym[0] == 2 * s);
+      REQUIRE(sym[1] == 0);
+      float out[2];
+      DqsgKernelsFor(isa).dequantize(sym, u, 2, scale, s, out);
+      // The clamped error exceeds scale/2 by at most the quotient's overshoot
+      // (a few ulps of s) plus the rounding of the decode.
+      const float bound = scale * (0.5f + static_cast<float>(s + 1) * 0x1p-21f);
+      REQUIRE(std::fabs(out[0] - w[0]) <= bound);
+      REQUIRE(std::fabs(out[1] - w[1]) <= bound);
+    }
+  }
+  CHECK(overshoots > 10);
+}
+
+TEST_CASE("nested quantize keeps ties of t over rho inside the coset alphabet") {
+  // t = 2/1 - 1/2 = 1.5: round(t) = 2 and round(t/3) = round(0.5) = 0, so the
+  // written formula gives 2, outside {-1, 0, 1}; ours gives 2 - 3 = -1.
+  const float w[1] = {2.0f};
+  const float u[1] = {-0.5f};
+  for (Isa isa : AvailableIsas()) {
+    uint8_t sym[1];
+    DqsgKernelsFor(isa).nested_quantize(w, u, 1, 1.0f, 3, 3, sym);
+    CHECK(sym[0] == 0);
+  }
+}
+
+TEST_CASE("nested dequantize equals the dqsg value when the side information is within the bound") {
+  const auto w = MakeValues(5000, Values::kGaussian, 8);
+  const auto u = Dither(w.size(), 100);
+  const int s1 = 3, rho = 3;
+  const float scale = scalar::MaxAbs(w.data(), w.size()) / s1;
+  std::vector<uint8_t> fine(w.size()), coset(w.size());
+  scalar::Quantize(w.data(), u.data(), w.size(), scale, s1, fine.data());
+  scalar::NestedQuantize(w.data(), u.data(), w.size(), scale, s1, rho, coset.data());
+  std::vector<float> dqsg(w.size()), nested(w.size());
+  scalar::Dequantize(fine.data(), u.data(), w.size(), scale, s1, dqsg.data());
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> offset(-0.49f, 0.49f);
+  std::vector<float> y(w.size());
+  for (std::size_t i = 0; i < w.size(); ++i) y[i] = dqsg[i] + offset(rng) * rho * scale;
+  scalar::NestedDequantize(coset.data(), u.data(), y.data(), w.size(), scale, rho, nested.data());
+  RequireSameBits(nested, dqsg);
+}
+
+}  // namespace
+}  // namespace fedrt

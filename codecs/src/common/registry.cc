@@ -6,6 +6,7 @@
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
 #include "fp32/fp32_codec.h"
+#include "sparse/sparse_codecs.h"
 
 namespace fedrt {
 namespace {
@@ -19,6 +20,9 @@ struct RegisteredCodec {
 
 constexpr RegisteredCodec kCodecs[] = {
     {"fp32", &MakeFp32Codec},
+    {"topk", &MakeTopKCodec},
+    {"randk", &MakeRandKCodec},
+    {"rtopk", &MakeRTopKCodec},
 };
 
 }  // namespace

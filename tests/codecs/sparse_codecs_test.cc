@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "codec_test_util.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/payload.h"
 #include "fedrt/platform/cpu.h"
@@ -25,13 +26,7 @@ namespace {
 using codec_internal::FloatToHalfSaturating;
 using codec_internal::HalfToFloat;
 
-std::vector<float> Gaussian(std::size_t d, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(d);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
+std::vector<float> Gaussian(std::size_t d, uint32_t seed) { return testing::GaussianVector(d, seed); }
 
 // Few distinct magnitudes: ties everywhere.
 std::vector<float> Coarse(std::size_t d, uint32_t seed) {
@@ -41,11 +36,7 @@ std::vector<float> Coarse(std::size_t d, uint32_t seed) {
   return v;
 }
 
-std::unique_ptr<Codec> Make(const std::string& spec) {
-  auto codec = MakeCodec(spec);
-  REQUIRE_MESSAGE(codec.ok(), codec.status().ToString());
-  return std::move(*codec);
-}
+std::unique_ptr<Codec> Make(const std::string& spec) { return testing::MakeOrFail(spec); }
 
 CodecContext Context(uint32_t round = 3) {
   CodecContext c;
@@ -57,11 +48,7 @@ CodecContext Context(uint32_t round = 3) {
 }
 
 std::vector<uint8_t> EncodeOk(Codec& codec, const std::vector<float>& x, const CodecContext& c = Context()) {
-  std::vector<uint8_t> payload(codec.MaxEncodedSize(x.size()));
-  auto size = codec.Encode(x.data(), x.size(), c, payload.data(), payload.size());
-  REQUIRE_MESSAGE(size.ok(), size.status().ToString());
-  payload.resize(*size);
-  return payload;
+  return testing::EncodeOrFail(codec, x, c);
 }
 
 std::vector<float> DecodeOk(const Codec& codec, const std::vector<uint8_t>& payload, std::size_t d,

@@ -6,6 +6,7 @@
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
 #include "fp32/fp32_codec.h"
+#include "moniqua/moniqua_codec.h"
 #include "sparse/sparse_codecs.h"
 
 namespace fedrt {
@@ -23,6 +24,7 @@ constexpr RegisteredCodec kCodecs[] = {
     {"topk", &MakeTopKCodec},
     {"randk", &MakeRandKCodec},
     {"rtopk", &MakeRTopKCodec},
+    {"moniqua", &MakeMoniquaCodec},
 };
 
 }  // namespace

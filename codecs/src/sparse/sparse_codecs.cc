@@ -132,15 +132,6 @@ class SparseCodec final : public Codec {
     if (o_.fp16) return HalfToFloat(static_cast<uint16_t>(values[2 * j] | (values[2 * j + 1] << 8)));
     return LoadFloatLe(values + 4 * j);
   }
-  static RandomStream SubsetStream(const CodecContext& c) {
-    RandomStream s;
-    s.seed = c.session_seed;
-    s.tensor_id = c.tensor_id;
-    s.round = c.round;
-    s.sender_id = c.sender_id;
-    s.purpose = RandomPurpose::kRandomSubset;
-    return s;
-  }
   // Validates the payload completely, then calls prepare() once and
   // apply(index, value) for every pair.
   template <typename Prepare, typename Apply>
@@ -162,7 +153,7 @@ Result<std::size_t> SparseCodec::Encode(const float* input, std::size_t d, const
 
   if (Implicit()) {
     FEDRT_RETURN_IF_ERROR(CheckFinite(input, d));
-    SubsetSampler sampler(SubsetStream(context), d, k);
+    SubsetSampler sampler(StreamFor(context, RandomPurpose::kRandomSubset), d, k);
     std::size_t j = 0;
     for (std::size_t i = 0; i < d && !sampler.Done(); ++i) {
       if (sampler.Take()) StoreValue(values, j++, input[i]);
@@ -179,7 +170,7 @@ Result<std::size_t> SparseCodec::Encode(const float* input, std::size_t d, const
   float scale = 1.0f;
   if (o_.rule == Rule::kRandom) {
     FEDRT_RETURN_IF_ERROR(CheckFinite(input, d));
-    SubsetSampler sampler(SubsetStream(context), d, k);
+    SubsetSampler sampler(StreamFor(context, RandomPurpose::kRandomSubset), d, k);
     std::size_t j = 0;
     for (std::size_t i = 0; i < d && !sampler.Done(); ++i) {
       if (sampler.Take()) indices[j++] = static_cast<uint32_t>(i);
@@ -193,7 +184,7 @@ Result<std::size_t> SparseCodec::Encode(const float* input, std::size_t d, const
     if (r < k) r = k;
     auto threshold = FindMagnitudeThreshold(input, d, r);
     FEDRT_RETURN_IF_ERROR(threshold.status());
-    SubsetSampler sampler(SubsetStream(context), r, k);
+    SubsetSampler sampler(StreamFor(context, RandomPurpose::kRandomSubset), r, k);
     std::size_t j = 0;
     ForEachTop(input, d, *threshold, [&](const uint32_t* candidates, std::size_t n) {
       for (std::size_t c = 0; c < n && !sampler.Done(); ++c) {
@@ -239,7 +230,7 @@ Status SparseCodec::ForEachPair(const uint8_t* payload, std::size_t size, const 
   if (Implicit()) {
     if (stream_size != 0) return Corrupt(spec_ + ": trailing bytes after the values");
     prepare();
-    SubsetSampler sampler(SubsetStream(context), d, k);
+    SubsetSampler sampler(StreamFor(context, RandomPurpose::kRandomSubset), d, k);
     std::size_t j = 0;
     for (std::size_t i = 0; i < d && !sampler.Done(); ++i) {
       if (sampler.Take()) apply(i, LoadValue(values, j++));

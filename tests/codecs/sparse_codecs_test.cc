@@ -88,22 +88,27 @@ TEST_CASE("topk selects exactly the k largest magnitudes with lower indices winn
   for (Isa isa : AvailableIsas()) {
     REQUIRE(SetIsaOverride(isa));
     INFO("isa " << IsaName(isa));
-    for (std::size_t d : {1u, 7u, 33u, 1007u, 65539u}) {
+    for (std::size_t d : {1u, 7u, 33u, 1007u, 65539u, 131072u}) {
       for (int data = 0; data < 3; ++data) {
         auto x = data == 0 ? Gaussian(d, 3) : Coarse(d, 4);
         if (data == 2) {  // denormals, zeros and huge values mixed in
           for (std::size_t i = 0; i < d; i += 3) x[i] = std::numeric_limits<float>::denorm_min() * float(i % 5);
           if (d > 10) x[d / 2] = 3e38f, x[d / 3] = -3e38f;
         }
-        for (std::size_t k : {std::size_t{1}, d / 10 + 1, d / 2 + 1, d}) {
-          INFO("d " << d << " data " << data << " k " << k);
-          auto threshold = codec_internal::FindMagnitudeThreshold(x.data(), d, k);
-          REQUIRE(threshold.ok());
-          std::vector<uint32_t> got(k + 1, 0xdeadbeefu);
-          codec_internal::CollectTop(x.data(), d, *threshold, got.data());
-          CHECK(got.back() == 0xdeadbeefu);
-          got.pop_back();
-          CHECK(got == ReferenceTop(x, k));
+        for (std::size_t k : {std::size_t{1}, d / 100 + 1, d / 10 + 1, d / 2 + 1, d}) {
+          const auto expected = ReferenceTop(x, k);
+          for (bool with_scratch : {false, true}) {
+            INFO("d " << d << " data " << data << " k " << k << " scratch " << with_scratch);
+            std::vector<uint32_t> got(k + 1, 0xdeadbeefu);
+            auto threshold = codec_internal::FindMagnitudeThreshold(x.data(), d, k, with_scratch ? got.data() : nullptr,
+                                                                    with_scratch ? k : 0);
+            REQUIRE(threshold.ok());
+            CHECK(got.back() == 0xdeadbeefu);
+            codec_internal::CollectTop(x.data(), d, *threshold, got.data());
+            CHECK(got.back() == 0xdeadbeefu);
+            got.pop_back();
+            CHECK(got == expected);
+          }
         }
       }
     }
@@ -362,6 +367,15 @@ TEST_CASE("every sparse kernel variant matches the scalar reference") {
         k.magnitude_histogram(x, n, h2.data());
         CHECK(h1 == h2);
         uint32_t prefix = n > 0 ? ((Bits(x[n / 2]) & 0x7fffffffu) >> 20) : 0;
+        for (uint32_t low : {0u, 0x3f800000u, prefix << 20, 0x7f800000u}) {
+          std::vector<uint32_t> a1(kMagnitudeBins, 0), a2(kMagnitudeBins, 0);
+          ref.histogram_above(x, n, low, a1.data());
+          k.histogram_above(x, n, low, a2.data());
+          CHECK(a1 == a2);
+        }
+        std::vector<uint32_t> v1(n + 1, 9), v2(n + 1, 9);
+        CHECK(ref.values_in_bin(x, n, prefix, v1.data()) == k.values_in_bin(x, n, prefix, v2.data()));
+        CHECK(v1 == v2);
         std::vector<uint32_t> p1(kMagnitudeBins, 0), p2(kMagnitudeBins, 0);
         ref.prefix_histogram(x, n, prefix, 9, 11, p1.data());
         k.prefix_histogram(x, n, prefix, 9, 11, p2.data());

@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
     const std::size_t k = d / 100;
     std::vector<uint32_t> indices(k);
     const double select = BestSeconds([&] {
-      auto t = codec_internal::FindMagnitudeThreshold(x.data(), d, k);
+      auto t = codec_internal::FindMagnitudeThreshold(x.data(), d, k, indices.data(), k);
       codec_internal::CollectTop(x.data(), d, *t, indices.data());
     });
     std::printf("%-6s topk select k=1%%: %8.1f M floats/s\n", IsaName(isa), static_cast<double>(d) / select / 1e6);
@@ -61,6 +61,9 @@ int main(int argc, char** argv) {
     std::vector<uint32_t> hist(kMagnitudeBins);
     const double h1 = BestSeconds([&] { kernels.magnitude_histogram(x.data(), d, hist.data()); });
     const double h2 = BestSeconds([&] { kernels.prefix_histogram(x.data(), d, 0x402, 9, 11, hist.data()); });
+    const double ha = BestSeconds([&] { kernels.histogram_above(x.data(), d, 0x40200000u, hist.data()); });
+    const double vb = BestSeconds([&] { kernels.values_in_bin(x.data(), d, 0x402, indices.data()); });
+    std::printf("%-6s   histogram above 2.5: %.1f ms, values in bin: %.1f ms\n", IsaName(isa), ha * 1e3, vb * 1e3);
     auto t = codec_internal::FindMagnitudeThreshold(x.data(), d, k);
     const double c = BestSeconds([&] {
       std::size_t ties = t->ties;

@@ -53,6 +53,46 @@ void PrefixHistogram(const float* x, std::size_t n, uint32_t prefix, int shift, 
   scalar::PrefixHistogram(x + i, n - i, prefix, shift, width, hist);
 }
 
+void HistogramAbove(const float* x, std::size_t n, uint32_t low, uint32_t* hist) {
+  if (low > 0x7fffffffu) return;  // keeps the signed compare exact
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i below = _mm256_set1_epi32(static_cast<int>(low) - 1);
+  std::size_t i = 0;
+  if (low > 0) {
+    for (; i + 8 <= n; i += 8) {
+      const __m256i m = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), abs_mask);
+      int bits = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(m, below)));
+      if (bits == 0) continue;
+      alignas(32) uint32_t lanes[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), m);
+      while (bits != 0) {
+        ++hist[lanes[__builtin_ctz(static_cast<unsigned>(bits))] >> 20];
+        bits &= bits - 1;
+      }
+    }
+  }
+  scalar::HistogramAbove(x + i, n - i, low, hist);
+}
+
+std::size_t ValuesInBin(const float* x, std::size_t n, uint32_t bin, uint32_t* out) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i want = _mm256_set1_epi32(static_cast<int>(bin));
+  std::size_t count = 0;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i m = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), abs_mask);
+    int bits = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_srli_epi32(m, 20), want)));
+    if (bits == 0) continue;
+    alignas(32) uint32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), m);
+    while (bits != 0) {
+      out[count++] = lanes[__builtin_ctz(static_cast<unsigned>(bits))];
+      bits &= bits - 1;
+    }
+  }
+  return count + scalar::ValuesInBin(x + i, n - i, bin, out + count);
+}
+
 std::size_t CollectAbove(const float* x, std::size_t n, uint32_t base, uint32_t threshold, std::size_t* ties,
                          uint32_t* out) {
   // No magnitude pattern exceeds 0x7fffffff; this also keeps the signed compares below exact.

@@ -176,13 +176,13 @@ Result<std::size_t> SparseCodec::Encode(const float* input, std::size_t d, const
       if (sampler.Take()) indices[j++] = static_cast<uint32_t>(i);
     }
   } else if (o_.rule == Rule::kTop) {
-    auto threshold = FindMagnitudeThreshold(input, d, k);
+    auto threshold = FindMagnitudeThreshold(input, d, k, indices, k);
     FEDRT_RETURN_IF_ERROR(threshold.status());
     CollectTop(input, d, *threshold, indices);
   } else {
     std::size_t r = o_.r.For(d);
     if (r < k) r = k;
-    auto threshold = FindMagnitudeThreshold(input, d, r);
+    auto threshold = FindMagnitudeThreshold(input, d, r, indices, k);
     FEDRT_RETURN_IF_ERROR(threshold.status());
     SubsetSampler sampler(StreamFor(context, RandomPurpose::kRandomSubset), r, k);
     std::size_t j = 0;

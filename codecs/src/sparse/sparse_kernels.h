@@ -11,6 +11,9 @@
 // MagnitudeHistogram  hist[m >> 20] += 1 for every coordinate (2048 bins).
 // PrefixHistogram     for coordinates with (m >> (shift + width)) == prefix:
 //                     hist[(m >> shift) & (2^width - 1)] += 1.
+// HistogramAbove      hist[m >> 20] += 1 for coordinates with m >= low.
+// ValuesInBin         appends m for coordinates with m >> 20 == bin; returns
+//                     the count (the caller guarantees the room).
 // CollectAbove        in index order, appends base + i for every coordinate
 //                     with m > threshold, and for the first *ties coordinates
 //                     with m == threshold (decrementing *ties); returns the
@@ -33,6 +36,8 @@ struct SparseKernels {
   void (*magnitude_histogram)(const float* x, std::size_t n, uint32_t* hist);
   void (*prefix_histogram)(const float* x, std::size_t n, uint32_t prefix, int shift, int width,
                            uint32_t* hist);
+  void (*histogram_above)(const float* x, std::size_t n, uint32_t low, uint32_t* hist);
+  std::size_t (*values_in_bin)(const float* x, std::size_t n, uint32_t bin, uint32_t* out);
   std::size_t (*collect_above)(const float* x, std::size_t n, uint32_t base, uint32_t threshold,
                                std::size_t* ties, uint32_t* out);
 };
@@ -41,6 +46,8 @@ struct SparseKernels {
   void MagnitudeHistogram(const float* x, std::size_t n, uint32_t* hist);                          \
   void PrefixHistogram(const float* x, std::size_t n, uint32_t prefix, int shift, int width,       \
                        uint32_t* hist);                                                            \
+  void HistogramAbove(const float* x, std::size_t n, uint32_t low, uint32_t* hist);                \
+  std::size_t ValuesInBin(const float* x, std::size_t n, uint32_t bin, uint32_t* out);             \
   std::size_t CollectAbove(const float* x, std::size_t n, uint32_t base, uint32_t threshold,       \
                            std::size_t* ties, uint32_t* out);
 

@@ -36,6 +36,27 @@ void PrefixHistogram(const float* x, std::size_t n, uint32_t prefix, int shift, 
   scalar::PrefixHistogram(x + i, n - i, prefix, shift, width, hist);
 }
 
+void HistogramAbove(const float* x, std::size_t n, uint32_t low, uint32_t* hist) {
+  const uint32x4_t t = vdupq_n_u32(low);
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    if (Any(vcgeq_u32(LoadMagnitudes(x + i), t))) scalar::HistogramAbove(x + i, 4, low, hist);
+  }
+  scalar::HistogramAbove(x + i, n - i, low, hist);
+}
+
+std::size_t ValuesInBin(const float* x, std::size_t n, uint32_t bin, uint32_t* out) {
+  const uint32x4_t want = vdupq_n_u32(bin);
+  std::size_t count = 0;
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    if (Any(vceqq_u32(vshrq_n_u32(LoadMagnitudes(x + i), 20), want))) {
+      count += scalar::ValuesInBin(x + i, 4, bin, out + count);
+    }
+  }
+  return count + scalar::ValuesInBin(x + i, n - i, bin, out + count);
+}
+
 std::size_t CollectAbove(const float* x, std::size_t n, uint32_t base, uint32_t threshold, std::size_t* ties,
                          uint32_t* out) {
   const uint32x4_t t = vdupq_n_u32(threshold);

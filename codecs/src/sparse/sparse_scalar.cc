@@ -37,6 +37,22 @@ void PrefixHistogram(const float* x, std::size_t n, uint32_t prefix, int shift, 
   }
 }
 
+void HistogramAbove(const float* x, std::size_t n, uint32_t low, uint32_t* hist) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const uint32_t m = MagnitudeBits(x, i);
+    if (m >= low) ++hist[m >> 20];
+  }
+}
+
+std::size_t ValuesInBin(const float* x, std::size_t n, uint32_t bin, uint32_t* out) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const uint32_t m = MagnitudeBits(x, i);
+    if ((m >> 20) == bin) out[count++] = m;
+  }
+  return count;
+}
+
 std::size_t CollectAbove(const float* x, std::size_t n, uint32_t base, uint32_t threshold, std::size_t* ties,
                          uint32_t* out) {
   std::size_t count = 0;

@@ -2,8 +2,11 @@
 // to fedrt_codecs.
 //
 // Top-r by magnitude in O(d), never a sort: a radix select on the bit
-// patterns of |x| (three histogram passes: bits 30..20, 19..9, 8..0) finds
-// the r-th largest magnitude T exactly; a final pass collects, in index
+// patterns of |x| (histogram passes on bits 30..20, 19..9, 8..0) finds the
+// r-th largest magnitude T exactly. For large vectors the first pass counts
+// only coordinates above a lower bound taken from a strided sample, and with
+// working space the last two passes become a selection among the values of
+// T's first-pass bin; a final pass collects, in index
 // order, every coordinate with |x| > T and then as many with |x| == T as are
 // still needed. Tie rule: among equal magnitudes the LOWER INDEX wins. The
 // result is the set of the r largest magnitudes, already sorted by index.
@@ -34,7 +37,10 @@ struct MagnitudeThreshold {
 };
 
 // kInvalidArgument (naming the coordinate) when x holds NaN or Inf. r <= d.
-Result<MagnitudeThreshold> FindMagnitudeThreshold(const float* x, std::size_t d, std::size_t r);
+// Optional working space (scratch_size uint32) lets large vectors skip two
+// passes: the values of the bin holding T are gathered and selected there.
+Result<MagnitudeThreshold> FindMagnitudeThreshold(const float* x, std::size_t d, std::size_t r,
+                                                  uint32_t* scratch = nullptr, std::size_t scratch_size = 0);
 
 // Writes the indices of the top r (as chosen by `threshold`) to out[0..r).
 void CollectTop(const float* x, std::size_t d, MagnitudeThreshold threshold, uint32_t* out);

@@ -56,7 +56,7 @@ std::size_t MoniquaRecover(const uint8_t* symbols, std::size_t n, float modulus,
     const __m256 r = _mm256_round_ps(_mm256_div_ps(a, b), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 m = _mm256_sub_ps(a, _mm256_mul_ps(b, r));
     _mm256_storeu_ps(out + i, _mm256_add_ps(m, yi));
-    const int hits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(m, abs_mask), limit, _CMP_GE_OQ));
+    const int hits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(m, abs_mask), limit, _CMP_NLT_UQ));
     near += static_cast<std::size_t>(__builtin_popcount(static_cast<unsigned>(hits)));
   }
   return near + scalar::MoniquaRecover(symbols + i, n - i, modulus, bits, y + i, near_limit, out + i);

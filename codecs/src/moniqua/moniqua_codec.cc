@@ -8,7 +8,7 @@
 // which coding was used. Stochastic rounding draws Philox purpose 2.
 //
 // Encoding allocates nothing: `pack` and `none` quantize and code 256
-// coordinates at a time on the stack (256 symbols are a whole number of
+// coordinates at a time on the stack (1024 symbols are a whole number of
 // bytes at any b); `rans` needs every symbol first and uses d bytes of
 // working space that MaxEncodedSize() adds at the end of the caller's buffer.
 #include "moniqua/moniqua_codec.h"
@@ -46,7 +46,7 @@ namespace {
 
 using namespace codec_internal;
 
-constexpr std::size_t kChunk = 256;
+constexpr std::size_t kChunk = 1024;
 
 std::string FormatFloat(float v) {
   char text[40];
@@ -117,26 +117,34 @@ class MoniquaCodec final : public Codec {
 
   Status Decode(const uint8_t* payload, std::size_t size, const CodecContext& context, float* out,
                 std::size_t d, const float* side_info) const override {
-    std::size_t near = 0;
-    return Recover(payload, size, context, side_info, d, 0.0f, &near,
-                   [out](std::size_t at, const float* values, std::size_t n) {
-                     std::memcpy(out + at, values, n * sizeof(float));
-                   });
+    // |m| <= B/2 for every finite recovery, so a count at limit B means an
+    // overflow (side information beyond float range of B).
+    std::size_t bad = 0;
+    FEDRT_RETURN_IF_ERROR(Recover(payload, size, context, side_info, d, p_.modulus, &bad, out,
+                                  [](std::size_t, const float*, std::size_t) {}));
+    if (bad != 0) return Corrupt("moniqua: recovery overflowed (side information too far from the model)");
+    return Status::Ok();
   }
 
   Status DecodeAccumulate(const uint8_t* payload, std::size_t size, const CodecContext& context, float weight,
                           float* accumulator, std::size_t d, const float* side_info) const override {
-    std::size_t near = 0;
-    return Recover(payload, size, context, side_info, d, 0.0f, &near,
-                   [accumulator, weight](std::size_t at, const float* values, std::size_t n) {
-                     for (std::size_t i = 0; i < n; ++i) accumulator[at + i] += weight * values[i];
-                   });
+    std::size_t bad = 0;
+    // Recover chunk by chunk into `values`; the sink adds each chunk once the
+    // whole stream is known to be valid (fixed-length streams are checked up
+    // front, rANS streams are decoded completely first).
+    FEDRT_RETURN_IF_ERROR(Recover(payload, size, context, side_info, d, p_.modulus, &bad, nullptr,
+                                  [accumulator, weight](std::size_t at, const float* v, std::size_t n) {
+                                    for (std::size_t i = 0; i < n; ++i) accumulator[at + i] += weight * v[i];
+                                  }));
+    if (bad != 0) return Corrupt("moniqua: recovery overflowed (side information too far from the model)");
+    return Status::Ok();
   }
 
-  // Validates the payload, then recovers it chunk by chunk into sink(at, values, n).
+  // Validates the payload, then recovers it chunk by chunk: into out[0..d)
+  // when `out` is given, else into a stack chunk; then calls sink(at, values, n).
   template <typename Sink>
   Status Recover(const uint8_t* payload, std::size_t size, const CodecContext& context, const float* side_info,
-                 std::size_t d, float near_limit, std::size_t* near, Sink sink) const;
+                 std::size_t d, float near_limit, std::size_t* near, float* out, Sink sink) const;
 
  private:
   uint32_t Alphabet() const { return 1u << p_.bits; }
@@ -149,7 +157,7 @@ class MoniquaCodec final : public Codec {
 template <typename Sink>
 Status MoniquaCodec::Recover(const uint8_t* payload, std::size_t size, const CodecContext& context,
                              const float* side_info, std::size_t d, float near_limit, std::size_t* near,
-                             Sink sink) const {
+                             float* out, Sink sink) const {
   if (side_info == nullptr && d > 0) return InvalidArgument("moniqua: decoding needs the receiver's model");
   auto view = OpenPayload(payload, size, id(), spec_, context, d);
   FEDRT_RETURN_IF_ERROR(view.status());
@@ -169,8 +177,9 @@ Status MoniquaCodec::Recover(const uint8_t* payload, std::size_t size, const Cod
     FEDRT_RETURN_IF_ERROR(DecodeSymbols(view->body, view->body_size, d, Alphabet(), flags, symbols.data()));
     for (std::size_t at = 0; at < d; at += kChunk) {
       const std::size_t n = d - at < kChunk ? d - at : kChunk;
-      *near += kernels.recover(symbols.data() + at, n, p_.modulus, p_.bits, side_info + at, near_limit, values);
-      sink(at, values, n);
+      float* dst = out != nullptr ? out + at : values;
+      *near += kernels.recover(symbols.data() + at, n, p_.modulus, p_.bits, side_info + at, near_limit, dst);
+      sink(at, dst, n);
     }
     return Status::Ok();
   }
@@ -182,6 +191,11 @@ Status MoniquaCodec::Recover(const uint8_t* payload, std::size_t size, const Cod
     return Corrupt("moniqua: symbol stream size does not match d");
   }
   const std::size_t per_chunk = MaxSymbolStreamSize(kChunk, Alphabet(), coding);
+  if (!packed) {  // one byte a symbol: check them all before any output
+    for (std::size_t i = 0; i < d; ++i) {
+      if (view->body[i] >= Alphabet()) return Corrupt("moniqua: symbol outside the alphabet");
+    }
+  }
   uint8_t symbols[kChunk];
   const std::size_t last = d == 0 ? 0 : (d - 1) / kChunk * kChunk;
   if (d > 0) {
@@ -194,11 +208,9 @@ Status MoniquaCodec::Recover(const uint8_t* payload, std::size_t size, const Cod
     const uint8_t* chunk = view->body + at / kChunk * per_chunk;
     FEDRT_RETURN_IF_ERROR(DecodeSymbols(chunk, at == last ? view->body_size - at / kChunk * per_chunk : per_chunk,
                                         n, Alphabet(), flags, symbols));
-    *near += kernels.recover(symbols, n, p_.modulus, p_.bits, side_info + at, near_limit, values);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (!std::isfinite(values[i])) return Corrupt("moniqua: recovery overflowed (side information too far)");
-    }
-    sink(at, values, n);
+    float* dst = out != nullptr ? out + at : values;
+    *near += kernels.recover(symbols, n, p_.modulus, p_.bits, side_info + at, near_limit, dst);
+    sink(at, dst, n);
   }
   return Status::Ok();
 }
@@ -216,10 +228,13 @@ Status MoniquaDecode(const Codec& codec, const uint8_t* payload, std::size_t siz
   const auto& moniqua = static_cast<const MoniquaCodec&>(codec);
   const MoniquaParameters& p = moniqua.parameters();
   const float m = margin < 0 ? p.delta * p.modulus : margin;
-  return moniqua.Recover(payload, size, context, side_info, d, 0.5f * p.modulus - m, near_wrap,
-                         [out](std::size_t at, const float* values, std::size_t n) {
-                           std::memcpy(out + at, values, n * sizeof(float));
-                         });
+  FEDRT_RETURN_IF_ERROR(moniqua.Recover(payload, size, context, side_info, d, 0.5f * p.modulus - m, near_wrap, out,
+                                        [](std::size_t, const float*, std::size_t) {}));
+  // The diagnostic path can afford a separate overflow check.
+  for (std::size_t i = 0; i < d; ++i) {
+    if (!std::isfinite(out[i])) return Corrupt("moniqua: recovery overflowed (side information too far from the model)");
+  }
+  return Status::Ok();
 }
 
 void MoniquaMixStep(float* model, const float* own_recovered, const MoniquaNeighbour* neighbours,

@@ -9,7 +9,7 @@
 //   symbol = s mod 2^b                      (the grid wraps: 1 -> 0)
 // Recover, with side information y:
 //   q = symbol * 2^-b;  a = B * q - y;  m = a - B * round_half_even(a / B)
-//   out = m + y;  near += (|m| >= near_limit)
+//   out = m + y;  near += !(|m| < near_limit)     (NaN counts as near)
 // Identical results on every variant (IEEE division and rounding; no FMA).
 // ARMv7 NEON has no vector division and flushes denormals, so its variant is
 // the scalar code; AArch64 NEON is vectorised.
@@ -28,7 +28,7 @@ struct MoniquaKernels {
   // words == nullptr: nearest rounding; else stochastic with words[0..n).
   void (*quantize)(const float* x, std::size_t n, float modulus, int bits, const uint32_t* words,
                    uint8_t* symbols);
-  // Returns the number of coordinates with |m| >= near_limit.
+  // Returns the number of coordinates with |m| >= near_limit or m NaN.
   std::size_t (*recover)(const uint8_t* symbols, std::size_t n, float modulus, int bits, const float* y,
                          float near_limit, float* out);
 };

@@ -55,7 +55,7 @@ std::size_t MoniquaRecover(const uint8_t* symbols, std::size_t n, float modulus,
     const float32x4_t a = vsubq_f32(vmulq_f32(b, q), yi);
     const float32x4_t m = vsubq_f32(a, vmulq_f32(b, vrndnq_f32(vdivq_f32(a, b))));
     vst1q_f32(out + i, vaddq_f32(m, yi));
-    near = vsubq_u32(near, vcgeq_f32(vabsq_f32(m), limit));  // a true lane is all ones = -1
+    near = vsubq_u32(near, vmvnq_u32(vcltq_f32(vabsq_f32(m), limit)));  // true = all ones = -1; NaN counts
   }
   std::size_t count = vaddvq_u32(near);
   return count + scalar::MoniquaRecover(symbols + i, n - i, modulus, bits, y + i, near_limit, out + i);

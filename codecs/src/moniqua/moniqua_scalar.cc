@@ -30,7 +30,7 @@ std::size_t MoniquaRecover(const uint8_t* symbols, std::size_t n, float modulus,
     const float a = modulus * q - y[i];
     const float m = a - modulus * std::nearbyint(a / modulus);
     out[i] = m + y[i];
-    near += std::fabs(m) >= near_limit ? 1 : 0;
+    near += !(std::fabs(m) < near_limit) ? 1 : 0;  // NaN counts
   }
   return near;
 }

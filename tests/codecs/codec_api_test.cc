@@ -24,8 +24,11 @@ std::vector<float> Gaussian(std::size_t d, uint32_t seed) {
   return v;
 }
 
-std::unique_ptr<Codec> Make(const std::string& spec) {
-  auto codec = MakeCodec(spec);
+// A registered name plus the keys a codec requires (moniqua has no default theta).
+std::string WithRequiredKeys(const std::string& name) { return name == "moniqua" ? "moniqua:theta=1" : name; }
+
+std::unique_ptr<Codec> Make(const std::string& name_or_spec) {
+  auto codec = MakeCodec(WithRequiredKeys(name_or_spec));
   REQUIRE_MESSAGE(codec.ok(), codec.status().ToString());
   return std::move(*codec);
 }

@@ -8,6 +8,7 @@
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
+#include "fedrt/codecs/philox.h"
 
 namespace fedrt::codec_internal {
 
@@ -37,6 +38,17 @@ PayloadHeader MakeHeader(CodecId codec, const CodecContext& context, std::size_t
 
 // Bytes before the body for this spec.
 inline std::size_t BodyOffset(const std::string& spec) { return kPayloadHeaderSize + spec.size(); }
+
+// The Philox stream of `purpose` for the transfer described by `context`.
+inline RandomStream StreamFor(const CodecContext& context, RandomPurpose purpose) {
+  RandomStream s;
+  s.seed = context.session_seed;
+  s.tensor_id = context.tensor_id;
+  s.round = context.round;
+  s.sender_id = context.sender_id;
+  s.purpose = purpose;
+  return s;
+}
 
 }  // namespace fedrt::codec_internal
 

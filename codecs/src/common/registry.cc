@@ -9,6 +9,8 @@
 #include "fp32/fp32_codec.h"
 #include "qsgd/qsgd_codecs.h"
 #include "half/half_codec.h"
+#include "moniqua/moniqua_codec.h"
+#include "sparse/sparse_codecs.h"
 
 namespace fedrt {
 namespace {
@@ -31,6 +33,10 @@ constexpr RegisteredCodec kCodecs[] = {
     {"bf16", &MakeBf16Codec},
     {"dqsg", &MakeDqsgCodec},
     {"ndqsg", &MakeNdqsgCodec},
+    {"topk", &MakeTopKCodec},
+    {"randk", &MakeRandKCodec},
+    {"rtopk", &MakeRTopKCodec},
+    {"moniqua", &MakeMoniquaCodec},
 };
 
 }  // namespace

@@ -1,0 +1,102 @@
+// Importance-weighted pruning (IWP) for ring all-reduce (codec specification,
+// section 4; Cheng & Xu 2019): the per-tensor state and steps a ring node
+// needs so that every node reduces the SAME sparse index set each step.
+//
+// Per step t, on every node, for each tensor:
+//   1. Accumulate(g):     a += g (optionally after clipping g's L2 norm);
+//   2. the leader of step t, IwpLeader(seed, t, nodes), which every node
+//      computes alike (Philox purpose 4), runs SelectIndices(w): the indices
+//      whose importance |a_i| / (|w_i| + eps) reaches a threshold estimated
+//      from a random sample of the tensor (Philox purpose 3) so that about
+//      target_fraction of the coordinates are kept; it broadcasts them
+//      (EncodeIwpIndices gives a compact form);
+//   3. every node runs GatherAndZero(indices): its accumulated values at the
+//      leader's indices go into the all-reduce buffer and are zeroed in the
+//      accumulator; everything else stays. The ring all-reduces that dense
+//      buffer and applies the mean at those indices.
+// Nothing is lost: after any number of steps, the sum of everything a node
+// gathered plus its accumulator equals the sum of its (clipped) gradients.
+//
+// Memory: IwpAccumulator owns its accumulator (d floats) and a sample buffer;
+// the caller owns the other arrays and the index vector (its capacity is
+// reused, so steady-state steps do not allocate). Thread-safety: one
+// IwpAccumulator per tensor per thread; IwpLeader is pure.
+#ifndef FEDRT_CODECS_IWP_H_
+#define FEDRT_CODECS_IWP_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "fedrt/platform/status.h"
+
+namespace fedrt {
+
+struct IwpOptions {
+  float target_fraction = 1.0f / 64;  // share of coordinates kept per step, in (0, 1]
+  float eps = 1e-8f;                  // importance = |a_i| / (|w_i| + eps)
+  std::size_t sample_size = 4096;     // coordinates sampled (with replacement) for the threshold
+  uint32_t warmup_steps = 0;          // steps t < warmup_steps keep warmup_fraction instead
+  float warmup_fraction = 1.0f;       // 1 = dense warm-up
+  float clip_norm = 0;                // > 0: gradients are scaled to L2 norm <= clip_norm first
+};
+
+// Which of `nodes` nodes leads step `step`: word 0 of the Philox stream
+// {seed, tensor 0, round = step, sender 0, purpose 4}, mapped to
+// floor(word * nodes / 2^32). Every node computes the same value.
+uint32_t IwpLeader(uint64_t session_seed, uint32_t step, uint32_t nodes);
+
+// Where the sample comes from: the stream {seed, tensor_id, round = step,
+// sender = node_id, purpose 3}.
+struct IwpStepContext {
+  uint64_t session_seed = 0;
+  uint32_t tensor_id = 0;
+  uint32_t step = 0;
+  uint32_t node_id = 0;
+};
+
+class IwpAccumulator {
+ public:
+  // kInvalidArgument for options out of range or d >= 2^32.
+  static Status Check(std::size_t d, const IwpOptions& options);
+  // Use Check first; the constructor assumes valid arguments.
+  IwpAccumulator(std::size_t d, const IwpOptions& options);
+
+  // a += g, after scaling g to norm clip_norm when clipping is on and
+  // ||g|| > clip_norm. kInvalidArgument (naming the coordinate) on NaN/Inf.
+  Status Accumulate(const float* grad);
+
+  // The leader's index set, sorted: every i with importance >= tau and > 0,
+  // where tau is the ceil(m f)-th largest importance among m sampled
+  // coordinates (f = target or warm-up fraction; f >= 1 keeps every
+  // coordinate). `weights` are the tensor's current parameters (d floats).
+  void SelectIndices(const float* weights, const IwpStepContext& context, std::vector<uint32_t>* indices);
+
+  // values[j] = a[indices[j]], then a[indices[j]] = 0. kOutOfRange if an
+  // index is >= d (nothing is changed then).
+  Status GatherAndZero(const uint32_t* indices, std::size_t count, float* values);
+
+  const float* accumulator() const { return accumulator_.data(); }
+  std::size_t size() const { return accumulator_.size(); }
+  const IwpOptions& options() const { return options_; }
+
+ private:
+  IwpOptions options_;
+  std::vector<float> accumulator_;
+  std::vector<float> sample_;
+};
+
+// Compact form of an index set for the leader's broadcast (the sparsifiers'
+// gap coding: varint, Elias-gamma or Golomb-Rice, whichever is smallest).
+// Bound for the buffer: IwpMaxEncodedIndicesSize(count).
+std::size_t IwpMaxEncodedIndicesSize(std::size_t count);
+Result<std::size_t> EncodeIwpIndices(const uint32_t* indices, std::size_t count, uint8_t* out,
+                                     std::size_t capacity);
+// Untrusted input: kCorrupt unless `size` bytes hold exactly `count` sorted
+// indices below d.
+Status DecodeIwpIndices(const uint8_t* data, std::size_t size, std::size_t count, std::size_t d,
+                        uint32_t* indices);
+
+}  // namespace fedrt
+
+#endif  // FEDRT_CODECS_IWP_H_

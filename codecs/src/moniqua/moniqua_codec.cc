@@ -1,0 +1,272 @@
+// The `moniqua` codec (codec specification, section 5) and the functions of
+// fedrt/codecs/moniqua.h.
+//
+// Body: the symbol stream of d symbols in [0, 2^b) (symbols/symbol_coding.h),
+// nothing else: Moniqua sends no scale. Default coding `pack` (exactly b bits
+// a coordinate, as the paper's wire); `rans` is accepted but rarely helps,
+// since the fractional parts of a model are close to uniform. The flags say
+// which coding was used. Stochastic rounding draws Philox purpose 2.
+//
+// Encoding allocates nothing: `pack` and `none` quantize and code 256
+// coordinates at a time on the stack (1024 symbols are a whole number of
+// bytes at any b); `rans` needs every symbol first and uses d bytes of
+// working space that MaxEncodedSize() adds at the end of the caller's buffer.
+#include "moniqua/moniqua_codec.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/codec_common.h"
+#include "fedrt/codecs/moniqua.h"
+#include "fedrt/codecs/philox.h"
+#include "fedrt/platform/config.h"
+#include "moniqua/moniqua_kernels.h"
+#include "symbols/symbol_coding.h"
+
+namespace fedrt {
+
+const MoniquaKernels& MoniquaKernelsFor(Isa isa) {
+  static const MoniquaKernels kScalar = {&scalar::MoniquaQuantize, &scalar::MoniquaRecover};
+#if FEDRT_HAVE_AVX2_KERNELS
+  static const MoniquaKernels kAvx2 = {&avx2::MoniquaQuantize, &avx2::MoniquaRecover};
+  if (isa == Isa::kAvx2) return kAvx2;
+#endif
+#if FEDRT_HAVE_NEON_KERNELS
+  static const MoniquaKernels kNeon = {&neon::MoniquaQuantize, &neon::MoniquaRecover};
+  if (isa == Isa::kNeon) return kNeon;
+#endif
+  (void)isa;
+  return kScalar;
+}
+
+namespace {
+
+using namespace codec_internal;
+
+constexpr std::size_t kChunk = 1024;
+
+std::string FormatFloat(float v) {
+  char text[40];
+  for (int precision = 1; precision <= 9; ++precision) {
+    std::snprintf(text, sizeof text, "%.*g", precision, static_cast<double>(v));
+    if (std::strtof(text, nullptr) == v) break;
+  }
+  return text;
+}
+
+class MoniquaCodec final : public Codec {
+ public:
+  MoniquaCodec(const MoniquaParameters& p, CommonOptions common) : p_(p), common_(common) {
+    spec_ = "moniqua:bits=" + std::to_string(p.bits) + ",theta=" + FormatFloat(p.theta) +
+            ",round=" + (p.stochastic ? "stochastic" : "nearest") + "," + CommonOptionsSuffix(common, true);
+  }
+
+  CodecId id() const override { return CodecId::kMoniqua; }
+  const std::string& spec() const override { return spec_; }
+  bool needs_side_info() const override { return true; }
+  bool wants_error_feedback() const override { return common_.error_feedback; }
+  const MoniquaParameters& parameters() const { return p_; }
+
+  std::size_t MaxEncodedSize(std::size_t d) const override {
+    return BodyOffset(spec_) + MaxSymbolStreamSize(d, Alphabet(), common_.coding) +
+           (common_.coding == SymbolCoding::kRans ? d : 0);
+  }
+
+  Result<std::size_t> Encode(const float* input, std::size_t d, const CodecContext& context, uint8_t* out,
+                             std::size_t capacity) override {
+    if (capacity < MaxEncodedSize(d)) return OutOfRange("moniqua: output buffer too small");
+    if (uint64_t{d} > UINT32_MAX) return OutOfRange("moniqua: vector longer than 2^32 - 1");
+    FEDRT_RETURN_IF_ERROR(CheckFinite(input, d));
+    const MoniquaKernels& kernels = MoniquaKernelsFor(ActiveIsa());
+    RandomStream stream = StreamFor(context, RandomPurpose::kStochasticRounding);
+    uint8_t* body = out + BodyOffset(spec_);
+    const std::size_t bound = MaxSymbolStreamSize(d, Alphabet(), common_.coding);
+    uint16_t flags = 0;
+    std::size_t body_size = 0;
+    uint32_t words[kChunk];
+    if (common_.coding == SymbolCoding::kRans) {
+      uint8_t* symbols = body + bound;  // working space after the stream's room
+      for (std::size_t at = 0; at < d; at += kChunk) {
+        const std::size_t n = d - at < kChunk ? d - at : kChunk;
+        if (p_.stochastic) PhiloxWords(stream, at, n, words);
+        kernels.quantize(input + at, n, p_.modulus, p_.bits, p_.stochastic ? words : nullptr, symbols + at);
+      }
+      auto size = EncodeSymbols(symbols, d, Alphabet(), common_.coding, body, bound, &flags);
+      FEDRT_RETURN_IF_ERROR(size.status());
+      body_size = *size;
+    } else {
+      uint8_t symbols[kChunk];
+      std::size_t at = 0;
+      do {
+        const std::size_t n = d - at < kChunk ? d - at : kChunk;
+        if (p_.stochastic) PhiloxWords(stream, at, n, words);
+        kernels.quantize(input + at, n, p_.modulus, p_.bits, p_.stochastic ? words : nullptr, symbols);
+        auto size = EncodeSymbols(symbols, n, Alphabet(), common_.coding, body + body_size, bound - body_size,
+                                  &flags);
+        FEDRT_RETURN_IF_ERROR(size.status());
+        body_size += *size;
+        at += n;
+      } while (at < d);
+    }
+    FinishPayload(MakeHeader(id(), context, d, 0, flags, body_size), spec_, out);
+    return BodyOffset(spec_) + body_size;
+  }
+
+  Status Decode(const uint8_t* payload, std::size_t size, const CodecContext& context, float* out,
+                std::size_t d, const float* side_info) const override {
+    // |m| <= B/2 for every finite recovery, so a count at limit B means an
+    // overflow (side information beyond float range of B).
+    std::size_t bad = 0;
+    FEDRT_RETURN_IF_ERROR(Recover(payload, size, context, side_info, d, p_.modulus, &bad, out,
+                                  [](std::size_t, const float*, std::size_t) {}));
+    if (bad != 0) return Corrupt("moniqua: recovery overflowed (side information too far from the model)");
+    return Status::Ok();
+  }
+
+  Status DecodeAccumulate(const uint8_t* payload, std::size_t size, const CodecContext& context, float weight,
+                          float* accumulator, std::size_t d, const float* side_info) const override {
+    std::size_t bad = 0;
+    // Recover chunk by chunk into `values`; the sink adds each chunk once the
+    // whole stream is known to be valid (fixed-length streams are checked up
+    // front, rANS streams are decoded completely first).
+    FEDRT_RETURN_IF_ERROR(Recover(payload, size, context, side_info, d, p_.modulus, &bad, nullptr,
+                                  [accumulator, weight](std::size_t at, const float* v, std::size_t n) {
+                                    for (std::size_t i = 0; i < n; ++i) accumulator[at + i] += weight * v[i];
+                                  }));
+    if (bad != 0) return Corrupt("moniqua: recovery overflowed (side information too far from the model)");
+    return Status::Ok();
+  }
+
+  // Validates the payload, then recovers it chunk by chunk: into out[0..d)
+  // when `out` is given, else into a stack chunk; then calls sink(at, values, n).
+  template <typename Sink>
+  Status Recover(const uint8_t* payload, std::size_t size, const CodecContext& context, const float* side_info,
+                 std::size_t d, float near_limit, std::size_t* near, float* out, Sink sink) const;
+
+ private:
+  uint32_t Alphabet() const { return 1u << p_.bits; }
+
+  MoniquaParameters p_;
+  CommonOptions common_;
+  std::string spec_;
+};
+
+template <typename Sink>
+Status MoniquaCodec::Recover(const uint8_t* payload, std::size_t size, const CodecContext& context,
+                             const float* side_info, std::size_t d, float near_limit, std::size_t* near,
+                             float* out, Sink sink) const {
+  if (side_info == nullptr && d > 0) return InvalidArgument("moniqua: decoding needs the receiver's model");
+  auto view = OpenPayload(payload, size, id(), spec_, context, d);
+  FEDRT_RETURN_IF_ERROR(view.status());
+  if (view->header.bucket != 0 || (view->header.flags & ~(kFlagSymbolsRans | kFlagSymbolsPacked)) != 0) {
+    return Corrupt("moniqua: payload flags or bucket do not match the codec");
+  }
+  const uint16_t flags = view->header.flags;
+  const bool flags_match = common_.coding == SymbolCoding::kNone   ? flags == 0
+                           : common_.coding == SymbolCoding::kPack ? flags == kFlagSymbolsPacked
+                                                                   : flags != 0;
+  if (!flags_match) return Corrupt("moniqua: symbol coding flags do not match the codec's ec");
+  const MoniquaKernels& kernels = MoniquaKernelsFor(ActiveIsa());
+  float values[kChunk];
+  *near = 0;
+  if ((flags & kFlagSymbolsRans) != 0) {
+    std::vector<uint8_t> symbols(d);  // rANS needs the whole stream decoded first
+    FEDRT_RETURN_IF_ERROR(DecodeSymbols(view->body, view->body_size, d, Alphabet(), flags, symbols.data()));
+    for (std::size_t at = 0; at < d; at += kChunk) {
+      const std::size_t n = d - at < kChunk ? d - at : kChunk;
+      float* dst = out != nullptr ? out + at : values;
+      *near += kernels.recover(symbols.data() + at, n, p_.modulus, p_.bits, side_info + at, near_limit, dst);
+      sink(at, dst, n);
+    }
+    return Status::Ok();
+  }
+  // Fixed-length streams: the size is known, and only the last chunk can
+  // hold padding, so check it before producing any output.
+  const bool packed = (flags & kFlagSymbolsPacked) != 0;
+  const SymbolCoding coding = packed ? SymbolCoding::kPack : SymbolCoding::kNone;
+  if (view->body_size != MaxSymbolStreamSize(d, Alphabet(), coding)) {
+    return Corrupt("moniqua: symbol stream size does not match d");
+  }
+  const std::size_t per_chunk = MaxSymbolStreamSize(kChunk, Alphabet(), coding);
+  if (!packed) {  // one byte a symbol: check them all before any output
+    for (std::size_t i = 0; i < d; ++i) {
+      if (view->body[i] >= Alphabet()) return Corrupt("moniqua: symbol outside the alphabet");
+    }
+  }
+  uint8_t symbols[kChunk];
+  const std::size_t last = d == 0 ? 0 : (d - 1) / kChunk * kChunk;
+  if (d > 0) {
+    FEDRT_RETURN_IF_ERROR(DecodeSymbols(view->body + last / kChunk * per_chunk,
+                                        view->body_size - last / kChunk * per_chunk, d - last, Alphabet(),
+                                        flags, symbols));
+  }
+  for (std::size_t at = 0; at < d; at += kChunk) {
+    const std::size_t n = d - at < kChunk ? d - at : kChunk;
+    const uint8_t* chunk = view->body + at / kChunk * per_chunk;
+    FEDRT_RETURN_IF_ERROR(DecodeSymbols(chunk, at == last ? view->body_size - at / kChunk * per_chunk : per_chunk,
+                                        n, Alphabet(), flags, symbols));
+    float* dst = out != nullptr ? out + at : values;
+    *near += kernels.recover(symbols, n, p_.modulus, p_.bits, side_info + at, near_limit, dst);
+    sink(at, dst, n);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<MoniquaParameters> GetMoniquaParameters(const Codec& codec) {
+  if (codec.id() != CodecId::kMoniqua) return InvalidArgument("not a moniqua codec: " + codec.spec());
+  return static_cast<const MoniquaCodec&>(codec).parameters();
+}
+
+Status MoniquaDecode(const Codec& codec, const uint8_t* payload, std::size_t size, const CodecContext& context,
+                     const float* side_info, float* out, std::size_t d, float margin, std::size_t* near_wrap) {
+  if (codec.id() != CodecId::kMoniqua) return InvalidArgument("not a moniqua codec: " + codec.spec());
+  const auto& moniqua = static_cast<const MoniquaCodec&>(codec);
+  const MoniquaParameters& p = moniqua.parameters();
+  const float m = margin < 0 ? p.delta * p.modulus : margin;
+  FEDRT_RETURN_IF_ERROR(moniqua.Recover(payload, size, context, side_info, d, 0.5f * p.modulus - m, near_wrap, out,
+                                        [](std::size_t, const float*, std::size_t) {}));
+  // The diagnostic path can afford a separate overflow check.
+  for (std::size_t i = 0; i < d; ++i) {
+    if (!std::isfinite(out[i])) return Corrupt("moniqua: recovery overflowed (side information too far from the model)");
+  }
+  return Status::Ok();
+}
+
+void MoniquaMixStep(float* model, const float* own_recovered, const MoniquaNeighbour* neighbours,
+                    std::size_t neighbour_count, float lr, const float* grad, std::size_t d) {
+  for (std::size_t i = 0; i < d; ++i) {
+    float acc = 0.0f;
+    for (std::size_t n = 0; n < neighbour_count; ++n) {
+      acc = acc + neighbours[n].weight * (neighbours[n].recovered[i] - own_recovered[i]);
+    }
+    model[i] = (model[i] + acc) - lr * grad[i];
+  }
+}
+
+Result<std::unique_ptr<Codec>> MakeMoniquaCodec(const CodecSpec& spec) {
+  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"bits", "theta", "round", "ef", "ec"}));
+  MoniquaParameters p;
+  auto bits = spec.GetInt("bits", 1, 1, 8);
+  FEDRT_RETURN_IF_ERROR(bits.status());
+  p.bits = static_cast<int>(*bits);
+  if (!spec.Has("theta")) return InvalidArgument("moniqua: theta (the bound on neighbour distance) is required");
+  auto theta = spec.GetDouble("theta", 0, 1e-30, 1e30);
+  FEDRT_RETURN_IF_ERROR(theta.status());
+  p.theta = static_cast<float>(*theta);
+  auto round = spec.GetChoice("round", "nearest", {"nearest", "stochastic"});
+  FEDRT_RETURN_IF_ERROR(round.status());
+  p.stochastic = *round == "stochastic";
+  if (p.stochastic && p.bits < 2) return InvalidArgument("moniqua: round=stochastic needs bits >= 2");
+  p.delta = p.stochastic ? std::ldexp(1.0f, -p.bits) : std::ldexp(1.0f, -(p.bits + 1));
+  p.modulus = 2.0f * p.theta / (1.0f - 2.0f * p.delta);
+  auto common = ParseCommonOptions(spec, false, SymbolCoding::kPack);
+  FEDRT_RETURN_IF_ERROR(common.status());
+  return std::unique_ptr<Codec>(new MoniquaCodec(p, *common));
+}
+
+}  // namespace fedrt

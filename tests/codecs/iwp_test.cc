@@ -1,0 +1,165 @@
+// Importance-weighted pruning: leader agreement, the threshold's kept
+// fraction, conservation (every node keeps exactly what it did not send and
+// nothing is lost over many steps), warm-up, clipping and the index broadcast.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "fedrt/codecs/iwp.h"
+
+namespace fedrt {
+namespace {
+
+IwpAccumulator Make(std::size_t d, const IwpOptions& options = IwpOptions()) {
+  REQUIRE(IwpAccumulator::Check(d, options).ok());
+  return IwpAccumulator(d, options);
+}
+
+TEST_CASE("every node computes the same leader and leaders spread over the nodes") {
+  std::vector<int> count(5, 0);
+  for (uint32_t step = 0; step < 5000; ++step) {
+    const uint32_t leader = IwpLeader(42, step, 5);
+    REQUIRE(leader < 5);
+    CHECK(IwpLeader(42, step, 5) == leader);
+    ++count[leader];
+  }
+  for (int c : count) CHECK(std::abs(c - 1000) < 150);  // ~4.7 sigma
+  CHECK(IwpLeader(42, 0, 1) == 0);
+}
+
+TEST_CASE("the dynamic threshold keeps about the target fraction by importance") {
+  const std::size_t d = 200000;
+  auto node = Make(d);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::vector<float> g(d), w(d);
+  for (std::size_t i = 0; i < d; ++i) {
+    g[i] = normal(rng);
+    w[i] = 0.1f + std::fabs(normal(rng));
+  }
+  REQUIRE(node.Accumulate(g.data()).ok());
+  std::vector<uint32_t> indices;
+  node.SelectIndices(w.data(), {7, 0, 3, 1}, &indices);
+  const double kept = static_cast<double>(indices.size()) / d;
+  MESSAGE("kept fraction " << kept << " target " << 1.0 / 64);
+  CHECK(kept > 0.75 / 64);
+  CHECK(kept < 1.25 / 64);
+  CHECK(std::is_sorted(indices.begin(), indices.end()));
+  // Every kept coordinate is at least as important as every dropped one.
+  float min_kept = 1e30f, max_dropped = 0;
+  std::vector<bool> in(d, false);
+  for (uint32_t i : indices) in[i] = true;
+  for (std::size_t i = 0; i < d; ++i) {
+    const float importance = std::fabs(g[i]) / (std::fabs(w[i]) + 1e-8f);
+    if (in[i]) min_kept = std::min(min_kept, importance);
+    else max_dropped = std::max(max_dropped, importance);
+  }
+  CHECK(min_kept >= max_dropped);
+}
+
+TEST_CASE("each step every node keeps exactly what it did not send and nothing is lost") {
+  const int nodes = 4;
+  const std::size_t d = 3000;
+  IwpOptions options;
+  options.target_fraction = 1.0f / 16;
+  options.sample_size = 512;
+  std::vector<IwpAccumulator> ring;
+  for (int n = 0; n < nodes; ++n) ring.push_back(Make(d, options));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal;
+  std::vector<float> w(d);
+  for (float& v : w) v = normal(rng);
+  std::vector<std::vector<double>> sum_grad(nodes, std::vector<double>(d, 0)), sum_sent(nodes, std::vector<double>(d, 0));
+  std::vector<uint32_t> indices;
+  std::vector<float> g(d), values;
+  for (uint32_t step = 0; step < 300; ++step) {
+    std::vector<std::vector<float>> before(nodes);
+    for (int n = 0; n < nodes; ++n) {
+      for (std::size_t i = 0; i < d; ++i) {
+        g[i] = normal(rng) * (1.0f + static_cast<float>(i % 7));
+        sum_grad[n][i] += g[i];
+      }
+      REQUIRE(ring[n].Accumulate(g.data()).ok());
+      before[n].assign(ring[n].accumulator(), ring[n].accumulator() + d);
+    }
+    const uint32_t leader = IwpLeader(99, step, nodes);
+    ring[leader].SelectIndices(w.data(), {99, 0, step, leader}, &indices);
+    REQUIRE_FALSE(indices.empty());
+    // The broadcast survives its compact form.
+    std::vector<uint8_t> wire(IwpMaxEncodedIndicesSize(indices.size()));
+    auto size = EncodeIwpIndices(indices.data(), indices.size(), wire.data(), wire.size());
+    REQUIRE(size.ok());
+    std::vector<uint32_t> received(indices.size());
+    REQUIRE(DecodeIwpIndices(wire.data(), *size, indices.size(), d, received.data()).ok());
+    REQUIRE(received == indices);
+    std::vector<bool> in(d, false);
+    for (uint32_t i : received) in[i] = true;
+    values.resize(received.size());
+    for (int n = 0; n < nodes; ++n) {
+      REQUIRE(ring[n].GatherAndZero(received.data(), received.size(), values.data()).ok());
+      bool exact = true;
+      for (std::size_t j = 0; j < received.size(); ++j) {
+        exact = exact && values[j] == before[n][received[j]];
+        sum_sent[n][received[j]] += values[j];
+      }
+      for (std::size_t i = 0; i < d; ++i) exact = exact && ring[n].accumulator()[i] == (in[i] ? 0.0f : before[n][i]);
+      REQUIRE(exact);
+    }
+  }
+  double worst = 0;
+  for (int n = 0; n < nodes; ++n) {
+    for (std::size_t i = 0; i < d; ++i) {
+      worst = std::max(worst, std::fabs(sum_sent[n][i] + ring[n].accumulator()[i] - sum_grad[n][i]));
+    }
+  }
+  MESSAGE("worst |sum sent + accumulator - sum gradients| = " << worst);
+  CHECK(worst < 1e-2);  // float accumulation of ~300 gradients of size up to ~20
+}
+
+TEST_CASE("warm-up steps use the warm-up fraction and clipping bounds each gradient") {
+  IwpOptions options;
+  options.warmup_steps = 2;
+  options.warmup_fraction = 1.0f;
+  options.clip_norm = 1.0f;
+  const std::size_t d = 1000;
+  auto node = Make(d, options);
+  std::vector<float> g(d), w(d, 1.0f);
+  for (std::size_t i = 0; i < d; ++i) g[i] = (i % 2 == 0 ? 1.0f : -1.0f) * (1.0f + static_cast<float>(i % 10));
+  REQUIRE(node.Accumulate(g.data()).ok());
+  double norm = 0;
+  for (std::size_t i = 0; i < d; ++i) norm += double{node.accumulator()[i]} * node.accumulator()[i];
+  CHECK(std::sqrt(norm) == doctest::Approx(1.0).epsilon(1e-5));  // clipped from ~196
+  std::vector<uint32_t> indices;
+  node.SelectIndices(w.data(), {1, 0, 1, 0}, &indices);
+  CHECK(indices.size() == d);  // dense during warm-up
+  node.SelectIndices(w.data(), {1, 0, 2, 0}, &indices);
+  CHECK(indices.size() < d);
+}
+
+TEST_CASE("iwp rejects bad options, bad gradients, bad indices and bad broadcasts") {
+  IwpOptions bad;
+  bad.target_fraction = 0;
+  CHECK(IwpAccumulator::Check(10, bad).code() == StatusCode::kInvalidArgument);
+  bad = IwpOptions();
+  bad.eps = 0;
+  CHECK(IwpAccumulator::Check(10, bad).code() == StatusCode::kInvalidArgument);
+  auto node = Make(10);
+  std::vector<float> g(10, 0.0f);
+  g[3] = NAN;
+  CHECK(node.Accumulate(g.data()).code() == StatusCode::kInvalidArgument);
+  const uint32_t out_of_range[] = {2, 10};
+  float values[2];
+  CHECK(node.GatherAndZero(out_of_range, 2, values).code() == StatusCode::kOutOfRange);
+  const uint32_t unsorted[] = {5, 2};
+  uint8_t wire[16];
+  CHECK(EncodeIwpIndices(unsorted, 2, wire, sizeof wire).status().code() == StatusCode::kInvalidArgument);
+  const uint8_t junk[] = {0, 0, 20};
+  uint32_t decoded[1];
+  CHECK(DecodeIwpIndices(junk, sizeof junk, 1, 10, decoded).code() == StatusCode::kCorrupt);
+}
+
+}  // namespace
+}  // namespace fedrt

@@ -19,6 +19,7 @@ struct Command {
 using CommandList = std::vector<Command>;
 
 void RegisterInfo(CLI::App& app, CommandList& commands);
+void RegisterTrain(CLI::App& app, CommandList& commands);
 
 }  // namespace fedrt::cli
 

@@ -15,6 +15,9 @@
 
 #if FEDRT_HAVE_OPENBLAS
 #include <cblas.h>
+// Declared by Debian's cblas.h through openblas_config.h; repeated for other
+// cblas.h flavours that omit it.
+extern "C" char* openblas_get_corename(void);
 #endif
 
 namespace fedrt {
@@ -175,5 +178,14 @@ void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, const float
 }
 
 const char* GemmBackendName() { return FEDRT_HAVE_OPENBLAS ? "OpenBLAS" : "built-in"; }
+
+const char* OpenBlasCoreName() {
+#if FEDRT_HAVE_OPENBLAS
+  const char* name = openblas_get_corename();
+  return name != nullptr ? name : "";
+#else
+  return "";
+#endif
+}
 
 }  // namespace fedrt

@@ -35,6 +35,14 @@ void BuiltinGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, cons
 // "OpenBLAS" or "built-in".
 const char* GemmBackendName();
 
+// The kernel family OpenBLAS chose for this CPU at load time ("Haswell",
+// "SkylakeX", ...), or "" without OpenBLAS. Debian's OpenBLAS picks by CPU
+// model; on a CPU it does not know (often a virtual one) it falls back to
+// "Prescott" (SSE3), about three times slower than "Haswell" on an AVX2 + FMA
+// CPU. The environment variable OPENBLAS_CORETYPE, read when the library
+// loads, overrides the choice (see runtime/README.md).
+const char* OpenBlasCoreName();
+
 }  // namespace fedrt
 
 #endif  // FEDRT_RUNTIME_GEMM_H_

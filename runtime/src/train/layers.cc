@@ -2,6 +2,7 @@
 // max-pool layers. All matrix work goes through Gemm() (OpenBLAS or built-in).
 #include "train/layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -104,7 +105,10 @@ class Relu final : public Layer {
   }
 };
 
-// ---- Conv2d: per example, out[F x HW] = W[F x CKK] * col[CKK x HW] + b --------
+// ---- Conv2d: out[F x (batch * HW)] = W[F x CKK] * col[CKK x (batch * HW)] + b --
+// One im2col matrix for the whole batch (example n owns columns
+// [n * HW, (n + 1) * HW)), so each pass is one large GEMM rather than one
+// small GEMM per example.
 class Conv2d final : public WeightBiasLayer {
  public:
   Conv2d(Shape3 in, int filters, int kernel) {
@@ -118,84 +122,107 @@ class Conv2d final : public WeightBiasLayer {
     fan_in_ = ckk_;
     weight_shape_ = {filters, in.c, kernel, kernel};
   }
-  std::size_t ScratchFloats() const override { return 2 * static_cast<std::size_t>(ckk_) * hw_; }
+  std::size_t ScratchFloats(int batch) const override {
+    return static_cast<std::size_t>(ckk_ + filters_) * hw_ * static_cast<std::size_t>(batch);
+  }
 
   void Forward(const float* in, float* out, int batch, float* scratch) override {
+    const int cols = batch * hw_;
     float* col = scratch;
+    float* y = scratch + static_cast<std::size_t>(ckk_) * cols;
+    for (int n = 0; n < batch; ++n) Im2Col(in + static_cast<std::size_t>(n) * in_.size(), col, cols, n * hw_);
+    Gemm(Transpose::kNo, Transpose::kNo, filters_, cols, ckk_, w_, ckk_, col, cols, 0.0f, y, cols);
     for (int n = 0; n < batch; ++n) {
-      const float* x = in + static_cast<std::size_t>(n) * in_.size();
-      float* y = out + static_cast<std::size_t>(n) * out_.size();
-      Im2Col(x, col);
-      Gemm(Transpose::kNo, Transpose::kNo, filters_, hw_, ckk_, w_, ckk_, col, hw_, 0.0f, y, hw_);
       for (int f = 0; f < filters_; ++f) {
-        float* plane = y + static_cast<std::size_t>(f) * hw_;
-        for (int i = 0; i < hw_; ++i) plane[i] += b_[f];
+        const float* src = y + static_cast<std::size_t>(f) * cols + static_cast<std::size_t>(n) * hw_;
+        float* dst = out + static_cast<std::size_t>(n) * out_.size() + static_cast<std::size_t>(f) * hw_;
+        for (int i = 0; i < hw_; ++i) dst[i] = src[i] + b_[f];
       }
     }
   }
   void Backward(const float* in, const float*, const float* d_out, float* d_in, int batch,
                 float* scratch) override {
+    const int cols = batch * hw_;
     float* col = scratch;
-    float* d_col = scratch + static_cast<std::size_t>(ckk_) * hw_;
-    for (int f = 0; f < filters_; ++f) db_[f] = 0.0f;
+    float* dy = scratch + static_cast<std::size_t>(ckk_) * cols;
     for (int n = 0; n < batch; ++n) {
-      const float* x = in + static_cast<std::size_t>(n) * in_.size();
-      const float* dy = d_out + static_cast<std::size_t>(n) * out_.size();
-      Im2Col(x, col);
-      // dW (+)= dY col^T: the first example overwrites, the rest accumulate.
-      Gemm(Transpose::kNo, Transpose::kYes, filters_, ckk_, hw_, dy, hw_, col, hw_,
-           n == 0 ? 0.0f : 1.0f, dw_, ckk_);
+      Im2Col(in + static_cast<std::size_t>(n) * in_.size(), col, cols, n * hw_);
       for (int f = 0; f < filters_; ++f) {
-        const float* plane = dy + static_cast<std::size_t>(f) * hw_;
-        float sum = 0.0f;
-        for (int i = 0; i < hw_; ++i) sum += plane[i];
-        db_[f] += sum;
-      }
-      if (d_in != nullptr) {
-        Gemm(Transpose::kYes, Transpose::kNo, ckk_, hw_, filters_, w_, ckk_, dy, hw_, 0.0f, d_col,
-             hw_);
-        Col2Im(d_col, d_in + static_cast<std::size_t>(n) * in_.size());
+        const float* src = d_out + static_cast<std::size_t>(n) * out_.size() + static_cast<std::size_t>(f) * hw_;
+        float* dst = dy + static_cast<std::size_t>(f) * cols + static_cast<std::size_t>(n) * hw_;
+        for (int i = 0; i < hw_; ++i) dst[i] = src[i];
       }
     }
+    // dW = dY col^T, db = row sums of dY.
+    Gemm(Transpose::kNo, Transpose::kYes, filters_, ckk_, cols, dy, cols, col, cols, 0.0f, dw_, ckk_);
+    for (int f = 0; f < filters_; ++f) {
+      const float* row = dy + static_cast<std::size_t>(f) * cols;
+      float sum = 0.0f;
+      for (int i = 0; i < cols; ++i) sum += row[i];
+      db_[f] = sum;
+    }
+    if (d_in == nullptr) return;
+    // d col = W^T dY, into the col buffer (no longer needed), then col2im.
+    Gemm(Transpose::kYes, Transpose::kNo, ckk_, cols, filters_, w_, ckk_, dy, cols, 0.0f, col, cols);
+    for (int n = 0; n < batch; ++n) Col2Im(col, cols, n * hw_, d_in + static_cast<std::size_t>(n) * in_.size());
   }
 
  private:
-  // col[(c*K + ky)*K + kx][y*W + x] = in[c][y + ky - K/2][x + kx - K/2] (0 outside).
-  void Im2Col(const float* x, float* col) const {
+  // For kernel column kx, output columns x in [lo, hi) read input column
+  // x + kx - K/2 inside the image; the rest read the zero padding.
+  void ValidColumns(int kx, int* lo, int* hi) const {
+    const int shift = kx - kernel_ / 2;
+    *lo = std::max(0, -shift);
+    *hi = std::min(in_.w, in_.w - shift);
+    if (*hi < *lo) *hi = *lo;
+  }
+
+  // col[(c*K + ky)*K + kx][first + y*W + x] = in[c][y + ky - K/2][x + kx - K/2]
+  // (0 outside the image); `ld` is the row length of col.
+  void Im2Col(const float* x, float* col, int ld, int first) const {
     const int pad = kernel_ / 2;
     for (int c = 0; c < in_.c; ++c) {
+      const float* plane = x + static_cast<std::size_t>(c) * in_.h * in_.w;
       for (int ky = 0; ky < kernel_; ++ky) {
         for (int kx = 0; kx < kernel_; ++kx) {
-          float* row = col + static_cast<std::size_t>((c * kernel_ + ky) * kernel_ + kx) * hw_;
+          float* row = col + static_cast<std::size_t>((c * kernel_ + ky) * kernel_ + kx) * ld + first;
+          int lo, hi;
+          ValidColumns(kx, &lo, &hi);
+          const int shift = kx - pad;
           for (int y = 0; y < in_.h; ++y) {
+            float* dst = row + y * in_.w;
             const int sy = y + ky - pad;
-            for (int xx = 0; xx < in_.w; ++xx) {
-              const int sx = xx + kx - pad;
-              const bool inside = sy >= 0 && sy < in_.h && sx >= 0 && sx < in_.w;
-              row[y * in_.w + xx] =
-                  inside ? x[(static_cast<std::size_t>(c) * in_.h + sy) * in_.w + sx] : 0.0f;
+            if (sy < 0 || sy >= in_.h) {
+              std::memset(dst, 0, sizeof(float) * static_cast<std::size_t>(in_.w));
+              continue;
             }
+            const float* src = plane + static_cast<std::size_t>(sy) * in_.w;
+            for (int xx = 0; xx < lo; ++xx) dst[xx] = 0.0f;
+            for (int xx = lo; xx < hi; ++xx) dst[xx] = src[xx + shift];
+            for (int xx = hi; xx < in_.w; ++xx) dst[xx] = 0.0f;
           }
         }
       }
     }
   }
   // The adjoint of Im2Col: overwrites dx with the sums of its col entries.
-  void Col2Im(const float* d_col, float* dx) const {
+  void Col2Im(const float* d_col, int ld, int first, float* dx) const {
     std::memset(dx, 0, sizeof(float) * in_.size());
     const int pad = kernel_ / 2;
     for (int c = 0; c < in_.c; ++c) {
+      float* plane = dx + static_cast<std::size_t>(c) * in_.h * in_.w;
       for (int ky = 0; ky < kernel_; ++ky) {
         for (int kx = 0; kx < kernel_; ++kx) {
-          const float* row = d_col + static_cast<std::size_t>((c * kernel_ + ky) * kernel_ + kx) * hw_;
+          const float* row = d_col + static_cast<std::size_t>((c * kernel_ + ky) * kernel_ + kx) * ld + first;
+          int lo, hi;
+          ValidColumns(kx, &lo, &hi);
+          const int shift = kx - pad;
           for (int y = 0; y < in_.h; ++y) {
             const int sy = y + ky - pad;
             if (sy < 0 || sy >= in_.h) continue;
-            for (int xx = 0; xx < in_.w; ++xx) {
-              const int sx = xx + kx - pad;
-              if (sx < 0 || sx >= in_.w) continue;
-              dx[(static_cast<std::size_t>(c) * in_.h + sy) * in_.w + sx] += row[y * in_.w + xx];
-            }
+            const float* src = row + y * in_.w;
+            float* dst = plane + static_cast<std::size_t>(sy) * in_.w;
+            for (int xx = lo; xx < hi; ++xx) dst[xx + shift] += src[xx];
           }
         }
       }

@@ -34,8 +34,8 @@ class Layer {
   virtual std::vector<TensorInfo> Tensors(const std::string& name) const { (void)name; return {}; }
   virtual void Bind(float* parameters, float* gradients) { (void)parameters; (void)gradients; }
   virtual void Init(Rng& rng) { (void)rng; }
-  // Scratch floats Forward/Backward need, independent of the batch size.
-  virtual std::size_t ScratchFloats() const { return 0; }
+  // Scratch floats Forward/Backward need for batches of up to `batch`.
+  virtual std::size_t ScratchFloats(int batch) const { (void)batch; return 0; }
 
   virtual void Forward(const float* in, float* out, int batch, float* scratch) = 0;
   virtual void Backward(const float* in, const float* out, const float* d_out, float* d_in,

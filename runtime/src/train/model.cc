@@ -80,9 +80,11 @@ Status Model::Reserve(int batch) {
   std::size_t widest = input_size_, scratch = 0;
   for (const auto& layer : layers_) {
     widest = std::max(widest, layer->out_shape().size());
-    scratch = std::max(scratch, layer->ScratchFloats());
+    scratch = std::max(scratch, layer->ScratchFloats(batch));
   }
-  if (widest * b > kMaxActivationFloats) return OutOfRange("batch too large for this model");
+  if (widest * b > kMaxActivationFloats || scratch > kMaxActivationFloats) {
+    return OutOfRange("batch too large for this model");
+  }
   outputs_.resize(layers_.size());
   bool ok = delta_a_.Resize(widest * b) && delta_b_.Resize(widest * b) && scratch_.Resize(scratch);
   for (std::size_t i = 0; i < layers_.size() && ok; ++i) {

@@ -69,6 +69,9 @@ Result<ModelSpec> ParseModelSpec(const std::string& text) {
         !ParseDimension(dims[1], &spec.width) || !ParseDimension(dims[2], &spec.channels)) {
       return Bad(text, "the input '" + parts[0] + "' must be <height>x<width>x<channels>");
     }
+    if (static_cast<long>(spec.height) * spec.width * spec.channels > (1L << 24)) {
+      return Bad(text, "the input '" + parts[0] + "' has more than 2^24 values");
+    }
     int h = spec.height, w = spec.width;
     bool flat = false;
     for (std::size_t i = 1; i + 1 < parts.size(); ++i) {

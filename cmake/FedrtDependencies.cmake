@@ -2,6 +2,8 @@
 # for cross builds, toolchains/make-sysroot). Nothing is downloaded here.
 
 find_package(Threads REQUIRED)
+# zlib: gzip-compressed data sets and checkpoint checksums (fedrt::train).
+find_package(ZLIB REQUIRED)
 
 # OpenBLAS: Debian ships cblas.h under the multiarch include directory and the
 # library through update-alternatives; look for both by name.

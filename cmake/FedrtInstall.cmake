@@ -5,7 +5,7 @@ include(CMakePackageConfigHelpers)
 
 set(FEDRT_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/fedrt)
 
-set(fedrt_install_targets fedrt_platform fedrt_codecs fedrt_transport fedrt_runtime)
+set(fedrt_install_targets fedrt_platform fedrt_codecs fedrt_transport fedrt_train fedrt_runtime)
 install(TARGETS ${fedrt_install_targets}
         EXPORT fedrtTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

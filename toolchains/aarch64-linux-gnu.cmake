@@ -13,4 +13,8 @@ set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
 set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
 
 include("${CMAKE_CURRENT_LIST_DIR}/linux-cross-common.cmake")
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/${FEDRT_TARGET_TRIPLET})
+# The sysroot's libraries also reach the guest's loader through LD_LIBRARY_PATH:
+# the build tree's RUNPATH covers direct dependencies only, not what they pull
+# in themselves (libopenblas needs libgfortran, libssl needs libcrypto).
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/${FEDRT_TARGET_TRIPLET}
+    -E LD_LIBRARY_PATH=${FEDRT_SYSROOT}/lib/${FEDRT_TARGET_TRIPLET}:${FEDRT_SYSROOT}/usr/lib/${FEDRT_TARGET_TRIPLET})

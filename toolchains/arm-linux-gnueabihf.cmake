@@ -19,4 +19,8 @@ set(CMAKE_CXX_FLAGS_INIT "-march=armv7-a -mfpu=vfpv3-d16 -mfloat-abi=hard")
 
 include("${CMAKE_CURRENT_LIST_DIR}/linux-cross-common.cmake")
 # qemu-arm emulates a Cortex-A15 class CPU by default, which has NEON.
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-arm -L /usr/${FEDRT_TARGET_TRIPLET})
+# The sysroot's libraries also reach the guest's loader through LD_LIBRARY_PATH:
+# the build tree's RUNPATH covers direct dependencies only, not what they pull
+# in themselves (libopenblas needs libgfortran, libssl needs libcrypto).
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-arm -L /usr/${FEDRT_TARGET_TRIPLET}
+    -E LD_LIBRARY_PATH=${FEDRT_SYSROOT}/lib/${FEDRT_TARGET_TRIPLET}:${FEDRT_SYSROOT}/usr/lib/${FEDRT_TARGET_TRIPLET})

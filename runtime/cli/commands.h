@@ -21,6 +21,7 @@ using CommandList = std::vector<Command>;
 void RegisterInfo(CLI::App& app, CommandList& commands);
 void RegisterCodec(CLI::App& app, CommandList& commands);
 void RegisterBench(CLI::App& app, CommandList& commands);
+void RegisterTrain(CLI::App& app, CommandList& commands);
 
 }  // namespace fedrt::cli
 

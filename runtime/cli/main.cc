@@ -7,11 +7,37 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <unistd.h>
 
 #include "cli/commands.h"
+#include "fedrt/platform/cpu.h"
 #include "fedrt/runtime/build_info.h"
+#include "fedrt/runtime/gemm.h"
+
+namespace {
+
+// OpenBLAS chooses its kernels when it loads, by CPU model. On an AVX2 + FMA
+// CPU whose model it does not know (virtual CPUs often report a generic
+// one) it settles for SSE3 "Prescott" kernels, about 3x slower for training.
+// The only way to change that is OPENBLAS_CORETYPE before the library loads,
+// so the tool sets it and starts itself again, once. Users who set the
+// variable themselves keep their choice.
+void RestartWithBetterOpenBlasKernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  if (std::strcmp(fedrt::OpenBlasCoreName(), "Prescott") != 0) return;
+  const fedrt::CpuFeatures& cpu = fedrt::DetectCpu();
+  if (!cpu.avx2 || !cpu.fma) return;
+  if (setenv("OPENBLAS_CORETYPE", "Haswell", 1) != 0) return;
+  execv("/proc/self/exe", argv);  // returns only on failure: carry on as we are
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  RestartWithBetterOpenBlasKernels(argv);
   CLI::App app{"fedrt: federated training on edge devices"};
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", std::string("fedrt ") + fedrt::VersionString());
@@ -21,6 +47,7 @@ int main(int argc, char** argv) {
   fedrt::cli::RegisterInfo(app, commands);
   fedrt::cli::RegisterCodec(app, commands);
   fedrt::cli::RegisterBench(app, commands);
+  fedrt::cli::RegisterTrain(app, commands);
 
   try {
     app.parse(argc, argv);

@@ -2,6 +2,7 @@
 
 #include "fedrt/platform/config.h"
 #include "fedrt/platform/cpu.h"
+#include "fedrt/runtime/gemm.h"
 
 namespace fedrt {
 
@@ -45,7 +46,9 @@ std::string DescribeSystem() {
   for (Isa isa : AvailableIsas()) available += std::string(available.empty() ? "" : " ") + IsaName(isa);
   text += "kernels usable: " + available + "\n";
   text += std::string("kernel isa:    ") + IsaName(ActiveIsa()) + "\n";
-  text += std::string("gemm:          ") + (build.openblas ? "OpenBLAS" : "built-in") + "\n";
+  text += std::string("gemm:          ") + (build.openblas ? "OpenBLAS" : "built-in");
+  if (build.openblas) text += std::string(" (") + OpenBlasCoreName() + " kernels)";
+  text += "\n";
   return text;
 }
 

@@ -1,0 +1,59 @@
+// Checkpoints: a model's parameters, the optimizer's state (momentum buffer
+// and step counter) and the number of completed epochs, so that training can
+// stop and resume exactly.
+//
+// Format (version 1, all integers and floats little-endian):
+//   "FEDRTCKP"  8 bytes magic
+//   u32 version (1), u32 reserved (0)
+//   u64 step, u64 epoch
+//   u32 spec length L, L bytes model spec text (at most 4096)
+//   u64 P, P x f32 parameters
+//   u64 V (0 or P), V x f32 momentum buffer
+//   u32 CRC-32 (zlib) of every byte before it
+// Decoding is the trust boundary: the checksum, every length and the exact
+// total size are checked before any value is used; a truncated, damaged or
+// foreign file gives Corrupt (or Unsupported for a newer version).
+// Files are written atomically: to "<path>.tmp", flushed, then renamed.
+//
+// Thread-safety: pure functions; do not write one path from two threads.
+#ifndef FEDRT_RUNTIME_CHECKPOINT_H_
+#define FEDRT_RUNTIME_CHECKPOINT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fedrt/platform/status.h"
+#include "fedrt/runtime/model.h"
+#include "fedrt/runtime/optimizer.h"
+
+namespace fedrt {
+
+inline constexpr uint32_t kCheckpointVersion = 1;
+
+struct Checkpoint {
+  std::string spec;
+  uint64_t step = 0;
+  uint64_t epoch = 0;
+  std::vector<float> parameters;
+  std::vector<float> velocity;  // empty when the optimizer has no momentum
+};
+
+// A copy of the state of `model` and `sgd` after `epoch` completed epochs.
+Checkpoint CaptureCheckpoint(const Model& model, const Sgd& sgd, uint64_t epoch);
+// Loads a checkpoint into a model built from the same spec and an optimizer
+// of the same parameter count (FailedPrecondition otherwise). A checkpoint
+// without momentum leaves a momentum optimizer's buffer at zero.
+Status RestoreCheckpoint(const Checkpoint& checkpoint, Model& model, Sgd& sgd);
+
+std::vector<uint8_t> EncodeCheckpoint(const Checkpoint& checkpoint);
+// `name` (a file name) prefixes the error messages.
+Result<Checkpoint> DecodeCheckpoint(const uint8_t* bytes, std::size_t size, const std::string& name);
+
+Status WriteCheckpointFile(const std::string& path, const Checkpoint& checkpoint);
+Result<Checkpoint> ReadCheckpointFile(const std::string& path);
+
+}  // namespace fedrt
+
+#endif  // FEDRT_RUNTIME_CHECKPOINT_H_

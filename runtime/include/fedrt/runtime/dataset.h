@@ -1,0 +1,82 @@
+// Labelled training data in memory: the IDX reader (the MNIST / Fashion-MNIST
+// format, gzip-compressed or not), normalisation, and seeded shuffling and
+// batching.
+//
+// Trust boundary: IDX files are untrusted bytes. ParseIdx validates the
+// header, the element type, every dimension and that the payload has exactly
+// the announced size (and at most kMaxIdxBytes) before anything else reads
+// it; errors name the file and what is wrong. After loading, a Dataset is
+// consistent (labels.size() == count, features.size() == count * example_size()).
+//
+// File access uses zlib's gz* functions (POSIX files); firmware without a
+// file system parses bytes it already has with ParseIdx.
+// Thread-safety: plain values and pure functions.
+#ifndef FEDRT_RUNTIME_DATASET_H_
+#define FEDRT_RUNTIME_DATASET_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fedrt/platform/status.h"
+
+namespace fedrt {
+
+// Decompressed IDX files larger than this are rejected (1 GiB).
+inline constexpr std::size_t kMaxIdxBytes = std::size_t{1} << 30;
+
+struct IdxArray {
+  std::vector<uint32_t> dims;  // e.g. {60000, 28, 28}
+  std::vector<uint8_t> data;   // row-major, unsigned bytes
+};
+
+// Parses an IDX image of unsigned bytes (type 0x08, 1 to 4 dimensions).
+// `name` (a file name) prefixes every error message.
+Result<IdxArray> ParseIdx(const uint8_t* bytes, std::size_t size, const std::string& name);
+// Reads a file (gzip-compressed or plain) and parses it. NotFound / IoError
+// when it cannot be read, Corrupt when the bytes are not a valid IDX file.
+Result<IdxArray> ReadIdxFile(const std::string& path);
+
+struct Dataset {
+  std::size_t count = 0;
+  int channels = 1, height = 1, width = 1;  // example shape
+  int num_classes = 0;                      // max label + 1
+  std::vector<float> features;              // [count x example_size()]
+  std::vector<uint8_t> labels;              // [count]
+  std::size_t example_size() const { return static_cast<std::size_t>(channels) * height * width; }
+};
+
+// Images (N x H x W bytes, scaled to [0, 1]) and labels (N bytes) from two
+// IDX files; the counts must agree.
+Result<Dataset> LoadIdxDataset(const std::string& images_path, const std::string& labels_path);
+
+struct TrainTestData {
+  Dataset train;
+  Dataset test;
+};
+// The four files of an MNIST-style directory: train-images-idx3-ubyte.gz,
+// train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz.
+Result<TrainTestData> LoadMnistStyleDirectory(const std::string& directory);
+
+// Feature mean and standard deviation of a data set (over all values).
+struct Normalization {
+  float mean = 0.0f;
+  float stddev = 1.0f;
+};
+Normalization ComputeNormalization(const Dataset& data);
+// x = (x - mean) / stddev for every feature (use the training set's figures
+// for the test set too).
+void Normalize(Dataset& data, const Normalization& normalization);
+
+// A permutation of [0, count) that depends only on (seed, epoch).
+std::vector<uint32_t> ShuffledIndices(std::size_t count, uint64_t seed, uint64_t epoch);
+
+// Copies examples indices[0 .. batch) into features [batch x example_size()]
+// and labels [batch]. Indices must be below data.count.
+void GatherBatch(const Dataset& data, const uint32_t* indices, std::size_t batch, float* features,
+                 uint8_t* labels);
+
+}  // namespace fedrt
+
+#endif  // FEDRT_RUNTIME_DATASET_H_

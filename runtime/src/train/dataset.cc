@@ -1,0 +1,104 @@
+#include "fedrt/runtime/dataset.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "train/random.h"
+
+namespace fedrt {
+namespace {
+
+constexpr uint64_t kShuffleStream = 2;  // Rng stream of epoch shuffles
+
+}  // namespace
+
+Result<Dataset> LoadIdxDataset(const std::string& images_path, const std::string& labels_path) {
+  Result<IdxArray> images = ReadIdxFile(images_path);
+  if (!images.ok()) return images.status();
+  Result<IdxArray> labels = ReadIdxFile(labels_path);
+  if (!labels.ok()) return labels.status();
+  if (images->dims.size() != 3) {
+    return Corrupt(images_path + ": images must have 3 dimensions (count, rows, columns), not " +
+                   std::to_string(images->dims.size()));
+  }
+  if (labels->dims.size() != 1) return Corrupt(labels_path + ": labels must have 1 dimension");
+  if (labels->dims[0] != images->dims[0]) {
+    return Corrupt(labels_path + ": " + std::to_string(labels->dims[0]) + " labels for " +
+                   std::to_string(images->dims[0]) + " images in " + images_path);
+  }
+  if (images->dims[1] == 0 || images->dims[2] == 0 || images->dims[1] > 65536 || images->dims[2] > 65536) {
+    return Corrupt(images_path + ": image size " + std::to_string(images->dims[1]) + "x" +
+                   std::to_string(images->dims[2]) + " is out of range");
+  }
+  Dataset data;
+  data.count = images->dims[0];
+  data.height = static_cast<int>(images->dims[1]);
+  data.width = static_cast<int>(images->dims[2]);
+  data.features.resize(images->data.size());
+  for (std::size_t i = 0; i < images->data.size(); ++i) {
+    data.features[i] = static_cast<float>(images->data[i]) * (1.0f / 255.0f);
+  }
+  data.labels = std::move(labels->data);
+  int max_label = -1;
+  for (uint8_t label : data.labels) max_label = label > max_label ? label : max_label;
+  data.num_classes = max_label + 1;
+  return data;
+}
+
+Result<TrainTestData> LoadMnistStyleDirectory(const std::string& directory) {
+  const std::string dir = directory.empty() || directory.back() == '/' ? directory : directory + "/";
+  TrainTestData out;
+  Result<Dataset> train = LoadIdxDataset(dir + "train-images-idx3-ubyte.gz", dir + "train-labels-idx1-ubyte.gz");
+  if (!train.ok()) return train.status();
+  Result<Dataset> test = LoadIdxDataset(dir + "t10k-images-idx3-ubyte.gz", dir + "t10k-labels-idx1-ubyte.gz");
+  if (!test.ok()) return test.status();
+  if (test->height != train->height || test->width != train->width) {
+    return Corrupt(dir + "t10k-images-idx3-ubyte.gz: image size differs from the training images");
+  }
+  out.train = std::move(train).value();
+  out.test = std::move(test).value();
+  const int classes = out.train.num_classes > out.test.num_classes ? out.train.num_classes : out.test.num_classes;
+  out.train.num_classes = out.test.num_classes = classes;
+  return out;
+}
+
+Normalization ComputeNormalization(const Dataset& data) {
+  Normalization n;
+  if (data.features.empty()) return n;
+  double sum = 0.0, sum2 = 0.0;
+  for (float x : data.features) {
+    sum += x;
+    sum2 += static_cast<double>(x) * x;
+  }
+  const double count = static_cast<double>(data.features.size());
+  const double mean = sum / count;
+  const double var = sum2 / count - mean * mean;
+  n.mean = static_cast<float>(mean);
+  n.stddev = var > 1e-12 ? static_cast<float>(std::sqrt(var)) : 1.0f;
+  return n;
+}
+
+void Normalize(Dataset& data, const Normalization& n) {
+  const float scale = 1.0f / n.stddev;
+  for (float& x : data.features) x = (x - n.mean) * scale;
+}
+
+std::vector<uint32_t> ShuffledIndices(std::size_t count, uint64_t seed, uint64_t epoch) {
+  std::vector<uint32_t> order(count);
+  std::iota(order.begin(), order.end(), 0u);
+  Rng rng(seed ^ (epoch * 0x9E3779B97F4A7C15ull), kShuffleStream);
+  rng.Shuffle(order.data(), order.size());
+  return order;
+}
+
+void GatherBatch(const Dataset& data, const uint32_t* indices, std::size_t batch, float* features,
+                 uint8_t* labels) {
+  const std::size_t size = data.example_size();
+  for (std::size_t n = 0; n < batch; ++n) {
+    const float* src = data.features.data() + static_cast<std::size_t>(indices[n]) * size;
+    for (std::size_t i = 0; i < size; ++i) features[n * size + i] = src[i];
+    labels[n] = data.labels[indices[n]];
+  }
+}
+
+}  // namespace fedrt

@@ -1,0 +1,191 @@
+// The built-in blocked GEMM driver (Goto-style: B packed in KC x NC blocks of
+// nr-wide panels, A in MC x KC blocks of mr-high panels, a register-blocked
+// micro-kernel per tile), the dispatch to OpenBLAS, and the reference loop.
+//
+// Why the result is bit-identical to ReferenceGemm: C is first scaled by beta
+// exactly as the reference does, and each micro-kernel call loads the C tile,
+// adds a(i,p) * b(p,j) for the block's p in increasing order and stores it,
+// so over the KC blocks every element sees the same sequence of roundings.
+#include <algorithm>
+#include <cstddef>
+
+#include "fedrt/platform/config.h"
+#include "fedrt/platform/memory.h"
+#include "train/gemm_kernels.h"
+
+#if FEDRT_HAVE_OPENBLAS
+#include <cblas.h>
+// Declared by Debian's cblas.h through openblas_config.h; repeated for other
+// cblas.h flavours that omit it.
+extern "C" char* openblas_get_corename(void);
+#endif
+
+namespace fedrt {
+namespace {
+
+constexpr int kKc = 256;  // depth of a packed block: panels stay in L1/L2
+constexpr int kMc = 120;  // rows of a packed A block (a multiple of every mr)
+constexpr int kNc = 512;  // columns of a packed B block (a multiple of every nr)
+
+inline float ElementA(Transpose t, const float* a, int lda, int i, int p) {
+  return t == Transpose::kNo ? a[static_cast<std::size_t>(i) * lda + p]
+                             : a[static_cast<std::size_t>(p) * lda + i];
+}
+inline float ElementB(Transpose t, const float* b, int ldb, int p, int j) {
+  return ElementA(t == Transpose::kNo ? Transpose::kYes : Transpose::kNo, b, ldb, j, p);
+}
+
+void ScaleC(int m, int n, float beta, float* c, int ldc) {
+  if (beta == 1.0f) return;
+  for (int i = 0; i < m; ++i) {
+    float* row = c + static_cast<std::size_t>(i) * ldc;
+    // beta == 0 overwrites (NaN or Inf in C must not survive), as BLAS does.
+    for (int j = 0; j < n; ++j) row[j] = beta == 0.0f ? 0.0f : beta * row[j];
+  }
+}
+
+// Packing scratch, one per thread, grown on demand and kept.
+struct PackScratch {
+  AlignedArray<float> a;
+  AlignedArray<float> b;
+};
+
+bool EnsureScratch(PackScratch& s, std::size_t a_size, std::size_t b_size) {
+  if (s.a.size() < a_size && !s.a.Resize(a_size)) return false;
+  if (s.b.size() < b_size && !s.b.Resize(b_size)) return false;
+  return true;
+}
+
+// Packs rows [r0, r0 + rows) x depth [p0, p0 + kc) of op(X) into `width`-high
+// panels, each stored p-major ([p][r]), rows beyond `total` padded with zeros.
+// A block of op(A) is packed as is; a block of op(B) as rows of op(B)^T.
+void PackPanels(int width, Transpose t, const float* x, int ldx, int total, int r0, int rows, int p0,
+                int kc, float* out) {
+  for (int base = 0; base < rows; base += width) {
+    for (int p = 0; p < kc; ++p) {
+      for (int r = 0; r < width; ++r) {
+        const int i = r0 + base + r;
+        *out++ = (base + r < rows && i < total) ? ElementA(t, x, ldx, i, p0 + p) : 0.0f;
+      }
+    }
+  }
+}
+
+inline Transpose Flip(Transpose t) { return t == Transpose::kNo ? Transpose::kYes : Transpose::kNo; }
+
+inline int RoundUp(int x, int to) { return (x + to - 1) / to * to; }
+
+}  // namespace
+
+GemmMicroKernel GemmMicroKernelFor(Isa isa) {
+  switch (isa) {
+#if FEDRT_HAVE_AVX2_KERNELS
+    case Isa::kAvx2: return {avx2::kGemmMr, avx2::kGemmNr, &avx2::GemmMicroKernel};
+#endif
+#if FEDRT_HAVE_NEON_KERNELS
+    case Isa::kNeon: return {neon::kGemmMr, neon::kGemmNr, &neon::GemmMicroKernel};
+#endif
+    default: return {scalar::kGemmMr, scalar::kGemmNr, &scalar::GemmMicroKernel};
+  }
+}
+
+void ReferenceGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, const float* a,
+                   int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+  ScaleC(m, n, beta, c, ldc);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      float sum = c[static_cast<std::size_t>(i) * ldc + j];
+      for (int p = 0; p < k; ++p) sum = sum + ElementA(trans_a, a, lda, i, p) * ElementB(trans_b, b, ldb, p, j);
+      c[static_cast<std::size_t>(i) * ldc + j] = sum;
+    }
+  }
+}
+
+void BlockedGemm(const GemmMicroKernel& kernel, Transpose trans_a, Transpose trans_b, int m, int n,
+                 int k, const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                 int ldc) {
+  if (m <= 0 || n <= 0) return;
+  const int mr = kernel.mr;
+  const int nr = kernel.nr;
+  const int kc_max = std::min(k, kKc);
+  const int mc_max = RoundUp(std::min(m, kMc), mr);
+  const int nc_max = RoundUp(std::min(n, kNc), nr);
+  thread_local PackScratch scratch;
+  if (k > 0 && !EnsureScratch(scratch, static_cast<std::size_t>(kc_max) * mc_max,
+                              static_cast<std::size_t>(kc_max) * nc_max)) {
+    ReferenceGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  ScaleC(m, n, beta, c, ldc);
+  float tile[16 * 16];  // a partial C tile, padded to mr x nr (both <= 16)
+  for (int j0 = 0; j0 < n; j0 += kNc) {
+    const int nc = std::min(kNc, n - j0);
+    for (int p0 = 0; p0 < k; p0 += kKc) {
+      const int kc = std::min(kKc, k - p0);
+      PackPanels(nr, Flip(trans_b), b, ldb, n, j0, nc, p0, kc, scratch.b.data());
+      for (int i0 = 0; i0 < m; i0 += kMc) {
+        const int mc = std::min(kMc, m - i0);
+        PackPanels(mr, trans_a, a, lda, m, i0, mc, p0, kc, scratch.a.data());
+        for (int jr = 0; jr < nc; jr += nr) {
+          const float* b_panel = scratch.b.data() + static_cast<std::size_t>(jr) * kc;
+          const int cols = std::min(nr, nc - jr);
+          for (int ir = 0; ir < mc; ir += mr) {
+            const float* a_panel = scratch.a.data() + static_cast<std::size_t>(ir) * kc;
+            const int rows = std::min(mr, mc - ir);
+            float* c_tile = c + static_cast<std::size_t>(i0 + ir) * ldc + (j0 + jr);
+            if (rows == mr && cols == nr) {
+              kernel.fn(static_cast<std::size_t>(kc), a_panel, b_panel, c_tile,
+                        static_cast<std::size_t>(ldc));
+              continue;
+            }
+            for (int r = 0; r < mr; ++r) {
+              for (int q = 0; q < nr; ++q) {
+                tile[r * nr + q] = (r < rows && q < cols) ? c_tile[static_cast<std::size_t>(r) * ldc + q] : 0.0f;
+              }
+            }
+            kernel.fn(static_cast<std::size_t>(kc), a_panel, b_panel, tile, static_cast<std::size_t>(nr));
+            for (int r = 0; r < rows; ++r) {
+              for (int q = 0; q < cols; ++q) c_tile[static_cast<std::size_t>(r) * ldc + q] = tile[r * nr + q];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void BuiltinGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, const float* a, int lda,
+                 const float* b, int ldb, float beta, float* c, int ldc) {
+  BlockedGemm(GemmMicroKernelFor(ActiveIsa()), trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c,
+              ldc);
+}
+
+void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, const float* a, int lda,
+          const float* b, int ldb, float beta, float* c, int ldc) {
+#if FEDRT_HAVE_OPENBLAS
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    ScaleC(m, n, beta, c, ldc);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a == Transpose::kNo ? CblasNoTrans : CblasTrans,
+              trans_b == Transpose::kNo ? CblasNoTrans : CblasTrans, m, n, k, 1.0f, a, lda, b, ldb,
+              beta, c, ldc);
+#else
+  BuiltinGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+#endif
+}
+
+const char* GemmBackendName() { return FEDRT_HAVE_OPENBLAS ? "OpenBLAS" : "built-in"; }
+
+const char* OpenBlasCoreName() {
+#if FEDRT_HAVE_OPENBLAS
+  const char* name = openblas_get_corename();
+  return name != nullptr ? name : "";
+#else
+  return "";
+#endif
+}
+
+}  // namespace fedrt

@@ -1,0 +1,78 @@
+#include "fedrt/runtime/optimizer.h"
+
+#include <cmath>
+#include <string>
+
+namespace fedrt {
+
+double LrSchedule::LearningRate(uint64_t step) const {
+  switch (kind) {
+    case LrScheduleKind::kConstant: return base_lr;
+    case LrScheduleKind::kStep:
+      return base_lr * std::pow(gamma, static_cast<double>(step / (step_size == 0 ? 1 : step_size)));
+    case LrScheduleKind::kCosine: {
+      if (total_steps == 0 || step >= total_steps) return min_lr;
+      const double progress = static_cast<double>(step) / static_cast<double>(total_steps);
+      return min_lr + 0.5 * (base_lr - min_lr) * (1.0 + std::cos(3.141592653589793 * progress));
+    }
+  }
+  return base_lr;
+}
+
+Status ValidateSgdOptions(const SgdOptions& o) {
+  const LrSchedule& s = o.schedule;
+  if (!(s.base_lr > 0.0) || !std::isfinite(s.base_lr)) return InvalidArgument("learning rate must be positive and finite");
+  if (!(o.momentum >= 0.0f && o.momentum < 1.0f)) return InvalidArgument("momentum must be in [0, 1)");
+  if (o.nesterov && o.momentum == 0.0f) return InvalidArgument("Nesterov momentum needs momentum > 0");
+  if (!(o.weight_decay >= 0.0f) || !std::isfinite(o.weight_decay)) return InvalidArgument("weight decay must be >= 0");
+  if (!(o.clip_norm >= 0.0f) || !std::isfinite(o.clip_norm)) return InvalidArgument("clip norm must be >= 0 (0: off)");
+  if (s.kind == LrScheduleKind::kStep && (s.step_size == 0 || !(s.gamma > 0.0))) {
+    return InvalidArgument("step schedule needs step_size > 0 and gamma > 0");
+  }
+  if (s.kind == LrScheduleKind::kCosine && (s.total_steps == 0 || !(s.min_lr >= 0.0) || s.min_lr > s.base_lr)) {
+    return InvalidArgument("cosine schedule needs total_steps > 0 and 0 <= min_lr <= base_lr");
+  }
+  return Status::Ok();
+}
+
+Result<Sgd> Sgd::Create(const SgdOptions& options, std::size_t parameter_count) {
+  FEDRT_RETURN_IF_ERROR(ValidateSgdOptions(options));
+  Sgd sgd;
+  sgd.options_ = options;
+  sgd.count_ = parameter_count;
+  if (options.momentum > 0.0f && !sgd.velocity_.Resize(parameter_count)) {
+    return Status(StatusCode::kResourceExhausted, "cannot allocate the momentum buffer");
+  }
+  return sgd;
+}
+
+double Sgd::Step(float* w, float* g) {
+  const std::size_t n = count_;
+  double sum2 = 0.0;
+  for (std::size_t i = 0; i < n; ++i) sum2 += static_cast<double>(g[i]) * g[i];
+  const double norm = std::sqrt(sum2);
+  if (options_.clip_norm > 0.0f && norm > options_.clip_norm) {
+    const float scale = static_cast<float>(options_.clip_norm / norm);
+    for (std::size_t i = 0; i < n; ++i) g[i] *= scale;
+  }
+  const float decay = options_.weight_decay;
+  if (decay > 0.0f) {
+    for (std::size_t i = 0; i < n; ++i) g[i] += decay * w[i];
+  }
+  const float lr = static_cast<float>(current_lr());
+  const float mu = options_.momentum;
+  if (mu > 0.0f) {
+    float* v = velocity_.data();
+    for (std::size_t i = 0; i < n; ++i) {
+      v[i] = mu * v[i] + g[i];
+      const float d = options_.nesterov ? g[i] + mu * v[i] : v[i];
+      w[i] -= lr * d;
+    }
+  } else {
+    for (std::size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
+  }
+  ++step_;
+  return norm;
+}
+
+}  // namespace fedrt

@@ -1,0 +1,108 @@
+#include "fedrt/runtime/trainer.h"
+
+#include <algorithm>
+#include <string>
+
+#include "fedrt/platform/clock.h"
+
+namespace fedrt {
+namespace {
+
+Status CheckShapes(const Model& model, const Dataset& data, int batch) {
+  if (batch <= 0) return InvalidArgument("batch size must be positive");
+  if (data.example_size() != model.input_size()) {
+    return InvalidArgument("examples have " + std::to_string(data.example_size()) + " features, model '" +
+                           model.spec().text + "' expects " + std::to_string(model.input_size()));
+  }
+  if (data.labels.size() != data.count || data.features.size() != data.count * data.example_size()) {
+    return InvalidArgument("data set sizes are inconsistent");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<EpochStats> TrainEpoch(Model& model, Sgd& sgd, const Dataset& data, uint64_t epoch,
+                              const TrainOptions& options) {
+  FEDRT_RETURN_IF_ERROR(CheckShapes(model, data, options.batch));
+  if (sgd.parameter_count() != model.parameter_count()) {
+    return InvalidArgument("optimizer and model parameter counts differ");
+  }
+  Stopwatch watch;
+  std::vector<uint32_t> order;
+  if (options.subset != nullptr) {
+    for (uint32_t i : *options.subset) {
+      if (i >= data.count) return OutOfRange("subset index " + std::to_string(i) + " is past the data set");
+    }
+    const std::vector<uint32_t> perm = ShuffledIndices(options.subset->size(), options.seed, epoch);
+    order.reserve(perm.size());
+    for (uint32_t k : perm) order.push_back((*options.subset)[k]);
+  } else {
+    order = ShuffledIndices(data.count, options.seed, epoch);
+  }
+  const std::size_t batch = static_cast<std::size_t>(options.batch);
+  FEDRT_RETURN_IF_ERROR(model.Reserve(options.batch));
+  std::vector<float> x(batch * data.example_size());
+  std::vector<uint8_t> y(batch);
+  EpochStats stats;
+  double loss_sum = 0.0;
+  std::size_t correct = 0;
+  for (std::size_t start = 0; start < order.size(); start += batch) {
+    if (options.max_steps != 0 && stats.steps == options.max_steps) break;
+    const std::size_t n = std::min(batch, order.size() - start);
+    GatherBatch(data, order.data() + start, n, x.data(), y.data());
+    Result<BatchLoss> loss = model.ComputeGradients(x.data(), y.data(), static_cast<int>(n));
+    if (!loss.ok()) return loss.status();
+    sgd.Step(model.parameters(), model.gradients());
+    loss_sum += loss->loss * static_cast<double>(n);
+    correct += static_cast<std::size_t>(loss->correct);
+    stats.examples += n;
+    ++stats.steps;
+  }
+  if (stats.examples > 0) {
+    stats.loss = loss_sum / static_cast<double>(stats.examples);
+    stats.accuracy = static_cast<double>(correct) / static_cast<double>(stats.examples);
+  }
+  stats.seconds = watch.ElapsedSeconds();
+  return stats;
+}
+
+double Evaluation::ClassAccuracy(std::size_t c) const {
+  if (c >= class_examples.size() || class_examples[c] == 0) return 0.0;
+  return static_cast<double>(class_correct[c]) / static_cast<double>(class_examples[c]);
+}
+
+Result<Evaluation> EvaluateModel(Model& model, const Dataset& data, int batch) {
+  FEDRT_RETURN_IF_ERROR(CheckShapes(model, data, batch));
+  FEDRT_RETURN_IF_ERROR(model.Reserve(batch));
+  const std::size_t classes = static_cast<std::size_t>(model.num_classes());
+  Evaluation e;
+  e.class_examples.assign(classes, 0);
+  e.class_correct.assign(classes, 0);
+  std::vector<int> predicted(static_cast<std::size_t>(batch));
+  const std::size_t size = data.example_size();
+  double loss_sum = 0.0;
+  std::size_t correct = 0;
+  for (std::size_t start = 0; start < data.count; start += static_cast<std::size_t>(batch)) {
+    const std::size_t n = std::min(static_cast<std::size_t>(batch), data.count - start);
+    // Consecutive examples are already a contiguous batch: no copy.
+    Result<BatchLoss> loss = model.Evaluate(data.features.data() + start * size, data.labels.data() + start,
+                                            static_cast<int>(n), predicted.data());
+    if (!loss.ok()) return loss.status();
+    loss_sum += loss->loss * static_cast<double>(n);
+    correct += static_cast<std::size_t>(loss->correct);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t label = data.labels[start + i];
+      ++e.class_examples[label];
+      if (predicted[i] == static_cast<int>(label)) ++e.class_correct[label];
+    }
+  }
+  e.examples = data.count;
+  if (data.count > 0) {
+    e.loss = loss_sum / static_cast<double>(data.count);
+    e.accuracy = static_cast<double>(correct) / static_cast<double>(data.count);
+  }
+  return e;
+}
+
+}  // namespace fedrt

@@ -1,0 +1,205 @@
+#include <doctest/doctest.h>
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fedrt/runtime/dataset.h"
+#include "temp_dir.h"
+
+namespace fedrt {
+namespace {
+
+// An IDX file of unsigned bytes with the given dimensions; `payload` values
+// cycle through 0..250 unless given.
+std::vector<uint8_t> Idx(const std::vector<uint32_t>& dims, std::vector<uint8_t> payload = {}) {
+  std::vector<uint8_t> out = {0, 0, 0x08, static_cast<uint8_t>(dims.size())};
+  std::size_t count = 1;
+  for (uint32_t d : dims) {
+    for (int shift : {24, 16, 8, 0}) out.push_back(static_cast<uint8_t>(d >> shift));
+    count *= d;
+  }
+  if (payload.empty()) {
+    for (std::size_t i = 0; i < count; ++i) payload.push_back(static_cast<uint8_t>(i % 251));
+  }
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+void WritePlain(const std::string& path, const std::vector<uint8_t>& bytes) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  REQUIRE(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
+  std::fclose(f);
+}
+
+void WriteGzip(const std::string& path, const std::vector<uint8_t>& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
+  REQUIRE(gzclose(f) == Z_OK);
+}
+
+std::vector<uint8_t> ReadAll(const std::string& path) {
+  std::vector<uint8_t> bytes;
+  FILE* f = std::fopen(path.c_str(), "rb");
+  REQUIRE(f != nullptr);
+  int ch;
+  while ((ch = std::fgetc(f)) != EOF) bytes.push_back(static_cast<uint8_t>(ch));
+  std::fclose(f);
+  return bytes;
+}
+
+TEST_CASE("the idx reader loads gzip and plain files with the same contents") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const std::vector<uint8_t> bytes = Idx({3, 4, 5});
+  WritePlain(dir.File("plain.idx"), bytes);
+  WriteGzip(dir.File("packed.idx.gz"), bytes);
+  Result<IdxArray> plain = ReadIdxFile(dir.File("plain.idx"));
+  Result<IdxArray> packed = ReadIdxFile(dir.File("packed.idx.gz"));
+  REQUIRE(plain.ok());
+  REQUIRE(packed.ok());
+  CHECK(plain->dims == std::vector<uint32_t>{3, 4, 5});
+  CHECK(plain->data.size() == 60);
+  CHECK(plain->data[59] == 59);
+  CHECK(packed->dims == plain->dims);
+  CHECK(packed->data == plain->data);
+}
+
+TEST_CASE("a missing idx file is reported as not found with its name") {
+  Result<IdxArray> missing = ReadIdxFile("/nonexistent/fedrt/train-images-idx3-ubyte.gz");
+  CHECK(missing.status().code() == StatusCode::kNotFound);
+  CHECK(missing.status().message().find("/nonexistent/fedrt/train-images-idx3-ubyte.gz") != std::string::npos);
+}
+
+TEST_CASE("truncated idx files are rejected with the file named") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  std::vector<uint8_t> bytes = Idx({10, 8, 8});
+  bytes.resize(bytes.size() - 7);
+  WritePlain(dir.File("short.idx"), bytes);
+  Result<IdxArray> plain = ReadIdxFile(dir.File("short.idx"));
+  CHECK(plain.status().code() == StatusCode::kCorrupt);
+  CHECK(plain.status().message().find("short.idx") != std::string::npos);
+  CHECK(plain.status().message().find("truncated") != std::string::npos);
+
+  // A gzip stream cut in the middle.
+  WriteGzip(dir.File("whole.gz"), Idx({100, 28, 28}));
+  std::vector<uint8_t> gz = ReadAll(dir.File("whole.gz"));
+  gz.resize(gz.size() / 2);
+  WritePlain(dir.File("cut.gz"), gz);
+  Result<IdxArray> cut = ReadIdxFile(dir.File("cut.gz"));
+  CHECK(cut.status().code() == StatusCode::kCorrupt);
+  CHECK(cut.status().message().find("cut.gz") != std::string::npos);
+
+  for (std::size_t size : {0u, 3u, 9u}) {
+    std::vector<uint8_t> header = Idx({2, 2});
+    header.resize(size);
+    CHECK(ParseIdx(header.data(), header.size(), "x.idx").status().code() == StatusCode::kCorrupt);
+  }
+}
+
+TEST_CASE("foreign files, other element types and extra bytes are rejected") {
+  const std::vector<uint8_t> text = {'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd'};
+  CHECK(ParseIdx(text.data(), text.size(), "hello.txt").status().message().find("hello.txt: not an IDX") == 0);
+  std::vector<uint8_t> floats = Idx({2});
+  floats[2] = 0x0D;
+  CHECK(ParseIdx(floats.data(), floats.size(), "f.idx").status().message().find("element type 13") != std::string::npos);
+  std::vector<uint8_t> zero_dims = Idx({2});
+  zero_dims[3] = 0;
+  CHECK_FALSE(ParseIdx(zero_dims.data(), zero_dims.size(), "z.idx").ok());
+  std::vector<uint8_t> longer = Idx({2, 2});
+  longer.push_back(1);
+  CHECK(ParseIdx(longer.data(), longer.size(), "l.idx").status().code() == StatusCode::kCorrupt);
+  // Dimensions whose product overflows the size limit.
+  const std::vector<uint8_t> huge = {0, 0, 8, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  CHECK(ParseIdx(huge.data(), huge.size(), "h.idx").status().code() == StatusCode::kCorrupt);
+}
+
+TEST_CASE("an image set and a label set with different counts are rejected") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  WriteGzip(dir.File("images.gz"), Idx({5, 2, 3}));
+  WriteGzip(dir.File("labels.gz"), Idx({4}, {0, 1, 2, 3}));
+  Result<Dataset> data = LoadIdxDataset(dir.File("images.gz"), dir.File("labels.gz"));
+  CHECK(data.status().code() == StatusCode::kCorrupt);
+  CHECK(data.status().message().find("4 labels for 5 images") != std::string::npos);
+  // Labels given where images are expected.
+  CHECK_FALSE(LoadIdxDataset(dir.File("labels.gz"), dir.File("labels.gz")).ok());
+}
+
+TEST_CASE("an mnist-style directory loads, scales pixels to the unit interval and normalises") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  WriteGzip(dir.File("train-images-idx3-ubyte.gz"), Idx({6, 2, 2}));
+  WriteGzip(dir.File("train-labels-idx1-ubyte.gz"), Idx({6}, {0, 1, 2, 0, 1, 2}));
+  WriteGzip(dir.File("t10k-images-idx3-ubyte.gz"), Idx({2, 2, 2}, {0, 255, 0, 255, 255, 0, 255, 0}));
+  WriteGzip(dir.File("t10k-labels-idx1-ubyte.gz"), Idx({2}, {3, 1}));
+  Result<TrainTestData> data = LoadMnistStyleDirectory(dir.path());
+  REQUIRE(data.ok());
+  CHECK(data->train.count == 6);
+  CHECK(data->train.example_size() == 4);
+  CHECK(data->train.features[1] == doctest::Approx(1.0f / 255.0f));
+  CHECK(data->test.features[1] == 1.0f);
+  CHECK(data->train.num_classes == 4);  // the test set's label 3 counts too
+  Dataset& train = data->train;
+  const Normalization n = ComputeNormalization(train);
+  Normalize(train, n);
+  const Normalization after = ComputeNormalization(train);
+  CHECK(after.mean == doctest::Approx(0.0).epsilon(1e-5).scale(1));
+  CHECK(after.stddev == doctest::Approx(1.0).epsilon(1e-4));
+
+  Result<TrainTestData> missing = LoadMnistStyleDirectory(dir.File("absent"));
+  CHECK(missing.status().code() == StatusCode::kNotFound);
+  CHECK(missing.status().message().find("train-images-idx3-ubyte.gz") != std::string::npos);
+}
+
+TEST_CASE("shuffled indices are a permutation that depends only on seed and epoch") {
+  const std::vector<uint32_t> a = ShuffledIndices(1000, 5, 0);
+  CHECK(a == ShuffledIndices(1000, 5, 0));
+  CHECK(a != ShuffledIndices(1000, 5, 1));
+  CHECK(a != ShuffledIndices(1000, 6, 0));
+  CHECK(std::set<uint32_t>(a.begin(), a.end()).size() == 1000);
+  CHECK(*std::max_element(a.begin(), a.end()) == 999);
+}
+
+TEST_CASE("gather batch copies the chosen examples and labels") {
+  Dataset data;
+  data.count = 3;
+  data.width = 2;
+  data.features = {0, 1, 10, 11, 20, 21};
+  data.labels = {7, 8, 9};
+  const uint32_t pick[2] = {2, 0};
+  float x[4];
+  uint8_t y[2];
+  GatherBatch(data, pick, 2, x, y);
+  CHECK(x[0] == 20);
+  CHECK(x[3] == 1);
+  CHECK(y[0] == 9);
+  CHECK(y[1] == 7);
+}
+
+TEST_CASE("the installed fashion-mnist set loads when present") {
+  const std::string dir = "/usr/share/datasets/fashion-mnist";
+  FILE* probe = std::fopen((dir + "/t10k-labels-idx1-ubyte.gz").c_str(), "rb");
+  if (probe == nullptr) {
+    MESSAGE("skipped: " << dir << " is not installed");
+    return;
+  }
+  std::fclose(probe);
+  Result<Dataset> test = LoadIdxDataset(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz");
+  REQUIRE(test.ok());
+  CHECK(test->count == 10000);
+  CHECK(test->height == 28);
+  CHECK(test->width == 28);
+  CHECK(test->num_classes == 10);
+}
+
+}  // namespace
+}  // namespace fedrt

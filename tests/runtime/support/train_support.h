@@ -1,0 +1,41 @@
+// Small synthetic data sets for training tests: `classes` clusters of
+// noisy points, deterministic, learnable in a few epochs.
+#ifndef FEDRT_TESTS_RUNTIME_TRAIN_SUPPORT_H_
+#define FEDRT_TESTS_RUNTIME_TRAIN_SUPPORT_H_
+
+#include <cstdint>
+
+#include "fedrt/runtime/dataset.h"
+
+namespace fedrt::testing {
+
+inline Dataset Clusters(std::size_t count, int channels, int height, int width, int classes, uint32_t seed) {
+  Dataset d;
+  d.count = count;
+  d.channels = channels;
+  d.height = height;
+  d.width = width;
+  d.num_classes = classes;
+  const std::size_t size = d.example_size();
+  d.features.resize(count * size);
+  d.labels.resize(count);
+  uint32_t x = seed * 2654435761u + 7;
+  auto noise = [&x] {
+    x = x * 1664525u + 1013904223u;
+    return static_cast<float>(static_cast<int>(x >> 8) % 1000 - 500) / 1000.0f;
+  };
+  for (std::size_t n = 0; n < count; ++n) {
+    const int label = static_cast<int>(n % static_cast<std::size_t>(classes));
+    d.labels[n] = static_cast<uint8_t>(label);
+    for (std::size_t i = 0; i < size; ++i) {
+      // Class c lights up features whose index is congruent to c.
+      const float center = static_cast<int>(i % static_cast<std::size_t>(classes)) == label ? 1.0f : 0.0f;
+      d.features[n * size + i] = center + noise();
+    }
+  }
+  return d;
+}
+
+}  // namespace fedrt::testing
+
+#endif  // FEDRT_TESTS_RUNTIME_TRAIN_SUPPORT_H_

@@ -116,7 +116,9 @@ class TcpConnection final : public Connection,
   // ---- Reading: header -> body -> handler -> header ... ----------------------
 
   void ReadHeader() {
-    ArmTimer(read_timer_, options_.idle_timeout_ms, ++read_sequence_, "no frame from the peer");
+    // While closing, the peer's end of stream is due within io_timeout_ms.
+    const uint32_t wait_ms = state_ == State::kClosing ? options_.io_timeout_ms : options_.idle_timeout_ms;
+    ArmTimer(read_timer_, wait_ms, ++read_sequence_, "no frame from the peer");
     asio::async_read(socket_, asio::buffer(header_),
                      [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
                        self->OnHeader(ec, n);

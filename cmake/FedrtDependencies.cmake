@@ -33,3 +33,6 @@ find_package(doctest CONFIG QUIET)
 find_path(FEDRT_FLATBUFFERS_INCLUDE_DIR flatbuffers/flatbuffers.h)
 find_program(FEDRT_FLATC flatc)
 find_package(OpenSSL COMPONENTS Crypto)
+# Debian keeps the architecture-specific opensslconf.h under the multiarch
+# include directory, which a cross compiler does not search in the sysroot.
+find_path(FEDRT_OPENSSLCONF_INCLUDE_DIR openssl/opensslconf.h PATH_SUFFIXES ${CMAKE_LIBRARY_ARCHITECTURE})

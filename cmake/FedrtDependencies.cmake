@@ -28,3 +28,13 @@ endif()
 find_path(FEDRT_ASIO_INCLUDE_DIR asio.hpp)
 find_path(FEDRT_CLI11_INCLUDE_DIR CLI/CLI.hpp)
 find_package(doctest CONFIG QUIET)
+
+# Transport: FlatBuffers (headers from the target, flatc from the host: the
+# cross toolchains search programs on the host only), standalone Asio, and
+# libcrypto for HMAC-SHA256 and random nonces.
+find_path(FEDRT_FLATBUFFERS_INCLUDE_DIR flatbuffers/flatbuffers.h)
+find_program(FEDRT_FLATC flatc)
+find_package(OpenSSL COMPONENTS Crypto)
+# Debian keeps the architecture-specific opensslconf.h under the multiarch
+# include directory, which a cross compiler does not search in the sysroot.
+find_path(FEDRT_OPENSSLCONF_INCLUDE_DIR openssl/opensslconf.h PATH_SUFFIXES ${CMAKE_LIBRARY_ARCHITECTURE})

@@ -1,0 +1,340 @@
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "fedrt/transport/chunking.h"
+#include "fedrt/transport/connection.h"
+#include "fedrt/transport/loopback.h"
+#include "fedrt/transport/messages.h"
+#include "fedrt/transport/tcp.h"
+#include "net_test_support.h"
+
+namespace fedrt {
+namespace transport {
+namespace {
+
+using testing::Eventually;
+using testing::RawClient;
+using testing::Recorder;
+using testing::WireBytes;
+
+constexpr uint32_t kWait = 5000;
+
+ConnectionOptions FastOptions() {
+  ConnectionOptions options;
+  options.io_timeout_ms = 2000;
+  options.idle_timeout_ms = 5000;
+  options.heartbeat_interval_ms = 0;
+  return options;
+}
+
+OutFrame AckFrame(uint64_t round) {
+  Result<OutFrame> frame = Encode(AckMessage{round, MessageKind::kUpdate}, FrameLimits());
+  REQUIRE(frame.ok());
+  return *frame;
+}
+
+// Server answering every Ack with an Ack for the same round.
+std::shared_ptr<Recorder> EchoServer() {
+  auto server = std::make_shared<Recorder>();
+  server->on_frame = [](Connection& connection, const Frame& frame) {
+    if (frame.kind() != MessageKind::kAck) return;
+    Result<AckMessage> ack = DecodeAck(frame);
+    if (ack.ok()) (void)connection.Send(AckFrame(ack->round_id));
+  };
+  return server;
+}
+
+TEST_CASE("tcp connections carry frames in order in both directions") {
+  EventLoopThread loop;
+  auto server = EchoServer();
+  Result<std::shared_ptr<TcpListener>> listener =
+      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, FastOptions(), server);
+  REQUIRE(listener.ok());
+  CHECK((*listener)->port() != 0);
+  auto client = std::make_shared<FrameQueue>();
+  Result<std::shared_ptr<Connection>> connection =
+      TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(), FastOptions(), client, kWait);
+  REQUIRE(connection.ok());
+  for (uint64_t i = 0; i < 50; ++i) REQUIRE((*connection)->Send(AckFrame(i)).ok());
+  for (uint64_t i = 0; i < 50; ++i) {
+    Result<Frame> frame = client->Pop(kWait);
+    REQUIRE(frame.ok());
+    Result<AckMessage> ack = DecodeAck(*frame);
+    REQUIRE(ack.ok());
+    CHECK(ack->round_id == i);
+  }
+  CHECK((*connection)->stats().frames_sent == 50);
+  CHECK((*connection)->stats().frames_received == 50);
+  (*connection)->Close();
+  CHECK(client->WaitClosed(kWait));
+  CHECK(client->close_reason().ok());
+  CHECK(Eventually([&] { return server->closes_count() == 1; }));
+  CHECK(server->closes()[0].code() == StatusCode::kUnavailable);
+  (*listener)->Close();
+}
+
+TEST_CASE("a payload larger than the frame limit crosses tcp in chunks and is reassembled") {
+  EventLoopThread loop;
+  ConnectionOptions options = FastOptions();
+  options.limits.max_frame_bytes = 128u << 10;
+  std::vector<uint8_t> payload(1'500'007);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 131u);
+  auto server = std::make_shared<Recorder>();
+  auto reassembler = std::make_shared<Reassembler>(options.limits.max_payload_bytes);
+  auto failures = std::make_shared<int>(0);
+  server->on_frame = [&, reassembler, failures](Connection& connection, const Frame& frame) {
+    Result<UpdateMessage> update = DecodeUpdate(frame, options.limits);
+    if (!update.ok() || !reassembler->Add(update->payload).ok()) {
+      ++*failures;
+      return;
+    }
+    if (reassembler->complete()) (void)connection.Send(AckFrame(update->round_id));
+  };
+  Result<std::shared_ptr<TcpListener>> listener = TcpListener::Listen(loop.loop(), "127.0.0.1", 0, options, server);
+  REQUIRE(listener.ok());
+  auto client = std::make_shared<FrameQueue>();
+  Result<std::shared_ptr<Connection>> connection =
+      TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(), options, client, kWait);
+  REQUIRE(connection.ok());
+  Result<ChunkPlan> plan = ChunkPlan::Make(payload.size(), options.limits.MaxChunkBytes());
+  REQUIRE(plan.ok());
+  CHECK(plan->count() > 10);
+  for (uint32_t i = 0; i < plan->count(); ++i) {
+    UpdateMessage m;
+    m.round_id = 8;
+    m.codec_spec = "fp32";
+    m.num_samples = 10;
+    m.payload = plan->Chunk(i, payload.data());
+    Result<OutFrame> frame = Encode(m, options.limits);
+    REQUIRE(frame.ok());
+    REQUIRE((*connection)->Send(*frame).ok());
+  }
+  Result<Frame> ack = client->Pop(kWait);
+  REQUIRE(ack.ok());
+  CHECK(DecodeAck(*ack)->round_id == 8);
+  CHECK(*failures == 0);
+  REQUIRE(reassembler->complete());
+  CHECK(std::memcmp(reassembler->data(), payload.data(), payload.size()) == 0);
+  (*connection)->Close();
+  CHECK(client->WaitClosed(kWait));
+}
+
+TEST_CASE("a client that connects and sends nothing is closed at the idle deadline") {
+  EventLoopThread loop;
+  ConnectionOptions server_options = FastOptions();
+  server_options.idle_timeout_ms = 150;
+  auto server = std::make_shared<Recorder>();
+  Result<std::shared_ptr<TcpListener>> listener =
+      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, server_options, server);
+  REQUIRE(listener.ok());
+  RawClient silent((*listener)->port());
+  REQUIRE(silent.connected());
+  REQUIRE(Eventually([&] { return server->closes_count() == 1; }));
+  CHECK(server->closes()[0].code() == StatusCode::kDeadlineExceeded);
+}
+
+TEST_CASE("heartbeats keep a quiet connection alive past the idle deadline") {
+  EventLoopThread loop;
+  ConnectionOptions server_options = FastOptions();
+  server_options.idle_timeout_ms = 300;
+  ConnectionOptions client_options = FastOptions();
+  client_options.heartbeat_interval_ms = 50;
+  auto server = std::make_shared<Recorder>();
+  Result<std::shared_ptr<TcpListener>> listener =
+      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, server_options, server);
+  REQUIRE(listener.ok());
+  auto client = std::make_shared<FrameQueue>();
+  Result<std::shared_ptr<Connection>> connection =
+      TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(), client_options, client, kWait);
+  REQUIRE(connection.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  CHECK(server->closes_count() == 0);
+  CHECK_FALSE((*connection)->closed());
+  CHECK((*connection)->stats().heartbeats_sent >= 3);
+  CHECK(server->frames() == 0);  // heartbeats never reach the handler
+  (*connection)->Close();
+  CHECK(client->WaitClosed(kWait));
+}
+
+// Sends `bytes` from a raw client and returns how the server closed it, while
+// a well-behaved client on the same server keeps working.
+Status ServerVerdictOn(const std::vector<uint8_t>& bytes, bool close_after, uint32_t io_timeout_ms = 2000) {
+  EventLoopThread loop;
+  ConnectionOptions options = FastOptions();
+  options.io_timeout_ms = io_timeout_ms;
+  auto server = EchoServer();
+  Result<std::shared_ptr<TcpListener>> listener = TcpListener::Listen(loop.loop(), "127.0.0.1", 0, options, server);
+  REQUIRE(listener.ok());
+  auto good = std::make_shared<FrameQueue>();
+  Result<std::shared_ptr<Connection>> good_connection =
+      TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(), options, good, kWait);
+  REQUIRE(good_connection.ok());
+  RawClient bad((*listener)->port());
+  REQUIRE(bad.connected());
+  REQUIRE(bad.Write(bytes));
+  if (close_after) bad.Close();
+  REQUIRE(Eventually([&] { return server->closes_count() == 1; }));
+  // The well-behaved device is unaffected.
+  REQUIRE((*good_connection)->Send(AckFrame(99)).ok());
+  Result<Frame> echo = good->Pop(kWait);
+  REQUIRE(echo.ok());
+  CHECK(DecodeAck(*echo)->round_id == 99);
+  Status verdict = server->closes()[0];
+  (*good_connection)->Close();
+  CHECK(good->WaitClosed(kWait));
+  return verdict;
+}
+
+TEST_CASE("a tcp connection that announces an oversized frame is closed without allocating it") {
+  const std::vector<uint8_t> bytes = {0xFF, 0xFF, 0xFF, 0x7F, 1, 2, 3};
+  CHECK(ServerVerdictOn(bytes, false).code() == StatusCode::kResourceExhausted);
+}
+
+TEST_CASE("a tcp connection closed in the middle of a frame is reported as corrupt") {
+  std::vector<uint8_t> bytes = WireBytes(AckFrame(1));
+  bytes.resize(bytes.size() - 3);
+  CHECK(ServerVerdictOn(bytes, true).code() == StatusCode::kCorrupt);
+}
+
+TEST_CASE("a tcp frame that fails verification closes only that connection") {
+  std::vector<uint8_t> bytes = WireBytes(AckFrame(1));
+  for (std::size_t i = kFramePrefixBytes + 8; i < bytes.size(); ++i) bytes[i] = 0xEE;
+  CHECK(ServerVerdictOn(bytes, false).code() == StatusCode::kCorrupt);
+}
+
+TEST_CASE("a tcp frame whose body stalls after the prefix hits the io deadline") {
+  const std::vector<uint8_t> bytes = {100, 0, 0, 0, 1, 2};
+  CHECK(ServerVerdictOn(bytes, false, 150).code() == StatusCode::kDeadlineExceeded);
+}
+
+TEST_CASE("a graceful close delivers every queued frame first") {
+  EventLoopThread loop;
+  auto server = std::make_shared<Recorder>();
+  Result<std::shared_ptr<TcpListener>> listener =
+      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, FastOptions(), server);
+  REQUIRE(listener.ok());
+  auto client = std::make_shared<FrameQueue>();
+  Result<std::shared_ptr<Connection>> connection =
+      TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(), FastOptions(), client, kWait);
+  REQUIRE(connection.ok());
+  std::vector<uint8_t> payload(100000, 3);
+  for (int i = 0; i < 20; ++i) {
+    UpdateMessage m;
+    m.codec_spec = "fp32";
+    m.payload = {0, 1, payload.size(), 0, payload.data(), payload.size()};
+    Result<OutFrame> frame = Encode(m, FrameLimits());
+    REQUIRE(frame.ok());
+    REQUIRE((*connection)->Send(*frame).ok());
+  }
+  (*connection)->Close();
+  CHECK((*connection)->Send(AckFrame(1)).code() == StatusCode::kUnavailable);
+  REQUIRE(Eventually([&] { return server->closes_count() == 1; }));
+  CHECK(server->frames() == 20);
+  CHECK(client->WaitClosed(kWait));
+  CHECK(client->close_reason().ok());
+}
+
+TEST_CASE("connecting to a port nobody listens on fails with unavailable") {
+  EventLoopThread loop;
+  uint16_t port = 0;
+  {
+    Result<std::shared_ptr<TcpListener>> listener =
+        TcpListener::Listen(loop.loop(), "127.0.0.1", 0, FastOptions(), std::make_shared<Recorder>());
+    REQUIRE(listener.ok());
+    port = (*listener)->port();
+    (*listener)->Close();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  Result<std::shared_ptr<Connection>> connection =
+      TcpConnectAndWait(loop.loop(), "127.0.0.1", port, FastOptions(), std::make_shared<FrameQueue>(), kWait);
+  REQUIRE_FALSE(connection.ok());
+  CHECK(connection.status().code() == StatusCode::kUnavailable);
+  CHECK_FALSE(TcpListener::Listen(loop.loop(), "not-an-address", 0, FastOptions(), std::make_shared<Recorder>()).ok());
+}
+
+TEST_CASE("one loop serves many devices at once") {
+  EventLoopThread loop;
+  auto server = EchoServer();
+  Result<std::shared_ptr<TcpListener>> listener =
+      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, FastOptions(), server);
+  REQUIRE(listener.ok());
+  constexpr int kDevices = 40;
+  std::vector<std::shared_ptr<FrameQueue>> queues;
+  std::vector<std::shared_ptr<Connection>> connections;
+  for (int i = 0; i < kDevices; ++i) {
+    queues.push_back(std::make_shared<FrameQueue>());
+    Result<std::shared_ptr<Connection>> c =
+        TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(), FastOptions(), queues.back(), kWait);
+    REQUIRE(c.ok());
+    connections.push_back(*c);
+  }
+  for (int i = 0; i < kDevices; ++i) REQUIRE(connections[i]->Send(AckFrame(static_cast<uint64_t>(i))).ok());
+  for (int i = 0; i < kDevices; ++i) {
+    Result<Frame> echo = queues[i]->Pop(kWait);
+    REQUIRE(echo.ok());
+    CHECK(DecodeAck(*echo)->round_id == static_cast<uint64_t>(i));
+  }
+  CHECK((*listener)->stats().accepted == kDevices);
+  for (auto& c : connections) c->Close();
+  for (auto& q : queues) CHECK(q->WaitClosed(kWait));
+}
+
+TEST_CASE("loopback connections deliver frames in order and report closes on both ends") {
+  EventLoopThread loop;
+  auto a = std::make_shared<FrameQueue>();
+  auto b = std::make_shared<FrameQueue>();
+  auto ends = MakeLoopbackPair(loop.loop(), a, b);
+  for (uint64_t i = 0; i < 10; ++i) REQUIRE(ends.first->Send(AckFrame(i)).ok());
+  REQUIRE(ends.second->Send(AckFrame(77)).ok());
+  for (uint64_t i = 0; i < 10; ++i) {
+    Result<Frame> frame = b->Pop(kWait);
+    REQUIRE(frame.ok());
+    CHECK(DecodeAck(*frame)->round_id == i);
+  }
+  Result<Frame> back = a->Pop(kWait);
+  REQUIRE(back.ok());
+  CHECK(DecodeAck(*back)->round_id == 77);
+  ends.first->Close();
+  CHECK(a->WaitClosed(kWait));
+  CHECK(b->WaitClosed(kWait));
+  CHECK(a->close_reason().ok());
+  CHECK(b->close_reason().code() == StatusCode::kUnavailable);
+  CHECK(ends.first->Send(AckFrame(1)).code() == StatusCode::kUnavailable);
+}
+
+TEST_CASE("a loopback end that receives a malformed frame closes like a socket would") {
+  EventLoopThread loop;
+  auto a = std::make_shared<FrameQueue>();
+  auto b = std::make_shared<FrameQueue>();
+  auto ends = MakeLoopbackPair(loop.loop(), a, b);
+  auto garbage = std::make_shared<std::vector<uint8_t>>(64, 0xAB);
+  REQUIRE(ends.first->Send(OutFrame(garbage, garbage->data(), 64, MessageKind::kAck)).ok());
+  CHECK(b->WaitClosed(kWait));
+  CHECK(b->close_reason().code() == StatusCode::kCorrupt);
+  CHECK(a->WaitClosed(kWait));
+}
+
+TEST_CASE("destroying the loop closes what is still open without leaking") {
+  auto server = std::make_shared<Recorder>();
+  auto client = std::make_shared<FrameQueue>();
+  {
+    EventLoopThread loop;
+    Result<std::shared_ptr<TcpListener>> listener =
+        TcpListener::Listen(loop.loop(), "127.0.0.1", 0, FastOptions(), server);
+    REQUIRE(listener.ok());
+    Result<std::shared_ptr<Connection>> connection =
+        TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(), FastOptions(), client, kWait);
+    REQUIRE(connection.ok());
+    REQUIRE(Eventually([&] { return server->opened() == 1; }));
+  }
+  CHECK(client->close_reason().code() == StatusCode::kCancelled);
+  CHECK(server->closes_count() == 1);
+}
+
+}  // namespace
+}  // namespace transport
+}  // namespace fedrt

@@ -1,0 +1,169 @@
+// Connections: an ordered, framed, bidirectional message stream to one peer.
+//
+// Layers (bottom up): an EventLoop runs every I/O operation; a Connection owns
+// its socket (or loopback link) and buffers, reads frames with a
+// read-header -> read-body chain and writes them from a send queue with one
+// write in flight; a ConnectionHandler receives what arrives. Algorithms (the
+// roles, ring all-reduce) see only Connection and ConnectionHandler, so they
+// run unchanged over TCP (tcp.h) and over the in-process loopback (loopback.h).
+//
+// Deadlines: while waiting for the next frame the connection allows
+// idle_timeout_ms; once a frame's prefix has arrived its body must arrive
+// within io_timeout_ms; every write must complete within io_timeout_ms. When a
+// deadline passes the connection closes with kDeadlineExceeded. When nothing
+// has been sent for heartbeat_interval_ms the connection sends a Heartbeat, so
+// an idle but healthy peer never hits the other side's idle timeout; received
+// heartbeats are consumed here and never reach the handler.
+//
+// Received frames are verified (frame.h) before the handler sees them; a frame
+// that fails closes the connection with the reason, logged, after a
+// best-effort Error message to the peer. Other connections are unaffected.
+//
+// Thread-safety: EventLoop::Post/Stop, Connection::Send/Close/Abort and the
+// accessors are safe from any thread. Handler callbacks run on the loop's
+// thread, one at a time per loop; they must not block.
+#ifndef FEDRT_TRANSPORT_CONNECTION_H_
+#define FEDRT_TRANSPORT_CONNECTION_H_
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "fedrt/platform/status.h"
+#include "fedrt/transport/frame.h"
+
+namespace fedrt {
+namespace transport {
+
+// Runs I/O handlers. Not copyable; outlives every connection and listener
+// created on it.
+class EventLoop {
+ public:
+  EventLoop();
+  ~EventLoop();
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  // Runs handlers on the calling thread until Stop(). Returns at once if
+  // stopped; call Restart() to run again.
+  void Run();
+  // Runs handlers for at most `ms` milliseconds (or until Stop()).
+  void RunFor(uint32_t ms);
+  void Stop();
+  void Restart();
+  // Queues `fn` to run on the loop's thread.
+  void Post(std::function<void()> fn);
+  // True on the thread currently running this loop.
+  bool InLoopThread() const;
+
+  struct Impl;  // private to the transport library
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// An EventLoop running on its own thread, for clients and tests. The
+// destructor stops the loop and joins the thread.
+class EventLoopThread {
+ public:
+  EventLoopThread();
+  ~EventLoopThread();
+  EventLoop& loop() { return loop_; }
+
+ private:
+  EventLoop loop_;
+  std::thread thread_;
+};
+
+struct ConnectionOptions {
+  FrameLimits limits;
+  uint32_t io_timeout_ms = 10000;          // body of a started frame, each write
+  uint32_t idle_timeout_ms = 30000;        // waiting for the next frame; 0: forever
+  uint32_t heartbeat_interval_ms = 5000;   // send a Heartbeat after this much silence; 0: never
+  std::size_t max_queued_bytes = 256u << 20;  // Send() beyond this fails with kResourceExhausted
+};
+
+struct ConnectionStats {
+  uint64_t frames_sent = 0;
+  uint64_t frames_received = 0;  // heartbeats included
+  uint64_t bytes_sent = 0;       // wire bytes, prefixes included
+  uint64_t bytes_received = 0;
+  uint64_t heartbeats_sent = 0;
+  uint64_t heartbeats_received = 0;
+};
+
+class Connection;
+
+// What a connection reports to its owner. Callbacks run on the loop thread.
+class ConnectionHandler {
+ public:
+  virtual ~ConnectionHandler() = default;
+  // The connection is established and reading. Keep the pointer to send later.
+  virtual void OnOpen(const std::shared_ptr<Connection>& connection) { (void)connection; }
+  // A verified frame that is not a heartbeat.
+  virtual void OnFrame(Connection& connection, Frame frame) = 0;
+  // Called exactly once when the connection is gone. `reason` is OK after a
+  // local Close(); kUnavailable when the peer closed; the error otherwise.
+  virtual void OnClose(Connection& connection, const Status& reason) = 0;
+};
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+
+  // Queues a frame. Frames are written in Send order, one write in flight.
+  // kUnavailable once the connection is closing or closed,
+  // kResourceExhausted when the queue would exceed max_queued_bytes.
+  virtual Status Send(OutFrame frame) = 0;
+  // Graceful close: queued frames are sent, the sending side is shut down,
+  // and the connection waits (io_timeout_ms at most) for the peer to close.
+  // OnClose then reports OK.
+  virtual void Close() = 0;
+  // Closes at once, discarding queued frames; OnClose reports `reason`. When
+  // `notify_peer`, an Error message carrying `reason` is attempted first.
+  virtual void Abort(Status reason, bool notify_peer = false) = 0;
+
+  virtual uint64_t id() const = 0;            // unique within the process
+  virtual const std::string& peer() const = 0;  // "127.0.0.1:40312", "loopback:3"
+  virtual bool closed() const = 0;
+  virtual ConnectionStats stats() const = 0;
+};
+
+// A handler that queues frames for a thread that waits for them: the simple
+// way to write a blocking client (a device) or a test.
+class FrameQueue : public ConnectionHandler {
+ public:
+  void OnOpen(const std::shared_ptr<Connection>& connection) override;
+  void OnFrame(Connection& connection, Frame frame) override;
+  void OnClose(Connection& connection, const Status& reason) override;
+
+  // The next frame, kDeadlineExceeded after `timeout_ms`, or the close reason
+  // (kUnavailable if the close was graceful) once the connection is gone and
+  // every frame has been taken.
+  Result<Frame> Pop(uint32_t timeout_ms);
+  // The connection while it is open (nullptr before OnOpen and after OnClose).
+  std::shared_ptr<Connection> connection();
+  // Waits until the connection is closed; false on timeout.
+  bool WaitClosed(uint32_t timeout_ms);
+  Status close_reason();
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Frame> frames_;
+  std::shared_ptr<Connection> connection_;
+  bool closed_ = false;
+  Status close_reason_;
+};
+
+}  // namespace transport
+}  // namespace fedrt
+
+#endif  // FEDRT_TRANSPORT_CONNECTION_H_

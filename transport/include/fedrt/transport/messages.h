@@ -1,0 +1,220 @@
+// Protocol messages as plain C++ values, and their encoding into frames.
+//
+// Each message of the schema (transport/schema/fedrt.fbs) has a struct here,
+// an Encode function that builds an OutFrame, and a Decode function that reads
+// a verified Frame. The structs are views: strings are std::string_view and
+// payloads are pointer + size.
+//   - Encoding: the views point at the caller's data and are read during the
+//     call only. Payload bytes are copied once, straight into the frame (the
+//     FlatBuffer vector is created uninitialised and filled in place), or are
+//     written there by the caller's PayloadFill, so a large update is never
+//     staged in an intermediate buffer.
+//   - Decoding: the views point into the Frame and live as long as it does.
+//     Decode applies the semantic checks of the protocol (required fields,
+//     string lengths, nonce sizes, chunk fields consistent, finite floats,
+//     enum values in range) and returns kCorrupt with a reason otherwise.
+//     Checks that need the session (model size, codec known, round current)
+//     belong to the role that holds the session.
+//
+// Messages that carry a large payload (RoundInstructions, Update, RingChunk,
+// GossipModel) carry it as chunks (chunking.h): chunk 0 carries every field,
+// later chunks only the identifying fields and the payload.
+//
+// Thread-safety: free functions on values; safe from any thread.
+#ifndef FEDRT_TRANSPORT_MESSAGES_H_
+#define FEDRT_TRANSPORT_MESSAGES_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "fedrt/platform/status.h"
+#include "fedrt/transport/frame.h"
+
+namespace fedrt {
+namespace transport {
+
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kMacBytes = 32;
+inline constexpr std::size_t kMaxDeviceIdBytes = 64;
+inline constexpr std::size_t kMaxCodecSpecBytes = 256;
+inline constexpr std::size_t kMaxCodecNameBytes = 64;
+inline constexpr std::size_t kMaxCodecs = 64;
+inline constexpr std::size_t kMaxIsaBytes = 16;
+inline constexpr std::size_t kMaxReasonBytes = 1024;
+inline constexpr std::size_t kMaxLevelTableSize = 4096;
+
+using Nonce = std::array<uint8_t, kNonceBytes>;
+using Mac = std::array<uint8_t, kMacBytes>;
+
+// One chunk of a payload (chunking.h has the rules that tie chunks together).
+struct ChunkView {
+  uint32_t index = 0;
+  uint32_t count = 1;
+  uint64_t total_size = 0;
+  uint64_t offset = 0;
+  const uint8_t* data = nullptr;  // encode: may be null when a PayloadFill writes it
+  std::size_t size = 0;
+};
+
+// Writes exactly `size` payload bytes at `destination`, inside the frame
+// being built. Called once, synchronously, during Encode.
+using PayloadFill = std::function<void(uint8_t* destination, std::size_t size)>;
+
+struct JoinMessage {
+  uint16_t protocol_version = kProtocolVersion;
+  std::string_view device_id;          // 1..64 of [A-Za-z0-9._-]
+  std::vector<std::string_view> codecs;
+  std::string_view isa;
+  uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
+  Nonce client_nonce{};
+  uint64_t resume_round = 0;
+};
+
+struct ChallengeMessage {
+  Nonce server_nonce{};
+};
+
+struct AuthenticateMessage {
+  Mac proof{};
+};
+
+struct JoinResponseMessage {
+  bool accepted = false;
+  std::string_view reason;
+  Mac server_proof{};  // meaningful when accepted
+  uint64_t current_round = 0;
+  uint32_t heartbeat_interval_ms = 0;
+  uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
+};
+
+enum class ModelEncoding : uint8_t { kFullModelFp32 = 0, kCompressedDelta = 1 };
+enum class AnchorRole : uint8_t { kNone = 0, kAnchor = 1, kNested = 2 };
+
+struct RoundInstructionsMessage {
+  uint64_t round_id = 0;
+  ModelEncoding model_encoding = ModelEncoding::kFullModelFp32;
+  uint64_t model_parameters = 0;
+  std::string_view codec_spec;  // required in chunk 0
+  uint64_t session_seed = 0;
+  uint32_t local_epochs = 1;
+  uint32_t local_steps = 0;
+  float learning_rate = 0.0f;
+  AnchorRole anchor_role = AnchorRole::kNone;
+  uint32_t level_table_version = 0;
+  const float* level_table = nullptr;  // non-decreasing, finite
+  std::size_t level_table_size = 0;
+  uint32_t deadline_ms = 0;
+  ChunkView payload;
+};
+
+struct CodecStatsMessage {
+  uint64_t encoded_bytes = 0;
+  uint64_t raw_bytes = 0;
+  uint64_t wrap_count = 0;
+  float residual_norm = 0.0f;
+  uint64_t clipped = 0;
+};
+
+struct UpdateMessage {
+  uint64_t round_id = 0;
+  uint64_t num_samples = 0;
+  float training_loss = 0.0f;  // finite
+  std::string_view codec_spec;  // required in chunk 0
+  uint32_t level_table_version = 0;
+  CodecStatsMessage stats;
+  ChunkView payload;
+};
+
+struct AckMessage {
+  uint64_t round_id = 0;
+  MessageKind acked = MessageKind::kNone;
+};
+
+struct LeaveMessage {
+  std::string_view reason;
+};
+
+struct ErrorMessage {
+  StatusCode code = StatusCode::kInternal;  // never kOk
+  std::string_view message;
+};
+
+struct HeartbeatMessage {
+  uint64_t sequence = 0;
+  uint64_t sent_ns = 0;
+};
+
+enum class RingPhase : uint8_t { kReduceScatter = 0, kAllGather = 1, kIndexBroadcast = 2 };
+
+struct RingChunkMessage {
+  uint64_t collective_id = 0;
+  uint32_t step = 0;
+  RingPhase phase = RingPhase::kReduceScatter;
+  uint32_t source_rank = 0;
+  uint32_t segment = 0;
+  std::string_view codec_spec;  // empty: raw fp32
+  ChunkView payload;
+};
+
+struct GossipModelMessage {
+  uint64_t step = 0;
+  uint32_t source_rank = 0;
+  std::string_view codec_spec;
+  uint64_t wrap_count = 0;
+  ChunkView payload;
+};
+
+// Encoders. kInvalidArgument when a field breaks the rules Decode enforces, or
+// kResourceExhausted when the frame would exceed limits.max_frame_bytes.
+// For chunked messages, payload.data (payload.size bytes) is copied in place;
+// the overloads with a PayloadFill let the caller write the bytes instead.
+Result<OutFrame> Encode(const JoinMessage& m, const FrameLimits& limits);
+Result<OutFrame> Encode(const ChallengeMessage& m, const FrameLimits& limits);
+Result<OutFrame> Encode(const AuthenticateMessage& m, const FrameLimits& limits);
+Result<OutFrame> Encode(const JoinResponseMessage& m, const FrameLimits& limits);
+Result<OutFrame> Encode(const RoundInstructionsMessage& m, const FrameLimits& limits);
+Result<OutFrame> Encode(const RoundInstructionsMessage& m, const FrameLimits& limits,
+                        const PayloadFill& fill);
+Result<OutFrame> Encode(const UpdateMessage& m, const FrameLimits& limits);
+Result<OutFrame> Encode(const UpdateMessage& m, const FrameLimits& limits, const PayloadFill& fill);
+Result<OutFrame> Encode(const AckMessage& m, const FrameLimits& limits);
+Result<OutFrame> Encode(const LeaveMessage& m, const FrameLimits& limits);
+Result<OutFrame> Encode(const ErrorMessage& m, const FrameLimits& limits);
+Result<OutFrame> Encode(const HeartbeatMessage& m, const FrameLimits& limits);
+Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits);
+Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits, const PayloadFill& fill);
+Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits);
+Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits,
+                        const PayloadFill& fill);
+
+// Decoders: kFailedPrecondition when the frame holds another kind of message,
+// kCorrupt when a semantic check fails. `limits` bounds chunk total sizes.
+Result<JoinMessage> DecodeJoin(const Frame& frame);
+Result<ChallengeMessage> DecodeChallenge(const Frame& frame);
+Result<AuthenticateMessage> DecodeAuthenticate(const Frame& frame);
+Result<JoinResponseMessage> DecodeJoinResponse(const Frame& frame);
+Result<RoundInstructionsMessage> DecodeRoundInstructions(const Frame& frame, const FrameLimits& limits);
+Result<UpdateMessage> DecodeUpdate(const Frame& frame, const FrameLimits& limits);
+Result<AckMessage> DecodeAck(const Frame& frame);
+Result<LeaveMessage> DecodeLeave(const Frame& frame);
+Result<ErrorMessage> DecodeError(const Frame& frame);
+Result<HeartbeatMessage> DecodeHeartbeat(const Frame& frame);
+Result<RingChunkMessage> DecodeRingChunk(const Frame& frame, const FrameLimits& limits);
+Result<GossipModelMessage> DecodeGossipModel(const Frame& frame, const FrameLimits& limits);
+
+// The Error message for a Status (code and message, truncated to fit).
+Result<OutFrame> EncodeStatus(const Status& status, const FrameLimits& limits);
+// The Status an Error message carries.
+Status ToStatus(const ErrorMessage& m);
+
+// True when `id` is a valid device id (1..64 of [A-Za-z0-9._-]).
+bool IsValidDeviceId(std::string_view id);
+
+}  // namespace transport
+}  // namespace fedrt
+
+#endif  // FEDRT_TRANSPORT_MESSAGES_H_

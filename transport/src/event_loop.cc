@@ -1,0 +1,122 @@
+// EventLoop, EventLoopThread and FrameQueue.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+#include "event_loop_impl.h"
+#include "fedrt/transport/connection.h"
+
+namespace fedrt {
+namespace transport {
+
+uint64_t NextConnectionId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+void EventLoop::Impl::AddMember(const std::shared_ptr<LoopMember>& member) {
+  std::lock_guard<std::mutex> lock(members_mutex);
+  members.erase(std::remove_if(members.begin(), members.end(),
+                               [](const std::weak_ptr<LoopMember>& m) { return m.expired(); }),
+                members.end());
+  members.push_back(member);
+}
+
+void EventLoop::Impl::ShutdownMembers() {
+  std::vector<std::weak_ptr<LoopMember>> taken;
+  {
+    std::lock_guard<std::mutex> lock(members_mutex);
+    taken.swap(members);
+  }
+  for (const std::weak_ptr<LoopMember>& weak : taken) {
+    if (std::shared_ptr<LoopMember> member = weak.lock()) member->ShutdownForLoopExit();
+  }
+  // Let the cancelled operations complete so they release what they hold.
+  io.restart();
+  io.poll();
+}
+
+EventLoop::EventLoop() : impl_(std::make_unique<Impl>()) {}
+
+EventLoop::~EventLoop() {
+  impl_->io.stop();
+  impl_->ShutdownMembers();
+}
+
+void EventLoop::Run() {
+  impl_->running_thread = std::this_thread::get_id();
+  impl_->io.run();
+  impl_->running_thread = std::thread::id();
+}
+
+void EventLoop::RunFor(uint32_t ms) {
+  impl_->running_thread = std::this_thread::get_id();
+  impl_->io.run_for(std::chrono::milliseconds(ms));
+  impl_->running_thread = std::thread::id();
+}
+
+void EventLoop::Stop() { impl_->io.stop(); }
+void EventLoop::Restart() { impl_->io.restart(); }
+void EventLoop::Post(std::function<void()> fn) { asio::post(impl_->io, std::move(fn)); }
+bool EventLoop::InLoopThread() const { return impl_->running_thread == std::this_thread::get_id(); }
+
+EventLoopThread::EventLoopThread() : thread_([this] { loop_.Run(); }) {}
+
+EventLoopThread::~EventLoopThread() {
+  loop_.Stop();
+  thread_.join();
+}
+
+void FrameQueue::OnOpen(const std::shared_ptr<Connection>& connection) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  connection_ = connection;
+  changed_.notify_all();
+}
+
+void FrameQueue::OnFrame(Connection& connection, Frame frame) {
+  (void)connection;
+  std::lock_guard<std::mutex> lock(mutex_);
+  frames_.push_back(std::move(frame));
+  changed_.notify_all();
+}
+
+void FrameQueue::OnClose(Connection& connection, const Status& reason) {
+  (void)connection;
+  std::lock_guard<std::mutex> lock(mutex_);
+  closed_ = true;
+  close_reason_ = reason;
+  connection_.reset();  // the connection holds this handler: break the cycle
+  changed_.notify_all();
+}
+
+Result<Frame> FrameQueue::Pop(uint32_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const bool ready = changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                                       [this] { return !frames_.empty() || closed_; });
+  if (!frames_.empty()) {
+    Frame frame = std::move(frames_.front());
+    frames_.pop_front();
+    return frame;
+  }
+  if (!ready) return Status(StatusCode::kDeadlineExceeded, "no frame within the deadline");
+  if (close_reason_.ok()) return Status(StatusCode::kUnavailable, "connection closed");
+  return close_reason_;
+}
+
+std::shared_ptr<Connection> FrameQueue::connection() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return connection_;
+}
+
+bool FrameQueue::WaitClosed(uint32_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return closed_; });
+}
+
+Status FrameQueue::close_reason() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return close_reason_;
+}
+
+}  // namespace transport
+}  // namespace fedrt

@@ -1,0 +1,604 @@
+// Encoding and decoding of protocol messages (messages.h), with the semantic
+// checks that run on every received message after the FlatBuffers Verifier.
+#include "fedrt/transport/messages.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "wire.h"
+
+namespace fedrt {
+namespace transport {
+namespace {
+
+namespace fb = flatbuffers;
+
+// Chunk payloads start 16-byte aligned inside the frame (receive buffers are
+// 16-byte aligned too), so float payloads can be read in place.
+constexpr std::size_t kPayloadAlignment = 16;
+constexpr std::size_t kBuilderSlack = 4096;
+
+Status Wrong(std::string message) { return Status(StatusCode::kCorrupt, std::move(message)); }
+
+// ---- Shared rules (encode and decode enforce the same ones) -------------------
+
+// Empty string when the chunk's fields are consistent on their own.
+std::string ChunkFieldProblem(const ChunkView& c, const FrameLimits& limits) {
+  if (c.count == 0) return "chunk count is 0";
+  if (c.index >= c.count) {
+    return "chunk index " + std::to_string(c.index) + " not below count " + std::to_string(c.count);
+  }
+  if (c.total_size > limits.max_payload_bytes) {
+    return "payload of " + std::to_string(c.total_size) + " bytes exceeds the limit of " +
+           std::to_string(limits.max_payload_bytes);
+  }
+  if (c.offset > c.total_size || c.size > c.total_size - c.offset) {
+    return "chunk [" + std::to_string(c.offset) + ", +" + std::to_string(c.size) +
+           ") ends past the payload size " + std::to_string(c.total_size);
+  }
+  if (c.size == 0 && c.total_size != 0) return "empty chunk in a non-empty payload";
+  if (c.total_size == 0 && c.count != 1) return "an empty payload must be one chunk";
+  if (c.total_size != 0 && c.count > c.total_size) return "more chunks than payload bytes";
+  return std::string();
+}
+
+bool IsFinite(float v) { return std::isfinite(v); }
+
+std::string LevelTableProblem(const float* table, std::size_t size) {
+  if (size > kMaxLevelTableSize) return "level table of " + std::to_string(size) + " entries";
+  for (std::size_t i = 0; i < size; ++i) {
+    if (!IsFinite(table[i])) return "level table entry " + std::to_string(i) + " is not finite";
+    if (i > 0 && table[i] < table[i - 1]) return "level table is not sorted";
+  }
+  return std::string();
+}
+
+// ---- Encoding ----------------------------------------------------------------
+
+using Builder = fb::FlatBufferBuilder;
+
+std::shared_ptr<Builder> NewBuilder(std::size_t expected_payload) {
+  return std::make_shared<Builder>(expected_payload + kBuilderSlack);
+}
+
+Result<OutFrame> Finish(std::shared_ptr<Builder> b, wire::Message type, fb::Offset<void> message,
+                        const FrameLimits& limits) {
+  auto envelope = wire::CreateEnvelope(*b, wire::ProtocolVersion::Current, type, message);
+  wire::FinishEnvelopeBuffer(*b, envelope);
+  const std::size_t size = b->GetSize();
+  if (size > limits.max_frame_bytes) {
+    return Status(StatusCode::kResourceExhausted,
+                  std::string(MessageKindName(static_cast<MessageKind>(type))) + " frame of " +
+                      std::to_string(size) + " bytes exceeds the limit of " +
+                      std::to_string(limits.max_frame_bytes));
+  }
+  const uint8_t* body = b->GetBufferPointer();
+  return OutFrame(std::shared_ptr<const void>(std::move(b)), body, static_cast<uint32_t>(size),
+                  static_cast<MessageKind>(type));
+}
+
+Status CheckString(std::string_view s, std::size_t max, const char* field) {
+  if (s.size() > max) {
+    return InvalidArgument(std::string(field) + " of " + std::to_string(s.size()) +
+                           " bytes exceeds " + std::to_string(max));
+  }
+  return Status::Ok();
+}
+
+fb::Offset<fb::String> MaybeString(Builder& b, std::string_view s) {
+  if (s.empty()) return 0;
+  return b.CreateString(s.data(), s.size());
+}
+
+template <std::size_t N>
+fb::Offset<fb::Vector<uint8_t>> Bytes(Builder& b, const std::array<uint8_t, N>& bytes) {
+  return b.CreateVector(bytes.data(), bytes.size());
+}
+
+// Writes the chunk's payload in place (first, so the pointer into the builder
+// is used before anything else can grow the buffer), then its table.
+Result<fb::Offset<wire::Chunk>> BuildChunk(Builder& b, const ChunkView& c, const PayloadFill* fill,
+                                           const FrameLimits& limits) {
+  const std::string problem = ChunkFieldProblem(c, limits);
+  if (!problem.empty()) return InvalidArgument(problem);
+  if (c.size > limits.MaxChunkBytes()) {
+    return Status(StatusCode::kResourceExhausted,
+                  "chunk of " + std::to_string(c.size) + " bytes exceeds the " +
+                      std::to_string(limits.MaxChunkBytes()) + " bytes a frame can carry");
+  }
+  if (fill == nullptr && c.data == nullptr && c.size != 0) {
+    return InvalidArgument("chunk has no data and no fill function");
+  }
+  b.ForceVectorAlignment(c.size, 1, kPayloadAlignment);
+  uint8_t* destination = nullptr;
+  const auto data = fb::Offset<fb::Vector<uint8_t>>(b.CreateUninitializedVector(c.size, 1, &destination));
+  if (c.size != 0) {
+    if (fill != nullptr) {
+      (*fill)(destination, c.size);
+    } else {
+      std::memcpy(destination, c.data, c.size);
+    }
+  }
+  return wire::CreateChunk(b, c.index, c.count, c.total_size, c.offset, data);
+}
+
+// ---- Decoding ----------------------------------------------------------------
+
+template <typename T>
+Result<const T*> Root(const Frame& frame, MessageKind expected) {
+  if (frame.kind() != expected) {
+    return Status(StatusCode::kFailedPrecondition, std::string("expected a ") +
+                                                       MessageKindName(expected) + " message, got " +
+                                                       MessageKindName(frame.kind()));
+  }
+  const wire::Envelope* envelope = wire::GetEnvelope(frame.data());
+  return static_cast<const T*>(envelope->message());
+}
+
+Result<std::string_view> ReadString(const fb::String* s, std::size_t max, bool required,
+                                    const char* field) {
+  if (s == nullptr) {
+    if (required) return Wrong(std::string(field) + " is missing");
+    return std::string_view();
+  }
+  if (s->size() > max) {
+    return Wrong(std::string(field) + " of " + std::to_string(s->size()) + " bytes exceeds " +
+                 std::to_string(max));
+  }
+  if (required && s->size() == 0) return Wrong(std::string(field) + " is empty");
+  return std::string_view(s->c_str(), s->size());
+}
+
+template <std::size_t N>
+Status ReadBytes(const fb::Vector<uint8_t>* v, std::array<uint8_t, N>* out, const char* field) {
+  if (v == nullptr || v->size() != N) {
+    return Wrong(std::string(field) + " must be " + std::to_string(N) + " bytes");
+  }
+  std::memcpy(out->data(), v->data(), N);
+  return Status::Ok();
+}
+
+Status ReadChunk(const wire::Chunk* c, const FrameLimits& limits, ChunkView* out) {
+  if (c == nullptr) return Wrong("payload chunk is missing");
+  out->index = c->index();
+  out->count = c->count();
+  out->total_size = c->total_size();
+  out->offset = c->offset();
+  out->data = c->data() != nullptr ? c->data()->data() : nullptr;
+  out->size = c->data() != nullptr ? c->data()->size() : 0;
+  const std::string problem = ChunkFieldProblem(*out, limits);
+  if (!problem.empty()) return Wrong(problem);
+  if (out->size > limits.MaxChunkBytes()) return Wrong("chunk larger than a frame may carry");
+  return Status::Ok();
+}
+
+template <typename Enum, typename Wire>
+Status ReadEnum(Wire value, Wire max, Enum* out, const char* field) {
+  if (static_cast<unsigned>(value) > static_cast<unsigned>(max)) {
+    return Wrong(std::string(field) + " has unknown value " + std::to_string(static_cast<unsigned>(value)));
+  }
+  *out = static_cast<Enum>(value);
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsValidDeviceId(std::string_view id) {
+  if (id.empty() || id.size() > kMaxDeviceIdBytes) return false;
+  for (char ch : id) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                    ch == '.' || ch == '_' || ch == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// ---- Join ----------------------------------------------------------------------
+
+Result<OutFrame> Encode(const JoinMessage& m, const FrameLimits& limits) {
+  if (!IsValidDeviceId(m.device_id)) return InvalidArgument("invalid device id");
+  if (m.codecs.size() > kMaxCodecs) return InvalidArgument("too many codecs");
+  for (std::string_view codec : m.codecs) {
+    FEDRT_RETURN_IF_ERROR(CheckString(codec, kMaxCodecNameBytes, "codec name"));
+  }
+  FEDRT_RETURN_IF_ERROR(CheckString(m.isa, kMaxIsaBytes, "isa"));
+  auto b = NewBuilder(0);
+  std::vector<fb::Offset<fb::String>> codecs;
+  codecs.reserve(m.codecs.size());
+  for (std::string_view codec : m.codecs) codecs.push_back(b->CreateString(codec.data(), codec.size()));
+  auto codec_vector = b->CreateVector(codecs);
+  auto capabilities = wire::CreateCapabilities(*b, codec_vector, MaybeString(*b, m.isa), m.max_frame_bytes);
+  auto device_id = b->CreateString(m.device_id.data(), m.device_id.size());
+  auto nonce = Bytes(*b, m.client_nonce);
+  auto join = wire::CreateJoin(*b, static_cast<wire::ProtocolVersion>(m.protocol_version), device_id,
+                               capabilities, nonce, m.resume_round);
+  return Finish(std::move(b), wire::Message::Join, join.Union(), limits);
+}
+
+Result<JoinMessage> DecodeJoin(const Frame& frame) {
+  Result<const wire::Join*> root = Root<wire::Join>(frame, MessageKind::kJoin);
+  if (!root.ok()) return root.status();
+  const wire::Join* j = *root;
+  JoinMessage m;
+  m.protocol_version = static_cast<uint16_t>(j->protocol_version());
+  Result<std::string_view> id = ReadString(j->device_id(), kMaxDeviceIdBytes, true, "device id");
+  if (!id.ok()) return id.status();
+  if (!IsValidDeviceId(*id)) return Wrong("device id has characters outside [A-Za-z0-9._-]");
+  m.device_id = *id;
+  FEDRT_RETURN_IF_ERROR(ReadBytes(j->client_nonce(), &m.client_nonce, "client nonce"));
+  m.resume_round = j->resume_round();
+  if (const wire::Capabilities* caps = j->capabilities()) {
+    if (caps->codecs() != nullptr) {
+      if (caps->codecs()->size() > kMaxCodecs) return Wrong("too many codecs");
+      for (const fb::String* codec : *caps->codecs()) {
+        Result<std::string_view> name = ReadString(codec, kMaxCodecNameBytes, true, "codec name");
+        if (!name.ok()) return name.status();
+        m.codecs.push_back(*name);
+      }
+    }
+    Result<std::string_view> isa = ReadString(caps->isa(), kMaxIsaBytes, false, "isa");
+    if (!isa.ok()) return isa.status();
+    m.isa = *isa;
+    m.max_frame_bytes = caps->max_frame_bytes();
+  }
+  return m;
+}
+
+// ---- Challenge, Authenticate, JoinResponse -----------------------------------------
+
+Result<OutFrame> Encode(const ChallengeMessage& m, const FrameLimits& limits) {
+  auto b = NewBuilder(0);
+  auto nonce = Bytes(*b, m.server_nonce);
+  return Finish(b, wire::Message::Challenge, wire::CreateChallenge(*b, nonce).Union(), limits);
+}
+
+Result<ChallengeMessage> DecodeChallenge(const Frame& frame) {
+  Result<const wire::Challenge*> root = Root<wire::Challenge>(frame, MessageKind::kChallenge);
+  if (!root.ok()) return root.status();
+  ChallengeMessage m;
+  FEDRT_RETURN_IF_ERROR(ReadBytes((*root)->server_nonce(), &m.server_nonce, "server nonce"));
+  return m;
+}
+
+Result<OutFrame> Encode(const AuthenticateMessage& m, const FrameLimits& limits) {
+  auto b = NewBuilder(0);
+  auto proof = Bytes(*b, m.proof);
+  return Finish(b, wire::Message::Authenticate, wire::CreateAuthenticate(*b, proof).Union(), limits);
+}
+
+Result<AuthenticateMessage> DecodeAuthenticate(const Frame& frame) {
+  Result<const wire::Authenticate*> root = Root<wire::Authenticate>(frame, MessageKind::kAuthenticate);
+  if (!root.ok()) return root.status();
+  AuthenticateMessage m;
+  FEDRT_RETURN_IF_ERROR(ReadBytes((*root)->proof(), &m.proof, "proof"));
+  return m;
+}
+
+Result<OutFrame> Encode(const JoinResponseMessage& m, const FrameLimits& limits) {
+  FEDRT_RETURN_IF_ERROR(CheckString(m.reason, kMaxReasonBytes, "reason"));
+  auto b = NewBuilder(0);
+  auto reason = MaybeString(*b, m.reason);
+  fb::Offset<fb::Vector<uint8_t>> proof = 0;
+  if (m.accepted) proof = Bytes(*b, m.server_proof);
+  auto response = wire::CreateJoinResponse(*b, m.accepted, reason, proof, m.current_round,
+                                           m.heartbeat_interval_ms, m.max_frame_bytes);
+  return Finish(b, wire::Message::JoinResponse, response.Union(), limits);
+}
+
+Result<JoinResponseMessage> DecodeJoinResponse(const Frame& frame) {
+  Result<const wire::JoinResponse*> root = Root<wire::JoinResponse>(frame, MessageKind::kJoinResponse);
+  if (!root.ok()) return root.status();
+  const wire::JoinResponse* r = *root;
+  JoinResponseMessage m;
+  m.accepted = r->accepted();
+  Result<std::string_view> reason = ReadString(r->reason(), kMaxReasonBytes, false, "reason");
+  if (!reason.ok()) return reason.status();
+  m.reason = *reason;
+  if (m.accepted) FEDRT_RETURN_IF_ERROR(ReadBytes(r->server_proof(), &m.server_proof, "server proof"));
+  m.current_round = r->current_round();
+  m.heartbeat_interval_ms = r->heartbeat_interval_ms();
+  m.max_frame_bytes = r->max_frame_bytes();
+  return m;
+}
+
+// ---- RoundInstructions ----------------------------------------------------------
+
+namespace {
+
+Result<OutFrame> EncodeInstructions(const RoundInstructionsMessage& m, const FrameLimits& limits,
+                                    const PayloadFill* fill) {
+  FEDRT_RETURN_IF_ERROR(CheckString(m.codec_spec, kMaxCodecSpecBytes, "codec spec"));
+  const bool first = m.payload.index == 0;
+  if (first) {
+    if (m.codec_spec.empty()) return InvalidArgument("round instructions need a codec spec");
+    if (!IsFinite(m.learning_rate) || m.learning_rate < 0) return InvalidArgument("learning rate must be finite and >= 0");
+    const std::string problem = LevelTableProblem(m.level_table, m.level_table_size);
+    if (!problem.empty()) return InvalidArgument(problem);
+  }
+  auto b = NewBuilder(m.payload.size + (first ? m.level_table_size * sizeof(float) : 0));
+  Result<fb::Offset<wire::Chunk>> chunk = BuildChunk(*b, m.payload, fill, limits);
+  if (!chunk.ok()) return chunk.status();
+  if (!first) {
+    wire::RoundInstructionsBuilder rb(*b);
+    rb.add_round_id(m.round_id);
+    rb.add_payload(*chunk);
+    return Finish(b, wire::Message::RoundInstructions, rb.Finish().Union(), limits);
+  }
+  auto spec = b->CreateString(m.codec_spec.data(), m.codec_spec.size());
+  fb::Offset<fb::Vector<float>> table = 0;
+  if (m.level_table_size != 0) table = b->CreateVector(m.level_table, m.level_table_size);
+  auto instructions = wire::CreateRoundInstructions(
+      *b, m.round_id, static_cast<wire::ModelEncoding>(m.model_encoding), m.model_parameters, spec,
+      m.session_seed, m.local_epochs, m.local_steps, m.learning_rate,
+      static_cast<wire::AnchorRole>(m.anchor_role), m.level_table_version, table, m.deadline_ms, *chunk);
+  return Finish(b, wire::Message::RoundInstructions, instructions.Union(), limits);
+}
+
+}  // namespace
+
+Result<OutFrame> Encode(const RoundInstructionsMessage& m, const FrameLimits& limits) {
+  return EncodeInstructions(m, limits, nullptr);
+}
+
+Result<OutFrame> Encode(const RoundInstructionsMessage& m, const FrameLimits& limits,
+                        const PayloadFill& fill) {
+  return EncodeInstructions(m, limits, &fill);
+}
+
+Result<RoundInstructionsMessage> DecodeRoundInstructions(const Frame& frame, const FrameLimits& limits) {
+  Result<const wire::RoundInstructions*> root =
+      Root<wire::RoundInstructions>(frame, MessageKind::kRoundInstructions);
+  if (!root.ok()) return root.status();
+  const wire::RoundInstructions* r = *root;
+  RoundInstructionsMessage m;
+  m.round_id = r->round_id();
+  FEDRT_RETURN_IF_ERROR(ReadChunk(r->payload(), limits, &m.payload));
+  if (m.payload.index != 0) return m;  // continuation: round id and payload only
+  FEDRT_RETURN_IF_ERROR(ReadEnum(r->model_encoding(), wire::ModelEncoding::MAX, &m.model_encoding, "model encoding"));
+  FEDRT_RETURN_IF_ERROR(ReadEnum(r->anchor_role(), wire::AnchorRole::MAX, &m.anchor_role, "anchor role"));
+  m.model_parameters = r->model_parameters();
+  Result<std::string_view> spec = ReadString(r->codec_spec(), kMaxCodecSpecBytes, true, "codec spec");
+  if (!spec.ok()) return spec.status();
+  m.codec_spec = *spec;
+  m.session_seed = r->session_seed();
+  m.local_epochs = r->local_epochs();
+  m.local_steps = r->local_steps();
+  m.learning_rate = r->learning_rate();
+  if (!IsFinite(m.learning_rate) || m.learning_rate < 0) return Wrong("learning rate is not a finite value >= 0");
+  m.level_table_version = r->level_table_version();
+  if (r->level_table() != nullptr) {
+    m.level_table = r->level_table()->data();
+    m.level_table_size = r->level_table()->size();
+    const std::string problem = LevelTableProblem(m.level_table, m.level_table_size);
+    if (!problem.empty()) return Wrong(problem);
+  }
+  m.deadline_ms = r->deadline_ms();
+  return m;
+}
+
+// ---- Update ---------------------------------------------------------------------
+
+namespace {
+
+Result<OutFrame> EncodeUpdate(const UpdateMessage& m, const FrameLimits& limits, const PayloadFill* fill) {
+  FEDRT_RETURN_IF_ERROR(CheckString(m.codec_spec, kMaxCodecSpecBytes, "codec spec"));
+  const bool first = m.payload.index == 0;
+  if (first) {
+    if (m.codec_spec.empty()) return InvalidArgument("an update needs a codec spec");
+    if (!IsFinite(m.training_loss)) return InvalidArgument("training loss is not finite");
+    if (!IsFinite(m.stats.residual_norm)) return InvalidArgument("residual norm is not finite");
+  }
+  auto b = NewBuilder(m.payload.size);
+  Result<fb::Offset<wire::Chunk>> chunk = BuildChunk(*b, m.payload, fill, limits);
+  if (!chunk.ok()) return chunk.status();
+  if (!first) {
+    wire::UpdateBuilder ub(*b);
+    ub.add_round_id(m.round_id);
+    ub.add_payload(*chunk);
+    return Finish(b, wire::Message::Update, ub.Finish().Union(), limits);
+  }
+  auto spec = b->CreateString(m.codec_spec.data(), m.codec_spec.size());
+  auto stats = wire::CreateCodecStats(*b, m.stats.encoded_bytes, m.stats.raw_bytes, m.stats.wrap_count,
+                                      m.stats.residual_norm, m.stats.clipped);
+  auto update = wire::CreateUpdate(*b, m.round_id, m.num_samples, m.training_loss, spec,
+                                   m.level_table_version, stats, *chunk);
+  return Finish(b, wire::Message::Update, update.Union(), limits);
+}
+
+}  // namespace
+
+Result<OutFrame> Encode(const UpdateMessage& m, const FrameLimits& limits) {
+  return EncodeUpdate(m, limits, nullptr);
+}
+
+Result<OutFrame> Encode(const UpdateMessage& m, const FrameLimits& limits, const PayloadFill& fill) {
+  return EncodeUpdate(m, limits, &fill);
+}
+
+Result<UpdateMessage> DecodeUpdate(const Frame& frame, const FrameLimits& limits) {
+  Result<const wire::Update*> root = Root<wire::Update>(frame, MessageKind::kUpdate);
+  if (!root.ok()) return root.status();
+  const wire::Update* u = *root;
+  UpdateMessage m;
+  m.round_id = u->round_id();
+  FEDRT_RETURN_IF_ERROR(ReadChunk(u->payload(), limits, &m.payload));
+  if (m.payload.index != 0) return m;
+  m.num_samples = u->num_samples();
+  m.training_loss = u->training_loss();
+  if (!IsFinite(m.training_loss)) return Wrong("training loss is not finite");
+  Result<std::string_view> spec = ReadString(u->codec_spec(), kMaxCodecSpecBytes, true, "codec spec");
+  if (!spec.ok()) return spec.status();
+  m.codec_spec = *spec;
+  m.level_table_version = u->level_table_version();
+  if (const wire::CodecStats* s = u->stats()) {
+    m.stats.encoded_bytes = s->encoded_bytes();
+    m.stats.raw_bytes = s->raw_bytes();
+    m.stats.wrap_count = s->wrap_count();
+    m.stats.residual_norm = s->residual_norm();
+    m.stats.clipped = s->clipped();
+    if (!IsFinite(m.stats.residual_norm)) return Wrong("residual norm is not finite");
+  }
+  return m;
+}
+
+// ---- Ack, Leave, Error, Heartbeat -------------------------------------------------
+
+Result<OutFrame> Encode(const AckMessage& m, const FrameLimits& limits) {
+  auto b = NewBuilder(0);
+  auto ack = wire::CreateAck(*b, m.round_id, static_cast<wire::MessageKind>(m.acked));
+  return Finish(b, wire::Message::Ack, ack.Union(), limits);
+}
+
+Result<AckMessage> DecodeAck(const Frame& frame) {
+  Result<const wire::Ack*> root = Root<wire::Ack>(frame, MessageKind::kAck);
+  if (!root.ok()) return root.status();
+  AckMessage m;
+  m.round_id = (*root)->round_id();
+  FEDRT_RETURN_IF_ERROR(ReadEnum((*root)->acked(), wire::MessageKind::MAX, &m.acked, "acked kind"));
+  return m;
+}
+
+Result<OutFrame> Encode(const LeaveMessage& m, const FrameLimits& limits) {
+  FEDRT_RETURN_IF_ERROR(CheckString(m.reason, kMaxReasonBytes, "reason"));
+  auto b = NewBuilder(0);
+  auto reason = MaybeString(*b, m.reason);
+  return Finish(b, wire::Message::Leave, wire::CreateLeave(*b, reason).Union(), limits);
+}
+
+Result<LeaveMessage> DecodeLeave(const Frame& frame) {
+  Result<const wire::Leave*> root = Root<wire::Leave>(frame, MessageKind::kLeave);
+  if (!root.ok()) return root.status();
+  Result<std::string_view> reason = ReadString((*root)->reason(), kMaxReasonBytes, false, "reason");
+  if (!reason.ok()) return reason.status();
+  LeaveMessage m;
+  m.reason = *reason;
+  return m;
+}
+
+Result<OutFrame> Encode(const ErrorMessage& m, const FrameLimits& limits) {
+  if (m.code == StatusCode::kOk) return InvalidArgument("an error message needs an error code");
+  FEDRT_RETURN_IF_ERROR(CheckString(m.message, kMaxReasonBytes, "error message"));
+  auto b = NewBuilder(0);
+  auto text = MaybeString(*b, m.message);
+  auto error = wire::CreateError(*b, static_cast<int32_t>(m.code), text);
+  return Finish(b, wire::Message::Error, error.Union(), limits);
+}
+
+Result<ErrorMessage> DecodeError(const Frame& frame) {
+  Result<const wire::Error*> root = Root<wire::Error>(frame, MessageKind::kError);
+  if (!root.ok()) return root.status();
+  const int32_t code = (*root)->code();
+  if (code <= 0) return Wrong("error message with code " + std::to_string(code));
+  ErrorMessage m;
+  // Codes are only ever appended: one this build does not know is still an error.
+  m.code = code <= static_cast<int32_t>(StatusCode::kCancelled) ? static_cast<StatusCode>(code)
+                                                                : StatusCode::kInternal;
+  Result<std::string_view> text = ReadString((*root)->message(), kMaxReasonBytes, false, "error message");
+  if (!text.ok()) return text.status();
+  m.message = *text;
+  return m;
+}
+
+Result<OutFrame> EncodeStatus(const Status& status, const FrameLimits& limits) {
+  ErrorMessage m;
+  m.code = status.ok() ? StatusCode::kInternal : status.code();
+  m.message = status.message();
+  if (m.message.size() > kMaxReasonBytes) m.message = m.message.substr(0, kMaxReasonBytes);
+  return Encode(m, limits);
+}
+
+Status ToStatus(const ErrorMessage& m) { return Status(m.code, std::string(m.message)); }
+
+Result<OutFrame> Encode(const HeartbeatMessage& m, const FrameLimits& limits) {
+  auto b = NewBuilder(0);
+  return Finish(b, wire::Message::Heartbeat, wire::CreateHeartbeat(*b, m.sequence, m.sent_ns).Union(),
+                limits);
+}
+
+Result<HeartbeatMessage> DecodeHeartbeat(const Frame& frame) {
+  Result<const wire::Heartbeat*> root = Root<wire::Heartbeat>(frame, MessageKind::kHeartbeat);
+  if (!root.ok()) return root.status();
+  HeartbeatMessage m;
+  m.sequence = (*root)->sequence();
+  m.sent_ns = (*root)->sent_ns();
+  return m;
+}
+
+// ---- Peer messages -----------------------------------------------------------------
+
+namespace {
+
+Result<OutFrame> EncodeRing(const RingChunkMessage& m, const FrameLimits& limits, const PayloadFill* fill) {
+  FEDRT_RETURN_IF_ERROR(CheckString(m.codec_spec, kMaxCodecSpecBytes, "codec spec"));
+  auto b = NewBuilder(m.payload.size);
+  Result<fb::Offset<wire::Chunk>> chunk = BuildChunk(*b, m.payload, fill, limits);
+  if (!chunk.ok()) return chunk.status();
+  auto spec = MaybeString(*b, m.codec_spec);
+  auto ring = wire::CreateRingChunk(*b, m.collective_id, m.step, static_cast<wire::RingPhase>(m.phase),
+                                    m.source_rank, m.segment, spec, *chunk);
+  return Finish(b, wire::Message::RingChunk, ring.Union(), limits);
+}
+
+Result<OutFrame> EncodeGossip(const GossipModelMessage& m, const FrameLimits& limits,
+                              const PayloadFill* fill) {
+  FEDRT_RETURN_IF_ERROR(CheckString(m.codec_spec, kMaxCodecSpecBytes, "codec spec"));
+  auto b = NewBuilder(m.payload.size);
+  Result<fb::Offset<wire::Chunk>> chunk = BuildChunk(*b, m.payload, fill, limits);
+  if (!chunk.ok()) return chunk.status();
+  auto spec = MaybeString(*b, m.codec_spec);
+  auto gossip = wire::CreateGossipModel(*b, m.step, m.source_rank, spec, m.wrap_count, *chunk);
+  return Finish(b, wire::Message::GossipModel, gossip.Union(), limits);
+}
+
+}  // namespace
+
+Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits) {
+  return EncodeRing(m, limits, nullptr);
+}
+Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits, const PayloadFill& fill) {
+  return EncodeRing(m, limits, &fill);
+}
+Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits) {
+  return EncodeGossip(m, limits, nullptr);
+}
+Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits,
+                        const PayloadFill& fill) {
+  return EncodeGossip(m, limits, &fill);
+}
+
+Result<RingChunkMessage> DecodeRingChunk(const Frame& frame, const FrameLimits& limits) {
+  Result<const wire::RingChunk*> root = Root<wire::RingChunk>(frame, MessageKind::kRingChunk);
+  if (!root.ok()) return root.status();
+  const wire::RingChunk* r = *root;
+  RingChunkMessage m;
+  m.collective_id = r->collective_id();
+  m.step = r->step();
+  FEDRT_RETURN_IF_ERROR(ReadEnum(r->phase(), wire::RingPhase::MAX, &m.phase, "ring phase"));
+  m.source_rank = r->source_rank();
+  m.segment = r->segment();
+  Result<std::string_view> spec = ReadString(r->codec_spec(), kMaxCodecSpecBytes, false, "codec spec");
+  if (!spec.ok()) return spec.status();
+  m.codec_spec = *spec;
+  FEDRT_RETURN_IF_ERROR(ReadChunk(r->payload(), limits, &m.payload));
+  return m;
+}
+
+Result<GossipModelMessage> DecodeGossipModel(const Frame& frame, const FrameLimits& limits) {
+  Result<const wire::GossipModel*> root = Root<wire::GossipModel>(frame, MessageKind::kGossipModel);
+  if (!root.ok()) return root.status();
+  const wire::GossipModel* g = *root;
+  GossipModelMessage m;
+  m.step = g->step();
+  m.source_rank = g->source_rank();
+  Result<std::string_view> spec = ReadString(g->codec_spec(), kMaxCodecSpecBytes, false, "codec spec");
+  if (!spec.ok()) return spec.status();
+  m.codec_spec = *spec;
+  m.wrap_count = g->wrap_count();
+  FEDRT_RETURN_IF_ERROR(ReadChunk(g->payload(), limits, &m.payload));
+  return m;
+}
+
+}  // namespace transport
+}  // namespace fedrt

@@ -1,0 +1,555 @@
+// TCP connections and listener on standalone Asio (contract in tcp.h and
+// connection.h). Every object here lives on one loop thread: public methods
+// called from elsewhere are dispatched there, so the only shared state is a
+// few atomics.
+#include "fedrt/transport/tcp.h"
+
+#include <asio.hpp>
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "event_loop_impl.h"
+#include "fedrt/platform/clock.h"
+#include "fedrt/platform/log.h"
+#include "fedrt/transport/messages.h"
+
+namespace fedrt {
+namespace transport {
+namespace {
+
+using asio::ip::tcp;
+using Clock = asio::steady_timer::clock_type;
+
+constexpr std::size_t kMaxFramesPerWrite = 16;
+
+std::string Describe(const tcp::endpoint& endpoint) {
+  return endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+}
+
+class TcpConnection final : public Connection,
+                            public LoopMember,
+                            public std::enable_shared_from_this<TcpConnection> {
+ public:
+  TcpConnection(EventLoop::Impl& loop, tcp::socket socket, const ConnectionOptions& options,
+                std::shared_ptr<ConnectionHandler> handler)
+      : loop_(loop),
+        socket_(std::move(socket)),
+        read_timer_(loop.io),
+        write_timer_(loop.io),
+        heartbeat_timer_(loop.io),
+        options_(options),
+        handler_(std::move(handler)),
+        id_(NextConnectionId()) {
+    // Buffers point at the prefixes stored inside the in-flight frames: the
+    // vector must never reallocate while a write is pending.
+    in_flight_.reserve(kMaxFramesPerWrite);
+    buffers_.reserve(2 * kMaxFramesPerWrite);
+    std::error_code ec;
+    socket_.set_option(tcp::no_delay(true), ec);
+    const tcp::endpoint remote = socket_.remote_endpoint(ec);
+    peer_ = ec ? std::string("unknown") : Describe(remote);
+  }
+
+  // On the loop thread, once the owner holds a shared_ptr.
+  void Start() {
+    loop_.AddMember(shared_from_this());
+    last_send_ns_ = MonotonicNanos();
+    handler_->OnOpen(shared_from_this());
+    if (state_ == State::kClosed) return;
+    ReadHeader();
+    if (state_ == State::kOpen) ScheduleHeartbeat();
+  }
+
+  Status Send(OutFrame frame) override {
+    if (frame.empty()) return InvalidArgument("empty frame");
+    if (send_closed_.load() || state_.load() != State::kOpen) {
+      return Status(StatusCode::kUnavailable, "connection " + peer_ + " is closed");
+    }
+    const std::size_t size = frame.wire_size();
+    if (queued_bytes_.fetch_add(size) + size > options_.max_queued_bytes) {
+      queued_bytes_.fetch_sub(size);
+      return Status(StatusCode::kResourceExhausted, "send queue to " + peer_ + " is full");
+    }
+    asio::dispatch(loop_.io, [self = shared_from_this(), frame = std::move(frame)]() mutable {
+      self->Enqueue(std::move(frame));
+    });
+    return Status::Ok();
+  }
+
+  void Close() override {
+    send_closed_ = true;
+    asio::dispatch(loop_.io, [self = shared_from_this()] { self->BeginGracefulClose(); });
+  }
+
+  void Abort(Status reason, bool notify_peer) override {
+    send_closed_ = true;
+    asio::dispatch(loop_.io, [self = shared_from_this(), reason = std::move(reason), notify_peer]() mutable {
+      self->Fail(std::move(reason), notify_peer);
+    });
+  }
+
+  void ShutdownForLoopExit() override {
+    Finish(Status(StatusCode::kCancelled, "event loop destroyed"));
+  }
+
+  uint64_t id() const override { return id_; }
+  const std::string& peer() const override { return peer_; }
+  bool closed() const override { return state_.load() == State::kClosed; }
+  ConnectionStats stats() const override {
+    ConnectionStats s;
+    s.frames_sent = frames_sent_.load(std::memory_order_relaxed);
+    s.frames_received = frames_received_.load(std::memory_order_relaxed);
+    s.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
+    s.bytes_received = bytes_received_.load(std::memory_order_relaxed);
+    s.heartbeats_sent = heartbeats_sent_.load(std::memory_order_relaxed);
+    s.heartbeats_received = heartbeats_received_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+ private:
+  enum class State { kOpen, kClosing, kClosed };
+
+  // ---- Reading: header -> body -> handler -> header ... ----------------------
+
+  void ReadHeader() {
+    // While closing, the peer's end of stream is due within io_timeout_ms.
+    const uint32_t wait_ms = state_ == State::kClosing ? options_.io_timeout_ms : options_.idle_timeout_ms;
+    ArmTimer(read_timer_, wait_ms, ++read_sequence_, "no frame from the peer");
+    asio::async_read(socket_, asio::buffer(header_),
+                     [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
+                       self->OnHeader(ec, n);
+                     });
+  }
+
+  void OnHeader(const std::error_code& ec, std::size_t n) {
+    ++read_sequence_;
+    read_timer_.cancel();
+    if (state_ == State::kClosed) return;
+    if (ec) return OnReadError(ec, n == 0);
+    Result<uint32_t> size = ParseFramePrefix(header_, options_.limits);
+    if (!size.ok()) return Fail(size.status(), true);
+    Result<FrameBytes> body = FrameBytes::Allocate(*size);
+    if (!body.ok()) return Fail(body.status(), true);
+    body_ = std::move(*body);
+    ArmTimer(read_timer_, options_.io_timeout_ms, ++read_sequence_, "frame body did not arrive in time");
+    asio::async_read(socket_, asio::buffer(body_.data(), body_.size()),
+                     [self = shared_from_this()](const std::error_code& body_ec, std::size_t) {
+                       self->OnBody(body_ec);
+                     });
+  }
+
+  void OnBody(const std::error_code& ec) {
+    ++read_sequence_;
+    read_timer_.cancel();
+    if (state_ == State::kClosed) return;
+    if (ec) return OnReadError(ec, false);
+    bytes_received_.fetch_add(kFramePrefixBytes + body_.size(), std::memory_order_relaxed);
+    frames_received_.fetch_add(1, std::memory_order_relaxed);
+    Result<Frame> frame = VerifyFrame(std::move(body_), options_.limits);
+    body_ = FrameBytes();
+    if (!frame.ok()) return Fail(frame.status(), true);
+    if (frame->kind() == MessageKind::kHeartbeat) {
+      heartbeats_received_.fetch_add(1, std::memory_order_relaxed);
+    } else if (state_ == State::kOpen) {
+      handler_->OnFrame(*this, std::move(*frame));
+    }
+    if (state_ != State::kClosed) ReadHeader();
+  }
+
+  void OnReadError(const std::error_code& ec, bool at_frame_boundary) {
+    if (ec == asio::error::operation_aborted) return;  // Finish() cancelled the read
+    if (ec == asio::error::eof && at_frame_boundary) {
+      if (state_ == State::kClosing) return Finish(Status::Ok());
+      return Finish(Status(StatusCode::kUnavailable, "peer " + peer_ + " closed the connection"));
+    }
+    if (ec == asio::error::eof) return Fail(Corrupt("peer " + peer_ + " closed in the middle of a frame"), false);
+    Fail(Status(StatusCode::kUnavailable, "read from " + peer_ + ": " + ec.message()), false);
+  }
+
+  // ---- Writing: one write in flight, the rest queued --------------------------
+
+  void Enqueue(OutFrame frame) {
+    if (state_ != State::kOpen) {
+      queued_bytes_.fetch_sub(frame.wire_size());
+      return;
+    }
+    queue_.push_back(std::move(frame));
+    if (!writing_) Write();
+  }
+
+  void Write() {
+    writing_ = true;
+    in_flight_.clear();
+    buffers_.clear();
+    while (!queue_.empty() && in_flight_.size() < kMaxFramesPerWrite) {
+      in_flight_.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+      const OutFrame& f = in_flight_.back();
+      buffers_.emplace_back(f.prefix(), kFramePrefixBytes);
+      buffers_.emplace_back(f.body(), f.body_size());
+    }
+    ArmTimer(write_timer_, options_.io_timeout_ms, ++write_sequence_, "write did not complete in time");
+    asio::async_write(socket_, buffers_, [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
+      self->OnWrite(ec, n);
+    });
+  }
+
+  void OnWrite(const std::error_code& ec, std::size_t n) {
+    ++write_sequence_;
+    write_timer_.cancel();
+    writing_ = false;
+    if (state_ == State::kClosed) return;
+    if (ec) {
+      if (ec == asio::error::operation_aborted) return;
+      return Fail(Status(StatusCode::kUnavailable, "write to " + peer_ + ": " + ec.message()), false);
+    }
+    std::size_t frame_bytes = 0;
+    for (const OutFrame& f : in_flight_) {
+      frame_bytes += f.wire_size();
+      if (f.kind() == MessageKind::kHeartbeat) heartbeats_sent_.fetch_add(1, std::memory_order_relaxed);
+    }
+    queued_bytes_.fetch_sub(frame_bytes);
+    bytes_sent_.fetch_add(n, std::memory_order_relaxed);
+    frames_sent_.fetch_add(in_flight_.size(), std::memory_order_relaxed);
+    in_flight_.clear();
+    last_send_ns_ = MonotonicNanos();
+    if (!queue_.empty()) return Write();
+    if (state_ == State::kClosing) ShutdownSending();
+  }
+
+  // ---- Heartbeats and deadlines ------------------------------------------------
+
+  void ScheduleHeartbeat() {
+    if (options_.heartbeat_interval_ms == 0) return;
+    heartbeat_timer_.expires_after(std::chrono::milliseconds(options_.heartbeat_interval_ms));
+    heartbeat_timer_.async_wait([self = shared_from_this()](const std::error_code& ec) {
+      if (ec || self->state_ != State::kOpen) return;
+      const uint64_t interval_ns = uint64_t{self->options_.heartbeat_interval_ms} * 1000000u;
+      if (!self->writing_ && MonotonicNanos() - self->last_send_ns_ >= interval_ns) {
+        HeartbeatMessage beat;
+        beat.sequence = ++self->heartbeat_sequence_;
+        beat.sent_ns = MonotonicNanos();
+        Result<OutFrame> frame = Encode(beat, self->options_.limits);
+        if (frame.ok()) {
+          self->queued_bytes_.fetch_add(frame->wire_size());
+          self->Enqueue(std::move(*frame));
+        }
+      }
+      self->ScheduleHeartbeat();
+    });
+  }
+
+  void ArmTimer(asio::steady_timer& timer, uint32_t ms, uint64_t sequence, const char* what) {
+    if (ms == 0) return;
+    timer.expires_after(std::chrono::milliseconds(ms));
+    const bool is_read = &timer == &read_timer_;
+    timer.async_wait([self = shared_from_this(), sequence, is_read, what](const std::error_code& ec) {
+      if (ec) return;  // cancelled: the operation finished in time
+      const uint64_t current = is_read ? self->read_sequence_ : self->write_sequence_;
+      if (current != sequence || self->state_ == State::kClosed) return;
+      if (is_read && self->state_ == State::kClosing) return self->Finish(Status::Ok());
+      self->Fail(Status(StatusCode::kDeadlineExceeded, std::string(what) + " (" + self->peer_ + ")"), false);
+    });
+  }
+
+  // ---- Closing -------------------------------------------------------------------
+
+  void BeginGracefulClose() {
+    if (state_ != State::kOpen) return;
+    state_ = State::kClosing;
+    heartbeat_timer_.cancel();
+    if (!writing_ && queue_.empty()) ShutdownSending();
+  }
+
+  // Everything queued is sent: tell the peer, then wait (a bounded time) for
+  // its end of the stream so no unread data turns our close into a reset.
+  void ShutdownSending() {
+    std::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) return Finish(Status::Ok());
+    ++read_sequence_;
+    read_timer_.cancel();
+    ArmTimer(read_timer_, options_.io_timeout_ms, read_sequence_, "peer did not close");
+  }
+
+  void Fail(Status reason, bool notify_peer) {
+    if (state_ == State::kClosed) return;
+    Log(LogLevel::kWarning, "connection %s closed: %s", peer_.c_str(), reason.ToString().c_str());
+    if (notify_peer && state_ == State::kOpen) {
+      // Best effort, bounded: one synchronous write of a small frame on a
+      // socket we are about to close anyway; never blocks (non-blocking mode).
+      Result<OutFrame> error = EncodeStatus(reason, options_.limits);
+      if (error.ok() && !writing_) {
+        std::error_code ec;
+        socket_.non_blocking(true, ec);
+        const std::array<asio::const_buffer, 2> buffers = {
+            asio::buffer(error->prefix(), kFramePrefixBytes), asio::buffer(error->body(), error->body_size())};
+        socket_.write_some(buffers, ec);
+      }
+    }
+    Finish(std::move(reason));
+  }
+
+  void Finish(Status reason) {
+    if (state_ == State::kClosed) return;
+    state_ = State::kClosed;
+    std::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    read_timer_.cancel();
+    write_timer_.cancel();
+    heartbeat_timer_.cancel();
+    for (const OutFrame& f : queue_) queued_bytes_.fetch_sub(f.wire_size());
+    queue_.clear();
+    std::shared_ptr<ConnectionHandler> handler = std::move(handler_);
+    if (handler) handler->OnClose(*this, reason);
+  }
+
+  EventLoop::Impl& loop_;
+  tcp::socket socket_;
+  asio::steady_timer read_timer_;
+  asio::steady_timer write_timer_;
+  asio::steady_timer heartbeat_timer_;
+  const ConnectionOptions options_;
+  std::shared_ptr<ConnectionHandler> handler_;
+  const uint64_t id_;
+  std::string peer_;
+  std::atomic<State> state_{State::kOpen};
+  std::atomic<bool> send_closed_{false};  // Close/Abort called: Send refuses at once
+
+  uint8_t header_[kFramePrefixBytes] = {};
+  FrameBytes body_;
+  uint64_t read_sequence_ = 0;
+  uint64_t write_sequence_ = 0;
+
+  std::deque<OutFrame> queue_;
+  std::vector<OutFrame> in_flight_;
+  std::vector<asio::const_buffer> buffers_;
+  bool writing_ = false;
+  std::atomic<std::size_t> queued_bytes_{0};
+  uint64_t last_send_ns_ = 0;
+  uint64_t heartbeat_sequence_ = 0;
+
+  std::atomic<uint64_t> frames_sent_{0}, frames_received_{0}, bytes_sent_{0}, bytes_received_{0};
+  std::atomic<uint64_t> heartbeats_sent_{0}, heartbeats_received_{0};
+};
+
+bool IsDescriptorExhaustion(const std::error_code& ec) {
+  return ec == asio::error::no_descriptors || ec == std::errc::too_many_files_open_in_system ||
+         ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
+}
+
+class TcpListenerImpl final : public TcpListener,
+                              public LoopMember,
+                              public std::enable_shared_from_this<TcpListenerImpl> {
+ public:
+  TcpListenerImpl(EventLoop::Impl& loop, tcp::acceptor acceptor, const ConnectionOptions& options,
+                  std::shared_ptr<ConnectionHandler> handler)
+      : loop_(loop),
+        acceptor_(std::move(acceptor)),
+        backoff_timer_(loop.io),
+        options_(options),
+        handler_(std::move(handler)) {
+    std::error_code ec;
+    port_ = acceptor_.local_endpoint(ec).port();
+  }
+
+  void Start() {
+    loop_.AddMember(shared_from_this());
+    asio::dispatch(loop_.io, [self = shared_from_this()] { self->Accept(); });
+  }
+
+  uint16_t port() const override { return port_; }
+
+  void Close() override {
+    asio::dispatch(loop_.io, [self = shared_from_this()] { self->Stop(); });
+  }
+
+  void ShutdownForLoopExit() override { Stop(); }
+
+  ListenerStats stats() const override {
+    ListenerStats s;
+    s.accepted = accepted_.load();
+    s.descriptor_exhaustions = exhaustions_.load();
+    s.other_accept_errors = other_errors_.load();
+    return s;
+  }
+
+ private:
+  void Accept() {
+    if (closed_) return;
+    acceptor_.async_accept([self = shared_from_this()](const std::error_code& ec, tcp::socket socket) {
+      self->OnAccept(ec, std::move(socket));
+    });
+  }
+
+  void OnAccept(const std::error_code& ec, tcp::socket socket) {
+    if (closed_ || ec == asio::error::operation_aborted) return;
+    if (ec) {
+      if (IsDescriptorExhaustion(ec)) {
+        exhaustions_.fetch_add(1);
+        if (backoff_ms_ == 0) {
+          Log(LogLevel::kWarning, "listener on port %u: %s; backing off and retrying", unsigned{port_},
+              ec.message().c_str());
+        }
+        backoff_ms_ = backoff_ms_ == 0 ? 50 : std::min<uint32_t>(backoff_ms_ * 2, 1000);
+        backoff_timer_.expires_after(std::chrono::milliseconds(backoff_ms_));
+        backoff_timer_.async_wait([self = shared_from_this()](const std::error_code& timer_ec) {
+          if (!timer_ec) self->Accept();
+        });
+        return;
+      }
+      other_errors_.fetch_add(1);
+      Log(LogLevel::kWarning, "listener on port %u: accept failed: %s", unsigned{port_}, ec.message().c_str());
+      return Accept();
+    }
+    if (backoff_ms_ != 0) {
+      Log(LogLevel::kInfo, "listener on port %u: accepting again", unsigned{port_});
+      backoff_ms_ = 0;
+    }
+    accepted_.fetch_add(1);
+    auto connection = std::make_shared<TcpConnection>(loop_, std::move(socket), options_, handler_);
+    connection->Start();
+    Accept();
+  }
+
+  void Stop() {
+    if (closed_) return;
+    closed_ = true;
+    std::error_code ec;
+    acceptor_.close(ec);
+    backoff_timer_.cancel();
+  }
+
+  EventLoop::Impl& loop_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer backoff_timer_;
+  const ConnectionOptions options_;
+  std::shared_ptr<ConnectionHandler> handler_;
+  uint16_t port_ = 0;
+  bool closed_ = false;
+  uint32_t backoff_ms_ = 0;
+  std::atomic<uint64_t> accepted_{0}, exhaustions_{0}, other_errors_{0};
+};
+
+// One dial attempt: resolve, connect, or time out, whichever comes first.
+struct Dial : std::enable_shared_from_this<Dial> {
+  Dial(EventLoop::Impl& loop_impl, const ConnectionOptions& connection_options,
+       std::shared_ptr<ConnectionHandler> connection_handler, ConnectCallback callback)
+      : loop(loop_impl),
+        resolver(loop_impl.io),
+        socket(loop_impl.io),
+        timer(loop_impl.io),
+        options(connection_options),
+        handler(std::move(connection_handler)),
+        done(std::move(callback)) {}
+
+  void Start(const std::string& host, uint16_t port, uint32_t timeout_ms) {
+    timer.expires_after(std::chrono::milliseconds(timeout_ms));
+    timer.async_wait([self = shared_from_this(), host, port](const std::error_code& ec) {
+      if (ec) return;
+      self->Complete(Status(StatusCode::kDeadlineExceeded,
+                            "connecting to " + host + ":" + std::to_string(port) + " timed out"));
+    });
+    resolver.async_resolve(host, std::to_string(port),
+                           [self = shared_from_this(), host](const std::error_code& ec,
+                                                              const tcp::resolver::results_type& results) {
+                             if (self->finished) return;
+                             if (ec) {
+                               return self->Complete(Status(StatusCode::kUnavailable,
+                                                            "resolving " + host + ": " + ec.message()));
+                             }
+                             asio::async_connect(self->socket, results,
+                                                 [self](const std::error_code& connect_ec, const tcp::endpoint&) {
+                                                   self->OnConnect(connect_ec);
+                                                 });
+                           });
+  }
+
+  void OnConnect(const std::error_code& ec) {
+    if (finished) return;
+    if (ec) return Complete(Status(StatusCode::kUnavailable, "connect: " + ec.message()));
+    auto connection = std::make_shared<TcpConnection>(loop, std::move(socket), options, handler);
+    finished = true;
+    timer.cancel();
+    connection->Start();
+    done(std::shared_ptr<Connection>(connection));
+  }
+
+  void Complete(Status status) {
+    if (finished) return;
+    finished = true;
+    std::error_code ec;
+    resolver.cancel();
+    socket.close(ec);
+    timer.cancel();
+    done(std::move(status));
+  }
+
+  EventLoop::Impl& loop;
+  tcp::resolver resolver;
+  tcp::socket socket;
+  asio::steady_timer timer;
+  ConnectionOptions options;
+  std::shared_ptr<ConnectionHandler> handler;
+  ConnectCallback done;
+  bool finished = false;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<TcpListener>> TcpListener::Listen(EventLoop& loop, const std::string& host,
+                                                         uint16_t port, const ConnectionOptions& options,
+                                                         std::shared_ptr<ConnectionHandler> handler) {
+  FEDRT_RETURN_IF_ERROR(options.limits.Validate());
+  std::error_code ec;
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (ec) return InvalidArgument("listen address '" + host + "' is not an IP address");
+  tcp::acceptor acceptor(loop.impl().io);
+  const tcp::endpoint endpoint(address, port);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Status(StatusCode::kIoError,
+                  "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
+  }
+  auto listener = std::make_shared<TcpListenerImpl>(loop.impl(), std::move(acceptor), options, std::move(handler));
+  listener->Start();
+  return std::shared_ptr<TcpListener>(listener);
+}
+
+void TcpConnect(EventLoop& loop, const std::string& host, uint16_t port, const ConnectionOptions& options,
+                std::shared_ptr<ConnectionHandler> handler, uint32_t timeout_ms, ConnectCallback done) {
+  Status valid = options.limits.Validate();
+  auto dial = std::make_shared<Dial>(loop.impl(), options, std::move(handler), std::move(done));
+  asio::dispatch(loop.impl().io, [dial, host, port, timeout_ms, valid]() {
+    if (!valid.ok()) return dial->Complete(valid);
+    dial->Start(host, port, timeout_ms);
+  });
+}
+
+Result<std::shared_ptr<Connection>> TcpConnectAndWait(EventLoop& loop, const std::string& host, uint16_t port,
+                                                      const ConnectionOptions& options,
+                                                      std::shared_ptr<ConnectionHandler> handler,
+                                                      uint32_t timeout_ms) {
+  if (loop.InLoopThread()) return Internal("TcpConnectAndWait called on the loop thread");
+  auto promise = std::make_shared<std::promise<Result<std::shared_ptr<Connection>>>>();
+  std::future<Result<std::shared_ptr<Connection>>> future = promise->get_future();
+  TcpConnect(loop, host, port, options, std::move(handler), timeout_ms,
+             [promise](Result<std::shared_ptr<Connection>> result) { promise->set_value(std::move(result)); });
+  // The dial itself is bounded by timeout_ms; the margin covers a loop that is
+  // not running at all.
+  if (future.wait_for(std::chrono::milliseconds(uint64_t{timeout_ms} + 2000)) != std::future_status::ready) {
+    return Status(StatusCode::kDeadlineExceeded, "connect did not complete: is the event loop running?");
+  }
+  return future.get();
+}
+
+}  // namespace transport
+}  // namespace fedrt

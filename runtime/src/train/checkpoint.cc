@@ -198,7 +198,7 @@ Result<Checkpoint> ReadCheckpointFile(const std::string& path) {
     return IoError(path + ": cannot open: " + std::strerror(errno));
   }
   std::vector<uint8_t> bytes;
-  uint8_t chunk[1 << 16];
+  uint8_t chunk[1 << 14];  // 16 KiB: small enough for a thread stack on a board
   std::size_t got;
   while ((got = std::fread(chunk, 1, sizeof(chunk), file)) > 0) {
     bytes.insert(bytes.end(), chunk, chunk + got);

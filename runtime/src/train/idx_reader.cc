@@ -56,7 +56,7 @@ Result<IdxArray> ReadIdxFile(const std::string& path) {
     return IoError(path + ": cannot open: " + (error != 0 ? std::strerror(error) : "out of memory"));
   }
   std::vector<uint8_t> bytes;
-  uint8_t chunk[1 << 16];
+  uint8_t chunk[1 << 14];  // 16 KiB: small enough for a thread stack on a board
   for (;;) {
     const int got = gzread(file, chunk, sizeof(chunk));
     if (got < 0) {

@@ -33,11 +33,7 @@ double LaneSum(const float* v, std::size_t n) {
   }
   double lanes[kNormLanes];
   for (int q = 0; q < 4; ++q) _mm256_storeu_pd(lanes + 4 * q, acc[q]);
-  for (; i < n; ++i) {
-    const double x = v[i];
-    lanes[i % kNormLanes] += kSquare ? x * x : __builtin_fabs(x);
-  }
-  return CombineNormLanes(lanes);
+  return FinishNormLanes<kSquare>(lanes, v, i, n);
 }
 
 float L2Norm(const float* v, std::size_t n) {

@@ -44,6 +44,17 @@ inline double CombineNormLanes(double* a) {
   return a[0];
 }
 
+// The reference's lane sums from coordinate `i` on (the SIMD variants call
+// it for their tails after storing their lanes), then the combination.
+template <bool kSquare>
+double FinishNormLanes(double* lanes, const float* v, std::size_t i, std::size_t n) {
+  for (; i < n; ++i) {
+    const double x = v[i];
+    lanes[i % kNormLanes] += kSquare ? x * x : (x < 0 ? -x : x);
+  }
+  return CombineNormLanes(lanes);
+}
+
 struct QsgdKernels {
   float (*l2_norm)(const float* v, std::size_t n);
   float (*mean_abs)(const float* v, std::size_t n);

@@ -11,18 +11,13 @@ namespace {
 
 float L2Norm(const float* v, std::size_t n) {
   double lanes[kNormLanes] = {};
-  for (std::size_t i = 0; i < n; ++i) {
-    const double x = v[i];
-    lanes[i % kNormLanes] += x * x;
-  }
-  return static_cast<float>(std::sqrt(CombineNormLanes(lanes)));
+  return static_cast<float>(std::sqrt(FinishNormLanes<true>(lanes, v, 0, n)));
 }
 
 float MeanAbs(const float* v, std::size_t n) {
   if (n == 0) return 0.0f;
   double lanes[kNormLanes] = {};
-  for (std::size_t i = 0; i < n; ++i) lanes[i % kNormLanes] += std::fabs(static_cast<double>(v[i]));
-  return static_cast<float>(CombineNormLanes(lanes) / static_cast<double>(n));
+  return static_cast<float>(FinishNormLanes<false>(lanes, v, 0, n) / static_cast<double>(n));
 }
 
 float MaxAbs(const float* v, std::size_t n) {

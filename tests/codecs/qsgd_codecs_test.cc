@@ -294,25 +294,34 @@ TEST_CASE("alq and amq start from version 0 tables and accept fitted tables") {
   CHECK((*alq)->level_table().version == 0);
 }
 
+std::unique_ptr<AdaptiveCodec> MakeAdaptive(const std::string& spec) {
+  auto codec = MakeAdaptiveCodec(spec);
+  REQUIRE_MESSAGE(codec.ok(), codec.status().ToString());
+  return std::move(*codec);
+}
+
+LevelTable Table(uint32_t version, std::vector<float> levels) {
+  LevelTable table;
+  table.version = version;
+  table.levels = std::move(levels);
+  return table;
+}
+
 TEST_CASE("a payload encoded with another level table version is refused") {
-  auto encoder = MakeAdaptiveCodec("alq:bits=3,b=128");
-  auto decoder = MakeAdaptiveCodec("alq:bits=3,b=128");
-  REQUIRE(encoder.ok());
-  REQUIRE(decoder.ok());
-  LevelTable fitted;
-  fitted.version = 7;
-  fitted.levels = {0.0f, 0.05f, 0.2f, 1.0f};
-  REQUIRE((*encoder)->SetLevelTable(fitted).ok());
+  auto encoder = MakeAdaptive("alq:bits=3,b=128");
+  auto decoder = MakeAdaptive("alq:bits=3,b=128");
+  const LevelTable fitted = Table(7, {0.0f, 0.05f, 0.2f, 1.0f});
+  REQUIRE(encoder->SetLevelTable(fitted).ok());
   const auto input = Laplace(500, 3);
-  const auto payload = EncodeOrDie(**encoder, input, Context());
+  const auto payload = EncodeOrDie(*encoder, input, Context());
   std::vector<float> out(input.size());
-  CHECK((*decoder)->Decode(payload.data(), payload.size(), Context(), out.data(), out.size()).code() ==
+  CHECK(decoder->Decode(payload.data(), payload.size(), Context(), out.data(), out.size()).code() ==
         StatusCode::kFailedPrecondition);
   std::vector<float> acc(input.size(), 0.0f);
-  CHECK((*decoder)->DecodeAccumulate(payload.data(), payload.size(), Context(), 1.0f, acc.data(), acc.size()).code() ==
+  CHECK(decoder->DecodeAccumulate(payload.data(), payload.size(), Context(), 1.0f, acc.data(), acc.size()).code() ==
         StatusCode::kFailedPrecondition);
-  REQUIRE((*decoder)->SetLevelTable(fitted).ok());
-  REQUIRE((*decoder)->Decode(payload.data(), payload.size(), Context(), out.data(), out.size()).ok());
+  REQUIRE(decoder->SetLevelTable(fitted).ok());
+  REQUIRE(decoder->Decode(payload.data(), payload.size(), Context(), out.data(), out.size()).ok());
   // Every decoded magnitude is a fitted level times its bucket's norm.
   for (std::size_t i = 0; i < 128; ++i) {
     double norm = 0;
@@ -327,19 +336,14 @@ TEST_CASE("a payload encoded with another level table version is refused") {
 TEST_CASE("a fitted table lowers the error of alq on heavy-tailed input") {
   // Not the fitting itself (level_fit.cc): a hand-made table closer to the
   // Laplace magnitudes' distribution shows that the table is really used.
-  auto uniform = MakeAdaptiveCodec("alq:bits=3,b=1024");
-  auto fitted = MakeAdaptiveCodec("alq:bits=3,b=1024");
-  REQUIRE(uniform.ok());
-  REQUIRE(fitted.ok());
-  LevelTable table;
-  table.version = 1;
-  table.levels = {0.0f, 0.04f, 0.1f, 1.0f};
-  REQUIRE((*fitted)->SetLevelTable(table).ok());
+  auto uniform = MakeAdaptive("alq:bits=3,b=1024");
+  auto fitted = MakeAdaptive("alq:bits=3,b=1024");
+  REQUIRE(fitted->SetLevelTable(Table(1, {0.0f, 0.04f, 0.1f, 1.0f})).ok());
   const auto input = Laplace(8192, 5);
   double uniform_error = 0, fitted_error = 0;
   for (uint32_t round = 0; round < 8; ++round) {
-    uniform_error += SquaredDistance(RoundTrip(**uniform, input, Context(round)), input);
-    fitted_error += SquaredDistance(RoundTrip(**fitted, input, Context(round)), input);
+    uniform_error += SquaredDistance(RoundTrip(*uniform, input, Context(round)), input);
+    fitted_error += SquaredDistance(RoundTrip(*fitted, input, Context(round)), input);
   }
   CHECK(fitted_error < 0.5 * uniform_error);
 }

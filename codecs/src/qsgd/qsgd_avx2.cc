@@ -3,8 +3,7 @@
 // operations in the same order (IEEE division, no FMA: built with
 // -ffp-contract=off and explicit mul/add); level lookups are gathers. Tails
 // (n % 8) go through the scalar kernel, which is exact by definition. The
-// double-lane sums keep lanes 0..3 and 4..7 in two registers, matching the
-// reference's i % 8 lanes and its combination order.
+// double-lane sums keep the reference's 16 lanes (i % 16) in four registers.
 #include <immintrin.h>
 
 #include "qsgd/qsgd_kernels.h"
@@ -15,31 +14,26 @@ namespace {
 
 const QsgdKernels& Ref() { return scalar::kQsgdKernels; }
 
-double CombineLanes(const double* a) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])); }
-
 __m256 AbsPs(__m256 x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
 
-// Sums f(v_i) in double over the reference's 8 lanes; f is x*x or |x|.
+// Sums f(v_i) in double over the reference's 16 lanes; f is x*x or |x|.
 template <bool kSquare>
 double LaneSum(const float* v, std::size_t n) {
-  __m256d low = _mm256_setzero_pd(), high = _mm256_setzero_pd();
+  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
   std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 x = _mm256_loadu_ps(v + i);
-    if (!kSquare) x = AbsPs(x);
-    const __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-    const __m256d b = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
-    low = _mm256_add_pd(low, kSquare ? _mm256_mul_pd(a, a) : a);
-    high = _mm256_add_pd(high, kSquare ? _mm256_mul_pd(b, b) : b);
+  for (; i + 16 <= n; i += 16) {
+    for (int h = 0; h < 2; ++h) {
+      __m256 x = _mm256_loadu_ps(v + i + 8 * h);
+      if (!kSquare) x = AbsPs(x);
+      const __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+      const __m256d b = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+      acc[2 * h] = _mm256_add_pd(acc[2 * h], kSquare ? _mm256_mul_pd(a, a) : a);
+      acc[2 * h + 1] = _mm256_add_pd(acc[2 * h + 1], kSquare ? _mm256_mul_pd(b, b) : b);
+    }
   }
-  double lanes[8];
-  _mm256_storeu_pd(lanes, low);
-  _mm256_storeu_pd(lanes + 4, high);
-  for (; i < n; ++i) {
-    const double x = v[i];
-    lanes[i % 8] += kSquare ? x * x : __builtin_fabs(x);
-  }
-  return CombineLanes(lanes);
+  double lanes[kNormLanes];
+  for (int q = 0; q < 4; ++q) _mm256_storeu_pd(lanes + 4 * q, acc[q]);
+  return FinishNormLanes<kSquare>(lanes, v, i, n);
 }
 
 float L2Norm(const float* v, std::size_t n) {
@@ -75,6 +69,11 @@ void QuantizeLevels(const float* v, std::size_t n, float norm, const float* leve
   const __m256 zero = _mm256_setzero_ps();
   const __m256 scale24 = _mm256_set1_ps(0x1p-24f);
   const __m256i s8 = _mm256_set1_epi32(s);
+  // Up to 8 levels fit one register: a permute replaces the gathers.
+  const bool small = s < 8;
+  float padded[8] = {};
+  for (int k = 0; small && k <= s; ++k) padded[k] = levels[k];
+  const __m256 table = _mm256_loadu_ps(padded);
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 x = _mm256_loadu_ps(v + i);
@@ -84,8 +83,9 @@ void QuantizeLevels(const float* v, std::size_t n, float norm, const float* leve
       // The comparison mask is -1 where levels[k] <= r: subtracting counts it.
       j = _mm256_sub_epi32(j, _mm256_castps_si256(_mm256_cmp_ps(_mm256_set1_ps(levels[k]), r, _CMP_LE_OQ)));
     }
-    const __m256 low = _mm256_i32gather_ps(levels, j, 4);
-    const __m256 high = _mm256_i32gather_ps(levels + 1, j, 4);
+    const __m256 low = small ? _mm256_permutevar8x32_ps(table, j) : _mm256_i32gather_ps(levels, j, 4);
+    const __m256 high = small ? _mm256_permutevar8x32_ps(table, _mm256_add_epi32(j, _mm256_set1_epi32(1)))
+                              : _mm256_i32gather_ps(levels + 1, j, 4);
     const __m256 p = _mm256_div_ps(_mm256_sub_ps(r, low), _mm256_sub_ps(high, low));
     const __m256i w = _mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i)), 8);
     const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(w), scale24);

@@ -5,9 +5,9 @@
 //
 // Definitions (the scalar variant is the reference; every variant gives the
 // same floats and symbols):
-//   L2Norm(v)    float(sqrt(S)) with S summed in double over 8 lanes, lane
-//                k += double(v_i)^2 for i = k mod 8 in increasing i, then
-//                S = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+//   L2Norm(v)    float(sqrt(S)) with S summed in double over 16 lanes, lane
+//                k += double(v_i)^2 for i = k mod 16 in increasing i, then
+//                S = CombineNormLanes(lanes) (halving tree, below).
 //   MeanAbs(v)   float(S / n), S as above with |v_i| (0 for n = 0).
 //   MaxAbs(v)    max |v_i| (0 for n = 0).
 //   QuantizeLevels: for each i, in float32 and in this order,
@@ -32,6 +32,28 @@
 #include "fedrt/platform/cpu.h"
 
 namespace fedrt {
+
+// Lanes of the norm sums: enough independent chains to hide the latency of
+// double additions in every variant.
+inline constexpr int kNormLanes = 16;
+// a[k] += a[k + 8], then a[k] += a[k + 4], a[k] += a[k + 2], a[0] + a[1].
+inline double CombineNormLanes(double* a) {
+  for (int half = kNormLanes / 2; half >= 1; half /= 2) {
+    for (int k = 0; k < half; ++k) a[k] += a[k + half];
+  }
+  return a[0];
+}
+
+// The reference's lane sums from coordinate `i` on (the SIMD variants call
+// it for their tails after storing their lanes), then the combination.
+template <bool kSquare>
+double FinishNormLanes(double* lanes, const float* v, std::size_t i, std::size_t n) {
+  for (; i < n; ++i) {
+    const double x = v[i];
+    lanes[i % kNormLanes] += kSquare ? x * x : (x < 0 ? -x : x);
+  }
+  return CombineNormLanes(lanes);
+}
 
 struct QsgdKernels {
   float (*l2_norm)(const float* v, std::size_t n);

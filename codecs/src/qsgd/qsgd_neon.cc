@@ -87,15 +87,14 @@ void SignDequantize(const uint8_t* symbols, std::size_t n, float scale, float* o
 
 #if defined(__aarch64__)
 
-double CombineLanes(const double* a) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])); }
-
-// Sums f(v_i) in double over the reference's 8 lanes; f is x*x or |x|.
+// Sums f(v_i) in double over the reference's 16 lanes; f is x*x or |x|.
 template <bool kSquare>
 double LaneSum(const float* v, std::size_t n) {
-  float64x2_t acc[4] = {vdupq_n_f64(0), vdupq_n_f64(0), vdupq_n_f64(0), vdupq_n_f64(0)};
+  float64x2_t acc[8];
+  for (float64x2_t& a : acc) a = vdupq_n_f64(0);
   std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int h = 0; h < 2; ++h) {
+  for (; i + 16 <= n; i += 16) {
+    for (int h = 0; h < 4; ++h) {
       float32x4_t x = vld1q_f32(v + i + 4 * h);
       if (!kSquare) x = vabsq_f32(x);
       const float64x2_t a = vcvt_f64_f32(vget_low_f32(x));
@@ -104,13 +103,9 @@ double LaneSum(const float* v, std::size_t n) {
       acc[2 * h + 1] = vaddq_f64(acc[2 * h + 1], kSquare ? vmulq_f64(b, b) : b);
     }
   }
-  double lanes[8];
-  for (int q = 0; q < 4; ++q) vst1q_f64(lanes + 2 * q, acc[q]);
-  for (; i < n; ++i) {
-    const double x = v[i];
-    lanes[i % 8] += kSquare ? x * x : __builtin_fabs(x);
-  }
-  return CombineLanes(lanes);
+  double lanes[kNormLanes];
+  for (int q = 0; q < 8; ++q) vst1q_f64(lanes + 2 * q, acc[q]);
+  return FinishNormLanes<kSquare>(lanes, v, i, n);
 }
 
 float L2Norm(const float* v, std::size_t n) { return static_cast<float>(__builtin_sqrt(LaneSum<true>(v, n))); }

@@ -9,22 +9,15 @@ namespace fedrt {
 namespace scalar {
 namespace {
 
-double CombineLanes(const double* a) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])); }
-
 float L2Norm(const float* v, std::size_t n) {
-  double lanes[8] = {};
-  for (std::size_t i = 0; i < n; ++i) {
-    const double x = v[i];
-    lanes[i % 8] += x * x;
-  }
-  return static_cast<float>(std::sqrt(CombineLanes(lanes)));
+  double lanes[kNormLanes] = {};
+  return static_cast<float>(std::sqrt(FinishNormLanes<true>(lanes, v, 0, n)));
 }
 
 float MeanAbs(const float* v, std::size_t n) {
   if (n == 0) return 0.0f;
-  double lanes[8] = {};
-  for (std::size_t i = 0; i < n; ++i) lanes[i % 8] += std::fabs(static_cast<double>(v[i]));
-  return static_cast<float>(CombineLanes(lanes) / static_cast<double>(n));
+  double lanes[kNormLanes] = {};
+  return static_cast<float>(FinishNormLanes<false>(lanes, v, 0, n) / static_cast<double>(n));
 }
 
 float MaxAbs(const float* v, std::size_t n) {

@@ -16,9 +16,10 @@ if(FEDRT_WARNINGS_AS_ERRORS)
   target_compile_options(fedrt_internal_flags INTERFACE -Werror)
 endif()
 if(FEDRT_SANITIZE)
+  # vptr checking needs RTTI, which the embeddable core is built without.
   target_compile_options(fedrt_internal_flags INTERFACE
-    -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
-  target_link_options(fedrt_internal_flags INTERFACE -fsanitize=address,undefined)
+    -fsanitize=address,undefined -fno-sanitize=vptr -fno-sanitize-recover=all -fno-omit-frame-pointer)
+  target_link_options(fedrt_internal_flags INTERFACE -fsanitize=address,undefined -fno-sanitize=vptr)
 endif()
 
 # The embeddable core (platform, codecs, training) builds the way firmware

@@ -33,12 +33,14 @@ void DetectX86(CpuFeatures* cpu) {
   const bool avx = (ecx & bit_AVX) != 0;
   const bool fma = (ecx & bit_FMA) != 0;
   const bool f16c = (ecx & bit_F16C) != 0;
+  const bool sse42 = (ecx & bit_SSE4_2) != 0;
   // The CPU may have AVX while the OS does not save YMM registers on context
   // switch (XCR0 bits 1 and 2); then using them would corrupt state.
   const bool ymm_saved = osxsave && (ReadXcr0() & 0x6) == 0x6;
   bool avx2 = false;
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0) avx2 = (ebx & bit_AVX2) != 0;
-  cpu->avx2 = avx && avx2 && ymm_saved;
+  // The AVX2 kernel set also uses SSE4.2 (crc32); every AVX2 CPU has it.
+  cpu->avx2 = avx && avx2 && sse42 && ymm_saved;
   cpu->fma = fma && ymm_saved;
   cpu->f16c = f16c && ymm_saved;
 

@@ -19,6 +19,8 @@ struct Command {
 using CommandList = std::vector<Command>;
 
 void RegisterInfo(CLI::App& app, CommandList& commands);
+void RegisterCodec(CLI::App& app, CommandList& commands);
+void RegisterBench(CLI::App& app, CommandList& commands);
 
 }  // namespace fedrt::cli
 

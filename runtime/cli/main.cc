@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
 
   fedrt::cli::CommandList commands;
   fedrt::cli::RegisterInfo(app, commands);
+  fedrt::cli::RegisterCodec(app, commands);
+  fedrt::cli::RegisterBench(app, commands);
 
   try {
     app.parse(argc, argv);

@@ -3,31 +3,18 @@
 
 #include <cstring>
 
+#include "crc/crc32c_kernels.h"
+
 namespace fedrt {
 namespace {
-
-// Table for the reflected Castagnoli polynomial 0x82F63B78, built at compile
-// time so the embedded core needs no initialisation call.
-struct Crc32cTable {
-  uint32_t entries[256];
-  constexpr Crc32cTable() : entries() {
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t crc = i;
-      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
-      entries[i] = crc;
-    }
-  }
-};
-constexpr Crc32cTable kCrcTable;
 
 constexpr uint8_t kMaxCodecId = static_cast<uint8_t>(CodecId::kMoniqua);
 
 }  // namespace
 
 uint32_t Crc32c(const uint8_t* data, std::size_t size, uint32_t crc) {
-  crc = ~crc;
-  for (std::size_t i = 0; i < size; ++i) crc = (crc >> 8) ^ kCrcTable.entries[(crc ^ data[i]) & 0xffu];
-  return ~crc;
+  if (size == 0) return crc;
+  return ~Crc32cUpdateFor(ActiveIsa())(~crc, data, size);
 }
 
 void StoreFloatLe(uint8_t* p, float v) {
@@ -41,6 +28,22 @@ float LoadFloatLe(const uint8_t* p) {
   float v;
   std::memcpy(&v, &bits, sizeof v);
   return v;
+}
+
+void StoreFloatsLe(const float* values, std::size_t count, uint8_t* p) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  if (count > 0) std::memcpy(p, values, 4 * count);
+#else
+  for (std::size_t i = 0; i < count; ++i) StoreFloatLe(p + 4 * i, values[i]);
+#endif
+}
+
+void LoadFloatsLe(const uint8_t* p, std::size_t count, float* values) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  if (count > 0) std::memcpy(values, p, 4 * count);
+#else
+  for (std::size_t i = 0; i < count; ++i) values[i] = LoadFloatLe(p + 4 * i);
+#endif
 }
 
 void FinishPayload(PayloadHeader header, const std::string& spec, uint8_t* out) {

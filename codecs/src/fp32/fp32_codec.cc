@@ -25,7 +25,7 @@ class Fp32Codec final : public Codec {
     if (4 * uint64_t{d} > UINT32_MAX) return OutOfRange("fp32: vector too long for one payload");
     FEDRT_RETURN_IF_ERROR(CheckFinite(input, d));
     uint8_t* body = out + BodyOffset(spec_);
-    for (std::size_t i = 0; i < d; ++i) StoreFloatLe(body + 4 * i, input[i]);
+    StoreFloatsLe(input, d, body);
     FinishPayload(MakeHeader(CodecId::kFp32, context, d, 0, 0, 4 * d), spec_, out);
     return MaxEncodedSize(d);
   }
@@ -35,7 +35,7 @@ class Fp32Codec final : public Codec {
     auto view = OpenPayload(payload, size, CodecId::kFp32, spec_, context, d);
     FEDRT_RETURN_IF_ERROR(view.status());
     if (view->body_size != 4 * d) return Corrupt("fp32: body size does not match d");
-    for (std::size_t i = 0; i < d; ++i) out[i] = LoadFloatLe(view->body + 4 * i);
+    LoadFloatsLe(view->body, d, out);
     // A finite encoder never produces NaN or Inf; one in a payload is an attack or a bug.
     return CheckFinite(out, d);
   }

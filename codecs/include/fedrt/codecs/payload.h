@@ -120,6 +120,9 @@ inline uint64_t LoadLe64(const uint8_t* p) {
 }
 void StoreFloatLe(uint8_t* p, float v);
 float LoadFloatLe(const uint8_t* p);
+// Bulk versions: a plain copy on little-endian hosts (all supported targets).
+void StoreFloatsLe(const float* values, std::size_t count, uint8_t* p);
+void LoadFloatsLe(const uint8_t* p, std::size_t count, float* values);
 
 }  // namespace fedrt
 

@@ -1,0 +1,107 @@
+// Server-side aggregation for the star topology: combining the devices'
+// decoded updates into the next global model.
+//
+// A device sends delta = (its model after local training) - (the global model
+// it started from), compressed. The aggregator decodes each delta into an
+// UpdateAccumulator weighted by the device's sample count (FedAvg) or equally
+// (FedSGD), then a ServerOptimizer turns the mean delta into a step on the
+// global model:
+//   fedavg   global += lr * mean                      (lr = 1: McMahan et al. 2017)
+//   fedsgd   the same step; devices run one local step (the instructions say so)
+//   fedavgm  v = momentum * v + mean; global += lr * v (Hsu et al. 2019)
+//   fedadam  m = b1*m + (1-b1)*mean; v = b2*v + (1-b2)*mean^2;
+//            global += lr * m / (sqrt(v) + tau)        (Reddi et al. 2021)
+// Optimizer state (v, m) is part of the aggregator's checkpoint.
+//
+// Thread-safety: none; the aggregator owns these objects on its own strand.
+#ifndef FEDRT_RUNTIME_AGGREGATION_H_
+#define FEDRT_RUNTIME_AGGREGATION_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fedrt/codecs/codec.h"
+#include "fedrt/platform/status.h"
+
+namespace fedrt {
+
+// Sums weighted updates; Mean() divides by the total weight.
+class UpdateAccumulator {
+ public:
+  explicit UpdateAccumulator(std::size_t d) : sum_(d, 0.0f) {}
+
+  // Decodes `payload` with `codec` and adds weight * decoded. On error
+  // nothing is added (the sum is unchanged), so one bad device never spoils
+  // the round.
+  Status AddEncoded(const Codec& codec, const uint8_t* payload, std::size_t size,
+                    const CodecContext& context, float weight, const float* side_info = nullptr);
+  // Adds weight * update (already decoded, d floats). NaN/Inf is rejected.
+  Status AddDecoded(const float* update, float weight);
+
+  std::size_t size() const { return sum_.size(); }
+  std::size_t count() const { return count_; }
+  double total_weight() const { return total_weight_; }
+  // sum / total_weight; zeros when nothing was added.
+  std::vector<float> Mean() const;
+  void Reset();
+
+ private:
+  std::vector<float> sum_;
+  std::vector<float> scratch_;
+  std::size_t count_ = 0;
+  double total_weight_ = 0;
+};
+
+enum class ServerOptimizerKind { kFedAvg, kFedSgd, kFedAvgM, kFedAdam };
+
+struct ServerOptimizerOptions {
+  ServerOptimizerKind kind = ServerOptimizerKind::kFedAvg;
+  float learning_rate = 1.0f;
+  float momentum = 0.9f;  // fedavgm
+  float beta1 = 0.9f;     // fedadam
+  float beta2 = 0.99f;
+  float tau = 1e-3f;
+};
+
+// "fedavg", "fedsgd", "fedavgm", "fedadam".
+const char* ServerOptimizerName(ServerOptimizerKind kind);
+Result<ServerOptimizerKind> ParseServerOptimizer(const std::string& name);
+
+class ServerOptimizer {
+ public:
+  ServerOptimizer(ServerOptimizerOptions options, std::size_t d);
+
+  // global[0..d) += step computed from mean_delta[0..d).
+  Status Apply(const float* mean_delta, float* global);
+
+  const ServerOptimizerOptions& options() const { return options_; }
+  // The state to checkpoint: first and second moments (empty when unused).
+  const std::vector<float>& first_moment() const { return first_; }
+  const std::vector<float>& second_moment() const { return second_; }
+  // Restores state from a checkpoint; sizes must match the optimizer's.
+  Status Restore(std::vector<float> first_moment, std::vector<float> second_moment);
+
+ private:
+  ServerOptimizerOptions options_;
+  std::size_t d_;
+  std::vector<float> first_;
+  std::vector<float> second_;
+};
+
+// Chooses the devices of one round: max(minimum, ceil(fraction * n)) devices,
+// plus ceil(over_selection * that) extra (so stragglers past the deadline do
+// not shrink the round below the quorum), capped at n. Deterministic in
+// (seed, round); returned in increasing order.
+struct SamplingOptions {
+  double fraction = 1.0;
+  std::size_t minimum = 1;
+  double over_selection = 0.0;
+};
+std::vector<uint32_t> SampleDevices(const std::vector<uint32_t>& available, const SamplingOptions& options,
+                                    uint64_t seed, uint32_t round);
+
+}  // namespace fedrt
+
+#endif  // FEDRT_RUNTIME_AGGREGATION_H_

@@ -1,0 +1,136 @@
+#include "fedrt/runtime/aggregation.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "fedrt/codecs/philox.h"
+
+namespace fedrt {
+
+Status UpdateAccumulator::AddEncoded(const Codec& codec, const uint8_t* payload, std::size_t size,
+                                     const CodecContext& context, float weight, const float* side_info) {
+  if (!(weight > 0.0f) || !std::isfinite(weight)) return InvalidArgument("update weight must be positive");
+  // Decode into scratch first: a payload that fails half-way must not leave a
+  // partial update in the sum.
+  scratch_.resize(sum_.size());
+  FEDRT_RETURN_IF_ERROR(codec.Decode(payload, size, context, scratch_.data(), scratch_.size(), side_info));
+  return AddDecoded(scratch_.data(), weight);
+}
+
+Status UpdateAccumulator::AddDecoded(const float* update, float weight) {
+  if (!(weight > 0.0f) || !std::isfinite(weight)) return InvalidArgument("update weight must be positive");
+  FEDRT_RETURN_IF_ERROR(CheckFinite(update, sum_.size()));
+  for (std::size_t i = 0; i < sum_.size(); ++i) sum_[i] += weight * update[i];
+  ++count_;
+  total_weight_ += weight;
+  return Status::Ok();
+}
+
+std::vector<float> UpdateAccumulator::Mean() const {
+  std::vector<float> mean(sum_.size(), 0.0f);
+  if (total_weight_ <= 0) return mean;
+  const float scale = static_cast<float>(1.0 / total_weight_);
+  for (std::size_t i = 0; i < sum_.size(); ++i) mean[i] = sum_[i] * scale;
+  return mean;
+}
+
+void UpdateAccumulator::Reset() {
+  std::fill(sum_.begin(), sum_.end(), 0.0f);
+  count_ = 0;
+  total_weight_ = 0;
+}
+
+const char* ServerOptimizerName(ServerOptimizerKind kind) {
+  switch (kind) {
+    case ServerOptimizerKind::kFedAvg: return "fedavg";
+    case ServerOptimizerKind::kFedSgd: return "fedsgd";
+    case ServerOptimizerKind::kFedAvgM: return "fedavgm";
+    case ServerOptimizerKind::kFedAdam: return "fedadam";
+  }
+  return "?";
+}
+
+Result<ServerOptimizerKind> ParseServerOptimizer(const std::string& name) {
+  for (ServerOptimizerKind kind : {ServerOptimizerKind::kFedAvg, ServerOptimizerKind::kFedSgd,
+                                   ServerOptimizerKind::kFedAvgM, ServerOptimizerKind::kFedAdam}) {
+    if (name == ServerOptimizerName(kind)) return kind;
+  }
+  return InvalidArgument("unknown server optimizer '" + name + "' (fedavg, fedsgd, fedavgm, fedadam)");
+}
+
+ServerOptimizer::ServerOptimizer(ServerOptimizerOptions options, std::size_t d) : options_(options), d_(d) {
+  if (options_.kind == ServerOptimizerKind::kFedAvgM || options_.kind == ServerOptimizerKind::kFedAdam) {
+    first_.assign(d, 0.0f);
+  }
+  if (options_.kind == ServerOptimizerKind::kFedAdam) second_.assign(d, 0.0f);
+}
+
+Status ServerOptimizer::Apply(const float* mean_delta, float* global) {
+  FEDRT_RETURN_IF_ERROR(CheckFinite(mean_delta, d_));
+  const float lr = options_.learning_rate;
+  switch (options_.kind) {
+    case ServerOptimizerKind::kFedAvg:
+    case ServerOptimizerKind::kFedSgd:
+      for (std::size_t i = 0; i < d_; ++i) global[i] += lr * mean_delta[i];
+      break;
+    case ServerOptimizerKind::kFedAvgM:
+      for (std::size_t i = 0; i < d_; ++i) {
+        first_[i] = options_.momentum * first_[i] + mean_delta[i];
+        global[i] += lr * first_[i];
+      }
+      break;
+    case ServerOptimizerKind::kFedAdam: {
+      const float b1 = options_.beta1, b2 = options_.beta2;
+      for (std::size_t i = 0; i < d_; ++i) {
+        first_[i] = b1 * first_[i] + (1.0f - b1) * mean_delta[i];
+        second_[i] = b2 * second_[i] + (1.0f - b2) * mean_delta[i] * mean_delta[i];
+        global[i] += lr * first_[i] / (std::sqrt(second_[i]) + options_.tau);
+      }
+      break;
+    }
+  }
+  return Status::Ok();
+}
+
+Status ServerOptimizer::Restore(std::vector<float> first_moment, std::vector<float> second_moment) {
+  if (first_moment.size() != first_.size() || second_moment.size() != second_.size()) {
+    return InvalidArgument("server optimizer state does not match (" + std::string(ServerOptimizerName(options_.kind)) +
+                           ", " + std::to_string(d_) + " parameters)");
+  }
+  FEDRT_RETURN_IF_ERROR(CheckFinite(first_moment.data(), first_moment.size()));
+  FEDRT_RETURN_IF_ERROR(CheckFinite(second_moment.data(), second_moment.size()));
+  first_ = std::move(first_moment);
+  second_ = std::move(second_moment);
+  return Status::Ok();
+}
+
+std::vector<uint32_t> SampleDevices(const std::vector<uint32_t>& available, const SamplingOptions& options,
+                                    uint64_t seed, uint32_t round) {
+  std::vector<uint32_t> pool = available;
+  std::sort(pool.begin(), pool.end());
+  pool.erase(std::unique(pool.begin(), pool.end()), pool.end());
+  const std::size_t n = pool.size();
+  std::size_t wanted = static_cast<std::size_t>(std::ceil(options.fraction * static_cast<double>(n)));
+  wanted = std::max(wanted, options.minimum);
+  wanted += static_cast<std::size_t>(std::ceil(options.over_selection * static_cast<double>(wanted)));
+  wanted = std::min(wanted, n);
+  // Partial Fisher-Yates driven by a Philox stream of its own (the random
+  // subset purpose, with sender id 0xFFFFFF reserved for the aggregator), so
+  // a restarted aggregator samples the same devices for the same round.
+  RandomStream stream;
+  stream.seed = seed;
+  stream.round = round;
+  stream.sender_id = 0xFFFFFF;
+  stream.purpose = RandomPurpose::kRandomSubset;
+  std::vector<uint32_t> words(wanted);
+  PhiloxWords(stream, 0, wanted, words.data());
+  for (std::size_t i = 0; i < wanted; ++i) {
+    const std::size_t j = i + static_cast<std::size_t>((uint64_t{words[i]} * (n - i)) >> 32);
+    std::swap(pool[i], pool[j]);
+  }
+  pool.resize(wanted);
+  std::sort(pool.begin(), pool.end());
+  return pool;
+}
+
+}  // namespace fedrt

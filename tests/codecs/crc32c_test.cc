@@ -1,0 +1,40 @@
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "crc/crc32c_kernels.h"
+#include "fedrt/codecs/payload.h"
+#include "fedrt/platform/cpu.h"
+
+namespace fedrt {
+namespace {
+
+TEST_CASE("every crc32c variant equals the scalar tables over sizes and alignments") {
+  std::vector<uint8_t> bytes(70000);
+  uint32_t x = 12345;
+  for (uint8_t& b : bytes) {
+    x = x * 1103515245u + 12345u;
+    b = static_cast<uint8_t>(x >> 24);
+  }
+  for (Isa isa : AvailableIsas()) {
+    INFO("isa " << IsaName(isa));
+    for (std::size_t offset : {0u, 1u, 3u, 7u}) {
+      for (std::size_t size : {0u, 1u, 7u, 8u, 9u, 31u, 32u, 33u, 1007u, 65539u}) {
+        CHECK(Crc32cUpdateFor(isa)(0xffffffffu, bytes.data() + offset, size) ==
+              scalar::Crc32cUpdate(0xffffffffu, bytes.data() + offset, size));
+      }
+    }
+  }
+}
+
+TEST_CASE("crc32c can be computed in pieces") {
+  const uint8_t text[] = "The quick brown fox jumps over the lazy dog";
+  const std::size_t n = sizeof text - 1;
+  const uint32_t whole = Crc32c(text, n);
+  CHECK(whole == 0x22620404u);  // published CRC32C of this sentence
+  CHECK(Crc32c(text + 10, n - 10, Crc32c(text, 10)) == whole);
+}
+
+}  // namespace
+}  // namespace fedrt

@@ -1,0 +1,136 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "fedrt/codecs/codec.h"
+#include "fedrt/runtime/aggregation.h"
+
+namespace fedrt {
+namespace {
+
+TEST_CASE("the accumulator computes the sample-weighted mean of encoded updates") {
+  auto codec = MakeCodec("fp32");
+  REQUIRE(codec.ok());
+  UpdateAccumulator accumulator(3);
+  const std::vector<std::vector<float>> updates = {{1, 2, 3}, {3, 2, 1}};
+  const float weights[] = {100, 300};
+  for (uint32_t sender = 0; sender < 2; ++sender) {
+    CodecContext context;
+    context.sender_id = sender;
+    std::vector<uint8_t> payload((*codec)->MaxEncodedSize(3));
+    auto size = (*codec)->Encode(updates[sender].data(), 3, context, payload.data(), payload.size());
+    REQUIRE(size.ok());
+    REQUIRE(accumulator.AddEncoded(**codec, payload.data(), *size, context, weights[sender]).ok());
+  }
+  const auto mean = accumulator.Mean();
+  CHECK(mean[0] == doctest::Approx(2.5));
+  CHECK(mean[1] == doctest::Approx(2.0));
+  CHECK(mean[2] == doctest::Approx(1.5));
+  CHECK(accumulator.count() == 2);
+}
+
+TEST_CASE("a corrupt or non-finite update leaves the accumulator unchanged") {
+  auto codec = MakeCodec("fp32");
+  REQUIRE(codec.ok());
+  UpdateAccumulator accumulator(2);
+  const float good[] = {1, 1};
+  REQUIRE(accumulator.AddDecoded(good, 1).ok());
+  std::vector<uint8_t> garbage(60, 0xAB);
+  CHECK_FALSE(accumulator.AddEncoded(**codec, garbage.data(), garbage.size(), CodecContext(), 1).ok());
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(), 0};
+  CHECK(accumulator.AddDecoded(bad, 1).code() == StatusCode::kInvalidArgument);
+  CHECK(accumulator.AddDecoded(good, 0).code() == StatusCode::kInvalidArgument);
+  CHECK(accumulator.count() == 1);
+  CHECK(accumulator.Mean() == std::vector<float>{1, 1});
+}
+
+TEST_CASE("fedavg adds the mean delta and fedavgm accumulates momentum") {
+  const float delta[] = {1.0f, -2.0f};
+  float global_avg[] = {0, 0};
+  ServerOptimizer fedavg({ServerOptimizerKind::kFedAvg}, 2);
+  REQUIRE(fedavg.Apply(delta, global_avg).ok());
+  CHECK(global_avg[0] == 1.0f);
+  CHECK(global_avg[1] == -2.0f);
+
+  ServerOptimizerOptions options;
+  options.kind = ServerOptimizerKind::kFedAvgM;
+  options.momentum = 0.5f;
+  ServerOptimizer fedavgm(options, 2);
+  float global[] = {0, 0};
+  REQUIRE(fedavgm.Apply(delta, global).ok());  // v = 1
+  REQUIRE(fedavgm.Apply(delta, global).ok());  // v = 1.5
+  CHECK(global[0] == doctest::Approx(2.5));
+  CHECK(fedavgm.first_moment()[0] == doctest::Approx(1.5));
+}
+
+TEST_CASE("fedadam steps by about the learning rate in the direction of a steady delta") {
+  ServerOptimizerOptions options;
+  options.kind = ServerOptimizerKind::kFedAdam;
+  options.learning_rate = 0.01f;
+  ServerOptimizer adam(options, 2);
+  const float delta[] = {0.5f, -0.001f};
+  float global[] = {0, 0};
+  for (int i = 0; i < 200; ++i) REQUIRE(adam.Apply(delta, global).ok());
+  // Reference: Reddi et al.'s FedAdam (no bias correction), in double.
+  double m = 0, v = 0, x = 0;
+  for (int i = 0; i < 200; ++i) {
+    m = 0.9 * m + 0.1 * 0.5;
+    v = 0.99 * v + 0.01 * 0.25;
+    x += 0.01 * m / (std::sqrt(v) + 1e-3);
+  }
+  CHECK(global[0] == doctest::Approx(x).epsilon(1e-4));
+  // Adam normalises magnitudes: a delta 500x smaller still moves the
+  // coordinate at a comparable speed (slower, as tau is not negligible next to 0.001).
+  CHECK(global[1] < -0.2f * global[0]);
+}
+
+TEST_CASE("server optimizer state restores only with matching sizes") {
+  ServerOptimizerOptions options;
+  options.kind = ServerOptimizerKind::kFedAdam;
+  ServerOptimizer adam(options, 3);
+  CHECK(adam.Restore({1, 2, 3}, {1, 1, 1}).ok());
+  CHECK(adam.first_moment()[2] == 3.0f);
+  CHECK(adam.Restore({1, 2}, {1, 1, 1}).code() == StatusCode::kInvalidArgument);
+  CHECK(ParseServerOptimizer("fedadam").ok());
+  CHECK_FALSE(ParseServerOptimizer("adam").ok());
+}
+
+TEST_CASE("device sampling honours fraction, minimum and over-selection deterministically") {
+  std::vector<uint32_t> devices;
+  for (uint32_t i = 0; i < 100; ++i) devices.push_back(i * 3);
+  SamplingOptions options;
+  options.fraction = 0.1;
+  options.minimum = 5;
+  options.over_selection = 0.3;
+  const auto a = SampleDevices(devices, options, 42, 7);
+  CHECK(a.size() == 13);  // ceil(10) -> 10, + ceil(3) over-selected
+  CHECK(std::set<uint32_t>(a.begin(), a.end()).size() == a.size());
+  for (uint32_t id : a) CHECK(id % 3 == 0);
+  CHECK(SampleDevices(devices, options, 42, 7) == a);
+  CHECK(SampleDevices(devices, options, 42, 8) != a);
+  options.fraction = 0.01;
+  options.over_selection = 0;
+  CHECK(SampleDevices(devices, options, 42, 7).size() == 5);  // the minimum
+  options.minimum = 500;
+  CHECK(SampleDevices(devices, options, 42, 7).size() == 100);  // capped at n
+}
+
+TEST_CASE("over many rounds every device is sampled about equally often") {
+  std::vector<uint32_t> devices(20);
+  for (uint32_t i = 0; i < 20; ++i) devices[i] = i;
+  SamplingOptions options;
+  options.fraction = 0.25;
+  std::vector<int> counts(20, 0);
+  for (uint32_t round = 0; round < 2000; ++round) {
+    for (uint32_t id : SampleDevices(devices, options, 1, round)) ++counts[id];
+  }
+  // Expected 500 each; binomial sd ~19; 5 sd bound.
+  for (int c : counts) CHECK(std::abs(c - 500) < 100);
+}
+
+}  // namespace
+}  // namespace fedrt

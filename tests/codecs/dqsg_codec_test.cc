@@ -61,7 +61,7 @@ std::vector<float> Decode(const Codec& codec, const std::vector<uint8_t>& payloa
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // Awkward content: a zero bucket, subnormals, a large bucket.

@@ -173,7 +173,7 @@ TEST_CASE("malformed index streams are rejected") {
       std::vector<uint8_t> junk(2 + rng() % 40);
       for (auto& b : junk) b = static_cast<uint8_t>(rng());
       junk[0] = static_cast<uint8_t>(junk[0] % 3);
-      junk[1] = junk[0] == 2 ? static_cast<uint8_t>(junk[1] % 12) : 0;
+      junk[1] = static_cast<uint8_t>(junk[0] == 2 ? junk[1] % 12 : 0);
       const std::size_t count = rng() % 20;
       if (DecodeIndices(junk.data(), junk.size(), count, d, out.data()).ok()) {
         for (std::size_t j = 0; j < count; ++j) {

@@ -14,7 +14,9 @@
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/moniqua.h"
 #include "fedrt/platform/cpu.h"
+#include "moniqua/moniqua_kernels.h"
 #include "sparse/sparse_select.h"
+#include "symbols/symbol_coding.h"
 
 namespace {
 
@@ -71,6 +73,22 @@ int main(int argc, char** argv) {
     });
     std::printf("%-6s   passes: histogram %.1f ms, prefix histogram %.1f ms, collect %.1f ms\n", IsaName(isa),
                 h1 * 1e3, h2 * 1e3, c * 1e3);
+    {
+      const MoniquaKernels& mk = MoniquaKernelsFor(isa);
+      std::vector<uint8_t> symbols(d), packed(d);
+      const double q = BestSeconds([&] { mk.quantize(x.data(), d, 0.4f, 1, nullptr, symbols.data()); });
+      uint16_t flags = 0;
+      const double pk = BestSeconds([&] {
+        (void)codec_internal::EncodeSymbols(symbols.data(), d, 2, codec_internal::SymbolCoding::kPack, packed.data(),
+                                            packed.size(), &flags);
+      });
+      const double up = BestSeconds([&] {
+        (void)codec_internal::DecodeSymbols(packed.data(), d / 8, d, 2, flags, symbols.data());
+      });
+      const double rc = BestSeconds([&] { mk.recover(symbols.data(), d, 0.4f, 1, y.data(), 0.2f, out.data()); });
+      std::printf("%-6s   moniqua 1 bit: quantize %.1f ms, pack %.1f ms, unpack %.1f ms, recover %.1f ms\n",
+                  IsaName(isa), q * 1e3, pk * 1e3, up * 1e3, rc * 1e3);
+    }
     for (const char* spec : {"topk:k=0.01", "rtopk:k=0.01,r=0.04", "randk:k=0.01", "moniqua:theta=0.1,bits=1",
                              "moniqua:theta=0.1,bits=8", "moniqua:theta=0.1,bits=4,round=stochastic"}) {
       auto made = MakeCodec(spec);

@@ -78,7 +78,7 @@ class MoniquaCodec final : public Codec {
   Result<std::size_t> Encode(const float* input, std::size_t d, const CodecContext& context, uint8_t* out,
                              std::size_t capacity) override {
     if (capacity < MaxEncodedSize(d)) return OutOfRange("moniqua: output buffer too small");
-    if (uint64_t{d} > UINT32_MAX) return OutOfRange("moniqua: vector longer than 2^32 - 1");
+    if ((uint64_t{d} >> 32) != 0) return OutOfRange("moniqua: vector longer than 2^32 - 1");
     FEDRT_RETURN_IF_ERROR(CheckFinite(input, d));
     const MoniquaKernels& kernels = MoniquaKernelsFor(ActiveIsa());
     RandomStream stream = StreamFor(context, RandomPurpose::kStochasticRounding);

@@ -88,9 +88,10 @@ IndexStreamSizes MeasureIndexStream(const uint32_t* indices, std::size_t count) 
     gamma_bits += 2 * static_cast<uint64_t>(FloorLog2(g + 1)) + 1;
     rice_bits += (g >> p) + 1 + static_cast<uint64_t>(p);
   }
-  sizes.varint = kHeaderBytes + varint;
-  sizes.gamma = kHeaderBytes + (gamma_bits + 7) / 8;
-  sizes.rice = kHeaderBytes + (rice_bits + 7) / 8;
+  // Sizes of at most 2^32 indices fit size_t on every platform that can hold the list.
+  sizes.varint = static_cast<std::size_t>(kHeaderBytes + varint);
+  sizes.gamma = static_cast<std::size_t>(kHeaderBytes + (gamma_bits + 7) / 8);
+  sizes.rice = static_cast<std::size_t>(kHeaderBytes + (rice_bits + 7) / 8);
   sizes.rice_parameter = static_cast<uint8_t>(p);
   return sizes;
 }

@@ -145,7 +145,7 @@ class SparseCodec final : public Codec {
 Result<std::size_t> SparseCodec::Encode(const float* input, std::size_t d, const CodecContext& context,
                                         uint8_t* out, std::size_t capacity) {
   if (capacity < MaxEncodedSize(d)) return OutOfRange(spec_ + ": output buffer too small");
-  if (uint64_t{d} > UINT32_MAX) return OutOfRange(spec_ + ": vector longer than 2^32 - 1");
+  if ((uint64_t{d} >> 32) != 0) return OutOfRange(spec_ + ": vector longer than 2^32 - 1");
   const std::size_t k = o_.k.For(d);
   uint8_t* body = out + BodyOffset(spec_);
   uint8_t* values = body + 4;

@@ -68,7 +68,7 @@ class SumServer : public ConnectionHandler {
       return connection.Abort(Corrupt("update does not match the model size"), true);
     }
     // Payloads start 16-byte aligned inside verified frames.
-    const float* values = reinterpret_cast<const float*>(update->payload.data);
+    const float* values = static_cast<const float*>(static_cast<const void*>(update->payload.data));
     float* out = sum_.data() + update->payload.offset / sizeof(float);
     const std::size_t n = update->payload.size / sizeof(float);
     for (std::size_t i = 0; i < n; ++i) out[i] += values[i];

@@ -114,22 +114,15 @@ class SumServer : public ConnectionHandler {
 };
 
 std::vector<OutFrame> EncodeUpdate(const std::vector<float>& values, const FrameLimits& limits) {
-  const std::size_t bytes = values.size() * sizeof(float);
-  Result<ChunkPlan> plan = ChunkPlan::Make(bytes, limits.MaxChunkBytes());
-  if (!plan.ok()) Die(plan.status(), "chunk plan");
-  std::vector<OutFrame> frames;
-  for (uint32_t i = 0; i < plan->count(); ++i) {
-    UpdateMessage m;
-    m.round_id = 1;
-    m.num_samples = 100;
-    m.training_loss = 0.5f;
-    m.codec_spec = "fp32";
-    m.payload = plan->Chunk(i, reinterpret_cast<const uint8_t*>(values.data()));
-    Result<OutFrame> frame = Encode(m, limits);
-    if (!frame.ok()) Die(frame.status(), "encode");
-    frames.push_back(std::move(*frame));
-  }
-  return frames;
+  UpdateMessage m;
+  m.round_id = 1;
+  m.num_samples = 100;
+  m.training_loss = 0.5f;
+  m.codec_spec = "fp32";
+  Result<std::vector<OutFrame>> frames = EncodeChunked(m, reinterpret_cast<const uint8_t*>(values.data()),
+                                                       values.size() * sizeof(float), limits);
+  if (!frames.ok()) Die(frames.status(), "encode");
+  return std::move(*frames);
 }
 
 struct Spread {

@@ -67,6 +67,39 @@ TEST_CASE("a payload far larger than a frame travels in chunks and is reassemble
   CHECK_FALSE(reassembler.complete());
 }
 
+TEST_CASE("a chunked update keeps its fields in chunk 0 and reassembles exactly") {
+  FrameLimits limits;
+  limits.max_frame_bytes = kMinFrameBytes;
+  std::vector<uint8_t> payload(200'003);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7u);
+  UpdateMessage m;
+  m.round_id = 5;
+  m.num_samples = 321;
+  m.training_loss = 1.25f;
+  m.codec_spec = "dqsg:bits=2";
+  Result<std::vector<OutFrame>> frames = EncodeChunked(m, payload.data(), payload.size(), limits);
+  REQUIRE(frames.ok());
+  REQUIRE(frames->size() > 3);
+  Reassembler reassembler(payload.size());
+  for (std::size_t i = 0; i < frames->size(); ++i) {
+    const OutFrame& out = (*frames)[i];
+    std::vector<uint8_t> bytes(out.prefix(), out.prefix() + kFramePrefixBytes);
+    bytes.insert(bytes.end(), out.body(), out.body() + out.body_size());
+    Result<Frame> frame = ParseFrame(bytes.data(), bytes.size(), limits);
+    REQUIRE(frame.ok());
+    Result<UpdateMessage> got = DecodeUpdate(*frame, limits);
+    REQUIRE(got.ok());
+    CHECK(got->round_id == 5);
+    CHECK(got->codec_spec == (i == 0 ? "dqsg:bits=2" : ""));
+    CHECK(got->num_samples == (i == 0 ? 321u : 0u));
+    REQUIRE(reassembler.Add(got->payload).ok());
+  }
+  REQUIRE(reassembler.complete());
+  CHECK(std::memcmp(reassembler.data(), payload.data(), payload.size()) == 0);
+  m.codec_spec = "";  // chunk 0 must carry the codec
+  CHECK_FALSE(EncodeChunked(m, payload.data(), payload.size(), limits).ok());
+}
+
 // Chunks of a 30-byte payload in 10-byte pieces.
 struct Pieces {
   std::vector<uint8_t> bytes = std::vector<uint8_t>(30, 1);

@@ -179,7 +179,7 @@ TEST_CASE("an update payload is written in place by the fill function and arrive
   CHECK(got->stats.residual_norm == 0.5f);
   REQUIRE(got->payload.size == kFloats * 4);
   CHECK(reinterpret_cast<std::uintptr_t>(got->payload.data) % 16 == 0);
-  const float* floats = reinterpret_cast<const float*>(got->payload.data);
+  const float* floats = static_cast<const float*>(static_cast<const void*>(got->payload.data));
   CHECK(floats[0] == 0.0f);
   CHECK(floats[1000] == 500.0f);
 }

@@ -14,6 +14,7 @@
 //   fan-in 3 x 16 MiB (frames prebuilt): median 14.2 ms (min 12.9, max 17.5) over 9 runs
 //   4 KiB round trip: median 31.0 us (p10 27.5, p90 40.1) over 2000 round trips
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -47,6 +48,18 @@ double ProcessCpuMs() {
   return ms(usage.ru_utime) + ms(usage.ru_stime);
 }
 
+// CPU time of the thread running `loop`, in ms (asked on that thread).
+double LoopThreadCpuMs(EventLoop& loop) {
+  std::promise<double> result;
+  std::future<double> value = result.get_future();
+  loop.Post([&result] {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    result.set_value(static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6);
+  });
+  return value.get();
+}
+
 [[noreturn]] void Die(const Status& status, const char* what) {
   std::fprintf(stderr, "transport_bench: %s: %s\n", what, status.ToString().c_str());
   std::exit(1);
@@ -68,7 +81,7 @@ class SumServer : public ConnectionHandler {
       return connection.Abort(Corrupt("update does not match the model size"), true);
     }
     // Payloads start 16-byte aligned inside verified frames.
-    const float* values = reinterpret_cast<const float*>(update->payload.data);
+    const float* values = static_cast<const float*>(static_cast<const void*>(update->payload.data));
     float* out = sum_.data() + update->payload.offset / sizeof(float);
     const std::size_t n = update->payload.size / sizeof(float);
     for (std::size_t i = 0; i < n; ++i) out[i] += values[i];
@@ -101,22 +114,15 @@ class SumServer : public ConnectionHandler {
 };
 
 std::vector<OutFrame> EncodeUpdate(const std::vector<float>& values, const FrameLimits& limits) {
-  const std::size_t bytes = values.size() * sizeof(float);
-  Result<ChunkPlan> plan = ChunkPlan::Make(bytes, limits.MaxChunkBytes());
-  if (!plan.ok()) Die(plan.status(), "chunk plan");
-  std::vector<OutFrame> frames;
-  for (uint32_t i = 0; i < plan->count(); ++i) {
-    UpdateMessage m;
-    m.round_id = 1;
-    m.num_samples = 100;
-    m.training_loss = 0.5f;
-    m.codec_spec = "fp32";
-    m.payload = plan->Chunk(i, reinterpret_cast<const uint8_t*>(values.data()));
-    Result<OutFrame> frame = Encode(m, limits);
-    if (!frame.ok()) Die(frame.status(), "encode");
-    frames.push_back(std::move(*frame));
-  }
-  return frames;
+  UpdateMessage m;
+  m.round_id = 1;
+  m.num_samples = 100;
+  m.training_loss = 0.5f;
+  m.codec_spec = "fp32";
+  Result<std::vector<OutFrame>> frames = EncodeChunked(m, reinterpret_cast<const uint8_t*>(values.data()),
+                                                       values.size() * sizeof(float), limits);
+  if (!frames.ok()) Die(frames.status(), "encode");
+  return std::move(*frames);
 }
 
 struct Spread {
@@ -151,12 +157,16 @@ void FanIn(int runs, const FrameLimits& limits) {
   for (int prebuilt = 1; prebuilt >= 0; --prebuilt) {
     std::vector<double> ms;
     std::vector<double> cpu_ms;
+    std::vector<double> server_cpu_ms;
+    std::vector<double> client_cpu_ms;
     for (int run = 0; run < runs + 1; ++run) {  // run 0 warms up
       std::vector<std::vector<OutFrame>> frames(kDevices);
       if (prebuilt) {
         for (int d = 0; d < kDevices; ++d) frames[d] = EncodeUpdate(updates[d], limits);
       }
       std::future<void> done = server->Arm();
+      const double server_cpu_start = LoopThreadCpuMs(server_loop.loop());
+      const double client_cpu_start = LoopThreadCpuMs(client_loop.loop());
       const double cpu_start = ProcessCpuMs();
       const uint64_t start = MonotonicNanos();
       if (!prebuilt) {
@@ -175,6 +185,8 @@ void FanIn(int runs, const FrameLimits& limits) {
       if (run > 0) {
         ms.push_back(static_cast<double>(server->done_ns() - start) * 1e-6);
         cpu_ms.push_back(ProcessCpuMs() - cpu_start);
+        server_cpu_ms.push_back(LoopThreadCpuMs(server_loop.loop()) - server_cpu_start);
+        client_cpu_ms.push_back(LoopThreadCpuMs(client_loop.loop()) - client_cpu_start);
       }
     }
     // The sum is exact to float rounding: every element is the same 3-term sum.
@@ -187,10 +199,12 @@ void FanIn(int runs, const FrameLimits& limits) {
     }
     const Spread s = Summarize(ms, 0.0, 1.0);
     const Spread cpu = Summarize(cpu_ms, 0.0, 1.0);
+    const Spread server_cpu = Summarize(server_cpu_ms, 0.0, 1.0);
+    const Spread client_cpu = Summarize(client_cpu_ms, 0.0, 1.0);
     std::printf("fan-in 3 x 16 MiB (%s): median %.1f ms (min %.1f, max %.1f) over %d runs; "
-                "process CPU time median %.1f ms\n",
+                "CPU time medians: process %.1f ms, aggregator thread %.1f ms, device sockets thread %.1f ms\n",
                 prebuilt ? "frames prebuilt" : "frames built in the timed region", s.median, s.low, s.high, runs,
-                cpu.median);
+                cpu.median, server_cpu.median, client_cpu.median);
   }
   for (auto& d : devices) d->Close();
   (*listener)->Close();

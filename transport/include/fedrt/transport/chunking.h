@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "fedrt/platform/status.h"
 #include "fedrt/transport/frame.h"
@@ -47,6 +48,28 @@ class ChunkPlan {
   uint32_t max_chunk_bytes_ = 1;
   uint32_t count_ = 1;
 };
+
+// Encodes a whole payload as the frames of message `m` (RoundInstructions,
+// Update, RingChunk or GossipModel): chunk 0 carries every field of `m`, later
+// chunks what the message's Encode keeps for continuations. The payload is
+// copied once, into the frames. The frames are immutable and shareable: the
+// aggregator encodes a model once and queues the same frames on every
+// device's connection.
+template <typename Message>
+Result<std::vector<OutFrame>> EncodeChunked(Message m, const uint8_t* payload, uint64_t size,
+                                            const FrameLimits& limits) {
+  Result<ChunkPlan> plan = ChunkPlan::Make(size, limits.MaxChunkBytes());
+  if (!plan.ok()) return plan.status();
+  std::vector<OutFrame> frames;
+  frames.reserve(plan->count());
+  for (uint32_t i = 0; i < plan->count(); ++i) {
+    m.payload = plan->Chunk(i, payload);
+    Result<OutFrame> frame = Encode(m, limits);
+    if (!frame.ok()) return frame.status();
+    frames.push_back(std::move(*frame));
+  }
+  return frames;
+}
 
 // Validates one payload's chunks as they arrive, without storing them.
 class ChunkSequence {

@@ -9,12 +9,17 @@
 //    timed region (one copy of each update into its frames).
 // 2. Round trip: a 4 KiB Update frame sent and echoed back, one at a time.
 //
-// Usage: transport_bench [--runs N] [--frame-mib M] [--round-trips N]
+// 3. Idle connections: N devices connected to one aggregator loop, resident
+//    memory per connection.
+//
+// Usage: transport_bench [--runs N] [--frame-mib M] [--round-trips N] [--idle-connections N]
 // Expected output: one line per figure with the median and the spread, e.g.
 //   fan-in 3 x 16 MiB (frames prebuilt): median 14.2 ms (min 12.9, max 17.5) over 9 runs
 //   4 KiB round trip: median 31.0 us (p10 27.5, p90 40.1) over 2000 round trips
+//   500 idle connections on one aggregator loop: ... KiB per device
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -24,6 +29,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fedrt/platform/clock.h"
@@ -281,6 +287,47 @@ void RoundTrip(int count) {
   (*listener)->Close();
 }
 
+// Resident memory of the process in KiB (Linux /proc).
+long ResidentKib() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return -1;
+  long pages_total = 0, pages_resident = 0;
+  const int n = std::fscanf(f, "%ld %ld", &pages_total, &pages_resident);
+  std::fclose(f);
+  return n == 2 ? pages_resident * (sysconf(_SC_PAGESIZE) / 1024) : -1;
+}
+
+// Many idle devices on one aggregator loop: memory per connection (both ends
+// live in this process, so the figure covers a device socket and an
+// aggregator socket with their buffers, timers and handlers).
+void IdleConnections(int count) {
+  ConnectionOptions options;
+  options.heartbeat_interval_ms = 0;
+  EventLoopThread server_loop;
+  EventLoopThread client_loop;
+  Result<std::shared_ptr<TcpListener>> listener =
+      TcpListener::Listen(server_loop.loop(), "127.0.0.1", 0, options, std::make_shared<EchoServer>());
+  if (!listener.ok()) Die(listener.status(), "listen");
+  const long before = ResidentKib();
+  std::vector<std::shared_ptr<Connection>> devices;
+  for (int i = 0; i < count; ++i) {
+    Result<std::shared_ptr<Connection>> c = TcpConnectAndWait(client_loop.loop(), "127.0.0.1", (*listener)->port(),
+                                                              options, std::make_shared<FrameQueue>(), 5000);
+    if (!c.ok()) Die(c.status(), "connect");
+    devices.push_back(*c);
+  }
+  for (int waited = 0; (*listener)->stats().accepted < static_cast<uint64_t>(count) && waited < 5000; ++waited) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const long after = ResidentKib();
+  std::printf("%d idle connections on one aggregator loop: %llu accepted, resident memory +%ld KiB "
+              "(%.1f KiB per device, both ends counted)\n",
+              count, static_cast<unsigned long long>((*listener)->stats().accepted), after - before,
+              static_cast<double>(after - before) / count);
+  for (auto& d : devices) d->Close();
+  (*listener)->Close();
+}
+
 }  // namespace
 }  // namespace transport
 }  // namespace fedrt
@@ -288,15 +335,18 @@ void RoundTrip(int count) {
 int main(int argc, char** argv) {
   int runs = 9;
   int round_trips = 2000;
+  int idle = 500;
   uint32_t frame_mib = 4;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const int value = std::atoi(argv[i + 1]);
     if (flag == "--runs") runs = std::max(1, value);
     else if (flag == "--round-trips") round_trips = std::max(10, value);
+    else if (flag == "--idle-connections") idle = std::max(0, value);
     else if (flag == "--frame-mib") frame_mib = static_cast<uint32_t>(std::clamp(value, 1, 1024));
     else {
-      std::fprintf(stderr, "usage: transport_bench [--runs N] [--frame-mib M] [--round-trips N]\n");
+      std::fprintf(stderr,
+                   "usage: transport_bench [--runs N] [--frame-mib M] [--round-trips N] [--idle-connections N]\n");
       return 2;
     }
   }
@@ -305,5 +355,6 @@ int main(int argc, char** argv) {
   std::printf("frame limit %u MiB (chunks of %u bytes)\n", frame_mib, limits.MaxChunkBytes());
   fedrt::transport::FanIn(runs, limits);
   fedrt::transport::RoundTrip(round_trips);
+  if (idle > 0) fedrt::transport::IdleConnections(idle);
   return 0;
 }

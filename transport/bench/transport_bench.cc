@@ -131,6 +131,27 @@ std::vector<OutFrame> EncodeUpdate(const std::vector<float>& values, const Frame
   return std::move(*frames);
 }
 
+ConnectionOptions QuietOptions(const FrameLimits& limits = FrameLimits()) {
+  ConnectionOptions options;
+  options.limits = limits;
+  options.heartbeat_interval_ms = 0;
+  return options;
+}
+
+std::shared_ptr<TcpListener> ListenOrDie(EventLoop& loop, const ConnectionOptions& options,
+                                         std::shared_ptr<ConnectionHandler> handler) {
+  Result<std::shared_ptr<TcpListener>> listener = TcpListener::Listen(loop, "127.0.0.1", 0, options, std::move(handler));
+  if (!listener.ok()) Die(listener.status(), "listen");
+  return *listener;
+}
+
+std::shared_ptr<Connection> ConnectOrDie(EventLoop& loop, uint16_t port, const ConnectionOptions& options,
+                                         std::shared_ptr<ConnectionHandler> handler) {
+  Result<std::shared_ptr<Connection>> c = TcpConnectAndWait(loop, "127.0.0.1", port, options, std::move(handler), 5000);
+  if (!c.ok()) Die(c.status(), "connect");
+  return *c;
+}
+
 struct Spread {
   double median, low, high;
 };
@@ -142,23 +163,16 @@ Spread Summarize(std::vector<double> v, double low_q, double high_q) {
 }
 
 void FanIn(int runs, const FrameLimits& limits) {
-  ConnectionOptions options;
-  options.limits = limits;
-  options.heartbeat_interval_ms = 0;
+  const ConnectionOptions options = QuietOptions(limits);
   EventLoopThread server_loop;
   EventLoopThread client_loop;
   auto server = std::make_shared<SumServer>(limits);
-  Result<std::shared_ptr<TcpListener>> listener =
-      TcpListener::Listen(server_loop.loop(), "127.0.0.1", 0, options, server);
-  if (!listener.ok()) Die(listener.status(), "listen");
+  std::shared_ptr<TcpListener> listener = ListenOrDie(server_loop.loop(), options, server);
   std::vector<std::shared_ptr<Connection>> devices;
   std::vector<std::vector<float>> updates(kDevices, std::vector<float>(kFloats));
   for (int d = 0; d < kDevices; ++d) {
     for (std::size_t i = 0; i < kFloats; ++i) updates[d][i] = static_cast<float>((i % 1000) * (d + 1)) * 0.001f;
-    Result<std::shared_ptr<Connection>> c = TcpConnectAndWait(client_loop.loop(), "127.0.0.1", (*listener)->port(),
-                                                              options, std::make_shared<FrameQueue>(), 5000);
-    if (!c.ok()) Die(c.status(), "connect");
-    devices.push_back(*c);
+    devices.push_back(ConnectOrDie(client_loop.loop(), listener->port(), options, std::make_shared<FrameQueue>()));
   }
   for (int prebuilt = 1; prebuilt >= 0; --prebuilt) {
     std::vector<double> ms;
@@ -213,7 +227,7 @@ void FanIn(int runs, const FrameLimits& limits) {
                 cpu.median, server_cpu.median, client_cpu.median);
   }
   for (auto& d : devices) d->Close();
-  (*listener)->Close();
+  listener->Close();
 }
 
 // Client side of the ping-pong: sends the next frame from the loop thread as
@@ -257,13 +271,10 @@ class EchoServer : public ConnectionHandler {
 };
 
 void RoundTrip(int count) {
-  ConnectionOptions options;
-  options.heartbeat_interval_ms = 0;
+  const ConnectionOptions options = QuietOptions();
   EventLoopThread server_loop;
   EventLoopThread client_loop;
-  Result<std::shared_ptr<TcpListener>> listener =
-      TcpListener::Listen(server_loop.loop(), "127.0.0.1", 0, options, std::make_shared<EchoServer>());
-  if (!listener.ok()) Die(listener.status(), "listen");
+  std::shared_ptr<TcpListener> listener = ListenOrDie(server_loop.loop(), options, std::make_shared<EchoServer>());
   std::vector<uint8_t> payload(4096, 7);
   UpdateMessage m;
   m.codec_spec = "fp32";
@@ -271,9 +282,7 @@ void RoundTrip(int count) {
   Result<OutFrame> ping = Encode(m, FrameLimits());
   if (!ping.ok()) Die(ping.status(), "encode");
   auto client = std::make_shared<PingClient>(*ping, count + 200);
-  Result<std::shared_ptr<Connection>> c =
-      TcpConnectAndWait(client_loop.loop(), "127.0.0.1", (*listener)->port(), options, client, 5000);
-  if (!c.ok()) Die(c.status(), "connect");
+  std::shared_ptr<Connection> c = ConnectOrDie(client_loop.loop(), listener->port(), options, client);
   std::future<void> done = client->done();
   client_loop.loop().Post([client] { client->Start(); });
   if (done.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
@@ -283,8 +292,8 @@ void RoundTrip(int count) {
   const Spread s = Summarize(rtt, 0.1, 0.9);
   std::printf("4 KiB round trip (frame of %u bytes each way): median %.1f us (p10 %.1f, p90 %.1f) over %d round trips\n",
               ping->body_size(), s.median, s.low, s.high, count);
-  (*c)->Close();
-  (*listener)->Close();
+  c->Close();
+  listener->Close();
 }
 
 // Resident memory of the process in KiB (Linux /proc).
@@ -301,31 +310,25 @@ long ResidentKib() {
 // live in this process, so the figure covers a device socket and an
 // aggregator socket with their buffers, timers and handlers).
 void IdleConnections(int count) {
-  ConnectionOptions options;
-  options.heartbeat_interval_ms = 0;
+  const ConnectionOptions options = QuietOptions();
   EventLoopThread server_loop;
   EventLoopThread client_loop;
-  Result<std::shared_ptr<TcpListener>> listener =
-      TcpListener::Listen(server_loop.loop(), "127.0.0.1", 0, options, std::make_shared<EchoServer>());
-  if (!listener.ok()) Die(listener.status(), "listen");
+  std::shared_ptr<TcpListener> listener = ListenOrDie(server_loop.loop(), options, std::make_shared<EchoServer>());
   const long before = ResidentKib();
   std::vector<std::shared_ptr<Connection>> devices;
   for (int i = 0; i < count; ++i) {
-    Result<std::shared_ptr<Connection>> c = TcpConnectAndWait(client_loop.loop(), "127.0.0.1", (*listener)->port(),
-                                                              options, std::make_shared<FrameQueue>(), 5000);
-    if (!c.ok()) Die(c.status(), "connect");
-    devices.push_back(*c);
+    devices.push_back(ConnectOrDie(client_loop.loop(), listener->port(), options, std::make_shared<FrameQueue>()));
   }
-  for (int waited = 0; (*listener)->stats().accepted < static_cast<uint64_t>(count) && waited < 5000; ++waited) {
+  for (int waited = 0; listener->stats().accepted < static_cast<uint64_t>(count) && waited < 5000; ++waited) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   const long after = ResidentKib();
   std::printf("%d idle connections on one aggregator loop: %llu accepted, resident memory +%ld KiB "
               "(%.1f KiB per device, both ends counted)\n",
-              count, static_cast<unsigned long long>((*listener)->stats().accepted), after - before,
+              count, static_cast<unsigned long long>(listener->stats().accepted), after - before,
               static_cast<double>(after - before) / count);
   for (auto& d : devices) d->Close();
-  (*listener)->Close();
+  listener->Close();
 }
 
 }  // namespace

@@ -9,12 +9,17 @@
 //    timed region (one copy of each update into its frames).
 // 2. Round trip: a 4 KiB Update frame sent and echoed back, one at a time.
 //
-// Usage: transport_bench [--runs N] [--frame-mib M] [--round-trips N]
+// 3. Idle connections: N devices connected to one aggregator loop, resident
+//    memory per connection.
+//
+// Usage: transport_bench [--runs N] [--frame-mib M] [--round-trips N] [--idle-connections N]
 // Expected output: one line per figure with the median and the spread, e.g.
 //   fan-in 3 x 16 MiB (frames prebuilt): median 14.2 ms (min 12.9, max 17.5) over 9 runs
 //   4 KiB round trip: median 31.0 us (p10 27.5, p90 40.1) over 2000 round trips
+//   500 idle connections on one aggregator loop: ... KiB per device
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -24,6 +29,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fedrt/platform/clock.h"
@@ -125,6 +131,27 @@ std::vector<OutFrame> EncodeUpdate(const std::vector<float>& values, const Frame
   return std::move(*frames);
 }
 
+ConnectionOptions QuietOptions(const FrameLimits& limits = FrameLimits()) {
+  ConnectionOptions options;
+  options.limits = limits;
+  options.heartbeat_interval_ms = 0;
+  return options;
+}
+
+std::shared_ptr<TcpListener> ListenOrDie(EventLoop& loop, const ConnectionOptions& options,
+                                         std::shared_ptr<ConnectionHandler> handler) {
+  Result<std::shared_ptr<TcpListener>> listener = TcpListener::Listen(loop, "127.0.0.1", 0, options, std::move(handler));
+  if (!listener.ok()) Die(listener.status(), "listen");
+  return *listener;
+}
+
+std::shared_ptr<Connection> ConnectOrDie(EventLoop& loop, uint16_t port, const ConnectionOptions& options,
+                                         std::shared_ptr<ConnectionHandler> handler) {
+  Result<std::shared_ptr<Connection>> c = TcpConnectAndWait(loop, "127.0.0.1", port, options, std::move(handler), 5000);
+  if (!c.ok()) Die(c.status(), "connect");
+  return *c;
+}
+
 struct Spread {
   double median, low, high;
 };
@@ -136,23 +163,16 @@ Spread Summarize(std::vector<double> v, double low_q, double high_q) {
 }
 
 void FanIn(int runs, const FrameLimits& limits) {
-  ConnectionOptions options;
-  options.limits = limits;
-  options.heartbeat_interval_ms = 0;
+  const ConnectionOptions options = QuietOptions(limits);
   EventLoopThread server_loop;
   EventLoopThread client_loop;
   auto server = std::make_shared<SumServer>(limits);
-  Result<std::shared_ptr<TcpListener>> listener =
-      TcpListener::Listen(server_loop.loop(), "127.0.0.1", 0, options, server);
-  if (!listener.ok()) Die(listener.status(), "listen");
+  std::shared_ptr<TcpListener> listener = ListenOrDie(server_loop.loop(), options, server);
   std::vector<std::shared_ptr<Connection>> devices;
   std::vector<std::vector<float>> updates(kDevices, std::vector<float>(kFloats));
   for (int d = 0; d < kDevices; ++d) {
     for (std::size_t i = 0; i < kFloats; ++i) updates[d][i] = static_cast<float>((i % 1000) * (d + 1)) * 0.001f;
-    Result<std::shared_ptr<Connection>> c = TcpConnectAndWait(client_loop.loop(), "127.0.0.1", (*listener)->port(),
-                                                              options, std::make_shared<FrameQueue>(), 5000);
-    if (!c.ok()) Die(c.status(), "connect");
-    devices.push_back(*c);
+    devices.push_back(ConnectOrDie(client_loop.loop(), listener->port(), options, std::make_shared<FrameQueue>()));
   }
   for (int prebuilt = 1; prebuilt >= 0; --prebuilt) {
     std::vector<double> ms;
@@ -207,7 +227,7 @@ void FanIn(int runs, const FrameLimits& limits) {
                 cpu.median, server_cpu.median, client_cpu.median);
   }
   for (auto& d : devices) d->Close();
-  (*listener)->Close();
+  listener->Close();
 }
 
 // Client side of the ping-pong: sends the next frame from the loop thread as
@@ -251,13 +271,10 @@ class EchoServer : public ConnectionHandler {
 };
 
 void RoundTrip(int count) {
-  ConnectionOptions options;
-  options.heartbeat_interval_ms = 0;
+  const ConnectionOptions options = QuietOptions();
   EventLoopThread server_loop;
   EventLoopThread client_loop;
-  Result<std::shared_ptr<TcpListener>> listener =
-      TcpListener::Listen(server_loop.loop(), "127.0.0.1", 0, options, std::make_shared<EchoServer>());
-  if (!listener.ok()) Die(listener.status(), "listen");
+  std::shared_ptr<TcpListener> listener = ListenOrDie(server_loop.loop(), options, std::make_shared<EchoServer>());
   std::vector<uint8_t> payload(4096, 7);
   UpdateMessage m;
   m.codec_spec = "fp32";
@@ -265,9 +282,7 @@ void RoundTrip(int count) {
   Result<OutFrame> ping = Encode(m, FrameLimits());
   if (!ping.ok()) Die(ping.status(), "encode");
   auto client = std::make_shared<PingClient>(*ping, count + 200);
-  Result<std::shared_ptr<Connection>> c =
-      TcpConnectAndWait(client_loop.loop(), "127.0.0.1", (*listener)->port(), options, client, 5000);
-  if (!c.ok()) Die(c.status(), "connect");
+  std::shared_ptr<Connection> c = ConnectOrDie(client_loop.loop(), listener->port(), options, client);
   std::future<void> done = client->done();
   client_loop.loop().Post([client] { client->Start(); });
   if (done.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
@@ -277,8 +292,43 @@ void RoundTrip(int count) {
   const Spread s = Summarize(rtt, 0.1, 0.9);
   std::printf("4 KiB round trip (frame of %u bytes each way): median %.1f us (p10 %.1f, p90 %.1f) over %d round trips\n",
               ping->body_size(), s.median, s.low, s.high, count);
-  (*c)->Close();
-  (*listener)->Close();
+  c->Close();
+  listener->Close();
+}
+
+// Resident memory of the process in KiB (Linux /proc).
+long ResidentKib() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return -1;
+  long pages_total = 0, pages_resident = 0;
+  const int n = std::fscanf(f, "%ld %ld", &pages_total, &pages_resident);
+  std::fclose(f);
+  return n == 2 ? pages_resident * (sysconf(_SC_PAGESIZE) / 1024) : -1;
+}
+
+// Many idle devices on one aggregator loop: memory per connection (both ends
+// live in this process, so the figure covers a device socket and an
+// aggregator socket with their buffers, timers and handlers).
+void IdleConnections(int count) {
+  const ConnectionOptions options = QuietOptions();
+  EventLoopThread server_loop;
+  EventLoopThread client_loop;
+  std::shared_ptr<TcpListener> listener = ListenOrDie(server_loop.loop(), options, std::make_shared<EchoServer>());
+  const long before = ResidentKib();
+  std::vector<std::shared_ptr<Connection>> devices;
+  for (int i = 0; i < count; ++i) {
+    devices.push_back(ConnectOrDie(client_loop.loop(), listener->port(), options, std::make_shared<FrameQueue>()));
+  }
+  for (int waited = 0; listener->stats().accepted < static_cast<uint64_t>(count) && waited < 5000; ++waited) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const long after = ResidentKib();
+  std::printf("%d idle connections on one aggregator loop: %llu accepted, resident memory +%ld KiB "
+              "(%.1f KiB per device, both ends counted)\n",
+              count, static_cast<unsigned long long>(listener->stats().accepted), after - before,
+              static_cast<double>(after - before) / count);
+  for (auto& d : devices) d->Close();
+  listener->Close();
 }
 
 }  // namespace
@@ -288,15 +338,18 @@ void RoundTrip(int count) {
 int main(int argc, char** argv) {
   int runs = 9;
   int round_trips = 2000;
+  int idle = 500;
   uint32_t frame_mib = 4;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const int value = std::atoi(argv[i + 1]);
     if (flag == "--runs") runs = std::max(1, value);
     else if (flag == "--round-trips") round_trips = std::max(10, value);
+    else if (flag == "--idle-connections") idle = std::max(0, value);
     else if (flag == "--frame-mib") frame_mib = static_cast<uint32_t>(std::clamp(value, 1, 1024));
     else {
-      std::fprintf(stderr, "usage: transport_bench [--runs N] [--frame-mib M] [--round-trips N]\n");
+      std::fprintf(stderr,
+                   "usage: transport_bench [--runs N] [--frame-mib M] [--round-trips N] [--idle-connections N]\n");
       return 2;
     }
   }
@@ -305,5 +358,6 @@ int main(int argc, char** argv) {
   std::printf("frame limit %u MiB (chunks of %u bytes)\n", frame_mib, limits.MaxChunkBytes());
   fedrt::transport::FanIn(runs, limits);
   fedrt::transport::RoundTrip(round_trips);
+  if (idle > 0) fedrt::transport::IdleConnections(idle);
   return 0;
 }

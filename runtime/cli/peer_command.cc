@@ -43,7 +43,9 @@ struct PeerFlags {
   int batch = 32;
   double lr = 0.05;
   float momentum = 0.9f;
-  std::string reduce = "dense";  // dense | fp16 | iwp
+  std::string reduce = "dense";  // dense | fp16 | iwp | gossip
+  std::string codec;             // gossip: empty (fp32) or e.g. moniqua:bits=1,theta=0.5
+  bool print_wraps = false;
   float density = 1.0f / 64;
   int max_steps = 0;  // 0: whole epochs
   bool repair = false;
@@ -117,6 +119,7 @@ int RunPeer(const PeerFlags& flags) {
   for (int epoch = 0; epoch < flags.epochs; ++epoch) {
     std::vector<uint32_t> order = ShuffledIndices(mine.size(), flags.seed + static_cast<uint64_t>(flags.rank), static_cast<uint64_t>(epoch));
     double loss_sum = 0;
+    uint64_t wraps = 0;
     const auto start = std::chrono::steady_clock::now();
     for (std::size_t s = 0; s < steps_per_epoch; ++s) {
       if (flags.max_steps > 0 && step >= static_cast<uint32_t>(flags.max_steps)) break;
@@ -127,6 +130,18 @@ int RunPeer(const PeerFlags& flags) {
       if (!loss.ok()) return Fail("peer", loss.status());
       loss_sum += loss->loss;
       float* g = model->gradients();
+      if (flags.reduce == "gossip") {
+        // D-PSGD: the mixing step applies the plain SGD step itself.
+        peer::GossipStats gossip;
+        const float lr = static_cast<float>(sgd->current_lr());
+        Status mixed = group.GossipStep(model->parameters(), g, d, lr, flags.codec, step, &gossip);
+        if (!mixed.ok()) return Fail("peer", mixed);
+        wraps += gossip.wrap_count;
+        if (flags.print_wraps) std::printf("step %u wraps %llu\n", step, static_cast<unsigned long long>(gossip.wrap_count));
+        sgd->set_step(sgd->step() + 1);
+        ++step;
+        continue;
+      }
       for (;;) {
         Status reduced;
         const float members = static_cast<float>(group.members().size());
@@ -166,9 +181,10 @@ int RunPeer(const PeerFlags& flags) {
     auto eval = EvaluateModel(*model, data->test, 256);
     if (!eval.ok()) return Fail("peer", eval.status());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("peer rank %d epoch %d/%d  loss %.4f  test acc %.2f%%  sent %.1f MB  %.1f s\n", flags.rank,
+    std::printf("peer rank %d epoch %d/%d  loss %.4f  test acc %.2f%%  sent %.1f MB  wraps %llu  %.1f s\n", flags.rank,
                 epoch + 1, flags.epochs, loss_sum / static_cast<double>(std::max<std::size_t>(1, steps_per_epoch)),
-                100.0 * eval->accuracy, static_cast<double>(group.total_bytes_sent()) / 1e6, seconds);
+                100.0 * eval->accuracy, static_cast<double>(group.total_bytes_sent()) / 1e6,
+                static_cast<unsigned long long>(wraps), seconds);
     std::fflush(stdout);
   }
   return 0;
@@ -266,8 +282,10 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--batch", flags->batch, "Batch size per peer")->capture_default_str()->check(CLI::Range(1, 65536));
   p->add_option("--lr", flags->lr, "Learning rate")->capture_default_str()->check(CLI::PositiveNumber);
   p->add_option("--momentum", flags->momentum, "SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 0.999));
-  p->add_option("--reduce", flags->reduce, "Gradient all-reduce: dense fp32, fp16 hops, or IWP-sparse")
-      ->capture_default_str()->check(CLI::IsMember({"dense", "fp16", "iwp"}));
+  p->add_option("--reduce", flags->reduce, "Gradient all-reduce (dense fp32, fp16 hops, IWP-sparse) or gossip D-PSGD")
+      ->capture_default_str()->check(CLI::IsMember({"dense", "fp16", "iwp", "gossip"}));
+  p->add_option("--codec", flags->codec, "Gossip: codec of the models sent (empty: fp32), e.g. moniqua:bits=1,theta=0.5");
+  p->add_flag("--print-wraps", flags->print_wraps, "Gossip: print the Moniqua wrap count of every step");
   p->add_option("--density", flags->density, "IWP share of coordinates per step")->capture_default_str()->check(CLI::Range(1e-6, 1.0));
   p->add_option("--max-steps", flags->max_steps, "Stop after this many steps (0: whole epochs)")->check(CLI::NonNegativeNumber);
   p->add_flag("--repair", flags->repair, "When a peer fails, re-form the ring without it and continue");

@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/moniqua.h"
 #include "fedrt/transport/auth.h"
 #include "fedrt/transport/connection.h"
 #include "fedrt/transport/crypto.h"
@@ -76,6 +77,7 @@ class Link : public transport::ConnectionHandler {
 
   // Under signal_->mutex.
   bool has_frame() const { return !frames_.empty(); }
+  bool front_is_error() const { return !frames_.empty() && frames_.front().kind() == MessageKind::kError; }
   Frame TakeFrame() {
     Frame f = std::move(frames_.front());
     frames_.pop_front();
@@ -185,6 +187,8 @@ class TcpPeerGroup : public PeerGroup {
   Status IwpAllReduce(IwpAccumulator& accumulator, const float* weights, uint64_t seed,
                       uint32_t step, std::vector<uint32_t>* indices,
                       std::vector<float>* sums) override;
+  Status GossipStep(float* model, const float* grad, std::size_t d, float lr,
+                    const std::string& codec_spec, uint64_t step, GossipStats* stats) override;
 
  private:
   std::string Name(uint32_t rank) const {
@@ -214,8 +218,10 @@ class TcpPeerGroup : public PeerGroup {
   Status Send(Link& link, uint32_t to, Result<transport::OutFrame> frame);
   // Fails the step: records the failed rank and reports it both ways.
   Status Fail(int failed, const Status& status);
-  // Waits for the next data frame from the left neighbour.
-  Result<Frame> NextFromLeft(Clock::time_point deadline);
+  // Waits for the next data frame from one neighbour; failure reports from
+  // either side end the wait.
+  Result<Frame> NextFrom(bool want_right, Clock::time_point deadline);
+  Result<Frame> NextFromLeft(Clock::time_point deadline) { return NextFrom(false, deadline); }
   Status ExpectChunk(const Frame& frame, transport::RingPhase phase, uint32_t step,
                      uint32_t segment, uint32_t index, uint32_t count, uint64_t total,
                      uint64_t offset, transport::RingChunkMessage* out);
@@ -241,9 +247,18 @@ class TcpPeerGroup : public PeerGroup {
   AllReduceStats stats_;
   uint64_t total_bytes_sent_ = 0;
 
+  Status SendGossip(Link& link, uint32_t to, uint64_t step, const std::string& spec,
+                    const uint8_t* bytes, std::size_t size, uint64_t* sent);
+  Status ReceiveGossip(bool want_right, Clock::time_point deadline, uint64_t step,
+                       std::size_t max_size, std::vector<uint8_t>* out);
+
   // Buffers reused across collectives (steady state allocates nothing here).
   std::vector<uint8_t> encoded_;
-  std::vector<uint32_t> iwp_indices_scratch_;
+  std::unique_ptr<Codec> gossip_codec_;
+  std::string gossip_spec_;
+  std::vector<float> own_recovered_;
+  std::vector<float> recovered_[2];
+  std::vector<uint8_t> received_[2];
 };
 
 Status TcpPeerGroup::Dial(uint32_t generation, Clock::time_point deadline) {
@@ -452,9 +467,12 @@ bool ParseReport(std::string_view text, Report* report) {
   return ParseRank(text, &at, &report->b);
 }
 
-Result<Frame> TcpPeerGroup::NextFromLeft(Clock::time_point deadline) {
-  const uint32_t from = left();
-  const uint32_t to = right();
+Result<Frame> TcpPeerGroup::NextFrom(bool want_right, Clock::time_point deadline) {
+  // `from` is the neighbour whose data we wait for, `to` the other one.
+  const uint32_t from = want_right ? right() : left();
+  const uint32_t to = want_right ? left() : right();
+  Link* want = want_right ? right_.get() : left_.get();
+  Link* other = want_right ? left_.get() : right_.get();
   const int n = static_cast<int>(peers_.size());
   Clock::time_point wait_until = deadline;
   bool grace = false;
@@ -474,28 +492,31 @@ Result<Frame> TcpPeerGroup::NextFromLeft(Clock::time_point deadline) {
   };
   for (;;) {
     Frame frame;
-    bool from_right = false;
+    bool from_other = false;
     Status closed;
     int closed_rank = -1;
     {
       std::unique_lock<std::mutex> lock(signal_->mutex);
       signal_->changed.wait_until(lock, wait_until, [&] {
-        return left_->has_frame() || left_->closed() || right_->has_frame() || right_->closed();
+        return want->has_frame() || want->closed() || other->front_is_error() || other->closed();
       });
-      if (right_->has_frame()) {  // only reports come from the right
-        frame = right_->TakeFrame();
-        from_right = true;
-      } else if (left_->has_frame()) {
-        frame = left_->TakeFrame();
-      } else if (left_->closed()) {
-        closed = left_->close_reason();
+      // From the other side only reports are taken here; its data (gossip)
+      // stays queued for the call that waits for it.
+      if (other->front_is_error()) {
+        frame = other->TakeFrame();
+        from_other = true;
+      } else if (want->has_frame()) {
+        frame = want->TakeFrame();
+      } else if (want->closed()) {
+        closed = want->close_reason();
         closed_rank = static_cast<int>(from);
-      } else if (right_->closed()) {
-        closed = right_->close_reason();
+      } else if (other->closed()) {
+        closed = other->close_reason();
         closed_rank = static_cast<int>(to);
       }
     }
-    const uint32_t sender = from_right ? to : from;
+    const bool from_right = from_other != want_right;
+    const uint32_t sender = from_other ? to : from;
     if (frame.kind() == MessageKind::kError) {
       auto e = transport::DecodeError(frame);
       if (!e.ok()) return Fail(static_cast<int>(sender), Named(sender, e.status()));
@@ -512,10 +533,7 @@ Result<Frame> TcpPeerGroup::NextFromLeft(Clock::time_point deadline) {
       }
       continue;
     }
-    if (frame.kind() != MessageKind::kNone) {
-      if (from_right) return Fail(static_cast<int>(to), Named(to, Corrupt("unexpected data from the right")));
-      return frame;
-    }
+    if (frame.kind() != MessageKind::kNone) return frame;
     if (closed_rank >= 0) {
       return Fail(closed_rank, Named(static_cast<uint32_t>(closed_rank), closed));
     }
@@ -591,7 +609,9 @@ Status TcpPeerGroup::AllReduce(float* data, std::size_t n, const std::string& co
       return InvalidArgument("codec '" + codec_spec + "' needs side information: it does not compose with ring reduction");
     }
   }
-  const std::size_t chunk = std::max<std::size_t>(1, options_.chunk_floats);
+  // A chunk (raw or encoded) must fit one frame; codec headers need a little room.
+  const std::size_t frame_floats = (connection_options_.limits.MaxChunkBytes() - 4096) / sizeof(float);
+  const std::size_t chunk = std::max<std::size_t>(1, std::min<std::size_t>(options_.chunk_floats, frame_floats));
   auto seg_begin = [&](std::size_t s) { return s * n / p; };
   auto seg_size = [&](std::size_t s) { return seg_begin(s + 1) - seg_begin(s); };
   auto chunks_of = [&](std::size_t s) {
@@ -811,6 +831,146 @@ Status TcpPeerGroup::IwpAllReduce(IwpAccumulator& accumulator, const float* weig
   stats_.bytes_sent += sent;
   total_bytes_sent_ += sent;
   return s;
+}
+
+// ---- gossip (D-PSGD) ---------------------------------------------------------
+
+Status TcpPeerGroup::SendGossip(Link& link, uint32_t to, uint64_t step, const std::string& spec,
+                                const uint8_t* bytes, std::size_t size, uint64_t* sent) {
+  const std::size_t chunk = connection_options_.limits.MaxChunkBytes();
+  const std::size_t count = std::max<std::size_t>(1, (size + chunk - 1) / chunk);
+  for (std::size_t k = 0; k < count; ++k) {
+    transport::GossipModelMessage m;
+    m.step = step;
+    m.source_rank = rank_;
+    m.codec_spec = spec;
+    m.payload.index = static_cast<uint32_t>(k);
+    m.payload.count = static_cast<uint32_t>(count);
+    m.payload.total_size = size;
+    m.payload.offset = k * chunk;
+    m.payload.data = bytes + k * chunk;
+    m.payload.size = std::min(chunk, size - k * chunk);
+    *sent += m.payload.size;
+    Status s = Send(link, to, Encode(m, connection_options_.limits));
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+Status TcpPeerGroup::ReceiveGossip(bool want_right, Clock::time_point deadline, uint64_t step,
+                                   std::size_t max_size, std::vector<uint8_t>* out) {
+  const uint32_t from = want_right ? right() : left();
+  uint32_t count = 1;
+  uint64_t received = 0;
+  for (uint32_t k = 0; k < count; ++k) {
+    auto frame = NextFrom(want_right, deadline);
+    if (!frame.ok()) return frame.status();
+    auto m = transport::DecodeGossipModel(*frame, connection_options_.limits);
+    if (!m.ok()) return Fail(static_cast<int>(from), Named(from, m.status()));
+    const auto& p = m->payload;
+    if (k == 0) {
+      count = p.count;
+      if (p.total_size > max_size) {
+        return Fail(static_cast<int>(from), Named(from, Corrupt("gossip model larger than this model's payload")));
+      }
+      out->resize(p.total_size);
+    }
+    if (m->step != step || m->source_rank != from || p.index != k || p.count != count ||
+        p.offset != received || p.total_size != out->size() || p.size > out->size() - received) {
+      return Fail(static_cast<int>(from), Named(from, Corrupt("unexpected gossip chunk (step " +
+                                                              std::to_string(m->step) + ")")));
+    }
+    if (p.size > 0) std::memcpy(out->data() + received, p.data, p.size);
+    received += p.size;
+  }
+  if (received != out->size()) return Fail(static_cast<int>(from), Named(from, Corrupt("short gossip model")));
+  return Status::Ok();
+}
+
+Status TcpPeerGroup::GossipStep(float* model, const float* grad, std::size_t d, float lr,
+                                const std::string& codec_spec, uint64_t step, GossipStats* stats) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(options_.step_timeout_ms);
+  *stats = GossipStats{};
+  if (failed_rank_ >= 0) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "the ring lost peer rank " + std::to_string(failed_rank_) + "; Form() again first");
+  }
+  const std::size_t p = members_.size();
+  if (codec_spec != gossip_spec_ || (gossip_codec_ == nullptr && !codec_spec.empty())) {
+    gossip_codec_.reset();
+    gossip_spec_ = codec_spec;
+    if (!codec_spec.empty()) {
+      auto made = MakeCodec(codec_spec);
+      if (!made.ok()) return made.status();
+      gossip_codec_ = std::move(*made);
+    }
+  }
+  Codec* codec = gossip_codec_.get();
+  const bool moniqua = codec != nullptr && GetMoniquaParameters(*codec).ok();
+  own_recovered_.resize(d);
+  CodecContext context;
+  context.round = static_cast<uint32_t>(step);
+  context.sender_id = rank_;
+  const uint8_t* payload = reinterpret_cast<const uint8_t*>(model);
+  std::size_t payload_size = d * sizeof(float);
+  std::size_t max_size = payload_size;
+  if (codec != nullptr) {
+    max_size = codec->MaxEncodedSize(d);
+    if (encoded_.size() < max_size) encoded_.resize(max_size);
+    auto size = codec->Encode(model, d, context, encoded_.data(), encoded_.size());
+    if (!size.ok()) return size.status();
+    payload = encoded_.data();
+    payload_size = *size;
+    // x'_self: the own model through the same channel.
+    Status s = codec->Decode(payload, payload_size, context, own_recovered_.data(), d,
+                             codec->needs_side_info() ? model : nullptr);
+    if (!s.ok()) return s;
+  } else {
+    std::copy(model, model + d, own_recovered_.begin());
+  }
+  const std::size_t neighbours = p == 1 ? 0 : (p == 2 ? 1 : 2);
+  if (neighbours >= 1) {
+    Status s = SendGossip(*right_, right(), step, codec ? codec->spec() : std::string(), payload,
+                          payload_size, &stats->bytes_sent);
+    if (s.ok() && neighbours == 2) {
+      s = SendGossip(*left_, left(), step, codec ? codec->spec() : std::string(), payload, payload_size,
+                     &stats->bytes_sent);
+    }
+    if (!s.ok()) return s;
+  }
+  MoniquaNeighbour mix[2];
+  const float weight = p == 2 ? 0.5f : 1.0f / 3.0f;
+  for (std::size_t i = 0; i < neighbours; ++i) {
+    const bool want_right = i == 1;  // with two peers the one neighbour is reached via the left link
+    const uint32_t from = want_right ? right() : left();
+    Status s = ReceiveGossip(want_right, deadline, step, max_size, &received_[i]);
+    if (!s.ok()) return s;
+    recovered_[i].resize(d);
+    if (codec == nullptr) {
+      if (received_[i].size() != d * sizeof(float)) {
+        return Fail(static_cast<int>(from), Named(from, Corrupt("gossip model of the wrong size")));
+      }
+      std::memcpy(recovered_[i].data(), received_[i].data(), received_[i].size());
+    } else {
+      CodecContext c = context;
+      c.sender_id = from;
+      if (moniqua) {
+        std::size_t near_wrap = 0;
+        s = MoniquaDecode(*codec, received_[i].data(), received_[i].size(), c, model,
+                          recovered_[i].data(), d, -1.0f, &near_wrap);
+        stats->wrap_count += near_wrap;
+      } else {
+        s = codec->Decode(received_[i].data(), received_[i].size(), c, recovered_[i].data(), d,
+                          codec->needs_side_info() ? model : nullptr);
+      }
+      if (!s.ok()) return Fail(static_cast<int>(from), Named(from, s));
+    }
+    mix[i].recovered = recovered_[i].data();
+    mix[i].weight = weight;
+  }
+  MoniquaMixStep(model, own_recovered_.data(), mix, neighbours, lr, grad, d);
+  total_bytes_sent_ += stats->bytes_sent;
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<PeerGroup>> PeerGroup::Create(std::vector<PeerAddress> peers, uint32_t rank,

@@ -18,6 +18,8 @@
 //                  reduce-scatter hops decode-and-add, the owner of a reduced
 //                  segment encodes it once and every peer (the owner too)
 //                  takes the decoded value, so all peers end bit-identical.
+//   GossipStep     D-PSGD on the ring: models to both neighbours, full
+//                  precision or Moniqua-coded, Metropolis mixing.
 //   IwpAllReduce   IWP-sparse (codec specification, section 4): the leader of
 //                  the step sends its index set around the ring; every peer
 //                  all-reduces its accumulated values at those indices.
@@ -68,6 +70,11 @@ struct AllReduceStats {
   double seconds = 0;
 };
 
+struct GossipStats {
+  uint64_t wrap_count = 0;  // Moniqua: coordinates recovered near the wrap boundary, all neighbours
+  uint64_t bytes_sent = 0;  // payload bytes sent this step
+};
+
 class PeerGroup {
  public:
   // Binds peers[rank]'s address (port 0: a free port, see port()). `keys`
@@ -100,6 +107,17 @@ class PeerGroup {
   virtual Status IwpAllReduce(IwpAccumulator& accumulator, const float* weights, uint64_t seed,
                               uint32_t step, std::vector<uint32_t>* indices,
                               std::vector<float>* sums) = 0;
+
+  // One decentralized SGD (D-PSGD) step on the ring with Metropolis weights
+  // (1/3 per neighbour; 1/2 with two peers): this peer sends `model` to its
+  // neighbours, raw fp32 when `codec_spec` is empty, else as that codec's
+  // payload (e.g. "moniqua:bits=1,theta=0.5"); recovers theirs (Moniqua: with
+  // its own model as side information) and applies, in place,
+  //   x += sum_i W_i (x'_i - x'_self) - lr * grad      (MoniquaMixStep)
+  // where x'_self is its own model passed through the same channel. Every
+  // peer calls it with the same step number and codec.
+  virtual Status GossipStep(float* model, const float* grad, std::size_t d, float lr,
+                            const std::string& codec_spec, uint64_t step, GossipStats* stats) = 0;
 
   // The ring's members (original ranks) and this peer's original rank.
   virtual const std::vector<uint32_t>& members() const = 0;

@@ -254,6 +254,8 @@ class TcpPeerGroup : public PeerGroup {
 
   // Buffers reused across collectives (steady state allocates nothing here).
   std::vector<uint8_t> encoded_;
+  std::unique_ptr<Codec> ring_codec_;  // made once per spec, reused
+  std::string ring_spec_;
   std::unique_ptr<Codec> gossip_codec_;
   std::string gossip_spec_;
   std::vector<float> own_recovered_;
@@ -600,15 +602,20 @@ Status TcpPeerGroup::AllReduce(float* data, std::size_t n, const std::string& co
   }
   const std::size_t p = members_.size();
   if (p == 1 || n == 0) return Status::Ok();
-  std::unique_ptr<Codec> codec;
-  if (!codec_spec.empty()) {
-    auto made = MakeCodec(codec_spec);
-    if (!made.ok()) return made.status();
-    codec = std::move(*made);
-    if (codec->needs_side_info()) {
-      return InvalidArgument("codec '" + codec_spec + "' needs side information: it does not compose with ring reduction");
+  if (codec_spec != ring_spec_ || (ring_codec_ == nullptr && !codec_spec.empty())) {
+    ring_codec_.reset();
+    ring_spec_ = codec_spec;
+    if (!codec_spec.empty()) {
+      auto made = MakeCodec(codec_spec);
+      if (!made.ok()) return made.status();
+      if ((*made)->needs_side_info()) {
+        return InvalidArgument("codec '" + codec_spec +
+                               "' needs side information: it does not compose with ring reduction");
+      }
+      ring_codec_ = std::move(*made);
     }
   }
+  Codec* codec = ring_codec_.get();
   // A chunk (raw or encoded) must fit one frame; codec headers need a little room.
   const std::size_t frame_floats = (connection_options_.limits.MaxChunkBytes() - 4096) / sizeof(float);
   const std::size_t chunk = std::max<std::size_t>(1, std::min<std::size_t>(options_.chunk_floats, frame_floats));

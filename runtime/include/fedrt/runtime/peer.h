@@ -32,6 +32,14 @@
 // caller which rank it was; Form() with the surviving ranks re-forms a
 // smaller ring (ring repair) on the same listener.
 //
+// Memory: scratch buffers (encoded hops, recovered models) and the hop codec
+// are kept and reused, so a steady-state collective allocates none of them.
+// It does allocate frames: the transport has no pre-registered buffers yet
+// (an OutFrame owns its encoded bytes, a received Frame its body), so each
+// chunk sent and received costs one allocation. This departs from the Gloo
+// rule (run() allocates nothing) until the transport can encode into and
+// receive into caller-owned buffers.
+//
 // Thread-safety: a PeerGroup is used by one thread (the training loop); its
 // connections run on its own event loop thread.
 #ifndef FEDRT_RUNTIME_PEER_H_

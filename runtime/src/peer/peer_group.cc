@@ -77,6 +77,18 @@ class Link : public transport::ConnectionHandler {
 
   // Under signal_->mutex.
   bool has_frame() const { return !frames_.empty(); }
+  // The first failure report anywhere in the queue (a report can sit behind
+  // data frames), removed; false when there is none.
+  bool TakeError(Frame* out) {
+    for (auto it = frames_.begin(); it != frames_.end(); ++it) {
+      if (it->kind() == MessageKind::kError) {
+        *out = std::move(*it);
+        frames_.erase(it);
+        return true;
+      }
+    }
+    return false;
+  }
   bool front_is_error() const { return !frames_.empty() && frames_.front().kind() == MessageKind::kError; }
   Frame TakeFrame() {
     Frame f = std::move(frames_.front());
@@ -158,7 +170,7 @@ class TcpPeerGroup : public PeerGroup {
   }
 
   ~TcpPeerGroup() override {
-    DropLinks("peer group closed");
+    DropLinks("peer group closed", /*graceful=*/false);
     if (listener_) listener_->Close();
   }
 
@@ -200,15 +212,24 @@ class TcpPeerGroup : public PeerGroup {
   uint32_t left() const { return members_[(position_ + members_.size() - 1) % members_.size()]; }
   uint32_t right() const { return members_[(position_ + 1) % members_.size()]; }
 
-  void DropLinks(const char* why) {
+  void DropLinks(const char* why, bool graceful) {
     std::shared_ptr<Connection> a, b;
     {
       std::lock_guard<std::mutex> lock(signal_->mutex);
       if (right_) a = right_->connection();
       if (left_) b = left_->connection();
     }
-    if (a) a->Abort(Status(StatusCode::kCancelled, why));
-    if (b) b->Abort(Status(StatusCode::kCancelled, why));
+    // Re-forming closes gracefully: a failure report still queued on these
+    // links reaches the neighbours before the end of stream, so they blame
+    // the same rank instead of this peer's closing.
+    for (const auto& c : {a, b}) {
+      if (!c) continue;
+      if (graceful) {
+        c->Close();
+      } else {
+        c->Abort(Status(StatusCode::kCancelled, why));
+      }
+    }
     right_.reset();
     left_.reset();
   }
@@ -357,7 +378,7 @@ Status TcpPeerGroup::AcceptLeft(uint32_t generation, Clock::time_point deadline)
 }
 
 Status TcpPeerGroup::Form(const std::vector<uint32_t>& members) {
-  DropLinks("ring re-formed");
+  DropLinks("ring re-formed", /*graceful=*/true);
   std::vector<uint32_t> ring = members;
   if (ring.empty()) {
     for (uint32_t r = 0; r < peers_.size(); ++r) ring.push_back(r);
@@ -383,45 +404,6 @@ Status TcpPeerGroup::Form(const std::vector<uint32_t>& members) {
   acceptor.join();
   if (!dialled.ok()) return dialled;
   return accepted;
-}
-
-Status TcpPeerGroup::Send(Link& link, uint32_t to, Result<transport::OutFrame> frame) {
-  if (!frame.ok()) return frame.status();
-  std::shared_ptr<Connection> connection;
-  {
-    std::lock_guard<std::mutex> lock(signal_->mutex);
-    connection = link.connection();
-  }
-  if (!connection) return Fail(static_cast<int>(to), Named(to, Status(StatusCode::kUnavailable, "link closed")));
-  Status s = connection->Send(std::move(*frame));
-  if (!s.ok()) return Fail(static_cast<int>(to), Named(to, s));
-  return Status::Ok();
-}
-
-Status TcpPeerGroup::Fail(int failed, const Status& status) {
-  if (failed_rank_ < 0) failed_rank_ = failed;
-  if (!reported_ && failed_rank_ >= 0) {
-    reported_ = true;
-    transport::ErrorMessage report;
-    report.code = StatusCode::kUnavailable;
-    std::string text = std::string(kFailurePrefix) + std::to_string(failed_rank_) + " failed: " +
-                       status.message();
-    if (text.size() > transport::kMaxReasonBytes) text.resize(transport::kMaxReasonBytes);
-    report.message = text;
-    auto frame = Encode(report, connection_options_.limits);
-    if (frame.ok()) {
-      for (Link* link : {right_.get(), left_.get()}) {
-        if (link == nullptr) continue;
-        std::shared_ptr<Connection> connection;
-        {
-          std::lock_guard<std::mutex> lock(signal_->mutex);
-          connection = link->connection();
-        }
-        if (connection) (void)connection->Send(*frame);
-      }
-    }
-  }
-  return status;
 }
 
 // Failure reports (Error messages between peers):
@@ -469,6 +451,61 @@ bool ParseReport(std::string_view text, Report* report) {
   return ParseRank(text, &at, &report->b);
 }
 
+Status TcpPeerGroup::Send(Link& link, uint32_t to, Result<transport::OutFrame> frame) {
+  if (!frame.ok()) return frame.status();
+  std::shared_ptr<Connection> connection;
+  {
+    std::lock_guard<std::mutex> lock(signal_->mutex);
+    connection = link.connection();
+  }
+  Status s = connection ? connection->Send(std::move(*frame))
+                        : Status(StatusCode::kUnavailable, "link closed");
+  if (s.ok()) return Status::Ok();
+  // The neighbour may have closed after reporting another peer's failure:
+  // the report, not the close, names the failed peer.
+  Frame report;
+  bool have_report = false;
+  {
+    std::lock_guard<std::mutex> lock(signal_->mutex);
+    have_report = (left_ && left_->TakeError(&report)) || (right_ && right_->TakeError(&report));
+  }
+  if (have_report) {
+    auto e = transport::DecodeError(report);
+    Report parsed;
+    if (e.ok() && ParseReport(e->message, &parsed) && parsed.failed && parsed.a >= 0 &&
+        parsed.a < static_cast<int>(peers_.size())) {
+      return Fail(parsed.a, Status(e->code, std::string(e->message)));
+    }
+  }
+  return Fail(static_cast<int>(to), Named(to, s));
+}
+
+Status TcpPeerGroup::Fail(int failed, const Status& status) {
+  if (failed_rank_ < 0) failed_rank_ = failed;
+  if (!reported_ && failed_rank_ >= 0) {
+    reported_ = true;
+    transport::ErrorMessage report;
+    report.code = StatusCode::kUnavailable;
+    std::string text = std::string(kFailurePrefix) + std::to_string(failed_rank_) + " failed: " +
+                       status.message();
+    if (text.size() > transport::kMaxReasonBytes) text.resize(transport::kMaxReasonBytes);
+    report.message = text;
+    auto frame = Encode(report, connection_options_.limits);
+    if (frame.ok()) {
+      for (Link* link : {right_.get(), left_.get()}) {
+        if (link == nullptr) continue;
+        std::shared_ptr<Connection> connection;
+        {
+          std::lock_guard<std::mutex> lock(signal_->mutex);
+          connection = link->connection();
+        }
+        if (connection) (void)connection->Send(*frame);
+      }
+    }
+  }
+  return status;
+}
+
 Result<Frame> TcpPeerGroup::NextFrom(bool want_right, Clock::time_point deadline) {
   // `from` is the neighbour whose data we wait for, `to` the other one.
   const uint32_t from = want_right ? right() : left();
@@ -509,6 +546,8 @@ Result<Frame> TcpPeerGroup::NextFrom(bool want_right, Clock::time_point deadline
         from_other = true;
       } else if (want->has_frame()) {
         frame = want->TakeFrame();
+      } else if (other->TakeError(&frame)) {
+        from_other = true;  // a report that arrived behind data, before a close
       } else if (want->closed()) {
         closed = want->close_reason();
         closed_rank = static_cast<int>(from);

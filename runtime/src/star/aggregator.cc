@@ -357,7 +357,11 @@ void Server::OnUpdateFrame(Peer& peer, Connection& connection, const Frame& fram
   }
   if (std::any_of(received_.begin(), received_.end(),
                   [&](const Received& r) { return r.device_id == received.device_id; })) {
-    return Refuse(connection, Corrupt("a second update in one round"));
+    // A round that closed without updates runs again with the same id, so a
+    // device can answer both attempts: the first answer counts.
+    Log(LogLevel::kInfo, "aggregator: dropping a second update of round %u from %s", round_,
+        received.device_id.c_str());
+    return;
   }
   received_.push_back(std::move(received));
   AckMessage ack;

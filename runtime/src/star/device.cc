@@ -298,6 +298,9 @@ Status Device::Session(bool* joined) {
   ConnectionOptions connection_options;
   connection_options.limits = limits_;
   connection_options.idle_timeout_ms = 0;  // the aggregator's heartbeats are enough; rounds can be long
+  // Training keeps this thread busy, the loop thread keeps the link alive:
+  // beat well inside any idle timeout an aggregator is likely to use.
+  connection_options.heartbeat_interval_ms = 1000;
   Result<std::shared_ptr<Connection>> connection = TcpConnectAndWait(
       loop.loop(), options_.host, options_.port, connection_options, queue, options_.connect_timeout_ms);
   if (!connection.ok()) return connection.status();

@@ -100,9 +100,10 @@ Result<AggregatorCheckpoint> ReadAggregatorCheckpoint(const std::string& path) {
   }
   std::vector<float>* arrays[3] = {&checkpoint.parameters, &checkpoint.first_moment, &checkpoint.second_moment};
   for (int i = 0; i < 3; ++i) {
-    arrays[i]->resize(counts[i]);
-    LoadFloatsLe(bytes.data() + at, counts[i], arrays[i]->data());
-    at += counts[i] * 4;
+    const auto count = static_cast<std::size_t>(counts[i]);  // <= the file size (checked above)
+    arrays[i]->resize(count);
+    LoadFloatsLe(bytes.data() + at, count, arrays[i]->data());
+    at += count * 4;
   }
   return checkpoint;
 }

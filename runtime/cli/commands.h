@@ -24,6 +24,9 @@ void RegisterBench(CLI::App& app, CommandList& commands);
 void RegisterTrain(CLI::App& app, CommandList& commands);
 // `fedrt peer` and `fedrt bench allreduce` (after RegisterBench).
 void RegisterPeer(CLI::App& app, CommandList& commands);
+void RegisterServe(CLI::App& app, CommandList& commands);
+void RegisterDevice(CLI::App& app, CommandList& commands);
+void RegisterSim(CLI::App& app, CommandList& commands);
 
 }  // namespace fedrt::cli
 

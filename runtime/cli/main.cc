@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
   fedrt::cli::RegisterBench(app, commands);
   fedrt::cli::RegisterTrain(app, commands);
   fedrt::cli::RegisterPeer(app, commands);
+  fedrt::cli::RegisterServe(app, commands);
+  fedrt::cli::RegisterDevice(app, commands);
+  fedrt::cli::RegisterSim(app, commands);
 
   try {
     app.parse(argc, argv);

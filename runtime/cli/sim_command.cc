@@ -1,0 +1,337 @@
+// `fedrt sim`: the star topology on one machine. Starts the aggregator in this
+// process and N `fedrt device` processes (the same binary) on 127.0.0.1 with
+// real TCP, once per codec; prints one progress line per round; writes
+// metrics.jsonl and plot.svg (test accuracy against rounds and against
+// megabytes uploaded, one line per codec).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/star_report.h"
+#include "fedrt/codecs/codec.h"
+#include "fedrt/platform/log.h"
+#include "fedrt/runtime/aggregator.h"
+#include "fedrt/transport/crypto.h"
+
+extern char** environ;
+
+namespace fedrt::cli {
+namespace {
+
+struct SimFlags {
+  int devices = 8;
+  uint32_t rounds = 10;
+  std::vector<std::string> codecs;
+  std::string partition = "iid";
+  std::string out = "sim-out";
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string model = "mlp:784-300-100-10";
+  uint32_t epochs = 1;
+  float lr = 0.05f;
+  int batch = 32;
+  uint32_t deadline_ms = 300000;
+  uint64_t seed = 1;
+};
+
+struct Series {
+  std::string codec;
+  std::vector<double> rounds, accuracy, megabytes;
+  uint64_t bytes_up = 0, fp32_bytes_up = 0, near_wraps = 0;
+  double seconds = 0;
+};
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "fedrt sim: %s\n", message.c_str());
+  return 1;
+}
+
+std::string Hex(const uint8_t* bytes, std::size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (std::size_t i = 0; i < n; ++i) {
+    s += digits[bytes[i] >> 4];
+    s += digits[bytes[i] & 15];
+  }
+  return s;
+}
+
+bool WritePrivateFile(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  const bool ok = ::fchmod(fd, 0600) == 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  return ::close(fd) == 0 && ok;
+}
+
+// Generates a key for every device: <out>/keys.txt (the aggregator's) and
+// <out>/keys/<id>.key (each device's own line).
+Status MakeKeys(const std::string& out, int devices) {
+  ::mkdir((out + "/keys").c_str(), 0700);
+  std::string all = "# fedrt sim: generated device keys\n";
+  for (int i = 0; i < devices; ++i) {
+    uint8_t key[32];
+    FEDRT_RETURN_IF_ERROR(transport::SystemCrypto().RandomBytes(key, sizeof(key)));
+    const std::string line = "dev-" + std::to_string(i) + " " + Hex(key, sizeof(key)) + "\n";
+    all += line;
+    if (!WritePrivateFile(out + "/keys/dev-" + std::to_string(i) + ".key", line)) {
+      return IoError(out + "/keys: cannot write a key file");
+    }
+  }
+  if (!WritePrivateFile(out + "/keys.txt", all)) return IoError(out + "/keys.txt: cannot write");
+  return Status();
+}
+
+pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string& log_path) {
+  const std::string id = "dev-" + std::to_string(i);
+  std::vector<std::string> args = {"fedrt", "device", "--server", "127.0.0.1:" + std::to_string(port),
+                                   "--id", id, "--key-file", flags.out + "/keys/" + id + ".key",
+                                   "--data", flags.data, "--model", flags.model, "--partition", flags.partition,
+                                   "--devices", std::to_string(flags.devices), "--index", std::to_string(i),
+                                   "--batch", std::to_string(flags.batch), "--give-up-ms", "20000"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings = {"OPENBLAS_NUM_THREADS=1"};
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::string(*e).rfind("OPENBLAS_NUM_THREADS=", 0) != 0) env_strings.push_back(*e);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? pid : -1;
+}
+
+std::string Label(const std::string& codec) {
+  std::string s = codec;
+  for (char& c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
+  }
+  return s;
+}
+
+// Hand-written SVG: two panels (accuracy vs round, accuracy vs MB uploaded on
+// a log axis), one polyline per codec.
+std::string Plot(const std::vector<Series>& all, const std::string& title) {
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#7f7f7f"};
+  const double W = 460, H = 340, left = 60, top = 40, pw = 370, ph = 240;
+  double max_round = 1, min_acc = 1, max_acc = 0, min_mb = 1e30, max_mb = 0;
+  for (const Series& s : all) {
+    for (std::size_t i = 0; i < s.rounds.size(); ++i) {
+      max_round = std::max(max_round, s.rounds[i]);
+      min_acc = std::min(min_acc, s.accuracy[i]);
+      max_acc = std::max(max_acc, s.accuracy[i]);
+      min_mb = std::min(min_mb, s.megabytes[i]);
+      max_mb = std::max(max_mb, s.megabytes[i]);
+    }
+  }
+  if (max_acc <= min_acc) max_acc = min_acc + 0.01;
+  min_acc = std::floor(min_acc * 20) / 20;
+  max_acc = std::min(1.0, std::ceil(max_acc * 20) / 20);
+  if (!(min_mb < max_mb)) max_mb = min_mb * 10 + 1e-6;
+  const double lmin = std::floor(std::log10(std::max(min_mb, 1e-6)));
+  const double lmax = std::ceil(std::log10(std::max(max_mb, 1e-6)));
+  std::ostringstream svg;
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << 2 * W << "\" height=\"" << H + 30
+      << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  svg << "<text x=\"" << W << "\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">" << title << "</text>\n";
+  for (int panel = 0; panel < 2; ++panel) {
+    const double ox = panel * W + left;
+    svg << "<rect x=\"" << ox << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph
+        << "\" fill=\"none\" stroke=\"black\"/>\n";
+    for (int t = 0; t <= 4; ++t) {
+      const double a = min_acc + (max_acc - min_acc) * t / 4;
+      const double y = top + ph - ph * t / 4;
+      svg << "<line x1=\"" << ox << "\" x2=\"" << ox + pw << "\" y1=\"" << y << "\" y2=\"" << y
+          << "\" stroke=\"#ddd\"/><text x=\"" << ox - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">"
+          << std::round(a * 1000) / 10 << "%</text>\n";
+    }
+    if (panel == 0) {
+      for (int t = 0; t <= 5; ++t) {
+        const double r = max_round * t / 5;
+        svg << "<text x=\"" << ox + pw * t / 5 << "\" y=\"" << top + ph + 16 << "\" text-anchor=\"middle\">"
+            << std::round(r) << "</text>\n";
+      }
+      svg << "<text x=\"" << ox + pw / 2 << "\" y=\"" << top + ph + 34 << "\" text-anchor=\"middle\">round</text>\n";
+    } else {
+      for (double e = lmin; e <= lmax; e += 1) {
+        const double x = ox + pw * (e - lmin) / std::max(1.0, lmax - lmin);
+        svg << "<text x=\"" << x << "\" y=\"" << top + ph + 16 << "\" text-anchor=\"middle\">" << std::pow(10.0, e)
+            << "</text>\n";
+      }
+      svg << "<text x=\"" << ox + pw / 2 << "\" y=\"" << top + ph + 34
+          << "\" text-anchor=\"middle\">MB uploaded (log scale)</text>\n";
+    }
+    svg << "<text x=\"" << ox - 45 << "\" y=\"" << top - 8 << "\">test accuracy</text>\n";
+    for (std::size_t k = 0; k < all.size(); ++k) {
+      const Series& s = all[k];
+      svg << "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"" << colors[k % 8] << "\" points=\"";
+      for (std::size_t i = 0; i < s.rounds.size(); ++i) {
+        const double fx = panel == 0 ? s.rounds[i] / max_round
+                                     : (std::log10(std::max(s.megabytes[i], 1e-6)) - lmin) / std::max(1.0, lmax - lmin);
+        const double fy = (s.accuracy[i] - min_acc) / (max_acc - min_acc);
+        svg << ox + pw * std::clamp(fx, 0.0, 1.0) << "," << top + ph - ph * std::clamp(fy, 0.0, 1.0) << " ";
+      }
+      svg << "\"/>\n";
+      if (panel == 1) {
+        const double ly = top + ph - 14.0 * static_cast<double>(all.size() - k);
+        svg << "<line x1=\"" << ox + 10 << "\" x2=\"" << ox + 30 << "\" y1=\"" << ly << "\" y2=\"" << ly
+            << "\" stroke-width=\"2\" stroke=\"" << colors[k % 8] << "\"/><text x=\"" << ox + 36 << "\" y=\""
+            << ly + 4 << "\">" << s.codec << "</text>\n";
+      }
+    }
+  }
+  svg << "</svg>\n";
+  return svg.str();
+}
+
+int RunSim(SimFlags flags) {
+  if (flags.codecs.empty()) flags.codecs = {"fp32", "ndqsg"};
+  for (std::string& codec : flags.codecs) {
+    Result<std::unique_ptr<Codec>> made = MakeCodec(codec);
+    if (!made.ok()) return Fail(made.status().ToString());
+  }
+  ::mkdir(flags.out.c_str(), 0755);
+  const Status keys = MakeKeys(flags.out, flags.devices);
+  if (!keys.ok()) return Fail(keys.ToString());
+  std::ofstream metrics(flags.out + "/metrics.jsonl", std::ios::trunc);
+  if (!metrics) return Fail(flags.out + "/metrics.jsonl: cannot open for writing");
+  std::printf("fedrt sim: %d devices, %u rounds, %s, %s partition, codecs:", flags.devices, flags.rounds,
+              flags.model.c_str(), flags.partition.c_str());
+  for (const std::string& c : flags.codecs) std::printf(" %s", c.c_str());
+  std::printf("\n  output in %s/ (metrics.jsonl, plot.svg, one folder of device logs per codec)\n", flags.out.c_str());
+  std::fflush(stdout);
+  SetLogLevel(LogLevel::kWarning);
+
+  std::vector<Series> all;
+  for (const std::string& codec : flags.codecs) {
+    const std::string dir = flags.out + "/" + Label(codec);
+    ::mkdir(dir.c_str(), 0755);
+    Series series;
+    series.codec = codec;
+    std::vector<pid_t> children;
+    AggregatorOptions options;
+    options.key_file = flags.out + "/keys.txt";
+    options.data_dir = flags.data;
+    options.model = flags.model;
+    options.codec = codec;
+    options.rounds = flags.rounds;
+    options.min_devices = static_cast<std::size_t>(flags.devices);
+    options.round_deadline_ms = flags.deadline_ms;
+    options.local_epochs = flags.epochs;
+    options.learning_rate = flags.lr;
+    options.session_seed = flags.seed;
+    options.idle_timeout_ms = 60000;
+    options.join_timeout_ms = 10000;
+    const auto started = std::chrono::steady_clock::now();
+    AggregatorHooks hooks;
+    hooks.on_listening = [&](uint16_t port) {
+      for (int i = 0; i < flags.devices; ++i) {
+        const pid_t pid = SpawnDevice(flags, i, port, dir + "/dev-" + std::to_string(i) + ".log");
+        if (pid > 0) children.push_back(pid);
+      }
+      std::printf("[%s] aggregator on 127.0.0.1:%u, %zu device processes started\n", codec.c_str(), port,
+                  children.size());
+      std::fflush(stdout);
+    };
+    hooks.on_round = [&](const RoundReport& report) {
+      series.bytes_up += report.bytes_up;
+      series.fp32_bytes_up += report.fp32_bytes_up;
+      series.near_wraps += report.near_wraps;
+      series.rounds.push_back(report.round);
+      series.accuracy.push_back(report.test_accuracy);
+      series.megabytes.push_back(static_cast<double>(series.bytes_up) / 1e6);
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      std::printf("[%s] %s  total up %.2f MB  %.0f s\n", codec.c_str(), FormatRound(report, flags.rounds).c_str(),
+                  static_cast<double>(series.bytes_up) / 1e6, elapsed);
+      std::fflush(stdout);
+      nlohmann::json line = RoundJson(report, codec);
+      line["partition"] = flags.partition;
+      line["devices"] = flags.devices;
+      line["total_bytes_up"] = series.bytes_up;
+      line["elapsed_seconds"] = elapsed;
+      metrics << line.dump() << "\n" << std::flush;
+    };
+    const Status status = RunAggregator(options, hooks);
+    // Devices leave when told; give them a moment, then make sure.
+    for (int waited = 0; waited < 100; ++waited) {
+      bool all_done = true;
+      for (pid_t& pid : children) {
+        if (pid > 0 && ::waitpid(pid, nullptr, WNOHANG) == pid) pid = -1;
+        if (pid > 0) all_done = false;
+      }
+      if (all_done) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    for (pid_t pid : children) {
+      if (pid > 0) {
+        ::kill(pid, SIGTERM);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+    if (!status.ok()) return Fail(codec + ": " + status.ToString());
+    series.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    all.push_back(series);
+  }
+
+  std::ofstream plot(flags.out + "/plot.svg", std::ios::trunc);
+  plot << Plot(all, "fedrt sim: " + std::to_string(flags.devices) + " devices, " + flags.model + ", " +
+                        flags.partition);
+  std::printf("\n%-40s %10s %12s %10s %10s %8s\n", "codec", "final acc", "MB uploaded", "vs fp32", "wraps", "time");
+  for (const Series& s : all) {
+    std::printf("%-40s %9.2f%% %12.3f %9.1fx %10llu %7.0fs\n", s.codec.c_str(),
+                s.accuracy.empty() ? 0.0 : 100.0 * s.accuracy.back(), static_cast<double>(s.bytes_up) / 1e6,
+                s.bytes_up ? static_cast<double>(s.fp32_bytes_up) / static_cast<double>(s.bytes_up) : 0.0,
+                static_cast<unsigned long long>(s.near_wraps), s.seconds);
+  }
+  std::printf("wrote %s/metrics.jsonl and %s/plot.svg\n", flags.out.c_str(), flags.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void RegisterSim(CLI::App& app, CommandList& commands) {
+  auto flags = std::make_shared<SimFlags>();
+  CLI::App* sim = app.add_subcommand(
+      "sim", "Simulate a fleet on this machine: one aggregator and N device processes over 127.0.0.1 TCP");
+  sim->add_option("--devices", flags->devices, "Device processes")->capture_default_str()->check(CLI::Range(1, 256));
+  sim->add_option("--rounds", flags->rounds, "Rounds per codec")->capture_default_str()->check(CLI::Range(1, 100000));
+  sim->add_option("--codec", flags->codecs, "Codec spec; repeat to compare (default: fp32 and ndqsg)");
+  sim->add_option("--partition", flags->partition, "iid, dirichlet:<alpha> or shards:<k>")->capture_default_str();
+  sim->add_option("--out", flags->out, "Output directory")->capture_default_str();
+  sim->add_option("--data", flags->data, "MNIST-style directory")->capture_default_str();
+  sim->add_option("--model", flags->model, "Model spec")->capture_default_str();
+  sim->add_option("--epochs", flags->epochs, "Local epochs per round")->capture_default_str();
+  sim->add_option("--lr", flags->lr, "Devices' local learning rate")->capture_default_str();
+  sim->add_option("--batch", flags->batch, "Devices' batch size")->capture_default_str();
+  sim->add_option("--deadline-ms", flags->deadline_ms, "Round deadline")->capture_default_str();
+  sim->add_option("--seed", flags->seed, "Session seed")->capture_default_str();
+  commands.push_back({sim, [flags] { return RunSim(*flags); }});
+}
+
+}  // namespace fedrt::cli

@@ -1,0 +1,234 @@
+// `fedrt serve` (the star aggregator) and `fedrt device` (one device).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/star_report.h"
+#include "fedrt/runtime/aggregator.h"
+#include "fedrt/runtime/device.h"
+
+namespace fedrt::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop.store(true); }
+
+void CatchSignals() {
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+}
+
+struct ServeFlags {
+  AggregatorOptions options;
+  std::string config;
+  std::string metrics;
+  std::string optimizer = "fedavg";
+  double fraction = 1.0;
+  std::size_t sample_minimum = 1;
+  double over_selection = 0.0;
+};
+
+// Fills options from a JSON object whose keys are the flag names without the
+// dashes; flags given on the command line win.
+Status ApplyConfig(ServeFlags& flags, CLI::App& app) {
+  std::ifstream in(flags.config);
+  if (!in) return NotFound(flags.config + ": cannot open");
+  nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) return Corrupt(flags.config + ": not a JSON object");
+  AggregatorOptions& o = flags.options;
+  for (auto it = config.begin(); it != config.end(); ++it) {
+    const std::string key = it.key();
+    if (app.get_option_no_throw("--" + key) == nullptr) {
+      return InvalidArgument(flags.config + ": unknown key '" + key + "'");
+    }
+    if (app.count("--" + key) > 0) continue;
+    const nlohmann::json& v = it.value();
+    try {
+      if (key == "host") o.host = v.get<std::string>();
+      else if (key == "port") o.port = v.get<uint16_t>();
+      else if (key == "key-file") o.key_file = v.get<std::string>();
+      else if (key == "data") o.data_dir = v.get<std::string>();
+      else if (key == "model") o.model = v.get<std::string>();
+      else if (key == "codec") o.codec = v.get<std::string>();
+      else if (key == "rounds") o.rounds = v.get<uint32_t>();
+      else if (key == "min-devices") o.min_devices = v.get<std::size_t>();
+      else if (key == "fraction") flags.fraction = v.get<double>();
+      else if (key == "sample-minimum") flags.sample_minimum = v.get<std::size_t>();
+      else if (key == "over-selection") flags.over_selection = v.get<double>();
+      else if (key == "quorum") o.quorum = v.get<double>();
+      else if (key == "deadline-ms") o.round_deadline_ms = v.get<uint32_t>();
+      else if (key == "epochs") o.local_epochs = v.get<uint32_t>();
+      else if (key == "steps") o.local_steps = v.get<uint32_t>();
+      else if (key == "lr") o.learning_rate = v.get<float>();
+      else if (key == "server-optimizer") flags.optimizer = v.get<std::string>();
+      else if (key == "server-lr") o.server_optimizer.learning_rate = v.get<float>();
+      else if (key == "seed") o.session_seed = v.get<uint64_t>();
+      else if (key == "anchor-fraction") o.anchor_fraction = v.get<double>();
+      else if (key == "wrap-threshold") o.wrap_threshold = v.get<double>();
+      else if (key == "checkpoint") o.checkpoint = v.get<std::string>();
+      else if (key == "metrics") flags.metrics = v.get<std::string>();
+      else if (key == "idle-timeout-ms") o.idle_timeout_ms = v.get<uint32_t>();
+      else if (key == "join-timeout-ms") o.join_timeout_ms = v.get<uint32_t>();
+      else return InvalidArgument(flags.config + ": key '" + key + "' cannot be set from a file");
+    } catch (const nlohmann::json::exception& error) {
+      return InvalidArgument(flags.config + ": key '" + key + "': " + error.what());
+    }
+  }
+  return Status();
+}
+
+int RunServe(ServeFlags& flags, CLI::App& app) {
+  if (!flags.config.empty()) {
+    const Status applied = ApplyConfig(flags, app);
+    if (!applied.ok()) {
+      std::fprintf(stderr, "fedrt serve: %s\n", applied.ToString().c_str());
+      return 1;
+    }
+  }
+  if (flags.options.key_file.empty()) {
+    std::fprintf(stderr, "fedrt serve: --key-file is required\n");
+    return 1;
+  }
+  Result<ServerOptimizerKind> kind = ParseServerOptimizer(flags.optimizer);
+  if (!kind.ok()) {
+    std::fprintf(stderr, "fedrt serve: %s\n", kind.status().ToString().c_str());
+    return 1;
+  }
+  flags.options.server_optimizer.kind = *kind;
+  flags.options.sampling.fraction = flags.fraction;
+  flags.options.sampling.minimum = flags.sample_minimum;
+  flags.options.sampling.over_selection = flags.over_selection;
+  CatchSignals();
+  std::ofstream metrics;
+  if (!flags.metrics.empty()) {
+    metrics.open(flags.metrics, std::ios::app);
+    if (!metrics) {
+      std::fprintf(stderr, "fedrt serve: %s: cannot open for writing\n", flags.metrics.c_str());
+      return 1;
+    }
+  }
+  AggregatorHooks hooks;
+  hooks.on_listening = [](uint16_t port) {
+    std::printf("listening on port %u\n", port);
+    std::fflush(stdout);
+  };
+  const std::string codec = flags.options.codec;
+  hooks.on_round = [&](const RoundReport& report) {
+    std::printf("%s\n", FormatRound(report, flags.options.rounds).c_str());
+    std::fflush(stdout);
+    if (metrics.is_open()) metrics << RoundJson(report, codec).dump() << "\n" << std::flush;
+  };
+  const Status status = RunAggregator(flags.options, hooks, &g_stop);
+  if (!status.ok()) {
+    std::fprintf(stderr, "fedrt serve: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+struct DeviceFlags {
+  DeviceOptions options;
+  std::string server;
+};
+
+int RunDeviceCommand(DeviceFlags& flags) {
+  const std::size_t colon = flags.server.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    std::fprintf(stderr, "fedrt device: --server must be HOST:PORT\n");
+    return 1;
+  }
+  flags.options.host = flags.server.substr(0, colon);
+  const long port = std::strtol(flags.server.c_str() + colon + 1, nullptr, 10);
+  if (port < 1 || port > 65535) {
+    std::fprintf(stderr, "fedrt device: bad port in --server %s\n", flags.server.c_str());
+    return 1;
+  }
+  flags.options.port = static_cast<uint16_t>(port);
+  CatchSignals();
+  const Status status = RunDevice(flags.options, DeviceHooks(), &g_stop);
+  if (!status.ok()) {
+    std::fprintf(stderr, "fedrt device: %s\n", status.ToString().c_str());
+    return status.code() == StatusCode::kCancelled ? 0 : 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterServe(CLI::App& app, CommandList& commands) {
+  auto flags = std::make_shared<ServeFlags>();
+  AggregatorOptions& o = flags->options;
+  o.data_dir = "/usr/share/datasets/fashion-mnist";
+  CLI::App* serve = app.add_subcommand("serve", "Run the star aggregator: devices join over TCP and train rounds");
+  serve->add_option("--config", flags->config, "JSON file with any of these options (keys without the dashes)");
+  serve->add_option("--host", o.host, "Address to listen on")->capture_default_str();
+  serve->add_option("--port", o.port, "Port to listen on (0: any free one, printed)")->capture_default_str();
+  serve->add_option("--key-file", o.key_file, "Every device's key, one '<id> <hex>' line each");
+  serve->add_option("--data", o.data_dir, "MNIST-style directory for the test set (empty: no evaluation)")
+      ->capture_default_str();
+  serve->add_option("--model", o.model, "Model spec")->capture_default_str();
+  serve->add_option("--codec", o.codec, "Codec devices send their updates with")->capture_default_str();
+  serve->add_option("--rounds", o.rounds, "Rounds to train, resumed ones included")->capture_default_str();
+  serve->add_option("--min-devices", o.min_devices, "Devices that must have joined before the first round")
+      ->capture_default_str();
+  serve->add_option("--fraction", flags->fraction, "Fraction of the joined devices sampled per round")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  serve->add_option("--sample-minimum", flags->sample_minimum, "Least devices sampled per round")
+      ->capture_default_str();
+  serve->add_option("--over-selection", flags->over_selection, "Extra devices sampled, as a fraction")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  serve->add_option("--quorum", o.quorum, "Fraction of the sampled devices that closes a round")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  serve->add_option("--deadline-ms", o.round_deadline_ms, "A round closes at this deadline with what arrived")
+      ->capture_default_str();
+  serve->add_option("--epochs", o.local_epochs, "Local epochs per round")->capture_default_str();
+  serve->add_option("--steps", o.local_steps, "Local steps per round (0: whole epochs)")->capture_default_str();
+  serve->add_option("--lr", o.learning_rate, "Devices' local learning rate")->capture_default_str();
+  serve->add_option("--server-optimizer", flags->optimizer, "fedavg, fedsgd, fedavgm or fedadam")
+      ->capture_default_str();
+  serve->add_option("--server-lr", o.server_optimizer.learning_rate, "Server learning rate")->capture_default_str();
+  serve->add_option("--seed", o.session_seed, "Session seed (codec randomness, sampling)")->capture_default_str();
+  serve->add_option("--anchor-fraction", o.anchor_fraction, "NDQSG: share of anchors")->capture_default_str();
+  serve->add_option("--wrap-threshold", o.wrap_threshold,
+                    "NDQSG: near-wraps per coordinate that make a device an anchor next round")
+      ->capture_default_str();
+  serve->add_option("--checkpoint", o.checkpoint, "Written every round and resumed from");
+  serve->add_option("--metrics", flags->metrics, "Append one JSON object per round to this file");
+  serve->add_option("--idle-timeout-ms", o.idle_timeout_ms, "Close a connection silent for this long")
+      ->capture_default_str();
+  serve->add_option("--join-timeout-ms", o.join_timeout_ms, "Close a connection that has not joined by then")
+      ->capture_default_str();
+  commands.push_back({serve, [flags, serve] { return RunServe(*flags, *serve); }});
+}
+
+void RegisterDevice(CLI::App& app, CommandList& commands) {
+  auto flags = std::make_shared<DeviceFlags>();
+  DeviceOptions& o = flags->options;
+  o.data_dir = "/usr/share/datasets/fashion-mnist";
+  CLI::App* device = app.add_subcommand("device", "Run one device: join an aggregator and train its rounds");
+  device->add_option("--server", flags->server, "Aggregator HOST:PORT")->required();
+  device->add_option("--id", o.device_id, "Device id (default: the key file's only entry)");
+  device->add_option("--key-file", o.key_file, "This device's key file")->required();
+  device->add_option("--data", o.data_dir, "MNIST-style directory")->capture_default_str();
+  device->add_option("--model", o.model, "Model spec (must match the aggregator's)")->capture_default_str();
+  device->add_option("--partition", o.partition, "iid, dirichlet:<alpha> or shards:<k>")->capture_default_str();
+  device->add_option("--devices", o.devices, "Shares the training set is cut into")->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  device->add_option("--index", o.index, "This device's share (default: the id's trailing number)");
+  device->add_option("--partition-seed", o.partition_seed, "Seed of the partition")->capture_default_str();
+  device->add_option("--batch", o.batch, "Local batch size")->capture_default_str()->check(CLI::Range(1, 65536));
+  device->add_option("--state-file", o.state_file, "Keep the error-feedback residual here across restarts");
+  device->add_option("--give-up-ms", o.give_up_ms, "Stop reconnecting after this long without the server")
+      ->capture_default_str();
+  commands.push_back({device, [flags] { return RunDeviceCommand(*flags); }});
+}
+
+}  // namespace fedrt::cli

@@ -1,0 +1,37 @@
+// How the star commands print and record a round (shared by serve and sim).
+#ifndef FEDRT_RUNTIME_CLI_STAR_REPORT_H_
+#define FEDRT_RUNTIME_CLI_STAR_REPORT_H_
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "fedrt/runtime/aggregator.h"
+
+namespace fedrt::cli {
+
+inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) {
+  return {{"codec", codec},           {"round", r.round},
+          {"sampled", r.sampled},     {"updates", r.updates},
+          {"rejected", r.rejected},   {"test_accuracy", r.test_accuracy},
+          {"test_loss", r.test_loss}, {"train_loss", r.train_loss},
+          {"bytes_up", r.bytes_up},   {"bytes_down", r.bytes_down},
+          {"fp32_bytes_up", r.fp32_bytes_up}, {"near_wraps", r.near_wraps},
+          {"anchors", r.anchors},     {"seconds", r.seconds}};
+}
+
+inline std::string FormatRound(const RoundReport& r, uint32_t rounds) {
+  char line[256];
+  const double ratio = r.bytes_up > 0 ? static_cast<double>(r.fp32_bytes_up) / static_cast<double>(r.bytes_up) : 0;
+  std::snprintf(line, sizeof(line),
+                "round %u/%u  updates %zu/%zu  test acc %.2f%%  train loss %.4f  up %.3f MB  down %.3f MB  "
+                "x%.1f vs fp32  wraps %llu  %.1f s",
+                r.round, rounds, r.updates, r.sampled, 100.0 * r.test_accuracy, r.train_loss, static_cast<double>(r.bytes_up) / 1e6,
+                static_cast<double>(r.bytes_down) / 1e6, ratio, static_cast<unsigned long long>(r.near_wraps), r.seconds);
+  return line;
+}
+
+}  // namespace fedrt::cli
+
+#endif  // FEDRT_RUNTIME_CLI_STAR_REPORT_H_

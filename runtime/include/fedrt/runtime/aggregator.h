@@ -1,0 +1,97 @@
+// The star topology's aggregator: the server that devices join, that sends
+// each round's instructions (global model, codec, seed, epochs, learning rate,
+// NDQSG anchor role) and that combines the devices' compressed updates into
+// the next global model (transport/README.md, "Star protocol").
+//
+// One EventLoop (one Asio io_context) on the calling thread serves every
+// connection asynchronously: a slow device never blocks the others, and a
+// round closes at its quorum or at its deadline, whichever comes first. Every
+// received update is untrusted: its round, codec spec, announced size, payload
+// (checked by the codec's decoder) and decoded values (finite) are checked
+// before anything is added; a bad one closes that connection only, with the
+// reason logged, and the round goes on without it.
+//
+// NDQSG rounds: the aggregator names the anchors (plain DQSG with s = s1) and
+// decodes them first, then decodes the nested updates against the running mean
+// (fedrt/codecs/ndqsg.h). It counts near-wraps per device; a device whose count
+// passes `wrap_threshold` (a fraction of the coordinates) is an anchor in the
+// next round.
+//
+// Ownership: RunAggregator owns everything it creates; the callbacks run on
+// the calling thread, between I/O handlers, and must not block for long.
+// Thread-safety: RequestStop() may be called from any thread.
+#ifndef FEDRT_RUNTIME_AGGREGATOR_H_
+#define FEDRT_RUNTIME_AGGREGATOR_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fedrt/platform/status.h"
+#include "fedrt/runtime/aggregation.h"
+
+namespace fedrt {
+
+struct AggregatorOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;                   // 0: any free port (reported by on_listening)
+  std::string key_file;                // every device's key (transport/README.md)
+  std::string data_dir;                // MNIST-style directory: test set, normalisation; empty: no evaluation
+  std::string model = "mlp:784-300-100-10";
+  uint64_t model_seed = 1;             // initial global model
+  std::string codec = "fp32";          // what devices send; "ndqsg:..." runs anchors + nested
+  uint32_t rounds = 10;                // stop after this many rounds (counting resumed ones)
+  std::size_t min_devices = 1;         // joined devices before the first round starts
+  SamplingOptions sampling;            // devices per round
+  double quorum = 1.0;                 // fraction of the sampled devices that closes a round early
+  uint32_t round_deadline_ms = 120000; // a round closes at the deadline with what has arrived
+  uint32_t local_epochs = 1;
+  uint32_t local_steps = 0;            // 0: whole epochs
+  float learning_rate = 0.05f;         // devices' local SGD
+  ServerOptimizerOptions server_optimizer;
+  uint64_t session_seed = 1;           // codec randomness and sampling
+  double anchor_fraction = 0.25;       // NDQSG: share of the senders that are anchors
+  double wrap_threshold = 1e-3;        // NDQSG: near-wraps / coordinates that make a device an anchor
+  float wrap_margin = 0.05f;           // NDQSG: CountNearWrap margin
+  std::string checkpoint;              // written atomically every round, resumed from; empty: none
+  uint32_t idle_timeout_ms = 30000;    // a connection that sends nothing for this long is closed
+  uint32_t join_timeout_ms = 10000;    // a connection must authenticate within this
+  uint32_t max_frame_bytes = 4u << 20;
+};
+
+// What happened in one round, reported after it is applied.
+struct RoundReport {
+  uint32_t round = 0;                  // 1-based: rounds completed so far
+  std::size_t sampled = 0;
+  std::size_t updates = 0;             // aggregated
+  std::size_t rejected = 0;            // updates refused (connection closed)
+  double test_accuracy = -1;           // -1 without a test set
+  double test_loss = 0;
+  double train_loss = 0;               // sample-weighted mean of the devices' reports
+  uint64_t bytes_up = 0;               // update payload bytes received this round
+  uint64_t bytes_down = 0;             // model payload bytes sent this round
+  uint64_t fp32_bytes_up = 0;          // what the same updates take as raw fp32
+  uint64_t near_wraps = 0;             // NDQSG nested decodes near the wrap boundary
+  std::size_t anchors = 0;
+  double seconds = 0;                  // wall time of the round
+};
+
+struct AggregatorHooks {
+  std::function<void(uint16_t port)> on_listening;
+  std::function<void(const RoundReport&)> on_round;
+  // The round's mean decoded update before the server optimizer (tests).
+  std::function<void(uint32_t round, const std::vector<float>& mean)> on_aggregate;
+};
+
+// Serves until `options.rounds` rounds are done (then tells the devices to
+// leave) or `stop` becomes true. Returns the first fatal error (bad options,
+// key file, data set, port in use, checkpoint unreadable).
+Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& hooks,
+                     const std::atomic<bool>* stop = nullptr);
+
+}  // namespace fedrt
+
+#endif  // FEDRT_RUNTIME_AGGREGATOR_H_

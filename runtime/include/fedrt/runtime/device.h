@@ -1,0 +1,67 @@
+// The star topology's device: joins an aggregator, and for every round it is
+// sampled in, trains its share of the data for the instructed epochs from the
+// global model it received, encodes delta = local - global with the instructed
+// codec (through its error-feedback residual when the codec asks for one), and
+// sends it (transport/README.md, "Star protocol").
+//
+// When the link drops (or cannot be made) the device reconnects with
+// exponential backoff (100 ms doubling to 5 s) and jitter, and resumes at the
+// aggregator's current round. The error-feedback residual is kept across
+// rounds and, with `state_file`, across restarts of the device.
+//
+// Ownership: RunDevice owns its connection, model and data.
+// Thread-safety: RequestStop via `stop` from any thread; the hooks run on the
+// calling thread.
+#ifndef FEDRT_RUNTIME_DEVICE_H_
+#define FEDRT_RUNTIME_DEVICE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "fedrt/platform/status.h"
+
+namespace fedrt {
+
+struct DeviceOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  std::string device_id;
+  std::string key_file;              // the device's own key line
+  std::string data_dir;              // MNIST-style directory (training set)
+  std::string model = "mlp:784-300-100-10";  // must have the aggregator's parameter count
+  std::string partition = "iid";     // iid | dirichlet:<alpha> | shards:<k>
+  int devices = 1;                   // how many shares the training set is cut into
+  int index = -1;                    // this device's share; -1: from the id's trailing number
+  uint64_t partition_seed = 7;
+  int batch = 32;
+  std::string state_file;            // error-feedback residual across restarts; empty: memory only
+  uint32_t connect_timeout_ms = 5000;
+  uint32_t max_backoff_ms = 5000;
+  uint32_t give_up_ms = 60000;       // stop reconnecting after this long without the server
+};
+
+struct DeviceHooks {
+  // The payload just sent for `round` (tests decode it themselves).
+  std::function<void(uint32_t round, const std::string& codec_spec, const uint8_t* payload,
+                     std::size_t size, uint64_t num_samples)>
+      on_update;
+  // Training is done for `round` (before encoding); tests stop a device here.
+  std::function<void(uint32_t round)> on_trained;
+};
+
+// A sender id both ends derive from the device id (24 bits, FNV-1a): the
+// codec randomness of a device's payloads depends on it.
+uint32_t DeviceSenderId(const std::string& device_id);
+
+// Runs until the aggregator says the training is over (OK), `stop` becomes
+// true (kCancelled), the join is refused (kUnauthenticated) or the server
+// stays unreachable for give_up_ms (kUnavailable).
+Status RunDevice(const DeviceOptions& options, const DeviceHooks& hooks,
+                 const std::atomic<bool>* stop = nullptr);
+
+}  // namespace fedrt
+
+#endif  // FEDRT_RUNTIME_DEVICE_H_

@@ -1,0 +1,677 @@
+// The star aggregator (fedrt/runtime/aggregator.h). Every connection reports
+// to one Server object on the loop thread; the loop runs in slices of 20 ms so
+// that joins, round deadlines and quorums are checked between I/O handlers.
+#include "fedrt/runtime/aggregator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/ndqsg.h"
+#include "fedrt/platform/log.h"
+#include "fedrt/runtime/device.h"
+#include "fedrt/runtime/model.h"
+#include "fedrt/runtime/trainer.h"
+#include "fedrt/transport/auth.h"
+#include "fedrt/transport/chunking.h"
+#include "fedrt/transport/connection.h"
+#include "fedrt/transport/messages.h"
+#include "fedrt/transport/tcp.h"
+#include "star/aggregator_checkpoint.h"
+#include "star/star_data.h"
+
+namespace fedrt {
+namespace {
+
+using namespace transport;  // NOLINT: the aggregator speaks the transport's vocabulary throughout
+
+constexpr uint64_t kMaxSamplesPerUpdate = uint64_t{1} << 32;
+
+// One connection's state.
+struct Peer {
+  std::shared_ptr<Connection> connection;
+  std::unique_ptr<ServerHandshake> handshake;
+  std::string device_id;  // once authenticated
+  bool authenticated = false;
+  uint64_t opened_ms = 0;
+  // The update being received.
+  std::unique_ptr<Reassembler> update;
+  uint64_t update_round = 0;
+  uint64_t num_samples = 0;
+  float loss = 0;
+};
+
+// What a device was told to send this round.
+struct Assignment {
+  std::string spec;
+  AnchorRole role = AnchorRole::kNone;
+};
+
+// A received and checked update, waiting for the round to close.
+struct Received {
+  std::string device_id;
+  uint32_t sender_id = 0;
+  std::string spec;
+  AnchorRole role = AnchorRole::kNone;
+  uint64_t num_samples = 0;
+  float loss = 0;
+  std::vector<uint8_t> payload;  // kept for nested NDQSG decoding
+  std::vector<float> decoded;    // everything else is decoded on arrival
+  uint64_t wire_bytes = 0;       // payload size as received
+};
+
+class Server : public ConnectionHandler {
+ public:
+  Server(const AggregatorOptions& options, const AggregatorHooks& hooks) : options_(options), hooks_(hooks) {}
+
+  Status Setup();
+  Status Serve(const std::atomic<bool>* stop);
+
+  void OnOpen(const std::shared_ptr<Connection>& connection) override;
+  void OnFrame(Connection& connection, Frame frame) override;
+  void OnClose(Connection& connection, const Status& reason) override;
+
+ private:
+  void Refuse(Connection& connection, const Status& reason);
+  void OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame);
+  void OnUpdateFrame(Peer& peer, Connection& connection, const Frame& frame);
+  Status CheckUpdate(Peer& peer, Received& received);
+  void Tick();
+  void StartRound();
+  Status SendInstructions(Peer& peer);
+  void CloseRound();
+  Codec* CodecFor(const std::string& spec);
+  std::vector<std::string> ConnectedDevices() const;
+  Peer* PeerOf(const std::string& device_id);
+  void FinishAll();
+
+  AggregatorOptions options_;
+  AggregatorHooks hooks_;
+  KeyStore keys_;
+  FrameLimits limits_;
+  std::unique_ptr<EventLoop> loop_;
+  std::shared_ptr<TcpListener> listener_;
+  std::map<uint64_t, Peer> peers_;
+  std::map<std::string, uint64_t> device_connection_;
+  std::map<std::string, std::unique_ptr<Codec>> codecs_;
+
+  Model* model_ = nullptr;
+  std::unique_ptr<Model> model_storage_;
+  std::unique_ptr<ServerOptimizer> optimizer_;
+  Dataset test_;
+  bool evaluate_ = false;
+  std::size_t d_ = 0;
+  bool nested_ = false;              // the codec is NDQSG
+  std::string anchor_spec_;
+
+  uint32_t round_ = 0;               // rounds completed
+  bool in_round_ = false;
+  bool started_any_ = false;
+  bool finished_ = false;
+  uint64_t round_started_ms_ = 0;
+  uint64_t round_deadline_ms_ = 0;
+  std::vector<std::string> selected_;
+  std::map<std::string, Assignment> assigned_;
+  std::vector<Received> received_;
+  std::set<std::string> forced_anchors_;  // wrapped too often last round
+  std::size_t rejected_ = 0;
+  uint64_t bytes_down_ = 0;
+  std::vector<float> scratch_;
+  std::vector<float> zeros_;
+};
+
+Status Server::Setup() {
+  Result<KeyStore> keys = KeyStore::LoadFile(options_.key_file);
+  if (!keys.ok()) return keys.status();
+  keys_ = std::move(*keys);
+  limits_.max_frame_bytes = options_.max_frame_bytes;
+  FEDRT_RETURN_IF_ERROR(limits_.Validate());
+
+  Result<Model> model = Model::Create(options_.model, options_.model_seed);
+  if (!model.ok()) return model.status();
+  model_storage_ = std::make_unique<Model>(std::move(*model));
+  model_ = model_storage_.get();
+  d_ = model_->parameter_count();
+  limits_.max_payload_bytes = std::max<uint64_t>(uint64_t{1} << 20, uint64_t{d_} * 8 + (1u << 16));
+
+  Result<std::unique_ptr<Codec>> codec = MakeCodec(options_.codec);
+  if (!codec.ok()) return codec.status();
+  options_.codec = (*codec)->spec();
+  nested_ = (*codec)->needs_side_info() && options_.codec.rfind("ndqsg", 0) == 0;
+  if ((*codec)->needs_side_info() && !nested_) {
+    return InvalidArgument("codec '" + options_.codec + "' needs side information the star aggregator does not have");
+  }
+  if (nested_) {
+    Result<std::string> anchor = NdqsgAnchorSpec(options_.codec);
+    if (!anchor.ok()) return anchor.status();
+    Result<std::unique_ptr<Codec>> dqsg = MakeCodec(*anchor);
+    if (!dqsg.ok()) return dqsg.status();
+    anchor_spec_ = (*dqsg)->spec();
+  }
+  optimizer_ = std::make_unique<ServerOptimizer>(options_.server_optimizer, d_);
+
+  if (!options_.data_dir.empty()) {
+    Result<TrainTestData> data = star::LoadNormalized(options_.data_dir);
+    if (!data.ok()) return data.status();
+    if (data->test.example_size() != model_->input_size()) {
+      return InvalidArgument("model '" + options_.model + "' does not fit the data in " + options_.data_dir);
+    }
+    test_ = std::move(data->test);
+    evaluate_ = true;
+  }
+
+  if (!options_.checkpoint.empty()) {
+    Result<AggregatorCheckpoint> saved = ReadAggregatorCheckpoint(options_.checkpoint);
+    if (saved.ok()) {
+      if (saved->model != options_.model || saved->parameters.size() != d_) {
+        return Status(StatusCode::kFailedPrecondition,
+                      options_.checkpoint + ": holds model '" + saved->model + "', not '" + options_.model + "'");
+      }
+      FEDRT_RETURN_IF_ERROR(optimizer_->Restore(std::move(saved->first_moment), std::move(saved->second_moment)));
+      std::memcpy(model_->parameters(), saved->parameters.data(), d_ * sizeof(float));
+      round_ = saved->round;
+      Log(LogLevel::kInfo, "aggregator: resumed from %s at round %u", options_.checkpoint.c_str(), round_);
+    } else if (saved.status().code() != StatusCode::kNotFound) {
+      return saved.status();
+    }
+  }
+  scratch_.assign(d_, 0.0f);
+  zeros_.assign(d_, 0.0f);
+  return Status();
+}
+
+Codec* Server::CodecFor(const std::string& spec) {
+  auto it = codecs_.find(spec);
+  if (it != codecs_.end()) return it->second.get();
+  Result<std::unique_ptr<Codec>> codec = MakeCodec(spec);
+  if (!codec.ok()) return nullptr;
+  return (codecs_[spec] = std::move(*codec)).get();
+}
+
+void Server::OnOpen(const std::shared_ptr<Connection>& connection) {
+  Peer& peer = peers_[connection->id()];
+  peer.connection = connection;
+  peer.handshake = std::make_unique<ServerHandshake>(keys_, SystemCrypto());
+  peer.opened_ms = star::NowMs();
+}
+
+void Server::OnClose(Connection& connection, const Status& reason) {
+  auto it = peers_.find(connection.id());
+  if (it == peers_.end()) return;
+  const std::string device = it->second.device_id;
+  if (!reason.ok() && !finished_) {
+    Log(LogLevel::kInfo, "aggregator: connection %s%s%s closed: %s", connection.peer().c_str(),
+        device.empty() ? "" : " of ", device.c_str(), reason.ToString().c_str());
+  }
+  if (!device.empty()) {
+    auto owner = device_connection_.find(device);
+    if (owner != device_connection_.end() && owner->second == connection.id()) device_connection_.erase(owner);
+  }
+  peers_.erase(it);
+}
+
+void Server::Refuse(Connection& connection, const Status& reason) {
+  Log(LogLevel::kWarning, "aggregator: closing %s: %s", connection.peer().c_str(), reason.ToString().c_str());
+  connection.Abort(reason, /*notify_peer=*/true);
+}
+
+void Server::OnFrame(Connection& connection, Frame frame) {
+  auto it = peers_.find(connection.id());
+  if (it == peers_.end()) return;
+  Peer& peer = it->second;
+  if (!peer.authenticated) {
+    OnJoinFrame(peer, connection, frame);
+    return;
+  }
+  switch (frame.kind()) {
+    case MessageKind::kUpdate:
+      OnUpdateFrame(peer, connection, frame);
+      break;
+    case MessageKind::kAck:
+      break;
+    case MessageKind::kLeave:
+      connection.Close();
+      break;
+    case MessageKind::kError: {
+      Result<ErrorMessage> error = DecodeError(frame);
+      Log(LogLevel::kWarning, "aggregator: device %s reports %s", peer.device_id.c_str(),
+          error.ok() ? ToStatus(*error).ToString().c_str() : "an unreadable error");
+      break;
+    }
+    default:
+      Refuse(connection, Corrupt(std::string("unexpected ") + MessageKindName(frame.kind()) + " message"));
+  }
+}
+
+void Server::OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame) {
+  if (frame.kind() == MessageKind::kJoin) {
+    Result<JoinMessage> join = DecodeJoin(frame);
+    if (!join.ok()) return Refuse(connection, join.status());
+    Result<ChallengeMessage> challenge = peer.handshake->OnJoin(*join);
+    if (!challenge.ok()) return Refuse(connection, challenge.status());
+    Result<OutFrame> out = Encode(*challenge, limits_);
+    if (out.ok()) (void)connection.Send(*out);
+    return;
+  }
+  if (frame.kind() == MessageKind::kAuthenticate) {
+    Result<AuthenticateMessage> auth = DecodeAuthenticate(frame);
+    if (!auth.ok()) return Refuse(connection, auth.status());
+    Result<JoinResponseMessage> response = peer.handshake->OnAuthenticate(*auth);
+    if (!response.ok()) return Refuse(connection, response.status());
+    response->current_round = round_;
+    response->max_frame_bytes = limits_.max_frame_bytes;
+    Result<OutFrame> out = Encode(*response, limits_);
+    if (!out.ok()) return Refuse(connection, out.status());
+    (void)connection.Send(*out);
+    peer.authenticated = true;
+    peer.device_id = peer.handshake->device_id();
+    // A device that joins again replaces its old connection.
+    auto previous = device_connection_.find(peer.device_id);
+    if (previous != device_connection_.end() && previous->second != connection.id()) {
+      auto old = peers_.find(previous->second);
+      if (old != peers_.end()) old->second.connection->Abort(Status(StatusCode::kCancelled, "replaced by a new join"));
+    }
+    device_connection_[peer.device_id] = connection.id();
+    Log(LogLevel::kInfo, "aggregator: device %s joined from %s (%zu connected)", peer.device_id.c_str(),
+        connection.peer().c_str(), device_connection_.size());
+    // Rejoined during a round it was sampled in and has not answered: resend.
+    if (in_round_ && assigned_.count(peer.device_id) != 0) {
+      const bool answered = std::any_of(received_.begin(), received_.end(),
+                                        [&](const Received& r) { return r.device_id == peer.device_id; });
+      if (!answered) {
+        const Status sent = SendInstructions(peer);
+        if (!sent.ok()) Refuse(connection, sent);
+      }
+    }
+    return;
+  }
+  Refuse(connection, Status(StatusCode::kUnauthenticated,
+                            std::string(MessageKindName(frame.kind())) + " before the join completed"));
+}
+
+void Server::OnUpdateFrame(Peer& peer, Connection& connection, const Frame& frame) {
+  Result<UpdateMessage> update = DecodeUpdate(frame, limits_);
+  if (!update.ok()) return Refuse(connection, update.status());
+  const UpdateMessage& m = *update;
+  if (m.payload.index == 0) {
+    auto assignment = assigned_.find(peer.device_id);
+    if (!in_round_ || m.round_id != round_ || assignment == assigned_.end()) {
+      // A late update of a closed round is not an attack: drop it quietly.
+      Log(LogLevel::kInfo, "aggregator: dropping an update of round %llu from %s (round %u is %s)",
+          static_cast<unsigned long long>(m.round_id), peer.device_id.c_str(), round_,
+          in_round_ ? "open" : "closed");
+      peer.update.reset();
+      return;
+    }
+    if (m.codec_spec != assignment->second.spec) {
+      rejected_++;
+      return Refuse(connection, InvalidArgument("codec '" + std::string(m.codec_spec) + "' is not the instructed '" +
+                                                assignment->second.spec + "'"));
+    }
+    Codec* codec = CodecFor(assignment->second.spec);
+    if (codec == nullptr || m.payload.total_size > codec->MaxEncodedSize(d_)) {
+      rejected_++;
+      return Refuse(connection, Status(StatusCode::kResourceExhausted,
+                                       "an update of " + std::to_string(m.payload.total_size) +
+                                           " bytes is larger than the codec allows for this model"));
+    }
+    if (m.num_samples == 0 || m.num_samples > kMaxSamplesPerUpdate) {
+      rejected_++;
+      return Refuse(connection, InvalidArgument("an update must count 1 to 2^32 samples"));
+    }
+    peer.update = std::make_unique<Reassembler>(codec->MaxEncodedSize(d_));
+    peer.update_round = m.round_id;
+    peer.num_samples = m.num_samples;
+    peer.loss = m.training_loss;
+  } else if (!peer.update || m.round_id != peer.update_round) {
+    return;  // rest of a dropped update
+  }
+  const Status added = peer.update->Add(m.payload);
+  if (!added.ok()) {
+    rejected_++;
+    return Refuse(connection, added);
+  }
+  if (!peer.update->complete()) return;
+
+  Received received;
+  received.device_id = peer.device_id;
+  received.sender_id = DeviceSenderId(peer.device_id);
+  received.spec = assigned_[peer.device_id].spec;
+  received.role = assigned_[peer.device_id].role;
+  received.num_samples = peer.num_samples;
+  received.loss = peer.loss;
+  received.payload.assign(peer.update->data(), peer.update->data() + peer.update->size());
+  received.wire_bytes = received.payload.size();
+  peer.update.reset();
+  const Status checked = CheckUpdate(peer, received);
+  if (!checked.ok()) {
+    rejected_++;
+    return Refuse(connection, checked);
+  }
+  if (std::any_of(received_.begin(), received_.end(),
+                  [&](const Received& r) { return r.device_id == received.device_id; })) {
+    // A round that closed without updates runs again with the same id, so a
+    // device can answer both attempts: the first answer counts.
+    Log(LogLevel::kInfo, "aggregator: dropping a second update of round %u from %s", round_,
+        received.device_id.c_str());
+    return;
+  }
+  received_.push_back(std::move(received));
+  AckMessage ack;
+  ack.round_id = round_;
+  ack.acked = MessageKind::kUpdate;
+  Result<OutFrame> out = Encode(ack, limits_);
+  if (out.ok()) (void)connection.Send(*out);
+}
+
+// Decodes what can be decoded now and checks the result is finite. A nested
+// NDQSG payload is decoded against zeros here (which validates every count,
+// symbol and scale) and for real when the round closes.
+Status Server::CheckUpdate(Peer& peer, Received& received) {
+  (void)peer;
+  Codec* codec = CodecFor(received.spec);
+  if (codec == nullptr) return InvalidArgument("unknown codec '" + received.spec + "'");
+  CodecContext context;
+  context.session_seed = options_.session_seed;
+  context.round = round_;
+  context.sender_id = received.sender_id;
+  const bool nested = codec->needs_side_info();
+  received.decoded.assign(d_, 0.0f);
+  FEDRT_RETURN_IF_ERROR(codec->Decode(received.payload.data(), received.payload.size(), context,
+                                      received.decoded.data(), d_, nested ? zeros_.data() : nullptr));
+  FEDRT_RETURN_IF_ERROR(CheckFinite(received.decoded.data(), d_));
+  if (nested) {
+    received.decoded.clear();
+    received.decoded.shrink_to_fit();
+  } else {
+    received.payload.clear();
+    received.payload.shrink_to_fit();
+  }
+  return Status();
+}
+
+std::vector<std::string> Server::ConnectedDevices() const {
+  std::vector<std::string> devices;
+  for (const auto& entry : device_connection_) devices.push_back(entry.first);
+  return devices;  // sorted (map order)
+}
+
+Peer* Server::PeerOf(const std::string& device_id) {
+  auto it = device_connection_.find(device_id);
+  if (it == device_connection_.end()) return nullptr;
+  auto peer = peers_.find(it->second);
+  return peer == peers_.end() ? nullptr : &peer->second;
+}
+
+Status Server::SendInstructions(Peer& peer) {
+  const Assignment& assignment = assigned_[peer.device_id];
+  const uint8_t* model = reinterpret_cast<const uint8_t*>(model_->parameters());
+  Result<ChunkPlan> plan = ChunkPlan::Make(d_ * sizeof(float), limits_.MaxChunkBytes());
+  if (!plan.ok()) return plan.status();
+  for (uint32_t i = 0; i < plan->count(); ++i) {
+    RoundInstructionsMessage m;
+    m.round_id = round_;
+    m.model_encoding = ModelEncoding::kFullModelFp32;
+    m.model_parameters = d_;
+    m.codec_spec = assignment.spec;
+    m.session_seed = options_.session_seed;
+    m.local_epochs = options_.local_epochs;
+    m.local_steps = options_.local_steps;
+    m.learning_rate = options_.learning_rate;
+    m.anchor_role = assignment.role;
+    m.deadline_ms = options_.round_deadline_ms;
+    m.payload = plan->Chunk(i, model);
+    Result<OutFrame> frame = Encode(m, limits_);
+    if (!frame.ok()) return frame.status();
+    FEDRT_RETURN_IF_ERROR(peer.connection->Send(*frame));
+  }
+  bytes_down_ += d_ * sizeof(float);
+  return Status();
+}
+
+void Server::StartRound() {
+  const std::vector<std::string> devices = ConnectedDevices();
+  std::vector<uint32_t> indices(devices.size());
+  for (uint32_t i = 0; i < indices.size(); ++i) indices[i] = i;
+  const std::vector<uint32_t> chosen = SampleDevices(indices, options_.sampling, options_.session_seed, round_);
+  selected_.clear();
+  assigned_.clear();
+  received_.clear();
+  rejected_ = 0;
+  bytes_down_ = 0;
+  for (uint32_t i : chosen) selected_.push_back(devices[i]);
+
+  std::set<uint32_t> anchors;
+  if (nested_) {
+    std::vector<uint32_t> senders;
+    for (const std::string& device : selected_) senders.push_back(DeviceSenderId(device));
+    for (uint32_t a : ChooseNdqsgAnchors(options_.session_seed, round_, senders,
+                                         NdqsgAnchorCount(senders.size(), options_.anchor_fraction))) {
+      anchors.insert(a);
+    }
+  }
+  for (const std::string& device : selected_) {
+    Assignment assignment;
+    assignment.spec = options_.codec;
+    if (nested_) {
+      const bool anchor = anchors.count(DeviceSenderId(device)) != 0 || forced_anchors_.count(device) != 0;
+      assignment.spec = anchor ? anchor_spec_ : options_.codec;
+      assignment.role = anchor ? AnchorRole::kAnchor : AnchorRole::kNested;
+    }
+    assigned_[device] = assignment;
+  }
+  in_round_ = true;
+  round_started_ms_ = star::NowMs();
+  round_deadline_ms_ = round_started_ms_ + options_.round_deadline_ms;
+  for (const std::string& device : selected_) {
+    Peer* peer = PeerOf(device);
+    if (peer == nullptr) continue;
+    const Status sent = SendInstructions(*peer);
+    if (!sent.ok()) Refuse(*peer->connection, sent);
+  }
+}
+
+void Server::CloseRound() {
+  in_round_ = false;
+  UpdateAccumulator accumulator(d_);
+  RoundReport report;
+  report.round = round_ + 1;
+  report.sampled = selected_.size();
+  double loss_sum = 0;
+  double sample_sum = 0;
+  forced_anchors_.clear();
+  const auto add = [&](const Received& r, const float* decoded) {
+    const Status added = accumulator.AddDecoded(decoded, static_cast<float>(r.num_samples));
+    if (!added.ok()) {
+      Log(LogLevel::kWarning, "aggregator: update of %s not added: %s", r.device_id.c_str(), added.ToString().c_str());
+      report.rejected++;
+      return;
+    }
+    report.updates++;
+    loss_sum += static_cast<double>(r.loss) * static_cast<double>(r.num_samples);
+    sample_sum += static_cast<double>(r.num_samples);
+  };
+  if (nested_) {
+    NdqsgRunningMean mean(d_);
+    for (const Received& r : received_) {
+      if (r.role == AnchorRole::kNested) continue;
+      mean.Add(r.decoded.data());
+      report.anchors++;
+      add(r, r.decoded.data());
+    }
+    for (const Received& r : received_) {
+      if (r.role != AnchorRole::kNested) continue;
+      if (mean.count() == 0) {
+        Log(LogLevel::kWarning, "aggregator: round %u: no anchor arrived, the nested update of %s cannot be decoded",
+            round_, r.device_id.c_str());
+        report.rejected++;
+        forced_anchors_.insert(r.device_id);
+        continue;
+      }
+      CodecContext context;
+      context.session_seed = options_.session_seed;
+      context.round = round_;
+      context.sender_id = r.sender_id;
+      NdqsgWrapReport wraps;
+      const Status status = mean.AddNested(*CodecFor(r.spec), r.payload.data(), r.payload.size(), context,
+                                           scratch_.data(), options_.wrap_margin, &wraps);
+      if (!status.ok()) {
+        Log(LogLevel::kWarning, "aggregator: nested update of %s: %s", r.device_id.c_str(), status.ToString().c_str());
+        report.rejected++;
+        continue;
+      }
+      report.near_wraps += wraps.near_wrap;
+      if (static_cast<double>(wraps.near_wrap) > options_.wrap_threshold * static_cast<double>(d_)) {
+        forced_anchors_.insert(r.device_id);
+        Log(LogLevel::kInfo, "aggregator: %s came near the wrap boundary on %zu coordinates: anchor next round",
+            r.device_id.c_str(), wraps.near_wrap);
+      }
+      add(r, scratch_.data());
+    }
+  } else {
+    for (const Received& r : received_) add(r, r.decoded.data());
+  }
+  // Payload sizes of the decoded-on-arrival updates.
+  report.bytes_up = 0;
+  for (const Received& r : received_) report.bytes_up += r.wire_bytes;
+  report.fp32_bytes_up = static_cast<uint64_t>(report.updates) * d_ * sizeof(float);
+  report.rejected += rejected_;
+  report.bytes_down = bytes_down_;
+  if (accumulator.count() == 0) {
+    Log(LogLevel::kWarning, "aggregator: round %u closed without updates; running it again", round_ + 1);
+    return;
+  }
+  const std::vector<float> mean = accumulator.Mean();
+  if (hooks_.on_aggregate) hooks_.on_aggregate(round_, mean);
+  const Status applied = optimizer_->Apply(mean.data(), model_->parameters());
+  if (!applied.ok()) Log(LogLevel::kError, "aggregator: %s", applied.ToString().c_str());
+  report.train_loss = sample_sum > 0 ? loss_sum / sample_sum : 0;
+  round_++;
+  if (evaluate_) {
+    Result<Evaluation> eval = EvaluateModel(*model_, test_, 256);
+    if (eval.ok()) {
+      report.test_accuracy = eval->accuracy;
+      report.test_loss = eval->loss;
+    }
+  }
+  if (!options_.checkpoint.empty()) {
+    AggregatorCheckpoint checkpoint;
+    checkpoint.model = options_.model;
+    checkpoint.round = round_;
+    checkpoint.parameters.assign(model_->parameters(), model_->parameters() + d_);
+    checkpoint.first_moment = optimizer_->first_moment();
+    checkpoint.second_moment = optimizer_->second_moment();
+    const Status saved = WriteAggregatorCheckpoint(options_.checkpoint, checkpoint);
+    if (!saved.ok()) Log(LogLevel::kError, "aggregator: %s", saved.ToString().c_str());
+  }
+  report.seconds = static_cast<double>(star::NowMs() - round_started_ms_) / 1000.0;
+  if (hooks_.on_round) hooks_.on_round(report);
+}
+
+void Server::Tick() {
+  const uint64_t now = star::NowMs();
+  std::vector<std::shared_ptr<Connection>> late;
+  for (auto& entry : peers_) {
+    if (!entry.second.authenticated && now - entry.second.opened_ms > options_.join_timeout_ms) {
+      late.push_back(entry.second.connection);
+    }
+  }
+  for (const auto& connection : late) {
+    Refuse(*connection, Status(StatusCode::kDeadlineExceeded, "no join within " +
+                                                                  std::to_string(options_.join_timeout_ms) + " ms"));
+  }
+  if (finished_) return;
+  if (!in_round_) {
+    if (round_ >= options_.rounds) {
+      FinishAll();
+      return;
+    }
+    // The minimum gates the first round; later rounds go on with whoever is
+    // connected, so a lost device never stops the training.
+    const std::size_t needed = started_any_ ? 1 : std::max<std::size_t>(1, options_.min_devices);
+    if (device_connection_.size() >= needed) {
+      started_any_ = true;
+      StartRound();
+    }
+    return;
+  }
+  const std::size_t quorum = std::max<std::size_t>(
+      1, static_cast<std::size_t>(std::ceil(options_.quorum * static_cast<double>(selected_.size()))));
+  // Sampled devices still able to answer (connected, not answered yet).
+  std::size_t waiting = 0;
+  for (const std::string& device : selected_) {
+    const bool answered = std::any_of(received_.begin(), received_.end(),
+                                      [&](const Received& r) { return r.device_id == device; });
+    if (!answered && device_connection_.count(device) != 0) waiting++;
+  }
+  if (received_.size() >= quorum || now >= round_deadline_ms_ || (waiting == 0 && !received_.empty())) {
+    CloseRound();
+  }
+}
+
+void Server::FinishAll() {
+  finished_ = true;
+  LeaveMessage leave;
+  leave.reason = "training finished";
+  Result<OutFrame> out = Encode(leave, limits_);
+  std::vector<std::pair<std::shared_ptr<Connection>, bool>> open;
+  for (auto& entry : peers_) open.emplace_back(entry.second.connection, entry.second.authenticated);
+  for (auto& [connection, authenticated] : open) {
+    if (out.ok() && authenticated) (void)connection->Send(*out);
+    connection->Close();
+  }
+  Log(LogLevel::kInfo, "aggregator: %u rounds done", round_);
+}
+
+Status Server::Serve(const std::atomic<bool>* stop) {
+  loop_ = std::make_unique<EventLoop>();
+  ConnectionOptions connection_options;
+  connection_options.limits = limits_;
+  connection_options.idle_timeout_ms = options_.idle_timeout_ms;
+  connection_options.heartbeat_interval_ms = std::max<uint32_t>(100, options_.idle_timeout_ms / 4);
+  // The listener holds the handler; the server outlives the loop's handlers
+  // because it owns the loop, so a non-owning shared_ptr is enough.
+  std::shared_ptr<ConnectionHandler> handler(this, [](ConnectionHandler*) {});
+  Result<std::shared_ptr<TcpListener>> listener =
+      TcpListener::Listen(*loop_, options_.host, options_.port, connection_options, handler);
+  if (!listener.ok()) return listener.status();
+  listener_ = *listener;
+  Log(LogLevel::kInfo, "aggregator: listening on %s:%u, model %s (%zu parameters), codec %s, round %u of %u",
+      options_.host.c_str(), listener_->port(), options_.model.c_str(), d_, options_.codec.c_str(), round_,
+      options_.rounds);
+  if (hooks_.on_listening) hooks_.on_listening(listener_->port());
+  uint64_t finished_at = 0;
+  while (stop == nullptr || !stop->load()) {
+    loop_->RunFor(20);
+    Tick();
+    if (finished_) {
+      if (finished_at == 0) finished_at = star::NowMs();
+      if (peers_.empty() || star::NowMs() - finished_at > 3000) break;
+    }
+  }
+  listener_->Close();
+  std::vector<std::shared_ptr<Connection>> open;
+  for (auto& entry : peers_) open.push_back(entry.second.connection);
+  for (auto& connection : open) connection->Abort(Status(StatusCode::kCancelled, "aggregator stopped"));
+  loop_->RunFor(50);
+  peers_.clear();
+  loop_.reset();
+  return Status();
+}
+
+}  // namespace
+
+Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& hooks, const std::atomic<bool>* stop) {
+  Server server(options, hooks);
+  FEDRT_RETURN_IF_ERROR(server.Setup());
+  return server.Serve(stop);
+}
+
+}  // namespace fedrt

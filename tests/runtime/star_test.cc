@@ -1,0 +1,457 @@
+// The star topology end to end on 127.0.0.1: the aggregator and the devices
+// run in threads of this process and talk over real TCP connections; faults
+// are provoked with hand-made clients. Data: the tiny IDX fixture.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/payload.h"
+#include "fedrt/runtime/aggregator.h"
+#include "fedrt/runtime/device.h"
+#include "fedrt/transport/auth.h"
+#include "fedrt/transport/chunking.h"
+#include "fedrt/transport/connection.h"
+#include "fedrt/transport/messages.h"
+#include "fedrt/transport/tcp.h"
+
+namespace fedrt {
+namespace {
+
+using namespace transport;  // NOLINT
+
+const char* const kKeys[] = {"00112233445566778899aabbccddeeff", "102132435465768798a9bacbdcedfe0f",
+                             "2f3e4d5c6b7a8998a7b6c5d4e3f20110", "0123456789abcdef0123456789abcdef",
+                             "fedcba9876543210fedcba9876543210"};
+constexpr int kKeyCount = 5;
+constexpr const char* kModel = "mlp:784-32-10";
+
+// A private folder with the aggregator's key file and one per device.
+struct Workspace {
+  std::string dir;
+  Workspace() {
+    char name[] = "/tmp/fedrt-star-XXXXXX";
+    dir = ::mkdtemp(name);
+    std::string all;
+    for (int i = 0; i < kKeyCount; ++i) {
+      const std::string line = "dev-" + std::to_string(i) + " " + kKeys[i] + "\n";
+      all += line;
+      Write(DeviceKey(i), line);
+    }
+    Write(dir + "/keys.txt", all);
+  }
+  ~Workspace() { std::system(("rm -rf " + dir).c_str()); }
+  std::string DeviceKey(int i) const { return dir + "/dev-" + std::to_string(i) + ".key"; }
+  static void Write(const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+    ::chmod(path.c_str(), 0600);
+  }
+};
+
+AggregatorOptions Options(const Workspace& ws, const std::string& codec, uint32_t rounds, std::size_t devices) {
+  AggregatorOptions o;
+  o.key_file = ws.dir + "/keys.txt";
+  o.data_dir = FEDRT_TINY_IDX_DIR;
+  o.model = kModel;
+  o.codec = codec;
+  o.rounds = rounds;
+  o.min_devices = devices;
+  o.round_deadline_ms = 20000;
+  o.learning_rate = 0.1f;
+  o.local_epochs = 2;
+  o.idle_timeout_ms = 10000;
+  o.join_timeout_ms = 2000;
+  return o;
+}
+
+DeviceOptions DeviceFor(const Workspace& ws, int i, uint16_t port, int devices) {
+  DeviceOptions o;
+  o.port = port;
+  o.device_id = "dev-" + std::to_string(i);
+  o.key_file = ws.DeviceKey(i);
+  o.data_dir = FEDRT_TINY_IDX_DIR;
+  o.model = kModel;
+  o.devices = devices;
+  o.index = i;
+  o.batch = 16;
+  o.give_up_ms = 5000;
+  return o;
+}
+
+// Runs RunAggregator on a thread; records its reports and aggregates.
+struct AggregatorThread {
+  std::atomic<uint16_t> port{0};
+  std::atomic<bool> stop{false};
+  std::atomic<bool> done{false};
+  Status status;
+  std::mutex mutex;
+  std::vector<RoundReport> reports;
+  std::map<uint32_t, std::vector<float>> aggregates;
+  std::thread thread;
+
+  explicit AggregatorThread(AggregatorOptions options) {
+    thread = std::thread([this, options] {
+      AggregatorHooks hooks;
+      hooks.on_listening = [this](uint16_t p) { port = p; };
+      hooks.on_round = [this](const RoundReport& r) {
+        std::lock_guard<std::mutex> lock(mutex);
+        reports.push_back(r);
+      };
+      hooks.on_aggregate = [this](uint32_t round, const std::vector<float>& mean) {
+        std::lock_guard<std::mutex> lock(mutex);
+        aggregates[round] = mean;
+      };
+      status = RunAggregator(options, hooks, &stop);
+      done = true;
+    });
+    for (int i = 0; i < 2000 && port == 0 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ~AggregatorThread() {
+    stop = true;
+    thread.join();
+  }
+  bool WaitDone(int ms) {
+    for (int i = 0; i < ms / 10 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return done;
+  }
+  std::vector<RoundReport> Reports() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return reports;
+  }
+};
+
+struct SentUpdate {
+  std::string device;
+  std::string spec;
+  std::vector<uint8_t> payload;
+  uint64_t samples = 0;
+};
+
+// A client that joins with the transport's handshake and then does what the
+// test says (sends bad updates, nothing at all).
+struct RawDevice {
+  EventLoopThread loop;
+  std::shared_ptr<FrameQueue> queue = std::make_shared<FrameQueue>();
+  std::shared_ptr<Connection> connection;
+  FrameLimits limits;
+
+  Status Join(uint16_t port, const std::string& id, const std::string& hex_key) {
+    Result<KeyStore> keys = KeyStore::Parse(id + " " + hex_key + "\n");
+    if (!keys.ok()) return keys.status();
+    Result<std::shared_ptr<Connection>> c =
+        TcpConnectAndWait(loop.loop(), "127.0.0.1", port, ConnectionOptions(), queue, 2000);
+    if (!c.ok()) return c.status();
+    connection = *c;
+    ClientHandshake handshake(id, *keys->Find(id), SystemCrypto());
+    Result<JoinMessage> join = handshake.Start();
+    FEDRT_RETURN_IF_ERROR(connection->Send(*Encode(*join, limits)));
+    Result<Frame> frame = queue->Pop(5000);
+    if (!frame.ok()) return frame.status();
+    if (frame->kind() != MessageKind::kChallenge) return Status(StatusCode::kUnauthenticated, "no challenge");
+    Result<AuthenticateMessage> proof = handshake.OnChallenge(*DecodeChallenge(*frame));
+    FEDRT_RETURN_IF_ERROR(connection->Send(*Encode(*proof, limits)));
+    frame = queue->Pop(5000);
+    if (!frame.ok()) return frame.status();
+    if (frame->kind() != MessageKind::kJoinResponse) return Status(StatusCode::kUnauthenticated, "refused");
+    return handshake.OnJoinResponse(*DecodeJoinResponse(*frame));
+  }
+
+  // Waits for the next round's instructions (every chunk); returns the round.
+  Result<uint64_t> AwaitRound() {
+    for (;;) {
+      Result<Frame> frame = queue->Pop(15000);
+      if (!frame.ok()) return frame.status();
+      if (frame->kind() != MessageKind::kRoundInstructions) continue;
+      Result<RoundInstructionsMessage> m = DecodeRoundInstructions(*frame, limits);
+      if (!m.ok()) return m.status();
+      if (m->payload.index + 1 == m->payload.count) return m->round_id;
+    }
+  }
+
+  Status SendUpdate(uint64_t round, const std::string& spec, const std::vector<uint8_t>& payload) {
+    UpdateMessage update;
+    update.round_id = round;
+    update.num_samples = 64;
+    update.codec_spec = spec;
+    update.payload = ChunkView{0, 1, payload.size(), 0, payload.data(), payload.size()};
+    Result<OutFrame> frame = Encode(update, limits);
+    if (!frame.ok()) return frame.status();
+    return connection->Send(*frame);
+  }
+};
+
+std::string CanonicalSpec(const std::string& spec) { return (*MakeCodec(spec))->spec(); }
+
+TEST_CASE("four devices over five rounds improve the global model and the aggregate is the mean of their decoded updates") {
+  Workspace ws;
+  AggregatorThread aggregator(Options(ws, "dqsg", 5, 4));
+  REQUIRE(aggregator.port != 0);
+  std::mutex mutex;
+  std::map<uint32_t, std::vector<SentUpdate>> sent;
+  std::vector<std::thread> devices;
+  std::vector<Status> results(4);
+  for (int i = 0; i < 4; ++i) {
+    devices.emplace_back([&, i] {
+      DeviceHooks hooks;
+      const std::string id = "dev-" + std::to_string(i);
+      hooks.on_update = [&, id](uint32_t round, const std::string& spec, const uint8_t* payload, std::size_t size,
+                                uint64_t samples) {
+        std::lock_guard<std::mutex> lock(mutex);
+        // A device that lost its link sends the round again: the last one counts.
+        std::vector<SentUpdate>& list = sent[round];
+        list.erase(std::remove_if(list.begin(), list.end(), [&](const SentUpdate& u) { return u.device == id; }),
+                   list.end());
+        list.push_back({id, spec, std::vector<uint8_t>(payload, payload + size), samples});
+      };
+      results[i] = RunDevice(DeviceFor(ws, i, aggregator.port, 4), hooks);
+    });
+  }
+  for (std::thread& t : devices) t.join();
+  REQUIRE(aggregator.WaitDone(20000));
+  CHECK(aggregator.status.ok());
+  for (const Status& s : results) CHECK_MESSAGE(s.ok(), s.ToString());
+
+  const std::vector<RoundReport> reports = aggregator.Reports();
+  REQUIRE(reports.size() == 5);
+  for (const RoundReport& r : reports) CHECK(r.updates == 4);
+  CHECK(reports.back().test_accuracy > 0.5);
+  CHECK(reports.back().test_accuracy > reports.front().test_accuracy - 1e-9);
+  CHECK(reports.back().test_loss < reports.front().test_loss);
+  CHECK(reports.front().bytes_up * 4 < reports.front().fp32_bytes_up);
+
+  // The server's aggregate equals the sample-weighted mean of what each
+  // device's payload decodes to with the codec.
+  for (uint32_t round = 0; round < 5; ++round) {
+    const std::vector<SentUpdate>& updates = sent[round];
+    REQUIRE(updates.size() == 4);
+    const std::vector<float>& server = aggregator.aggregates[round];
+    std::vector<double> sum(server.size(), 0.0);
+    double weight = 0;
+    for (const SentUpdate& u : updates) {
+      CHECK(u.spec == CanonicalSpec("dqsg"));
+      std::unique_ptr<Codec> codec = std::move(MakeCodec(u.spec).value());
+      CodecContext context;
+      context.session_seed = 1;
+      context.round = round;
+      context.sender_id = DeviceSenderId(u.device);
+      std::vector<float> decoded(server.size());
+      REQUIRE(codec->Decode(u.payload.data(), u.payload.size(), context, decoded.data(), decoded.size()).ok());
+      for (std::size_t i = 0; i < decoded.size(); ++i) sum[i] += static_cast<double>(u.samples) * decoded[i];
+      weight += static_cast<double>(u.samples);
+    }
+    double worst = 0;
+    for (std::size_t i = 0; i < server.size(); ++i) worst = std::max(worst, std::fabs(sum[i] / weight - server[i]));
+    CHECK(worst < 1e-6);
+  }
+}
+
+TEST_CASE("ndqsg rounds decode anchors first and nested updates against the running mean") {
+  Workspace ws;
+  AggregatorOptions options = Options(ws, "ndqsg", 3, 4);
+  options.anchor_fraction = 0.25;
+  AggregatorThread aggregator(options);
+  REQUIRE(aggregator.port != 0);
+  std::vector<std::thread> devices;
+  for (int i = 0; i < 4; ++i) {
+    devices.emplace_back([&, i] { (void)RunDevice(DeviceFor(ws, i, aggregator.port, 4), DeviceHooks()); });
+  }
+  for (std::thread& t : devices) t.join();
+  REQUIRE(aggregator.WaitDone(20000));
+  const std::vector<RoundReport> reports = aggregator.Reports();
+  REQUIRE(reports.size() == 3);
+  for (const RoundReport& r : reports) {
+    CHECK(r.updates == 4);
+    CHECK(r.anchors >= 1);
+    CHECK(r.anchors < 4);
+  }
+  CHECK(reports.back().test_loss < reports.front().test_loss);
+}
+
+TEST_CASE("a device with a wrong key is refused and does not retry") {
+  Workspace ws;
+  AggregatorThread aggregator(Options(ws, "fp32", 1, 2));
+  REQUIRE(aggregator.port != 0);
+  Workspace::Write(ws.dir + "/wrong.key", std::string("dev-0 ") + kKeys[1] + "\n");
+  DeviceOptions device = DeviceFor(ws, 0, aggregator.port, 1);
+  device.key_file = ws.dir + "/wrong.key";
+  const auto start = std::chrono::steady_clock::now();
+  const Status status = RunDevice(device, DeviceHooks());
+  CHECK(status.code() == StatusCode::kUnauthenticated);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+}
+
+TEST_CASE("a client that connects and sends nothing is timed out") {
+  Workspace ws;
+  AggregatorThread aggregator(Options(ws, "fp32", 1, 2));
+  REQUIRE(aggregator.port != 0);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(aggregator.port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+  timeval timeout{8, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  const auto start = std::chrono::steady_clock::now();
+  uint8_t buffer[4096];
+  ssize_t n = 1;
+  while (n > 0) n = ::recv(fd, buffer, sizeof(buffer), 0);  // an Error frame, then the end of the stream
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK((n == 0 || (n < 0 && errno == ECONNRESET)));
+  CHECK(seconds > 1.0);
+  CHECK(seconds < 7.0);
+  ::close(fd);
+}
+
+TEST_CASE("a malformed or NaN update closes only that connection while the others keep training") {
+  Workspace ws;
+  AggregatorThread aggregator(Options(ws, "fp32", 3, 4));
+  REQUIRE(aggregator.port != 0);
+  std::vector<std::thread> devices;
+  for (int i = 0; i < 3; ++i) {
+    devices.emplace_back([&, i] { (void)RunDevice(DeviceFor(ws, i, aggregator.port, 3), DeviceHooks()); });
+  }
+  const std::string spec = CanonicalSpec("fp32");
+  const std::size_t d = 784 * 32 + 32 + 32 * 10 + 10;
+
+  // dev-3 sends an fp32 update with a NaN in it (a valid payload otherwise).
+  RawDevice bad;
+  REQUIRE(bad.Join(aggregator.port, "dev-3", kKeys[3]).ok());
+  Result<uint64_t> round = bad.AwaitRound();
+  REQUIRE(round.ok());
+  std::unique_ptr<Codec> fp32 = std::move(MakeCodec(spec).value());
+  std::vector<float> zeros(d, 0.0f);
+  std::vector<uint8_t> payload(fp32->MaxEncodedSize(d));
+  CodecContext context;
+  context.session_seed = 1;
+  context.round = static_cast<uint32_t>(*round);
+  context.sender_id = DeviceSenderId("dev-3");
+  payload.resize(*fp32->Encode(zeros.data(), d, context, payload.data(), payload.size()));
+  Result<PayloadView> view = ParsePayload(payload.data(), payload.size());
+  REQUIRE(view.ok());
+  const std::size_t body = payload.size() - view->body_size;
+  StoreFloatLe(payload.data() + body + 40, std::nanf(""));
+  FinishPayload(view->header, view->spec, payload.data());
+  REQUIRE(bad.SendUpdate(*round, spec, payload).ok());
+  // The aggregator answers with an Error and closes.
+  bool got_error = false;
+  for (;;) {
+    Result<Frame> frame = bad.queue->Pop(10000);
+    if (!frame.ok()) break;
+    if (frame->kind() == MessageKind::kError) got_error = true;
+  }
+  CHECK(got_error);
+  CHECK(bad.queue->WaitClosed(5000));
+
+  // A second bad client sends bytes that are not a payload at all.
+  RawDevice garbage;
+  bool garbage_closed = false;
+  if (garbage.Join(aggregator.port, "dev-4", kKeys[4]).ok()) {
+    // It is not sampled until a round starts with it connected; either way it
+    // must not disturb the others.
+    Result<uint64_t> r = garbage.AwaitRound();
+    if (r.ok()) {
+      REQUIRE(garbage.SendUpdate(*r, spec, std::vector<uint8_t>(100, 0xAB)).ok());
+      garbage_closed = garbage.queue->WaitClosed(10000);
+    } else {
+      garbage_closed = true;  // training finished before it was sampled
+    }
+  }
+  CHECK(garbage_closed);
+
+  for (std::thread& t : devices) t.join();
+  REQUIRE(aggregator.WaitDone(20000));
+  const std::vector<RoundReport> reports = aggregator.Reports();
+  REQUIRE(reports.size() == 3);
+  for (const RoundReport& r : reports) CHECK(r.updates == 3);
+  CHECK(reports.front().rejected == 1);
+}
+
+TEST_CASE("a device stopped mid-round does not stall the round and rejoins later") {
+  Workspace ws;
+  AggregatorOptions options = Options(ws, "fp32", 6, 3);
+  options.round_deadline_ms = 15000;
+  AggregatorThread aggregator(options);
+  REQUIRE(aggregator.port != 0);
+  std::vector<std::thread> devices;
+  for (int i = 0; i < 2; ++i) {
+    devices.emplace_back([&, i] { (void)RunDevice(DeviceFor(ws, i, aggregator.port, 3), DeviceHooks()); });
+  }
+  std::atomic<bool> killed{false};
+  Status first_life;
+  std::thread victim([&] {
+    DeviceHooks hooks;
+    hooks.on_trained = [&](uint32_t round) {
+      if (round == 1) killed = true;  // dies after training, before sending
+    };
+    first_life = RunDevice(DeviceFor(ws, 2, aggregator.port, 3), hooks, &killed);
+    // Comes back with the same identity once the round it left has closed.
+    for (int i = 0; i < 2000 && aggregator.Reports().size() < 2; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    (void)RunDevice(DeviceFor(ws, 2, aggregator.port, 3), DeviceHooks());
+  });
+  for (std::thread& t : devices) t.join();
+  victim.join();
+  REQUIRE(aggregator.WaitDone(20000));
+  CHECK(first_life.code() == StatusCode::kCancelled);
+  const std::vector<RoundReport> reports = aggregator.Reports();
+  REQUIRE(reports.size() == 6);
+  CHECK(reports[0].updates == 3);
+  CHECK(reports[1].updates == 2);
+  CHECK(reports[1].seconds < 12);  // closed when the device dropped, not at the deadline
+  CHECK(reports.back().updates == 3);
+}
+
+TEST_CASE("a restarted aggregator resumes from its checkpoint") {
+  Workspace ws;
+  AggregatorOptions options = Options(ws, "fp32", 2, 2);
+  options.checkpoint = ws.dir + "/aggregator.ckpt";
+  double accuracy_before = 0;
+  {
+    AggregatorThread aggregator(options);
+    REQUIRE(aggregator.port != 0);
+    std::thread a([&] { (void)RunDevice(DeviceFor(ws, 0, aggregator.port, 2), DeviceHooks()); });
+    std::thread b([&] { (void)RunDevice(DeviceFor(ws, 1, aggregator.port, 2), DeviceHooks()); });
+    a.join();
+    b.join();
+    REQUIRE(aggregator.WaitDone(20000));
+    const std::vector<RoundReport> first = aggregator.Reports();
+    REQUIRE(first.size() == 2);
+    accuracy_before = first[1].test_accuracy;
+  }
+  options.rounds = 4;
+  AggregatorThread aggregator(options);
+  REQUIRE(aggregator.port != 0);
+  std::thread a([&] { (void)RunDevice(DeviceFor(ws, 0, aggregator.port, 2), DeviceHooks()); });
+  std::thread b([&] { (void)RunDevice(DeviceFor(ws, 1, aggregator.port, 2), DeviceHooks()); });
+  a.join();
+  b.join();
+  REQUIRE(aggregator.WaitDone(20000));
+  const std::vector<RoundReport> reports = aggregator.Reports();
+  REQUIRE(reports.size() == 2);
+  CHECK(reports.front().round == 3);
+  CHECK(reports.back().round == 4);
+  CHECK(reports.back().test_accuracy >= accuracy_before - 0.1);
+}
+
+}  // namespace
+}  // namespace fedrt

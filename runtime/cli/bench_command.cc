@@ -15,9 +15,9 @@
 
 #include "cli/commands.h"
 #include "cli/float_files.h"
+#include "cli/measure.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
-#include "fedrt/platform/clock.h"
 #include "fedrt/platform/cpu.h"
 
 namespace fedrt::cli {
@@ -70,18 +70,6 @@ std::vector<float> NearbyCopy(const std::vector<float>& v) {
   return side;
 }
 
-template <typename Work>
-double SecondsPerCall(Work work, double min_seconds) {
-  work();  // warm caches and page in buffers
-  int calls = 0;
-  Stopwatch watch;
-  do {
-    work();
-    ++calls;
-  } while (watch.ElapsedSeconds() < min_seconds);
-  return watch.ElapsedSeconds() / calls;
-}
-
 struct Row {
   std::string codec, isa, vector;
   std::size_t d = 0;
@@ -105,12 +93,12 @@ Row Measure(Codec& codec, const Vector& vector, double min_seconds) {
   const double enc = SecondsPerCall([&] {
     auto r = codec.Encode(vector.values.data(), d, context, payload.data(), payload.size());
     if (r.ok()) size = *r; else status = r.status();
-  }, min_seconds);
+  }, min_seconds, true);
   if (status.ok()) {
     const double dec = SecondsPerCall([&] {
       Status s = codec.Decode(payload.data(), size, context, out.data(), d, side);
       if (!s.ok()) status = s;
-    }, min_seconds);
+    }, min_seconds, true);
     row.decode_gbs = 4.0 * static_cast<double>(d) / dec / 1e9;
   }
   if (!status.ok()) {
@@ -119,13 +107,7 @@ Row Measure(Codec& codec, const Vector& vector, double min_seconds) {
   }
   row.encode_gbs = 4.0 * static_cast<double>(d) / enc / 1e9;
   row.bits = MakeCodecStats(size, d).bits_per_coordinate;
-  double error = 0, energy = 0;
-  for (std::size_t i = 0; i < d; ++i) {
-    const double diff = double{out[i]} - vector.values[i];
-    error += diff * diff;
-    energy += double{vector.values[i]} * vector.values[i];
-  }
-  row.error = energy > 0 ? error / energy : 0;
+  row.error = NormalizedError(out.data(), vector.values.data(), d);
   return row;
 }
 
@@ -135,7 +117,7 @@ double MemcpyGbs(std::size_t d, double min_seconds) {
     std::memcpy(b.data(), a.data(), 4 * d);
     // Keep the copy observable so it is not optimised away.
     if (b[d / 2] != 1.0f) std::abort();
-  }, min_seconds);
+  }, min_seconds, true);
   return 4.0 * static_cast<double>(d) / s / 1e9;
 }
 

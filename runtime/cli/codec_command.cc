@@ -10,9 +10,9 @@
 
 #include "cli/commands.h"
 #include "cli/float_files.h"
+#include "cli/measure.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/payload.h"
-#include "fedrt/platform/clock.h"
 
 namespace fedrt::cli {
 namespace {
@@ -101,19 +101,6 @@ int RunDecode(const DecodeOptions& o) {
   return 0;
 }
 
-// Runs `work` until at least `min_seconds` have passed (and at least once);
-// returns seconds per call.
-template <typename Work>
-double TimePerCall(Work work, double min_seconds) {
-  int calls = 0;
-  Stopwatch watch;
-  do {
-    work();
-    ++calls;
-  } while (watch.ElapsedSeconds() < min_seconds);
-  return watch.ElapsedSeconds() / calls;
-}
-
 int RunStats(const StatsOptions& o) {
   auto codec = MakeCodec(o.codec);
   if (!codec.ok()) return Fail(codec.status());
@@ -129,23 +116,17 @@ int RunStats(const StatsOptions& o) {
   std::vector<float> output(d);
   Status status;
   std::size_t size = 0;
-  const double encode_s = TimePerCall([&] {
+  const double encode_s = SecondsPerCall([&] {
     auto r = (*codec)->Encode(input->data(), d, context, payload.data(), payload.size());
     if (r.ok()) size = *r; else status = r.status();
-  }, 0.2);
+  }, 0.2, false);
   if (!status.ok()) return Fail(status);
-  const double decode_s = TimePerCall([&] {
+  const double decode_s = SecondsPerCall([&] {
     Status s = (*codec)->Decode(payload.data(), size, context, output.data(), d, side_info);
     if (!s.ok()) status = s;
-  }, 0.2);
+  }, 0.2, false);
   if (!status.ok()) return Fail(status);
-  double error = 0, energy = 0;
-  for (std::size_t i = 0; i < d; ++i) {
-    const double diff = double{output[i]} - double{(*input)[i]};
-    error += diff * diff;
-    energy += double{(*input)[i]} * double{(*input)[i]};
-  }
-  const double normalized_error = energy > 0 ? error / energy : 0.0;
+  const double normalized_error = NormalizedError(output.data(), input->data(), d);
   const double bits = MakeCodecStats(size, d).bits_per_coordinate;
   const double bytes_in = 4.0 * static_cast<double>(d);
   if (o.json) {

@@ -13,16 +13,12 @@
 #include "fedrt/codecs/codec_spec.h"
 #include "fedrt/codecs/payload.h"
 
+#include "codec_test_util.h"
+
 namespace fedrt {
 namespace {
 
-std::vector<float> Gaussian(std::size_t d, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(d);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
+std::vector<float> Gaussian(std::size_t d, uint32_t seed) { return testing::GaussianVector(d, seed); }
 
 // A registered name plus the keys a codec requires (moniqua has no default theta).
 std::string WithRequiredKeys(const std::string& name) { return name == "moniqua" ? "moniqua:theta=1" : name; }

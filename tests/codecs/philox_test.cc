@@ -39,6 +39,27 @@ TEST_CASE("every philox kernel variant gives the scalar words for every block co
   }
 }
 
+TEST_CASE("every philox dither kernel variant gives the scalar dither for every block count") {
+  const PhiloxKey key = {0x01234567u, 0x89abcdefu};
+  for (Isa isa : AvailableIsas()) {
+    INFO("isa " << IsaName(isa));
+    for (std::size_t blocks : {0u, 1u, 3u, 4u, 5u, 7u, 8u, 9u, 15u, 16u, 17u, 31u, 32u, 33u, 1007u}) {
+      INFO("blocks " << blocks);
+      const uint32_t first = 0xfffffff3u;  // wraps inside the run
+      std::vector<uint32_t> words(4 * blocks);
+      scalar::PhiloxBlocks(key, first, 3, 5, 0x0701, blocks, words.data());
+      // Misaligned by one float, with a sentinel on each side.
+      std::vector<float> actual(4 * blocks + 2, 9.0f);
+      PhiloxDitherBlocksFor(isa)(key, first, 3, 5, 0x0701, blocks, actual.data() + 1);
+      CHECK(actual.front() == 9.0f);
+      CHECK(actual.back() == 9.0f);
+      for (std::size_t i = 0; i < words.size(); ++i) {
+        REQUIRE(actual[i + 1] == UniformFromWord(words[i]) - 0.5f);
+      }
+    }
+  }
+}
+
 TEST_CASE("stream words follow the specification's counter layout") {
   RandomStream stream;
   stream.seed = 0x0123456789abcdefull;
@@ -59,14 +80,21 @@ TEST_CASE("a stream can be read from any offset and gives the same words on ever
   stream.seed = 42;
   stream.purpose = RandomPurpose::kDither;
   std::vector<uint32_t> whole(5000);
+  std::vector<float> whole_dither(5000);
   SUBCASE("scalar reference") { REQUIRE(SetIsaOverride(Isa::kScalar)); }
   SUBCASE("best ISA") { ClearIsaOverride(); }
   PhiloxWords(stream, 0, whole.size(), whole.data());
+  PhiloxDither(stream, 0, whole_dither.size(), whole_dither.data());
   for (uint64_t first : {0u, 1u, 2u, 3u, 5u, 1023u, 1025u}) {
     for (std::size_t count : {0u, 1u, 2u, 3u, 6u, 1029u, 3000u}) {
       std::vector<uint32_t> part(count);
+      std::vector<float> dither(count);
       PhiloxWords(stream, first, count, part.data());
-      for (std::size_t i = 0; i < count; ++i) REQUIRE(part[i] == whole[static_cast<std::size_t>(first) + i]);
+      PhiloxDither(stream, first, count, dither.data());
+      for (std::size_t i = 0; i < count; ++i) {
+        REQUIRE(part[i] == whole[static_cast<std::size_t>(first) + i]);
+        REQUIRE(dither[i] == UniformFromWord(part[i]) - 0.5f);
+      }
     }
   }
   ClearIsaOverride();

@@ -1,5 +1,7 @@
 // Philox streams: maps the specification's stream layout onto the block
-// kernels and handles coordinates that do not start or end on a block.
+// kernels. Whole blocks are written by the kernel straight into the caller's
+// array; a block cut by the start or the end of the range goes through one
+// block on the stack.
 #include "fedrt/platform/config.h"
 #include "philox/philox_kernels.h"
 
@@ -17,45 +19,58 @@ PhiloxBlocksFn PhiloxBlocksFor(Isa isa) {
   }
 }
 
+PhiloxDitherBlocksFn PhiloxDitherBlocksFor(Isa isa) {
+  switch (isa) {
+#if FEDRT_HAVE_AVX2_KERNELS
+    case Isa::kAvx2: return &avx2::PhiloxDitherBlocks;
+#endif
+#if FEDRT_HAVE_NEON_KERNELS
+    case Isa::kNeon: return &neon::PhiloxDitherBlocks;
+#endif
+    default: return &scalar::PhiloxDitherBlocks;
+  }
+}
+
 namespace {
 
-// Words in one stack chunk: bounds the stack use of the bulk calls.
-constexpr std::size_t kChunkBlocks = 256;
-
-template <typename Sink>
-void ForEachWordChunk(const RandomStream& s, uint64_t first, std::size_t count, Sink sink) {
+// Words [first, first + count) of the stream through `blocks_fn`, which
+// writes T values (words or dither) block by block.
+template <typename T, typename BlocksFn>
+void StreamValues(const RandomStream& s, uint64_t first, std::size_t count, BlocksFn blocks_fn, T* out) {
   const PhiloxKey key = {static_cast<uint32_t>(s.seed), static_cast<uint32_t>(s.seed >> 32)};
   const uint32_t c3 = (s.sender_id << 8) | static_cast<uint32_t>(s.purpose);
-  const PhiloxBlocksFn blocks_fn = PhiloxBlocksFor(ActiveIsa());
-  uint32_t words[4 * kChunkBlocks];
-  std::size_t done = 0;
-  while (done < count) {
-    const uint64_t index = first + done;
-    const uint64_t block = index / 4;
-    const std::size_t skip = static_cast<std::size_t>(index % 4);
-    const std::size_t wanted = count - done;
-    std::size_t blocks = (skip + wanted + 3) / 4;
-    if (blocks > kChunkBlocks) blocks = kChunkBlocks;
-    blocks_fn(key, static_cast<uint32_t>(block), s.tensor_id, s.round, c3, blocks, words);
-    std::size_t take = 4 * blocks - skip;
-    if (take > wanted) take = wanted;
-    sink(words + skip, done, take);
-    done += take;
+  // Block indices wrap modulo 2^32 like the counter word they are.
+  const auto partial = [&](uint64_t block, std::size_t skip, std::size_t take) {
+    T values[4];
+    blocks_fn(key, static_cast<uint32_t>(block), s.tensor_id, s.round, c3, 1, values);
+    for (std::size_t i = 0; i < take; ++i) out[i] = values[skip + i];
+    out += take;
+    count -= take;
+  };
+  if (count == 0) return;
+  uint64_t block = first / 4;
+  const std::size_t skip = static_cast<std::size_t>(first % 4);
+  if (skip != 0) {
+    partial(block++, skip, count < 4 - skip ? count : 4 - skip);
   }
+  const std::size_t whole = count / 4;
+  if (whole != 0) {
+    blocks_fn(key, static_cast<uint32_t>(block), s.tensor_id, s.round, c3, whole, out);
+    block += whole;
+    out += 4 * whole;
+    count -= 4 * whole;
+  }
+  if (count != 0) partial(block, 0, count);
 }
 
 }  // namespace
 
 void PhiloxWords(const RandomStream& stream, uint64_t first, std::size_t count, uint32_t* out) {
-  ForEachWordChunk(stream, first, count, [out](const uint32_t* words, std::size_t at, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) out[at + i] = words[i];
-  });
+  StreamValues(stream, first, count, PhiloxBlocksFor(ActiveIsa()), out);
 }
 
 void PhiloxDither(const RandomStream& stream, uint64_t first, std::size_t count, float* out) {
-  ForEachWordChunk(stream, first, count, [out](const uint32_t* words, std::size_t at, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) out[at + i] = UniformFromWord(words[i]) - 0.5f;
-  });
+  StreamValues(stream, first, count, PhiloxDitherBlocksFor(ActiveIsa()), out);
 }
 
 }  // namespace fedrt

@@ -1,8 +1,12 @@
 // AVX2 Philox4x32-10: eight blocks per iteration, in structure-of-arrays form
-// (one register per counter word), transposed back to block order on store.
-// The 32x32->64 multiplies use _mm256_mul_epu32 on even and odd lanes; integer
-// arithmetic only, so the words equal the scalar reference exactly.
-// Tail (< 8 blocks): the scalar kernel.
+// with one block per 64-bit lane (two registers per counter word). Only the
+// low 32 bits of a lane are meaningful: _mm256_mul_epu32 reads just those,
+// so the product's high half is moved down with one shuffle (port 5) and its
+// low half is used as it is, garbage above it included; that garbage never
+// reaches a multiplier input or an output word. The lanes hold blocks
+// (j, j+2, j+1, j+3), which makes the transpose back to block order two
+// in-lane unpacks and no cross-lane permute. Integer arithmetic only, so the
+// words equal the scalar reference exactly. Tail (< 8 blocks): the scalar kernel.
 #include <immintrin.h>
 
 #include "philox/philox_kernels.h"
@@ -10,57 +14,96 @@
 namespace fedrt::avx2 {
 namespace {
 
-// hi and lo 32-bit halves of a * m for each of the eight lanes.
-inline void MulHiLo(__m256i a, __m256i m, __m256i* hi, __m256i* lo) {
-  const __m256i even = _mm256_mul_epu32(a, m);
-  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
-  *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
-  *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+// Four consecutive blocks' 16 words, in block order, as two registers.
+struct FourBlocks {
+  __m256i first;   // blocks j, j+1
+  __m256i second;  // blocks j+2, j+3
+};
+
+// Runs the ten rounds on blocks first_block + {0, 2, 1, 3} (+ 4 for `b`).
+template <typename Sink>
+inline void EightBlocks(const __m256i* round_keys, uint32_t first_block, uint32_t c1, uint32_t c2, uint32_t c3,
+                        Sink sink) {
+  const __m256i m0 = _mm256_set1_epi64x(kPhiloxM0);
+  const __m256i m1 = _mm256_set1_epi64x(kPhiloxM1);
+  const __m256i base = _mm256_set1_epi64x(first_block);
+  __m256i a0 = _mm256_add_epi32(base, _mm256_setr_epi64x(0, 2, 1, 3));
+  __m256i b0 = _mm256_add_epi32(base, _mm256_setr_epi64x(4, 6, 5, 7));
+  __m256i a1 = _mm256_set1_epi32(static_cast<int>(c1)), b1 = a1;
+  __m256i a2 = _mm256_set1_epi32(static_cast<int>(c2)), b2 = a2;
+  __m256i a3 = _mm256_set1_epi32(static_cast<int>(c3)), b3 = a3;
+  for (int round = 0; round < kPhiloxRounds; ++round) {
+    const __m256i pa0 = _mm256_mul_epu32(a0, m0), pa2 = _mm256_mul_epu32(a2, m1);
+    const __m256i pb0 = _mm256_mul_epu32(b0, m0), pb2 = _mm256_mul_epu32(b2, m1);
+    const __m256i k0 = round_keys[2 * round], k1 = round_keys[2 * round + 1];
+    a0 = _mm256_xor_si256(_mm256_xor_si256(_mm256_shuffle_epi32(pa2, 0xF5), a1), k0);
+    a2 = _mm256_xor_si256(_mm256_xor_si256(_mm256_shuffle_epi32(pa0, 0xF5), a3), k1);
+    b0 = _mm256_xor_si256(_mm256_xor_si256(_mm256_shuffle_epi32(pb2, 0xF5), b1), k0);
+    b2 = _mm256_xor_si256(_mm256_xor_si256(_mm256_shuffle_epi32(pb0, 0xF5), b3), k1);
+    a1 = pa2;
+    a3 = pa0;
+    b1 = pb2;
+    b3 = pb0;
+  }
+  const auto order = [](__m256i x0, __m256i x1, __m256i x2, __m256i x3) {
+    const __m256i w01 = _mm256_blend_epi32(x0, _mm256_slli_epi64(x1, 32), 0xAA);
+    const __m256i w23 = _mm256_blend_epi32(x2, _mm256_slli_epi64(x3, 32), 0xAA);
+    return FourBlocks{_mm256_unpacklo_epi64(w01, w23), _mm256_unpackhi_epi64(w01, w23)};
+  };
+  sink(order(a0, a1, a2, a3), order(b0, b1, b2, b3));
+}
+
+template <typename Sink>
+inline std::size_t ForEightBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2, uint32_t c3,
+                                  std::size_t blocks, Sink sink) {
+  __m256i round_keys[2 * kPhiloxRounds];
+  uint32_t k0 = key[0], k1 = key[1];
+  for (int round = 0; round < kPhiloxRounds; ++round) {
+    round_keys[2 * round] = _mm256_set1_epi32(static_cast<int>(k0));
+    round_keys[2 * round + 1] = _mm256_set1_epi32(static_cast<int>(k1));
+    k0 += kPhiloxW0;
+    k1 += kPhiloxW1;
+  }
+  std::size_t j = 0;
+  for (; j + 8 <= blocks; j += 8) {
+    EightBlocks(round_keys, static_cast<uint32_t>(first_block + j), c1, c2, c3,
+                [&](FourBlocks lo, FourBlocks hi) { sink(j, lo, hi); });
+  }
+  return j;
+}
+
+// u01(r) - 1/2 = float(r >> 8) * 2^-24 - 1/2, exact in every step.
+inline __m256 Dither(__m256i words) {
+  const __m256 u01 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(words, 8)), _mm256_set1_ps(0x1p-24f));
+  return _mm256_sub_ps(u01, _mm256_set1_ps(0.5f));
 }
 
 }  // namespace
 
 void PhiloxBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2, uint32_t c3,
                   std::size_t blocks, uint32_t* out) {
-  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kPhiloxM0));
-  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(kPhiloxM1));
-  const __m256i lane_offsets = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  std::size_t j = 0;
-  for (; j + 8 <= blocks; j += 8) {
-    __m256i x0 = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(first_block + j)), lane_offsets);
-    __m256i x1 = _mm256_set1_epi32(static_cast<int>(c1));
-    __m256i x2 = _mm256_set1_epi32(static_cast<int>(c2));
-    __m256i x3 = _mm256_set1_epi32(static_cast<int>(c3));
-    uint32_t k0 = key[0], k1 = key[1];
-    for (int round = 0; round < kPhiloxRounds; ++round) {
-      __m256i hi0, lo0, hi1, lo1;
-      MulHiLo(x0, m0, &hi0, &lo0);
-      MulHiLo(x2, m1, &hi1, &lo1);
-      const __m256i y0 = _mm256_xor_si256(_mm256_xor_si256(hi1, x1), _mm256_set1_epi32(static_cast<int>(k0)));
-      const __m256i y2 = _mm256_xor_si256(_mm256_xor_si256(hi0, x3), _mm256_set1_epi32(static_cast<int>(k1)));
-      x0 = y0;
-      x1 = lo1;
-      x2 = y2;
-      x3 = lo0;
-      k0 += kPhiloxW0;
-      k1 += kPhiloxW1;
-    }
-    // 4x8 -> 8x4 transpose: block b's words are lane b of x0..x3.
-    const __m256i t0 = _mm256_unpacklo_epi32(x0, x1);  // b0w0 b0w1 b1w0 b1w1 | b4.. b5..
-    const __m256i t1 = _mm256_unpackhi_epi32(x0, x1);  // b2w0 b2w1 b3w0 b3w1 | b6.. b7..
-    const __m256i t2 = _mm256_unpacklo_epi32(x2, x3);
-    const __m256i t3 = _mm256_unpackhi_epi32(x2, x3);
-    const __m256i b01 = _mm256_unpacklo_epi64(t0, t2);  // block 0 | block 4
-    const __m256i b11 = _mm256_unpackhi_epi64(t0, t2);  // block 1 | block 5
-    const __m256i b22 = _mm256_unpacklo_epi64(t1, t3);  // block 2 | block 6
-    const __m256i b33 = _mm256_unpackhi_epi64(t1, t3);  // block 3 | block 7
-    __m256i* dst = reinterpret_cast<__m256i*>(out + 4 * j);
-    _mm256_storeu_si256(dst + 0, _mm256_permute2x128_si256(b01, b11, 0x20));
-    _mm256_storeu_si256(dst + 1, _mm256_permute2x128_si256(b22, b33, 0x20));
-    _mm256_storeu_si256(dst + 2, _mm256_permute2x128_si256(b01, b11, 0x31));
-    _mm256_storeu_si256(dst + 3, _mm256_permute2x128_si256(b22, b33, 0x31));
-  }
+  const std::size_t j =
+      ForEightBlocks(key, first_block, c1, c2, c3, blocks, [out](std::size_t at, FourBlocks lo, FourBlocks hi) {
+        __m256i* dst = reinterpret_cast<__m256i*>(out + 4 * at);
+        _mm256_storeu_si256(dst + 0, lo.first);
+        _mm256_storeu_si256(dst + 1, lo.second);
+        _mm256_storeu_si256(dst + 2, hi.first);
+        _mm256_storeu_si256(dst + 3, hi.second);
+      });
   scalar::PhiloxBlocks(key, static_cast<uint32_t>(first_block + j), c1, c2, c3, blocks - j, out + 4 * j);
+}
+
+void PhiloxDitherBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2, uint32_t c3,
+                        std::size_t blocks, float* out) {
+  const std::size_t j =
+      ForEightBlocks(key, first_block, c1, c2, c3, blocks, [out](std::size_t at, FourBlocks lo, FourBlocks hi) {
+        float* dst = out + 4 * at;
+        _mm256_storeu_ps(dst + 0, Dither(lo.first));
+        _mm256_storeu_ps(dst + 8, Dither(lo.second));
+        _mm256_storeu_ps(dst + 16, Dither(hi.first));
+        _mm256_storeu_ps(dst + 24, Dither(hi.second));
+      });
+  scalar::PhiloxDitherBlocks(key, static_cast<uint32_t>(first_block + j), c1, c2, c3, blocks - j, out + 4 * j);
 }
 
 }  // namespace fedrt::avx2

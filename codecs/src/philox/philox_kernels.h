@@ -4,8 +4,10 @@
 //
 // PhiloxBlocks computes `blocks` consecutive Philox blocks whose counters are
 // {first_block + j, c1, c2, c3} and writes their 4 words each, block after
-// block, to out[0 .. 4 * blocks). Any `blocks` (tails handled inside), any
-// alignment of `out`.
+// block, to out[0 .. 4 * blocks). PhiloxDitherBlocks writes the dither value
+// u01(r) - 1/2 of every word instead (philox.h), computed exactly as the
+// scalar float expression. Any `blocks` (tails handled inside), any alignment
+// of `out`.
 #ifndef FEDRT_CODECS_PHILOX_KERNELS_H_
 #define FEDRT_CODECS_PHILOX_KERNELS_H_
 
@@ -19,22 +21,28 @@ namespace fedrt {
 
 using PhiloxBlocksFn = void (*)(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2,
                                 uint32_t c3, std::size_t blocks, uint32_t* out);
+using PhiloxDitherBlocksFn = void (*)(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2,
+                                      uint32_t c3, std::size_t blocks, float* out);
 
+#define FEDRT_PHILOX_KERNEL_DECLS                                                                   \
+  void PhiloxBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2, uint32_t c3,    \
+                    std::size_t blocks, uint32_t* out);                                            \
+  void PhiloxDitherBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2, uint32_t c3, \
+                          std::size_t blocks, float* out);
 namespace scalar {
-void PhiloxBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2, uint32_t c3,
-                  std::size_t blocks, uint32_t* out);
+FEDRT_PHILOX_KERNEL_DECLS
 }
 namespace avx2 {
-void PhiloxBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2, uint32_t c3,
-                  std::size_t blocks, uint32_t* out);
+FEDRT_PHILOX_KERNEL_DECLS
 }
 namespace neon {
-void PhiloxBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2, uint32_t c3,
-                  std::size_t blocks, uint32_t* out);
+FEDRT_PHILOX_KERNEL_DECLS
 }
+#undef FEDRT_PHILOX_KERNEL_DECLS
 
-// The variant for `isa` (which must be available, see IsaAvailable()).
+// The variants for `isa` (which must be available, see IsaAvailable()).
 PhiloxBlocksFn PhiloxBlocksFor(Isa isa);
+PhiloxDitherBlocksFn PhiloxDitherBlocksFor(Isa isa);
 
 // Philox constants (codec specification, section 1).
 inline constexpr uint32_t kPhiloxM0 = 0xD2511F53u;

@@ -2,7 +2,10 @@
 // structure-of-arrays form; vst4q_u32 interleaves them back to block order.
 // vmull_u32 gives the 64-bit products; only instructions present on ARMv7
 // NEON are used, so one file serves both. Integer arithmetic only: the words
-// equal the scalar reference exactly. Tail (< 4 blocks): the scalar kernel.
+// equal the scalar reference exactly. Dither: u01(r) - 1/2 with vcvtq_f32_u32
+// of r >> 8, a multiply by 2^-24 and a subtraction, all exact with normal or
+// zero results (|value| >= 2^-24), so ARMv7's flush-to-zero cannot change
+// them. Tail (< 4 blocks): the scalar kernel.
 #include <arm_neon.h>
 
 #include "philox/philox_kernels.h"
@@ -17,10 +20,11 @@ inline void MulHiLo(uint32x4_t a, uint32x2_t m, uint32x4_t* hi, uint32x4_t* lo) 
   *lo = vcombine_u32(vmovn_u64(p_low), vmovn_u64(p_high));
 }
 
-}  // namespace
-
-void PhiloxBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2, uint32_t c3,
-                  std::size_t blocks, uint32_t* out) {
+// Runs the rounds on blocks j..j+3 for every j, hands the four words in
+// structure-of-arrays form (word k of the four blocks in x.val[k]) to `sink`.
+template <typename Sink>
+std::size_t ForFourBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2, uint32_t c3,
+                          std::size_t blocks, Sink sink) {
   const uint32x2_t m0 = vdup_n_u32(kPhiloxM0);
   const uint32x2_t m1 = vdup_n_u32(kPhiloxM1);
   const uint32_t offsets[4] = {0, 1, 2, 3};
@@ -44,9 +48,33 @@ void PhiloxBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2,
       k0 += kPhiloxW0;
       k1 += kPhiloxW1;
     }
-    vst4q_u32(out + 4 * j, x);
+    sink(j, x);
   }
+  return j;
+}
+
+inline float32x4_t Dither(uint32x4_t words) {
+  const float32x4_t u01 = vmulq_f32(vcvtq_f32_u32(vshrq_n_u32(words, 8)), vdupq_n_f32(0x1p-24f));
+  return vsubq_f32(u01, vdupq_n_f32(0.5f));
+}
+
+}  // namespace
+
+void PhiloxBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2, uint32_t c3,
+                  std::size_t blocks, uint32_t* out) {
+  const std::size_t j = ForFourBlocks(key, first_block, c1, c2, c3, blocks,
+                                      [out](std::size_t at, const uint32x4x4_t& x) { vst4q_u32(out + 4 * at, x); });
   scalar::PhiloxBlocks(key, static_cast<uint32_t>(first_block + j), c1, c2, c3, blocks - j, out + 4 * j);
+}
+
+void PhiloxDitherBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2, uint32_t c3,
+                        std::size_t blocks, float* out) {
+  const std::size_t j = ForFourBlocks(key, first_block, c1, c2, c3, blocks, [out](std::size_t at, const uint32x4x4_t& x) {
+    float32x4x4_t u;
+    for (int k = 0; k < 4; ++k) u.val[k] = Dither(x.val[k]);
+    vst4q_f32(out + 4 * at, u);
+  });
+  scalar::PhiloxDitherBlocks(key, static_cast<uint32_t>(first_block + j), c1, c2, c3, blocks - j, out + 4 * j);
 }
 
 }  // namespace fedrt::neon

@@ -29,5 +29,14 @@ void PhiloxBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2,
   }
 }
 
+void PhiloxDitherBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2, uint32_t c3,
+                        std::size_t blocks, float* out) {
+  for (std::size_t j = 0; j < blocks; ++j) {
+    const PhiloxCounter words =
+        Philox4x32({static_cast<uint32_t>(first_block + j), c1, c2, c3}, key);
+    for (int k = 0; k < 4; ++k) out[4 * j + static_cast<std::size_t>(k)] = UniformFromWord(words[k]) - 0.5f;
+  }
+}
+
 }  // namespace scalar
 }  // namespace fedrt

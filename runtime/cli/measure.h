@@ -2,6 +2,8 @@
 #ifndef FEDRT_RUNTIME_CLI_MEASURE_H_
 #define FEDRT_RUNTIME_CLI_MEASURE_H_
 
+#include <time.h>
+
 #include <cstddef>
 
 #include "fedrt/platform/clock.h"
@@ -21,6 +23,25 @@ double SecondsPerCall(Work work, double min_seconds, bool warm_up) {
     ++calls;
   } while (watch.ElapsedSeconds() < min_seconds);
   return watch.ElapsedSeconds() / calls;
+}
+
+// As SecondsPerCall, in CPU seconds of the calling thread: on a machine shared
+// with other jobs this counts only the time the work itself was running.
+template <typename Work>
+double CpuSecondsPerCall(Work work, double min_seconds, bool warm_up) {
+  if (warm_up) work();
+  const auto now = [] {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  };
+  int calls = 0;
+  const double start = now();
+  do {
+    work();
+    ++calls;
+  } while (now() - start < min_seconds);
+  return (now() - start) / calls;
 }
 
 // ||decoded - input||^2 / ||input||^2 in double; 0 for an all-zero input.

@@ -12,8 +12,10 @@
 //
 // Encoding allocates nothing: the raw symbols are staged in the caller's
 // output buffer past the largest possible stream (MaxEncodedSize counts
-// d extra bytes for that), then coded into place. Decoding allocates one byte
-// per coordinate for the decoded symbols.
+// d extra bytes for that), then coded into place; with `ec=pack` they are
+// packed chunk by chunk instead and the staging room stays unused. Decoding a
+// packed stream validates it whole, then unpacks it chunk by chunk; the other
+// codings allocate one byte per coordinate for the decoded symbols.
 //
 // Inputs whose reconstruction could overflow float (max|w| close to FLT_MAX)
 // are refused with kInvalidArgument; payload scales are checked likewise.
@@ -68,6 +70,10 @@ class DitherCodec final : public Codec {
     uint8_t* stream = body + 4 * buckets;
     uint8_t* staged = stream + stream_bound;  // raw symbols, coded into `stream` at the end
     const RandomStream dither = DitherStream(context);
+    // ec=pack: symbols are packed chunk by chunk while in L1 cache; the other
+    // codings need the whole symbol vector (rANS: its histogram) first.
+    const bool packed = options_.coding == SymbolCoding::kPack;
+    PackedSymbolWriter writer(alphabet(), stream);
     std::size_t count = 0;
     float u[kChunk];
     for (std::size_t k = 0; k < buckets; ++k) {
@@ -87,17 +93,22 @@ class DitherCodec final : public Codec {
       for (std::size_t j = 0; j < length; j += kChunk) {
         const std::size_t n = length - j < kChunk ? length - j : kChunk;
         PhiloxDither(dither, start + j, n, u);
+        uint8_t* symbols = packed ? writer.Reserve(n) : staged + count + j;
         if (nested()) {
-          kernels.nested_quantize(w + j, u, n, scale, levels_, rho_, staged + count + j);
+          kernels.nested_quantize(w + j, u, n, scale, levels_, rho_, symbols);
         } else {
-          kernels.quantize(w + j, u, n, scale, levels_, staged + count + j);
+          kernels.quantize(w + j, u, n, scale, levels_, symbols);
         }
+        if (packed) writer.Commit(n);
       }
       count += length;
     }
     uint16_t flags = 0;
     std::size_t stream_size = 0;
-    if (count > 0) {
+    if (packed && count > 0) {
+      stream_size = writer.Finish();
+      flags = writer.flags();
+    } else if (count > 0) {
       auto coded = EncodeSymbols(staged, count, alphabet(), options_.coding, stream, stream_bound, &flags);
       FEDRT_RETURN_IF_ERROR(coded.status());
       stream_size = *coded;
@@ -186,12 +197,19 @@ class DitherCodec final : public Codec {
     for (std::size_t k = 0; k < buckets; ++k) {
       if (scales[k] != 0.0f) count += BucketLength(d, k);
     }
-    std::vector<uint8_t> symbols(count);
     const uint8_t* stream = view.body + 4 * buckets;
     const std::size_t stream_size = view.body_size - 4 * buckets;
+    // Packed streams are validated whole, then unpacked chunk by chunk next
+    // to their use; other codings are decoded into one vector first.
+    const bool packed = count > 0 && IsPackedCoding(view.header.flags, alphabet());
+    PackedSymbolReader reader(stream, count, alphabet());
+    std::vector<uint8_t> symbols;
     if (count == 0) {
       if (stream_size != 0) return Corrupt(Name() + ": symbols present for all-zero buckets");
+    } else if (packed) {
+      FEDRT_RETURN_IF_ERROR(reader.Validate(stream_size));
     } else {
+      symbols.resize(count);
       FEDRT_RETURN_IF_ERROR(DecodeSymbols(stream, stream_size, count, alphabet(), view.header.flags, symbols.data()));
     }
     // Everything is validated: from here on nothing fails except a nested
@@ -212,27 +230,29 @@ class DitherCodec final : public Codec {
         const std::size_t n = length - j < kChunk ? length - j : kChunk;
         const std::size_t at = start + j;
         PhiloxDither(dither, at, n, u);
+        const uint8_t* chunk = packed ? reader.Next(n) : sym + j;
         if (!nested()) {
           if (accumulate) {
-            kernels.dequantize_accumulate(sym + j, u, n, scale, levels_, weight, target + at);
+            kernels.dequantize_accumulate(chunk, u, n, scale, levels_, weight, target + at);
           } else {
-            kernels.dequantize(sym + j, u, n, scale, levels_, target + at);
+            kernels.dequantize(chunk, u, n, scale, levels_, target + at);
           }
           continue;
         }
         float* values = accumulate ? decoded : target + at;
-        kernels.nested_dequantize(sym + j, u, side_info + at, n, scale, rho_, values);
-        for (std::size_t i = 0; i < n; ++i) {
-          if (!std::isfinite(values[i])) {
-            return InvalidArgument("ndqsg: side information at coordinate " + std::to_string(at + i) +
-                                   " drives the decoded value out of float range");
-          }
+        kernels.nested_dequantize(chunk, u, side_info + at, n, scale, rho_, values);
+        // max_abs is non-finite iff a value is (bit-pattern order); then name it.
+        if (!std::isfinite(kernels.max_abs(values, n))) {
+          std::size_t i = 0;
+          while (std::isfinite(values[i])) ++i;
+          return InvalidArgument("ndqsg: side information at coordinate " + std::to_string(at + i) +
+                                 " drives the decoded value out of float range");
         }
         if (accumulate) {
           for (std::size_t i = 0; i < n; ++i) target[at + i] += weight * values[i];
         }
       }
-      sym += length;
+      if (!packed) sym += length;
     }
     return Status::Ok();
   }

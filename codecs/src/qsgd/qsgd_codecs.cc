@@ -10,9 +10,12 @@
 //
 // Encoding allocates nothing: the symbols are staged in the tail of the
 // caller's buffer, after the largest symbol stream (MaxEncodedSize counts
-// those d bytes). Decode stages them in the last quarter of the output floats
-// (each float is written after its own symbol has been read, and never
-// reaches a symbol not yet read); DecodeAccumulate uses one d-byte vector.
+// those d bytes); with `ec=pack` they are packed chunk by chunk instead and
+// that room stays unused. Decoding a packed stream validates it whole, then
+// unpacks it chunk by chunk. Other codings: Decode stages the symbols in the
+// last quarter of the output floats (each float is written after its own
+// symbol has been read, and never reaches a symbol not yet read);
+// DecodeAccumulate uses one d-byte vector.
 #include "qsgd/qsgd_codecs.h"
 
 #include <algorithm>
@@ -48,6 +51,8 @@ struct QuantizerConfig {
 
 // Random words per stack chunk of stochastic rounding.
 constexpr std::size_t kChunk = 256;
+// Symbols per piece of decoding (at most PackedSymbolReader::kChunk - 7).
+constexpr std::size_t kDecodeChunk = 2048;
 
 class NormalizedQuantizer final : public AdaptiveCodec {
  public:
@@ -90,6 +95,10 @@ class NormalizedQuantizer final : public AdaptiveCodec {
     uint8_t* symbols = stream + stream_capacity;  // staging area, see the file comment
     const RandomStream random = {context.session_seed, context.tensor_id, context.round, context.sender_id,
                                  RandomPurpose::kStochasticRounding};
+    // ec=pack: symbols are packed chunk by chunk while in L1 cache; the other
+    // codings need the whole symbol vector (rANS: its histogram) first.
+    const bool packed = c_.options.coding == SymbolCoding::kPack;
+    PackedSymbolWriter writer(Alphabet(), stream);
     const std::size_t buckets = Buckets(d);
     for (std::size_t b = 0; b < buckets; ++b) {
       const std::size_t begin = b * BucketSize(d);
@@ -97,21 +106,29 @@ class NormalizedQuantizer final : public AdaptiveCodec {
       const float* v = input + begin;
       const float scale = Scale(k, v, n);
       StoreFloatLe(scales + 4 * b, scale);
-      if (c_.sign_only) {
-        k.sign_quantize(v, n, symbols + begin);
-      } else if (scale == 0.0f) {
-        std::memset(symbols + begin, c_.s, n);
-      } else {
-        uint32_t words[kChunk];
-        for (std::size_t at = 0; at < n; at += kChunk) {
-          const std::size_t m = std::min(kChunk, n - at);
+      uint32_t words[kChunk];
+      for (std::size_t at = 0; at < n; at += kChunk) {
+        const std::size_t m = std::min(kChunk, n - at);
+        uint8_t* out_symbols = packed ? writer.Reserve(m) : symbols + begin + at;
+        if (c_.sign_only) {
+          k.sign_quantize(v + at, m, out_symbols);
+        } else if (scale == 0.0f) {
+          std::memset(out_symbols, c_.s, m);
+        } else {
           PhiloxWords(random, begin + at, m, words);
-          k.quantize_levels(v + at, m, scale, c_.table.levels.data(), c_.s, words, symbols + begin + at);
+          k.quantize_levels(v + at, m, scale, c_.table.levels.data(), c_.s, words, out_symbols);
         }
+        if (packed) writer.Commit(m);
       }
     }
     uint16_t flags = 0;
-    auto size = EncodeSymbols(symbols, d, Alphabet(), c_.options.coding, stream, stream_capacity, &flags);
+    Result<std::size_t> size = std::size_t{0};
+    if (packed) {
+      size = writer.Finish();
+      flags = writer.flags();
+    } else {
+      size = EncodeSymbols(symbols, d, Alphabet(), c_.options.coding, stream, stream_capacity, &flags);
+    }
     FEDRT_RETURN_IF_ERROR(size.status());
     if (c_.options.error_feedback) flags |= kFlagErrorFeedback;
     const std::size_t body_size = Prefix(d) + *size;
@@ -121,36 +138,12 @@ class NormalizedQuantizer final : public AdaptiveCodec {
 
   Status Decode(const uint8_t* payload, std::size_t size, const CodecContext& context, float* out, std::size_t d,
                 const float* /*side_info*/) const override {
-    // Symbols go to the last quarter of `out` (see the file comment).
-    uint8_t* symbols = reinterpret_cast<uint8_t*>(out) + 3 * d;
-    auto scales = DecodeBody(payload, size, context, d, symbols);
-    FEDRT_RETURN_IF_ERROR(scales.status());
-    const QsgdKernels& k = QsgdKernelsFor(ActiveIsa());
-    ForEachBucket(d, *scales, [&](std::size_t begin, std::size_t n, float scale) {
-      if (c_.sign_only) {
-        k.sign_dequantize(symbols + begin, n, scale, out + begin);
-      } else {
-        k.dequantize_levels(symbols + begin, n, scale, c_.table.levels.data(), c_.s, out + begin);
-      }
-    });
-    return Status::Ok();
+    return DecodeInto(payload, size, context, d, out, 0.0f, false);
   }
 
   Status DecodeAccumulate(const uint8_t* payload, std::size_t size, const CodecContext& context, float weight,
                           float* accumulator, std::size_t d, const float* /*side_info*/) const override {
-    std::vector<uint8_t> symbols(d);
-    auto scales = DecodeBody(payload, size, context, d, symbols.data());
-    FEDRT_RETURN_IF_ERROR(scales.status());
-    const QsgdKernels& k = QsgdKernelsFor(ActiveIsa());
-    ForEachBucket(d, *scales, [&](std::size_t begin, std::size_t n, float scale) {
-      if (c_.sign_only) {
-        k.sign_dequantize_accumulate(symbols.data() + begin, n, scale, weight, accumulator + begin);
-      } else {
-        k.dequantize_levels_accumulate(symbols.data() + begin, n, scale, c_.table.levels.data(), c_.s, weight,
-                                       accumulator + begin);
-      }
-    });
-    return Status::Ok();
+    return DecodeInto(payload, size, context, d, accumulator, weight, true);
   }
 
  private:
@@ -182,9 +175,58 @@ class NormalizedQuantizer final : public AdaptiveCodec {
     }
   }
 
-  // Validates the payload and decodes its symbols; returns the scales.
-  Result<const uint8_t*> DecodeBody(const uint8_t* payload, std::size_t size, const CodecContext& context,
-                                    std::size_t d, uint8_t* symbols) const {
+  // Decodes into `target`: overwrite (accumulate == false) or target += weight * decoded.
+  // A packed stream is validated whole, then unpacked chunk by chunk next to
+  // its use. Other codings decode into symbols staged in the last quarter of
+  // `out` (Decode; see the file comment) or in one d-byte vector (accumulate).
+  Status DecodeInto(const uint8_t* payload, std::size_t size, const CodecContext& context, std::size_t d,
+                    float* target, float weight, bool accumulate) const {
+    auto opened = OpenBody(payload, size, context, d);
+    FEDRT_RETURN_IF_ERROR(opened.status());
+    const PayloadView& view = *opened;
+    const uint8_t* scales = view.body + (c_.adaptive ? 4 : 0);
+    const uint8_t* stream = view.body + Prefix(d);
+    const std::size_t stream_size = view.body_size - Prefix(d);
+    const bool packed = IsPackedCoding(view.header.flags, Alphabet());
+    PackedSymbolReader reader(stream, d, Alphabet());
+    std::vector<uint8_t> staging;
+    uint8_t* symbols = nullptr;
+    if (packed) {
+      FEDRT_RETURN_IF_ERROR(reader.Validate(stream_size));
+    } else {
+      if (accumulate) {
+        staging.resize(d);
+        symbols = staging.data();
+      } else {
+        symbols = reinterpret_cast<uint8_t*>(target) + 3 * d;
+      }
+      FEDRT_RETURN_IF_ERROR(DecodeSymbols(stream, stream_size, d, Alphabet(), view.header.flags, symbols));
+    }
+    const QsgdKernels& k = QsgdKernelsFor(ActiveIsa());
+    ForEachBucket(d, scales, [&](std::size_t begin, std::size_t n, float scale) {
+      for (std::size_t at = 0; at < n; at += kDecodeChunk) {
+        const std::size_t m = std::min(kDecodeChunk, n - at);
+        const uint8_t* chunk = packed ? reader.Next(m) : symbols + begin + at;
+        float* dst = target + begin + at;
+        if (c_.sign_only) {
+          if (accumulate) {
+            k.sign_dequantize_accumulate(chunk, m, scale, weight, dst);
+          } else {
+            k.sign_dequantize(chunk, m, scale, dst);
+          }
+        } else if (accumulate) {
+          k.dequantize_levels_accumulate(chunk, m, scale, c_.table.levels.data(), c_.s, weight, dst);
+        } else {
+          k.dequantize_levels(chunk, m, scale, c_.table.levels.data(), c_.s, dst);
+        }
+      }
+    });
+    return Status::Ok();
+  }
+
+  // Validates the payload's header, level-table version and scales.
+  Result<PayloadView> OpenBody(const uint8_t* payload, std::size_t size, const CodecContext& context,
+                               std::size_t d) const {
     auto view = OpenPayload(payload, size, c_.id, c_.spec, context, d);
     FEDRT_RETURN_IF_ERROR(view.status());
     if (view->header.bucket != c_.bucket) return Corrupt(c_.spec + ": header bucket size differs from the spec");
@@ -206,9 +248,7 @@ class NormalizedQuantizer final : public AdaptiveCodec {
         return Corrupt(c_.spec + ": bucket " + std::to_string(b) + " has scale " + std::to_string(scale));
       }
     }
-    FEDRT_RETURN_IF_ERROR(DecodeSymbols(view->body + prefix, view->body_size - prefix, d, Alphabet(),
-                                        view->header.flags, symbols));
-    return scales;
+    return view;
   }
 
   QuantizerConfig c_;

@@ -212,6 +212,33 @@ TEST_CASE("ndqsg without side information is an invalid argument") {
         StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("ndqsg rejects NaN or Inf side information and leaves an accumulator untouched") {
+  for (Isa isa : AvailableIsas()) {
+    INFO("isa " << IsaName(isa));
+    REQUIRE(SetIsaOverride(isa));
+    for (const char* spec : {"ndqsg:ec=pack", "ndqsg:ec=rans,b=64"}) {
+      INFO(spec);
+      auto codec = Make(spec);
+      const std::size_t d = 1007;
+      const auto input = Gaussian(d, 3);
+      const auto payload = Encode(*codec, input, Context());
+      for (float bad : {NAN, INFINITY, -INFINITY}) {
+        std::vector<float> side = input;
+        side[d - 5] = bad;
+        std::vector<float> out(d);
+        CHECK(codec->Decode(payload.data(), payload.size(), Context(), out.data(), d, side.data()).code() ==
+              StatusCode::kInvalidArgument);
+        std::vector<float> accumulator(d, 2.0f);
+        CHECK(codec->DecodeAccumulate(payload.data(), payload.size(), Context(), 1.0f, accumulator.data(), d,
+                                      side.data())
+                  .code() == StatusCode::kInvalidArgument);
+        CHECK(accumulator == std::vector<float>(d, 2.0f));
+      }
+    }
+  }
+  ClearIsaOverride();
+}
+
 // Per-coordinate coarse step D2 = rho * scale of each bucket, recomputed as the codec does.
 std::vector<float> CoarseSteps(const std::vector<float>& input, std::size_t b, int s1, int rho) {
   std::vector<float> steps(input.size());

@@ -187,7 +187,11 @@ class DitherCodec final : public Codec {
                     const float* side_info, float* target, float weight, bool accumulate) const {
     if (nested()) {
       if (side_info == nullptr && d > 0) return InvalidArgument("ndqsg: decoding needs side information");
-      FEDRT_RETURN_IF_ERROR(CheckFinite(side_info, d));
+      // A NaN or Inf in the side information makes its decoded value
+      // non-finite, which the per-chunk check below reports. Accumulating
+      // checks it up front, so that it never fails with part of the
+      // accumulator already updated.
+      if (accumulate) FEDRT_RETURN_IF_ERROR(CheckFinite(side_info, d));
     }
     PayloadView view;
     std::vector<float> scales;

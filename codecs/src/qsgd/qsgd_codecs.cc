@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -83,7 +84,6 @@ class NormalizedQuantizer final : public AdaptiveCodec {
     if (capacity < MaxEncodedSize(d)) return OutOfRange(c_.spec + ": output buffer too small");
     const std::size_t stream_capacity = MaxSymbolStreamSize(d, Alphabet(), c_.options.coding);
     if (Prefix(d) + uint64_t{stream_capacity} > UINT32_MAX) return OutOfRange(c_.spec + ": vector too long for one payload");
-    FEDRT_RETURN_IF_ERROR(CheckFinite(input, d));
     const QsgdKernels& k = QsgdKernelsFor(ActiveIsa());
     uint8_t* body = out + BodyOffset(c_.spec);
     uint8_t* scales = body;
@@ -104,7 +104,9 @@ class NormalizedQuantizer final : public AdaptiveCodec {
       const std::size_t begin = b * BucketSize(d);
       const std::size_t n = std::min(BucketSize(d), d - begin);
       const float* v = input + begin;
-      const float scale = Scale(k, v, n);
+      auto scale_or = Scale(k, v, n);
+      if (!scale_or.ok()) return CheckFinite(input, d);  // names the coordinate
+      const float scale = *scale_or;
       StoreFloatLe(scales + 4 * b, scale);
       uint32_t words[kChunk];
       for (std::size_t at = 0; at < n; at += kChunk) {
@@ -152,16 +154,31 @@ class NormalizedQuantizer final : public AdaptiveCodec {
   std::size_t Buckets(std::size_t d) const { return (d + BucketSize(d) - 1) / BucketSize(d); }
   std::size_t Prefix(std::size_t d) const { return (c_.adaptive ? 4 : 0) + 4 * Buckets(d); }
 
-  float Scale(const QsgdKernels& k, const float* v, std::size_t n) const {
+  // The bucket's scale; an error iff the bucket holds a NaN or an Inf. The
+  // L2 and mean-|v| sums run in double, where squares and sums of finite
+  // floats stay finite and a NaN or Inf always propagates: their result is
+  // the finiteness check. max|v| compares, so that bucket is scanned first.
+  Result<float> Scale(const QsgdKernels& k, const float* v, std::size_t n) const {
     switch (c_.scale) {
       case ScaleKind::kL2: {
-        // The norm of finite floats can still overflow float32; the clamp
-        // keeps the payload finite (r is clamped to 1 by the kernel).
         const float norm = k.l2_norm(v, n);
-        return norm > FLT_MAX ? FLT_MAX : norm;
+        if (std::isnan(norm)) return InvalidArgument("non-finite input");
+        if (std::isinf(norm)) {
+          FEDRT_RETURN_IF_ERROR(CheckFinite(v, n));
+          // The norm of finite floats can still overflow float32; the clamp
+          // keeps the payload finite (r is clamped to 1 by the kernel).
+          return FLT_MAX;
+        }
+        return norm;
       }
-      case ScaleKind::kMax: return k.max_abs(v, n);
-      case ScaleKind::kMeanAbs: return k.mean_abs(v, n);
+      case ScaleKind::kMax:
+        FEDRT_RETURN_IF_ERROR(CheckFinite(v, n));
+        return k.max_abs(v, n);
+      case ScaleKind::kMeanAbs: {
+        const float mean = k.mean_abs(v, n);
+        if (!std::isfinite(mean)) return InvalidArgument("non-finite input");
+        return mean;
+      }
     }
     return 0.0f;
   }

@@ -255,8 +255,19 @@ Status PackedSymbolReader::Validate(std::size_t size) {
                    " symbols need " + std::to_string(expected));
   }
   if (alphabet_ < 2) return Status::Ok();
+  if (alphabet_ == 3) {
+    // Base 3 is valid iff every byte is < 243: a byte maximum, no unpacking.
+    uint8_t largest = 0;
+    for (std::size_t i = 0; i < size; ++i) largest = stream_[i] > largest ? stream_[i] : largest;
+    if (largest >= 243) {
+      std::size_t at = 0;
+      while (stream_[at] < 243) ++at;
+      return Corrupt("base-3 byte " + std::to_string(stream_[at]) + " at " + std::to_string(at) + " exceeds 242");
+    }
+    return CheckPadding(stream_, size, count_, alphabet_);
+  }
   // Power-of-two alphabets have no invalid codes, only padding to check.
-  const bool check = alphabet_ == 3 || alphabet_ != (uint32_t{1} << PackedBits(alphabet_));
+  const bool check = alphabet_ != (uint32_t{1} << PackedBits(alphabet_));
   for (std::size_t first = 0; check && first < count_; first += kChunk) {
     const std::size_t n = std::min(kChunk, count_ - first);
     const uint8_t* at = stream_ + PackedStreamSize(first, alphabet_);

@@ -6,9 +6,9 @@
 // its low b bytes; a byte shuffle moves the 2b bytes of each 128-bit half to
 // its front, and two 16-byte stores write them. Unpack runs the same steps
 // backwards. The stores and loads cover 16 bytes of which 2b are wanted, so
-// the vector loops stop while at least 128 symbols (>= 16 bytes of stream)
-// remain; the scalar reference finishes, rewriting any byte a vector store
-// covered beyond its own. b = 8 is a copy.
+// the vector loops stop when fewer than 2b + 16 bytes of stream remain; the
+// scalar reference finishes, rewriting any byte a vector store covered beyond
+// its own. b = 8 is a copy.
 //
 // Base 3 (five trits per byte) uses 64-bit integer arithmetic, not vectors:
 // Base3Byte() for packing, an 8-byte table lookup per byte for unpacking
@@ -76,7 +76,9 @@ void PackSymbols(const uint8_t* symbols, std::size_t count, uint32_t alphabet, u
   const __m256i low32 = _mm256_set1_epi64x(0xFFFFFFFFll);
   std::size_t i = 0;
   uint8_t* dst = out;
-  for (; i + 32 + 128 <= count; i += 32) {
+  // The second store reaches dst + 2b + 16: stay inside the stream.
+  const uint8_t* end = out + codec_internal::PackedStreamSize(count, alphabet);
+  for (; i + 32 <= count && end - dst >= 2 * b + 16; i += 32) {
     __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(symbols + i));
     x = _mm256_or_si256(_mm256_and_si256(x, low8), _mm256_sll_epi16(_mm256_srli_epi16(x, 8), b1));
     x = _mm256_or_si256(_mm256_and_si256(x, low16), _mm256_sll_epi32(_mm256_srli_epi32(x, 16), b2));
@@ -111,7 +113,9 @@ uint32_t UnpackSymbols(const uint8_t* stream, std::size_t count, uint32_t alphab
   __m256i largest = _mm256_setzero_si256();
   std::size_t i = 0;
   const uint8_t* src = stream;
-  for (; i + 32 + 128 <= count; i += 32) {
+  // The second load reaches src + 2b + 16: stay inside the stream.
+  const uint8_t* end = stream + codec_internal::PackedStreamSize(count, alphabet);
+  for (; i + 32 <= count && end - src >= 2 * b + 16; i += 32) {
     __m256i x = _mm256_inserti128_si256(
         _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))),
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * b)), 1);

@@ -5,8 +5,8 @@
 // 64-bit lane holds eight symbols in its low b bytes; two 8-byte stores write
 // them (the second overlapping the first's unused bytes). Unpack reverses the
 // steps from two 8-byte loads. Those 8-byte accesses cover up to 7 bytes past
-// the iteration's own, so the vector loops stop while 64 symbols remain and
-// the scalar reference finishes. Base 3: the 64-bit arithmetic and table of
+// the iteration's own, so the vector loops stop when fewer than b + 8 bytes of
+// stream remain and the scalar reference finishes. Base 3: the 64-bit arithmetic and table of
 // pack_kernels.h, the last 16 symbols by the reference. b = 8 is a copy.
 #include <arm_neon.h>
 
@@ -43,7 +43,9 @@ void PackSymbols(const uint8_t* symbols, std::size_t count, uint32_t alphabet, u
   const int64x2_t s4 = vdupq_n_s64(4 * b);
   std::size_t i = 0;
   uint8_t* dst = out;
-  for (; i + 16 + 64 <= count; i += 16) {
+  // The second store reaches dst + b + 8: stay inside the stream.
+  const uint8_t* end = out + codec_internal::PackedStreamSize(count, alphabet);
+  for (; i + 16 <= count && end - dst >= b + 8; i += 16) {
     const uint16x8_t x8 = vreinterpretq_u16_u8(vld1q_u8(symbols + i));
     const uint16x8_t x16 = vorrq_u16(vandq_u16(x8, vdupq_n_u16(0x00FF)), vshlq_u16(vshrq_n_u16(x8, 8), s1));
     const uint32x4_t y = vreinterpretq_u32_u16(x16);
@@ -80,7 +82,9 @@ uint32_t UnpackSymbols(const uint8_t* stream, std::size_t count, uint32_t alphab
   uint8x16_t largest = vdupq_n_u8(0);
   std::size_t i = 0;
   const uint8_t* src = stream;
-  for (; i + 16 + 64 <= count; i += 16) {
+  // The second load reaches src + b + 8: stay inside the stream.
+  const uint8_t* end = stream + codec_internal::PackedStreamSize(count, alphabet);
+  for (; i + 16 <= count && end - src >= b + 8; i += 16) {
     uint64_t lo, hi;
     std::memcpy(&lo, src, 8);
     std::memcpy(&hi, src + b, 8);

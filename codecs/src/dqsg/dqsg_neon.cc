@@ -2,9 +2,14 @@
 // AArch64: division is FDIV (correctly rounded), rounding FRINTN (vrndnq_f32,
 // half to even), no fused multiply-add (-ffp-contract=off and no vfma), and
 // the default FPCR keeps subnormals: every value equals the scalar reference.
-// ARMv7: NEON has no division and always flushes subnormals to zero, so the
-// float kernels forward to the scalar reference (VFP, IEEE); only max_abs,
-// which works on integer bit patterns, runs in NEON there.
+// ARMv7: NEON has no division and always flushes subnormals to zero (inputs
+// and results), rounding to nearest even otherwise. max_abs works on integer
+// bit patterns and runs in NEON. dequantize runs in NEON when the bucket's
+// scale is at least 2^-102: then no operand or result can be subnormal
+// (q - u is 0 or at least 2^-24 in magnitude, so a nonzero product is at
+// least 2^-126), and every operation is the IEEE one; smaller scales, and the
+// kernels that divide or accumulate into arbitrary floats, use the scalar
+// reference (VFP, IEEE).
 // Tails (fewer than one iteration): the scalar kernels.
 #include <arm_neon.h>
 
@@ -30,7 +35,6 @@ float MaxAbs(const float* w, std::size_t n) {
   return tail_bits > vector_bits ? tail_max : vector_max;
 }
 
-#if defined(__aarch64__)
 namespace {
 
 // Symbols i..i+3 minus `offset`, as floats (exact: small integers).
@@ -40,6 +44,37 @@ inline float32x4_t LoadLevels(const uint8_t* symbols, int32x4_t offset) {
   const uint16x4_t wide = vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(word))));
   return vcvtq_f32_s32(vsubq_s32(vreinterpretq_s32_u32(vmovl_u16(wide)), offset));
 }
+
+// (q - u) * scale for four coordinates; ARMv7 callers guarantee scale >= 2^-102.
+inline void DequantizeVectors(const uint8_t* symbols, const float* u, std::size_t n, float scale, int s,
+                              float* out, std::size_t* done) {
+  const float32x4_t scale_v = vdupq_n_f32(scale);
+  const int32x4_t offset = vdupq_n_s32(s);
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const float32x4_t q = LoadLevels(symbols + i, offset);
+    vst1q_f32(out + i, vmulq_f32(vsubq_f32(q, vld1q_f32(u + i)), scale_v));
+  }
+  *done = i;
+}
+
+}  // namespace
+
+#if defined(__aarch64__)
+constexpr bool kFlushesSubnormals = false;
+#else
+constexpr bool kFlushesSubnormals = true;
+#endif
+
+void Dequantize(const uint8_t* symbols, const float* u, std::size_t n, float scale, int s, float* out) {
+  std::size_t i = 0;
+  // ARMv7: only scales for which nothing can be subnormal (file comment).
+  if (!kFlushesSubnormals || scale >= 0x1p-102f) DequantizeVectors(symbols, u, n, scale, s, out, &i);
+  scalar::Dequantize(symbols + i, u + i, n - i, scale, s, out + i);
+}
+
+#if defined(__aarch64__)
+namespace {
 
 // Writes four int32 symbol lanes (each in [0, 255]) as bytes.
 inline void StoreSymbols4(int32x4_t symbols, uint8_t* out) {
@@ -63,17 +98,6 @@ void Quantize(const float* w, const float* u, std::size_t n, float scale, int s,
     StoreSymbols4(vaddq_s32(vcvtq_s32_f32(q), offset), symbols + i);
   }
   scalar::Quantize(w + i, u + i, n - i, scale, s, symbols + i);
-}
-
-void Dequantize(const uint8_t* symbols, const float* u, std::size_t n, float scale, int s, float* out) {
-  const float32x4_t scale_v = vdupq_n_f32(scale);
-  const int32x4_t offset = vdupq_n_s32(s);
-  std::size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const float32x4_t q = LoadLevels(symbols + i, offset);
-    vst1q_f32(out + i, vmulq_f32(vsubq_f32(q, vld1q_f32(u + i)), scale_v));
-  }
-  scalar::Dequantize(symbols + i, u + i, n - i, scale, s, out + i);
 }
 
 void DequantizeAccumulate(const uint8_t* symbols, const float* u, std::size_t n, float scale, int s,
@@ -128,9 +152,6 @@ void NestedDequantize(const uint8_t* symbols, const float* u, const float* y, st
 
 void Quantize(const float* w, const float* u, std::size_t n, float scale, int s, uint8_t* symbols) {
   scalar::Quantize(w, u, n, scale, s, symbols);
-}
-void Dequantize(const uint8_t* symbols, const float* u, std::size_t n, float scale, int s, float* out) {
-  scalar::Dequantize(symbols, u, n, scale, s, out);
 }
 void DequantizeAccumulate(const uint8_t* symbols, const float* u, std::size_t n, float scale, int s,
                           float weight, float* acc) {

@@ -51,7 +51,7 @@ struct QuantizerConfig {
 };
 
 // Random words per stack chunk of stochastic rounding.
-constexpr std::size_t kChunk = 256;
+constexpr std::size_t kChunk = 512;
 // Symbols per piece of decoding (at most PackedSymbolReader::kChunk - 7).
 constexpr std::size_t kDecodeChunk = 2048;
 

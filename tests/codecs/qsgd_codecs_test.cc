@@ -14,6 +14,7 @@
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/levels.h"
 #include "fedrt/codecs/payload.h"
+#include "fedrt/platform/cpu.h"
 
 #include "codec_test_util.h"
 
@@ -252,6 +253,30 @@ TEST_CASE("every symbol coding decodes to the same values") {
       if (std::string(ec) == "rans") CHECK(bytes <= packed_bytes);
     }
   }
+}
+
+TEST_CASE("NaN and Inf are rejected in any bucket with every norm and on every ISA, naming the coordinate") {
+  for (Isa isa : AvailableIsas()) {
+    INFO("isa " << IsaName(isa));
+    REQUIRE(SetIsaOverride(isa));
+    for (const char* spec : {"qsgd:ec=pack", "qsgd:norm=max", "terngrad", "sign", "alq:ec=pack", "qsgd:b=0"}) {
+      INFO("codec " << std::string(spec));
+      auto codec = Make(spec);
+      for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity()}) {
+        for (std::size_t at : {0u, 700u, 1499u}) {
+          std::vector<float> input(1500, 1.0f);
+          for (std::size_t i = 600; i < 900; ++i) input[i] = 3.0e38f;  // a finite bucket whose L2 norm overflows
+          input[at] = bad;
+          std::vector<uint8_t> payload(codec->MaxEncodedSize(input.size()));
+          auto size = codec->Encode(input.data(), input.size(), Context(), payload.data(), payload.size());
+          REQUIRE(size.status().code() == StatusCode::kInvalidArgument);
+          CHECK(size.status().message().find("coordinate " + std::to_string(at)) != std::string::npos);
+        }
+      }
+    }
+  }
+  ClearIsaOverride();
 }
 
 TEST_CASE("zero buckets, huge values and denormals decode to finite values") {

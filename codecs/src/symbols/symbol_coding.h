@@ -47,7 +47,7 @@ Status DecodeSymbols(const uint8_t* stream, std::size_t size, std::size_t count,
 class PackedSymbolWriter {
  public:
   // Symbols per chunk: a multiple of 8 and of 5 (whole packing groups).
-  static constexpr std::size_t kChunk = 8000;
+  static constexpr std::size_t kChunk = 4000;  // bytes of stack per writer or reader
 
   // `out` receives PackedStreamSize(total count) bytes.
   PackedSymbolWriter(uint32_t alphabet, uint8_t* out);

@@ -105,7 +105,10 @@ class NormalizedQuantizer final : public AdaptiveCodec {
       const std::size_t n = std::min(BucketSize(d), d - begin);
       const float* v = input + begin;
       auto scale_or = Scale(k, v, n);
-      if (!scale_or.ok()) return CheckFinite(input, d);  // names the coordinate
+      if (!scale_or.ok()) {
+        const Status named = CheckFinite(input, d);  // names the coordinate
+        return named.ok() ? scale_or.status() : named;
+      }
       const float scale = *scale_or;
       StoreFloatLe(scales + 4 * b, scale);
       uint32_t words[kChunk];

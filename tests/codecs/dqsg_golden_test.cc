@@ -5,7 +5,6 @@
 // Regenerate after a deliberate format change with FEDRT_WRITE_GOLDEN=1.
 #include <doctest/doctest.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -13,6 +12,7 @@
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/platform/cpu.h"
+#include "golden_files.h"
 
 namespace fedrt {
 namespace {
@@ -32,30 +32,6 @@ std::vector<float> GoldenInput(std::size_t d) {
     v[i] = x;
   }
   return v;
-}
-
-std::vector<uint8_t> ReadFile(const std::string& path) {
-  std::vector<uint8_t> bytes;
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return bytes;
-  uint8_t buffer[4096];
-  std::size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) bytes.insert(bytes.end(), buffer, buffer + n);
-  std::fclose(f);
-  return bytes;
-}
-
-void WriteFile(const std::string& path, const uint8_t* data, std::size_t size) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  REQUIRE(f != nullptr);
-  REQUIRE(std::fwrite(data, 1, size, f) == size);
-  std::fclose(f);
-}
-
-std::vector<uint8_t> FloatsLe(const std::vector<float>& values) {
-  std::vector<uint8_t> bytes(4 * values.size());
-  for (std::size_t i = 0; i < values.size(); ++i) StoreFloatLe(bytes.data() + 4 * i, values[i]);
-  return bytes;
 }
 
 TEST_CASE("golden payloads from the x86-64 build encode and decode identically on this build") {
@@ -92,20 +68,20 @@ TEST_CASE("golden payloads from the x86-64 build encode and decode identically o
       payload.resize(*size);
       std::vector<float> decoded(d);
       REQUIRE((*codec)->Decode(payload.data(), payload.size(), context, decoded.data(), d, y).ok());
-      const auto decoded_bytes = FloatsLe(decoded);
+      const auto decoded_bytes = testing::FloatsLe(decoded);
       if (write && isa == Isa::kScalar) {
-        WriteFile(base + ".bin", payload.data(), payload.size());
-        WriteFile(base + ".out", decoded_bytes.data(), decoded_bytes.size());
+        testing::WriteGoldenFile(base + ".bin", payload.data(), payload.size());
+        testing::WriteGoldenFile(base + ".out", decoded_bytes.data(), decoded_bytes.size());
       }
-      const auto golden_payload = ReadFile(base + ".bin");
-      const auto golden_decoded = ReadFile(base + ".out");
+      const auto golden_payload = testing::ReadGoldenFile(base + ".bin");
+      const auto golden_decoded = testing::ReadGoldenFile(base + ".out");
       REQUIRE_MESSAGE(!golden_payload.empty(), "missing " << base << ".bin");
       CHECK(payload == golden_payload);
       CHECK(decoded_bytes == golden_decoded);
       // The committed payload itself decodes to the committed floats.
       std::vector<float> from_golden(d);
       REQUIRE((*codec)->Decode(golden_payload.data(), golden_payload.size(), context, from_golden.data(), d, y).ok());
-      CHECK(FloatsLe(from_golden) == golden_decoded);
+      CHECK(testing::FloatsLe(from_golden) == golden_decoded);
     }
   }
   ClearIsaOverride();

@@ -580,5 +580,163 @@ TEST_CASE("with fitted tables the alq and amq codecs beat qsgd with the same num
   }
 }
 
+// `buckets` buckets of 1024: every eighth bucket is large and Laplace (scale 10),
+// the others small and much heavier tailed (0.1 times a cubed Laplace: most
+// of their r near 0). Pooled statistics are dominated by the many small
+// buckets, the error by the few large ones, whose shape the norm-weighted
+// mixture favours.
+std::vector<float> UnequalBuckets(uint64_t seed, std::size_t buckets) {
+  TestRng rng{seed};
+  std::vector<float> v(buckets * 1024);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if ((i / 1024) % 8 == 0) {
+      v[i] = static_cast<float>(10.0 * rng.Laplace());
+    } else {
+      const double l = rng.Laplace();
+      v[i] = static_cast<float>(0.1 * l * l * l);
+    }
+  }
+  return v;
+}
+
+// The exact expected ||Q(v) - v||^2 / ||v||^2 of stochastic rounding on
+// `levels` with L2 buckets (no randomness involved).
+double ExpectedError(const std::vector<float>& v, std::size_t bucket, const std::vector<float>& levels) {
+  double error = 0.0;
+  double energy = 0.0;
+  for (std::size_t start = 0; start < v.size(); start += bucket) {
+    double norm_sq = 0.0;
+    for (std::size_t i = start; i < start + bucket; ++i) norm_sq += static_cast<double>(v[i]) * v[i];
+    const double norm = std::sqrt(norm_sq);
+    energy += norm_sq;
+    if (norm == 0.0) continue;
+    for (std::size_t i = start; i < start + bucket; ++i) {
+      const double r = std::min(1.0, std::fabs(static_cast<double>(v[i])) / norm);
+      std::size_t j = 0;
+      while (j + 2 < levels.size() && r > levels[j + 1]) ++j;
+      error += (r - levels[j]) * (levels[j + 1] - r) * norm_sq;
+    }
+  }
+  return error / energy;
+}
+
+TEST_CASE("the norm-weighted fit is deterministic and does not depend on the merge order") {
+  // 80 buckets, more than the 64 kept: merging must drop the same ones.
+  const std::vector<float> v = UnequalBuckets(5, 80);
+  const std::size_t half = v.size() / 2 + 3 * 1024;  // unequal parts, cut at a bucket boundary
+  auto whole = ComputeLevelStatistics(v.data(), v.size(), 1024, NormKind::kL2);
+  auto a = ComputeLevelStatistics(v.data(), half, 1024, NormKind::kL2);
+  auto b = ComputeLevelStatistics(v.data() + half, v.size() - half, 1024, NormKind::kL2);
+  REQUIRE(whole.ok());
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(whole->largest_buckets.size() == 64);
+  LevelStatistics ab = *a, ba = *b;
+  ab.Merge(*b);
+  ba.Merge(*a);
+  REQUIRE(ab.largest_buckets.size() == whole->largest_buckets.size());
+  REQUIRE(ba.largest_buckets.size() == whole->largest_buckets.size());
+  for (std::size_t j = 0; j < whole->largest_buckets.size(); ++j) {
+    const BucketMoments& w = whole->largest_buckets[j];
+    for (const LevelStatistics* merged : {&ab, &ba}) {
+      const BucketMoments& m = merged->largest_buckets[j];
+      CHECK(m.norm == w.norm);
+      CHECK(m.count == w.count);
+      CHECK(m.sum == w.sum);
+      CHECK(m.sum_sq == w.sum_sq);
+    }
+    if (j > 0) CHECK_FALSE(LargerBucket(w, whole->largest_buckets[j - 1]));
+  }
+  // Same moments in the same order (checked above), so fitting the whole
+  // twice and the merge once covers every order.
+  for (bool amq : {false, true}) {
+    auto fit = [&](const LevelStatistics& stats) {
+      return amq ? FitAmqLevels(stats, 3, 2, LevelModel::kNormWeighted)
+                 : FitAlqLevels(stats, 3, 2, LevelModel::kNormWeighted);
+    };
+    const Result<LevelTable> t1 = fit(*whole), t2 = fit(*whole), t3 = fit(ab);
+    REQUIRE(t1.ok());
+    REQUIRE(t3.ok());
+    CHECK(StrictlyIncreasingFromZeroToOne(t1->levels));
+    CHECK(t1->version == 2u);
+    CHECK(std::memcmp(t1->levels.data(), t2->levels.data(), t1->levels.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(t1->levels.data(), t3->levels.data(), t1->levels.size() * sizeof(float)) == 0);
+  }
+  // Without bucket moments the norm-weighted fit has nothing to fit.
+  LevelStatistics pooled_only = *whole;
+  pooled_only.largest_buckets.clear();
+  CHECK(FitAlqLevels(pooled_only, 3, 1, LevelModel::kNormWeighted).status().code() == StatusCode::kInvalidArgument);
+  CHECK(FitAlqLevels(pooled_only, 3, 1).ok());
+}
+
+TEST_CASE("on heavy-tailed buckets with unequal norms the norm-weighted fit gives no more error than the pooled fit") {
+  const std::vector<float> v = UnequalBuckets(6, 32);
+  auto stats = ComputeLevelStatistics(v.data(), v.size(), 1024, NormKind::kL2);
+  REQUIRE(stats.ok());
+  for (const char* name : {"alq", "amq"}) {
+    for (int bits : {3, 4}) {
+      const std::string keys = std::string(name) + ":bits=" + std::to_string(bits) + ",b=1024";
+      auto pooled = MakeAdaptiveCodec(keys);
+      auto norm = MakeAdaptiveCodec(keys + ",model=norm");
+      REQUIRE(pooled.ok());
+      REQUIRE(norm.ok());
+      CHECK((*pooled)->level_model() == LevelModel::kPooled);
+      CHECK((*norm)->level_model() == LevelModel::kNormWeighted);
+      const Result<LevelTable> pooled_table = FitLevelTable(**pooled, *stats, 1);
+      const Result<LevelTable> norm_table = FitLevelTable(**norm, *stats, 1);
+      REQUIRE(pooled_table.ok());
+      REQUIRE(norm_table.ok());
+      REQUIRE((*pooled)->SetLevelTable(*pooled_table).ok());
+      REQUIRE((*norm)->SetLevelTable(*norm_table).ok());
+      const double pooled_expected = ExpectedError(v, 1024, pooled_table->levels);
+      const double norm_expected = ExpectedError(v, 1024, norm_table->levels);
+      const double pooled_measured = CodecError(**pooled, v, 4);
+      const double norm_measured = CodecError(**norm, v, 4);
+      MESSAGE(keys << " on unequal buckets: normalized error pooled " << pooled_expected << " (measured "
+                   << pooled_measured << "), norm-weighted " << norm_expected << " (measured " << norm_measured
+                   << ")");
+      CHECK(norm_expected <= pooled_expected);
+      CHECK(norm_measured <= pooled_measured);
+    }
+  }
+}
+
+TEST_CASE("the norm-weighted alq codec is unbiased") {
+  const std::vector<float> v = UnequalBuckets(7, 8);
+  const std::vector<float>& part = v;
+  auto stats = ComputeLevelStatistics(part.data(), part.size(), 1024, NormKind::kL2);
+  REQUIRE(stats.ok());
+  auto codec = MakeAdaptiveCodec("alq:bits=3,b=1024,model=norm");
+  REQUIRE(codec.ok());
+  CHECK((*codec)->spec() == "alq:bits=3,b=1024,model=norm,ef=off,ec=rans");
+  const Result<LevelTable> table = FitLevelTable(**codec, *stats, 1);
+  REQUIRE(table.ok());
+  REQUIRE((*codec)->SetLevelTable(*table).ok());
+  const uint32_t rounds = 128;
+  std::vector<double> mean(part.size(), 0.0);
+  std::vector<uint8_t> payload((*codec)->MaxEncodedSize(part.size()));
+  std::vector<float> out(part.size());
+  for (uint32_t round = 0; round < rounds; ++round) {
+    CodecContext context;
+    context.session_seed = 0xb1a5ull;
+    context.round = round;
+    auto size = (*codec)->Encode(part.data(), part.size(), context, payload.data(), payload.size());
+    REQUIRE(size.ok());
+    REQUIRE((*codec)->Decode(payload.data(), *size, context, out.data(), out.size()).ok());
+    for (std::size_t i = 0; i < part.size(); ++i) mean[i] += out[i] / static_cast<double>(rounds);
+  }
+  double bias = 0.0;
+  double energy = 0.0;
+  for (std::size_t i = 0; i < part.size(); ++i) {
+    bias += (mean[i] - part[i]) * (mean[i] - part[i]);
+    energy += static_cast<double>(part[i]) * part[i];
+  }
+  // Unbiased: the mean's error is the single-shot error over the round count.
+  const double single = ExpectedError(part, 1024, table->levels);
+  MESSAGE("alq model=norm: mean of " << rounds << " decodes has normalized error " << bias / energy
+                                     << ", single-shot expectation / rounds " << single / rounds);
+  CHECK(bias / energy < 2.0 * single / rounds);
+}
+
 }  // namespace
 }  // namespace fedrt

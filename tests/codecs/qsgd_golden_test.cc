@@ -5,7 +5,6 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -13,6 +12,7 @@
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/platform/cpu.h"
+#include "golden_files.h"
 
 namespace fedrt {
 namespace {
@@ -41,24 +41,6 @@ std::string FileFor(const std::string& spec, const char* kind) {
   return std::string(FEDRT_TEST_DATA_DIR) + "/qsgd_golden/" + name + "." + kind;
 }
 
-std::vector<uint8_t> ReadFile(const std::string& path) {
-  std::vector<uint8_t> bytes;
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
-    uint8_t buffer[4096];
-    std::size_t n;
-    while ((n = std::fread(buffer, 1, sizeof(buffer), f)) > 0) bytes.insert(bytes.end(), buffer, buffer + n);
-    std::fclose(f);
-  }
-  return bytes;
-}
-
-void WriteFile(const std::string& path, const void* data, std::size_t size) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  REQUIRE(f != nullptr);
-  REQUIRE(std::fwrite(data, 1, size, f) == size);
-  std::fclose(f);
-}
-
 TEST_CASE("golden payloads are reproduced bit for bit on every platform and isa") {
   const bool update = std::getenv("FEDRT_UPDATE_GOLDEN") != nullptr;
   const auto input = Input(777);
@@ -84,11 +66,11 @@ TEST_CASE("golden payloads are reproduced bit for bit on every platform and isa"
       std::vector<float> decoded(input.size());
       REQUIRE(codec.Decode(payload.data(), payload.size(), context, decoded.data(), decoded.size()).ok());
       if (update && isa == Isa::kScalar) {
-        WriteFile(payload_file, payload.data(), payload.size());
-        WriteFile(decoded_file, decoded.data(), 4 * decoded.size());  // host order: little-endian targets only
+        testing::WriteGoldenFile(payload_file, payload.data(), payload.size());
+        testing::WriteGoldenFile(decoded_file, decoded.data(), 4 * decoded.size());  // host order: little-endian targets only
       }
-      CHECK(payload == ReadFile(payload_file));
-      const std::vector<uint8_t> golden = ReadFile(decoded_file);
+      CHECK(payload == testing::ReadGoldenFile(payload_file));
+      const std::vector<uint8_t> golden = testing::ReadGoldenFile(decoded_file);
       REQUIRE(golden.size() == 4 * decoded.size());
       CHECK(std::memcmp(golden.data(), decoded.data(), golden.size()) == 0);
     }

@@ -348,21 +348,46 @@ TEST_CASE("malformed sparse payloads are rejected with typed errors") {
   CHECK(acc == std::vector<float>(d, 1.0f));
 }
 
-TEST_CASE("every sparse kernel variant matches the scalar reference") {
+TEST_CASE("every sparse kernel variant matches the scalar reference including candidate compaction") {
   const std::vector<std::size_t> sizes = {0, 1, 7, 8, 9, 31, 32, 33, 1007, 65539};
   for (Isa isa : AvailableIsas()) {
     INFO("isa " << IsaName(isa));
     const SparseKernels& k = SparseKernelsFor(isa);
     const SparseKernels& ref = SparseKernelsFor(Isa::kScalar);
     for (std::size_t n : sizes) {
-      for (int data = 0; data < 4; ++data) {
+      for (int data = 0; data < 5; ++data) {
         INFO("n " << n << " data " << data);
         std::vector<float> storage(n + 1);
         float* x = storage.data() + 1;  // misaligned for every vector width
         const auto g = data == 1 ? Coarse(n, 16) : Gaussian(n, 17);
         for (std::size_t i = 0; i < n; ++i) {
-          x[i] = data == 2 ? std::numeric_limits<float>::denorm_min() * float(i % 7)
-                           : data == 3 ? g[i] * 1e37f : g[i];
+          x[i] = data == 2   ? std::numeric_limits<float>::denorm_min() * float(i % 7)
+                 : data == 3 ? g[i] * 1e37f
+                 : data == 4 ? (i % 3 == 0 ? 0.0f : g[i])  // zeros
+                             : g[i];
+        }
+        const uint32_t mid = n > 0 ? Bits(x[n / 2]) & 0x7fffffffu : 1u;
+        for (uint32_t low : {0u, 1u, 3u, 0x3f800000u, mid, 0x7f7fffffu, 0x7f800000u, 0x80000000u}) {
+          for (std::size_t cap : {std::size_t{0}, std::size_t{5}, n / 3, n}) {
+            INFO("low " << low << " cap " << cap);
+            std::vector<uint32_t> i1(cap + 8, 7), i2(cap + 8, 7), m1(cap + 8, 7), m2(cap + 8, 7);
+            const std::size_t n1 = ref.compact_at_least(x, n, 11, low, i1.data(), m1.data(), cap);
+            const std::size_t n2 = k.compact_at_least(x, n, 11, low, i2.data(), m2.data(), cap);
+            CHECK(n1 == n2);
+            std::size_t expected = 0;
+            for (std::size_t i = 0; i < n; ++i) expected += (Bits(x[i]) & 0x7fffffffu) >= low ? 1 : 0;
+            CHECK(n1 == (expected > cap ? cap + 1 : expected));
+            // Nothing past cap is written.
+            for (std::size_t j = cap; j < cap + 8; ++j) {
+              CHECK(i2[j] == 7u);
+              CHECK(m2[j] == 7u);
+            }
+            if (n1 <= cap) {
+              i1.resize(n1), i2.resize(n1), m1.resize(n1), m2.resize(n1);
+              CHECK(i1 == i2);
+              CHECK(m1 == m2);
+            }
+          }
         }
         std::vector<uint32_t> h1(kMagnitudeBins, 0), h2(kMagnitudeBins, 0);
         ref.magnitude_histogram(x, n, h1.data());
@@ -398,6 +423,73 @@ TEST_CASE("every sparse kernel variant matches the scalar reference") {
       }
     }
   }
+}
+
+TEST_CASE("one-pass candidate selection chooses the same top set as the radix select") {
+  for (Isa isa : AvailableIsas()) {
+    REQUIRE(SetIsaOverride(isa));
+    INFO("isa " << IsaName(isa));
+    for (std::size_t d : {std::size_t{65539}}) {
+      for (int data = 0; data < 5; ++data) {
+        auto x = data == 1 ? Coarse(d, 5) : Gaussian(d, 6);
+        if (data == 2) {  // denormals, zeros and huge values mixed in
+          for (std::size_t i = 0; i < d; i += 3) x[i] = std::numeric_limits<float>::denorm_min() * float(i % 5);
+          x[d / 2] = 3e38f, x[d / 3] = -3e38f, x[d - 1] = -3e38f;
+        }
+        if (data == 3) {  // mostly zeros
+          for (std::size_t i = 0; i < d; ++i) x[i] = i % 50 == 0 ? x[i] : 0.0f;
+        }
+        if (data == 4) {  // every magnitude tied with another: +v and -v in pairs
+          for (std::size_t i = 1; i < d; i += 2) x[i] = -x[i - 1];
+        }
+        std::vector<uint32_t> order(d);  // magnitude descending, lower index first among equals
+        std::iota(order.begin(), order.end(), 0u);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](uint32_t a, uint32_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+        for (std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{7}, d / 100, d / 16, d / 16 + 1, d}) {
+          INFO("d " << d << " data " << data << " k " << k);
+          std::vector<uint32_t> expected(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
+          std::sort(expected.begin(), expected.end());
+          for (std::size_t words : {std::size_t{0}, std::size_t{1000}, 2 * k, 4 * k + 4096}) {
+            std::vector<uint32_t> work(words + 1, 0xdeadbeefu);
+            auto fast = codec_internal::SelectTopByCandidates(x.data(), d, k, work.data(), words);
+            REQUIRE(fast.ok());
+            CHECK(work.back() == 0xdeadbeefu);
+            if (k == 0 || k > d / 16 || words < 2 * k) CHECK_FALSE(*fast);
+            // Gaussian and paired data at k = 1% with room take the one-pass path.
+            if ((data == 0 || data == 4) && k == d / 100 && words > 4 * k) CHECK(*fast);
+            if (*fast) {
+              work.resize(k);
+              CHECK(work == expected);
+            }
+          }
+          // The codec (whichever path it takes) sends exactly this set.
+          if (k > 0) {
+            auto codec = Make("topk:k=" + std::to_string(k));
+            CHECK(Support(DecodeOk(*codec, EncodeOk(*codec, x), d)).size() <= k);
+            const auto decoded = DecodeOk(*codec, EncodeOk(*codec, x), d);
+            std::vector<uint32_t> sent, wanted;
+            for (uint32_t i : expected) sent.push_back(Bits(decoded[i])), wanted.push_back(Bits(x[i]));
+            CHECK(sent == wanted);
+          }
+        }
+      }
+    }
+  }
+  ClearIsaOverride();
+}
+
+TEST_CASE("the one-pass selection takes its path on typical input and rejects NaN by name") {
+  const std::size_t d = 1 << 17;
+  auto x = Gaussian(d, 8);
+  std::vector<uint32_t> work(4 * (d / 100));
+  auto fast = codec_internal::SelectTopByCandidates(x.data(), d, d / 100, work.data(), work.size());
+  REQUIRE(fast.ok());
+  CHECK(*fast);
+  x[4321] = std::numeric_limits<float>::infinity();
+  auto bad = codec_internal::SelectTopByCandidates(x.data(), d, d / 100, work.data(), work.size());
+  CHECK(bad.status().code() == StatusCode::kInvalidArgument);
+  CHECK(bad.status().message().find("4321") != std::string::npos);
 }
 
 TEST_CASE("NaN and Inf are rejected by name") {

@@ -173,32 +173,125 @@ class MassUpTo {
   double lower_;
 };
 
+// The pooled model: one truncated normal. Integrals in the parent normal's
+// measure (not divided by z), as the closed forms above.
+class PooledModel {
+ public:
+  explicit PooledModel(const TruncatedNormal& f) : f_(f) {}
+  // P(a < r < c) and integral_a^c (r - a) dN(r), given that mass.
+  double MassBetween(double a, double c) const { return Mass(f_.X(a), f_.X(c)); }
+  double FirstMoment(double a, double c, double mass) const {
+    return f_.sigma * (Pdf(f_.X(a)) - Pdf(f_.X(c))) + (f_.mu - a) * mass;
+  }
+  // x -> P(x < r < c) for a fixed c.
+  class MassTo {
+   public:
+    MassTo(const Standardized& f, double c) : f_(f), mass_(f.X(c)) {}
+    double operator()(double x) const { return mass_(f_.X(x)); }
+
+   private:
+    const Standardized& f_;
+    MassUpTo mass_;
+  };
+  MassTo MassUpToLevel(double c) const { return MassTo(f_, c); }
+  // The Newton step for a mass excess at x (excess / density).
+  double NewtonStep(double excess, double x) const { return excess * f_.sigma / Pdf(f_.X(x)); }
+  double Total() const { return f_.z; }
+  double Variance(const double* levels, std::size_t count) const { return fedrt::Variance(f_, levels, count); }
+
+ private:
+  Standardized f_;
+};
+
+// The norm-weighted mixture sum_b w_b f_b (the "-N" model): every integral is
+// the weighted sum of the components' normalized ones.
+class MixtureModel {
+  struct Part {
+    Standardized f;
+    double weight;
+  };
+
+ public:
+  explicit MixtureModel(const std::vector<MixtureComponent>& components) {
+    for (const MixtureComponent& c : components) parts_.push_back({Standardized(c.f), c.weight});
+  }
+  double MassBetween(double a, double c) const {
+    double total = 0.0;
+    for (const Part& p : parts_) total += p.weight * Mass(p.f.X(a), p.f.X(c)) / p.f.z;
+    return total;
+  }
+  double FirstMoment(double a, double c, double /*mass*/) const {
+    double total = 0.0;
+    for (const Part& p : parts_) {
+      const double xa = p.f.X(a);
+      const double xc = p.f.X(c);
+      total += p.weight * (p.f.sigma * (Pdf(xa) - Pdf(xc)) + (p.f.mu - a) * Mass(xa, xc)) / p.f.z;
+    }
+    return total;
+  }
+  class MassTo {
+   public:
+    MassTo(const std::vector<Part>& parts, double c) : parts_(parts) {
+      for (const Part& p : parts) masses_.emplace_back(p.f.X(c));
+    }
+    double operator()(double x) const {
+      double total = 0.0;
+      for (std::size_t b = 0; b < parts_.size(); ++b) {
+        total += parts_[b].weight * masses_[b](parts_[b].f.X(x)) / parts_[b].f.z;
+      }
+      return total;
+    }
+
+   private:
+    const std::vector<Part>& parts_;
+    std::vector<MassUpTo> masses_;
+  };
+  MassTo MassUpToLevel(double c) const { return MassTo(parts_, c); }
+  double NewtonStep(double excess, double x) const {
+    double density = 0.0;
+    for (const Part& p : parts_) density += p.weight * Pdf(p.f.X(x)) / (p.f.sigma * p.f.z);
+    return excess / density;  // Inf or NaN when 0: the caller bisects instead
+  }
+  double Total() const {
+    double total = 0.0;
+    for (const Part& p : parts_) total += p.weight;
+    return total;
+  }
+  double Variance(const double* levels, std::size_t count) const {
+    double total = 0.0;
+    for (const Part& p : parts_) total += p.weight * fedrt::Variance(p.f, levels, count);
+    return total;
+  }
+
+ private:
+  std::vector<Part> parts_;
+};
+
 // The x in [a, c] minimising the two V terms around a level between a and c.
 // dV/dx = integral_a^x (r - a) f - integral_x^c (c - r) f is increasing and
 // vanishes where P(x < r < c) = integral_a^c (r - a) f dr / (c - a). Solved
 // by Newton steps (the derivative is the density) kept inside a bisection
 // bracket; it stops when no double strictly inside the bracket is left or
 // Newton stands still.
-double BestLevelBetween(const Standardized& f, double a, double c) {
-  const double xa = f.X(a);
-  const double xc = f.X(c);
-  const double mass = Mass(xa, xc);
+template <typename Model>
+double BestLevelBetween(const Model& f, double a, double c) {
+  const double mass = f.MassBetween(a, c);
   if (!(mass > 0.0)) return Mid(a, c);  // no measurable mass: spread levels evenly
-  const double first_moment = f.sigma * (Pdf(xa) - Pdf(xc)) + (f.mu - a) * mass;
+  const double first_moment = f.FirstMoment(a, c, mass);
   const double target = std::min(mass, std::max(0.0, first_moment / (c - a)));
-  const MassUpTo mass_up_to_c(xc);
+  const auto mass_up_to_c = f.MassUpToLevel(c);
   double lo = a;
   double hi = c;
   double x = Mid(a, c);
   for (int step = 0; step < kMaxBisectionSteps; ++step) {
-    const double excess = mass_up_to_c(f.X(x)) - target;  // decreasing in x
+    const double excess = mass_up_to_c(x) - target;  // decreasing in x
     if (excess == 0.0) break;
     if (excess > 0.0) {
       lo = x;
     } else {
       hi = x;
     }
-    double next = x + excess * f.sigma / Pdf(f.X(x));
+    double next = x + f.NewtonStep(excess, x);
     if (!(next > lo && next < hi)) next = Mid(lo, hi);
     if (next <= lo || next >= hi || next == x) break;
     x = next;
@@ -216,7 +309,8 @@ void MakeIncreasing(std::vector<double>* levels) {
   for (std::size_t j = s - 1; j >= 1; --j) l[j] = std::min(l[j], std::nextafter(l[j + 1], -1.0));
 }
 
-void CoordinateDescent(const Standardized& f, std::vector<double>* levels) {
+template <typename Model>
+void CoordinateDescent(const Model& f, std::vector<double>* levels) {
   std::vector<double>& l = *levels;
   for (int sweep = 0; sweep < kAlqSweeps; ++sweep) {
     bool moved = false;
@@ -230,15 +324,15 @@ void CoordinateDescent(const Standardized& f, std::vector<double>* levels) {
 }
 
 // r with P(r' < r) = q z, found by bisection on [0, 1].
-double Quantile(const Standardized& f, double q) {
-  const double x0 = f.X(0.0);
-  const double target = q * f.z;
+template <typename Model>
+double Quantile(const Model& f, double q) {
+  const double target = q * f.Total();
   double lo = 0.0;
   double hi = 1.0;
   for (int step = 0; step < kMaxBisectionSteps; ++step) {
     const double mid = Mid(lo, hi);
     if (mid <= lo || mid >= hi) break;
-    if (Mass(x0, f.X(mid)) < target) {
+    if (f.MassBetween(0.0, mid) < target) {
       lo = mid;
     } else {
       hi = mid;
@@ -256,53 +350,10 @@ std::vector<double> ExponentialTable(int s, double p) {
   return l;
 }
 
-}  // namespace
-
-int LevelsForBits(int bits) {
-  if (bits < kMinLevelBits || bits > kMaxLevelBits) return 0;
-  return (1 << (bits - 1)) - 1;
-}
-
-TruncatedNormal FitTruncatedNormal(double mean, double variance) {
-  if (std::isnan(mean) || std::isnan(variance)) return {0.5, 1.0};
-  mean = std::min(1.0 - kMinMean, std::max(kMinMean, mean));
-  variance = std::max(0.0, variance);
-  if (mean <= 0.5) return FitLowerHalf(mean, variance);
-  // Mirror r -> 1 - r: same variance, mean 1 - mean, parent mean 1 - mu.
-  const TruncatedNormal mirrored = FitLowerHalf(1.0 - mean, variance);
-  return {1.0 - mirrored.mu, mirrored.sigma};
-}
-
-Result<TruncatedNormal> FitTruncatedNormal(const LevelStatistics& stats) {
-  if (!(stats.count > 0.0) || !std::isfinite(stats.count) || !std::isfinite(stats.sum) ||
-      !std::isfinite(stats.sum_sq)) {
-    return InvalidArgument("level fit: statistics are empty or not finite");
-  }
-  const double mean = stats.sum / stats.count;
-  const double variance = stats.sum_sq / stats.count - mean * mean;
-  return FitTruncatedNormal(mean, variance);
-}
-
-void TruncatedNormalMoments(const TruncatedNormal& f, double* mean, double* variance) {
-  const Moments m = MomentsOf(f.mu, f.sigma);
-  *mean = m.mean;
-  *variance = m.variance;
-}
-
-double RoundingVariance(const TruncatedNormal& f, const double* levels, std::size_t count) {
-  if (count < 2) return 0.0;
-  return Variance(Standardized(f), levels, count);
-}
-
-double RoundingVariance(const TruncatedNormal& f, const std::vector<float>& levels) {
-  const std::vector<double> wide(levels.begin(), levels.end());
-  return RoundingVariance(f, wide.data(), wide.size());
-}
-
-std::vector<double> AlqLevels(const TruncatedNormal& f, int s) {
+template <typename Model>
+std::vector<double> AlqLevelsOf(const Model& standard, int s) {
   s = std::max(1, s);
   const std::size_t n = static_cast<std::size_t>(s) + 1;
-  const Standardized standard(f);
   std::vector<std::vector<double>> starts(3, std::vector<double>(n));
   for (int j = 0; j <= s; ++j) {
     const std::size_t k = static_cast<std::size_t>(j);
@@ -316,7 +367,7 @@ std::vector<double> AlqLevels(const TruncatedNormal& f, int s) {
     MakeIncreasing(&levels);
     CoordinateDescent(standard, &levels);
     MakeIncreasing(&levels);
-    const double v = Variance(standard, levels.data(), levels.size());
+    const double v = standard.Variance(levels.data(), levels.size());
     if (best.empty() || v < best_variance) {
       best = levels;
       best_variance = v;
@@ -325,12 +376,12 @@ std::vector<double> AlqLevels(const TruncatedNormal& f, int s) {
   return best;
 }
 
-double AmqMultiplier(const TruncatedNormal& f, int s) {
+template <typename Model>
+double AmqMultiplierOf(const Model& standard, int s) {
   if (s <= 1) return 0.5;
-  const Standardized standard(f);
   auto variance_at = [&](double p) {
     const std::vector<double> l = ExponentialTable(s, p);
-    return Variance(standard, l.data(), l.size());
+    return standard.Variance(l.data(), l.size());
   };
   double best_p = 0.5;
   double best_v = variance_at(best_p);
@@ -378,6 +429,90 @@ double AmqMultiplier(const TruncatedNormal& f, int s) {
   return best_p;
 }
 
+}  // namespace
+
+int LevelsForBits(int bits) {
+  if (bits < kMinLevelBits || bits > kMaxLevelBits) return 0;
+  return (1 << (bits - 1)) - 1;
+}
+
+TruncatedNormal FitTruncatedNormal(double mean, double variance) {
+  if (std::isnan(mean) || std::isnan(variance)) return {0.5, 1.0};
+  mean = std::min(1.0 - kMinMean, std::max(kMinMean, mean));
+  variance = std::max(0.0, variance);
+  if (mean <= 0.5) return FitLowerHalf(mean, variance);
+  // Mirror r -> 1 - r: same variance, mean 1 - mean, parent mean 1 - mu.
+  const TruncatedNormal mirrored = FitLowerHalf(1.0 - mean, variance);
+  return {1.0 - mirrored.mu, mirrored.sigma};
+}
+
+Result<TruncatedNormal> FitTruncatedNormal(const LevelStatistics& stats) {
+  if (!(stats.count > 0.0) || !std::isfinite(stats.count) || !std::isfinite(stats.sum) ||
+      !std::isfinite(stats.sum_sq)) {
+    return InvalidArgument("level fit: statistics are empty or not finite");
+  }
+  const double mean = stats.sum / stats.count;
+  const double variance = stats.sum_sq / stats.count - mean * mean;
+  return FitTruncatedNormal(mean, variance);
+}
+
+void TruncatedNormalMoments(const TruncatedNormal& f, double* mean, double* variance) {
+  const Moments m = MomentsOf(f.mu, f.sigma);
+  *mean = m.mean;
+  *variance = m.variance;
+}
+
+double RoundingVariance(const TruncatedNormal& f, const double* levels, std::size_t count) {
+  if (count < 2) return 0.0;
+  return Variance(Standardized(f), levels, count);
+}
+
+double RoundingVariance(const TruncatedNormal& f, const std::vector<float>& levels) {
+  const std::vector<double> wide(levels.begin(), levels.end());
+  return RoundingVariance(f, wide.data(), wide.size());
+}
+
+std::vector<double> AlqLevels(const TruncatedNormal& f, int s) { return AlqLevelsOf(PooledModel(f), s); }
+
+std::vector<double> AlqLevels(const std::vector<MixtureComponent>& mixture, int s) {
+  return AlqLevelsOf(MixtureModel(mixture), s);
+}
+
+double AmqMultiplier(const TruncatedNormal& f, int s) { return AmqMultiplierOf(PooledModel(f), s); }
+
+double AmqMultiplier(const std::vector<MixtureComponent>& mixture, int s) {
+  return AmqMultiplierOf(MixtureModel(mixture), s);
+}
+
+double RoundingVariance(const std::vector<MixtureComponent>& mixture, const std::vector<float>& levels) {
+  const std::vector<double> wide(levels.begin(), levels.end());
+  if (wide.size() < 2) return 0.0;
+  return MixtureModel(mixture).Variance(wide.data(), wide.size());
+}
+
+Result<std::vector<MixtureComponent>> FitNormWeightedMixture(const LevelStatistics& stats) {
+  double norms = 0.0;
+  for (const BucketMoments& b : stats.largest_buckets) {
+    if (!(b.count > 0.0) || !std::isfinite(b.sum) || !std::isfinite(b.sum_sq) || !std::isfinite(b.norm) ||
+        !(b.norm > 0.0f)) {
+      return InvalidArgument("level fit: bucket moments are empty or not finite");
+    }
+    norms += b.norm;
+  }
+  if (stats.largest_buckets.empty() || !(norms > 0.0) || !std::isfinite(norms)) {
+    return InvalidArgument("level fit: the norm-weighted model needs per-bucket moments");
+  }
+  std::vector<MixtureComponent> mixture;
+  for (const BucketMoments& b : stats.largest_buckets) {
+    const double mean = b.sum / b.count;
+    MixtureComponent c;
+    c.weight = static_cast<double>(b.norm) / norms;
+    c.f = FitTruncatedNormal(mean, b.sum_sq / b.count - mean * mean);
+    mixture.push_back(c);
+  }
+  return mixture;
+}
+
 LevelTable RoundLevelTable(const std::vector<double>& levels, uint32_t version) {
   LevelTable table;
   table.version = version;
@@ -395,30 +530,41 @@ LevelTable RoundLevelTable(const std::vector<double>& levels, uint32_t version) 
 
 namespace {
 
-// Checks the arguments shared by both fits and fits f; *s receives the level count.
-Result<TruncatedNormal> PrepareFit(const char* codec, const LevelStatistics& stats, int bits,
-                                   uint32_t next_version, int* s) {
+// Checks the arguments shared by both fits; *s receives the level count.
+Status CheckFitArguments(const char* codec, int bits, uint32_t next_version, int* s) {
   *s = LevelsForBits(bits);
   if (*s == 0) return InvalidArgument(std::string(codec) + ": bits must be in [2, 8]");
   if (next_version == 0) {
     return InvalidArgument(std::string(codec) + ": a fitted table needs a version above 0");
   }
-  return FitTruncatedNormal(stats);
+  return Status::Ok();
 }
 
 }  // namespace
 
-Result<LevelTable> FitAlqLevels(const LevelStatistics& stats, int bits, uint32_t next_version) {
+Result<LevelTable> FitAlqLevels(const LevelStatistics& stats, int bits, uint32_t next_version, LevelModel model) {
   int s = 0;
-  Result<TruncatedNormal> f = PrepareFit("alq", stats, bits, next_version, &s);
-  if (!f.ok()) return f.status();
+  FEDRT_RETURN_IF_ERROR(CheckFitArguments("alq", bits, next_version, &s));
+  if (model == LevelModel::kNormWeighted) {
+    auto mixture = FitNormWeightedMixture(stats);
+    FEDRT_RETURN_IF_ERROR(mixture.status());
+    return RoundLevelTable(AlqLevels(*mixture, s), next_version);
+  }
+  Result<TruncatedNormal> f = FitTruncatedNormal(stats);
+  FEDRT_RETURN_IF_ERROR(f.status());
   return RoundLevelTable(AlqLevels(*f, s), next_version);
 }
 
-Result<LevelTable> FitAmqLevels(const LevelStatistics& stats, int bits, uint32_t next_version) {
+Result<LevelTable> FitAmqLevels(const LevelStatistics& stats, int bits, uint32_t next_version, LevelModel model) {
   int s = 0;
-  Result<TruncatedNormal> f = PrepareFit("amq", stats, bits, next_version, &s);
-  if (!f.ok()) return f.status();
+  FEDRT_RETURN_IF_ERROR(CheckFitArguments("amq", bits, next_version, &s));
+  if (model == LevelModel::kNormWeighted) {
+    auto mixture = FitNormWeightedMixture(stats);
+    FEDRT_RETURN_IF_ERROR(mixture.status());
+    return RoundLevelTable(ExponentialTable(s, AmqMultiplier(*mixture, s)), next_version);
+  }
+  Result<TruncatedNormal> f = FitTruncatedNormal(stats);
+  FEDRT_RETURN_IF_ERROR(f.status());
   return RoundLevelTable(ExponentialTable(s, AmqMultiplier(*f, s)), next_version);
 }
 

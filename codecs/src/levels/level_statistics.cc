@@ -59,15 +59,29 @@ Result<LevelStatistics> ComputeLevelStatistics(const float* v, std::size_t d, st
     if (norm == NormKind::kL2) scale = std::sqrt(scale);
     if (scale == 0.0) continue;  // all-zero bucket: nothing to quantize
     count += n;
+    uint64_t bucket_units = 0;
+    uint64_t bucket_units_sq = 0;
     for (std::size_t i = 0; i < n; ++i) {
       // sqrt is monotone and correctly rounded, so |x| <= scale: r <= 1.
       const double r = std::min(1.0, std::fabs(static_cast<double>(w[i])) / scale);
-      units += static_cast<uint64_t>(std::nearbyint(r * kUnitsPerOne));
-      units_sq += static_cast<uint64_t>(std::nearbyint(r * r * kUnitsPerOne));
+      bucket_units += static_cast<uint64_t>(std::nearbyint(r * kUnitsPerOne));
+      bucket_units_sq += static_cast<uint64_t>(std::nearbyint(r * r * kUnitsPerOne));
     }
+    units += bucket_units;
+    units_sq += bucket_units_sq;
     const double largest = std::numeric_limits<float>::max();
-    KeepLargest(static_cast<float>(std::min(scale, largest)), &stats.bucket_norms);
+    const float bucket_norm = static_cast<float>(std::min(scale, largest));
+    KeepLargest(bucket_norm, &stats.bucket_norms);
+    BucketMoments moments;
+    moments.norm = bucket_norm;
+    moments.count = static_cast<double>(n);
+    moments.sum = static_cast<double>(bucket_units) * kLevelStatisticsUnit;
+    moments.sum_sq = static_cast<double>(bucket_units_sq) * kLevelStatisticsUnit;
+    stats.largest_buckets.push_back(moments);
+    // Cut back now and then so memory stays bounded on long vectors.
+    if (stats.largest_buckets.size() >= 8 * kMaxMixtureBuckets) KeepLargestBuckets(&stats.largest_buckets);
   }
+  KeepLargestBuckets(&stats.largest_buckets);
   stats.count = static_cast<double>(count);
   stats.sum = static_cast<double>(units) * kLevelStatisticsUnit;
   stats.sum_sq = static_cast<double>(units_sq) * kLevelStatisticsUnit;

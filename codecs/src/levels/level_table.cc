@@ -56,6 +56,20 @@ void LevelStatistics::Merge(const LevelStatistics& other) {
   constexpr std::size_t kMaxBucketNorms = 1024;
   std::sort(bucket_norms.begin(), bucket_norms.end(), std::greater<float>());
   if (bucket_norms.size() > kMaxBucketNorms) bucket_norms.resize(kMaxBucketNorms);
+  largest_buckets.insert(largest_buckets.end(), other.largest_buckets.begin(), other.largest_buckets.end());
+  KeepLargestBuckets(&largest_buckets);
+}
+
+bool LargerBucket(const BucketMoments& a, const BucketMoments& b) {
+  if (a.norm != b.norm) return a.norm > b.norm;
+  if (a.count != b.count) return a.count > b.count;
+  if (a.sum != b.sum) return a.sum > b.sum;
+  return a.sum_sq > b.sum_sq;
+}
+
+void KeepLargestBuckets(std::vector<BucketMoments>* buckets) {
+  std::sort(buckets->begin(), buckets->end(), LargerBucket);
+  if (buckets->size() > kMaxMixtureBuckets) buckets->resize(kMaxMixtureBuckets);
 }
 
 }  // namespace fedrt

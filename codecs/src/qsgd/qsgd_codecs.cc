@@ -47,6 +47,7 @@ struct QuantizerConfig {
   uint32_t bucket = 512;
   int s = 1;
   LevelTable table;
+  LevelModel model = LevelModel::kPooled;  // alq, amq: model=pooled|norm
   CommonOptions options;
 };
 
@@ -74,6 +75,7 @@ class NormalizedQuantizer final : public AdaptiveCodec {
   }
   const LevelTable& level_table() const override { return c_.table; }
   int levels_per_sign() const override { return c_.s; }
+  LevelModel level_model() const override { return c_.model; }
 
   std::size_t MaxEncodedSize(std::size_t d) const override {
     return BodyOffset(c_.spec) + Prefix(d) + MaxSymbolStreamSize(d, Alphabet(), c_.options.coding) + d;
@@ -286,9 +288,11 @@ std::unique_ptr<NormalizedQuantizer> MakeLevelCodec(QuantizerConfig config) {
 
 // alq and amq: bits (3), b (1024); s = 2^(bits-1) - 1 levels per sign.
 Result<std::unique_ptr<NormalizedQuantizer>> MakeAdaptiveLevelCodec(const CodecSpec& spec, CodecId id) {
-  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"bits", "b", "ef", "ec"}));
+  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"bits", "b", "ef", "ec", "model"}));
   auto bits = spec.GetInt("bits", 3, 2, 8);
   FEDRT_RETURN_IF_ERROR(bits.status());
+  auto model = spec.GetChoice("model", "pooled", {"pooled", "norm"});
+  FEDRT_RETURN_IF_ERROR(model.status());
   auto bucket = ParseBucket(spec, 1024);
   FEDRT_RETURN_IF_ERROR(bucket.status());
   auto options = ParseCommonOptions(spec, false, SymbolCoding::kRans);
@@ -301,8 +305,12 @@ Result<std::unique_ptr<NormalizedQuantizer>> MakeAdaptiveLevelCodec(const CodecS
   // Initial tables (version 0): ALQ starts uniform, AMQ at its family's p = 1/2.
   c.table = id == CodecId::kAlq ? UniformLevels(c.s) : ExponentialLevels(c.s, 0.5f);
   c.options = *options;
+  c.model = *model == "norm" ? LevelModel::kNormWeighted : LevelModel::kPooled;
+  // model=pooled (the default) is left out of the canonical spec, so payloads
+  // of the pooled codecs keep their bytes.
   c.spec = std::string(id == CodecId::kAlq ? "alq" : "amq") + ":bits=" + std::to_string(*bits) +
-           ",b=" + std::to_string(c.bucket) + "," + CommonOptionsSuffix(c.options, true);
+           ",b=" + std::to_string(c.bucket) + (c.model == LevelModel::kNormWeighted ? ",model=norm" : "") + "," +
+           CommonOptionsSuffix(c.options, true);
   return MakeLevelCodec(std::move(c));
 }
 
@@ -392,6 +400,13 @@ Result<std::unique_ptr<AdaptiveCodec>> MakeAdaptiveCodec(const std::string& text
   auto codec = MakeAdaptiveLevelCodec(*spec, id);
   FEDRT_RETURN_IF_ERROR(codec.status());
   return std::unique_ptr<AdaptiveCodec>(std::move(*codec));
+}
+
+Result<LevelTable> FitLevelTable(const AdaptiveCodec& codec, const LevelStatistics& stats, uint32_t next_version) {
+  int bits = 1;
+  while (LevelsForBits(bits) != codec.levels_per_sign() && bits <= kMaxLevelBits) ++bits;
+  if (codec.id() == CodecId::kAmq) return FitAmqLevels(stats, bits, next_version, codec.level_model());
+  return FitAlqLevels(stats, bits, next_version, codec.level_model());
 }
 
 }  // namespace fedrt

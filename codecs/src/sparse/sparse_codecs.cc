@@ -9,7 +9,8 @@
 //           kFlagIndicesImplicit says the receiver regenerates them (randk
 //           with idx=seed) from the shared seed.
 // Encoding allocates nothing: MaxEncodedSize() includes 4k bytes of working
-// space at the end of the caller's buffer for the index list.
+// space at the end of the caller's buffer for the index list. topk also uses
+// the whole buffer from the values on as candidate space before it writes them.
 #include "sparse/sparse_codecs.h"
 
 #include <cmath>
@@ -176,9 +177,19 @@ Result<std::size_t> SparseCodec::Encode(const float* input, std::size_t d, const
       if (sampler.Take()) indices[j++] = static_cast<uint32_t>(i);
     }
   } else if (o_.rule == Rule::kTop) {
-    auto threshold = FindMagnitudeThreshold(input, d, k, indices, k);
-    FEDRT_RETURN_IF_ERROR(threshold.status());
-    CollectTop(input, d, *threshold, indices);
+    // One pass when the candidates fit in the buffer from the values on
+    // (values, index stream and index list are all written afterwards).
+    uint8_t* work_bytes = values + (4 - reinterpret_cast<uintptr_t>(values) % 4) % 4;
+    uint32_t* work = reinterpret_cast<uint32_t*>(static_cast<void*>(work_bytes));
+    auto fast = SelectTopByCandidates(input, d, k, work, static_cast<std::size_t>(out + MaxEncodedSize(d) - work_bytes) / 4);
+    FEDRT_RETURN_IF_ERROR(fast.status());
+    if (*fast) {
+      std::memmove(indices, work, k * sizeof(uint32_t));
+    } else {
+      auto threshold = FindMagnitudeThreshold(input, d, k, indices, k);
+      FEDRT_RETURN_IF_ERROR(threshold.status());
+      CollectTop(input, d, *threshold, indices);
+    }
   } else {
     std::size_t r = o_.r.For(d);
     if (r < k) r = k;

@@ -18,6 +18,11 @@
 //                     with m > threshold, and for the first *ties coordinates
 //                     with m == threshold (decrementing *ties); returns the
 //                     count written to out (the caller guarantees the room).
+// CompactAtLeast      in index order, writes base + i to idx and m to mag for
+//                     every coordinate with m >= low; returns the count, or
+//                     cap + 1 as soon as more than cap coordinates match
+//                     (then idx/mag hold unspecified values). Writes only
+//                     idx[0..cap) and mag[0..cap).
 // All: any n (tails inside), any alignment, read only x[0..n).
 #ifndef FEDRT_CODECS_SPARSE_SPARSE_KERNELS_H_
 #define FEDRT_CODECS_SPARSE_SPARSE_KERNELS_H_
@@ -40,6 +45,8 @@ struct SparseKernels {
   std::size_t (*values_in_bin)(const float* x, std::size_t n, uint32_t bin, uint32_t* out);
   std::size_t (*collect_above)(const float* x, std::size_t n, uint32_t base, uint32_t threshold,
                                std::size_t* ties, uint32_t* out);
+  std::size_t (*compact_at_least)(const float* x, std::size_t n, uint32_t base, uint32_t low, uint32_t* idx,
+                                  uint32_t* mag, std::size_t cap);
 };
 
 #define FEDRT_SPARSE_KERNEL_DECLS                                                                  \
@@ -49,7 +56,9 @@ struct SparseKernels {
   void HistogramAbove(const float* x, std::size_t n, uint32_t low, uint32_t* hist);                \
   std::size_t ValuesInBin(const float* x, std::size_t n, uint32_t bin, uint32_t* out);             \
   std::size_t CollectAbove(const float* x, std::size_t n, uint32_t base, uint32_t threshold,       \
-                           std::size_t* ties, uint32_t* out);
+                           std::size_t* ties, uint32_t* out);                                      \
+  std::size_t CompactAtLeast(const float* x, std::size_t n, uint32_t base, uint32_t low, uint32_t* idx,   \
+                             uint32_t* mag, std::size_t cap);
 
 namespace scalar {
 FEDRT_SPARSE_KERNEL_DECLS

@@ -71,4 +71,22 @@ std::size_t CollectAbove(const float* x, std::size_t n, uint32_t base, uint32_t 
   return count + scalar::CollectAbove(x + i, n - i, base + static_cast<uint32_t>(i), threshold, ties, out + count);
 }
 
+std::size_t CompactAtLeast(const float* x, std::size_t n, uint32_t base, uint32_t low, uint32_t* idx, uint32_t* mag,
+                           std::size_t cap) {
+  const uint32x4_t t = vdupq_n_u32(low);
+  std::size_t count = 0;
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    if (Any(vcgeq_u32(LoadMagnitudes(x + i), t))) {
+      const std::size_t got = scalar::CompactAtLeast(x + i, 4, base + static_cast<uint32_t>(i), low, idx + count,
+                                                     mag + count, cap - count);
+      if (got > cap - count) return cap + 1;
+      count += got;
+    }
+  }
+  const std::size_t rest =
+      scalar::CompactAtLeast(x + i, n - i, base + static_cast<uint32_t>(i), low, idx + count, mag + count, cap - count);
+  return rest > cap - count ? cap + 1 : count + rest;
+}
+
 }  // namespace fedrt::neon

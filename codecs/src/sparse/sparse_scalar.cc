@@ -68,4 +68,19 @@ std::size_t CollectAbove(const float* x, std::size_t n, uint32_t base, uint32_t 
   return count;
 }
 
+std::size_t CompactAtLeast(const float* x, std::size_t n, uint32_t base, uint32_t low, uint32_t* idx, uint32_t* mag,
+                           std::size_t cap) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const uint32_t m = MagnitudeBits(x, i);
+    if (m >= low) {
+      if (count == cap) return cap + 1;
+      idx[count] = base + static_cast<uint32_t>(i);
+      mag[count] = m;
+      ++count;
+    }
+  }
+  return count;
+}
+
 }  // namespace fedrt::scalar

@@ -3,6 +3,7 @@
 #include "sparse/sparse_select.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -14,15 +15,18 @@ namespace fedrt {
 
 const SparseKernels& SparseKernelsFor(Isa isa) {
   static const SparseKernels kScalar = {&scalar::MagnitudeHistogram, &scalar::PrefixHistogram, &scalar::HistogramAbove,
-                                        &scalar::ValuesInBin, &scalar::CollectAbove};
+                                        &scalar::ValuesInBin, &scalar::CollectAbove,
+                                        &scalar::CompactAtLeast};
 #if FEDRT_HAVE_AVX2_KERNELS
   static const SparseKernels kAvx2 = {&avx2::MagnitudeHistogram, &avx2::PrefixHistogram, &avx2::HistogramAbove,
-                                      &avx2::ValuesInBin, &avx2::CollectAbove};
+                                      &avx2::ValuesInBin, &avx2::CollectAbove,
+                                        &avx2::CompactAtLeast};
   if (isa == Isa::kAvx2) return kAvx2;
 #endif
 #if FEDRT_HAVE_NEON_KERNELS
   static const SparseKernels kNeon = {&neon::MagnitudeHistogram, &neon::PrefixHistogram, &neon::HistogramAbove,
-                                      &neon::ValuesInBin, &neon::CollectAbove};
+                                      &neon::ValuesInBin, &neon::CollectAbove,
+                                        &neon::CompactAtLeast};
   if (isa == Isa::kNeon) return kNeon;
 #endif
   (void)isa;
@@ -130,6 +134,62 @@ Result<MagnitudeThreshold> FindMagnitudeThreshold(const float* x, std::size_t d,
   t.bits = (b1 << 20) | (b2 << 9) | b3;
   t.ties = need;
   return t;
+}
+
+Result<bool> SelectTopByCandidates(const float* x, std::size_t d, std::size_t r, uint32_t* work,
+                                   std::size_t work_words) {
+  if (r == 0 || d < (std::size_t{1} << 16) || r > d / 16) return false;
+  // Sample: every stride-th coordinate. With np = r * samples / d expected
+  // sample points above the true threshold, the bound is the sample's
+  // (np + 3 sqrt(np) + 4)-th largest: about r (1 + 3 / sqrt(np)) candidates,
+  // fewer than r with probability ~0.1% (then the caller's path runs).
+  constexpr std::size_t kMaxSamples = std::size_t{1} << 15;
+  const std::size_t samples = work_words < kMaxSamples ? work_words : kMaxSamples;
+  const std::size_t cap = work_words / 2;
+  if (samples < 1024 || cap < r) return false;
+  const std::size_t stride = d / samples;
+  for (std::size_t j = 0; j < samples; ++j) {
+    std::memcpy(&work[j], x + j * stride, 4);
+    work[j] &= 0x7fffffffu;
+  }
+  const double expected = static_cast<double>(r) * static_cast<double>(samples) / static_cast<double>(d);
+  std::size_t rank = static_cast<std::size_t>(expected + 3.0 * std::sqrt(expected)) + 4;
+  // Skip the pass when the bound would probably admit more than fit.
+  if (rank >= samples || static_cast<double>(rank) * static_cast<double>(d) / static_cast<double>(samples) >
+                             static_cast<double>(cap)) {
+    return false;
+  }
+  std::nth_element(work, work + rank, work + samples, std::greater<uint32_t>());
+  const uint32_t low = work[rank];
+  if (low == 0) return false;  // mostly zeros: the bound would admit everything
+
+  const SparseKernels& kernels = SparseKernelsFor(ActiveIsa());
+  uint32_t* idx = work;
+  uint32_t* mag = work + cap;
+  const std::size_t n = kernels.compact_at_least(x, d, 0, low, idx, mag, cap);
+  if (n > cap || n < r) return false;
+  // Every NaN or Inf is a candidate unless the bound itself is one (then
+  // every candidate is), so this finds them if there are any.
+  for (std::size_t j = 0; j < n; ++j) {
+    if (mag[j] >= 0x7f800000u) {
+      FEDRT_RETURN_IF_ERROR(CheckFinite(x, d));
+    }
+  }
+  // Every coordinate with a magnitude >= the r-th largest is a candidate, in
+  // index order: the candidates' own top r is the vector's.
+  auto t = FindMagnitudeThreshold(reinterpret_cast<const float*>(mag), n, r);
+  FEDRT_RETURN_IF_ERROR(t.status());
+  std::size_t ties = t->ties;
+  std::size_t out = 0;
+  for (std::size_t j = 0; j < n; ++j) {  // branch-free, in place (out <= j)
+    const uint32_t m = mag[j];
+    const bool tie = m == t->bits;
+    const bool take = m > t->bits || (tie && ties > 0);
+    idx[out] = idx[j];
+    out += take ? 1 : 0;
+    ties -= (take && tie) ? 1 : 0;
+  }
+  return out == r;
 }
 
 void CollectTop(const float* x, std::size_t d, MagnitudeThreshold threshold, uint32_t* out) {

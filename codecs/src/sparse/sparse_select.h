@@ -42,6 +42,19 @@ struct MagnitudeThreshold {
 Result<MagnitudeThreshold> FindMagnitudeThreshold(const float* x, std::size_t d, std::size_t r,
                                                   uint32_t* scratch = nullptr, std::size_t scratch_size = 0);
 
+// The top r in one pass over x, for large vectors and small r (d >= 2^16,
+// 0 < r <= d / 16): a lower bound for the r-th largest magnitude is estimated
+// from a strided sample (sorted in `work`), every coordinate at or above it is
+// compacted into `work` (index and magnitude, so work_words / 2 candidates
+// fit), and the exact threshold and ties are selected among the candidates.
+// On success returns true with the top-r indices, in index order and with the
+// tie rule above, in work[0..r). Returns false when it does not apply (vector
+// too small, r too large, the bound admitted fewer than r or more candidates
+// than fit); the caller then uses FindMagnitudeThreshold + CollectTop, which
+// choose the same set. kInvalidArgument as FindMagnitudeThreshold.
+Result<bool> SelectTopByCandidates(const float* x, std::size_t d, std::size_t r, uint32_t* work,
+                                   std::size_t work_words);
+
 // Writes the indices of the top r (as chosen by `threshold`) to out[0..r).
 void CollectTop(const float* x, std::size_t d, MagnitudeThreshold threshold, uint32_t* out);
 

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/level_fit.h"
 #include "fedrt/codecs/levels.h"
 
 namespace fedrt {
@@ -31,7 +32,14 @@ class AdaptiveCodec : public Codec {
   virtual const LevelTable& level_table() const = 0;
   // s: the number of nonzero levels per sign (alphabet 2s + 1).
   virtual int levels_per_sign() const = 0;
+  // The density the table owner fits: key model=pooled (default) or
+  // model=norm (the norm-weighted "-N" mixture; see level_fit.h).
+  virtual LevelModel level_model() const = 0;
 };
+
+// The next table for `codec` from merged statistics: FitAlqLevels or
+// FitAmqLevels with the codec's bits and model.
+Result<LevelTable> FitLevelTable(const AdaptiveCodec& codec, const LevelStatistics& stats, uint32_t next_version);
 
 // Creates an `alq` or `amq` codec from its spec string ("alq:bits=3,b=1024").
 // Other codec names are kInvalidArgument. MakeCodec creates the same codecs

@@ -10,10 +10,12 @@
 // FitAlqLevels() or FitAmqLevels() with the next version number.
 //
 // Model. The normalized magnitudes r = |v_i| / norm(bucket) in [0, 1] are
-// modelled by a truncated normal f on [0, 1] whose mean and variance match
-// the pooled ones (the "norm-less" model; the norm-weighted "-N" mixture is
-// not offered: it needs per-bucket moments, which LevelStatistics does not
-// carry). Levels minimise the expected stochastic-rounding variance
+// modelled either by one truncated normal f on [0, 1] whose mean and variance
+// match the pooled ones (LevelModel::kPooled, the "norm-less" model), or by
+// the norm-weighted mixture sum_b (||v_b|| / sum ||v||) f_b over the
+// kMaxMixtureBuckets buckets with the largest norms, f_b matching bucket b's
+// own mean and variance (LevelModel::kNormWeighted, the "-N" variant: ALQ-N,
+// AMQ-N; codec key model=norm). Levels minimise the expected stochastic-rounding variance
 //   V(l) = sum_j integral_{l_j}^{l_{j+1}} (r - l_j)(l_{j+1} - r) f(r) dr.
 //
 // Bits and levels. `bits` counts the sign: a coordinate is one of the 2s+1
@@ -42,6 +44,9 @@ namespace fedrt {
 
 // How a bucket is normalized: r_i = |v_i| / ||bucket||_2 or |v_i| / max|v|.
 enum class NormKind : uint8_t { kL2 = 0, kMax = 1 };
+
+// Which density the fit uses (see Model above).
+enum class LevelModel : uint8_t { kPooled = 0, kNormWeighted = 1 };
 
 // Smallest and largest `bits` the fits accept.
 inline constexpr int kMinLevelBits = 2;
@@ -110,16 +115,36 @@ std::vector<double> AlqLevels(const TruncatedNormal& f, int s);
 // golden-section steps around the best grid point. s >= 1 (s = 1: 0.5).
 double AmqMultiplier(const TruncatedNormal& f, int s);
 
+// One component per bucket of stats.largest_buckets (same order): weight
+// norm_b / sum of the norms, f_b = FitTruncatedNormal(bucket mean, bucket
+// variance). kInvalidArgument when there are no bucket moments or they are
+// not finite.
+struct MixtureComponent {
+  double weight = 0.0;
+  TruncatedNormal f;
+};
+Result<std::vector<MixtureComponent>> FitNormWeightedMixture(const LevelStatistics& stats);
+
+// The same functions under the mixture: V is the weighted sum of the
+// components' V; ALQ's and AMQ's searches are the ones above, with the
+// mixture's cdf, partial moments and density.
+double RoundingVariance(const std::vector<MixtureComponent>& mixture, const std::vector<float>& levels);
+std::vector<double> AlqLevels(const std::vector<MixtureComponent>& mixture, int s);
+double AmqMultiplier(const std::vector<MixtureComponent>& mixture, int s);
+
 // The float table for double levels: 0 and 1 exact, interior levels rounded
 // to float and kept at least 2^-24 apart (never denormal, always increasing).
 LevelTable RoundLevelTable(const std::vector<double>& levels, uint32_t version);
 
 // The tables the codecs use. kInvalidArgument for bits outside
 // [kMinLevelBits, kMaxLevelBits], next_version == 0 (version 0 is the codec's
-// initial table) or empty statistics. AMQ levels are p^(s-j), computed by
-// repeated multiplication in double from l_s = 1.
-Result<LevelTable> FitAlqLevels(const LevelStatistics& stats, int bits, uint32_t next_version);
-Result<LevelTable> FitAmqLevels(const LevelStatistics& stats, int bits, uint32_t next_version);
+// initial table) or empty statistics (for kNormWeighted: no bucket moments).
+// AMQ levels are p^(s-j), computed by repeated multiplication in double from
+// l_s = 1.
+Result<LevelTable> FitAlqLevels(const LevelStatistics& stats, int bits, uint32_t next_version,
+                                LevelModel model = LevelModel::kPooled);
+Result<LevelTable> FitAmqLevels(const LevelStatistics& stats, int bits, uint32_t next_version,
+                                LevelModel model = LevelModel::kPooled);
 
 }  // namespace fedrt
 

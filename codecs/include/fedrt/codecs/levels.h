@@ -33,6 +33,18 @@ LevelTable ExponentialLevels(int s, float p);
 // kInvalidArgument unless the table is increasing from exactly 0 to exactly 1.
 Status ValidateLevels(const LevelTable& table);
 
+// Moments of one bucket's normalized magnitudes (for the "-N" mixture).
+// count, sum and sum_sq are whole multiples of 2^-24 as in LevelStatistics.
+struct BucketMoments {
+  float norm = 0;
+  double count = 0;
+  double sum = 0;
+  double sum_sq = 0;
+};
+
+// LevelStatistics::largest_buckets keeps at most this many buckets.
+inline constexpr std::size_t kMaxMixtureBuckets = 64;
+
 // Sufficient statistics of normalized magnitudes r = |v_i| / norm(bucket),
 // pooled over buckets; mergeable across devices by Merge().
 struct LevelStatistics {
@@ -42,9 +54,18 @@ struct LevelStatistics {
   // Per-bucket norms of the largest buckets, kept for the norm-weighted
   // mixture ("-N" variant); bounded in size.
   std::vector<float> bucket_norms;
+  // Moments of the kMaxMixtureBuckets buckets with the largest norms, in
+  // decreasing order of (norm, count, sum, sum_sq), so merging in any order
+  // keeps the same list: the norm-weighted mixture of the "-N" fit.
+  std::vector<BucketMoments> largest_buckets;
 
   void Merge(const LevelStatistics& other);
 };
+
+// The order of LevelStatistics::largest_buckets (true when a comes first),
+// and sorting a list into it, cut to kMaxMixtureBuckets.
+bool LargerBucket(const BucketMoments& a, const BucketMoments& b);
+void KeepLargestBuckets(std::vector<BucketMoments>* buckets);
 
 }  // namespace fedrt
 

@@ -1,7 +1,9 @@
 #include "fedrt/runtime/optimizer.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <utility>
 
 namespace fedrt {
 
@@ -35,13 +37,43 @@ Status ValidateSgdOptions(const SgdOptions& o) {
   return Status::Ok();
 }
 
-Result<Sgd> Sgd::Create(const SgdOptions& options, std::size_t parameter_count) {
+std::size_t Sgd::StateFloats(const SgdOptions& options, std::size_t parameter_count) {
+  return options.momentum > 0.0f ? parameter_count : 0;
+}
+
+Result<Sgd> Sgd::Unbound(const SgdOptions& options, std::size_t parameter_count) {
   FEDRT_RETURN_IF_ERROR(ValidateSgdOptions(options));
   Sgd sgd;
   sgd.options_ = options;
   sgd.count_ = parameter_count;
-  if (options.momentum > 0.0f && !sgd.velocity_.Resize(parameter_count)) {
-    return Status(StatusCode::kResourceExhausted, "cannot allocate the momentum buffer");
+  sgd.velocity_size_ = StateFloats(options, parameter_count);
+  return sgd;
+}
+
+Result<Sgd> Sgd::Create(const SgdOptions& options, std::size_t parameter_count) {
+  Result<Sgd> unbound = Unbound(options, parameter_count);
+  if (!unbound.ok()) return unbound.status();
+  Sgd sgd = std::move(unbound).value();
+  if (sgd.velocity_size_ > 0) {
+    if (!sgd.owned_velocity_.Resize(sgd.velocity_size_)) {
+      return Status(StatusCode::kResourceExhausted, "cannot allocate the momentum buffer");
+    }
+    sgd.velocity_ = sgd.owned_velocity_.data();
+  }
+  return sgd;
+}
+
+Result<Sgd> Sgd::CreateInBuffer(const SgdOptions& options, std::size_t parameter_count, FloatSpan state) {
+  Result<Sgd> unbound = Unbound(options, parameter_count);
+  if (!unbound.ok()) return unbound.status();
+  Sgd sgd = std::move(unbound).value();
+  if (sgd.velocity_size_ > 0) {
+    if (state.data == nullptr || state.size < sgd.velocity_size_) {
+      return InvalidArgument("optimizer state buffer holds " + std::to_string(state.data == nullptr ? 0 : state.size) +
+                             " floats, momentum needs " + std::to_string(sgd.velocity_size_));
+    }
+    sgd.velocity_ = state.data;
+    std::memset(sgd.velocity_, 0, sizeof(float) * sgd.velocity_size_);
   }
   return sgd;
 }
@@ -62,7 +94,7 @@ double Sgd::Step(float* w, float* g) {
   const float lr = static_cast<float>(current_lr());
   const float mu = options_.momentum;
   if (mu > 0.0f) {
-    float* v = velocity_.data();
+    float* v = velocity_;
     for (std::size_t i = 0; i < n; ++i) {
       v[i] = mu * v[i] + g[i];
       const float d = options_.nesterov ? g[i] + mu * v[i] : v[i];

@@ -18,6 +18,8 @@
 // Declared by Debian's cblas.h through openblas_config.h; repeated for other
 // cblas.h flavours that omit it.
 extern "C" char* openblas_get_corename(void);
+extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" int openblas_get_num_threads(void);
 #endif
 
 namespace fedrt {
@@ -207,6 +209,24 @@ void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, const float
 }
 
 const char* GemmBackendName() { return FEDRT_HAVE_OPENBLAS ? "OpenBLAS" : "built-in"; }
+
+bool SetGemmThreads(int n) {
+  if (n < 1) return false;
+#if FEDRT_HAVE_OPENBLAS
+  openblas_set_num_threads(n);
+  return true;
+#else
+  return n == 1;
+#endif
+}
+
+int GemmThreads() {
+#if FEDRT_HAVE_OPENBLAS
+  return openblas_get_num_threads();
+#else
+  return 1;
+#endif
+}
 
 const char* OpenBlasCoreName() {
 #if FEDRT_HAVE_OPENBLAS

@@ -106,7 +106,13 @@ class Relu final : public Layer {
                 const LayerWorkspace&) override {
     if (d_in == nullptr) return;
     const std::size_t count = in_.size() * static_cast<std::size_t>(batch);
-    for (std::size_t i = 0; i < count; ++i) d_in[i] = in[i] > 0.0f ? d_out[i] : 0.0f;
+    // Both loads unconditional: the select compiles to a vector blend, not
+    // a branch on the (random) sign of each activation.
+    for (std::size_t i = 0; i < count; ++i) {
+      const float x = in[i];
+      const float d = d_out[i];
+      d_in[i] = x > 0.0f ? d : 0.0f;
+    }
   }
 };
 

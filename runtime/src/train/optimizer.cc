@@ -78,30 +78,62 @@ Result<Sgd> Sgd::CreateInBuffer(const SgdOptions& options, std::size_t parameter
   return sgd;
 }
 
+namespace {
+
+enum class MomentumKind { kNone, kHeavyBall, kNesterov };
+
+// One pass over the parameters, in the float operations (and order) of the
+// update rule in optimizer.h, so the result is the same as separate passes
+// for clipping, decay and the update. Specialised per option so that the
+// loop vectorises.
+template <bool kDecay, MomentumKind kMomentum>
+void Update(std::size_t n, float* w, float* g, float* v, float scale, float decay, float lr, float mu) {
+  for (std::size_t i = 0; i < n; ++i) {
+    float gi = g[i] * scale;
+    if (kDecay) gi = gi + decay * w[i];
+    g[i] = gi;
+    if (kMomentum == MomentumKind::kNone) {
+      w[i] = w[i] - lr * gi;
+    } else {
+      const float vi = mu * v[i] + gi;
+      v[i] = vi;
+      const float d = kMomentum == MomentumKind::kNesterov ? gi + mu * vi : vi;
+      w[i] = w[i] - lr * d;
+    }
+  }
+}
+
+template <bool kDecay>
+void UpdateWith(MomentumKind kind, std::size_t n, float* w, float* g, float* v, float scale, float decay,
+                float lr, float mu) {
+  switch (kind) {
+    case MomentumKind::kNone: Update<kDecay, MomentumKind::kNone>(n, w, g, v, scale, decay, lr, mu); break;
+    case MomentumKind::kHeavyBall: Update<kDecay, MomentumKind::kHeavyBall>(n, w, g, v, scale, decay, lr, mu); break;
+    case MomentumKind::kNesterov: Update<kDecay, MomentumKind::kNesterov>(n, w, g, v, scale, decay, lr, mu); break;
+  }
+}
+
+}  // namespace
+
 double Sgd::Step(float* w, float* g) {
   const std::size_t n = count_;
-  double sum2 = 0.0;
-  for (std::size_t i = 0; i < n; ++i) sum2 += static_cast<double>(g[i]) * g[i];
-  const double norm = std::sqrt(sum2);
-  if (options_.clip_norm > 0.0f && norm > options_.clip_norm) {
-    const float scale = static_cast<float>(options_.clip_norm / norm);
-    for (std::size_t i = 0; i < n; ++i) g[i] *= scale;
+  double norm = 0.0;
+  float scale = 1.0f;  // exact: g * 1.0f == g
+  if (options_.clip_norm > 0.0f) {
+    double sum2 = 0.0;
+    for (std::size_t i = 0; i < n; ++i) sum2 += static_cast<double>(g[i]) * g[i];
+    norm = std::sqrt(sum2);
+    if (norm > options_.clip_norm) scale = static_cast<float>(options_.clip_norm / norm);
   }
   const float decay = options_.weight_decay;
-  if (decay > 0.0f) {
-    for (std::size_t i = 0; i < n; ++i) g[i] += decay * w[i];
-  }
   const float lr = static_cast<float>(current_lr());
   const float mu = options_.momentum;
-  if (mu > 0.0f) {
-    float* v = velocity_;
-    for (std::size_t i = 0; i < n; ++i) {
-      v[i] = mu * v[i] + g[i];
-      const float d = options_.nesterov ? g[i] + mu * v[i] : v[i];
-      w[i] -= lr * d;
-    }
+  const MomentumKind kind = mu == 0.0f ? MomentumKind::kNone
+                            : options_.nesterov ? MomentumKind::kNesterov : MomentumKind::kHeavyBall;
+  if (decay > 0.0f) {
+    UpdateWith<true>(kind, n, w, g, velocity_, scale, decay, lr, mu);
   } else {
-    for (std::size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
+    UpdateWith<false>(kind, n, w, g, velocity_, scale, decay, lr, mu);
   }
   ++step_;
   return norm;

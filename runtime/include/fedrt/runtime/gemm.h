@@ -51,6 +51,13 @@ std::size_t GemmScratchFloats(int m, int n, int k);
 // "OpenBLAS" or "built-in".
 const char* GemmBackendName();
 
+// Threads the training GEMM uses. With OpenBLAS this is its thread count
+// (openblas_set_num_threads; process-wide, like OPENBLAS_NUM_THREADS); the
+// built-in GEMM runs on the calling thread only, so SetGemmThreads returns
+// false for any n other than 1 there.
+bool SetGemmThreads(int n);
+int GemmThreads();
+
 // The kernel family OpenBLAS chose for this CPU at load time ("Haswell",
 // "SkylakeX", ...), or "" without OpenBLAS. Debian's OpenBLAS picks by CPU
 // model; on a CPU it does not know (often a virtual one) it falls back to

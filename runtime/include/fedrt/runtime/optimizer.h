@@ -60,8 +60,9 @@ class Sgd {
                                     FloatSpan state);
 
   // One update of parameters[0 .. parameter_count) from gradients, which are
-  // modified in place (clipping and decay are folded into them). Returns the
-  // gradient's global L2 norm before clipping.
+  // modified in place (clipping and decay are folded into them), in one pass.
+  // With clipping on, returns the gradient's global L2 norm before clipping;
+  // without, 0 (the norm is not computed: it would cost one more pass).
   double Step(float* parameters, float* gradients);
 
   const SgdOptions& options() const { return options_; }

@@ -63,9 +63,10 @@ void BenchStep(const char* spec, std::size_t steps) {
   d.count = 64 * steps;
   d.height = d.width = 28;
   d.num_classes = 10;
-  d.features.resize(d.count * d.example_size());
+  d.pixels.resize(d.count * d.example_size());
   d.labels.resize(d.count);
-  for (std::size_t i = 0; i < d.features.size(); ++i) d.features[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+  for (std::size_t i = 0; i < d.pixels.size(); ++i) d.pixels[i] = static_cast<uint8_t>((i * 2654435761u) >> 24);
+  d.normalization = {0.5f, 0.5f};
   for (std::size_t i = 0; i < d.count; ++i) d.labels[i] = static_cast<uint8_t>(i % 10);
   Result<Model> model = Model::Create(spec, 1);
   SgdOptions options;

@@ -185,6 +185,7 @@ void RegisterTrain(CLI::App& app, CommandList& commands) {
   train->add_option("--seed", flags->seed, "Seed of initialisation and shuffling")->capture_default_str();
   train->add_option("--metrics", flags->metrics, "Write one JSON object per epoch to this file");
   commands.push_back({train, [flags, train] { return RunTrain(*flags, train->count("--model") > 0); }});
+  RegisterTrainBench(app, commands);
 }
 
 }  // namespace fedrt::cli

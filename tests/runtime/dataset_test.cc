@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -145,8 +146,13 @@ TEST_CASE("an mnist-style directory loads, scales pixels to the unit interval an
   REQUIRE(data.ok());
   CHECK(data->train.count == 6);
   CHECK(data->train.example_size() == 4);
-  CHECK(data->train.features[1] == doctest::Approx(1.0f / 255.0f));
-  CHECK(data->test.features[1] == 1.0f);
+  CHECK(data->train.pixels[1] == 1);
+  CHECK(data->test.pixels[1] == 255);
+  float first[4];
+  ReadExamples(data->train, 0, 1, first);
+  CHECK(first[1] == 1.0f / 255.0f);
+  ReadExamples(data->test, 0, 1, first);
+  CHECK(first[1] == 1.0f);
   CHECK(data->train.num_classes == 4);  // the test set's label 3 counts too
   Dataset& train = data->train;
   const Normalization n = ComputeNormalization(train);
@@ -154,6 +160,10 @@ TEST_CASE("an mnist-style directory loads, scales pixels to the unit interval an
   const Normalization after = ComputeNormalization(train);
   CHECK(after.mean == doctest::Approx(0.0).epsilon(1e-5).scale(1));
   CHECK(after.stddev == doctest::Approx(1.0).epsilon(1e-4));
+  // Normalising replaces, it does not stack, and the bytes stay as they were.
+  Normalize(train, n);
+  CHECK(ComputeNormalization(train).mean == after.mean);
+  CHECK(train.pixels[1] == 1);
 
   Result<TrainTestData> missing = LoadMnistStyleDirectory(dir.File("absent"));
   CHECK(missing.status().code() == StatusCode::kNotFound);
@@ -173,16 +183,42 @@ TEST_CASE("gather batch copies the chosen examples and labels") {
   Dataset data;
   data.count = 3;
   data.width = 2;
-  data.features = {0, 1, 10, 11, 20, 21};
+  data.pixels = {0, 255, 10, 11, 51, 21};
   data.labels = {7, 8, 9};
   const uint32_t pick[2] = {2, 0};
   float x[4];
   uint8_t y[2];
   GatherBatch(data, pick, 2, x, y);
-  CHECK(x[0] == 20);
-  CHECK(x[3] == 1);
+  CHECK(x[0] == 51.0f * (1.0f / 255.0f));
+  CHECK(x[2] == 0.0f);
+  CHECK(x[3] == 1.0f);
   CHECK(y[0] == 9);
   CHECK(y[1] == 7);
+}
+
+TEST_CASE("features read per batch equal a normalised float copy bit for bit") {
+  // What the data set held before it kept bytes: v / 255 as float, then
+  // (x - mean) * (1 / stddev), each step rounded to float.
+  Dataset data;
+  data.count = 256;
+  data.pixels.resize(256);
+  for (int v = 0; v < 256; ++v) data.pixels[static_cast<std::size_t>(v)] = static_cast<uint8_t>(255 - v);
+  data.labels.assign(256, 0);
+  std::vector<float> copy(256);
+  for (std::size_t i = 0; i < 256; ++i) copy[i] = static_cast<float>(data.pixels[i]) * (1.0f / 255.0f);
+  const Normalization n = ComputeNormalization(data);
+  const float scale = 1.0f / n.stddev;
+  for (float& x : copy) x = (x - n.mean) * scale;
+  Normalize(data, n);
+  std::vector<float> read(256);
+  ReadExamples(data, 0, 256, read.data());
+  CHECK(std::memcmp(read.data(), copy.data(), sizeof(float) * 256) == 0);
+  std::vector<uint32_t> all(256);
+  for (uint32_t i = 0; i < 256; ++i) all[i] = 255 - i;
+  std::vector<uint8_t> labels(256);
+  GatherBatch(data, all.data(), 256, read.data(), labels.data());
+  CHECK(read[0] == copy[255]);
+  CHECK(read[255] == copy[0]);
 }
 
 TEST_CASE("the installed fashion-mnist set loads when present") {

@@ -34,10 +34,7 @@ Result<Dataset> LoadIdxDataset(const std::string& images_path, const std::string
   data.count = images->dims[0];
   data.height = static_cast<int>(images->dims[1]);
   data.width = static_cast<int>(images->dims[2]);
-  data.features.resize(images->data.size());
-  for (std::size_t i = 0; i < images->data.size(); ++i) {
-    data.features[i] = static_cast<float>(images->data[i]) * (1.0f / 255.0f);
-  }
+  data.pixels = std::move(images->data);
   data.labels = std::move(labels->data);
   int max_label = -1;
   for (uint8_t label : data.labels) max_label = label > max_label ? label : max_label;
@@ -62,15 +59,28 @@ Result<TrainTestData> LoadMnistStyleDirectory(const std::string& directory) {
   return out;
 }
 
+void FeatureTable(const Normalization& n, float table[256]) {
+  const float scale = 1.0f / n.stddev;
+  for (int v = 0; v < 256; ++v) {
+    const float x = static_cast<float>(v) * (1.0f / 255.0f);
+    table[v] = (x - n.mean) * scale;
+  }
+}
+
 Normalization ComputeNormalization(const Dataset& data) {
   Normalization n;
-  if (data.features.empty()) return n;
+  if (data.pixels.empty()) return n;
+  float table[256];
+  FeatureTable(data.normalization, table);
+  // Summed in file order, as over a float copy: the same mean and deviation
+  // bits as before the bytes were kept.
   double sum = 0.0, sum2 = 0.0;
-  for (float x : data.features) {
+  for (uint8_t v : data.pixels) {
+    const float x = table[v];
     sum += x;
     sum2 += static_cast<double>(x) * x;
   }
-  const double count = static_cast<double>(data.features.size());
+  const double count = static_cast<double>(data.pixels.size());
   const double mean = sum / count;
   const double var = sum2 / count - mean * mean;
   n.mean = static_cast<float>(mean);
@@ -78,10 +88,7 @@ Normalization ComputeNormalization(const Dataset& data) {
   return n;
 }
 
-void Normalize(Dataset& data, const Normalization& n) {
-  const float scale = 1.0f / n.stddev;
-  for (float& x : data.features) x = (x - n.mean) * scale;
-}
+void Normalize(Dataset& data, const Normalization& n) { data.normalization = n; }
 
 std::vector<uint32_t> ShuffledIndices(std::size_t count, uint64_t seed, uint64_t epoch) {
   std::vector<uint32_t> order(count);
@@ -93,12 +100,22 @@ std::vector<uint32_t> ShuffledIndices(std::size_t count, uint64_t seed, uint64_t
 
 void GatherBatch(const Dataset& data, const uint32_t* indices, std::size_t batch, float* features,
                  uint8_t* labels) {
+  float table[256];
+  FeatureTable(data.normalization, table);
   const std::size_t size = data.example_size();
   for (std::size_t n = 0; n < batch; ++n) {
-    const float* src = data.features.data() + static_cast<std::size_t>(indices[n]) * size;
-    for (std::size_t i = 0; i < size; ++i) features[n * size + i] = src[i];
+    const uint8_t* src = data.pixels.data() + static_cast<std::size_t>(indices[n]) * size;
+    for (std::size_t i = 0; i < size; ++i) features[n * size + i] = table[src[i]];
     labels[n] = data.labels[indices[n]];
   }
+}
+
+void ReadExamples(const Dataset& data, std::size_t first, std::size_t batch, float* features) {
+  float table[256];
+  FeatureTable(data.normalization, table);
+  const uint8_t* src = data.pixels.data() + first * data.example_size();
+  const std::size_t count = batch * data.example_size();
+  for (std::size_t i = 0; i < count; ++i) features[i] = table[src[i]];
 }
 
 }  // namespace fedrt

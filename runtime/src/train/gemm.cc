@@ -18,6 +18,8 @@
 // Declared by Debian's cblas.h through openblas_config.h; repeated for other
 // cblas.h flavours that omit it.
 extern "C" char* openblas_get_corename(void);
+extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" int openblas_get_num_threads(void);
 #endif
 
 namespace fedrt {
@@ -102,20 +104,48 @@ void ReferenceGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, co
   }
 }
 
+// Packing sizes of one product for a kernel: A blocks of kc x mc, B blocks
+// of kc x nc, each rounded up to whole panels.
+struct PackSizes {
+  std::size_t a = 0, b = 0;
+};
+PackSizes PackSizesFor(const GemmMicroKernel& kernel, int m, int n, int k) {
+  if (m <= 0 || n <= 0 || k <= 0) return {};
+  const std::size_t kc = static_cast<std::size_t>(std::min(k, kKc));
+  return {kc * static_cast<std::size_t>(RoundUp(std::min(m, kMc), kernel.mr)),
+          kc * static_cast<std::size_t>(RoundUp(std::min(n, kNc), kernel.nr))};
+}
+
+std::size_t BuiltinGemmScratchFloats(int m, int n, int k) {
+  std::size_t most = 0;
+  for (Isa isa : AvailableIsas()) {
+    const PackSizes s = PackSizesFor(GemmMicroKernelFor(isa), m, n, k);
+    most = std::max(most, s.a + s.b);
+  }
+  return most;
+}
+
+std::size_t GemmScratchFloats(int m, int n, int k) {
+  return FEDRT_HAVE_OPENBLAS ? 0 : BuiltinGemmScratchFloats(m, n, k);
+}
+
 void BlockedGemm(const GemmMicroKernel& kernel, Transpose trans_a, Transpose trans_b, int m, int n,
                  int k, const float* a, int lda, const float* b, int ldb, float beta, float* c,
-                 int ldc) {
+                 int ldc, float* scratch) {
   if (m <= 0 || n <= 0) return;
   const int mr = kernel.mr;
   const int nr = kernel.nr;
-  const int kc_max = std::min(k, kKc);
-  const int mc_max = RoundUp(std::min(m, kMc), mr);
-  const int nc_max = RoundUp(std::min(n, kNc), nr);
-  thread_local PackScratch scratch;
-  if (k > 0 && !EnsureScratch(scratch, static_cast<std::size_t>(kc_max) * mc_max,
-                              static_cast<std::size_t>(kc_max) * nc_max)) {
-    ReferenceGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
-    return;
+  const PackSizes sizes = PackSizesFor(kernel, m, n, k);
+  float* pack_a = scratch;
+  float* pack_b = scratch != nullptr ? scratch + sizes.a : nullptr;
+  if (scratch == nullptr && k > 0) {
+    thread_local PackScratch owned;
+    if (!EnsureScratch(owned, sizes.a, sizes.b)) {
+      ReferenceGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+    pack_a = owned.a.data();
+    pack_b = owned.b.data();
   }
   ScaleC(m, n, beta, c, ldc);
   float tile[16 * 16];  // a partial C tile, padded to mr x nr (both <= 16)
@@ -123,15 +153,15 @@ void BlockedGemm(const GemmMicroKernel& kernel, Transpose trans_a, Transpose tra
     const int nc = std::min(kNc, n - j0);
     for (int p0 = 0; p0 < k; p0 += kKc) {
       const int kc = std::min(kKc, k - p0);
-      PackPanels(nr, Flip(trans_b), b, ldb, n, j0, nc, p0, kc, scratch.b.data());
+      PackPanels(nr, Flip(trans_b), b, ldb, n, j0, nc, p0, kc, pack_b);
       for (int i0 = 0; i0 < m; i0 += kMc) {
         const int mc = std::min(kMc, m - i0);
-        PackPanels(mr, trans_a, a, lda, m, i0, mc, p0, kc, scratch.a.data());
+        PackPanels(mr, trans_a, a, lda, m, i0, mc, p0, kc, pack_a);
         for (int jr = 0; jr < nc; jr += nr) {
-          const float* b_panel = scratch.b.data() + static_cast<std::size_t>(jr) * kc;
+          const float* b_panel = pack_b + static_cast<std::size_t>(jr) * kc;
           const int cols = std::min(nr, nc - jr);
           for (int ir = 0; ir < mc; ir += mr) {
-            const float* a_panel = scratch.a.data() + static_cast<std::size_t>(ir) * kc;
+            const float* a_panel = pack_a + static_cast<std::size_t>(ir) * kc;
             const int rows = std::min(mr, mc - ir);
             float* c_tile = c + static_cast<std::size_t>(i0 + ir) * ldc + (j0 + jr);
             if (rows == mr && cols == nr) {
@@ -156,13 +186,13 @@ void BlockedGemm(const GemmMicroKernel& kernel, Transpose trans_a, Transpose tra
 }
 
 void BuiltinGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, const float* a, int lda,
-                 const float* b, int ldb, float beta, float* c, int ldc) {
+                 const float* b, int ldb, float beta, float* c, int ldc, float* scratch) {
   BlockedGemm(GemmMicroKernelFor(ActiveIsa()), trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c,
-              ldc);
+              ldc, scratch);
 }
 
 void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, const float* a, int lda,
-          const float* b, int ldb, float beta, float* c, int ldc) {
+          const float* b, int ldb, float beta, float* c, int ldc, float* scratch) {
 #if FEDRT_HAVE_OPENBLAS
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
@@ -172,12 +202,31 @@ void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, const float
   cblas_sgemm(CblasRowMajor, trans_a == Transpose::kNo ? CblasNoTrans : CblasTrans,
               trans_b == Transpose::kNo ? CblasNoTrans : CblasTrans, m, n, k, 1.0f, a, lda, b, ldb,
               beta, c, ldc);
+  (void)scratch;
 #else
-  BuiltinGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  BuiltinGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc, scratch);
 #endif
 }
 
 const char* GemmBackendName() { return FEDRT_HAVE_OPENBLAS ? "OpenBLAS" : "built-in"; }
+
+bool SetGemmThreads(int n) {
+  if (n < 1) return false;
+#if FEDRT_HAVE_OPENBLAS
+  openblas_set_num_threads(n);
+  return true;
+#else
+  return n == 1;
+#endif
+}
+
+int GemmThreads() {
+#if FEDRT_HAVE_OPENBLAS
+  return openblas_get_num_threads();
+#else
+  return 1;
+#endif
+}
 
 const char* OpenBlasCoreName() {
 #if FEDRT_HAVE_OPENBLAS

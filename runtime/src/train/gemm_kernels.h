@@ -50,10 +50,10 @@ void GemmMicroKernel(std::size_t k, const float* a_panel, const float* b_panel, 
 GemmMicroKernel GemmMicroKernelFor(Isa isa);
 
 // The blocked driver with a given micro-kernel (BuiltinGemm uses the one for
-// ActiveIsa()); tests call it with every variant.
+// ActiveIsa()); tests call it with every variant. `scratch` as in gemm.h.
 void BlockedGemm(const GemmMicroKernel& kernel, Transpose trans_a, Transpose trans_b, int m, int n,
                  int k, const float* a, int lda, const float* b, int ldb, float beta, float* c,
-                 int ldc);
+                 int ldc, float* scratch = nullptr);
 
 // The plain triple loop in the order every variant follows (the reference).
 void ReferenceGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k, const float* a,

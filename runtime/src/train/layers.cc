@@ -58,19 +58,24 @@ class Dense final : public WeightBiasLayer {
     fan_in_ = inputs_;
     weight_shape_ = {units, inputs_};
   }
-  void Forward(const float* in, float* out, int batch, float*) override {
+  std::size_t GemmScratchFloats(int batch) const override {
+    return std::max({fedrt::GemmScratchFloats(batch, units_, inputs_),
+                     fedrt::GemmScratchFloats(units_, inputs_, batch),
+                     fedrt::GemmScratchFloats(batch, inputs_, units_)});
+  }
+  void Forward(const float* in, float* out, int batch, const LayerWorkspace& ws) override {
     Gemm(Transpose::kNo, Transpose::kYes, batch, units_, inputs_, in, inputs_, w_, inputs_, 0.0f,
-         out, units_);
+         out, units_, ws.gemm);
     for (int n = 0; n < batch; ++n) {
       float* row = out + static_cast<std::size_t>(n) * units_;
       for (int j = 0; j < units_; ++j) row[j] += b_[j];
     }
   }
   void Backward(const float* in, const float*, const float* d_out, float* d_in, int batch,
-                float*) override {
+                const LayerWorkspace& ws) override {
     // dW = dY^T X, db = column sums of dY, dX = dY W.
     Gemm(Transpose::kYes, Transpose::kNo, units_, inputs_, batch, d_out, units_, in, inputs_, 0.0f,
-         dw_, inputs_);
+         dw_, inputs_, ws.gemm);
     for (int j = 0; j < units_; ++j) db_[j] = 0.0f;
     for (int n = 0; n < batch; ++n) {
       const float* row = d_out + static_cast<std::size_t>(n) * units_;
@@ -78,7 +83,7 @@ class Dense final : public WeightBiasLayer {
     }
     if (d_in != nullptr) {
       Gemm(Transpose::kNo, Transpose::kNo, batch, inputs_, units_, d_out, units_, w_, inputs_, 0.0f,
-           d_in, inputs_);
+           d_in, inputs_, ws.gemm);
     }
   }
 
@@ -93,15 +98,21 @@ class Relu final : public Layer {
     in_ = in;
     out_ = in;
   }
-  void Forward(const float* in, float* out, int batch, float*) override {
+  void Forward(const float* in, float* out, int batch, const LayerWorkspace&) override {
     const std::size_t count = in_.size() * static_cast<std::size_t>(batch);
     for (std::size_t i = 0; i < count; ++i) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
   }
   void Backward(const float* in, const float*, const float* d_out, float* d_in, int batch,
-                float*) override {
+                const LayerWorkspace&) override {
     if (d_in == nullptr) return;
     const std::size_t count = in_.size() * static_cast<std::size_t>(batch);
-    for (std::size_t i = 0; i < count; ++i) d_in[i] = in[i] > 0.0f ? d_out[i] : 0.0f;
+    // Both loads unconditional: the select compiles to a vector blend, not
+    // a branch on the (random) sign of each activation.
+    for (std::size_t i = 0; i < count; ++i) {
+      const float x = in[i];
+      const float d = d_out[i];
+      d_in[i] = x > 0.0f ? d : 0.0f;
+    }
   }
 };
 
@@ -125,13 +136,19 @@ class Conv2d final : public WeightBiasLayer {
   std::size_t ScratchFloats(int batch) const override {
     return static_cast<std::size_t>(ckk_ + filters_) * hw_ * static_cast<std::size_t>(batch);
   }
-
-  void Forward(const float* in, float* out, int batch, float* scratch) override {
+  std::size_t GemmScratchFloats(int batch) const override {
     const int cols = batch * hw_;
-    float* col = scratch;
-    float* y = scratch + static_cast<std::size_t>(ckk_) * cols;
+    return std::max({fedrt::GemmScratchFloats(filters_, cols, ckk_),
+                     fedrt::GemmScratchFloats(filters_, ckk_, cols),
+                     fedrt::GemmScratchFloats(ckk_, cols, filters_)});
+  }
+
+  void Forward(const float* in, float* out, int batch, const LayerWorkspace& ws) override {
+    const int cols = batch * hw_;
+    float* col = ws.floats;
+    float* y = col + static_cast<std::size_t>(ckk_) * cols;
     for (int n = 0; n < batch; ++n) Im2Col(in + static_cast<std::size_t>(n) * in_.size(), col, cols, n * hw_);
-    Gemm(Transpose::kNo, Transpose::kNo, filters_, cols, ckk_, w_, ckk_, col, cols, 0.0f, y, cols);
+    Gemm(Transpose::kNo, Transpose::kNo, filters_, cols, ckk_, w_, ckk_, col, cols, 0.0f, y, cols, ws.gemm);
     for (int n = 0; n < batch; ++n) {
       for (int f = 0; f < filters_; ++f) {
         const float* src = y + static_cast<std::size_t>(f) * cols + static_cast<std::size_t>(n) * hw_;
@@ -141,10 +158,10 @@ class Conv2d final : public WeightBiasLayer {
     }
   }
   void Backward(const float* in, const float*, const float* d_out, float* d_in, int batch,
-                float* scratch) override {
+                const LayerWorkspace& ws) override {
     const int cols = batch * hw_;
-    float* col = scratch;
-    float* dy = scratch + static_cast<std::size_t>(ckk_) * cols;
+    float* col = ws.floats;
+    float* dy = col + static_cast<std::size_t>(ckk_) * cols;
     for (int n = 0; n < batch; ++n) {
       Im2Col(in + static_cast<std::size_t>(n) * in_.size(), col, cols, n * hw_);
       for (int f = 0; f < filters_; ++f) {
@@ -154,7 +171,7 @@ class Conv2d final : public WeightBiasLayer {
       }
     }
     // dW = dY col^T, db = row sums of dY.
-    Gemm(Transpose::kNo, Transpose::kYes, filters_, ckk_, cols, dy, cols, col, cols, 0.0f, dw_, ckk_);
+    Gemm(Transpose::kNo, Transpose::kYes, filters_, ckk_, cols, dy, cols, col, cols, 0.0f, dw_, ckk_, ws.gemm);
     for (int f = 0; f < filters_; ++f) {
       const float* row = dy + static_cast<std::size_t>(f) * cols;
       float sum = 0.0f;
@@ -163,7 +180,7 @@ class Conv2d final : public WeightBiasLayer {
     }
     if (d_in == nullptr) return;
     // d col = W^T dY, into the col buffer (no longer needed), then col2im.
-    Gemm(Transpose::kYes, Transpose::kNo, ckk_, cols, filters_, w_, ckk_, dy, cols, 0.0f, col, cols);
+    Gemm(Transpose::kYes, Transpose::kNo, ckk_, cols, filters_, w_, ckk_, dy, cols, 0.0f, col, cols, ws.gemm);
     for (int n = 0; n < batch; ++n) Col2Im(col, cols, n * hw_, d_in + static_cast<std::size_t>(n) * in_.size());
   }
 
@@ -240,11 +257,11 @@ class MaxPool final : public Layer {
     out_ = {in.c, in.h / window, in.w / window};
     s_ = window;
   }
-  void Forward(const float* in, float* out, int batch, float*) override {
+  void Forward(const float* in, float* out, int batch, const LayerWorkspace&) override {
     ForEachWindow(in, batch, [&](std::size_t out_index, std::size_t arg) { out[out_index] = in[arg]; });
   }
   void Backward(const float* in, const float*, const float* d_out, float* d_in, int batch,
-                float*) override {
+                const LayerWorkspace&) override {
     if (d_in == nullptr) return;
     std::memset(d_in, 0, sizeof(float) * in_.size() * static_cast<std::size_t>(batch));
     // The gradient goes to the first maximum of each window (as in Forward).

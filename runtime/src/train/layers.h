@@ -24,6 +24,14 @@ struct Shape3 {
   std::size_t size() const { return static_cast<std::size_t>(c) * h * w; }
 };
 
+// Workspace a layer's passes may use: `floats` holds at least
+// ScratchFloats(batch) floats, `gemm` at least GemmScratchFloats(batch) (null
+// when that is 0; Gemm then needs none or keeps its own).
+struct LayerWorkspace {
+  float* floats = nullptr;
+  float* gemm = nullptr;
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -36,10 +44,12 @@ class Layer {
   virtual void Init(Rng& rng) { (void)rng; }
   // Scratch floats Forward/Backward need for batches of up to `batch`.
   virtual std::size_t ScratchFloats(int batch) const { (void)batch; return 0; }
+  // Packing scratch its Gemm() calls need for batches of up to `batch`.
+  virtual std::size_t GemmScratchFloats(int batch) const { (void)batch; return 0; }
 
-  virtual void Forward(const float* in, float* out, int batch, float* scratch) = 0;
+  virtual void Forward(const float* in, float* out, int batch, const LayerWorkspace& ws) = 0;
   virtual void Backward(const float* in, const float* out, const float* d_out, float* d_in,
-                        int batch, float* scratch) = 0;
+                        int batch, const LayerWorkspace& ws) = 0;
 
  protected:
   Shape3 in_, out_;

@@ -15,6 +15,10 @@ constexpr std::size_t kMaxParameters = std::size_t{1} << 28;
 constexpr std::size_t kMaxActivationFloats = std::size_t{1} << 28;
 constexpr uint64_t kInitStream = 1;  // Rng stream of parameter initialisation
 
+// Workspace pieces start on 64-byte boundaries (relative to the buffer).
+constexpr std::size_t kPieceFloats = kSimdAlignment / sizeof(float);
+std::size_t Padded(std::size_t floats) { return (floats + kPieceFloats - 1) / kPieceFloats * kPieceFloats; }
+
 }  // namespace
 
 Model::Model() = default;
@@ -22,7 +26,7 @@ Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
 
-Result<Model> Model::Create(const std::string& text, uint64_t seed) {
+Result<Model> Model::Build(const std::string& text) {
   Result<ModelSpec> parsed = ParseModelSpec(text);
   if (!parsed.ok()) return parsed.status();
   Model model;
@@ -46,64 +50,143 @@ Result<Model> Model::Create(const std::string& text, uint64_t seed) {
         break;
       case LayerKind::kMaxPool: layer = MakeMaxPool(shape, s.kernel); break;
     }
+    const std::size_t layer_offset = offset;
     for (TensorInfo t : layer->Tensors(name)) {
-      t.offset += offset;
+      t.offset += layer_offset;
+      offset += t.size;
       model.tensors_.push_back(t);
     }
-    std::size_t layer_params = 0;
-    for (const TensorInfo& t : layer->Tensors(name)) layer_params += t.size;
-    offset += layer_params;
     if (offset > kMaxParameters || layer->out_shape().size() > kMaxActivationFloats / 64) {
       return OutOfRange("model spec '" + text + "' is too large for this runtime");
     }
     shape = layer->out_shape();
     model.layers_.push_back(std::move(layer));
   }
-  if (!model.parameters_.Resize(offset) || !model.gradients_.Resize(offset)) {
-    return Status(StatusCode::kResourceExhausted, "cannot allocate the model's parameters");
+  model.parameter_count_ = offset;
+  return model;
+}
+
+// Layout, in this order: one output per layer, the two delta buffers, the
+// layers' scratch, the GEMM packing scratch; each piece padded to 64 bytes.
+Result<std::size_t> Model::WorkspaceFloats(int batch) const {
+  if (batch <= 0) return InvalidArgument("batch size must be positive");
+  const std::size_t b = static_cast<std::size_t>(batch);
+  std::size_t widest = input_size_;
+  for (const auto& layer : layers_) widest = std::max(widest, layer->out_shape().size());
+  if (b > kMaxActivationFloats / widest) return OutOfRange("batch too large for this model");
+  std::size_t outputs = 0, scratch = 0, gemm = 0;
+  for (const auto& layer : layers_) {
+    outputs += Padded(layer->out_shape().size() * b);
+    scratch = std::max(scratch, layer->ScratchFloats(batch));
+    gemm = std::max(gemm, layer->GemmScratchFloats(batch));
   }
+  if (scratch > kMaxActivationFloats || gemm > kMaxActivationFloats) {
+    return OutOfRange("batch too large for this model");
+  }
+  return outputs + 2 * Padded(widest * b) + Padded(scratch) + Padded(gemm);
+}
+
+void Model::BindParameters(float* parameters, float* gradients, uint64_t seed) {
+  parameters_ = parameters;
+  gradients_ = gradients;
+  std::memset(gradients, 0, sizeof(float) * parameter_count_);
   std::size_t at = 0;
-  for (std::size_t i = 0; i < model.layers_.size(); ++i) {
-    Layer& layer = *model.layers_[i];
-    layer.Bind(model.parameters_.data() + at, model.gradients_.data() + at);
-    for (const TensorInfo& t : layer.Tensors("")) at += t.size;
+  for (auto& layer : layers_) {
+    layer->Bind(parameters + at, gradients + at);
+    for (const TensorInfo& t : layer->Tensors("")) at += t.size;
   }
   Rng rng(seed, kInitStream);
-  for (auto& layer : model.layers_) layer->Init(rng);
+  for (auto& layer : layers_) layer->Init(rng);
+}
+
+void Model::BindWorkspace(float* workspace, int batch) {
+  const std::size_t b = static_cast<std::size_t>(batch);
+  std::size_t widest = input_size_, scratch = 0, gemm = 0;
+  float* at = workspace;
+  outputs_.resize(layers_.size());
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const std::size_t size = layers_[i]->out_shape().size();
+    widest = std::max(widest, size);
+    scratch = std::max(scratch, layers_[i]->ScratchFloats(batch));
+    gemm = std::max(gemm, layers_[i]->GemmScratchFloats(batch));
+    outputs_[i] = at;
+    at += Padded(size * b);
+  }
+  delta_a_ = at;
+  at += Padded(widest * b);
+  delta_b_ = at;
+  at += Padded(widest * b);
+  scratch_ = at;
+  at += Padded(scratch);
+  gemm_scratch_ = gemm > 0 ? at : nullptr;
+  capacity_ = batch;
+}
+
+Result<ModelBufferSizes> QueryModelBufferSizes(const std::string& spec, int max_batch) {
+  Result<Model> model = Model::Build(spec);  // layers and shapes only, no buffers
+  if (!model.ok()) return model.status();
+  Result<std::size_t> workspace = model->WorkspaceFloats(max_batch);
+  if (!workspace.ok()) return workspace.status();
+  return ModelBufferSizes{model->parameter_count_, model->parameter_count_, *workspace};
+}
+
+Result<Model> Model::Create(const std::string& text, uint64_t seed) {
+  Result<Model> built = Build(text);
+  if (!built.ok()) return built.status();
+  Model model = std::move(built).value();
+  if (!model.owned_parameters_.Resize(model.parameter_count_) ||
+      !model.owned_gradients_.Resize(model.parameter_count_)) {
+    return Status(StatusCode::kResourceExhausted, "cannot allocate the model's parameters");
+  }
+  model.BindParameters(model.owned_parameters_.data(), model.owned_gradients_.data(), seed);
+  return model;
+}
+
+Result<Model> Model::CreateInBuffers(const std::string& text, uint64_t seed, int max_batch,
+                                     FloatSpan parameters, FloatSpan gradients, FloatSpan workspace) {
+  Result<Model> built = Build(text);
+  if (!built.ok()) return built.status();
+  Model model = std::move(built).value();
+  Result<std::size_t> workspace_floats = model.WorkspaceFloats(max_batch);
+  if (!workspace_floats.ok()) return workspace_floats.status();
+  auto check = [](const char* what, FloatSpan span, std::size_t need) {
+    if (span.data != nullptr && span.size >= need) return Status::Ok();
+    return InvalidArgument(std::string(what) + " buffer holds " + std::to_string(span.data == nullptr ? 0 : span.size) +
+                           " floats, the model needs " + std::to_string(need));
+  };
+  FEDRT_RETURN_IF_ERROR(check("parameter", parameters, model.parameter_count_));
+  FEDRT_RETURN_IF_ERROR(check("gradient", gradients, model.parameter_count_));
+  FEDRT_RETURN_IF_ERROR(check("workspace", workspace, *workspace_floats));
+  model.caller_buffers_ = true;
+  model.BindParameters(parameters.data, gradients.data, seed);
+  model.BindWorkspace(workspace.data, max_batch);
   return model;
 }
 
 Status Model::Reserve(int batch) {
   if (batch <= 0) return InvalidArgument("batch size must be positive");
   if (batch <= capacity_) return Status::Ok();
-  const std::size_t b = static_cast<std::size_t>(batch);
-  std::size_t widest = input_size_, scratch = 0;
-  for (const auto& layer : layers_) {
-    widest = std::max(widest, layer->out_shape().size());
-    scratch = std::max(scratch, layer->ScratchFloats(batch));
+  if (caller_buffers_) {
+    return OutOfRange("batch of " + std::to_string(batch) + " does not fit the caller's workspace (sized for " +
+                      std::to_string(capacity_) + ")");
   }
-  if (widest * b > kMaxActivationFloats || scratch > kMaxActivationFloats) {
-    return OutOfRange("batch too large for this model");
-  }
-  outputs_.resize(layers_.size());
-  bool ok = delta_a_.Resize(widest * b) && delta_b_.Resize(widest * b) && scratch_.Resize(scratch);
-  for (std::size_t i = 0; i < layers_.size() && ok; ++i) {
-    ok = outputs_[i].Resize(layers_[i]->out_shape().size() * b);
-  }
-  if (!ok) {
+  Result<std::size_t> floats = WorkspaceFloats(batch);
+  if (!floats.ok()) return floats.status();
+  if (!owned_workspace_.Resize(*floats)) {
     capacity_ = 0;
     return Status(StatusCode::kResourceExhausted, "cannot allocate activations for the batch");
   }
-  capacity_ = batch;
+  BindWorkspace(owned_workspace_.data(), batch);
   return Status::Ok();
 }
 
 Result<const float*> Model::Forward(const float* inputs, int batch) {
   FEDRT_RETURN_IF_ERROR(Reserve(batch));
+  const LayerWorkspace ws{scratch_, gemm_scratch_};
   const float* in = inputs;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->Forward(in, outputs_[i].data(), batch, scratch_.data());
-    in = outputs_[i].data();
+    layers_[i]->Forward(in, outputs_[i], batch, ws);
+    in = outputs_[i];
   }
   return in;
 }
@@ -123,7 +206,7 @@ Status Model::CheckLabels(const uint8_t* labels, int batch) const {
 BatchLoss Model::SoftmaxCrossEntropy(const uint8_t* labels, int batch, float* d_logits,
                                      int* predictions) const {
   const int classes = spec_.num_classes;
-  const float* logits = outputs_.back().data();
+  const float* logits = outputs_.back();
   BatchLoss result;
   for (int n = 0; n < batch; ++n) {
     const float* z = logits + static_cast<std::size_t>(n) * classes;
@@ -153,13 +236,13 @@ Result<BatchLoss> Model::ComputeGradients(const float* inputs, const uint8_t* la
   FEDRT_RETURN_IF_ERROR(CheckLabels(labels, batch));
   Result<const float*> logits = Forward(inputs, batch);
   if (!logits.ok()) return logits.status();
-  float* d_out = delta_a_.data();
-  float* d_in = delta_b_.data();
+  float* d_out = delta_a_;
+  float* d_in = delta_b_;
+  const LayerWorkspace ws{scratch_, gemm_scratch_};
   const BatchLoss loss = SoftmaxCrossEntropy(labels, batch, d_out, nullptr);
   for (std::size_t i = layers_.size(); i-- > 0;) {
-    const float* in = i == 0 ? inputs : outputs_[i - 1].data();
-    layers_[i]->Backward(in, outputs_[i].data(), d_out, i == 0 ? nullptr : d_in, batch,
-                         scratch_.data());
+    const float* in = i == 0 ? inputs : outputs_[i - 1];
+    layers_[i]->Backward(in, outputs_[i], d_out, i == 0 ? nullptr : d_in, batch, ws);
     std::swap(d_out, d_in);
   }
   return loss;

@@ -14,13 +14,64 @@ Status CheckShapes(const Model& model, const Dataset& data, int batch) {
     return InvalidArgument("examples have " + std::to_string(data.example_size()) + " features, model '" +
                            model.spec().text + "' expects " + std::to_string(model.input_size()));
   }
-  if (data.labels.size() != data.count || data.features.size() != data.count * data.example_size()) {
+  if (data.labels.size() != data.count || data.pixels.size() != data.count * data.example_size()) {
     return InvalidArgument("data set sizes are inconsistent");
   }
   return Status::Ok();
 }
 
+constexpr std::size_t kPieceFloats = kSimdAlignment / sizeof(float);
+std::size_t Padded(std::size_t floats) { return (floats + kPieceFloats - 1) / kPieceFloats * kPieceFloats; }
+
 }  // namespace
+
+std::size_t TrainingBufferSizes::total_floats() const {
+  return Padded(parameters) + Padded(gradients) + Padded(optimizer_state) + Padded(workspace);
+}
+
+Result<TrainingBufferSizes> QueryTrainingBufferSizes(const std::string& spec, const SgdOptions& sgd,
+                                                     int batch) {
+  FEDRT_RETURN_IF_ERROR(ValidateSgdOptions(sgd));
+  Result<ModelBufferSizes> model = QueryModelBufferSizes(spec, batch);
+  if (!model.ok()) return model.status();
+  TrainingBufferSizes sizes;
+  sizes.parameters = model->parameters;
+  sizes.gradients = model->gradients;
+  sizes.optimizer_state = Sgd::StateFloats(sgd, model->parameters);
+  sizes.workspace = model->workspace;
+  return sizes;
+}
+
+Result<TrainingBuffers> CarveTrainingBuffers(const TrainingBufferSizes& sizes, FloatSpan arena) {
+  const std::size_t total = sizes.total_floats();
+  if (arena.data == nullptr || arena.size < total) {
+    return InvalidArgument("training arena holds " + std::to_string(arena.data == nullptr ? 0 : arena.size) +
+                           " floats, " + std::to_string(total) + " are needed");
+  }
+  TrainingBuffers b;
+  float* at = arena.data;
+  auto take = [&at](std::size_t floats) {
+    const FloatSpan span{at, floats};
+    at += Padded(floats);
+    return span;
+  };
+  b.parameters = take(sizes.parameters);
+  b.gradients = take(sizes.gradients);
+  b.optimizer_state = take(sizes.optimizer_state);
+  b.workspace = take(sizes.workspace);
+  return b;
+}
+
+Result<BatchLoss> TrainStep(Model& model, Sgd& sgd, const float* inputs, const uint8_t* labels,
+                            int batch) {
+  if (sgd.parameter_count() != model.parameter_count()) {
+    return InvalidArgument("optimizer and model parameter counts differ");
+  }
+  Result<BatchLoss> loss = model.ComputeGradients(inputs, labels, batch);
+  if (!loss.ok()) return loss.status();
+  sgd.Step(model.parameters(), model.gradients());
+  return loss;
+}
 
 Result<EpochStats> TrainEpoch(Model& model, Sgd& sgd, const Dataset& data, uint64_t epoch,
                               const TrainOptions& options) {
@@ -51,9 +102,8 @@ Result<EpochStats> TrainEpoch(Model& model, Sgd& sgd, const Dataset& data, uint6
     if (options.max_steps != 0 && stats.steps == options.max_steps) break;
     const std::size_t n = std::min(batch, order.size() - start);
     GatherBatch(data, order.data() + start, n, x.data(), y.data());
-    Result<BatchLoss> loss = model.ComputeGradients(x.data(), y.data(), static_cast<int>(n));
+    Result<BatchLoss> loss = TrainStep(model, sgd, x.data(), y.data(), static_cast<int>(n));
     if (!loss.ok()) return loss.status();
-    sgd.Step(model.parameters(), model.gradients());
     loss_sum += loss->loss * static_cast<double>(n);
     correct += static_cast<std::size_t>(loss->correct);
     stats.examples += n;
@@ -80,14 +130,14 @@ Result<Evaluation> EvaluateModel(Model& model, const Dataset& data, int batch) {
   e.class_examples.assign(classes, 0);
   e.class_correct.assign(classes, 0);
   std::vector<int> predicted(static_cast<std::size_t>(batch));
-  const std::size_t size = data.example_size();
+  std::vector<float> x(static_cast<std::size_t>(batch) * data.example_size());
   double loss_sum = 0.0;
   std::size_t correct = 0;
   for (std::size_t start = 0; start < data.count; start += static_cast<std::size_t>(batch)) {
     const std::size_t n = std::min(static_cast<std::size_t>(batch), data.count - start);
-    // Consecutive examples are already a contiguous batch: no copy.
-    Result<BatchLoss> loss = model.Evaluate(data.features.data() + start * size, data.labels.data() + start,
-                                            static_cast<int>(n), predicted.data());
+    ReadExamples(data, start, n, x.data());
+    Result<BatchLoss> loss = model.Evaluate(x.data(), data.labels.data() + start, static_cast<int>(n),
+                                            predicted.data());
     if (!loss.ok()) return loss.status();
     loss_sum += loss->loss * static_cast<double>(n);
     correct += static_cast<std::size_t>(loss->correct);

@@ -1,5 +1,6 @@
 // Small synthetic data sets for training tests: `classes` clusters of
-// noisy points, deterministic, learnable in a few epochs.
+// noisy points, deterministic, learnable in a few epochs. Stored as bytes
+// like an image set; features read back as (center - 0.5) + noise.
 #ifndef FEDRT_TESTS_RUNTIME_TRAIN_SUPPORT_H_
 #define FEDRT_TESTS_RUNTIME_TRAIN_SUPPORT_H_
 
@@ -17,7 +18,7 @@ inline Dataset Clusters(std::size_t count, int channels, int height, int width, 
   d.width = width;
   d.num_classes = classes;
   const std::size_t size = d.example_size();
-  d.features.resize(count * size);
+  d.pixels.resize(count * size);
   d.labels.resize(count);
   uint32_t x = seed * 2654435761u + 7;
   auto noise = [&x] {
@@ -30,9 +31,11 @@ inline Dataset Clusters(std::size_t count, int channels, int height, int width, 
     for (std::size_t i = 0; i < size; ++i) {
       // Class c lights up features whose index is congruent to c.
       const float center = static_cast<int>(i % static_cast<std::size_t>(classes)) == label ? 1.0f : 0.0f;
-      d.features[n * size + i] = center + noise();
+      // center + noise is in [-0.5, 1.5): bytes 0..254 across that range.
+      d.pixels[n * size + i] = static_cast<uint8_t>((center + noise() + 0.5f) * 127.5f);
     }
   }
+  d.normalization = {0.5f, 0.5f};
   return d;
 }
 

@@ -76,6 +76,16 @@ class AlignedArray {
   std::size_t size_ = 0;
 };
 
+// A view of caller-owned memory: `size` elements at `data` (C++17 has no
+// std::span). The view owns nothing; whoever hands it over keeps the memory
+// alive for as long as the receiver says it uses it.
+template <typename T>
+struct Span {
+  T* data = nullptr;
+  std::size_t size = 0;
+};
+using FloatSpan = Span<float>;
+
 }  // namespace fedrt
 
 #endif  // FEDRT_PLATFORM_MEMORY_H_

@@ -6,7 +6,13 @@
 // header, the element type, every dimension and that the payload has exactly
 // the announced size (and at most kMaxIdxBytes) before anything else reads
 // it; errors name the file and what is wrong. After loading, a Dataset is
-// consistent (labels.size() == count, features.size() == count * example_size()).
+// consistent (labels.size() == count, pixels.size() == count * example_size()).
+//
+// Memory: a Dataset keeps the bytes as the file ships them (one byte per
+// pixel) and turns them into float features only when a batch is read
+// (GatherBatch, ReadExamples), through a 256-entry table: the feature of
+// byte v is (float(v) * (1.0f / 255.0f) - mean) * (1.0f / stddev) in float32,
+// the same bits as scaling a float copy to [0, 1] and then normalising it.
 //
 // File access uses zlib's gz* functions (POSIX files); firmware without a
 // file system parses bytes it already has with ParseIdx.
@@ -38,17 +44,27 @@ Result<IdxArray> ParseIdx(const uint8_t* bytes, std::size_t size, const std::str
 // when it cannot be read, Corrupt when the bytes are not a valid IDX file.
 Result<IdxArray> ReadIdxFile(const std::string& path);
 
+// Feature mean and standard deviation of a data set (over all values).
+struct Normalization {
+  float mean = 0.0f;
+  float stddev = 1.0f;
+};
+
 struct Dataset {
   std::size_t count = 0;
   int channels = 1, height = 1, width = 1;  // example shape
   int num_classes = 0;                      // max label + 1
-  std::vector<float> features;              // [count x example_size()]
+  std::vector<uint8_t> pixels;              // [count x example_size()], 0..255 as stored
   std::vector<uint8_t> labels;              // [count]
+  Normalization normalization;              // applied when features are read (Normalize)
   std::size_t example_size() const { return static_cast<std::size_t>(channels) * height * width; }
 };
 
-// Images (N x H x W bytes, scaled to [0, 1]) and labels (N bytes) from two
-// IDX files; the counts must agree.
+// The feature each byte value stands for under `normalization` (see above).
+void FeatureTable(const Normalization& normalization, float table[256]);
+
+// Images (N x H x W bytes, read as [0, 1]) and labels (N bytes) from two IDX
+// files; the counts must agree.
 Result<Dataset> LoadIdxDataset(const std::string& images_path, const std::string& labels_path);
 
 struct TrainTestData {
@@ -59,23 +75,23 @@ struct TrainTestData {
 // train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz.
 Result<TrainTestData> LoadMnistStyleDirectory(const std::string& directory);
 
-// Feature mean and standard deviation of a data set (over all values).
-struct Normalization {
-  float mean = 0.0f;
-  float stddev = 1.0f;
-};
+// Mean and standard deviation of the features as the data set reads them now.
 Normalization ComputeNormalization(const Dataset& data);
-// x = (x - mean) / stddev for every feature (use the training set's figures
-// for the test set too).
+// From now on features read x = (v / 255 - mean) / stddev (use the training
+// set's figures for the test set too). Replaces an earlier normalisation
+// rather than adding to it; the bytes are not touched.
 void Normalize(Dataset& data, const Normalization& normalization);
 
 // A permutation of [0, count) that depends only on (seed, epoch).
 std::vector<uint32_t> ShuffledIndices(std::size_t count, uint64_t seed, uint64_t epoch);
 
-// Copies examples indices[0 .. batch) into features [batch x example_size()]
+// Reads examples indices[0 .. batch) as features [batch x example_size()]
 // and labels [batch]. Indices must be below data.count.
 void GatherBatch(const Dataset& data, const uint32_t* indices, std::size_t batch, float* features,
                  uint8_t* labels);
+// Reads examples [first, first + batch) as features [batch x example_size()];
+// first + batch must not pass data.count.
+void ReadExamples(const Dataset& data, std::size_t first, std::size_t batch, float* features);
 
 }  // namespace fedrt
 

@@ -4,10 +4,19 @@
 //   mlp:784-300-100-10
 //   cnn:28x28x1-c16k5-p2-c32k5-p2-d128-10
 //
-// Memory: all parameters live in one contiguous, aligned float buffer and
-// all gradients in another of the same layout, described by a tensor table
+// Memory: all parameters live in one contiguous float buffer and all
+// gradients in another of the same layout, described by a tensor table
 // (name, shape, offset): codecs and the wire work on these flat vectors.
-// Activation buffers are owned by the model and sized by Reserve(batch).
+// Activations, back-propagated deltas, im2col and GEMM packing share a third
+// buffer, the workspace, laid out for a maximum batch.
+//
+// Who owns them: Model::Create allocates all three (and Reserve(batch) grows
+// the workspace); Model::CreateInBuffers runs on caller memory sized by
+// QueryModelBufferSizes (a firmware arena, a static array) and never
+// allocates, frees or grows it. Either way Forward, ComputeGradients and
+// Evaluate allocate nothing once the workspace holds the batch. Building a
+// model allocates its bookkeeping (layer objects, the tensor table: a few
+// hundred bytes per layer) on the heap; the large buffers are the three above.
 // Inputs are row-major [batch x input_size()] (a CNN image is C x H x W);
 // labels are class indices.
 //
@@ -59,13 +68,32 @@ struct BatchLoss {
   int correct = 0;
 };
 
+// Floats a model needs for training with batches of up to `max_batch`.
+struct ModelBufferSizes {
+  std::size_t parameters = 0;  // the flat parameter vector (parameter_count())
+  std::size_t gradients = 0;   // the same size
+  std::size_t workspace = 0;   // activations, deltas, im2col, GEMM packing for max_batch
+};
+// InvalidArgument for a bad spec or batch, OutOfRange when too large.
+Result<ModelBufferSizes> QueryModelBufferSizes(const std::string& spec, int max_batch);
+
 class Layer;  // internal
 
 class Model {
  public:
   // Builds the model and initialises its parameters from `seed` (He-uniform
-  // weights, zero biases).
+  // weights, zero biases). The model owns its buffers.
   static Result<Model> Create(const std::string& spec, uint64_t seed);
+
+  // Builds the model on caller memory: `parameters`, `gradients` and
+  // `workspace` hold at least the floats QueryModelBufferSizes(spec,
+  // max_batch) gives and must outlive the model (64-byte alignment is
+  // best, any float alignment works). Parameters are initialised from `seed`
+  // exactly as Create does, so both give the same bits and the same training
+  // run. Batches larger than max_batch get OutOfRange.
+  static Result<Model> CreateInBuffers(const std::string& spec, uint64_t seed, int max_batch,
+                                       FloatSpan parameters, FloatSpan gradients,
+                                       FloatSpan workspace);
 
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
@@ -77,16 +105,21 @@ class Model {
   std::size_t input_size() const { return input_size_; }
   int num_classes() const { return spec_.num_classes; }
 
-  std::size_t parameter_count() const { return parameters_.size(); }
-  float* parameters() { return parameters_.data(); }
-  const float* parameters() const { return parameters_.data(); }
-  float* gradients() { return gradients_.data(); }
-  const float* gradients() const { return gradients_.data(); }
+  std::size_t parameter_count() const { return parameter_count_; }
+  float* parameters() { return parameters_; }
+  const float* parameters() const { return parameters_; }
+  float* gradients() { return gradients_; }
+  const float* gradients() const { return gradients_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  // True for a model built by CreateInBuffers.
+  bool uses_caller_buffers() const { return caller_buffers_; }
+  // The largest batch the workspace holds now.
+  int batch_capacity() const { return capacity_; }
 
-  // Sizes the activation buffers for batches of up to `batch` examples.
-  // Forward/ComputeGradients call it themselves; call it up front to keep
-  // allocation out of the training loop.
+  // Sizes the workspace for batches of up to `batch` examples (an owning
+  // model allocates; a model on caller buffers only checks that the batch
+  // fits). Forward/ComputeGradients call it themselves; call it up front to
+  // keep allocation out of the training loop.
   Status Reserve(int batch);
 
   // Logits [batch x num_classes()], valid until the next call.
@@ -100,21 +133,33 @@ class Model {
                              int* predictions);
 
  private:
+  friend Result<ModelBufferSizes> QueryModelBufferSizes(const std::string& spec, int max_batch);
   Model();
+  static Result<Model> Build(const std::string& spec);  // layers and tensor table
+  Result<std::size_t> WorkspaceFloats(int batch) const;
+  void BindParameters(float* parameters, float* gradients, uint64_t seed);
+  void BindWorkspace(float* workspace, int batch);
   Status CheckLabels(const uint8_t* labels, int batch) const;
   BatchLoss SoftmaxCrossEntropy(const uint8_t* labels, int batch, float* d_logits,
                                 int* predictions) const;
 
   ModelSpec spec_;
   std::size_t input_size_ = 0;
+  std::size_t parameter_count_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<TensorInfo> tensors_;
-  AlignedArray<float> parameters_;
-  AlignedArray<float> gradients_;
-  int capacity_ = 0;                           // batch the buffers hold
-  std::vector<AlignedArray<float>> outputs_;   // one per layer
-  AlignedArray<float> delta_a_, delta_b_;      // ping-pong gradients wrt activations
-  AlignedArray<float> scratch_;                // im2col and friends
+  bool caller_buffers_ = false;
+  float* parameters_ = nullptr;
+  float* gradients_ = nullptr;
+  int capacity_ = 0;                         // batch the workspace holds
+  std::vector<float*> outputs_;              // one per layer, in the workspace
+  float* delta_a_ = nullptr;                 // ping-pong gradients wrt activations
+  float* delta_b_ = nullptr;
+  float* scratch_ = nullptr;                 // im2col and friends
+  float* gemm_scratch_ = nullptr;            // GEMM packing (null when Gemm needs none)
+  AlignedArray<float> owned_parameters_;     // Create: the buffers behind the pointers
+  AlignedArray<float> owned_gradients_;
+  AlignedArray<float> owned_workspace_;
 };
 
 }  // namespace fedrt

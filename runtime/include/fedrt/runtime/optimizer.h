@@ -7,7 +7,9 @@
 //   d = nesterov ? g + momentum * v : v    (d = g without momentum)
 //   w = w - lr(step) * d;  step = step + 1
 // The velocity v and the step counter are the optimizer's state; checkpoints
-// store both (checkpoint.h), so a resumed run continues exactly.
+// store both (checkpoint.h), so a resumed run continues exactly. The velocity
+// (StateFloats floats) is allocated by Create or lives in caller memory
+// (CreateInBuffer); Step allocates nothing.
 //
 // Thread-safety: an Sgd is not synchronized; one per model.
 #ifndef FEDRT_RUNTIME_OPTIMIZER_H_
@@ -49,10 +51,18 @@ Status ValidateSgdOptions(const SgdOptions& options);
 class Sgd {
  public:
   static Result<Sgd> Create(const SgdOptions& options, std::size_t parameter_count);
+  // Floats of state (the velocity): parameter_count with momentum, else 0.
+  static std::size_t StateFloats(const SgdOptions& options, std::size_t parameter_count);
+  // The optimizer on caller memory: `state` holds at least StateFloats()
+  // floats (may be empty without momentum), is zeroed here and must outlive
+  // the optimizer.
+  static Result<Sgd> CreateInBuffer(const SgdOptions& options, std::size_t parameter_count,
+                                    FloatSpan state);
 
   // One update of parameters[0 .. parameter_count) from gradients, which are
-  // modified in place (clipping and decay are folded into them). Returns the
-  // gradient's global L2 norm before clipping.
+  // modified in place (clipping and decay are folded into them), in one pass.
+  // With clipping on, returns the gradient's global L2 norm before clipping;
+  // without, 0 (the norm is not computed: it would cost one more pass).
   double Step(float* parameters, float* gradients);
 
   const SgdOptions& options() const { return options_; }
@@ -61,16 +71,19 @@ class Sgd {
   void set_step(uint64_t step) { step_ = step; }
   double current_lr() const { return options_.schedule.LearningRate(step_); }
   // The momentum buffer (parameter_count() floats; empty without momentum).
-  float* velocity() { return velocity_.data(); }
-  const float* velocity() const { return velocity_.data(); }
-  std::size_t velocity_size() const { return velocity_.size(); }
+  float* velocity() { return velocity_; }
+  const float* velocity() const { return velocity_; }
+  std::size_t velocity_size() const { return velocity_size_; }
 
  private:
   Sgd() = default;
+  static Result<Sgd> Unbound(const SgdOptions& options, std::size_t parameter_count);  // no velocity yet
   SgdOptions options_;
   std::size_t count_ = 0;
   uint64_t step_ = 0;
-  AlignedArray<float> velocity_;
+  float* velocity_ = nullptr;
+  std::size_t velocity_size_ = 0;
+  AlignedArray<float> owned_velocity_;  // Create: the buffer behind velocity_
 };
 
 }  // namespace fedrt

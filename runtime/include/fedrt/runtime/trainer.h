@@ -1,6 +1,21 @@
 // The training loop and evaluation on top of Model, Sgd and Dataset: what a
 // device runs between communication rounds, and what `fedrt train` runs.
 //
+// TrainStep is one update on a batch the caller already holds: it is what a
+// device without a heap calls in its loop, on a model and optimizer built on
+// caller memory (CreateInBuffers / CreateInBuffer). QueryTrainingBufferSizes
+// says how much memory that takes for a spec, optimizer and batch, and
+// CarveTrainingBuffers cuts one caller arena into the pieces:
+//
+//   Result<TrainingBufferSizes> sizes = QueryTrainingBufferSizes(spec, sgd_options, 64);
+//   static float arena[...];                    // >= sizes->total_floats()
+//   Result<TrainingBuffers> b = CarveTrainingBuffers(*sizes, {arena, size});
+//   Result<Model> model = Model::CreateInBuffers(spec, seed, 64, b->parameters,
+//                                                b->gradients, b->workspace);
+//   Result<Sgd> sgd = Sgd::CreateInBuffer(sgd_options, model->parameter_count(),
+//                                         b->optimizer_state);
+//   for (...) TrainStep(*model, *sgd, inputs, labels, batch);   // allocates nothing
+//
 // TrainEpoch visits the examples (all, or a device's subset) once in the
 // order ShuffledIndices(seed, epoch) gives, in batches of options.batch (the
 // last one may be smaller), one Sgd update per batch. The same model, seed,
@@ -12,8 +27,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "fedrt/platform/memory.h"
 #include "fedrt/platform/status.h"
 #include "fedrt/runtime/dataset.h"
 #include "fedrt/runtime/model.h"
@@ -35,6 +52,36 @@ struct EpochStats {
   std::size_t steps = 0;
   double seconds = 0.0;
 };
+
+// Floats of caller memory for training `spec` with `sgd` in batches of up
+// to `batch` (model.h and optimizer.h say what each buffer holds).
+struct TrainingBufferSizes {
+  std::size_t parameters = 0;
+  std::size_t gradients = 0;
+  std::size_t optimizer_state = 0;
+  std::size_t workspace = 0;
+  // All four, each rounded up to 64 bytes (what CarveTrainingBuffers takes).
+  std::size_t total_floats() const;
+};
+Result<TrainingBufferSizes> QueryTrainingBufferSizes(const std::string& spec, const SgdOptions& sgd,
+                                                     int batch);
+
+struct TrainingBuffers {
+  FloatSpan parameters;
+  FloatSpan gradients;
+  FloatSpan optimizer_state;
+  FloatSpan workspace;
+};
+// Cuts `arena` (at least sizes.total_floats() floats) into the four buffers,
+// each starting 64 bytes after the previous one's start rounded up.
+// InvalidArgument when the arena is too small.
+Result<TrainingBuffers> CarveTrainingBuffers(const TrainingBufferSizes& sizes, FloatSpan arena);
+
+// One update: gradients of the batch (inputs [batch x input_size()], labels
+// [batch]), then sgd.Step. Allocates nothing when the model's workspace holds
+// the batch (always for a model on caller buffers; else after Reserve).
+Result<BatchLoss> TrainStep(Model& model, Sgd& sgd, const float* inputs, const uint8_t* labels,
+                            int batch);
 
 Result<EpochStats> TrainEpoch(Model& model, Sgd& sgd, const Dataset& data, uint64_t epoch,
                               const TrainOptions& options);

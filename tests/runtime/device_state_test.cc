@@ -17,15 +17,6 @@
 namespace fedrt::star {
 namespace {
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return std::string();
-  std::string bytes(static_cast<std::size_t>(in.tellg()), '\0');
-  in.seekg(0);
-  in.read(&bytes[0], static_cast<std::streamsize>(bytes.size()));
-  return bytes;
-}
-
 void WriteAll(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
@@ -46,13 +37,13 @@ TEST_CASE("a saved residual loads back bit for bit and replaces the previous one
   for (std::size_t d : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1007}}) {
     const std::vector<float> saved = Residual(d);
     REQUIRE(SaveResidual(path, saved.data(), d).ok());
-    CHECK(ReadAll(path).size() == 16 + 4 * d);
+    CHECK(testing::ReadFileBytes(path).size() == 16 + 4 * d);
     Result<std::vector<float>> loaded = LoadResidual(path, d);
     REQUIRE(loaded.ok());
     REQUIRE(loaded->size() == d);
     CHECK(std::memcmp(loaded->data(), saved.data(), d * sizeof(float)) == 0);
   }
-  CHECK(ReadAll(path + ".tmp").empty());  // renamed away
+  CHECK(testing::ReadFileBytes(path + ".tmp").empty());  // renamed away
 }
 
 TEST_CASE("a missing residual file is not found and a foreign or damaged one is refused naming the file") {
@@ -62,7 +53,7 @@ TEST_CASE("a missing residual file is not found and a foreign or damaged one is 
 
   const std::vector<float> saved = Residual(100);
   REQUIRE(SaveResidual(path, saved.data(), saved.size()).ok());
-  const std::string good = ReadAll(path);
+  const std::string good = testing::ReadFileBytes(path);
 
   WriteAll(path, good.substr(0, good.size() / 2));
   Status s = LoadResidual(path, 100).status();

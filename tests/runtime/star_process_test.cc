@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -37,8 +38,11 @@ constexpr const char* kModel = "mlp:784-32-10";
 constexpr int kDevices = 11;
 
 std::string HexKey(int i) {
-  char key[33];
-  std::snprintf(key, sizeof(key), "%02x0123456789abcdef0123456789ab%02x", 17 * i + 3, i);
+  const char* const hex = "0123456789abcdef";
+  std::string key = "0123456789abcdef0123456789abcdef";
+  key[0] = hex[(i >> 4) & 15];
+  key[1] = hex[i & 15];
+  key[31] = hex[(i * 7) & 15];
   return key;
 }
 
@@ -405,6 +409,52 @@ TEST_CASE("bad frames and bad updates close only their own connection with the r
   CHECK(serve.Count("round 3/3  updates 3/3") == 1);
   CHECK(dev0.Wait() == 0);
   CHECK(dev1.Wait() == 0);
+}
+
+// Resident memory of a process in KiB (VmRSS), 0 when unknown.
+long ResidentKib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return 0;
+}
+
+TEST_CASE("one aggregator process holds 500 authenticated idle devices and keeps accepting") {
+  constexpr int kIdle = 500;
+  testing::TempDir dir;
+  std::string keys;
+  for (int i = 0; i < kIdle; ++i) keys += "idle-" + std::to_string(i) + " " + HexKey(i % 97) + "\n";
+  Star::Write(dir.File("keys.txt"), keys);
+  ChildProcess serve({FEDRT_CLI_PATH, "serve", "--key-file", dir.File("keys.txt"), "--data", "", "--model",
+                      "mlp:784-300-100-10", "--codec", "dqsg", "--min-devices", std::to_string(kIdle + 1),
+                      "--idle-timeout-ms", "600000", "--join-timeout-ms", "60000"});
+  const uint16_t port = testing::ListeningPort(serve);
+  REQUIRE_MESSAGE(port != 0, serve.output());
+  const long before = ResidentKib(serve.pid());
+  std::vector<std::unique_ptr<BlockingStarClient>> clients;
+  for (int i = 0; i < kIdle; ++i) {
+    clients.push_back(std::make_unique<BlockingStarClient>());
+    REQUIRE(clients.back()->Connect(port));
+    const Status joined = clients.back()->Join("idle-" + std::to_string(i), HexKey(i % 97));
+    REQUIRE_MESSAGE(joined.ok(), "device ", i, ": ", joined.ToString());
+    // Reading its log as it goes keeps the aggregator from blocking on a full pipe.
+    if ((i + 1) % 100 == 0) REQUIRE(serve.WaitFor("(" + std::to_string(i + 1) + " connected)"));
+  }
+  const long after = ResidentKib(serve.pid());
+  MESSAGE("aggregator RSS with 0 devices: ", before, " KiB, with ", kIdle, ": ", after, " KiB (",
+          (after - before) * 1024 / kIdle, " bytes per device)");
+  CHECK(before > 0);
+  CHECK(after > before);
+  // Another one still joins, and a client that leaves is forgotten.
+  BlockingStarClient extra;
+  REQUIRE(extra.Connect(port));
+  CHECK(extra.Join("idle-0", HexKey(0)).ok());
+  CHECK(serve.WaitFor("replaced by a new join"));
+  clients.front()->Close();
+  serve.Signal(SIGTERM);
+  CHECK(serve.Wait() == 0);
 }
 
 }  // namespace

@@ -86,6 +86,7 @@ class Server : public ConnectionHandler {
   void Tick();
   void StartRound();
   Status SendInstructions(Peer& peer);
+  Status EncodeInstructions(const Assignment& assignment, std::vector<OutFrame>* frames);
   void CloseRound();
   Codec* CodecFor(const std::string& spec);
   std::vector<std::string> ConnectedDevices() const;
@@ -120,6 +121,10 @@ class Server : public ConnectionHandler {
   std::vector<std::string> selected_;
   std::map<std::string, Assignment> assigned_;
   std::vector<Received> received_;
+  std::set<std::string> answered_;  // devices in received_: lookups stay O(log n) per event
+  // This round's instruction frames per (codec spec, anchor role): encoded
+  // once and shared by every connection they go to.
+  std::map<std::pair<std::string, AnchorRole>, std::vector<OutFrame>> instruction_frames_;
   std::set<std::string> forced_anchors_;  // wrapped too often last round
   std::size_t rejected_ = 0;
   uint64_t bytes_down_ = 0;
@@ -283,9 +288,7 @@ void Server::OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame)
         connection.peer().c_str(), device_connection_.size());
     // Rejoined during a round it was sampled in and has not answered: resend.
     if (in_round_ && assigned_.count(peer.device_id) != 0) {
-      const bool answered = std::any_of(received_.begin(), received_.end(),
-                                        [&](const Received& r) { return r.device_id == peer.device_id; });
-      if (!answered) {
+      if (answered_.count(peer.device_id) == 0) {
         const Status sent = SendInstructions(peer);
         if (!sent.ok()) Refuse(connection, sent);
       }
@@ -355,14 +358,14 @@ void Server::OnUpdateFrame(Peer& peer, Connection& connection, const Frame& fram
     rejected_++;
     return Refuse(connection, checked);
   }
-  if (std::any_of(received_.begin(), received_.end(),
-                  [&](const Received& r) { return r.device_id == received.device_id; })) {
+  if (answered_.count(received.device_id) != 0) {
     // A round that closed without updates runs again with the same id, so a
     // device can answer both attempts: the first answer counts.
     Log(LogLevel::kInfo, "aggregator: dropping a second update of round %u from %s", round_,
         received.device_id.c_str());
     return;
   }
+  answered_.insert(received.device_id);
   received_.push_back(std::move(received));
   AckMessage ack;
   ack.round_id = round_;
@@ -412,6 +415,14 @@ Peer* Server::PeerOf(const std::string& device_id) {
 
 Status Server::SendInstructions(Peer& peer) {
   const Assignment& assignment = assigned_[peer.device_id];
+  std::vector<OutFrame>& frames = instruction_frames_[{assignment.spec, assignment.role}];
+  if (frames.empty()) FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, &frames));
+  for (const OutFrame& frame : frames) FEDRT_RETURN_IF_ERROR(peer.connection->Send(frame));
+  bytes_down_ += d_ * sizeof(float);
+  return Status();
+}
+
+Status Server::EncodeInstructions(const Assignment& assignment, std::vector<OutFrame>* frames) {
   const uint8_t* model = reinterpret_cast<const uint8_t*>(model_->parameters());
   Result<ChunkPlan> plan = ChunkPlan::Make(d_ * sizeof(float), limits_.MaxChunkBytes());
   if (!plan.ok()) return plan.status();
@@ -429,10 +440,12 @@ Status Server::SendInstructions(Peer& peer) {
     m.deadline_ms = options_.round_deadline_ms;
     m.payload = plan->Chunk(i, model);
     Result<OutFrame> frame = Encode(m, limits_);
-    if (!frame.ok()) return frame.status();
-    FEDRT_RETURN_IF_ERROR(peer.connection->Send(*frame));
+    if (!frame.ok()) {
+      frames->clear();
+      return frame.status();
+    }
+    frames->push_back(std::move(*frame));
   }
-  bytes_down_ += d_ * sizeof(float);
   return Status();
 }
 
@@ -444,6 +457,8 @@ void Server::StartRound() {
   selected_.clear();
   assigned_.clear();
   received_.clear();
+  answered_.clear();
+  instruction_frames_.clear();
   rejected_ = 0;
   bytes_down_ = 0;
   for (uint32_t i : chosen) selected_.push_back(devices[i]);
@@ -607,9 +622,7 @@ void Server::Tick() {
   // Sampled devices still able to answer (connected, not answered yet).
   std::size_t waiting = 0;
   for (const std::string& device : selected_) {
-    const bool answered = std::any_of(received_.begin(), received_.end(),
-                                      [&](const Received& r) { return r.device_id == device; });
-    if (!answered && device_connection_.count(device) != 0) waiting++;
+    if (answered_.count(device) == 0 && device_connection_.count(device) != 0) waiting++;
   }
   if (received_.size() >= quorum || now >= round_deadline_ms_ || (waiting == 0 && !received_.empty())) {
     CloseRound();

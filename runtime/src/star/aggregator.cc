@@ -121,6 +121,7 @@ class Server : public ConnectionHandler {
   std::vector<std::string> selected_;
   std::map<std::string, Assignment> assigned_;
   std::vector<Received> received_;
+  std::unique_ptr<UpdateAccumulator> sum_;  // this round's weighted sum
   std::set<std::string> answered_;  // devices in received_: lookups stay O(log n) per event
   // This round's instruction frames per (codec spec, anchor role): encoded
   // once and shared by every connection they go to.
@@ -189,6 +190,7 @@ Status Server::Setup() {
   }
   scratch_.assign(d_, 0.0f);
   zeros_.assign(d_, 0.0f);
+  sum_ = std::make_unique<UpdateAccumulator>(d_);
   return Status();
 }
 
@@ -353,17 +355,17 @@ void Server::OnUpdateFrame(Peer& peer, Connection& connection, const Frame& fram
   received.payload.assign(peer.update->data(), peer.update->data() + peer.update->size());
   received.wire_bytes = received.payload.size();
   peer.update.reset();
-  const Status checked = CheckUpdate(peer, received);
-  if (!checked.ok()) {
-    rejected_++;
-    return Refuse(connection, checked);
-  }
   if (answered_.count(received.device_id) != 0) {
     // A round that closed without updates runs again with the same id, so a
     // device can answer both attempts: the first answer counts.
     Log(LogLevel::kInfo, "aggregator: dropping a second update of round %u from %s", round_,
         received.device_id.c_str());
     return;
+  }
+  const Status checked = CheckUpdate(peer, received);
+  if (!checked.ok()) {
+    rejected_++;
+    return Refuse(connection, checked);
   }
   answered_.insert(received.device_id);
   received_.push_back(std::move(received));
@@ -393,9 +395,16 @@ Status Server::CheckUpdate(Peer& peer, Received& received) {
   if (nested) {
     received.decoded.clear();
     received.decoded.shrink_to_fit();
-  } else {
-    received.payload.clear();
-    received.payload.shrink_to_fit();
+    return Status();
+  }
+  received.payload.clear();
+  received.payload.shrink_to_fit();
+  if (!nested_) {
+    // Summed on arrival: a round holds one model-sized sum, not a decoded
+    // vector per update. (NDQSG anchors are kept for the running mean.)
+    FEDRT_RETURN_IF_ERROR(sum_->AddDecoded(received.decoded.data(), static_cast<float>(received.num_samples)));
+    received.decoded.clear();
+    received.decoded.shrink_to_fit();
   }
   return Status();
 }
@@ -457,6 +466,7 @@ void Server::StartRound() {
   selected_.clear();
   assigned_.clear();
   received_.clear();
+  sum_->Reset();
   answered_.clear();
   instruction_frames_.clear();
   rejected_ = 0;
@@ -495,13 +505,18 @@ void Server::StartRound() {
 
 void Server::CloseRound() {
   in_round_ = false;
-  UpdateAccumulator accumulator(d_);
+  UpdateAccumulator& accumulator = *sum_;  // plain rounds: filled as the updates arrived
   RoundReport report;
   report.round = round_ + 1;
   report.sampled = selected_.size();
   double loss_sum = 0;
   double sample_sum = 0;
   forced_anchors_.clear();
+  const auto count = [&](const Received& r) {
+    report.updates++;
+    loss_sum += static_cast<double>(r.loss) * static_cast<double>(r.num_samples);
+    sample_sum += static_cast<double>(r.num_samples);
+  };
   const auto add = [&](const Received& r, const float* decoded) {
     const Status added = accumulator.AddDecoded(decoded, static_cast<float>(r.num_samples));
     if (!added.ok()) {
@@ -509,9 +524,7 @@ void Server::CloseRound() {
       report.rejected++;
       return;
     }
-    report.updates++;
-    loss_sum += static_cast<double>(r.loss) * static_cast<double>(r.num_samples);
-    sample_sum += static_cast<double>(r.num_samples);
+    count(r);
   };
   if (nested_) {
     NdqsgRunningMean mean(d_);
@@ -551,7 +564,7 @@ void Server::CloseRound() {
       add(r, scratch_.data());
     }
   } else {
-    for (const Received& r : received_) add(r, r.decoded.data());
+    for (const Received& r : received_) count(r);
   }
   // Payload sizes of the decoded-on-arrival updates.
   report.bytes_up = 0;

@@ -37,6 +37,13 @@ using testing::ReceivedRound;
 constexpr const char* kModel = "mlp:784-32-10";
 constexpr int kDevices = 11;
 
+// The `fedrt` command with `args` (under the emulator when cross-built).
+std::vector<std::string> Cli(const std::vector<std::string>& args) {
+  std::vector<std::string> command = {FEDRT_CLI_PATH};
+  command.insert(command.end(), args.begin(), args.end());
+  return testing::Emulated(FEDRT_CLI_EMULATOR, command);
+}
+
 std::string HexKey(int i) {
   const char* const hex = "0123456789abcdef";
   std::string key = "0123456789abcdef0123456789abcdef";
@@ -66,15 +73,15 @@ struct Star {
   }
 
   std::vector<std::string> Serve(std::vector<std::string> extra) const {
-    std::vector<std::string> args = {FEDRT_CLI_PATH, "serve", "--key-file", dir.File("keys.txt"), "--data",
+    std::vector<std::string> args = {"serve", "--key-file", dir.File("keys.txt"), "--data",
                                      FEDRT_TINY_IDX_DIR, "--model", kModel, "--epochs", "1", "--lr", "0.1",
                                      "--idle-timeout-ms", "600000", "--join-timeout-ms", "60000",
                                      "--deadline-ms", "120000"};
     args.insert(args.end(), extra.begin(), extra.end());
-    return args;
+    return Cli(args);
   }
   std::vector<std::string> Device(int i, uint16_t port, std::vector<std::string> extra = {}) const {
-    std::vector<std::string> args = {FEDRT_CLI_PATH, "device", "--server", "127.0.0.1:" + std::to_string(port),
+    std::vector<std::string> args = {"device", "--server", "127.0.0.1:" + std::to_string(port),
                                      "--id", Id(i), "--key-file", KeyFile(i), "--data", FEDRT_TINY_IDX_DIR,
                                      "--model", kModel, "--devices", "3", "--index", std::to_string(i % 3),
                                      "--batch", "16"};
@@ -82,7 +89,7 @@ struct Star {
       args.insert(args.end(), {"--give-up-ms", "180000"});
     }
     args.insert(args.end(), extra.begin(), extra.end());
-    return args;
+    return Cli(args);
   }
 };
 
@@ -427,9 +434,9 @@ TEST_CASE("one aggregator process holds 500 authenticated idle devices and keeps
   std::string keys;
   for (int i = 0; i < kIdle; ++i) keys += "idle-" + std::to_string(i) + " " + HexKey(i % 97) + "\n";
   Star::Write(dir.File("keys.txt"), keys);
-  ChildProcess serve({FEDRT_CLI_PATH, "serve", "--key-file", dir.File("keys.txt"), "--data", "", "--model",
-                      "mlp:784-300-100-10", "--codec", "dqsg", "--min-devices", std::to_string(kIdle + 1),
-                      "--idle-timeout-ms", "600000", "--join-timeout-ms", "60000"});
+  ChildProcess serve(Cli({"serve", "--key-file", dir.File("keys.txt"), "--data", "", "--model",
+                          "mlp:784-300-100-10", "--codec", "dqsg", "--min-devices", std::to_string(kIdle + 1),
+                          "--idle-timeout-ms", "600000", "--join-timeout-ms", "60000"}));
   const uint16_t port = testing::ListeningPort(serve);
   REQUIRE_MESSAGE(port != 0, serve.output());
   const long before = ResidentKib(serve.pid());

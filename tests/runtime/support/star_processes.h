@@ -33,7 +33,8 @@ namespace fedrt::testing {
 
 class ChildProcess {
  public:
-  // args[0] is the executable's path; stdout and stderr are both collected.
+  // args[0] is the executable (a path, or a name looked up in PATH); stdout
+  // and stderr are both collected.
   explicit ChildProcess(const std::vector<std::string>& args) {
     int fds[2];
     if (::pipe(fds) != 0) return;
@@ -46,7 +47,7 @@ class ChildProcess {
       std::vector<char*> argv;
       for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
+      ::execvp(argv[0], argv.data());
       ::_exit(127);
     }
     ::close(fds[1]);
@@ -136,6 +137,21 @@ class ChildProcess {
   bool eof_ = false;
   bool reaped_ = false;
 };
+
+// `command` behind the emulator of a cross build: `emulator` is its command
+// with '|' between the words ("qemu-aarch64|-L|/usr/aarch64-linux-gnu"),
+// empty for a native build.
+inline std::vector<std::string> Emulated(const std::string& emulator, std::vector<std::string> command) {
+  std::vector<std::string> words;
+  for (std::size_t begin = 0; begin < emulator.size();) {
+    std::size_t end = emulator.find('|', begin);
+    if (end == std::string::npos) end = emulator.size();
+    if (end > begin) words.push_back(emulator.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  words.insert(words.end(), command.begin(), command.end());
+  return words;
+}
 
 // The port in "listening on port N" of a `fedrt serve` process, or 0.
 inline uint16_t ListeningPort(ChildProcess& serve) {

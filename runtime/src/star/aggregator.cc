@@ -100,6 +100,7 @@ class Server : public ConnectionHandler {
   std::unique_ptr<EventLoop> loop_;
   std::shared_ptr<TcpListener> listener_;
   std::map<uint64_t, Peer> peers_;
+  std::size_t joining_ = 0;  // connections in peers_ that have not authenticated
   std::map<std::string, uint64_t> device_connection_;
   std::map<std::string, std::unique_ptr<Codec>> codecs_;
 
@@ -207,6 +208,7 @@ void Server::OnOpen(const std::shared_ptr<Connection>& connection) {
   peer.connection = connection;
   peer.handshake = std::make_unique<ServerHandshake>(keys_, SystemCrypto());
   peer.opened_ms = star::NowMs();
+  joining_++;
 }
 
 void Server::OnClose(Connection& connection, const Status& reason) {
@@ -221,6 +223,7 @@ void Server::OnClose(Connection& connection, const Status& reason) {
     auto owner = device_connection_.find(device);
     if (owner != device_connection_.end() && owner->second == connection.id()) device_connection_.erase(owner);
   }
+  if (!it->second.authenticated) joining_--;
   peers_.erase(it);
 }
 
@@ -278,6 +281,7 @@ void Server::OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame)
     if (!out.ok()) return Refuse(connection, out.status());
     (void)connection.Send(*out);
     peer.authenticated = true;
+    joining_--;
     peer.device_id = peer.handshake->device_id();
     // A device that joins again replaces its old connection.
     auto previous = device_connection_.find(peer.device_id);
@@ -606,9 +610,10 @@ void Server::CloseRound() {
 void Server::Tick() {
   const uint64_t now = star::NowMs();
   std::vector<std::shared_ptr<Connection>> late;
-  for (auto& entry : peers_) {
-    if (!entry.second.authenticated && now - entry.second.opened_ms > options_.join_timeout_ms) {
-      late.push_back(entry.second.connection);
+  // Joined devices are not scanned every tick, only while someone is joining.
+  for (auto it = peers_.begin(); joining_ > 0 && it != peers_.end(); ++it) {
+    if (!it->second.authenticated && now - it->second.opened_ms > options_.join_timeout_ms) {
+      late.push_back(it->second.connection);
     }
   }
   for (const auto& connection : late) {

@@ -86,6 +86,7 @@ class Server : public ConnectionHandler {
   void Tick();
   void StartRound();
   Status SendInstructions(Peer& peer);
+  Status EncodeInstructions(const Assignment& assignment, std::vector<OutFrame>* frames);
   void CloseRound();
   Codec* CodecFor(const std::string& spec);
   std::vector<std::string> ConnectedDevices() const;
@@ -99,6 +100,7 @@ class Server : public ConnectionHandler {
   std::unique_ptr<EventLoop> loop_;
   std::shared_ptr<TcpListener> listener_;
   std::map<uint64_t, Peer> peers_;
+  std::size_t joining_ = 0;  // connections in peers_ that have not authenticated
   std::map<std::string, uint64_t> device_connection_;
   std::map<std::string, std::unique_ptr<Codec>> codecs_;
 
@@ -120,6 +122,11 @@ class Server : public ConnectionHandler {
   std::vector<std::string> selected_;
   std::map<std::string, Assignment> assigned_;
   std::vector<Received> received_;
+  std::unique_ptr<UpdateAccumulator> sum_;  // this round's weighted sum
+  std::set<std::string> answered_;  // devices in received_: lookups stay O(log n) per event
+  // This round's instruction frames per (codec spec, anchor role): encoded
+  // once and shared by every connection they go to.
+  std::map<std::pair<std::string, AnchorRole>, std::vector<OutFrame>> instruction_frames_;
   std::set<std::string> forced_anchors_;  // wrapped too often last round
   std::size_t rejected_ = 0;
   uint64_t bytes_down_ = 0;
@@ -184,6 +191,7 @@ Status Server::Setup() {
   }
   scratch_.assign(d_, 0.0f);
   zeros_.assign(d_, 0.0f);
+  sum_ = std::make_unique<UpdateAccumulator>(d_);
   return Status();
 }
 
@@ -200,6 +208,7 @@ void Server::OnOpen(const std::shared_ptr<Connection>& connection) {
   peer.connection = connection;
   peer.handshake = std::make_unique<ServerHandshake>(keys_, SystemCrypto());
   peer.opened_ms = star::NowMs();
+  joining_++;
 }
 
 void Server::OnClose(Connection& connection, const Status& reason) {
@@ -214,6 +223,7 @@ void Server::OnClose(Connection& connection, const Status& reason) {
     auto owner = device_connection_.find(device);
     if (owner != device_connection_.end() && owner->second == connection.id()) device_connection_.erase(owner);
   }
+  if (!it->second.authenticated) joining_--;
   peers_.erase(it);
 }
 
@@ -271,6 +281,7 @@ void Server::OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame)
     if (!out.ok()) return Refuse(connection, out.status());
     (void)connection.Send(*out);
     peer.authenticated = true;
+    joining_--;
     peer.device_id = peer.handshake->device_id();
     // A device that joins again replaces its old connection.
     auto previous = device_connection_.find(peer.device_id);
@@ -283,9 +294,7 @@ void Server::OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame)
         connection.peer().c_str(), device_connection_.size());
     // Rejoined during a round it was sampled in and has not answered: resend.
     if (in_round_ && assigned_.count(peer.device_id) != 0) {
-      const bool answered = std::any_of(received_.begin(), received_.end(),
-                                        [&](const Received& r) { return r.device_id == peer.device_id; });
-      if (!answered) {
+      if (answered_.count(peer.device_id) == 0) {
         const Status sent = SendInstructions(peer);
         if (!sent.ok()) Refuse(connection, sent);
       }
@@ -350,19 +359,19 @@ void Server::OnUpdateFrame(Peer& peer, Connection& connection, const Frame& fram
   received.payload.assign(peer.update->data(), peer.update->data() + peer.update->size());
   received.wire_bytes = received.payload.size();
   peer.update.reset();
-  const Status checked = CheckUpdate(peer, received);
-  if (!checked.ok()) {
-    rejected_++;
-    return Refuse(connection, checked);
-  }
-  if (std::any_of(received_.begin(), received_.end(),
-                  [&](const Received& r) { return r.device_id == received.device_id; })) {
+  if (answered_.count(received.device_id) != 0) {
     // A round that closed without updates runs again with the same id, so a
     // device can answer both attempts: the first answer counts.
     Log(LogLevel::kInfo, "aggregator: dropping a second update of round %u from %s", round_,
         received.device_id.c_str());
     return;
   }
+  const Status checked = CheckUpdate(peer, received);
+  if (!checked.ok()) {
+    rejected_++;
+    return Refuse(connection, checked);
+  }
+  answered_.insert(received.device_id);
   received_.push_back(std::move(received));
   AckMessage ack;
   ack.round_id = round_;
@@ -390,9 +399,16 @@ Status Server::CheckUpdate(Peer& peer, Received& received) {
   if (nested) {
     received.decoded.clear();
     received.decoded.shrink_to_fit();
-  } else {
-    received.payload.clear();
-    received.payload.shrink_to_fit();
+    return Status();
+  }
+  received.payload.clear();
+  received.payload.shrink_to_fit();
+  if (!nested_) {
+    // Summed on arrival: a round holds one model-sized sum, not a decoded
+    // vector per update. (NDQSG anchors are kept for the running mean.)
+    FEDRT_RETURN_IF_ERROR(sum_->AddDecoded(received.decoded.data(), static_cast<float>(received.num_samples)));
+    received.decoded.clear();
+    received.decoded.shrink_to_fit();
   }
   return Status();
 }
@@ -412,6 +428,14 @@ Peer* Server::PeerOf(const std::string& device_id) {
 
 Status Server::SendInstructions(Peer& peer) {
   const Assignment& assignment = assigned_[peer.device_id];
+  std::vector<OutFrame>& frames = instruction_frames_[{assignment.spec, assignment.role}];
+  if (frames.empty()) FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, &frames));
+  for (const OutFrame& frame : frames) FEDRT_RETURN_IF_ERROR(peer.connection->Send(frame));
+  bytes_down_ += d_ * sizeof(float);
+  return Status();
+}
+
+Status Server::EncodeInstructions(const Assignment& assignment, std::vector<OutFrame>* frames) {
   const uint8_t* model = reinterpret_cast<const uint8_t*>(model_->parameters());
   Result<ChunkPlan> plan = ChunkPlan::Make(d_ * sizeof(float), limits_.MaxChunkBytes());
   if (!plan.ok()) return plan.status();
@@ -429,10 +453,12 @@ Status Server::SendInstructions(Peer& peer) {
     m.deadline_ms = options_.round_deadline_ms;
     m.payload = plan->Chunk(i, model);
     Result<OutFrame> frame = Encode(m, limits_);
-    if (!frame.ok()) return frame.status();
-    FEDRT_RETURN_IF_ERROR(peer.connection->Send(*frame));
+    if (!frame.ok()) {
+      frames->clear();
+      return frame.status();
+    }
+    frames->push_back(std::move(*frame));
   }
-  bytes_down_ += d_ * sizeof(float);
   return Status();
 }
 
@@ -444,6 +470,9 @@ void Server::StartRound() {
   selected_.clear();
   assigned_.clear();
   received_.clear();
+  sum_->Reset();
+  answered_.clear();
+  instruction_frames_.clear();
   rejected_ = 0;
   bytes_down_ = 0;
   for (uint32_t i : chosen) selected_.push_back(devices[i]);
@@ -480,13 +509,18 @@ void Server::StartRound() {
 
 void Server::CloseRound() {
   in_round_ = false;
-  UpdateAccumulator accumulator(d_);
+  UpdateAccumulator& accumulator = *sum_;  // plain rounds: filled as the updates arrived
   RoundReport report;
   report.round = round_ + 1;
   report.sampled = selected_.size();
   double loss_sum = 0;
   double sample_sum = 0;
   forced_anchors_.clear();
+  const auto count = [&](const Received& r) {
+    report.updates++;
+    loss_sum += static_cast<double>(r.loss) * static_cast<double>(r.num_samples);
+    sample_sum += static_cast<double>(r.num_samples);
+  };
   const auto add = [&](const Received& r, const float* decoded) {
     const Status added = accumulator.AddDecoded(decoded, static_cast<float>(r.num_samples));
     if (!added.ok()) {
@@ -494,9 +528,7 @@ void Server::CloseRound() {
       report.rejected++;
       return;
     }
-    report.updates++;
-    loss_sum += static_cast<double>(r.loss) * static_cast<double>(r.num_samples);
-    sample_sum += static_cast<double>(r.num_samples);
+    count(r);
   };
   if (nested_) {
     NdqsgRunningMean mean(d_);
@@ -536,7 +568,7 @@ void Server::CloseRound() {
       add(r, scratch_.data());
     }
   } else {
-    for (const Received& r : received_) add(r, r.decoded.data());
+    for (const Received& r : received_) count(r);
   }
   // Payload sizes of the decoded-on-arrival updates.
   report.bytes_up = 0;
@@ -578,9 +610,10 @@ void Server::CloseRound() {
 void Server::Tick() {
   const uint64_t now = star::NowMs();
   std::vector<std::shared_ptr<Connection>> late;
-  for (auto& entry : peers_) {
-    if (!entry.second.authenticated && now - entry.second.opened_ms > options_.join_timeout_ms) {
-      late.push_back(entry.second.connection);
+  // Joined devices are not scanned every tick, only while someone is joining.
+  for (auto it = peers_.begin(); joining_ > 0 && it != peers_.end(); ++it) {
+    if (!it->second.authenticated && now - it->second.opened_ms > options_.join_timeout_ms) {
+      late.push_back(it->second.connection);
     }
   }
   for (const auto& connection : late) {
@@ -607,9 +640,7 @@ void Server::Tick() {
   // Sampled devices still able to answer (connected, not answered yet).
   std::size_t waiting = 0;
   for (const std::string& device : selected_) {
-    const bool answered = std::any_of(received_.begin(), received_.end(),
-                                      [&](const Received& r) { return r.device_id == device; });
-    if (!answered && device_connection_.count(device) != 0) waiting++;
+    if (answered_.count(device) == 0 && device_connection_.count(device) != 0) waiting++;
   }
   if (received_.size() >= quorum || now >= round_deadline_ms_ || (waiting == 0 && !received_.empty())) {
     CloseRound();

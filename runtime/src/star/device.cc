@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <thread>
@@ -23,6 +22,7 @@
 #include "fedrt/transport/connection.h"
 #include "fedrt/transport/messages.h"
 #include "fedrt/transport/tcp.h"
+#include "star/device_state.h"
 #include "star/star_data.h"
 
 namespace fedrt {
@@ -39,41 +39,6 @@ uint32_t DeviceSenderId(const std::string& device_id) {
 namespace {
 
 using namespace transport;  // NOLINT: the device speaks the transport's vocabulary throughout
-
-constexpr char kResidualMagic[8] = {'F', 'E', 'D', 'R', 'T', 'E', 'F', '1'};
-
-// The residual file: magic, d (u64), d floats. Written to <path>.tmp and
-// renamed, so a crash leaves the old or the new residual, never half of one.
-Status SaveResidual(const std::string& path, const float* residual, std::size_t d) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    const uint64_t n = d;
-    out.write(kResidualMagic, sizeof(kResidualMagic));
-    out.write(reinterpret_cast<const char*>(&n), sizeof(n));
-    out.write(reinterpret_cast<const char*>(residual), static_cast<std::streamsize>(d * sizeof(float)));
-    if (!out) return IoError(tmp + ": cannot write the residual");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return IoError(path + ": cannot rename the residual");
-  return Status();
-}
-
-Result<std::vector<float>> LoadResidual(const std::string& path, std::size_t d) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path);
-  char magic[8];
-  uint64_t n = 0;
-  in.read(magic, sizeof(magic));
-  in.read(reinterpret_cast<char*>(&n), sizeof(n));
-  if (!in || std::memcmp(magic, kResidualMagic, sizeof(magic)) != 0 || n != d) {
-    return Corrupt(path + ": not a residual for this model");
-  }
-  std::vector<float> values(d);
-  in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(d * sizeof(float)));
-  if (!in) return Corrupt(path + ": truncated residual");
-  if (!CheckFinite(values.data(), d).ok()) return Corrupt(path + ": residual is not finite");
-  return values;
-}
 
 class Device {
  public:
@@ -157,7 +122,7 @@ Status Device::Setup() {
   delta_.assign(d, 0.0f);
   feedback_ = std::make_unique<ErrorFeedback>(d);
   if (!options_.state_file.empty()) {
-    Result<std::vector<float>> residual = LoadResidual(options_.state_file, d);
+    Result<std::vector<float>> residual = star::LoadResidual(options_.state_file, d);
     if (residual.ok()) {
       // Feed the saved residual back through Encode's bookkeeping: the
       // wrapper starts from zero, so keep it beside and add it to the first delta.
@@ -165,8 +130,9 @@ Status Device::Setup() {
       Log(LogLevel::kInfo, "device %s: restored the error-feedback residual from %s", id_.c_str(),
           options_.state_file.c_str());
     } else if (residual.status().code() != StatusCode::kNotFound) {
-      Log(LogLevel::kWarning, "device %s: %s (starting from zero)", id_.c_str(),
-          residual.status().ToString().c_str());
+      // Starting from zero would silently drop what the residual carries:
+      // the owner decides (remove the file to start afresh).
+      return Status(residual.status().code(), "--state-file " + residual.status().message());
     }
   }
   Log(LogLevel::kInfo, "device %s: %zu examples (%s, share %d of %d), model %s", id_.c_str(), share_.size(),
@@ -264,7 +230,7 @@ Status Device::TrainAndSend(Connection& connection) {
                : (*codec)->Encode(delta_.data(), d, context, payload_.data(), payload_.size());
   if (!size.ok()) return size.status();
   if (feedback && !options_.state_file.empty()) {
-    const Status saved = SaveResidual(options_.state_file, feedback_->residual(), d);
+    const Status saved = star::SaveResidual(options_.state_file, feedback_->residual(), d);
     if (!saved.ok()) Log(LogLevel::kWarning, "device %s: %s", id_.c_str(), saved.ToString().c_str());
   }
   if (hooks_.on_update) {

@@ -4,6 +4,7 @@
 #define FEDRT_TESTS_SUPPORT_TEMP_DIR_H_
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include <ftw.h>
@@ -34,6 +35,16 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A whole file's bytes; empty when it cannot be read.
+inline std::string ReadFileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return std::string();
+  std::string bytes(static_cast<std::size_t>(in.tellg()), '\0');
+  in.seekg(0);
+  in.read(&bytes[0], static_cast<std::streamsize>(bytes.size()));
+  return bytes;
+}
 
 }  // namespace fedrt::testing
 

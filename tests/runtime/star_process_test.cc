@@ -1,0 +1,468 @@
+// The star topology's faults with real processes: `fedrt serve` and
+// `fedrt device` run as child processes on 127.0.0.1 and are killed with
+// SIGKILL; hand-driven clients (the test's own sockets) hold rounds open so
+// that every step happens in a known round, and send the bad frames. Nothing
+// here waits on a clock: every wait is for a line a process prints or a frame
+// a socket receives, with generous limits. Data: the tiny IDX fixture.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/payload.h"
+#include "fedrt/runtime/device.h"
+#include "fedrt/runtime/model.h"
+#include "star/aggregator_checkpoint.h"
+#include "star_processes.h"
+#include "temp_dir.h"
+
+namespace fedrt {
+namespace {
+
+using testing::BlockingStarClient;
+using testing::ChildProcess;
+using testing::ReceivedRound;
+
+constexpr const char* kModel = "mlp:784-32-10";
+constexpr int kDevices = 11;
+
+// The `fedrt` command with `args` (under the emulator when cross-built).
+std::vector<std::string> Cli(const std::vector<std::string>& args) {
+  std::vector<std::string> command = {FEDRT_CLI_PATH};
+  command.insert(command.end(), args.begin(), args.end());
+  return testing::Emulated(FEDRT_CLI_EMULATOR, command);
+}
+
+std::string HexKey(int i) {
+  const char* const hex = "0123456789abcdef";
+  std::string key = "0123456789abcdef0123456789abcdef";
+  key[0] = hex[(i >> 4) & 15];
+  key[1] = hex[i & 15];
+  key[31] = hex[(i * 7) & 15];
+  return key;
+}
+
+// A private folder with the aggregator's key file and one key file per device.
+struct Star {
+  testing::TempDir dir;
+  Star() {
+    std::string all;
+    for (int i = 0; i < kDevices; ++i) {
+      const std::string line = Id(i) + " " + HexKey(i) + "\n";
+      all += line;
+      Write(KeyFile(i), line);
+    }
+    Write(dir.File("keys.txt"), all);
+  }
+  static std::string Id(int i) { return "dev-" + std::to_string(i); }
+  std::string KeyFile(int i) const { return dir.File(Id(i) + ".key"); }
+  static void Write(const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    ::chmod(path.c_str(), 0600);
+  }
+
+  std::vector<std::string> Serve(std::vector<std::string> extra) const {
+    std::vector<std::string> args = {"serve", "--key-file", dir.File("keys.txt"), "--data",
+                                     FEDRT_TINY_IDX_DIR, "--model", kModel, "--epochs", "1", "--lr", "0.1",
+                                     "--idle-timeout-ms", "600000", "--join-timeout-ms", "60000",
+                                     "--deadline-ms", "120000"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Cli(args);
+  }
+  std::vector<std::string> Device(int i, uint16_t port, std::vector<std::string> extra = {}) const {
+    std::vector<std::string> args = {"device", "--server", "127.0.0.1:" + std::to_string(port),
+                                     "--id", Id(i), "--key-file", KeyFile(i), "--data", FEDRT_TINY_IDX_DIR,
+                                     "--model", kModel, "--devices", "3", "--index", std::to_string(i % 3),
+                                     "--batch", "16"};
+    if (std::find(extra.begin(), extra.end(), "--give-up-ms") == extra.end()) {
+      args.insert(args.end(), {"--give-up-ms", "180000"});
+    }
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Cli(args);
+  }
+};
+
+// Starts `fedrt serve` with `flags`; the port it listens on (0: it did not).
+uint16_t StartServe(const Star& star, const std::vector<std::string>& flags, std::unique_ptr<ChildProcess>* serve) {
+  *serve = std::make_unique<ChildProcess>(star.Serve(flags));
+  const uint16_t port = testing::ListeningPort(**serve);
+  INFO((*serve)->output());
+  CHECK(port != 0);
+  return port;
+}
+
+std::size_t ParameterCount() { return Model::Create(kModel, 1)->parameter_count(); }
+
+// A Star folder with `fedrt serve` running on it.
+struct Served : Star {
+  std::size_t d = ParameterCount();
+  std::unique_ptr<ChildProcess> serve;
+  uint16_t port = 0;
+  explicit Served(const std::vector<std::string>& flags) {
+    port = StartServe(*this, flags, &serve);
+    REQUIRE(port != 0);
+  }
+};
+
+// A valid payload of `values` for `round` with the instructed codec, as the
+// device `id` would send it.
+std::vector<uint8_t> EncodeFor(const ReceivedRound& round, const std::string& id, const std::vector<float>& values) {
+  std::unique_ptr<Codec> codec = std::move(MakeCodec(round.codec_spec).value());
+  CodecContext context;
+  context.session_seed = round.session_seed;
+  context.round = static_cast<uint32_t>(round.round);
+  context.sender_id = DeviceSenderId(id);
+  std::vector<uint8_t> payload(codec->MaxEncodedSize(values.size()));
+  payload.resize(codec->Encode(values.data(), values.size(), context, payload.data(), payload.size()).value());
+  return payload;
+}
+
+// A hand-driven device that answers each round with a zero update when the
+// test says, so a round stays open until then.
+struct Gatekeeper {
+  BlockingStarClient client;
+  std::string id;
+  std::size_t d;
+  ReceivedRound round;
+  Gatekeeper(uint16_t port, int index, std::size_t parameters) : id(Star::Id(index)), d(parameters) {
+    REQUIRE(client.Connect(port));
+    const Status joined = client.Join(id, HexKey(index));
+    REQUIRE_MESSAGE(joined.ok(), joined.ToString());
+  }
+  uint64_t Await() {
+    Result<ReceivedRound> r = client.AwaitRound();
+    REQUIRE_MESSAGE(r.ok(), r.status().ToString());
+    round = std::move(*r);
+    return round.round;
+  }
+  void Answer() {
+    const Status sent = client.SendUpdate(round.round, round.codec_spec, EncodeFor(round, id, std::vector<float>(d)));
+    REQUIRE_MESSAGE(sent.ok(), sent.ToString());
+  }
+};
+
+TEST_CASE("a device process killed mid-round does not stall the round and rejoins with its residual from the state file") {
+  Served star({"--codec", "dqsg:ef=on", "--rounds", "5", "--min-devices", "4"});
+  const std::size_t d = star.d;
+  const uint16_t port = star.port;
+  ChildProcess& serve = *star.serve;
+  Gatekeeper gate(port, 3, d);
+  const std::string state = star.dir.File("dev-2.state");
+  ChildProcess dev0(star.Device(0, port));
+  ChildProcess dev1(star.Device(1, port));
+  auto dev2 = std::make_unique<ChildProcess>(star.Device(2, port, {"--state-file", state}));
+
+  // Round 0: dev-2 sends and is frozen before round 1 reaches it.
+  REQUIRE(gate.Await() == 0);
+  REQUIRE_MESSAGE(dev2->WaitFor("round 0 sent"), dev2->output());
+  dev2->Signal(SIGSTOP);
+  gate.Answer();
+  // Round 1 is open, dev-2 is sampled in it and holds its instructions: kill it.
+  REQUIRE(gate.Await() == 1);
+  dev2->Signal(SIGKILL);
+  CHECK(dev2->Wait() == 128 + SIGKILL);
+  REQUIRE(dev0.WaitFor("round 1 sent"));
+  REQUIRE(dev1.WaitFor("round 1 sent"));
+  gate.Answer();
+  CHECK_MESSAGE(serve.WaitFor("round 2/5  updates 3/4"), serve.output());
+
+  // What the killed device left behind: its residual after round 0.
+  const std::string saved = testing::ReadFileBytes(state);
+  REQUIRE(saved.size() == 16 + 4 * d);
+  CHECK(saved.compare(0, 8, "FEDRTEF1") == 0);
+
+  // A damaged or foreign state file stops the device with a message naming
+  // the file, before it connects.
+  const std::string truncated = star.dir.File("truncated.state");
+  Star::Write(truncated, saved.substr(0, saved.size() - 100));
+  const std::string foreign = star.dir.File("foreign.state");
+  Star::Write(foreign, testing::ReadFileBytes(star.dir.File("keys.txt")));
+  const std::string other_model = star.dir.File("other.state");
+  std::string resized = saved;
+  resized[8] = static_cast<char>(resized[8] + 1);
+  Star::Write(other_model, resized);
+  const std::pair<std::string, std::string> refusals[] = {
+      {truncated, "truncated residual"}, {foreign, "not a fedrt residual file"}, {other_model, "holds a residual of " + std::to_string(d + 1) + " values"}};
+  for (const auto& [file, reason] : refusals) {
+    ChildProcess refused(star.Device(2, 1, {"--state-file", file, "--give-up-ms", "1"}));
+    CHECK(refused.Wait() == 1);
+    INFO(refused.output());
+    CHECK(refused.Count("--state-file " + file + ": " + reason) == 1);
+    CHECK(refused.Count("joined") == 0);
+  }
+
+  // Round 2 is held open while dev-2 comes back with the same id and state file.
+  REQUIRE(gate.Await() == 2);
+  ChildProcess again(star.Device(2, port, {"--state-file", state}));
+  REQUIRE_MESSAGE(again.WaitFor("restored the error-feedback residual from " + state), again.output());
+  CHECK(again.WaitForLine("joined at round ") == "2");
+  gate.Answer();
+  CHECK(serve.WaitFor("round 3/5  updates 3/3"));
+  // From the next round on it trains again, its residual file moving on.
+  REQUIRE(gate.Await() == 3);
+  REQUIRE_MESSAGE(again.WaitFor("round 3 sent"), again.output());
+  CHECK(testing::ReadFileBytes(state) != saved);
+  gate.Answer();
+  REQUIRE(gate.Await() == 4);
+  gate.Answer();
+
+  CHECK(serve.Wait() == 0);
+  INFO(serve.output());
+  CHECK(serve.Count("round 4/5  updates 4/4") == 1);
+  CHECK(serve.Count("round 5/5  updates 4/4") == 1);
+  CHECK(serve.Count("round 1/5  updates 4/4") == 1);
+  CHECK(again.Wait() == 0);
+  CHECK(dev0.Wait() == 0);
+  CHECK(dev1.Wait() == 0);
+}
+
+// The reconnection waits a device printed after `from`, in milliseconds.
+std::vector<int> ReconnectWaits(const std::string& output, std::size_t from) {
+  std::vector<int> waits;
+  const std::string mark = "reconnecting in ";
+  for (std::size_t at = output.find(mark, from); at != std::string::npos; at = output.find(mark, at + 1)) {
+    waits.push_back(std::atoi(output.c_str() + at + mark.size()));
+  }
+  return waits;
+}
+
+TEST_CASE("an aggregator process killed and restarted from its checkpoint is rejoined by the same device processes and loses nothing") {
+  Star star;
+  const std::size_t d = ParameterCount();
+  const std::string checkpoint = star.dir.File("aggregator.ckpt");
+  std::vector<std::string> flags = {"--codec", "dqsg", "--rounds", "5", "--min-devices", "4", "--checkpoint",
+                                    checkpoint};
+  std::unique_ptr<ChildProcess> serve;
+  const uint16_t port = StartServe(star, flags, &serve);
+  REQUIRE(port != 0);
+  auto gate = std::make_unique<Gatekeeper>(port, 3, d);
+  std::vector<std::unique_ptr<ChildProcess>> devices;
+  for (int i = 0; i < 3; ++i) devices.push_back(std::make_unique<ChildProcess>(star.Device(i, port)));
+  for (uint64_t r = 0; r < 2; ++r) {
+    REQUIRE(gate->Await() == r);
+    gate->Answer();
+  }
+  // Round 2 is open; the checkpoint of round 2 is on disk before its line prints.
+  REQUIRE(gate->Await() == 2);
+  REQUIRE(serve->WaitFor("round 2/5"));
+  serve->Signal(SIGKILL);
+  CHECK(serve->Wait() == 128 + SIGKILL);
+  gate.reset();
+  Result<AggregatorCheckpoint> saved = ReadAggregatorCheckpoint(checkpoint);
+  REQUIRE_MESSAGE(saved.ok(), saved.status().ToString());
+  CHECK(saved->round == 2);
+  REQUIRE(saved->parameters.size() == d);
+
+  // Every device retries with growing, jittered waits (100 ms doubling, each
+  // wait drawn from the upper half of the current step).
+  std::vector<std::size_t> lost_at;
+  for (auto& device : devices) {
+    REQUIRE_MESSAGE(device->WaitFor("link lost"), device->output());
+    lost_at.push_back(device->output().find("link lost"));
+    REQUIRE_MESSAGE(device->WaitFor("reconnecting in ", 4), device->output());
+  }
+  std::vector<std::vector<int>> waits;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    waits.push_back(ReconnectWaits(devices[i]->output(), lost_at[i]));
+    REQUIRE(waits.back().size() >= 4);
+    INFO("device ", i, ":\n", devices[i]->output());
+    for (std::size_t k = 0; k < 4; ++k) {
+      const int step = 100 << k;
+      CHECK(waits.back()[k] >= step / 2);
+      CHECK(waits.back()[k] <= step);
+    }
+  }
+  CHECK((waits[0] != waits[1] || waits[1] != waits[2]));  // jitter: not in lockstep
+
+  // The aggregator comes back on the same port from its checkpoint.
+  flags.insert(flags.end(), {"--port", std::to_string(port)});
+  REQUIRE(StartServe(star, flags, &serve) == port);
+  CHECK(serve->Count("resumed from " + checkpoint + " at round 2") == 1);
+  gate = std::make_unique<Gatekeeper>(port, 3, d);
+  // The round it runs is the checkpointed one, with the checkpointed model.
+  REQUIRE(gate->Await() == 2);
+  REQUIRE(gate->round.model.size() == d * sizeof(float));
+  CHECK(std::memcmp(gate->round.model.data(), saved->parameters.data(), d * sizeof(float)) == 0);
+  for (auto& device : devices) {
+    CHECK_MESSAGE(device->WaitFor("joined at round 2"), device->output());
+    CHECK(::kill(device->pid(), 0) == 0);  // the same process, never restarted
+  }
+  gate->Answer();
+  for (uint64_t r = 3; r < 5; ++r) {
+    REQUIRE(gate->Await() == r);
+    gate->Answer();
+  }
+  CHECK(serve->Wait() == 0);
+  INFO(serve->output());
+  CHECK(serve->Count("round 3/5  updates 4/4") == 1);
+  CHECK(serve->Count("round 5/5  updates 4/4") == 1);
+  CHECK(serve->Count("round 1/5") == 0);
+  for (auto& device : devices) CHECK(device->Wait() == 0);
+  Result<AggregatorCheckpoint> last = ReadAggregatorCheckpoint(checkpoint);
+  REQUIRE(last.ok());
+  CHECK(last->round == 5);
+}
+
+// Joins as device `index`, sends `bytes` raw after the join and reads until
+// the aggregator closes the connection.
+void SendRawAndExpectClose(uint16_t port, int index, const std::string& bytes, bool half_close = false) {
+  BlockingStarClient client;
+  REQUIRE(client.Connect(port));
+  REQUIRE(client.Join(Star::Id(index), HexKey(index)).ok());
+  REQUIRE(client.SendBytes(bytes.data(), bytes.size()).ok());
+  if (half_close) client.ShutdownWrite();
+  CHECK(client.ReadUntilClosed(nullptr));
+}
+
+std::string Prefix(uint32_t size) {
+  uint8_t prefix[transport::kFramePrefixBytes];
+  transport::WriteFramePrefix(size, prefix);
+  return std::string(reinterpret_cast<const char*>(prefix), sizeof(prefix));
+}
+
+TEST_CASE("bad frames and bad updates close only their own connection with the reason logged while the others train") {
+  Served star({"--codec", "fp32", "--rounds", "3", "--min-devices", "8"});
+  const std::size_t d = star.d;
+  const uint16_t port = star.port;
+  ChildProcess& serve = *star.serve;
+  // Five hand-driven devices are sampled in round 0, each sends one bad
+  // update; a well-behaved one holds the rounds open for the frame tests.
+  std::vector<std::unique_ptr<Gatekeeper>> bad;
+  for (int i = 2; i < 7; ++i) bad.push_back(std::make_unique<Gatekeeper>(port, i, d));
+  Gatekeeper gate(port, 10, d);
+  ChildProcess dev0(star.Device(0, port));
+  ChildProcess dev1(star.Device(1, port));
+  REQUIRE(gate.Await() == 0);
+  for (auto& b : bad) REQUIRE(b->Await() == 0);
+  const ReceivedRound& round = bad[0]->round;
+  REQUIRE(round.codec_spec == (*MakeCodec("fp32"))->spec());
+
+  std::vector<std::string> reasons(bad.size());
+  // An unknown codec named in the update message.
+  REQUIRE(bad[0]->client.SendUpdate(0, "nosuchcodec:x=1", std::vector<uint8_t>(64, 1)).ok());
+  // A payload whose header names a codec id no build knows.
+  std::vector<uint8_t> payload = EncodeFor(round, bad[1]->id, std::vector<float>(d, 0.5f));
+  Result<PayloadView> view = ParsePayload(payload.data(), payload.size());
+  REQUIRE(view.ok());
+  PayloadHeader header = view->header;
+  header.codec = static_cast<CodecId>(250);
+  FinishPayload(header, view->spec, payload.data());
+  REQUIRE(bad[1]->client.SendUpdate(0, round.codec_spec, payload).ok());
+  // A valid payload for a model of the wrong size.
+  REQUIRE(bad[2]->client.SendUpdate(0, round.codec_spec, EncodeFor(round, bad[2]->id, std::vector<float>(d / 2))).ok());
+  // An update announcing more bytes than the codec can produce for this model.
+  const uint64_t too_large = (*MakeCodec(round.codec_spec))->MaxEncodedSize(d) + 1;
+  REQUIRE(bad[3]->client.SendUpdate(0, round.codec_spec, std::vector<uint8_t>(64), too_large).ok());
+  // A payload with an Inf in it.
+  payload = EncodeFor(round, bad[4]->id, std::vector<float>(d, 0.25f));
+  view = ParsePayload(payload.data(), payload.size());
+  REQUIRE(view.ok());
+  StoreFloatLe(payload.data() + payload.size() - view->body_size + 4 * (d - 3), std::numeric_limits<float>::infinity());
+  FinishPayload(view->header, view->spec, payload.data());
+  REQUIRE(bad[4]->client.SendUpdate(0, round.codec_spec, payload).ok());
+  for (std::size_t i = 0; i < bad.size(); ++i) {
+    CHECK(bad[i]->client.ReadUntilClosed(&reasons[i]));
+  }
+  INFO(serve.output());
+  CHECK(reasons[0].find("codec 'nosuchcodec:x=1' is not the instructed") != std::string::npos);
+  CHECK(reasons[1].find("unknown codec id 250") != std::string::npos);
+  CHECK(reasons[2].find("payload has " + std::to_string(d / 2) + " coordinates, expected " + std::to_string(d)) !=
+        std::string::npos);
+  CHECK(reasons[3].find("an update of " + std::to_string(too_large) + " bytes is larger than the codec allows") !=
+        std::string::npos);
+  CHECK(reasons[4].find("Inf at coordinate " + std::to_string(d - 3)) != std::string::npos);
+  for (const std::string& reason : reasons) {
+    CHECK_MESSAGE(serve.WaitFor(reason), reason);  // the aggregator logged what it told the device
+  }
+
+  gate.Answer();
+  REQUIRE(gate.Await() == 1);
+
+  // Frames that never become a message: too large, cut short, unverifiable.
+  SendRawAndExpectClose(port, 7, Prefix(64u << 20) + std::string(16, 'x'));
+  transport::LeaveMessage leave;
+  leave.reason = "a reason long enough to cut this frame in half";
+  Result<transport::OutFrame> frame = transport::Encode(leave, transport::FrameLimits());
+  REQUIRE(frame.ok());
+  std::string body(reinterpret_cast<const char*>(frame->body()), frame->body_size());
+  SendRawAndExpectClose(port, 8, Prefix(static_cast<uint32_t>(body.size())) + body.substr(0, body.size() / 2),
+                        /*half_close=*/true);
+  body[0] = static_cast<char>(0xF0);  // the root table's offset now points far outside the frame
+  body[1] = static_cast<char>(0xFF);
+  SendRawAndExpectClose(port, 9, Prefix(static_cast<uint32_t>(body.size())) + body);
+  CHECK(serve.WaitFor("exceeds the limit of 4194304"));
+  CHECK(serve.WaitFor("closed in the middle of a frame"));
+  CHECK(serve.WaitFor("failed FlatBuffers verification"));
+
+  gate.Answer();
+  REQUIRE(gate.Await() == 2);
+  gate.Answer();
+
+  // The real devices trained every round.
+  CHECK(serve.Wait() == 0);
+  CHECK(serve.Count("round 1/3  updates 3/8") == 1);
+  CHECK(serve.Count("round 2/3  updates 3/3") == 1);
+  CHECK(serve.Count("round 3/3  updates 3/3") == 1);
+  CHECK(dev0.Wait() == 0);
+  CHECK(dev1.Wait() == 0);
+}
+
+// Resident memory of a process in KiB (VmRSS), 0 when unknown.
+long ResidentKib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return 0;
+}
+
+TEST_CASE("one aggregator process holds 500 authenticated idle devices and keeps accepting") {
+  constexpr int kIdle = 500;
+  testing::TempDir dir;
+  std::string keys;
+  for (int i = 0; i < kIdle; ++i) keys += "idle-" + std::to_string(i) + " " + HexKey(i % 97) + "\n";
+  Star::Write(dir.File("keys.txt"), keys);
+  ChildProcess serve(Cli({"serve", "--key-file", dir.File("keys.txt"), "--data", "", "--model",
+                          "mlp:784-300-100-10", "--codec", "dqsg", "--min-devices", std::to_string(kIdle + 1),
+                          "--idle-timeout-ms", "600000", "--join-timeout-ms", "60000"}));
+  const uint16_t port = testing::ListeningPort(serve);
+  REQUIRE_MESSAGE(port != 0, serve.output());
+  const long before = ResidentKib(serve.pid());
+  std::vector<std::unique_ptr<BlockingStarClient>> clients;
+  for (int i = 0; i < kIdle; ++i) {
+    clients.push_back(std::make_unique<BlockingStarClient>());
+    REQUIRE(clients.back()->Connect(port));
+    const Status joined = clients.back()->Join("idle-" + std::to_string(i), HexKey(i % 97));
+    REQUIRE_MESSAGE(joined.ok(), "device ", i, ": ", joined.ToString());
+    // Reading its log as it goes keeps the aggregator from blocking on a full pipe.
+    if ((i + 1) % 100 == 0) REQUIRE(serve.WaitFor("(" + std::to_string(i + 1) + " connected)"));
+  }
+  const long after = ResidentKib(serve.pid());
+  MESSAGE("aggregator RSS with 0 devices: ", before, " KiB, with ", kIdle, ": ", after, " KiB (",
+          (after - before) * 1024 / kIdle, " bytes per device)");
+  CHECK(before > 0);
+  CHECK(after > before);
+  // Another one still joins, and a client that leaves is forgotten.
+  BlockingStarClient extra;
+  REQUIRE(extra.Connect(port));
+  CHECK(extra.Join("idle-0", HexKey(0)).ok());
+  CHECK(serve.WaitFor("replaced by a new join"));
+  clients.front()->Close();
+  serve.Signal(SIGTERM);
+  CHECK(serve.Wait() == 0);
+}
+
+}  // namespace
+}  // namespace fedrt

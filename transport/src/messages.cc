@@ -2,6 +2,7 @@
 // checks that run on every received message after the FlatBuffers Verifier.
 #include "fedrt/transport/messages.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -98,9 +99,13 @@ fb::Offset<fb::Vector<uint8_t>> Bytes(Builder& b, const std::array<uint8_t, N>& 
 }
 
 // Writes the chunk's payload in place (first, so the pointer into the builder
-// is used before anything else can grow the buffer), then its table.
+// is used before anything else can grow the buffer), then its table. With
+// `borrowed_from_end`, the payload space is left unwritten (the frame will
+// point at c.data instead) and its distance from the end of the buffer is
+// stored there: the payload is the first thing built, so that distance never
+// changes.
 Result<fb::Offset<wire::Chunk>> BuildChunk(Builder& b, const ChunkView& c, const PayloadFill* fill,
-                                           const FrameLimits& limits) {
+                                           const FrameLimits& limits, std::size_t* borrowed_from_end = nullptr) {
   const std::string problem = ChunkFieldProblem(c, limits);
   if (!problem.empty()) return InvalidArgument(problem);
   if (c.size > limits.MaxChunkBytes()) {
@@ -114,7 +119,9 @@ Result<fb::Offset<wire::Chunk>> BuildChunk(Builder& b, const ChunkView& c, const
   b.ForceVectorAlignment(c.size, 1, kPayloadAlignment);
   uint8_t* destination = nullptr;
   const auto data = fb::Offset<fb::Vector<uint8_t>>(b.CreateUninitializedVector(c.size, 1, &destination));
-  if (c.size != 0) {
+  if (borrowed_from_end != nullptr) {
+    *borrowed_from_end = static_cast<std::size_t>(b.GetCurrentBufferPointer() + b.GetSize() - destination);
+  } else if (c.size != 0) {
     if (fill != nullptr) {
       (*fill)(destination, c.size);
     } else {
@@ -553,6 +560,52 @@ Result<OutFrame> EncodeGossip(const GossipModelMessage& m, const FrameLimits& li
 }
 
 }  // namespace
+
+struct FrameSlot::Impl {
+  Builder builder{1024};
+};
+
+FrameSlot::FrameSlot() : impl_(std::make_shared<Impl>()) {}
+FrameSlot::~FrameSlot() = default;
+
+bool FrameSlot::busy() const {
+  if (impl_.use_count() > 1) return true;
+  // Pairs with the release of the last frame copy on a connection's thread:
+  // that thread's last reads of the frame happen before our next writes.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return false;
+}
+
+Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits, FrameSlot& slot,
+                        PayloadMode mode) {
+  if (slot.busy()) return Status(StatusCode::kFailedPrecondition, "frame slot still in use");
+  FEDRT_RETURN_IF_ERROR(CheckString(m.codec_spec, kMaxCodecSpecBytes, "codec spec"));
+  Builder& b = slot.impl().builder;
+  b.Clear();
+  const bool borrow = mode == PayloadMode::kBorrow && m.payload.size != 0;
+  std::size_t from_end = 0;
+  Result<fb::Offset<wire::Chunk>> chunk = BuildChunk(b, m.payload, nullptr, limits, borrow ? &from_end : nullptr);
+  if (!chunk.ok()) return chunk.status();
+  auto spec = MaybeString(b, m.codec_spec);
+  auto ring = wire::CreateRingChunk(b, m.collective_id, m.step, static_cast<wire::RingPhase>(m.phase),
+                                    m.source_rank, m.segment, spec, *chunk);
+  auto envelope = wire::CreateEnvelope(b, wire::ProtocolVersion::Current, wire::Message::RingChunk, ring.Union());
+  wire::FinishEnvelopeBuffer(b, envelope);
+  const std::size_t size = b.GetSize();
+  if (size > limits.max_frame_bytes) {
+    return Status(StatusCode::kResourceExhausted, "ring_chunk frame of " + std::to_string(size) +
+                                                      " bytes exceeds the limit of " +
+                                                      std::to_string(limits.max_frame_bytes));
+  }
+  const uint8_t* body = b.GetBufferPointer();
+  std::shared_ptr<const void> owner = slot.shared();
+  if (!borrow) return OutFrame(std::move(owner), body, static_cast<uint32_t>(size), MessageKind::kRingChunk);
+  const std::size_t head = size - from_end;
+  const std::size_t tail = from_end - m.payload.size;
+  return OutFrame(std::move(owner), {body, static_cast<uint32_t>(head)},
+                  {m.payload.data, static_cast<uint32_t>(m.payload.size)},
+                  {body + head + m.payload.size, static_cast<uint32_t>(tail)}, MessageKind::kRingChunk);
+}
 
 Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits) {
   return EncodeRing(m, limits, nullptr);

@@ -59,10 +59,11 @@ int Fail(const char* who, const Status& status) {
 }
 
 Result<std::unique_ptr<peer::PeerGroup>> Join(const std::string& config, const std::string& keys_path,
-                                              int rank, transport::KeyStore* keys) {
+                                              int rank, transport::KeyStore* keys, uint32_t chunk_floats = 0) {
   peer::PeerOptions options;
   auto peers = ReadPeerConfig(config, &options);
   if (!peers.ok()) return peers.status();
+  if (chunk_floats != 0) options.chunk_floats = chunk_floats;
   if (rank < 0 || static_cast<std::size_t>(rank) >= peers->size()) {
     return InvalidArgument("--rank " + std::to_string(rank) + " is not in the peer list of " +
                            std::to_string(peers->size()));
@@ -197,6 +198,7 @@ struct BenchFlags {
   uint64_t size = 16u << 20;
   int iterations = 20;
   std::string codec;
+  uint64_t chunk_bytes = 0;  // 0: PeerOptions' default
   // Hidden: a worker process started by the launcher.
   int worker_rank = -1;
   std::string config;
@@ -214,7 +216,8 @@ std::string CpuFile(const std::string& config, int rank) { return config + ".cpu
 
 int RunBenchWorker(const BenchFlags& flags) {
   transport::KeyStore keys;
-  auto joined = Join(flags.config, flags.keys, flags.worker_rank, &keys);
+  auto joined = Join(flags.config, flags.keys, flags.worker_rank, &keys,
+                     static_cast<uint32_t>(flags.chunk_bytes / sizeof(float)));
   if (!joined.ok()) return Fail("bench allreduce", joined.status());
   peer::PeerGroup& group = **joined;
   const std::size_t n = static_cast<std::size_t>(flags.size / sizeof(float));
@@ -277,6 +280,10 @@ int RunBenchAllreduce(const BenchFlags& flags) {
       c.push_back("--codec");
       c.push_back(flags.codec);
     }
+    if (flags.chunk_bytes != 0) {
+      c.push_back("--chunk-bytes");
+      c.push_back(std::to_string(flags.chunk_bytes));
+    }
     commands.push_back(c);
   }
   const int failed = SpawnAndWait(commands, 600);
@@ -335,6 +342,8 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   ar->add_option("--size", bf->size, "Bytes of float32 to reduce")->capture_default_str()->check(CLI::Range(uint64_t{0}, uint64_t{1} << 31));
   ar->add_option("--iterations", bf->iterations, "Timed all-reduces (after 3 warm-up ones)")->capture_default_str()->check(CLI::Range(1, 100000));
   ar->add_option("--codec", bf->codec, "Codec of every hop (e.g. fp16); empty: raw fp32");
+  ar->add_option("--chunk-bytes", bf->chunk_bytes, "Pipelining granularity (default: the peer default, chunk_floats in the peer config)")
+      ->check(CLI::Range(uint64_t{4096}, uint64_t{64} << 20));
   ar->add_option("--worker-rank", bf->worker_rank)->group("");
   ar->add_option("--config", bf->config)->group("");
   ar->add_option("--keys", bf->keys)->group("");

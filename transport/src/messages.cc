@@ -576,35 +576,62 @@ bool FrameSlot::busy() const {
   return false;
 }
 
-Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits, FrameSlot& slot,
-                        PayloadMode mode) {
+namespace {
+
+// Builds a chunked message in `slot`: `build(builder, chunk, spec)` creates
+// the message table around the chunk and the codec spec string.
+template <typename Build>
+Result<OutFrame> EncodeInSlot(FrameSlot& slot, PayloadMode mode, const ChunkView& payload,
+                              std::string_view codec_spec, wire::Message type, const FrameLimits& limits,
+                              Build build) {
   if (slot.busy()) return Status(StatusCode::kFailedPrecondition, "frame slot still in use");
-  FEDRT_RETURN_IF_ERROR(CheckString(m.codec_spec, kMaxCodecSpecBytes, "codec spec"));
+  FEDRT_RETURN_IF_ERROR(CheckString(codec_spec, kMaxCodecSpecBytes, "codec spec"));
   Builder& b = slot.impl().builder;
   b.Clear();
-  const bool borrow = mode == PayloadMode::kBorrow && m.payload.size != 0;
+  const bool borrow = mode == PayloadMode::kBorrow && payload.size != 0;
   std::size_t from_end = 0;
-  Result<fb::Offset<wire::Chunk>> chunk = BuildChunk(b, m.payload, nullptr, limits, borrow ? &from_end : nullptr);
+  Result<fb::Offset<wire::Chunk>> chunk = BuildChunk(b, payload, nullptr, limits, borrow ? &from_end : nullptr);
   if (!chunk.ok()) return chunk.status();
-  auto spec = MaybeString(b, m.codec_spec);
-  auto ring = wire::CreateRingChunk(b, m.collective_id, m.step, static_cast<wire::RingPhase>(m.phase),
-                                    m.source_rank, m.segment, spec, *chunk);
-  auto envelope = wire::CreateEnvelope(b, wire::ProtocolVersion::Current, wire::Message::RingChunk, ring.Union());
+  auto spec = MaybeString(b, codec_spec);
+  auto envelope = wire::CreateEnvelope(b, wire::ProtocolVersion::Current, type, build(b, *chunk, spec));
   wire::FinishEnvelopeBuffer(b, envelope);
   const std::size_t size = b.GetSize();
+  const auto kind = static_cast<MessageKind>(type);
   if (size > limits.max_frame_bytes) {
-    return Status(StatusCode::kResourceExhausted, "ring_chunk frame of " + std::to_string(size) +
-                                                      " bytes exceeds the limit of " +
+    return Status(StatusCode::kResourceExhausted, std::string(MessageKindName(kind)) + " frame of " +
+                                                      std::to_string(size) + " bytes exceeds the limit of " +
                                                       std::to_string(limits.max_frame_bytes));
   }
   const uint8_t* body = b.GetBufferPointer();
   std::shared_ptr<const void> owner = slot.shared();
-  if (!borrow) return OutFrame(std::move(owner), body, static_cast<uint32_t>(size), MessageKind::kRingChunk);
+  if (!borrow) return OutFrame(std::move(owner), body, static_cast<uint32_t>(size), kind);
   const std::size_t head = size - from_end;
-  const std::size_t tail = from_end - m.payload.size;
+  const std::size_t tail = from_end - payload.size;
   return OutFrame(std::move(owner), {body, static_cast<uint32_t>(head)},
-                  {m.payload.data, static_cast<uint32_t>(m.payload.size)},
-                  {body + head + m.payload.size, static_cast<uint32_t>(tail)}, MessageKind::kRingChunk);
+                  {payload.data, static_cast<uint32_t>(payload.size)},
+                  {body + head + payload.size, static_cast<uint32_t>(tail)}, kind);
+}
+
+}  // namespace
+
+Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits, FrameSlot& slot,
+                        PayloadMode mode) {
+  return EncodeInSlot(slot, mode, m.payload, m.codec_spec, wire::Message::RingChunk, limits,
+                      [&](Builder& b, fb::Offset<wire::Chunk> chunk, fb::Offset<fb::String> spec) {
+                        return wire::CreateRingChunk(b, m.collective_id, m.step,
+                                                     static_cast<wire::RingPhase>(m.phase), m.source_rank,
+                                                     m.segment, spec, chunk)
+                            .Union();
+                      });
+}
+
+Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits, FrameSlot& slot,
+                        PayloadMode mode) {
+  return EncodeInSlot(slot, mode, m.payload, m.codec_spec, wire::Message::GossipModel, limits,
+                      [&](Builder& b, fb::Offset<wire::Chunk> chunk, fb::Offset<fb::String> spec) {
+                        return wire::CreateGossipModel(b, m.step, m.source_rank, spec, m.wrap_count, chunk)
+                            .Union();
+                      });
 }
 
 Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits) {

@@ -312,7 +312,7 @@ class TcpPeerGroup : public PeerGroup {
   uint64_t total_bytes_sent_ = 0;
 
   Status SendGossip(Link& link, uint32_t to, uint64_t step, const std::string& spec,
-                    const uint8_t* bytes, std::size_t size, uint64_t* sent);
+                    const uint8_t* bytes, std::size_t size, uint64_t* sent, Clock::time_point deadline);
   Status ReceiveGossip(bool want_right, Clock::time_point deadline, uint64_t step,
                        std::size_t max_size, std::vector<uint8_t>* out);
 
@@ -1006,7 +1006,8 @@ Status TcpPeerGroup::IwpAllReduce(IwpAccumulator& accumulator, const float* weig
 // ---- gossip (D-PSGD) ---------------------------------------------------------
 
 Status TcpPeerGroup::SendGossip(Link& link, uint32_t to, uint64_t step, const std::string& spec,
-                                const uint8_t* bytes, std::size_t size, uint64_t* sent) {
+                                const uint8_t* bytes, std::size_t size, uint64_t* sent,
+                                Clock::time_point deadline) {
   const std::size_t chunk = connection_options_.limits.MaxChunkBytes();
   const std::size_t count = std::max<std::size_t>(1, (size + chunk - 1) / chunk);
   for (std::size_t k = 0; k < count; ++k) {
@@ -1021,7 +1022,14 @@ Status TcpPeerGroup::SendGossip(Link& link, uint32_t to, uint64_t step, const st
     m.payload.data = bytes + k * chunk;
     m.payload.size = std::min(chunk, size - k * chunk);
     *sent += m.payload.size;
-    Status s = Send(link, to, Encode(m, connection_options_.limits));
+    // Copied into a reusable slot: the bytes (the model or encoded_) change
+    // before the next step, and the send queue may still hold them.
+    auto slot = FreeSlot(deadline);
+    if (!slot.ok()) {
+      return Fail(static_cast<int>(to), Named(to, Status(slot.status().code(), "cannot send the model: " +
+                                                                                  slot.status().message())));
+    }
+    Status s = Send(link, to, Encode(m, connection_options_.limits, **slot, transport::PayloadMode::kCopy));
     if (!s.ok()) return s;
   }
   return Status::Ok();
@@ -1101,10 +1109,10 @@ Status TcpPeerGroup::GossipStep(float* model, const float* grad, std::size_t d, 
   const std::size_t neighbours = p == 1 ? 0 : (p == 2 ? 1 : 2);
   if (neighbours >= 1) {
     Status s = SendGossip(*right_, right(), step, codec ? codec->spec() : std::string(), payload,
-                          payload_size, &stats->bytes_sent);
+                          payload_size, &stats->bytes_sent, deadline);
     if (s.ok() && neighbours == 2) {
       s = SendGossip(*left_, left(), step, codec ? codec->spec() : std::string(), payload, payload_size,
-                     &stats->bytes_sent);
+                     &stats->bytes_sent, deadline);
     }
     if (!s.ok()) return s;
   }

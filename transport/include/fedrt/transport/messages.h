@@ -192,7 +192,7 @@ Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits);
 Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits,
                         const PayloadFill& fill);
 
-// Reusable encoding storage for ring chunks, so a collective's steady state
+// Reusable encoding storage for ring and gossip chunks, so a collective's steady state
 // allocates nothing per chunk: the FlatBuffer is built in memory kept from one
 // frame to the next. A slot holds one frame at a time and is busy() while any
 // copy of the frame encoded last is alive (queued on a connection or being
@@ -222,9 +222,11 @@ enum class PayloadMode : uint8_t {
             // unchanged until the slot is no longer busy()
 };
 
-// Encodes a ring chunk in `slot` (kFailedPrecondition when it is busy). The
-// frame's bytes are identical to Encode(m, limits)'s.
+// Encodes a ring chunk or a gossip model chunk in `slot` (kFailedPrecondition
+// when it is busy). The frame's bytes are identical to Encode(m, limits)'s.
 Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits, FrameSlot& slot,
+                        PayloadMode mode);
+Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits, FrameSlot& slot,
                         PayloadMode mode);
 
 // Decoders: kFailedPrecondition when the frame holds another kind of message,

@@ -48,8 +48,6 @@ struct PeerFlags {
   bool print_wraps = false;
   // Gossip with a moniqua codec that names no theta: theta = this * lr.
   double moniqua_theta_per_lr = 0.02;
-  // Gossip: the mixing matrix is gamma * W + (1 - gamma) * I (W: Metropolis).
-  float gossip_mixing = 1.0f;
   float density = 1.0f / 64;
   // IWP training integration (codec specification, section 4; defaults in runtime/README.md).
   bool iwp_momentum_correction = true;  // momentum lives in the accumulator (DGC), the step is plain SGD
@@ -134,7 +132,6 @@ int RunPeer(const PeerFlags& flags) {
   std::vector<float> features(static_cast<std::size_t>(flags.batch) * data->train.example_size());
   std::vector<uint8_t> labels(static_cast<std::size_t>(flags.batch));
   std::vector<float> saved(d);
-  std::vector<float> zeros(flags.reduce == "gossip" && flags.gossip_mixing < 1.0f ? d : 0, 0.0f);
   std::vector<uint32_t> indices;
   std::vector<float> sums;
   std::printf("peer rank %d of %d: %s, %zu parameters, %zu examples, %zu steps/epoch, reduce %s\n",
@@ -170,18 +167,7 @@ int RunPeer(const PeerFlags& flags) {
         // D-PSGD: the mixing step applies the plain SGD step itself.
         peer::GossipStats gossip;
         const float lr = static_cast<float>(sgd->current_lr());
-        float* x = model->parameters();
-        Status mixed;
-        if (flags.gossip_mixing < 1.0f) {
-          // Lazy mixing: x = (x + gamma * sum_i W_ji (x'_i - x'_j)) - lr * g.
-          std::copy(x, x + d, saved.begin());
-          mixed = group.GossipStep(x, zeros.data(), d, 0.0f, gossip_codec, step, &gossip);
-          if (mixed.ok()) {
-            for (std::size_t i = 0; i < d; ++i) x[i] = (saved[i] + flags.gossip_mixing * (x[i] - saved[i])) - lr * g[i];
-          }
-        } else {
-          mixed = group.GossipStep(x, g, d, lr, gossip_codec, step, &gossip);
-        }
+        Status mixed = group.GossipStep(model->parameters(), g, d, lr, gossip_codec, step, &gossip);
         if (!mixed.ok()) return Fail("peer", mixed);
         wraps += gossip.wrap_count;
         if (flags.print_wraps) std::printf("step %u wraps %llu\n", step, static_cast<unsigned long long>(gossip.wrap_count));
@@ -337,9 +323,6 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--moniqua-theta-per-lr", flags->moniqua_theta_per_lr,
                  "Gossip: theta of a moniqua codec that names none, as a multiple of --lr")
       ->capture_default_str()->check(CLI::PositiveNumber);
-  p->add_option("--gossip-mixing", flags->gossip_mixing,
-                 "Gossip: consensus step size gamma (mixing matrix gamma W + (1 - gamma) I); 1: Metropolis W")
-      ->capture_default_str()->check(CLI::Range(0.001, 1.0));
   p->add_flag("--print-wraps", flags->print_wraps, "Gossip: print the Moniqua wrap count of every step");
   p->add_option("--density", flags->density, "IWP share of coordinates per step")->capture_default_str()->check(CLI::Range(1e-6, 1.0));
   p->add_option("--iwp-momentum-correction", flags->iwp_momentum_correction,

@@ -162,8 +162,7 @@ TEST_CASE("fedrt peer gossip with a moniqua codec that names no theta derives th
   for (int r = 0; r < n; ++r) {
     children.push_back(Spawn({FEDRT_CLI_PATH, "peer", "--config", files.config, "--keys", files.keys, "--rank",
                               std::to_string(r), "--data", files.data, "--model", "mlp:784-16-10", "--epochs", "2",
-                              "--batch", "8", "--lr", "0.05", "--reduce", "gossip", "--codec", "moniqua:bits=1",
-                              "--gossip-mixing", "0.5"}));
+                              "--batch", "8", "--lr", "0.05", "--reduce", "gossip", "--codec", "moniqua:bits=1"}));
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (int r = 0; r < n; ++r) {

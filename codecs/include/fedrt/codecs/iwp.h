@@ -29,10 +29,12 @@
 // about the target fraction whatever its scale), and tensors of fewer than
 // dense_below coordinates (biases, a small output layer) are kept whole.
 //
-// Memory: IwpAccumulator owns its accumulator (d floats) and a sample buffer;
+// Memory: IwpAccumulator owns its accumulator (d floats), the velocity (d
+// floats, with momentum correction only) and a sample buffer;
 // the caller owns the other arrays and the index vector (its capacity is
 // reused, so steady-state steps do not allocate). Thread-safety: one
-// IwpAccumulator per tensor per thread; IwpLeader is pure.
+// IwpAccumulator (a tensor, or a model split by SetTensors) per thread;
+// IwpLeader is pure.
 #ifndef FEDRT_CODECS_IWP_H_
 #define FEDRT_CODECS_IWP_H_
 

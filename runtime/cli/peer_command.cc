@@ -47,7 +47,16 @@ struct PeerFlags {
   std::string reduce = "dense";  // dense | fp16 | iwp | gossip
   std::string codec;             // gossip: empty (fp32) or e.g. moniqua:bits=1,theta=0.5
   bool print_wraps = false;
+  // Gossip with a moniqua codec that names no theta: theta = this * lr.
+  double moniqua_theta_per_lr = 0.02;
   float density = 1.0f / 64;
+  // IWP training integration (codec specification, section 4; defaults in runtime/README.md).
+  bool iwp_momentum_correction = true;  // momentum lives in the accumulator (DGC), the step is plain SGD
+  bool iwp_per_tensor = true;           // one threshold per tensor
+  uint64_t iwp_dense_below = 0;         // tensors smaller than this are sent whole
+  int iwp_warmup_steps = 0;
+  float iwp_warmup_density = 1.0f;
+  float iwp_clip = 0;
   int max_steps = 0;  // 0: whole epochs
   bool repair = false;
   uint64_t seed = 1;
@@ -98,17 +107,30 @@ int RunPeer(const PeerFlags& flags) {
 
   auto model = Model::Create(flags.model, flags.seed);  // same seed: same start on every peer
   if (!model.ok()) return Fail("peer", model.status());
+  const bool iwp = flags.reduce == "iwp";
+  const bool corrected = iwp && flags.iwp_momentum_correction;
   SgdOptions sgd_options;
   sgd_options.schedule.base_lr = flags.lr;
-  sgd_options.momentum = flags.momentum;
+  sgd_options.momentum = corrected ? 0.0f : flags.momentum;  // corrected: the accumulator holds the momentum
   auto sgd = Sgd::Create(sgd_options, model->parameter_count());
   if (!sgd.ok()) return Fail("peer", sgd.status());
   const std::size_t d = model->parameter_count();
   IwpOptions iwp_options;
   iwp_options.target_fraction = flags.density;
+  iwp_options.momentum = corrected ? flags.momentum : 0.0f;
+  iwp_options.dense_below = static_cast<std::size_t>(flags.iwp_dense_below);
+  iwp_options.warmup_steps = static_cast<uint32_t>(flags.iwp_warmup_steps);
+  iwp_options.warmup_fraction = flags.iwp_warmup_density;
+  iwp_options.clip_norm = flags.iwp_clip;
   Status iwp_ok = IwpAccumulator::Check(d, iwp_options);
-  if (flags.reduce == "iwp" && !iwp_ok.ok()) return Fail("peer", iwp_ok);
+  if (iwp && !iwp_ok.ok()) return Fail("peer", iwp_ok);
   IwpAccumulator accumulator(d, iwp_options);
+  if (iwp && flags.iwp_per_tensor) {
+    std::vector<std::size_t> sizes;
+    for (const TensorInfo& t : model->tensors()) sizes.push_back(t.size);
+    Status s = accumulator.SetTensors(sizes);
+    if (!s.ok()) return Fail("peer", s);
+  }
   std::vector<float> features(static_cast<std::size_t>(flags.batch) * data->train.example_size());
   std::vector<uint8_t> labels(static_cast<std::size_t>(flags.batch));
   std::vector<float> saved(d);
@@ -117,6 +139,17 @@ int RunPeer(const PeerFlags& flags) {
   std::printf("peer rank %d of %d: %s, %zu parameters, %zu examples, %zu steps/epoch, reduce %s\n",
               flags.rank, n, flags.model.c_str(), d, mine.size(), steps_per_epoch, flags.reduce.c_str());
   std::fflush(stdout);
+  // Moniqua's theta bounds the neighbours' distance, which scales with the
+  // learning rate (codec specification, section 5): a codec spec without
+  // theta gets theta = --moniqua-theta-per-lr * lr.
+  std::string gossip_codec = flags.codec;
+  if (gossip_codec.rfind("moniqua", 0) == 0 && gossip_codec.find("theta=") == std::string::npos) {
+    char theta[40];
+    std::snprintf(theta, sizeof theta, "theta=%.6g", flags.moniqua_theta_per_lr * flags.lr);
+    gossip_codec += gossip_codec.find(':') == std::string::npos ? ":" : ",";
+    gossip_codec += theta;
+  }
+  if (!gossip_codec.empty()) std::printf("gossip codec %s\n", gossip_codec.c_str());
   uint32_t step = 0;
   for (int epoch = 0; epoch < flags.epochs; ++epoch) {
     std::vector<uint32_t> order = ShuffledIndices(mine.size(), flags.seed + static_cast<uint64_t>(flags.rank), static_cast<uint64_t>(epoch));
@@ -136,7 +169,7 @@ int RunPeer(const PeerFlags& flags) {
         // D-PSGD: the mixing step applies the plain SGD step itself.
         peer::GossipStats gossip;
         const float lr = static_cast<float>(sgd->current_lr());
-        Status mixed = group.GossipStep(model->parameters(), g, d, lr, flags.codec, step, &gossip);
+        Status mixed = group.GossipStep(model->parameters(), g, d, lr, gossip_codec, step, &gossip);
         if (!mixed.ok()) return Fail("peer", mixed);
         wraps += gossip.wrap_count;
         if (flags.print_wraps) std::printf("step %u wraps %llu\n", step, static_cast<unsigned long long>(gossip.wrap_count));
@@ -328,8 +361,24 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--reduce", flags->reduce, "Gradient all-reduce (dense fp32, fp16 hops, IWP-sparse) or gossip D-PSGD")
       ->capture_default_str()->check(CLI::IsMember({"dense", "fp16", "iwp", "gossip"}));
   p->add_option("--codec", flags->codec, "Gossip: codec of the models sent (empty: fp32), e.g. moniqua:bits=1,theta=0.5");
+  p->add_option("--moniqua-theta-per-lr", flags->moniqua_theta_per_lr,
+                 "Gossip: theta of a moniqua codec that names none, as a multiple of --lr")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   p->add_flag("--print-wraps", flags->print_wraps, "Gossip: print the Moniqua wrap count of every step");
   p->add_option("--density", flags->density, "IWP share of coordinates per step")->capture_default_str()->check(CLI::Range(1e-6, 1.0));
+  p->add_option("--iwp-momentum-correction", flags->iwp_momentum_correction,
+                 "IWP: keep the momentum in each peer's accumulator and mask it where sent (else momentum SGD on the mean)")
+      ->capture_default_str();
+  p->add_option("--iwp-per-tensor", flags->iwp_per_tensor, "IWP: one threshold per tensor (else one for the model)")
+      ->capture_default_str();
+  p->add_option("--iwp-dense-below", flags->iwp_dense_below, "IWP: tensors with fewer coordinates are sent whole")
+      ->capture_default_str();
+  p->add_option("--iwp-warmup-steps", flags->iwp_warmup_steps, "IWP: first steps use --iwp-warmup-density")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  p->add_option("--iwp-warmup-density", flags->iwp_warmup_density, "IWP: share of coordinates in warm-up steps")
+      ->capture_default_str()->check(CLI::Range(1e-6, 1.0));
+  p->add_option("--iwp-clip", flags->iwp_clip, "IWP: local gradient clipping to this L2 norm (0: off)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   p->add_option("--max-steps", flags->max_steps, "Stop after this many steps (0: whole epochs)")->check(CLI::NonNegativeNumber);
   p->add_flag("--repair", flags->repair, "When a peer fails, re-form the ring without it and continue");
   p->add_option("--seed", flags->seed, "Seed of the model, the partition and IWP")->capture_default_str();

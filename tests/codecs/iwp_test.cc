@@ -139,12 +139,102 @@ TEST_CASE("warm-up steps use the warm-up fraction and clipping bounds each gradi
   CHECK(indices.size() < d);
 }
 
+TEST_CASE("momentum correction accumulates the velocity and masks it where sent so nothing is lost") {
+  const int nodes = 4;
+  const std::size_t d = 2000;
+  IwpOptions options;
+  options.target_fraction = 1.0f / 16;
+  options.sample_size = 512;
+  options.momentum = 0.9f;
+  std::vector<IwpAccumulator> ring;
+  for (int n = 0; n < nodes; ++n) ring.push_back(Make(d, options));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> w(d);
+  for (float& v : w) v = normal(rng);
+  // Reference velocity in double, masked like the accumulator's.
+  std::vector<std::vector<double>> u(nodes, std::vector<double>(d, 0)), sum_u(nodes, std::vector<double>(d, 0)),
+      sum_sent(nodes, std::vector<double>(d, 0));
+  std::vector<uint32_t> indices;
+  std::vector<float> g(d), values;
+  for (uint32_t step = 0; step < 200; ++step) {
+    for (int n = 0; n < nodes; ++n) {
+      for (std::size_t i = 0; i < d; ++i) {
+        g[i] = normal(rng) * (1.0f + static_cast<float>(i % 5));
+        u[n][i] = 0.9 * u[n][i] + g[i];
+        sum_u[n][i] += u[n][i];
+      }
+      REQUIRE(ring[n].Accumulate(g.data()).ok());
+    }
+    const uint32_t leader = IwpLeader(5, step, nodes);
+    ring[leader].SelectIndices(w.data(), {5, 0, step, leader}, &indices);
+    REQUIRE_FALSE(indices.empty());
+    values.resize(indices.size());
+    for (int n = 0; n < nodes; ++n) {
+      REQUIRE(ring[n].GatherAndZero(indices.data(), indices.size(), values.data()).ok());
+      bool masked = true;
+      for (std::size_t j = 0; j < indices.size(); ++j) {
+        sum_sent[n][indices[j]] += values[j];
+        masked = masked && ring[n].velocity()[indices[j]] == 0.0f && ring[n].accumulator()[indices[j]] == 0.0f;
+        u[n][indices[j]] = 0;
+      }
+      REQUIRE(masked);
+    }
+  }
+  double worst = 0, worst_u = 0;
+  for (int n = 0; n < nodes; ++n) {
+    for (std::size_t i = 0; i < d; ++i) {
+      worst = std::max(worst, std::fabs(sum_sent[n][i] + ring[n].accumulator()[i] - sum_u[n][i]));
+      worst_u = std::max(worst_u, std::fabs(ring[n].velocity()[i] - u[n][i]));
+    }
+  }
+  MESSAGE("worst |sum sent + accumulator - sum velocities| = " << worst << ", velocity error " << worst_u);
+  CHECK(worst < 5e-2);  // float accumulation of 200 velocities of size up to ~50 (10 x gradient)
+  CHECK(worst_u < 1e-3);
+}
+
+TEST_CASE("per-tensor thresholds keep about the target fraction of every tensor and small tensors whole") {
+  // Three tensors of very different scales: one threshold for the whole
+  // vector would keep only the loud one.
+  const std::size_t sizes[] = {60000, 20000, 300};
+  const float scales[] = {1e-3f, 1.0f, 1e-2f};
+  const std::size_t d = sizes[0] + sizes[1] + sizes[2];
+  IwpOptions options;
+  options.dense_below = 1000;
+  auto node = Make(d, options);
+  REQUIRE(node.SetTensors({sizes[0], sizes[1], sizes[2]}).ok());
+  CHECK(node.SetTensors({sizes[0], sizes[1]}).code() == StatusCode::kInvalidArgument);
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal;
+  std::vector<float> g(d), w(d, 1.0f);
+  std::size_t at = 0;
+  for (int k = 0; k < 3; ++k) {
+    for (std::size_t i = 0; i < sizes[k]; ++i, ++at) g[at] = scales[k] * normal(rng);
+  }
+  REQUIRE(node.Accumulate(g.data()).ok());
+  std::vector<uint32_t> indices;
+  node.SelectIndices(w.data(), {8, 0, 3, 1}, &indices);
+  std::size_t kept[3] = {0, 0, 0};
+  for (uint32_t i : indices) ++kept[i < sizes[0] ? 0 : (i < sizes[0] + sizes[1] ? 1 : 2)];
+  for (int k = 0; k < 2; ++k) {
+    const double share = static_cast<double>(kept[k]) / static_cast<double>(sizes[k]);
+    MESSAGE("tensor " << k << " kept " << share << " target " << 1.0 / 64);
+    CHECK(share > 0.7 / 64);
+    CHECK(share < 1.3 / 64);
+  }
+  CHECK(kept[2] == sizes[2]);  // below dense_below: sent whole
+  CHECK(std::is_sorted(indices.begin(), indices.end()));
+}
+
 TEST_CASE("iwp rejects bad options, bad gradients, bad indices and bad broadcasts") {
   IwpOptions bad;
   bad.target_fraction = 0;
   CHECK(IwpAccumulator::Check(10, bad).code() == StatusCode::kInvalidArgument);
   bad = IwpOptions();
   bad.eps = 0;
+  CHECK(IwpAccumulator::Check(10, bad).code() == StatusCode::kInvalidArgument);
+  bad = IwpOptions();
+  bad.momentum = 1.0f;
   CHECK(IwpAccumulator::Check(10, bad).code() == StatusCode::kInvalidArgument);
   auto node = Make(10);
   std::vector<float> g(10, 0.0f);

@@ -73,23 +73,55 @@ void Drain(Child& c) {
   }
 }
 
-TEST_CASE("fedrt peer survives a killed peer: the others name it, re-form with 3 and finish") {
-  testing::TempDir dir;
-  const std::string data = dir.path() + "/data";
-  REQUIRE(mkdir(data.c_str(), 0700) == 0);
-  REQUIRE(std::system((std::string(FEDRT_IDX_FIXTURE_PATH) + " " + data).c_str()) == 0);
-  const int n = 4;
+// A data directory, peers.json and a key file for n local peers.
+struct LocalRing {
+  std::string data, config, keys;
+};
+
+LocalRing MakeLocalRing(const testing::TempDir& dir, int n, const std::string& id_prefix, int step_timeout_ms) {
+  LocalRing ring;
+  ring.data = dir.path() + "/data";
+  REQUIRE(mkdir(ring.data.c_str(), 0700) == 0);
+  REQUIRE(std::system((std::string(FEDRT_IDX_FIXTURE_PATH) + " " + ring.data).c_str()) == 0);
   std::string peers, keys;
   for (int i = 0; i < n; ++i) {
-    peers += std::string(i ? "," : "") + "{\"id\": \"b" + std::to_string(i) + "\", \"host\": \"127.0.0.1\", \"port\": " +
-             std::to_string(FreePort()) + "}";
-    keys += "b" + std::to_string(i) + " 5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a" + std::to_string(10 + i) + "\n";
+    peers += std::string(i ? "," : "") + "{\"id\": \"" + id_prefix + std::to_string(i) +
+             "\", \"host\": \"127.0.0.1\", \"port\": " + std::to_string(FreePort()) + "}";
+    keys += id_prefix + std::to_string(i) + " 5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a" + std::to_string(10 + i) + "\n";
   }
-  const std::string config = dir.path() + "/peers.json";
-  const std::string key_file = dir.path() + "/keys.txt";
-  std::ofstream(config) << "{\"peers\": [" << peers << "], \"step_timeout_ms\": 3000}\n";
-  std::ofstream(key_file) << keys;
-  chmod(key_file.c_str(), 0600);
+  ring.config = dir.path() + "/peers.json";
+  ring.keys = dir.path() + "/keys.txt";
+  std::ofstream(ring.config) << "{\"peers\": [" << peers << "], \"step_timeout_ms\": " << step_timeout_ms << "}\n";
+  std::ofstream(ring.keys) << keys;
+  chmod(ring.keys.c_str(), 0600);
+  return ring;
+}
+
+// Waits for the child until `deadline` (then kills it and fails); returns its
+// wait status with all its output drained.
+int Finish(Child& c, std::chrono::steady_clock::time_point deadline, int rank) {
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline && waitpid(c.pid, &status, WNOHANG) == 0) {
+    Drain(c);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (waitpid(c.pid, &status, WNOHANG) == 0) {
+    kill(c.pid, SIGKILL);
+    waitpid(c.pid, &status, 0);
+    FAIL("rank ", rank, " did not finish: ", c.text);
+  }
+  Drain(c);
+  close(c.out);
+  return status;
+}
+
+TEST_CASE("fedrt peer survives a killed peer: the others name it, re-form with 3 and finish") {
+  testing::TempDir dir;
+  const int n = 4;
+  const LocalRing files = MakeLocalRing(dir, n, "b", 3000);
+  const std::string& data = files.data;
+  const std::string& config = files.config;
+  const std::string& key_file = files.keys;
 
   std::vector<Child> children;
   for (int r = 0; r < n; ++r) {
@@ -111,18 +143,7 @@ TEST_CASE("fedrt peer survives a killed peer: the others name it, re-form with 3
   }
   REQUIRE(killed);
   for (int r = 0; r < n; ++r) {
-    int status = 0;
-    while (std::chrono::steady_clock::now() < deadline && waitpid(children[r].pid, &status, WNOHANG) == 0) {
-      Drain(children[r]);
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (waitpid(children[r].pid, &status, WNOHANG) == 0) {
-      kill(children[r].pid, SIGKILL);
-      waitpid(children[r].pid, &status, 0);
-      FAIL("rank ", r, " did not finish: ", children[r].text);
-    }
-    Drain(children[r]);
-    close(children[r].out);
+    const int status = Finish(children[r], deadline, r);
     if (r == 2) continue;
     INFO("rank ", r, ":\n", children[r].text);
     CHECK(WIFEXITED(status));
@@ -130,6 +151,27 @@ TEST_CASE("fedrt peer survives a killed peer: the others name it, re-form with 3
     CHECK(children[r].text.find("peer rank 2") != std::string::npos);
     CHECK(children[r].text.find("ring re-formed with 3 peers") != std::string::npos);
     CHECK(children[r].text.find("epoch 40/40") != std::string::npos);
+  }
+}
+
+TEST_CASE("fedrt peer gossip with a moniqua codec that names no theta derives theta from the learning rate") {
+  testing::TempDir dir;
+  const int n = 3;
+  const LocalRing files = MakeLocalRing(dir, n, "g", 5000);
+  std::vector<Child> children;
+  for (int r = 0; r < n; ++r) {
+    children.push_back(Spawn({FEDRT_CLI_PATH, "peer", "--config", files.config, "--keys", files.keys, "--rank",
+                              std::to_string(r), "--data", files.data, "--model", "mlp:784-16-10", "--epochs", "2",
+                              "--batch", "8", "--lr", "0.05", "--reduce", "gossip", "--codec", "moniqua:bits=1"}));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int r = 0; r < n; ++r) {
+    const int status = Finish(children[r], deadline, r);
+    INFO("rank ", r, ":\n", children[r].text);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(children[r].text.find("gossip codec moniqua:bits=1,theta=0.001") != std::string::npos);
+    CHECK(children[r].text.find("epoch 2/2") != std::string::npos);
   }
 }
 

@@ -28,11 +28,27 @@ Status IwpAccumulator::Check(std::size_t d, const IwpOptions& o) {
   if (!(o.eps > 0) || !std::isfinite(o.eps)) return InvalidArgument("iwp: eps must be > 0");
   if (o.sample_size == 0) return InvalidArgument("iwp: sample_size must be >= 1");
   if (!(o.clip_norm >= 0) || !std::isfinite(o.clip_norm)) return InvalidArgument("iwp: clip_norm must be >= 0");
+  if (!(o.momentum >= 0 && o.momentum < 1)) return InvalidArgument("iwp: momentum not in [0, 1)");
   return Status::Ok();
 }
 
 IwpAccumulator::IwpAccumulator(std::size_t d, const IwpOptions& options)
-    : options_(options), accumulator_(d, 0.0f), sample_(std::min(options.sample_size, d == 0 ? 1 : d)) {}
+    : options_(options),
+      accumulator_(d, 0.0f),
+      velocity_(options.momentum > 0 ? d : 0, 0.0f),
+      tensor_sizes_(1, d),
+      sample_(std::min(options.sample_size, d == 0 ? 1 : d)) {}
+
+Status IwpAccumulator::SetTensors(const std::vector<std::size_t>& sizes) {
+  uint64_t total = 0;
+  for (std::size_t s : sizes) total += s;
+  if (total != accumulator_.size()) {
+    return InvalidArgument("iwp: tensor sizes add up to " + std::to_string(total) + ", not " +
+                           std::to_string(accumulator_.size()));
+  }
+  tensor_sizes_ = sizes;
+  return Status::Ok();
+}
 
 Status IwpAccumulator::Accumulate(const float* grad) {
   const std::size_t d = accumulator_.size();
@@ -44,7 +60,13 @@ Status IwpAccumulator::Accumulate(const float* grad) {
     const double norm = std::sqrt(sum);
     if (norm > options_.clip_norm) scale = static_cast<float>(options_.clip_norm / norm);
   }
-  if (scale == 1.0f) {
+  if (!velocity_.empty()) {
+    const float m = options_.momentum;
+    for (std::size_t i = 0; i < d; ++i) {
+      velocity_[i] = m * velocity_[i] + grad[i] * scale;
+      accumulator_[i] += velocity_[i];
+    }
+  } else if (scale == 1.0f) {
     for (std::size_t i = 0; i < d; ++i) accumulator_[i] += grad[i];
   } else {
     for (std::size_t i = 0; i < d; ++i) accumulator_[i] += grad[i] * scale;
@@ -54,39 +76,46 @@ Status IwpAccumulator::Accumulate(const float* grad) {
 
 void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& context,
                                    std::vector<uint32_t>* indices) {
-  const std::size_t d = accumulator_.size();
   const float* a = accumulator_.data();
   const float eps = options_.eps;
   auto importance = [a, weights, eps](std::size_t i) { return std::fabs(a[i]) / (std::fabs(weights[i]) + eps); };
   indices->clear();
-  if (d == 0) return;
   const float fraction = context.step < options_.warmup_steps ? options_.warmup_fraction : options_.target_fraction;
-  float tau = 0;
-  if (fraction < 1) {
-    // Sample m positions with replacement: floor(word * d / 2^32).
-    RandomStream stream;
-    stream.seed = context.session_seed;
-    stream.tensor_id = context.tensor_id;
-    stream.round = context.step;
-    stream.sender_id = context.node_id;
-    stream.purpose = RandomPurpose::kRandomSubset;
-    const std::size_t m = sample_.size();
-    uint32_t words[256];
-    for (std::size_t at = 0; at < m; at += 256) {
-      const std::size_t n = std::min<std::size_t>(256, m - at);
-      PhiloxWords(stream, at, n, words);
-      for (std::size_t j = 0; j < n; ++j) sample_[at + j] = importance(static_cast<std::size_t>((uint64_t{words[j]} * d) >> 32));
+  std::size_t begin = 0;
+  for (std::size_t k = 0; k < tensor_sizes_.size(); ++k) {
+    const std::size_t n = tensor_sizes_[k];
+    const std::size_t end = begin + n;
+    if (n == 0) continue;
+    float tau = 0;
+    if (fraction < 1 && n >= options_.dense_below) {
+      // Sample m positions of this tensor with replacement: floor(word * n / 2^32).
+      RandomStream stream;
+      stream.seed = context.session_seed;
+      stream.tensor_id = context.tensor_id + static_cast<uint32_t>(k);
+      stream.round = context.step;
+      stream.sender_id = context.node_id;
+      stream.purpose = RandomPurpose::kRandomSubset;
+      const std::size_t m = std::min(sample_.size(), n);
+      uint32_t words[256];
+      for (std::size_t at = 0; at < m; at += 256) {
+        const std::size_t c = std::min<std::size_t>(256, m - at);
+        PhiloxWords(stream, at, c, words);
+        for (std::size_t j = 0; j < c; ++j) {
+          sample_[at + j] = importance(begin + static_cast<std::size_t>((uint64_t{words[j]} * n) >> 32));
+        }
+      }
+      // tau = the ceil(m f)-th largest sampled importance.
+      std::size_t keep = static_cast<std::size_t>(std::ceil(static_cast<double>(m) * fraction));
+      keep = std::max<std::size_t>(1, std::min(keep, m));
+      auto nth = sample_.begin() + static_cast<std::ptrdiff_t>(m - keep);
+      std::nth_element(sample_.begin(), nth, sample_.begin() + static_cast<std::ptrdiff_t>(m));
+      tau = *nth;
     }
-    // tau = the ceil(m f)-th largest sampled importance.
-    std::size_t keep = static_cast<std::size_t>(std::ceil(static_cast<double>(m) * fraction));
-    keep = std::max<std::size_t>(1, std::min(keep, m));
-    auto nth = sample_.begin() + static_cast<std::ptrdiff_t>(m - keep);
-    std::nth_element(sample_.begin(), nth, sample_.end());
-    tau = *nth;
-  }
-  for (std::size_t i = 0; i < d; ++i) {
-    const float v = importance(i);
-    if (v >= tau && v > 0) indices->push_back(static_cast<uint32_t>(i));
+    for (std::size_t i = begin; i < end; ++i) {
+      const float v = importance(i);
+      if (v >= tau && v > 0) indices->push_back(static_cast<uint32_t>(i));
+    }
+    begin = end;
   }
 }
 
@@ -101,6 +130,9 @@ Status IwpAccumulator::GatherAndZero(const uint32_t* indices, std::size_t count,
   for (std::size_t j = 0; j < count; ++j) {
     values[j] = accumulator_[indices[j]];
     accumulator_[indices[j]] = 0.0f;
+  }
+  if (!velocity_.empty()) {
+    for (std::size_t j = 0; j < count; ++j) velocity_[indices[j]] = 0.0f;
   }
   return Status::Ok();
 }

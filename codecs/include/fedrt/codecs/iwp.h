@@ -4,6 +4,9 @@
 //
 // Per step t, on every node, for each tensor:
 //   1. Accumulate(g):     a += g (optionally after clipping g's L2 norm);
+//      with momentum correction (momentum m > 0, as in deep gradient
+//      compression) the node keeps a velocity u and accumulates it instead:
+//      u = m u + g;  a += u;
 //   2. the leader of step t, IwpLeader(seed, t, nodes), which every node
 //      computes alike (Philox purpose 4), runs SelectIndices(w): the indices
 //      whose importance |a_i| / (|w_i| + eps) reaches a threshold estimated
@@ -12,15 +15,26 @@
 //      (EncodeIwpIndices gives a compact form);
 //   3. every node runs GatherAndZero(indices): its accumulated values at the
 //      leader's indices go into the all-reduce buffer and are zeroed in the
-//      accumulator; everything else stays. The ring all-reduces that dense
-//      buffer and applies the mean at those indices.
+//      accumulator (and, with momentum correction, in the velocity: momentum
+//      factor masking); everything else stays. The ring all-reduces that
+//      dense buffer and applies the mean at those indices (with momentum
+//      correction as a plain SGD step, w -= lr * mean: the momentum already
+//      is in the accumulated values).
 // Nothing is lost: after any number of steps, the sum of everything a node
-// gathered plus its accumulator equals the sum of its (clipped) gradients.
+// gathered plus its accumulator equals the sum of its (clipped) gradients,
+// or with momentum correction the sum of its velocities u.
 //
-// Memory: IwpAccumulator owns its accumulator (d floats) and a sample buffer;
+// Tensors: SetTensors() splits the flat vector into a model's tensors; the
+// threshold is then estimated and applied per tensor (a tensor's kept share is
+// about the target fraction whatever its scale), and tensors of fewer than
+// dense_below coordinates (biases, a small output layer) are kept whole.
+//
+// Memory: IwpAccumulator owns its accumulator (d floats), the velocity (d
+// floats, with momentum correction only) and a sample buffer;
 // the caller owns the other arrays and the index vector (its capacity is
 // reused, so steady-state steps do not allocate). Thread-safety: one
-// IwpAccumulator per tensor per thread; IwpLeader is pure.
+// IwpAccumulator (a tensor, or a model split by SetTensors) per thread;
+// IwpLeader is pure.
 #ifndef FEDRT_CODECS_IWP_H_
 #define FEDRT_CODECS_IWP_H_
 
@@ -39,6 +53,8 @@ struct IwpOptions {
   uint32_t warmup_steps = 0;          // steps t < warmup_steps keep warmup_fraction instead
   float warmup_fraction = 1.0f;       // 1 = dense warm-up
   float clip_norm = 0;                // > 0: gradients are scaled to L2 norm <= clip_norm first
+  float momentum = 0;                 // > 0: momentum correction with factor masking, in [0, 1)
+  std::size_t dense_below = 0;        // tensors (SetTensors) smaller than this are kept whole
 };
 
 // Which of `nodes` nodes leads step `step`: word 0 of the Philox stream
@@ -62,27 +78,40 @@ class IwpAccumulator {
   // Use Check first; the constructor assumes valid arguments.
   IwpAccumulator(std::size_t d, const IwpOptions& options);
 
-  // a += g, after scaling g to norm clip_norm when clipping is on and
-  // ||g|| > clip_norm. kInvalidArgument (naming the coordinate) on NaN/Inf.
+  // Per-tensor thresholds: `sizes` are the model's tensor sizes in order;
+  // kInvalidArgument unless they add up to size(). Without it the whole
+  // vector is one tensor.
+  Status SetTensors(const std::vector<std::size_t>& sizes);
+
+  // a += g (momentum correction: u = m u + g, a += u), after scaling g to
+  // norm clip_norm when clipping is on and ||g|| > clip_norm.
+  // kInvalidArgument (naming the coordinate) on NaN/Inf.
   Status Accumulate(const float* grad);
 
-  // The leader's index set, sorted: every i with importance >= tau and > 0,
-  // where tau is the ceil(m f)-th largest importance among m sampled
-  // coordinates (f = target or warm-up fraction; f >= 1 keeps every
-  // coordinate). `weights` are the tensor's current parameters (d floats).
+  // The leader's index set, sorted: per tensor, every i with importance >=
+  // tau and > 0, where tau is the ceil(m f)-th largest importance among m
+  // sampled coordinates of that tensor (f = target or warm-up fraction; f >= 1
+  // or a tensor below dense_below keeps every coordinate). `weights` are the
+  // current parameters (d floats). The sample of tensor k comes from the
+  // stream with tensor_id = context.tensor_id + k.
   void SelectIndices(const float* weights, const IwpStepContext& context, std::vector<uint32_t>* indices);
 
-  // values[j] = a[indices[j]], then a[indices[j]] = 0. kOutOfRange if an
-  // index is >= d (nothing is changed then).
+  // values[j] = a[indices[j]], then a[indices[j]] = 0 (and u[indices[j]] = 0
+  // with momentum correction). kOutOfRange if an index is >= d (nothing is
+  // changed then).
   Status GatherAndZero(const uint32_t* indices, std::size_t count, float* values);
 
   const float* accumulator() const { return accumulator_.data(); }
+  // The velocity u (size() floats; empty without momentum correction).
+  const float* velocity() const { return velocity_.data(); }
   std::size_t size() const { return accumulator_.size(); }
   const IwpOptions& options() const { return options_; }
 
  private:
   IwpOptions options_;
   std::vector<float> accumulator_;
+  std::vector<float> velocity_;
+  std::vector<std::size_t> tensor_sizes_;
   std::vector<float> sample_;
 };
 

@@ -202,6 +202,21 @@ TEST_CASE("codec keys are checked") {
   CHECK_FALSE(Make("dqsg")->needs_side_info());
 }
 
+TEST_CASE("the nesting ratio ladder and respelled specs keep every other key") {
+  CHECK(NdqsgNextRho(2) == 3);
+  CHECK(NdqsgNextRho(3) == 5);
+  CHECK(NdqsgNextRho(4) == 5);
+  CHECK(NdqsgPreviousRho(5) == 3);
+  CHECK(NdqsgPreviousRho(3) == 2);
+  CHECK(NdqsgPreviousRho(2) == 2);
+  CHECK(*NdqsgSpecWithRho("ndqsg:s1=1,rho=2,ec=pack,b=64", 5) == "ndqsg:s1=1,rho=5,b=64,ef=off,ec=pack");
+  CHECK(NdqsgSpecWithRho("ndqsg", 256).status().code() == StatusCode::kInvalidArgument);
+  CHECK(NdqsgSpecWithRho("dqsg", 3).status().code() == StatusCode::kInvalidArgument);
+  CHECK(*NdqsgAnchorSpec("ndqsg:s1=3,ec=pack", 1) == "dqsg:s=1,b=0,ef=off,ec=pack");
+  CHECK(*NdqsgAnchorSpec("ndqsg:s1=3,ec=pack", 0) == "dqsg:s=3,b=0,ef=off,ec=pack");
+  CHECK(NdqsgAnchorSpec("ndqsg", 128).status().code() == StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("ndqsg without side information is an invalid argument") {
   auto codec = Make("ndqsg");
   const auto input = Gaussian(40, 2);

@@ -50,6 +50,7 @@ struct SimFlags {
   int batch = 32;
   uint32_t deadline_ms = 300000;
   uint64_t seed = 1;
+  AggregatorOptions ndqsg;  // anchor_fraction, wrap_threshold, max_rho, anchor_levels
 };
 
 struct Series {
@@ -245,6 +246,10 @@ int RunSim(SimFlags flags) {
     options.local_epochs = flags.epochs;
     options.learning_rate = flags.lr;
     options.session_seed = flags.seed;
+    options.anchor_fraction = flags.ndqsg.anchor_fraction;
+    options.wrap_threshold = flags.ndqsg.wrap_threshold;
+    options.max_rho = flags.ndqsg.max_rho;
+    options.anchor_levels = flags.ndqsg.anchor_levels;
     options.idle_timeout_ms = 60000;
     options.join_timeout_ms = 10000;
     const auto started = std::chrono::steady_clock::now();
@@ -331,6 +336,14 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   sim->add_option("--batch", flags->batch, "Devices' batch size")->capture_default_str();
   sim->add_option("--deadline-ms", flags->deadline_ms, "Round deadline")->capture_default_str();
   sim->add_option("--seed", flags->seed, "Session seed")->capture_default_str();
+  sim->add_option("--anchor-fraction", flags->ndqsg.anchor_fraction, "NDQSG: share of anchors per round")
+      ->capture_default_str();
+  sim->add_option("--wrap-threshold", flags->ndqsg.wrap_threshold,
+                  "NDQSG: near-wraps per coordinate that raise a device's rho")->capture_default_str();
+  sim->add_option("--max-rho", flags->ndqsg.max_rho, "NDQSG: largest rho; past it a device sends DQSG")
+      ->capture_default_str();
+  sim->add_option("--anchor-levels", flags->ndqsg.anchor_levels, "NDQSG: anchors' DQSG levels (0: s1)")
+      ->capture_default_str();
   commands.push_back({sim, [flags] { return RunSim(*flags); }});
 }
 

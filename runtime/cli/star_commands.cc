@@ -73,6 +73,8 @@ Status ApplyConfig(ServeFlags& flags, CLI::App& app) {
       else if (key == "seed") o.session_seed = v.get<uint64_t>();
       else if (key == "anchor-fraction") o.anchor_fraction = v.get<double>();
       else if (key == "wrap-threshold") o.wrap_threshold = v.get<double>();
+      else if (key == "max-rho") o.max_rho = v.get<int>();
+      else if (key == "anchor-levels") o.anchor_levels = v.get<int>();
       else if (key == "checkpoint") o.checkpoint = v.get<std::string>();
       else if (key == "metrics") flags.metrics = v.get<std::string>();
       else if (key == "idle-timeout-ms") o.idle_timeout_ms = v.get<uint32_t>();
@@ -198,7 +200,11 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
   serve->add_option("--seed", o.session_seed, "Session seed (codec randomness, sampling)")->capture_default_str();
   serve->add_option("--anchor-fraction", o.anchor_fraction, "NDQSG: share of anchors")->capture_default_str();
   serve->add_option("--wrap-threshold", o.wrap_threshold,
-                    "NDQSG: near-wraps per coordinate that make a device an anchor next round")
+                    "NDQSG: near-wraps per coordinate that raise a device's rho next round")
+      ->capture_default_str();
+  serve->add_option("--max-rho", o.max_rho, "NDQSG: largest nesting ratio a wrapping device is raised to")
+      ->capture_default_str();
+  serve->add_option("--anchor-levels", o.anchor_levels, "NDQSG: anchors' DQSG levels (0: the codec's s1)")
       ->capture_default_str();
   serve->add_option("--checkpoint", o.checkpoint, "Written every round and resumed from");
   serve->add_option("--metrics", flags->metrics, "Append one JSON object per round to this file");

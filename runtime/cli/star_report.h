@@ -4,12 +4,35 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
 #include "fedrt/runtime/aggregator.h"
 
 namespace fedrt::cli {
+
+// Per device: role, nesting ratio used and next, near-wrap count, bytes.
+inline nlohmann::json DevicesJson(const RoundReport& r) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const DeviceRoundReport& d : r.devices) {
+    devices.push_back({{"id", d.device_id}, {"anchor", d.anchor}, {"rho", d.rho}, {"next_rho", d.next_rho},
+                       {"near_wraps", d.near_wraps}, {"bytes", d.bytes}});
+  }
+  return devices;
+}
+
+// "rho 2-5" over the nested updates of the round; empty without any.
+inline std::string RhoSummary(const RoundReport& r) {
+  int lo = 0, hi = 0;
+  for (const DeviceRoundReport& d : r.devices) {
+    if (d.rho == 0) continue;
+    lo = lo == 0 ? d.rho : std::min(lo, d.rho);
+    hi = std::max(hi, d.rho);
+  }
+  if (hi == 0) return "";
+  return "  rho " + std::to_string(lo) + (lo == hi ? "" : "-" + std::to_string(hi));
+}
 
 inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) {
   return {{"codec", codec},           {"round", r.round},
@@ -18,7 +41,10 @@ inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) 
           {"test_loss", r.test_loss}, {"train_loss", r.train_loss},
           {"bytes_up", r.bytes_up},   {"bytes_down", r.bytes_down},
           {"fp32_bytes_up", r.fp32_bytes_up}, {"near_wraps", r.near_wraps},
-          {"anchors", r.anchors},     {"seconds", r.seconds}};
+          {"anchors", r.anchors},     {"seconds", r.seconds},
+          {"anchor_bytes_up", r.anchor_bytes_up}, {"rho_raised", r.rho_raised},
+          {"rho_lowered", r.rho_lowered},         {"switched_to_dqsg", r.switched_to_dqsg},
+          {"devices", DevicesJson(r)}};
 }
 
 inline std::string FormatRound(const RoundReport& r, uint32_t rounds) {
@@ -26,9 +52,9 @@ inline std::string FormatRound(const RoundReport& r, uint32_t rounds) {
   const double ratio = r.bytes_up > 0 ? static_cast<double>(r.fp32_bytes_up) / static_cast<double>(r.bytes_up) : 0;
   std::snprintf(line, sizeof(line),
                 "round %u/%u  updates %zu/%zu  test acc %.2f%%  train loss %.4f  up %.3f MB  down %.3f MB  "
-                "x%.1f vs fp32  wraps %llu  %.1f s",
+                "x%.1f vs fp32  wraps %llu%s  %.1f s",
                 r.round, rounds, r.updates, r.sampled, 100.0 * r.test_accuracy, r.train_loss, static_cast<double>(r.bytes_up) / 1e6,
-                static_cast<double>(r.bytes_down) / 1e6, ratio, static_cast<unsigned long long>(r.near_wraps), r.seconds);
+                static_cast<double>(r.bytes_down) / 1e6, ratio, static_cast<unsigned long long>(r.near_wraps), RhoSummary(r).c_str(), r.seconds);
   return line;
 }
 

@@ -77,7 +77,8 @@ std::vector<float> Awkward(std::size_t d) {
 
 TEST_CASE("dqsg and ndqsg give the same payload and the same floats on every ISA") {
   for (const char* spec : {"dqsg", "dqsg:s=1,b=100,ec=pack", "dqsg:s=7,b=64,ec=none", "dqsg:s=127,b=33",
-                           "ndqsg", "ndqsg:s1=5,rho=5,b=100,ec=pack", "ndqsg:s1=3,rho=3,b=7,ec=none"}) {
+                           "ndqsg", "ndqsg:s1=5,rho=5,b=100,ec=pack", "ndqsg:s1=3,rho=3,b=7,ec=none", "ndqsg:s1=3,rho=2,ec=pack",
+                           "ndqsg:s1=2,rho=4,b=64"}) {
     INFO("codec " << std::string(spec));
     auto codec = Make(spec);
     for (std::size_t d : {0u, 1u, 7u, 33u, 1007u, 65539u}) {
@@ -191,7 +192,7 @@ TEST_CASE("dqsg and ndqsg decoders reject invalid scales even with a valid CRC")
 }
 
 TEST_CASE("codec keys are checked") {
-  for (const char* bad : {"dqsg:s=0", "dqsg:s=128", "dqsg:rho=3", "ndqsg:rho=4", "ndqsg:rho=1", "ndqsg:s=2",
+  for (const char* bad : {"dqsg:s=0", "dqsg:s=128", "dqsg:rho=3", "ndqsg:rho=256", "ndqsg:rho=1", "ndqsg:s=2",
                           "ndqsg:s1=0", "dqsg:b=-1", "dqsg:ec=zip"}) {
     INFO("spec " << bad);
     CHECK(MakeCodec(bad).status().code() == StatusCode::kInvalidArgument);
@@ -199,6 +200,21 @@ TEST_CASE("codec keys are checked") {
   CHECK(Make("ndqsg")->spec() == "ndqsg:s1=3,rho=3,b=0,ef=off,ec=rans");
   CHECK(Make("ndqsg")->needs_side_info());
   CHECK_FALSE(Make("dqsg")->needs_side_info());
+}
+
+TEST_CASE("the nesting ratio ladder and respelled specs keep every other key") {
+  CHECK(NdqsgNextRho(2) == 3);
+  CHECK(NdqsgNextRho(3) == 5);
+  CHECK(NdqsgNextRho(4) == 5);
+  CHECK(NdqsgPreviousRho(5) == 3);
+  CHECK(NdqsgPreviousRho(3) == 2);
+  CHECK(NdqsgPreviousRho(2) == 2);
+  CHECK(*NdqsgSpecWithRho("ndqsg:s1=1,rho=2,ec=pack,b=64", 5) == "ndqsg:s1=1,rho=5,b=64,ef=off,ec=pack");
+  CHECK(NdqsgSpecWithRho("ndqsg", 256).status().code() == StatusCode::kInvalidArgument);
+  CHECK(NdqsgSpecWithRho("dqsg", 3).status().code() == StatusCode::kInvalidArgument);
+  CHECK(*NdqsgAnchorSpec("ndqsg:s1=3,ec=pack", 1) == "dqsg:s=1,b=0,ef=off,ec=pack");
+  CHECK(*NdqsgAnchorSpec("ndqsg:s1=3,ec=pack", 0) == "dqsg:s=3,b=0,ef=off,ec=pack");
+  CHECK(NdqsgAnchorSpec("ndqsg", 128).status().code() == StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("ndqsg without side information is an invalid argument") {
@@ -253,7 +269,7 @@ std::vector<float> CoarseSteps(const std::vector<float>& input, std::size_t b, i
 
 TEST_CASE("ndqsg decodes bit-identically to dqsg when the side information is within the bound") {
   for (const char* b : {"0", "128"}) {
-    for (int rho : {3, 5}) {
+    for (int rho : {2, 3, 5}) {
       const std::string nested_spec = "ndqsg:s1=3,rho=" + std::to_string(rho) + ",b=" + b;
       INFO("codec " << nested_spec);
       auto nested = Make(nested_spec);

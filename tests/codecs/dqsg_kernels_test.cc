@@ -104,7 +104,7 @@ TEST_CASE("every dqsg kernel variant matches the scalar reference bit for bit") 
             k.dequantize_accumulate(sym_ref.data(), u, n, scale, s, 0.25f, acc.data());
             RequireSameBits(acc, acc_ref);
           }
-          for (int rho : {3, 5, 255}) {
+          for (int rho : {2, 3, 4, 5, 255}) {
             const int s1 = 3;
             const float scale = max / static_cast<float>(s1);
             std::vector<uint8_t> sym_ref(n + 1, 0xEE), sym(n + 1, 0xEE);
@@ -239,10 +239,29 @@ TEST_CASE("nested quantize keeps ties of t over rho inside the coset alphabet") 
   }
 }
 
+TEST_CASE("even rho takes the coset in the half-open range around zero on every ISA") {
+  // n = round(w / scale + u) for scale 1 and u = 0 is w itself.
+  const float w[7] = {-3.0f, -2.0f, -1.0f, 0.0f, 1.0f, 2.0f, 3.0f};
+  const float u[7] = {};
+  // rho = 2: q in {0, 1}, symbol = q. rho = 4: q in {-1..2}, symbol = q + 1.
+  const uint8_t want2[7] = {1, 0, 1, 0, 1, 0, 1};
+  const uint8_t want4[7] = {2, 3, 0, 1, 2, 3, 0};
+  for (Isa isa : AvailableIsas()) {
+    INFO("isa " << IsaName(isa));
+    uint8_t sym[7];
+    DqsgKernelsFor(isa).nested_quantize(w, u, 7, 1.0f, 3, 2, sym);
+    CHECK(std::vector<uint8_t>(sym, sym + 7) == std::vector<uint8_t>(want2, want2 + 7));
+    DqsgKernelsFor(isa).nested_quantize(w, u, 7, 1.0f, 3, 4, sym);
+    CHECK(std::vector<uint8_t>(sym, sym + 7) == std::vector<uint8_t>(want4, want4 + 7));
+  }
+}
+
 TEST_CASE("nested dequantize equals the dqsg value when the side information is within the bound") {
+  for (int rho : {2, 3, 4}) {
+  INFO("rho " << rho);
   const auto w = MakeValues(5000, Values::kGaussian, 8);
   const auto u = Dither(w.size(), 100);
-  const int s1 = 3, rho = 3;
+  const int s1 = 3;
   const float scale = scalar::MaxAbs(w.data(), w.size()) / s1;
   std::vector<uint8_t> fine(w.size()), coset(w.size());
   scalar::Quantize(w.data(), u.data(), w.size(), scale, s1, fine.data());
@@ -252,9 +271,10 @@ TEST_CASE("nested dequantize equals the dqsg value when the side information is 
   std::mt19937 rng(2);
   std::uniform_real_distribution<float> offset(-0.49f, 0.49f);
   std::vector<float> y(w.size());
-  for (std::size_t i = 0; i < w.size(); ++i) y[i] = dqsg[i] + offset(rng) * rho * scale;
+  for (std::size_t i = 0; i < w.size(); ++i) y[i] = dqsg[i] + offset(rng) * static_cast<float>(rho) * scale;
   scalar::NestedDequantize(coset.data(), u.data(), y.data(), w.size(), scale, rho, nested.data());
   RequireSameBits(nested, dqsg);
+  }
 }
 
 }  // namespace

@@ -285,6 +285,64 @@ TEST_CASE("ndqsg rounds decode anchors first and nested updates against the runn
   CHECK(reports.back().test_loss < reports.front().test_loss);
 }
 
+TEST_CASE("ndqsg devices that come near the wrap boundary get a larger rho and then plain dqsg") {
+  Workspace ws;
+  // rho = 2 with one fine level wraps often; a zero threshold reacts to any near-wrap.
+  AggregatorOptions options = Options(ws, "ndqsg:s1=1,rho=2,ec=pack", 4, 4);
+  options.anchor_fraction = 0.25;
+  options.wrap_threshold = 0;
+  options.max_rho = 3;
+  AggregatorThread aggregator(options);
+  REQUIRE(aggregator.port != 0);
+  std::mutex mutex;
+  std::map<std::pair<uint32_t, std::string>, std::string> specs;  // (round, device) -> spec it sent
+  std::vector<std::thread> devices;
+  for (int i = 0; i < 4; ++i) {
+    devices.emplace_back([&, i] {
+      DeviceHooks hooks;
+      const std::string id = "dev-" + std::to_string(i);
+      hooks.on_update = [&, id](uint32_t round, const std::string& spec, const uint8_t*, std::size_t, uint64_t) {
+        std::lock_guard<std::mutex> lock(mutex);
+        specs[{round, id}] = spec;
+      };
+      (void)RunDevice(DeviceFor(ws, i, aggregator.port, 4), hooks);
+    });
+  }
+  for (std::thread& t : devices) t.join();
+  REQUIRE(aggregator.WaitDone(20000));
+  const std::vector<RoundReport> reports = aggregator.Reports();
+  REQUIRE(reports.size() == 4);
+  std::size_t raised = 0, switched = 0;
+  for (std::size_t k = 0; k < reports.size(); ++k) {
+    const RoundReport& r = reports[k];
+    CHECK(r.updates == 4);
+    raised += r.rho_raised;
+    switched += r.switched_to_dqsg;
+    uint64_t wraps = 0;
+    for (const DeviceRoundReport& d : r.devices) {
+      INFO("round " << r.round << " device " << d.device_id);
+      wraps += d.near_wraps;
+      const std::string sent = specs[{r.round - 1, d.device_id}];
+      if (d.anchor) {
+        CHECK(sent.rfind("dqsg:s=1,", 0) == 0);
+        continue;
+      }
+      CHECK(sent == CanonicalSpec("ndqsg:s1=1,ec=pack,rho=" + std::to_string(d.rho)));
+      if (d.near_wraps > 0) CHECK(d.next_rho == (d.rho == 2 ? 3 : 0));
+      if (k + 1 == reports.size()) continue;
+      // Next round: a device past max_rho is an anchor; a raised one uses its new rho unless drawn as an anchor.
+      for (const DeviceRoundReport& next : reports[k + 1].devices) {
+        if (next.device_id != d.device_id) continue;
+        if (d.next_rho == 0) CHECK(next.anchor);
+        if (!next.anchor) CHECK(next.rho == d.next_rho);
+      }
+    }
+    CHECK(wraps == r.near_wraps);
+  }
+  CHECK(raised > 0);
+  CHECK(switched > 0);
+}
+
 TEST_CASE("a device with a wrong key is refused and does not retry") {
   Workspace ws;
   AggregatorThread aggregator(Options(ws, "fp32", 1, 2));

@@ -97,6 +97,7 @@ void DequantizeAccumulate(const uint8_t* symbols, const float* u, std::size_t n,
 
 void NestedQuantize(const float* w, const float* u, std::size_t n, float scale, int s1, int rho,
                     uint8_t* symbols) {
+  if (rho % 2 == 0) return scalar::NestedQuantize(w, u, n, scale, s1, rho, symbols);  // even rho: scalar
   const __m256 scale_v = _mm256_set1_ps(scale);
   const __m256 hi = _mm256_set1_ps(static_cast<float>(s1));
   const __m256 lo = _mm256_set1_ps(-static_cast<float>(s1));

@@ -6,7 +6,8 @@
 // bucket whose scale is non-zero, in coordinate order (symbol_coding.h; the
 // payload flags name the coding). A bucket with scale 0 (all zero, or
 // subnormals so small that max|w|/s underflows) has no symbols and decodes to
-// zeros. Symbols: DQSG q + s in [0, 2s]; NDQSG coset q + (rho-1)/2 in [0, rho).
+// zeros. Symbols: DQSG q + s in [0, 2s]; NDQSG coset q + (rho-1)/2 in [0, rho)
+// (rho >= 2; even rho is an extension of the specification, see dqsg_kernels.h).
 // The dither of coordinate i is PhiloxDither(purpose 1) word i of the stream
 // (seed, tensor, round, sender) of the context.
 //
@@ -291,9 +292,8 @@ Result<std::unique_ptr<Codec>> MakeNdqsgCodec(const CodecSpec& spec) {
   FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"s1", "rho", "b", "ef", "ec"}));
   auto s1 = spec.GetInt("s1", 3, 1, 127);
   FEDRT_RETURN_IF_ERROR(s1.status());
-  auto rho = spec.GetInt("rho", 3, 3, 255);
+  auto rho = spec.GetInt("rho", 3, 2, 255);
   FEDRT_RETURN_IF_ERROR(rho.status());
-  if (*rho % 2 == 0) return InvalidArgument("ndqsg: rho must be odd, got " + std::to_string(*rho));
   auto b = ParseBucket(spec);
   FEDRT_RETURN_IF_ERROR(b.status());
   auto options = ParseCommonOptions(spec, false, SymbolCoding::kRans);

@@ -15,7 +15,9 @@
 //   dequantize           w' = (float(symbol - s) - u) * scale
 //   dequantize_accumulate acc += weight * w'
 //   nested_quantize      n = clamp(round(w / scale + u), -s1, s1);
-//                        q = n - rho * round(n / rho);  symbol = q + (rho-1)/2
+//                        q = n - rho * round(n / rho)        (odd rho)
+//                        q = n - rho * ceil((n - rho/2) / rho) (even rho)
+//                        symbol = q + (rho-1)/2  (integer division; in [0, rho))
 //   nested_dequantize    q = float(symbol - (rho-1)/2);  a = (q - u) * scale;
 //                        m = round((y - a) / d2);  n = q + rho * m;
 //                        w' = (n - u) * scale          (d2 = rho * scale)
@@ -35,6 +37,14 @@
 // equal form (q + rho*m - u)*scale with m = round((y - a)/D2): then, whenever
 // the side information is within the bound, n is the encoder's fine index and
 // the result is bit-identical to the DQSG reconstruction.
+//
+// Even rho (rho = 2 gives one bit per coordinate) is an extension of the
+// specification's odd rho: the coset q = n mod rho is taken in
+// [1 - rho/2, rho/2]; the dequantizer is unchanged, since it only needs q
+// congruent to n. (n - rho/2) / rho is exact when it is an integer and at
+// least 1/rho away from one otherwise, so ceil is exact for |n| <= 127. The
+// AVX2 and NEON variants run the scalar loop for even rho (a rarely hot
+// path; identical by construction).
 //
 // Every function takes any n (tails inside) and any alignment. s <= 127 and
 // rho <= 255 (symbols are bytes); scale > 0 and finite.

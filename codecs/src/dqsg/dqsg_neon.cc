@@ -115,6 +115,7 @@ void DequantizeAccumulate(const uint8_t* symbols, const float* u, std::size_t n,
 
 void NestedQuantize(const float* w, const float* u, std::size_t n, float scale, int s1, int rho,
                     uint8_t* symbols) {
+  if (rho % 2 == 0) return scalar::NestedQuantize(w, u, n, scale, s1, rho, symbols);  // even rho: scalar
   const float32x4_t scale_v = vdupq_n_f32(scale);
   const float32x4_t hi = vdupq_n_f32(static_cast<float>(s1));
   const float32x4_t lo = vdupq_n_f32(-static_cast<float>(s1));

@@ -48,10 +48,15 @@ void NestedQuantize(const float* w, const float* u, std::size_t n, float scale, 
   const float hi = static_cast<float>(s1);
   const float rho_f = static_cast<float>(rho);
   const int half = (rho - 1) / 2;
+  const bool odd = rho % 2 != 0;
+  const float half_rho = static_cast<float>(rho / 2);
   for (std::size_t i = 0; i < n; ++i) {
     float fine = std::nearbyint(w[i] / scale + u[i]);
     fine = fine > hi ? hi : fine < -hi ? -hi : fine;
-    const float q = fine - rho_f * std::nearbyint(fine / rho_f);
+    // Odd rho: q in [-(rho-1)/2, (rho-1)/2]. Even rho: q in [1 - rho/2, rho/2],
+    // so the same offset (rho-1)/2 maps both onto [0, rho).
+    const float q = odd ? fine - rho_f * std::nearbyint(fine / rho_f)
+                        : fine - rho_f * std::ceil((fine - half_rho) / rho_f);
     symbols[i] = static_cast<uint8_t>(static_cast<int>(q) + half);
   }
 }

@@ -52,6 +52,35 @@ Result<std::string> NdqsgAnchorSpec(const std::string& ndqsg_spec) {
   return "dqsg:s=" + std::to_string(*s1) + ",b=" + std::to_string(*b) + ",ef=" + *ef + ",ec=" + *ec;
 }
 
+Result<std::string> NdqsgAnchorSpec(const std::string& ndqsg_spec, int levels) {
+  Result<std::string> anchor = NdqsgAnchorSpec(ndqsg_spec);
+  FEDRT_RETURN_IF_ERROR(anchor.status());
+  if (levels == 0) return anchor;
+  if (levels < 1 || levels > 127) return InvalidArgument("anchor levels must be 1 to 127");
+  const std::string& spec = *anchor;
+  return "dqsg:s=" + std::to_string(levels) + spec.substr(spec.find(','));
+}
+
+Result<std::string> NdqsgSpecWithRho(const std::string& ndqsg_spec, int rho) {
+  auto codec = MakeCodec(ndqsg_spec);
+  FEDRT_RETURN_IF_ERROR(codec.status());
+  if ((*codec)->id() != CodecId::kNdqsg) return InvalidArgument("'" + ndqsg_spec + "' is not an ndqsg spec");
+  auto spec = CodecSpec::Parse((*codec)->spec());
+  FEDRT_RETURN_IF_ERROR(spec.status());
+  auto s1 = spec->GetInt("s1", 3, 1, 127);
+  auto b = spec->GetInt("b", 0, 0, INT32_MAX);
+  auto ef = spec->GetChoice("ef", "off", {"on", "off"});
+  auto ec = spec->GetChoice("ec", "rans", {"none", "pack", "rans"});
+  auto made = MakeCodec("ndqsg:s1=" + std::to_string(*s1) + ",rho=" + std::to_string(rho) +
+                        ",b=" + std::to_string(*b) + ",ef=" + *ef + ",ec=" + *ec);
+  FEDRT_RETURN_IF_ERROR(made.status());
+  return (*made)->spec();
+}
+
+int NdqsgNextRho(int rho) { return rho < 3 ? 3 : rho + 2 - (rho % 2 == 0 ? 1 : 0); }
+
+int NdqsgPreviousRho(int rho) { return rho <= 3 ? 2 : rho - 2 + (rho % 2 == 0 ? 1 : 0); }
+
 double IdealFixedLengthBits(uint64_t coordinates, uint64_t scales, uint32_t alphabet) {
   return static_cast<double>(coordinates) * std::log2(static_cast<double>(alphabet)) +
          32.0 * static_cast<double>(scales);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/codec_spec.h"
 #include "fedrt/codecs/ndqsg.h"
 #include "fedrt/platform/log.h"
 #include "fedrt/runtime/device.h"
@@ -52,6 +53,7 @@ struct Peer {
 struct Assignment {
   std::string spec;
   AnchorRole role = AnchorRole::kNone;
+  int rho = 0;  // nested: the nesting ratio in spec
 };
 
 // A received and checked update, waiting for the round to close.
@@ -60,6 +62,7 @@ struct Received {
   uint32_t sender_id = 0;
   std::string spec;
   AnchorRole role = AnchorRole::kNone;
+  int rho = 0;
   uint64_t num_samples = 0;
   float loss = 0;
   std::vector<uint8_t> payload;  // kept for nested NDQSG decoding
@@ -88,7 +91,10 @@ class Server : public ConnectionHandler {
   Status SendInstructions(Peer& peer);
   Status EncodeInstructions(const Assignment& assignment, std::vector<OutFrame>* frames);
   void CloseRound();
+  int Adapt(const std::string& device, int rho, std::size_t near_wraps, RoundReport& report);
   Codec* CodecFor(const std::string& spec);
+  const std::string& NestedSpec(int rho);
+  int RhoOf(const std::string& device) const;
   std::vector<std::string> ConnectedDevices() const;
   Peer* PeerOf(const std::string& device_id);
   void FinishAll();
@@ -112,6 +118,9 @@ class Server : public ConnectionHandler {
   std::size_t d_ = 0;
   bool nested_ = false;              // the codec is NDQSG
   std::string anchor_spec_;
+  int base_rho_ = 0;                       // the codec's rho, where adaptation starts and returns
+  std::map<std::string, int> rho_;         // per device, when not base_rho_
+  std::map<int, std::string> nested_specs_;
 
   uint32_t round_ = 0;               // rounds completed
   bool in_round_ = false;
@@ -156,8 +165,18 @@ Status Server::Setup() {
     return InvalidArgument("codec '" + options_.codec + "' needs side information the star aggregator does not have");
   }
   if (nested_) {
-    Result<std::string> anchor = NdqsgAnchorSpec(options_.codec);
+    Result<std::string> anchor = NdqsgAnchorSpec(options_.codec, options_.anchor_levels);
     if (!anchor.ok()) return anchor.status();
+    Result<CodecSpec> parsed = CodecSpec::Parse(options_.codec);
+    if (!parsed.ok()) return parsed.status();
+    Result<int64_t> rho = parsed->GetInt("rho", 3, 2, 255);
+    if (!rho.ok()) return rho.status();
+    base_rho_ = static_cast<int>(*rho);
+    if (options_.max_rho < base_rho_ || options_.max_rho > 255) {
+      return InvalidArgument("max rho " + std::to_string(options_.max_rho) + " must be from the codec's rho (" +
+                             std::to_string(base_rho_) + ") to 255");
+    }
+    nested_specs_[base_rho_] = options_.codec;
     Result<std::unique_ptr<Codec>> dqsg = MakeCodec(*anchor);
     if (!dqsg.ok()) return dqsg.status();
     anchor_spec_ = (*dqsg)->spec();
@@ -193,6 +212,19 @@ Status Server::Setup() {
   zeros_.assign(d_, 0.0f);
   sum_ = std::make_unique<UpdateAccumulator>(d_);
   return Status();
+}
+
+const std::string& Server::NestedSpec(int rho) {
+  auto it = nested_specs_.find(rho);
+  if (it != nested_specs_.end()) return it->second;
+  Result<std::string> spec = NdqsgSpecWithRho(options_.codec, rho);
+  // rho is always on the ladder between base_rho_ and max_rho, both checked.
+  return nested_specs_[rho] = spec.ok() ? *spec : options_.codec;
+}
+
+int Server::RhoOf(const std::string& device) const {
+  auto it = rho_.find(device);
+  return it == rho_.end() ? base_rho_ : it->second;
 }
 
 Codec* Server::CodecFor(const std::string& spec) {
@@ -354,6 +386,7 @@ void Server::OnUpdateFrame(Peer& peer, Connection& connection, const Frame& fram
   received.sender_id = DeviceSenderId(peer.device_id);
   received.spec = assigned_[peer.device_id].spec;
   received.role = assigned_[peer.device_id].role;
+  received.rho = assigned_[peer.device_id].rho;
   received.num_samples = peer.num_samples;
   received.loss = peer.loss;
   received.payload.assign(peer.update->data(), peer.update->data() + peer.update->size());
@@ -491,7 +524,8 @@ void Server::StartRound() {
     assignment.spec = options_.codec;
     if (nested_) {
       const bool anchor = anchors.count(DeviceSenderId(device)) != 0 || forced_anchors_.count(device) != 0;
-      assignment.spec = anchor ? anchor_spec_ : options_.codec;
+      assignment.rho = anchor ? 0 : RhoOf(device);
+      assignment.spec = anchor ? anchor_spec_ : NestedSpec(assignment.rho);
       assignment.role = anchor ? AnchorRole::kAnchor : AnchorRole::kNested;
     }
     assigned_[device] = assignment;
@@ -505,6 +539,37 @@ void Server::StartRound() {
     const Status sent = SendInstructions(*peer);
     if (!sent.ok()) Refuse(*peer->connection, sent);
   }
+}
+
+// Wrap-driven adaptation of one device's nesting ratio after its nested
+// update was decoded with `rho`. Returns the rho of its next nested update,
+// 0 when it is switched to plain DQSG (an anchor) for the next round.
+int Server::Adapt(const std::string& device, int rho, std::size_t near_wraps, RoundReport& report) {
+  const double limit = options_.wrap_threshold * static_cast<double>(d_);
+  const double count = static_cast<double>(near_wraps);
+  int next = rho;
+  if (count > limit) {
+    if (NdqsgNextRho(rho) <= options_.max_rho) {
+      next = NdqsgNextRho(rho);
+      report.rho_raised++;
+      Log(LogLevel::kInfo, "aggregator: %s came near the wrap boundary on %zu coordinates: rho %d -> %d",
+          device.c_str(), near_wraps, rho, next);
+    } else {
+      forced_anchors_.insert(device);
+      report.switched_to_dqsg++;
+      Log(LogLevel::kInfo, "aggregator: %s came near the wrap boundary on %zu coordinates at rho %d: dqsg next round",
+          device.c_str(), near_wraps, rho);
+    }
+  } else if (count * 4 < limit && rho > base_rho_) {
+    next = std::max(base_rho_, NdqsgPreviousRho(rho));
+    report.rho_lowered++;
+  }
+  if (next == base_rho_) {
+    rho_.erase(device);
+  } else {
+    rho_[device] = next;
+  }
+  return forced_anchors_.count(device) != 0 ? 0 : next;
 }
 
 void Server::CloseRound() {
@@ -536,6 +601,13 @@ void Server::CloseRound() {
       if (r.role == AnchorRole::kNested) continue;
       mean.Add(r.decoded.data());
       report.anchors++;
+      report.anchor_bytes_up += r.wire_bytes;
+      DeviceRoundReport device;
+      device.device_id = r.device_id;
+      device.anchor = true;
+      device.next_rho = RhoOf(r.device_id);
+      device.bytes = r.wire_bytes;
+      report.devices.push_back(device);
       add(r, r.decoded.data());
     }
     for (const Received& r : received_) {
@@ -560,11 +632,13 @@ void Server::CloseRound() {
         continue;
       }
       report.near_wraps += wraps.near_wrap;
-      if (static_cast<double>(wraps.near_wrap) > options_.wrap_threshold * static_cast<double>(d_)) {
-        forced_anchors_.insert(r.device_id);
-        Log(LogLevel::kInfo, "aggregator: %s came near the wrap boundary on %zu coordinates: anchor next round",
-            r.device_id.c_str(), wraps.near_wrap);
-      }
+      DeviceRoundReport device;
+      device.device_id = r.device_id;
+      device.rho = r.rho;
+      device.near_wraps = wraps.near_wrap;
+      device.bytes = r.wire_bytes;
+      device.next_rho = Adapt(r.device_id, r.rho, wraps.near_wrap, report);
+      report.devices.push_back(device);
       add(r, scratch_.data());
     }
   } else {

@@ -46,6 +46,17 @@ std::vector<uint32_t> ChooseNdqsgAnchors(uint64_t seed, uint32_t round, std::vec
 // The DQSG spec anchors use for an NDQSG spec: "dqsg:s=<s1>,b=<b>,ef=..,ec=..".
 Result<std::string> NdqsgAnchorSpec(const std::string& ndqsg_spec);
 
+// The same ndqsg spec (canonical) with nesting ratio `rho` (2..255).
+Result<std::string> NdqsgSpecWithRho(const std::string& ndqsg_spec, int rho);
+
+// The dqsg spec of NdqsgAnchorSpec with `levels` instead of s1 (levels 0: s1).
+Result<std::string> NdqsgAnchorSpec(const std::string& ndqsg_spec, int levels);
+
+// The ladder a wrap-driven aggregator climbs: 2 -> 3 -> 5 -> 7 -> ... (every
+// step widens the coarse step D2 = rho * scale), and back down.
+int NdqsgNextRho(int rho);
+int NdqsgPreviousRho(int rho);  // 3 -> 2, 5 -> 3, ...; 2 stays 2
+
 // Ideal fixed-length rate: coordinates * log2(alphabet) + 32 * scales bits
 // (the paper's accounting: one fp32 scale per bucket, no headers). For the
 // FC 784-300-100-10 network (266,610 parameters, 6 tensors): alphabet 5 gives

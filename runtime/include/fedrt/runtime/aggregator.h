@@ -13,9 +13,13 @@
 //
 // NDQSG rounds: the aggregator names the anchors (plain DQSG with s = s1) and
 // decodes them first, then decodes the nested updates against the running mean
-// (fedrt/codecs/ndqsg.h). It counts near-wraps per device; a device whose count
-// passes `wrap_threshold` (a fraction of the coordinates) is an anchor in the
-// next round.
+// (fedrt/codecs/ndqsg.h). It counts near-wraps per device and adapts that
+// device's nesting ratio: a device whose count passes `wrap_threshold` (a
+// fraction of the coordinates) gets the next larger rho next round
+// (2 -> 3 -> 5 -> ...), and plain DQSG (it becomes an anchor) once rho would
+// pass `max_rho`; a device well under the threshold (a quarter of it) steps
+// back down towards the configured rho. RoundReport::devices records every
+// device's role, rho and count.
 //
 // Ownership: RunAggregator owns everything it creates; the callbacks run on
 // the calling thread, between I/O handlers, and must not block for long.
@@ -54,12 +58,24 @@ struct AggregatorOptions {
   ServerOptimizerOptions server_optimizer;
   uint64_t session_seed = 1;           // codec randomness and sampling
   double anchor_fraction = 0.25;       // NDQSG: share of the senders that are anchors
-  double wrap_threshold = 1e-3;        // NDQSG: near-wraps / coordinates that make a device an anchor
+  double wrap_threshold = 0.01;        // NDQSG: near-wraps / coordinates that raise a device's rho
   float wrap_margin = 0.05f;           // NDQSG: CountNearWrap margin
+  int max_rho = 9;                     // NDQSG: largest rho adaptation raises a device to; then DQSG
+  int anchor_levels = 0;               // NDQSG: anchors' DQSG levels s (0: s1 of the codec)
   std::string checkpoint;              // written atomically every round, resumed from; empty: none
   uint32_t idle_timeout_ms = 30000;    // a connection that sends nothing for this long is closed
   uint32_t join_timeout_ms = 10000;    // a connection must authenticate within this
   uint32_t max_frame_bytes = 4u << 20;
+};
+
+// One sampled device's part in a round (NDQSG rounds fill rho and wraps).
+struct DeviceRoundReport {
+  std::string device_id;
+  bool anchor = false;                 // sent plain DQSG (NDQSG rounds)
+  int rho = 0;                         // nesting ratio it was told to use (0: not nested)
+  uint64_t near_wraps = 0;             // CountNearWrap of its nested update
+  int next_rho = 0;                    // what it is told next round (0: anchor / DQSG)
+  uint64_t bytes = 0;                  // payload bytes received
 };
 
 // What happened in one round, reported after it is applied.
@@ -77,6 +93,11 @@ struct RoundReport {
   uint64_t near_wraps = 0;             // NDQSG nested decodes near the wrap boundary
   std::size_t anchors = 0;
   double seconds = 0;                  // wall time of the round
+  uint64_t anchor_bytes_up = 0;        // NDQSG: the anchors' share of bytes_up
+  std::size_t rho_raised = 0;          // NDQSG: devices given a larger rho for the next round
+  std::size_t rho_lowered = 0;         // NDQSG: devices stepped back down
+  std::size_t switched_to_dqsg = 0;    // NDQSG: devices past max_rho, anchors next round
+  std::vector<DeviceRoundReport> devices;  // the updates received, in decoding order
 };
 
 struct AggregatorHooks {

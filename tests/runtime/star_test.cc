@@ -374,8 +374,9 @@ TEST_CASE("a client that connects and sends nothing is timed out") {
   while (n > 0) n = ::recv(fd, buffer, sizeof(buffer), 0);  // an Error frame, then the end of the stream
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK((n == 0 || (n < 0 && errno == ECONNRESET)));
+  // Closed by the aggregator's join timeout (the end of the stream, not our
+  // own 8 s receive timeout), and not at once.
   CHECK(seconds > 1.0);
-  CHECK(seconds < 7.0);
   ::close(fd);
 }
 
@@ -446,7 +447,10 @@ TEST_CASE("a malformed or NaN update closes only that connection while the other
 TEST_CASE("a device stopped mid-round does not stall the round and rejoins later") {
   Workspace ws;
   AggregatorOptions options = Options(ws, "fp32", 6, 3);
-  options.round_deadline_ms = 15000;
+  // A deadline no run reaches: the round with the dropped device can only
+  // close because the drop was noticed, so the test needs no timed check
+  // and a slow machine cannot make a live device miss its round.
+  options.round_deadline_ms = 3600 * 1000;
   AggregatorThread aggregator(options);
   REQUIRE(aggregator.port != 0);
   std::vector<std::thread> devices;
@@ -469,13 +473,12 @@ TEST_CASE("a device stopped mid-round does not stall the round and rejoins later
   });
   for (std::thread& t : devices) t.join();
   victim.join();
-  REQUIRE(aggregator.WaitDone(20000));
+  REQUIRE(aggregator.WaitDone(120000));
   CHECK(first_life.code() == StatusCode::kCancelled);
   const std::vector<RoundReport> reports = aggregator.Reports();
   REQUIRE(reports.size() == 6);
   CHECK(reports[0].updates == 3);
   CHECK(reports[1].updates == 2);
-  CHECK(reports[1].seconds < 12);  // closed when the device dropped, not at the deadline
   CHECK(reports.back().updates == 3);
 }
 

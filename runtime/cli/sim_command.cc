@@ -50,13 +50,13 @@ struct SimFlags {
   int batch = 32;
   uint32_t deadline_ms = 300000;
   uint64_t seed = 1;
-  AggregatorOptions ndqsg;  // anchor_fraction, wrap_threshold, max_rho, anchor_levels
+  AggregatorOptions ndqsg;  // anchor_fraction, wrap_threshold, max_rho, anchor_levels, downlink_codec
 };
 
 struct Series {
   std::string codec;
   std::vector<double> rounds, accuracy, megabytes;
-  uint64_t bytes_up = 0, fp32_bytes_up = 0, near_wraps = 0;
+  uint64_t bytes_up = 0, fp32_bytes_up = 0, near_wraps = 0, bytes_down = 0;
   double seconds = 0;
 };
 
@@ -250,6 +250,7 @@ int RunSim(SimFlags flags) {
     options.wrap_threshold = flags.ndqsg.wrap_threshold;
     options.max_rho = flags.ndqsg.max_rho;
     options.anchor_levels = flags.ndqsg.anchor_levels;
+    options.downlink_codec = flags.ndqsg.downlink_codec;
     options.idle_timeout_ms = 60000;
     options.join_timeout_ms = 10000;
     const auto started = std::chrono::steady_clock::now();
@@ -267,6 +268,7 @@ int RunSim(SimFlags flags) {
       series.bytes_up += report.bytes_up;
       series.fp32_bytes_up += report.fp32_bytes_up;
       series.near_wraps += report.near_wraps;
+      series.bytes_down += report.bytes_down;
       series.rounds.push_back(report.round);
       series.accuracy.push_back(report.test_accuracy);
       series.megabytes.push_back(static_cast<double>(series.bytes_up) / 1e6);
@@ -279,6 +281,7 @@ int RunSim(SimFlags flags) {
       line["partition"] = flags.partition;
       line["devices"] = flags.devices;
       line["total_bytes_up"] = series.bytes_up;
+      line["total_bytes_down"] = series.bytes_down;
       line["elapsed_seconds"] = elapsed;
       metrics << line.dump() << "\n" << std::flush;
     };
@@ -307,12 +310,13 @@ int RunSim(SimFlags flags) {
   std::ofstream plot(flags.out + "/plot.svg", std::ios::trunc);
   plot << Plot(all, "fedrt sim: " + std::to_string(flags.devices) + " devices, " + flags.model + ", " +
                         flags.partition);
-  std::printf("\n%-40s %10s %12s %10s %10s %8s\n", "codec", "final acc", "MB uploaded", "vs fp32", "wraps", "time");
+  std::printf("\n%-40s %10s %12s %10s %10s %10s %8s\n", "codec", "final acc", "MB uploaded", "vs fp32", "MB down",
+              "wraps", "time");
   for (const Series& s : all) {
-    std::printf("%-40s %9.2f%% %12.3f %9.1fx %10llu %7.0fs\n", s.codec.c_str(),
+    std::printf("%-40s %9.2f%% %12.3f %9.1fx %10.3f %10llu %7.0fs\n", s.codec.c_str(),
                 s.accuracy.empty() ? 0.0 : 100.0 * s.accuracy.back(), static_cast<double>(s.bytes_up) / 1e6,
                 s.bytes_up ? static_cast<double>(s.fp32_bytes_up) / static_cast<double>(s.bytes_up) : 0.0,
-                static_cast<unsigned long long>(s.near_wraps), s.seconds);
+                static_cast<double>(s.bytes_down) / 1e6, static_cast<unsigned long long>(s.near_wraps), s.seconds);
   }
   std::printf("wrote %s/metrics.jsonl and %s/plot.svg\n", flags.out.c_str(), flags.out.c_str());
   return 0;
@@ -342,6 +346,8 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
                   "NDQSG: near-wraps per coordinate that raise a device's rho")->capture_default_str();
   sim->add_option("--max-rho", flags->ndqsg.max_rho, "NDQSG: largest rho; past it a device sends DQSG")
       ->capture_default_str();
+  sim->add_option("--downlink-codec", flags->ndqsg.downlink_codec,
+                  "Broadcast the model's delta with this codec (default: the full fp32 model)");
   sim->add_option("--anchor-levels", flags->ndqsg.anchor_levels, "NDQSG: anchors' DQSG levels (0: s1)")
       ->capture_default_str();
   commands.push_back({sim, [flags] { return RunSim(*flags); }});

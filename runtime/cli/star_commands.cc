@@ -74,6 +74,7 @@ Status ApplyConfig(ServeFlags& flags, CLI::App& app) {
       else if (key == "anchor-fraction") o.anchor_fraction = v.get<double>();
       else if (key == "wrap-threshold") o.wrap_threshold = v.get<double>();
       else if (key == "max-rho") o.max_rho = v.get<int>();
+      else if (key == "downlink-codec") o.downlink_codec = v.get<std::string>();
       else if (key == "anchor-levels") o.anchor_levels = v.get<int>();
       else if (key == "checkpoint") o.checkpoint = v.get<std::string>();
       else if (key == "metrics") flags.metrics = v.get<std::string>();
@@ -206,6 +207,8 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
       ->capture_default_str();
   serve->add_option("--anchor-levels", o.anchor_levels, "NDQSG: anchors' DQSG levels (0: the codec's s1)")
       ->capture_default_str();
+  serve->add_option("--downlink-codec", o.downlink_codec,
+                    "Send the model's delta compressed with this codec (empty or fp32: the full model)");
   serve->add_option("--checkpoint", o.checkpoint, "Written every round and resumed from");
   serve->add_option("--metrics", flags->metrics, "Append one JSON object per round to this file");
   serve->add_option("--idle-timeout-ms", o.idle_timeout_ms, "Close a connection silent for this long")

@@ -44,7 +44,7 @@ inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) 
           {"anchors", r.anchors},     {"seconds", r.seconds},
           {"anchor_bytes_up", r.anchor_bytes_up}, {"rho_raised", r.rho_raised},
           {"rho_lowered", r.rho_lowered},         {"switched_to_dqsg", r.switched_to_dqsg},
-          {"devices", DevicesJson(r)}};
+          {"full_models_down", r.full_models_down}, {"per_device", DevicesJson(r)}};
 }
 
 inline std::string FormatRound(const RoundReport& r, uint32_t rounds) {

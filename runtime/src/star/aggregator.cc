@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "fedrt/codecs/codec.h"
@@ -89,8 +90,9 @@ class Server : public ConnectionHandler {
   void Tick();
   void StartRound();
   Status SendInstructions(Peer& peer);
-  Status EncodeInstructions(const Assignment& assignment, std::vector<OutFrame>* frames);
+  Status EncodeInstructions(const Assignment& assignment, bool send_delta, std::vector<OutFrame>* frames);
   void CloseRound();
+  Status PrepareBroadcast();
   int Adapt(const std::string& device, int rho, std::size_t near_wraps, RoundReport& report);
   Codec* CodecFor(const std::string& spec);
   const std::string& NestedSpec(int rho);
@@ -133,12 +135,20 @@ class Server : public ConnectionHandler {
   std::vector<Received> received_;
   std::unique_ptr<UpdateAccumulator> sum_;  // this round's weighted sum
   std::set<std::string> answered_;  // devices in received_: lookups stay O(log n) per event
-  // This round's instruction frames per (codec spec, anchor role): encoded
-  // once and shared by every connection they go to.
-  std::map<std::pair<std::string, AnchorRole>, std::vector<OutFrame>> instruction_frames_;
+  // This round's instruction frames per (codec spec, anchor role, compressed
+  // delta or full model): encoded once and shared by every connection they go to.
+  std::map<std::tuple<std::string, AnchorRole, bool>, std::vector<OutFrame>> instruction_frames_;
   std::set<std::string> forced_anchors_;  // wrapped too often last round
   std::size_t rejected_ = 0;
   uint64_t bytes_down_ = 0;
+  std::size_t full_models_down_ = 0;
+  // Downlink compression: the model the devices hold, the round it belongs
+  // to, and this round's compressed delta from the previous one.
+  std::unique_ptr<Codec> downlink_;
+  std::vector<float> device_model_;
+  int64_t device_model_round_ = -1;     // round whose instructions carry device_model_
+  std::vector<uint8_t> broadcast_;      // compressed delta device_model_(round-1) -> device_model_(round)
+  std::map<std::string, int64_t> synced_;  // device -> last round whose model it acknowledged
   std::vector<float> scratch_;
   std::vector<float> zeros_;
 };
@@ -211,6 +221,41 @@ Status Server::Setup() {
   scratch_.assign(d_, 0.0f);
   zeros_.assign(d_, 0.0f);
   sum_ = std::make_unique<UpdateAccumulator>(d_);
+  if (!options_.downlink_codec.empty() && options_.downlink_codec != "fp32") {
+    Result<std::unique_ptr<Codec>> downlink = MakeCodec(options_.downlink_codec);
+    if (!downlink.ok()) return downlink.status();
+    if ((*downlink)->needs_side_info()) {
+      return InvalidArgument("downlink codec '" + options_.downlink_codec + "' needs side information");
+    }
+    downlink_ = std::move(*downlink);
+    device_model_.assign(model_->parameters(), model_->parameters() + d_);
+  }
+  return Status();
+}
+
+// The sender id of the aggregator's broadcast in the codec context.
+constexpr uint32_t kBroadcastSender = 0xFFFFFFu;
+
+// Once per round id: compresses model - device_model_ and applies the decoded
+// delta to device_model_, exactly as every device will. What the codec loses
+// stays in model - device_model_ and goes out with the next delta.
+Status Server::PrepareBroadcast() {
+  if (!downlink_ || device_model_round_ == static_cast<int64_t>(round_)) return Status();
+  std::vector<float> delta(d_);
+  const float* model = model_->parameters();
+  for (std::size_t i = 0; i < d_; ++i) delta[i] = model[i] - device_model_[i];
+  CodecContext context;
+  context.session_seed = options_.session_seed;
+  context.round = round_;
+  context.sender_id = kBroadcastSender;
+  broadcast_.resize(downlink_->MaxEncodedSize(d_));
+  Result<std::size_t> size = downlink_->Encode(delta.data(), d_, context, broadcast_.data(), broadcast_.size());
+  if (!size.ok()) return size.status();
+  broadcast_.resize(*size);
+  FEDRT_RETURN_IF_ERROR(downlink_->DecodeAccumulate(broadcast_.data(), broadcast_.size(), context, 1.0f,
+                                                    device_model_.data(), d_));
+  device_model_round_ = round_;
+  if (hooks_.on_broadcast) hooks_.on_broadcast(round_, device_model_);
   return Status();
 }
 
@@ -276,8 +321,13 @@ void Server::OnFrame(Connection& connection, Frame frame) {
     case MessageKind::kUpdate:
       OnUpdateFrame(peer, connection, frame);
       break;
-    case MessageKind::kAck:
+    case MessageKind::kAck: {
+      Result<AckMessage> ack = DecodeAck(frame);
+      if (ack.ok() && ack->acked == MessageKind::kRoundInstructions && ack->round_id == round_) {
+        synced_[peer.device_id] = static_cast<int64_t>(ack->round_id);
+      }
       break;
+    }
     case MessageKind::kLeave:
       connection.Close();
       break;
@@ -322,6 +372,7 @@ void Server::OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame)
       if (old != peers_.end()) old->second.connection->Abort(Status(StatusCode::kCancelled, "replaced by a new join"));
     }
     device_connection_[peer.device_id] = connection.id();
+    synced_.erase(peer.device_id);  // a new connection gets the full model first
     Log(LogLevel::kInfo, "aggregator: device %s joined from %s (%zu connected)", peer.device_id.c_str(),
         connection.peer().c_str(), device_connection_.size());
     // Rejoined during a round it was sampled in and has not answered: resend.
@@ -461,21 +512,38 @@ Peer* Server::PeerOf(const std::string& device_id) {
 
 Status Server::SendInstructions(Peer& peer) {
   const Assignment& assignment = assigned_[peer.device_id];
-  std::vector<OutFrame>& frames = instruction_frames_[{assignment.spec, assignment.role}];
-  if (frames.empty()) FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, &frames));
+  // A compressed delta only fits a device holding the previous round's device
+  // model; every other device gets the full model.
+  bool send_delta = false;
+  if (downlink_) {
+    auto synced = synced_.find(peer.device_id);
+    send_delta = synced != synced_.end() && synced->second + 1 == static_cast<int64_t>(round_);
+    if (!send_delta) full_models_down_++;
+  }
+  std::vector<OutFrame>& frames = instruction_frames_[{assignment.spec, assignment.role, send_delta}];
+  if (frames.empty()) FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, send_delta, &frames));
   for (const OutFrame& frame : frames) FEDRT_RETURN_IF_ERROR(peer.connection->Send(frame));
-  bytes_down_ += d_ * sizeof(float);
+  bytes_down_ += send_delta ? broadcast_.size() : d_ * sizeof(float);
   return Status();
 }
 
-Status Server::EncodeInstructions(const Assignment& assignment, std::vector<OutFrame>* frames) {
+Status Server::EncodeInstructions(const Assignment& assignment, bool send_delta, std::vector<OutFrame>* frames) {
   const uint8_t* model = reinterpret_cast<const uint8_t*>(model_->parameters());
-  Result<ChunkPlan> plan = ChunkPlan::Make(d_ * sizeof(float), limits_.MaxChunkBytes());
+  std::size_t model_size = d_ * sizeof(float);
+  ModelEncoding encoding = ModelEncoding::kFullModelFp32;
+  if (send_delta) {
+    model = broadcast_.data();
+    model_size = broadcast_.size();
+    encoding = ModelEncoding::kCompressedDelta;
+  } else if (downlink_) {
+    model = reinterpret_cast<const uint8_t*>(device_model_.data());
+  }
+  Result<ChunkPlan> plan = ChunkPlan::Make(model_size, limits_.MaxChunkBytes());
   if (!plan.ok()) return plan.status();
   for (uint32_t i = 0; i < plan->count(); ++i) {
     RoundInstructionsMessage m;
     m.round_id = round_;
-    m.model_encoding = ModelEncoding::kFullModelFp32;
+    m.model_encoding = encoding;
     m.model_parameters = d_;
     m.codec_spec = assignment.spec;
     m.session_seed = options_.session_seed;
@@ -508,6 +576,15 @@ void Server::StartRound() {
   instruction_frames_.clear();
   rejected_ = 0;
   bytes_down_ = 0;
+  full_models_down_ = 0;
+  const Status prepared = PrepareBroadcast();
+  if (!prepared.ok()) {
+    // Cannot happen with a finite model; fall back to full models this round.
+    Log(LogLevel::kError, "aggregator: downlink: %s", prepared.ToString().c_str());
+    device_model_.assign(model_->parameters(), model_->parameters() + d_);
+    device_model_round_ = round_;
+    synced_.clear();
+  }
   for (uint32_t i : chosen) selected_.push_back(devices[i]);
 
   std::set<uint32_t> anchors;
@@ -650,6 +727,7 @@ void Server::CloseRound() {
   report.fp32_bytes_up = static_cast<uint64_t>(report.updates) * d_ * sizeof(float);
   report.rejected += rejected_;
   report.bytes_down = bytes_down_;
+  report.full_models_down = full_models_down_;
   if (accumulator.count() == 0) {
     Log(LogLevel::kWarning, "aggregator: round %u closed without updates; running it again", round_ + 1);
     return;

@@ -12,6 +12,7 @@
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/error_feedback.h"
+#include "fedrt/codecs/payload.h"
 #include "fedrt/platform/cpu.h"
 #include "fedrt/platform/log.h"
 #include "fedrt/runtime/model.h"
@@ -55,6 +56,7 @@ class Device {
   Status Session(bool* joined);
   Status Join(FrameQueue& queue, Connection& connection);
   Status TrainAndSend(Connection& connection);
+  Status ApplyModel();
 
   DeviceOptions options_;
   DeviceHooks hooks_;
@@ -75,6 +77,8 @@ class Device {
 
   // The round being received.
   std::unique_ptr<Reassembler> model_bytes_;
+  ModelEncoding model_encoding_ = ModelEncoding::kFullModelFp32;
+  int64_t model_round_ = -1;  // round whose global model global_ holds
   uint64_t round_ = 0;
   std::string codec_spec_;
   uint64_t session_seed_ = 0;
@@ -187,10 +191,44 @@ Status Device::Join(FrameQueue& queue, Connection& connection) {
   return Status();
 }
 
+// The aggregator's broadcast, once complete: the full model, or a delta
+// compressed with the codec its payload names, added to the previous round's
+// model exactly as the aggregator adds it to its copy.
+Status Device::ApplyModel() {
+  const std::size_t d = global_.size();
+  if (model_encoding_ == ModelEncoding::kFullModelFp32) {
+    if (model_bytes_->size() != d * sizeof(float)) return Corrupt("the global model has the wrong size");
+    std::vector<float> model(d);
+    std::memcpy(model.data(), model_bytes_->data(), d * sizeof(float));
+    if (!CheckFinite(model.data(), d).ok()) return Corrupt("the global model is not finite");
+    global_ = std::move(model);
+  } else {
+    if (model_round_ < 0 || model_round_ + 1 != static_cast<int64_t>(round_)) {
+      return Status(StatusCode::kFailedPrecondition, "a model delta for round " + std::to_string(round_) +
+                                                         " without the model of the round before");
+    }
+    Result<PayloadView> view = ParsePayload(model_bytes_->data(), model_bytes_->size());
+    if (!view.ok()) return view.status();
+    Result<std::unique_ptr<Codec>> codec = MakeCodec(view->spec);
+    if (!codec.ok()) return codec.status();
+    if ((*codec)->needs_side_info()) return InvalidArgument("a model delta in '" + view->spec + "'");
+    CodecContext context;
+    context.session_seed = session_seed_;
+    context.round = static_cast<uint32_t>(round_);
+    context.sender_id = 0xFFFFFFu;  // the aggregator's broadcast
+    std::vector<float> model = global_;
+    FEDRT_RETURN_IF_ERROR((*codec)->DecodeAccumulate(model_bytes_->data(), model_bytes_->size(), context, 1.0f,
+                                                     model.data(), d));
+    if (!CheckFinite(model.data(), d).ok()) return Corrupt("the global model is not finite");
+    global_ = std::move(model);
+  }
+  model_round_ = static_cast<int64_t>(round_);
+  if (hooks_.on_model) hooks_.on_model(static_cast<uint32_t>(round_), global_.data(), d);
+  return Status();
+}
+
 Status Device::TrainAndSend(Connection& connection) {
   const std::size_t d = global_.size();
-  std::memcpy(global_.data(), model_bytes_->data(), d * sizeof(float));
-  if (!CheckFinite(global_.data(), d).ok()) return Corrupt("the global model is not finite");
   std::memcpy(model_->parameters(), global_.data(), d * sizeof(float));
 
   SgdOptions sgd_options;
@@ -291,14 +329,18 @@ Status Device::Session(bool* joined) {
           return m.status();
         }
         if (m->payload.index == 0) {
-          if (m->model_encoding != ModelEncoding::kFullModelFp32 || m->model_parameters != global_.size()) {
+          if (m->model_parameters != global_.size()) {
             status = Status(StatusCode::kFailedPrecondition,
                             "the aggregator's model has " + std::to_string(m->model_parameters) +
                                 " parameters, this device's " + std::to_string(global_.size()));
             link->Abort(status, true);
             return status;
           }
-          model_bytes_ = std::make_unique<Reassembler>(global_.size() * sizeof(float));
+          // A compressed delta is at most a codec's worst case, below twice the fp32 model.
+          model_encoding_ = m->model_encoding;
+          model_bytes_ = std::make_unique<Reassembler>(global_.size() * sizeof(float) *
+                                                       (model_encoding_ == ModelEncoding::kFullModelFp32 ? 1 : 2) +
+                                                       (model_encoding_ == ModelEncoding::kFullModelFp32 ? 0 : 65536));
           round_ = m->round_id;
           codec_spec_ = std::string(m->codec_spec);
           session_seed_ = m->session_seed;
@@ -316,8 +358,10 @@ Status Device::Session(bool* joined) {
           return status;
         }
         if (model_bytes_->complete()) {
-          if (model_bytes_->size() != global_.size() * sizeof(float)) {
-            status = Corrupt("the global model has the wrong size");
+          status = ApplyModel();
+          if (!status.ok()) {
+            // A reconnect gets the full model; a bad one is the aggregator's fault.
+            if (status.code() == StatusCode::kFailedPrecondition) status = Status(StatusCode::kUnavailable, status.message());
             link->Abort(status, true);
             return status;
           }

@@ -62,6 +62,12 @@ struct AggregatorOptions {
   float wrap_margin = 0.05f;           // NDQSG: CountNearWrap margin
   int max_rho = 9;                     // NDQSG: largest rho adaptation raises a device to; then DQSG
   int anchor_levels = 0;               // NDQSG: anchors' DQSG levels s (0: s1 of the codec)
+  // Downlink: empty or "fp32" sends the full model; a codec spec (e.g. "fp16",
+  // "dqsg:s=7") sends the delta between the global model and the model the
+  // devices hold, compressed. The aggregator keeps that device model (what the
+  // devices reconstruct) and sends the full fp32 device model to a device
+  // that missed the previous round's broadcast (a new join, not sampled).
+  std::string downlink_codec;
   std::string checkpoint;              // written atomically every round, resumed from; empty: none
   uint32_t idle_timeout_ms = 30000;    // a connection that sends nothing for this long is closed
   uint32_t join_timeout_ms = 10000;    // a connection must authenticate within this
@@ -88,7 +94,8 @@ struct RoundReport {
   double test_loss = 0;
   double train_loss = 0;               // sample-weighted mean of the devices' reports
   uint64_t bytes_up = 0;               // update payload bytes received this round
-  uint64_t bytes_down = 0;             // model payload bytes sent this round
+  uint64_t bytes_down = 0;             // model payload bytes sent this round (deltas or full models)
+  std::size_t full_models_down = 0;    // downlink codec set: devices sent the full model instead
   uint64_t fp32_bytes_up = 0;          // what the same updates take as raw fp32
   uint64_t near_wraps = 0;             // NDQSG nested decodes near the wrap boundary
   std::size_t anchors = 0;
@@ -105,6 +112,8 @@ struct AggregatorHooks {
   std::function<void(const RoundReport&)> on_round;
   // The round's mean decoded update before the server optimizer (tests).
   std::function<void(uint32_t round, const std::vector<float>& mean)> on_aggregate;
+  // With a downlink codec: the model the devices hold for `round` (tests).
+  std::function<void(uint32_t round, const std::vector<float>& device_model)> on_broadcast;
 };
 
 // Serves until `options.rounds` rounds are done (then tells the devices to

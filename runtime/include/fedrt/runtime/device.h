@@ -50,6 +50,8 @@ struct DeviceHooks {
       on_update;
   // Training is done for `round` (before encoding); tests stop a device here.
   std::function<void(uint32_t round)> on_trained;
+  // The global model this device starts `round` from (after a delta is applied).
+  std::function<void(uint32_t round, const float* model, std::size_t d)> on_model;
 };
 
 // A sender id both ends derive from the device id (24 bits, FNV-1a): the

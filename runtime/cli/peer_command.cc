@@ -6,13 +6,17 @@
 //   all-reduces the gradients (dense fp32, fp16 hops, or IWP-sparse) and
 //   applies their mean, so every peer holds the same model. With --repair a
 //   failed step drops the failed peer, re-forms the ring and repeats the step.
+//   --metrics FILE writes one JSON object per evaluation (`fedrt sim
+//   --topology ring|gossip` reads them to draw its plot).
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +54,9 @@ struct PeerFlags {
   int max_steps = 0;  // 0: whole epochs
   bool repair = false;
   uint64_t seed = 1;
+  std::string graph = "ring";  // gossip graph: ring | torus
+  std::string metrics;      // JSON lines, one per evaluation
+  int evals_per_epoch = 1;  // test-set evaluations per epoch (the last at the epoch's end)
 };
 
 int Fail(const char* who, const Status& status) {
@@ -115,20 +122,77 @@ int RunPeer(const PeerFlags& flags) {
   std::printf("peer rank %d of %d: %s, %zu parameters, %zu examples, %zu steps/epoch, reduce %s\n",
               flags.rank, n, flags.model.c_str(), d, mine.size(), steps_per_epoch, flags.reduce.c_str());
   std::fflush(stdout);
+  std::ofstream metrics;
+  if (!flags.metrics.empty()) {
+    metrics.open(flags.metrics, std::ios::trunc);
+    if (!metrics) return Fail("peer", IoError(flags.metrics + ": cannot open for writing"));
+  }
+  // What a dense fp32 exchange of the same steps would have sent (the
+  // "vs fp32" ratio): the ring's 2 (p - 1) / p of the model per all-reduce,
+  // gossip's model once per neighbour.
+  double fp32_bytes = 0;
+  auto count_fp32_step = [&] {
+    const double p = static_cast<double>(group.members().size());
+    const double model_bytes = static_cast<double>(d) * sizeof(float);
+    if (flags.reduce == "gossip") {
+      fp32_bytes += model_bytes * (p <= 1 ? 0.0 : (p == 2 ? 1.0 : 2.0));
+    } else {
+      fp32_bytes += model_bytes * 2.0 * (p - 1.0) / p;
+    }
+  };
+  const auto run_start = std::chrono::steady_clock::now();
+  double interval_loss = 0;
+  std::size_t interval_steps = 0;
+  uint64_t interval_wraps = 0;
+  // Evaluates on the test set and writes one metrics line.
+  auto record = [&](int epoch, std::size_t steps_done, uint32_t step_count) -> Result<Evaluation> {
+    auto eval = EvaluateModel(*model, data->test, 256);
+    if (!eval.ok()) return eval.status();
+    if (metrics.is_open()) {
+      const double epochs_done = epoch + static_cast<double>(steps_done) / static_cast<double>(std::max<std::size_t>(1, steps_per_epoch));
+      nlohmann::json line = {
+          {"rank", flags.rank},
+          {"epoch", epochs_done},
+          {"step", step_count},
+          {"peers", group.members().size()},
+          {"test_accuracy", eval->accuracy},
+          {"test_loss", eval->loss},
+          {"train_loss", interval_steps ? interval_loss / static_cast<double>(interval_steps) : 0.0},
+          {"total_bytes_sent", group.total_bytes_sent()},
+          {"fp32_bytes", static_cast<uint64_t>(fp32_bytes)},
+          {"near_wraps", interval_wraps},
+          {"elapsed_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count()}};
+      metrics << line.dump() << "\n" << std::flush;
+    }
+    interval_loss = 0;
+    interval_steps = 0;
+    interval_wraps = 0;
+    return eval;
+  };
+  const std::size_t evals = static_cast<std::size_t>(flags.evals_per_epoch);
   uint32_t step = 0;
   for (int epoch = 0; epoch < flags.epochs; ++epoch) {
     std::vector<uint32_t> order = ShuffledIndices(mine.size(), flags.seed + static_cast<uint64_t>(flags.rank), static_cast<uint64_t>(epoch));
     double loss_sum = 0;
     uint64_t wraps = 0;
+    std::size_t steps_done = 0;
     const auto start = std::chrono::steady_clock::now();
     for (std::size_t s = 0; s < steps_per_epoch; ++s) {
       if (flags.max_steps > 0 && step >= static_cast<uint32_t>(flags.max_steps)) break;
+      // Evaluations inside the epoch (the epoch's end is evaluated below).
+      if (s > 0 && (s * evals) / steps_per_epoch != ((s - 1) * evals) / steps_per_epoch) {
+        auto eval = record(epoch, s, step);
+        if (!eval.ok()) return Fail("peer", eval.status());
+      }
       std::vector<uint32_t> batch_indices(static_cast<std::size_t>(flags.batch));
       for (int b = 0; b < flags.batch; ++b) batch_indices[static_cast<std::size_t>(b)] = mine[order[s * static_cast<std::size_t>(flags.batch) + static_cast<std::size_t>(b)]];
       GatherBatch(data->train, batch_indices.data(), batch_indices.size(), features.data(), labels.data());
       auto loss = model->ComputeGradients(features.data(), labels.data(), flags.batch);
       if (!loss.ok()) return Fail("peer", loss.status());
       loss_sum += loss->loss;
+      interval_loss += loss->loss;
+      ++interval_steps;
+      ++steps_done;
       float* g = model->gradients();
       if (flags.reduce == "gossip") {
         // D-PSGD: the mixing step applies the plain SGD step itself.
@@ -136,7 +200,9 @@ int RunPeer(const PeerFlags& flags) {
         const float lr = static_cast<float>(sgd->current_lr());
         Status mixed = group.GossipStep(model->parameters(), g, d, lr, flags.codec, step, &gossip);
         if (!mixed.ok()) return Fail("peer", mixed);
+        count_fp32_step();
         wraps += gossip.wrap_count;
+        interval_wraps += gossip.wrap_count;
         if (flags.print_wraps) std::printf("step %u wraps %llu\n", step, static_cast<unsigned long long>(gossip.wrap_count));
         sgd->set_step(sgd->step() + 1);
         ++step;
@@ -175,14 +241,15 @@ int RunPeer(const PeerFlags& flags) {
         std::printf("ring re-formed with %zu peers\n", survivors.size());
         std::fflush(stdout);
       }
+      count_fp32_step();
       sgd->Step(model->parameters(), g);
       ++step;
     }
-    auto eval = EvaluateModel(*model, data->test, 256);
+    auto eval = record(epoch, steps_done, step);
     if (!eval.ok()) return Fail("peer", eval.status());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("peer rank %d epoch %d/%d  loss %.4f  test acc %.2f%%  sent %.1f MB  wraps %llu  %.1f s\n", flags.rank,
-                epoch + 1, flags.epochs, loss_sum / static_cast<double>(std::max<std::size_t>(1, steps_per_epoch)),
+                epoch + 1, flags.epochs, loss_sum / static_cast<double>(std::max<std::size_t>(1, steps_done)),
                 100.0 * eval->accuracy, static_cast<double>(group.total_bytes_sent()) / 1e6,
                 static_cast<unsigned long long>(wraps), seconds);
     std::fflush(stdout);
@@ -292,6 +359,11 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--max-steps", flags->max_steps, "Stop after this many steps (0: whole epochs)")->check(CLI::NonNegativeNumber);
   p->add_flag("--repair", flags->repair, "When a peer fails, re-form the ring without it and continue");
   p->add_option("--seed", flags->seed, "Seed of the model, the partition and IWP")->capture_default_str();
+  p->add_option("--graph", flags->graph, "Gossip graph: ring, or torus (2-D, Metropolis weights)")
+      ->capture_default_str()->check(CLI::IsMember({"ring", "torus"}));
+  p->add_option("--metrics", flags->metrics, "Write one JSON object per evaluation to this file");
+  p->add_option("--evals-per-epoch", flags->evals_per_epoch, "Test-set evaluations per epoch")
+      ->capture_default_str()->check(CLI::Range(1, 1000));
   commands.push_back({p, [flags] { return RunPeer(*flags); }});
 
   CLI::App* bench = app.get_subcommand("bench");

@@ -65,8 +65,10 @@ int Fail(const char* who, const Status& status) {
 }
 
 Result<std::unique_ptr<peer::PeerGroup>> Join(const std::string& config, const std::string& keys_path,
-                                              int rank, transport::KeyStore* keys) {
+                                              int rank, transport::KeyStore* keys,
+                                              peer::GossipGraph graph = peer::GossipGraph::kRing) {
   peer::PeerOptions options;
+  options.graph = graph;
   auto peers = ReadPeerConfig(config, &options);
   if (!peers.ok()) return peers.status();
   if (rank < 0 || static_cast<std::size_t>(rank) >= peers->size()) {
@@ -83,9 +85,59 @@ Result<std::unique_ptr<peer::PeerGroup>> Join(const std::string& config, const s
   return group;
 }
 
+// Drops the failed peer and re-forms the group (ring or graph) over the rest.
+Status Reform(peer::PeerGroup& group) {
+  std::vector<uint32_t> survivors;
+  for (uint32_t r : group.members()) {
+    if (static_cast<int>(r) != group.FailedRank()) survivors.push_back(r);
+  }
+  std::fprintf(stderr, "fedrt peer: re-forming without peer rank %d (%zu peers)\n", group.FailedRank(),
+               survivors.size());
+  FEDRT_RETURN_IF_ERROR(group.Form(survivors));
+  std::printf("ring re-formed with %zu peers\n", survivors.size());
+  std::fflush(stdout);
+  return Status::Ok();
+}
+
+// After a re-formation the survivors agree where to resume: a peer may have
+// finished the step the others failed (the lost peer's last data reached it
+// before it died). Every survivor learns every survivor's step; the first
+// peer at the furthest step sends its model and momentum (an all-reduce to
+// which the others add zeros, so the values arrive exactly) and everyone
+// resumes at that step. *behind: this peer's failed step is done already.
+Status Resync(peer::PeerGroup& group, std::size_t peer_count, uint32_t* step, Model& model, Sgd& sgd,
+              bool* behind) {
+  std::vector<float> steps(peer_count, 0.0f);
+  steps[group.rank()] = static_cast<float>(*step) + 1.0f;  // 0: not a member
+  FEDRT_RETURN_IF_ERROR(group.AllReduce(steps.data(), steps.size()));
+  uint32_t resume = 0, root = group.rank();
+  for (uint32_t r : group.members()) resume = std::max(resume, static_cast<uint32_t>(steps[r]) - 1);
+  for (uint32_t r : group.members()) {
+    if (static_cast<uint32_t>(steps[r]) - 1 == resume) {
+      root = r;
+      break;
+    }
+  }
+  const std::size_t d = model.parameter_count(), v = sgd.velocity_size();
+  std::vector<float> state(d + v, 0.0f);
+  if (group.rank() == root) {
+    std::copy(model.parameters(), model.parameters() + d, state.begin());
+    std::copy(sgd.velocity(), sgd.velocity() + v, state.begin() + static_cast<std::ptrdiff_t>(d));
+  }
+  FEDRT_RETURN_IF_ERROR(group.AllReduce(state.data(), state.size()));
+  std::copy(state.begin(), state.begin() + static_cast<std::ptrdiff_t>(d), model.parameters());
+  std::copy(state.begin() + static_cast<std::ptrdiff_t>(d), state.end(), sgd.velocity());
+  *behind = *step < resume;
+  *step = resume;
+  sgd.set_step(resume);
+  return Status::Ok();
+}
+
 int RunPeer(const PeerFlags& flags) {
   transport::KeyStore keys;
-  auto joined = Join(flags.config, flags.keys, flags.rank, &keys);
+  auto joined = Join(flags.config, flags.keys, flags.rank, &keys,
+                     flags.reduce == "gossip" && flags.graph == "torus" ? peer::GossipGraph::kTorus
+                                                                         : peer::GossipGraph::kRing);
   if (!joined.ok()) return Fail("peer", joined.status());
   peer::PeerGroup& group = **joined;
   const int n = static_cast<int>(group.members().size());
@@ -199,7 +251,14 @@ int RunPeer(const PeerFlags& flags) {
         peer::GossipStats gossip;
         const float lr = static_cast<float>(sgd->current_lr());
         Status mixed = group.GossipStep(model->parameters(), g, d, lr, flags.codec, step, &gossip);
-        if (!mixed.ok()) return Fail("peer", mixed);
+        while (!mixed.ok()) {
+          // A failed step leaves the model as it was: re-form and repeat it.
+          std::fprintf(stderr, "fedrt peer: step %u: %s\n", step, mixed.ToString().c_str());
+          if (!flags.repair || group.FailedRank() < 0) return 1;
+          Status formed = Reform(group);
+          if (!formed.ok()) return Fail("peer", formed);
+          mixed = group.GossipStep(model->parameters(), g, d, lr, flags.codec, step, &gossip);
+        }
         count_fp32_step();
         wraps += gossip.wrap_count;
         interval_wraps += gossip.wrap_count;
@@ -208,11 +267,14 @@ int RunPeer(const PeerFlags& flags) {
         ++step;
         continue;
       }
+      bool accumulated = false;  // IWP: this step's gradient is in the accumulator
+      bool done_elsewhere = false;
       for (;;) {
         Status reduced;
         const float members = static_cast<float>(group.members().size());
         if (flags.reduce == "iwp") {
-          reduced = accumulator.Accumulate(g);
+          if (!accumulated) reduced = accumulator.Accumulate(g);
+          accumulated = true;
           if (reduced.ok()) reduced = group.IwpAllReduce(accumulator, model->parameters(), flags.seed, step, &indices, &sums);
           if (reduced.ok()) {
             std::fill(g, g + d, 0.0f);
@@ -229,18 +291,28 @@ int RunPeer(const PeerFlags& flags) {
         }
         if (reduced.ok()) break;
         std::fprintf(stderr, "fedrt peer: step %u: %s\n", step, reduced.ToString().c_str());
-        if (!flags.repair || group.FailedRank() < 0 || flags.reduce == "iwp") return 1;
-        std::vector<uint32_t> survivors;
-        for (uint32_t r : group.members()) {
-          if (static_cast<int>(r) != group.FailedRank()) survivors.push_back(r);
-        }
-        std::fprintf(stderr, "fedrt peer: re-forming the ring without peer rank %d (%zu peers)\n",
-                     group.FailedRank(), survivors.size());
-        Status formed = group.Form(survivors);
+        if (!flags.repair || group.FailedRank() < 0) return 1;
+        Status formed = Reform(group);
         if (!formed.ok()) return Fail("peer", formed);
-        std::printf("ring re-formed with %zu peers\n", survivors.size());
-        std::fflush(stdout);
+        bool behind = false;
+        Status synced = Resync(group, static_cast<std::size_t>(n), &step, *model, *sgd, &behind);
+        if (!synced.ok()) return Fail("peer", synced);
+        if (flags.reduce == "iwp" && !behind && !sums.empty()) {
+          // The sum never completed anywhere: what this peer gathered goes
+          // back into its accumulator (those slots are zero since).
+          std::fill(saved.begin(), saved.end(), 0.0f);
+          for (std::size_t j = 0; j < indices.size(); ++j) saved[indices[j]] = sums[j];
+          Status kept = accumulator.Accumulate(saved.data());
+          if (!kept.ok()) return Fail("peer", kept);
+        }
+        if (behind) {
+          // Another peer finished this step; its model (sent above) has it.
+          std::printf("resuming at step %u\n", step);
+          done_elsewhere = true;
+          break;
+        }
       }
+      if (done_elsewhere) continue;
       count_fp32_step();
       sgd->Step(model->parameters(), g);
       ++step;

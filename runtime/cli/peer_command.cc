@@ -187,7 +187,11 @@ int RunPeer(const PeerFlags& flags) {
     const double p = static_cast<double>(group.members().size());
     const double model_bytes = static_cast<double>(d) * sizeof(float);
     if (flags.reduce == "gossip") {
-      fp32_bytes += model_bytes * (p <= 1 ? 0.0 : (p == 2 ? 1.0 : 2.0));
+      const auto& m = group.members();
+      const std::size_t position = static_cast<std::size_t>(std::find(m.begin(), m.end(), group.rank()) - m.begin());
+      const auto neighbours = peer::GraphNeighbours(
+          flags.graph == "torus" ? peer::GossipGraph::kTorus : peer::GossipGraph::kRing, static_cast<uint32_t>(m.size()));
+      fp32_bytes += model_bytes * static_cast<double>(neighbours[position].size());
     } else {
       fp32_bytes += model_bytes * 2.0 * (p - 1.0) / p;
     }

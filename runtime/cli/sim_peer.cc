@@ -108,7 +108,7 @@ double Number(const nlohmann::json& row, const char* key) {
 Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& metrics, std::vector<SimSeries>* all) {
   Result<PeerMode> mode = ModeFor(flags, codec);
   if (!mode.ok()) return mode.status();
-  const std::string name = flags.topology + " " + codec;
+  const std::string name = flags.topology + " " + codec + (flags.topology == "gossip" && flags.graph == "torus" ? " (torus)" : "");
   const std::string dir = flags.out + "/" + flags.topology + "-" + SimLabel(codec);
   ::mkdir(dir.c_str(), 0755);
   Result<LocalPeerFiles> files = WriteLocalPeerFiles(dir, flags.peers, flags.step_timeout_ms);

@@ -118,6 +118,22 @@ TEST_CASE("fedrt sim runs a ring and a gossip simulation and draws them on one c
   }
 }
 
+TEST_CASE("fedrt sim runs gossip on a torus and names the graph in its metrics and legend") {
+  testing::TempDir dir;
+  const std::string data = TinyData(dir);
+  Run torus = RunCli("sim --topology gossip --graph torus --peers 4 --codec fp32 --data " + data +
+                     " --model mlp:784-32-10 --epochs 1 --batch 8 --out " + dir.File("torus"));
+  INFO(torus.output);
+  REQUIRE(torus.exit_code == 0);
+  const auto rows = Lines(dir.File("torus/metrics.jsonl"));
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0]["graph"] == "torus");
+  CHECK(rows[0]["peers"] == 4);
+  // 2 x 2 torus: two neighbours each, so fp32 sends exactly the reference.
+  CHECK(rows[0]["total_bytes_sent"].get<double>() == doctest::Approx(rows[0]["fp32_bytes"].get<double>()).epsilon(1e-6));
+  CHECK(Slurp(dir.File("torus/plot.svg")).find(">gossip fp32 (torus)</text>") != std::string::npos);
+}
+
 TEST_CASE("fedrt sim refuses a codec its topology cannot run and a compare folder without metrics") {
   testing::TempDir dir;
   Run ring = RunCli("sim --topology ring --peers 2 --out " + dir.File("x") + " --codec moniqua:bits=1,theta=0.5");

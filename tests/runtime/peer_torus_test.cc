@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -166,6 +167,46 @@ TEST_CASE("torus gossip of 4 and 6 peers converges on a quadratic objective like
     CHECK(torus <= 1.2 * ring + 1e-3);
     const double moniqua = GossipDistance(GossipGraph::kTorus, n, "moniqua:bits=8,theta=1");
     CHECK(moniqua < torus + 0.05);
+  }
+}
+
+TEST_CASE("a dead peer on a torus is named by every survivor and the graph re-forms over the other three") {
+  peer::PeerOptions options;
+  options.graph = GossipGraph::kTorus;
+  options.step_timeout_ms = 3000;
+  options.join_timeout_ms = 5000;
+  PeerRing ring(4, options);  // 2 x 2: rank 2's neighbours are 0 and 3, rank 1 is not one
+  ring.FormAll();
+  const std::size_t d = 100;
+  auto models = Targets(4, d);
+  std::vector<float> grad(d, 0.0f);
+  std::vector<peer::GossipStats> stats(4);
+  ring.groups[2].reset();  // its process is gone: its sockets close
+  const std::vector<uint32_t> survivors = {0, 1, 3};
+  const auto start = std::chrono::steady_clock::now();
+  auto st = ring.Each(survivors, [&](uint32_t r) {
+    return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.0f, "", 5, &stats[r]);
+  });
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(elapsed < 3.0 + 1.5);
+  for (uint32_t r : survivors) {
+    INFO("rank ", r, ": ", st[r].ToString());
+    CHECK_FALSE(st[r].ok());
+    CHECK(ring.groups[r]->FailedRank() == 2);
+    CHECK(st[r].message().find("peer rank 2") != std::string::npos);
+  }
+  for (auto& s : ring.Form(survivors)) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  const auto before = models;
+  st = ring.Each(survivors, [&](uint32_t r) {
+    return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.0f, "", 5, &stats[r]);
+  });
+  for (uint32_t r : survivors) REQUIRE_MESSAGE(st[r].ok(), st[r].ToString());
+  // Three nodes: a 1 x 3 torus, the ring, 1/3 each.
+  for (uint32_t r : survivors) {
+    for (std::size_t i = 0; i < d; i += 9) {
+      const float expect = (before[0][i] + before[1][i] + before[3][i]) / 3.0f;
+      CHECK(models[r][i] == doctest::Approx(expect).epsilon(1e-5));
+    }
   }
 }
 

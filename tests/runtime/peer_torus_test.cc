@@ -170,19 +170,19 @@ TEST_CASE("torus gossip of 4 and 6 peers converges on a quadratic objective like
   }
 }
 
-TEST_CASE("a dead peer on a torus is named by every survivor and the graph re-forms over the other three") {
+TEST_CASE("a dead peer on a torus is named by every survivor and the graph re-forms over the other five") {
   peer::PeerOptions options;
   options.graph = GossipGraph::kTorus;
   options.step_timeout_ms = 3000;
   options.join_timeout_ms = 5000;
-  PeerRing ring(4, options);  // 2 x 2: rank 2's neighbours are 0 and 3, rank 1 is not one
+  PeerRing ring(6, options);  // 2 x 3: rank 2's neighbours are 0, 1 and 5; 3 and 4 are not
   ring.FormAll();
   const std::size_t d = 100;
-  auto models = Targets(4, d);
+  auto models = Targets(6, d);
   std::vector<float> grad(d, 0.0f);
-  std::vector<peer::GossipStats> stats(4);
+  std::vector<peer::GossipStats> stats(6);
   ring.groups[2].reset();  // its process is gone: its sockets close
-  const std::vector<uint32_t> survivors = {0, 1, 3};
+  const std::vector<uint32_t> survivors = {0, 1, 3, 4, 5};
   const auto start = std::chrono::steady_clock::now();
   auto st = ring.Each(survivors, [&](uint32_t r) {
     return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.0f, "", 5, &stats[r]);
@@ -201,10 +201,12 @@ TEST_CASE("a dead peer on a torus is named by every survivor and the graph re-fo
     return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.0f, "", 5, &stats[r]);
   });
   for (uint32_t r : survivors) REQUIRE_MESSAGE(st[r].ok(), st[r].ToString());
-  // Three nodes: a 1 x 3 torus, the ring, 1/3 each.
-  for (uint32_t r : survivors) {
+  // Five nodes: a 1 x 5 torus, the ring 0 1 3 4 5, 1/3 each (the weights are
+  // recomputed: the 2 x 3 torus had 1/4).
+  for (std::size_t p = 0; p < survivors.size(); ++p) {
+    const uint32_t r = survivors[p], left = survivors[(p + 4) % 5], right = survivors[(p + 1) % 5];
     for (std::size_t i = 0; i < d; i += 9) {
-      const float expect = (before[0][i] + before[1][i] + before[3][i]) / 3.0f;
+      const double expect = (before[r][i] + before[left][i] + before[right][i]) / 3.0;
       CHECK(models[r][i] == doctest::Approx(expect).epsilon(1e-5));
     }
   }

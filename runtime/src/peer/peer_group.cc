@@ -267,6 +267,7 @@ class TcpPeerGroup : public PeerGroup {
     left_.reset();
     graph_links_.clear();
     graph_ranks_.clear();
+    graph_weights_.clear();
   }
 
   // Dials `to` and joins; *out is the link.

@@ -324,7 +324,7 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   sim->add_option("--out", flags->out, "Output directory")->capture_default_str();
   sim->add_option("--data", flags->data, "MNIST-style directory")->capture_default_str();
   sim->add_option("--model", flags->model, "Model spec")->capture_default_str();
-  sim->add_option("--epochs", flags->epochs, "Local epochs per round")->capture_default_str();
+  sim->add_option("--epochs", flags->epochs, "Star: local epochs per round. Ring, gossip: epochs")->capture_default_str();
   sim->add_option("--lr", flags->lr, "Devices' local learning rate")->capture_default_str();
   sim->add_option("--batch", flags->batch, "Devices' batch size")->capture_default_str();
   sim->add_option("--deadline-ms", flags->deadline_ms, "Round deadline")->capture_default_str();

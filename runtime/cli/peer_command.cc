@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -66,11 +67,13 @@ int Fail(const char* who, const Status& status) {
 
 Result<std::unique_ptr<peer::PeerGroup>> Join(const std::string& config, const std::string& keys_path,
                                               int rank, transport::KeyStore* keys,
-                                              peer::GossipGraph graph = peer::GossipGraph::kRing) {
+                                              peer::GossipGraph graph = peer::GossipGraph::kRing,
+                                              uint32_t chunk_floats = 0) {
   peer::PeerOptions options;
   options.graph = graph;
   auto peers = ReadPeerConfig(config, &options);
   if (!peers.ok()) return peers.status();
+  if (chunk_floats != 0) options.chunk_floats = chunk_floats;
   if (rank < 0 || static_cast<std::size_t>(rank) >= peers->size()) {
     return InvalidArgument("--rank " + std::to_string(rank) + " is not in the peer list of " +
                            std::to_string(peers->size()));
@@ -339,28 +342,49 @@ struct BenchFlags {
   uint64_t size = 16u << 20;
   int iterations = 20;
   std::string codec;
+  uint64_t chunk_bytes = 0;  // 0: PeerOptions' default
   // Hidden: a worker process started by the launcher.
   int worker_rank = -1;
   std::string config;
   std::string keys;
 };
 
+// CPU time (user + system, every thread) of this process.
+double ProcessCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+std::string CpuFile(const std::string& config, int rank) { return config + ".cpu-" + std::to_string(rank); }
+
 int RunBenchWorker(const BenchFlags& flags) {
   transport::KeyStore keys;
-  auto joined = Join(flags.config, flags.keys, flags.worker_rank, &keys);
+  auto joined = Join(flags.config, flags.keys, flags.worker_rank, &keys, peer::GossipGraph::kRing,
+                     static_cast<uint32_t>(flags.chunk_bytes / sizeof(float)));
   if (!joined.ok()) return Fail("bench allreduce", joined.status());
   peer::PeerGroup& group = **joined;
   const std::size_t n = static_cast<std::size_t>(flags.size / sizeof(float));
   std::vector<float> data(n, 1.0f);
   std::vector<double> times;
+  double cpu = 0;  // this process, every thread, over the timed calls
   const int warmup = 3;
   for (int i = 0; i < warmup + flags.iterations; ++i) {
     std::fill(data.begin(), data.end(), 1.0f);
+    const double cpu_start = ProcessCpuSeconds();
     const auto start = std::chrono::steady_clock::now();
     Status s = group.AllReduce(data.data(), n, flags.codec);
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!s.ok()) return Fail("bench allreduce", s);
-    if (i >= warmup) times.push_back(t);
+    if (i >= warmup) {
+      times.push_back(t);
+      cpu += ProcessCpuSeconds() - cpu_start;
+    }
+  }
+  // The launcher adds up every worker's CPU time.
+  if (std::FILE* f = std::fopen(CpuFile(flags.config, flags.worker_rank).c_str(), "w")) {
+    std::fprintf(f, "%.9f\n", cpu);
+    std::fclose(f);
   }
   if (n > 0 && data[n - 1] != static_cast<float>(group.members().size())) {
     return Fail("bench allreduce", Internal("wrong sum"));
@@ -375,10 +399,10 @@ int RunBenchWorker(const BenchFlags& flags) {
     const double p50 = pct(0.5), p99 = pct(0.99);
     // Bus bandwidth as the NCCL tests define it: bytes * 2 (p - 1) / p / time.
     const double bus = static_cast<double>(flags.size) * 2.0 * (p - 1.0) / p / p50 / 1e9;
-    std::printf("allreduce %s  peers %d  size %llu bytes  iterations %d  p50 %.3f ms  p99 %.3f ms  bus bandwidth %.3f GB/s\n",
+    std::printf("allreduce %s  peers %d  size %llu bytes  iterations %d  p50 %.3f ms  p99 %.3f ms  bus bandwidth %.3f GB/s",
                 flags.codec.empty() ? "fp32" : flags.codec.c_str(), flags.peers,
                 static_cast<unsigned long long>(flags.size), flags.iterations, p50 * 1e3, p99 * 1e3, bus);
-    std::fflush(stdout);
+    std::fflush(stdout);  // the launcher appends the CPU time to this line
   }
   return 0;
 }
@@ -400,9 +424,27 @@ int RunBenchAllreduce(const BenchFlags& flags) {
       c.push_back("--codec");
       c.push_back(flags.codec);
     }
+    if (flags.chunk_bytes != 0) {
+      c.push_back("--chunk-bytes");
+      c.push_back(std::to_string(flags.chunk_bytes));
+    }
     commands.push_back(c);
   }
   const int failed = SpawnAndWait(commands, 600);
+  double cpu = 0;
+  for (int r = 0; r < flags.peers; ++r) {
+    const std::string path = CpuFile(files->config, r);
+    if (std::FILE* f = std::fopen(path.c_str(), "r")) {
+      double seconds = 0;
+      if (std::fscanf(f, "%lf", &seconds) == 1) cpu += seconds;
+      std::fclose(f);
+    }
+    std::remove(path.c_str());
+  }
+  if (failed == 0) {
+    std::printf("  cpu %.3f ms per all-reduce (all processes)\n", cpu / flags.iterations * 1e3);
+    std::fflush(stdout);
+  }
   std::remove(files->config.c_str());
   std::remove(files->keys.c_str());
   rmdir(dir.c_str());
@@ -449,6 +491,8 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   ar->add_option("--size", bf->size, "Bytes of float32 to reduce")->capture_default_str()->check(CLI::Range(uint64_t{0}, uint64_t{1} << 31));
   ar->add_option("--iterations", bf->iterations, "Timed all-reduces (after 3 warm-up ones)")->capture_default_str()->check(CLI::Range(1, 100000));
   ar->add_option("--codec", bf->codec, "Codec of every hop (e.g. fp16); empty: raw fp32");
+  ar->add_option("--chunk-bytes", bf->chunk_bytes, "Pipelining granularity (default: the peer default, chunk_floats in the peer config)")
+      ->check(CLI::Range(uint64_t{4096}, uint64_t{64} << 20));
   ar->add_option("--worker-rank", bf->worker_rank)->group("");
   ar->add_option("--config", bf->config)->group("");
   ar->add_option("--keys", bf->keys)->group("");

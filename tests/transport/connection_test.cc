@@ -1,8 +1,11 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "fedrt/transport/chunking.h"
@@ -333,6 +336,113 @@ TEST_CASE("destroying the loop closes what is still open without leaking") {
   }
   CHECK(client->close_reason().code() == StatusCode::kCancelled);
   CHECK(server->closes_count() == 1);
+}
+
+// Counts write completions, as a collective waiting for its sends does.
+class SentCounter : public FrameQueue {
+ public:
+  void OnSent(Connection&) override { sent_.fetch_add(1); }
+  int sent() const { return sent_.load(); }
+
+ private:
+  std::atomic<int> sent_{0};
+};
+
+TEST_CASE("ring chunks that borrow their payload cross tcp intact and release their slots once sent") {
+  EventLoopThread loop;
+  auto server = std::make_shared<Recorder>();
+  std::vector<std::vector<uint8_t>> received;
+  std::mutex received_mutex;
+  server->on_frame = [&](Connection&, const Frame& frame) {
+    Result<RingChunkMessage> m = DecodeRingChunk(frame, FrameLimits());
+    if (!m.ok()) return;
+    std::lock_guard<std::mutex> lock(received_mutex);
+    received.emplace_back(m->payload.data, m->payload.data + m->payload.size);
+  };
+  Result<std::shared_ptr<TcpListener>> listener =
+      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, FastOptions(), server);
+  REQUIRE(listener.ok());
+  auto client = std::make_shared<SentCounter>();
+  Result<std::shared_ptr<Connection>> connection =
+      TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(), FastOptions(), client, kWait);
+  REQUIRE(connection.ok());
+  // Large enough that the socket takes several writes.
+  std::vector<uint8_t> payload(3u << 20);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 13 + i / 4096);
+  const std::size_t chunk = 1u << 20;
+  std::vector<std::unique_ptr<FrameSlot>> slots;
+  for (uint32_t k = 0; k < 3; ++k) {
+    RingChunkMessage m;
+    m.collective_id = 1;
+    m.payload = {k, 3, payload.size(), k * chunk, payload.data() + k * chunk, chunk};
+    slots.push_back(std::make_unique<FrameSlot>());
+    Result<OutFrame> out = Encode(m, FrameLimits(), *slots.back(), PayloadMode::kBorrow);
+    REQUIRE(out.ok());
+    REQUIRE((*connection)->Send(std::move(*out)).ok());
+  }
+  CHECK(Eventually([&] {
+    for (const auto& slot : slots) {
+      if (slot->busy()) return false;
+    }
+    return true;
+  }));
+  CHECK(client->sent() >= 1);
+  CHECK(Eventually([&] {
+    std::lock_guard<std::mutex> lock(received_mutex);
+    return received.size() == 3;
+  }));
+  {
+    std::lock_guard<std::mutex> lock(received_mutex);
+    for (uint32_t k = 0; k < received.size(); ++k) {
+      CHECK(std::equal(received[k].begin(), received[k].end(), payload.begin() + k * chunk));
+    }
+  }
+  (*connection)->Close();
+  CHECK(client->WaitClosed(kWait));
+  (*listener)->Close();
+}
+
+TEST_CASE("a closed connection releases the borrowed frames it had queued") {
+  // A listening socket nobody accepts from or reads: the kernel completes the
+  // connection, the socket buffers fill up and the rest of the frames stay
+  // queued in the connection.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  EventLoopThread loop;
+  auto client = std::make_shared<FrameQueue>();
+  ConnectionOptions options = FastOptions();
+  Result<std::shared_ptr<Connection>> connection =
+      TcpConnectAndWait(loop.loop(), "127.0.0.1", ntohs(address.sin_port), options, client, kWait);
+  REQUIRE(connection.ok());
+  std::vector<uint8_t> payload(1u << 20, 5);
+  std::vector<std::unique_ptr<FrameSlot>> slots;
+  for (uint32_t k = 0; k < 40; ++k) {  // 40 MiB: more than loopback socket buffers hold
+    RingChunkMessage m;
+    m.payload = {0, 1, payload.size(), 0, payload.data(), payload.size()};
+    slots.push_back(std::make_unique<FrameSlot>());
+    Result<OutFrame> out = Encode(m, FrameLimits(), *slots.back(), PayloadMode::kBorrow);
+    REQUIRE(out.ok());
+    if (!(*connection)->Send(std::move(*out)).ok()) break;
+  }
+  bool some_queued = false;
+  for (const auto& slot : slots) some_queued = some_queued || slot->busy();
+  CHECK(some_queued);
+  (*connection)->Abort(Status(StatusCode::kCancelled, "test"));
+  CHECK(client->WaitClosed(kWait));
+  CHECK(Eventually([&] {
+    for (const auto& slot : slots) {
+      if (slot->busy()) return false;
+    }
+    return true;
+  }));
+  ::close(fd);
 }
 
 }  // namespace

@@ -208,6 +208,50 @@ TEST_CASE("random and mutated bytes are rejected or decode without reading out o
   CHECK(accepted > 0);
 }
 
+TEST_CASE("a frame pool hands back the storage of released large frames and keeps a bounded amount") {
+  auto pool = FrameBytesPool::Create(3u << 20);
+  const uint8_t* first = nullptr;
+  {
+    Result<FrameBytes> a = pool->Allocate(1u << 20);
+    REQUIRE(a.ok());
+    CHECK(a->size() == (1u << 20));
+    CHECK(reinterpret_cast<uintptr_t>(a->data()) % 16 == 0);
+    first = a->data();
+    CHECK(pool->kept_bytes() == 0);
+  }
+  CHECK(pool->kept_bytes() == (1u << 20));
+  {
+    Result<FrameBytes> b = pool->Allocate((1u << 20) - 100);  // fits the kept buffer
+    REQUIRE(b.ok());
+    CHECK(b->data() == first);
+    CHECK(b->size() == (1u << 20) - 100);
+    CHECK(pool->kept_bytes() == 0);
+    Result<FrameBytes> c = pool->Allocate(2u << 20);  // nothing kept fits: fresh storage
+    REQUIRE(c.ok());
+    CHECK(c->data() != first);
+    Result<FrameBytes> d = pool->Allocate(1u << 20);
+    REQUIRE(d.ok());
+  }
+  // 1 + 2 + 1 MiB released, at most 3 MiB kept.
+  CHECK(pool->kept_bytes() <= (3u << 20));
+  CHECK(pool->kept_bytes() >= (2u << 20));
+  Result<FrameBytes> small = pool->Allocate(100);  // small frames are not pooled
+  REQUIRE(small.ok());
+  CHECK(small->size() == 100);
+}
+
+TEST_CASE("frames from a pool outlive the pool's owner") {
+  Result<FrameBytes> bytes = Status(StatusCode::kInternal, "unset");
+  {
+    auto pool = FrameBytesPool::Create(8u << 20);
+    bytes = pool->Allocate(1u << 20);
+    REQUIRE(bytes.ok());
+  }
+  bytes->data()[0] = 1;  // the storage keeps the pool alive
+  bytes->data()[(1u << 20) - 1] = 2;
+  CHECK(bytes->data()[0] + bytes->data()[(1u << 20) - 1] == 3);
+}
+
 }  // namespace
 }  // namespace transport
 }  // namespace fedrt

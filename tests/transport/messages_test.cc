@@ -370,6 +370,78 @@ TEST_CASE("device ids are 1 to 64 characters of letters, digits, dot, underscore
   CHECK_FALSE(IsValidDeviceId(std::string_view("a\0b", 3)));
 }
 
+TEST_CASE("a ring chunk encoded in a slot has the bytes of the plain encoding, borrowed or copied") {
+  std::vector<uint8_t> payload(4099 * 4);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7);
+  RingChunkMessage m;
+  m.collective_id = 9;
+  m.step = 2;
+  m.phase = RingPhase::kAllGather;
+  m.source_rank = 3;
+  m.segment = 1;
+  m.payload = {1, 4, payload.size() * 4, payload.size(), payload.data(), payload.size()};
+  Result<OutFrame> plain = Encode(m, FrameLimits());
+  REQUIRE(plain.ok());
+  std::vector<uint8_t> expected;
+  plain->AppendWireBytes(&expected);
+  for (PayloadMode mode : {PayloadMode::kBorrow, PayloadMode::kCopy}) {
+    FrameSlot slot;
+    Result<OutFrame> out = Encode(m, FrameLimits(), slot, mode);
+    REQUIRE(out.ok());
+    CHECK(out->contiguous() == (mode == PayloadMode::kCopy));
+    if (mode == PayloadMode::kBorrow) {
+      REQUIRE(out->piece_count() == 3);
+      CHECK(out->piece(1).data == payload.data());  // the frame reads the caller's bytes
+    }
+    std::vector<uint8_t> wire;
+    out->AppendWireBytes(&wire);
+    CHECK(wire == expected);
+    CHECK(out->wire_size() == expected.size());
+    Result<Frame> frame = ParseFrame(wire.data(), wire.size(), FrameLimits());
+    REQUIRE(frame.ok());
+    Result<RingChunkMessage> back = DecodeRingChunk(*frame, FrameLimits());
+    REQUIRE(back.ok());
+    CHECK(std::memcmp(back->payload.data, payload.data(), payload.size()) == 0);
+  }
+}
+
+TEST_CASE("a frame slot is busy while its frame is alive and refuses a second frame") {
+  std::vector<uint8_t> payload(64, 1);
+  RingChunkMessage m;
+  m.payload = {0, 1, payload.size(), 0, payload.data(), payload.size()};
+  FrameSlot slot;
+  CHECK_FALSE(slot.busy());
+  {
+    Result<OutFrame> first = Encode(m, FrameLimits(), slot, PayloadMode::kBorrow);
+    REQUIRE(first.ok());
+    OutFrame copy = *first;  // a connection's queue holds a copy
+    CHECK(slot.busy());
+    Result<OutFrame> second = Encode(m, FrameLimits(), slot, PayloadMode::kCopy);
+    CHECK(second.status().code() == StatusCode::kFailedPrecondition);
+  }
+  CHECK_FALSE(slot.busy());
+  // Reused: the next frame is built in the same memory and is still valid.
+  payload.assign(64, 2);
+  Result<OutFrame> again = Encode(m, FrameLimits(), slot, PayloadMode::kCopy);
+  REQUIRE(again.ok());
+  Frame frame = Reparse(*again);
+  Result<RingChunkMessage> back = DecodeRingChunk(frame, FrameLimits());
+  REQUIRE(back.ok());
+  CHECK(back->payload.data[63] == 2);
+}
+
+TEST_CASE("a slot refuses a chunk larger than a frame can carry") {
+  FrameLimits limits;
+  limits.max_frame_bytes = kMinFrameBytes;
+  std::vector<uint8_t> payload(limits.MaxChunkBytes() + 1, 0);
+  RingChunkMessage m;
+  m.payload = {0, 1, payload.size(), 0, payload.data(), payload.size()};
+  FrameSlot slot;
+  Result<OutFrame> out = Encode(m, limits, slot, PayloadMode::kBorrow);
+  CHECK(out.status().code() == StatusCode::kResourceExhausted);
+  CHECK_FALSE(slot.busy());
+}
+
 }  // namespace
 }  // namespace transport
 }  // namespace fedrt

@@ -28,6 +28,9 @@ struct EventLoop::Impl {
   asio::io_context io{1};  // one thread runs a loop: no internal locking needed
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
   std::atomic<std::thread::id> running_thread{};
+  // Receive storage for the large frames of this loop's connections.
+  static constexpr std::size_t kFramePoolBytes = 32u << 20;
+  std::shared_ptr<FrameBytesPool> frame_pool = FrameBytesPool::Create(kFramePoolBytes);
 
   void AddMember(const std::shared_ptr<LoopMember>& member);
   void ShutdownMembers();

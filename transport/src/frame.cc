@@ -3,7 +3,10 @@
 #include "fedrt/transport/frame.h"
 
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "fedrt/platform/memory.h"
 #include "wire.h"
@@ -56,7 +59,80 @@ Result<uint32_t> ParseFramePrefix(const uint8_t prefix[kFramePrefixBytes], const
   return size;
 }
 
-void FrameBytes::Free::operator()(uint8_t* p) const { AlignedFree(p); }
+void internal::FrameBytesFree::operator()(uint8_t* p) const {
+  if (pool) {
+    pool->Return(p, capacity);
+  } else {
+    AlignedFree(p);
+  }
+}
+
+struct FrameBytesPool::State {
+  std::mutex mutex;
+  std::vector<std::pair<uint8_t*, std::size_t>> free;  // storage, capacity
+  std::size_t kept = 0;
+  std::size_t max_kept = 0;
+};
+
+std::shared_ptr<FrameBytesPool> FrameBytesPool::Create(std::size_t max_kept_bytes) {
+  return std::shared_ptr<FrameBytesPool>(new FrameBytesPool(max_kept_bytes));
+}
+
+FrameBytesPool::FrameBytesPool(std::size_t max_kept_bytes) : state_(std::make_unique<State>()) {
+  state_->max_kept = max_kept_bytes;
+}
+
+FrameBytesPool::~FrameBytesPool() {
+  for (const auto& f : state_->free) AlignedFree(f.first);
+}
+
+std::size_t FrameBytesPool::kept_bytes() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->kept;
+}
+
+Result<FrameBytes> FrameBytesPool::Allocate(std::size_t size) {
+  if (size < kMinPooledBytes) return FrameBytes::Allocate(size);
+  FrameBytes bytes;
+  {
+    // The smallest kept buffer that fits.
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    auto best = state_->free.end();
+    for (auto it = state_->free.begin(); it != state_->free.end(); ++it) {
+      if (it->second >= size && (best == state_->free.end() || it->second < best->second)) best = it;
+    }
+    if (best != state_->free.end()) {
+      bytes.data_ = std::unique_ptr<uint8_t, internal::FrameBytesFree>(
+          best->first, internal::FrameBytesFree{shared_from_this(), best->second});
+      state_->kept -= best->second;
+      *best = state_->free.back();
+      state_->free.pop_back();
+    }
+  }
+  if (!bytes.data_) {
+    const std::size_t capacity = (size + kMinPooledBytes - 1) / kMinPooledBytes * kMinPooledBytes;
+    uint8_t* p = static_cast<uint8_t*>(AlignedAlloc(capacity, 16));
+    if (p == nullptr) {
+      return Status(StatusCode::kResourceExhausted,
+                    "cannot allocate " + std::to_string(size) + " bytes for a frame");
+    }
+    bytes.data_ = std::unique_ptr<uint8_t, internal::FrameBytesFree>(p, internal::FrameBytesFree{shared_from_this(), capacity});
+  }
+  bytes.size_ = size;
+  return bytes;
+}
+
+void FrameBytesPool::Return(uint8_t* p, std::size_t capacity) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (state_->kept + capacity <= state_->max_kept) {
+      state_->free.emplace_back(p, capacity);
+      state_->kept += capacity;
+      return;
+    }
+  }
+  AlignedFree(p);
+}
 
 Result<FrameBytes> FrameBytes::Allocate(std::size_t size) {
   FrameBytes bytes;
@@ -118,8 +194,24 @@ Result<Frame> ParseFrame(const uint8_t* wire, std::size_t size, const FrameLimit
 
 OutFrame::OutFrame(std::shared_ptr<const void> owner, const uint8_t* body, uint32_t body_size,
                    MessageKind kind)
-    : owner_(std::move(owner)), body_(body), body_size_(body_size), kind_(kind) {
+    : owner_(std::move(owner)), piece_count_(body == nullptr ? 0 : 1), body_size_(body_size), kind_(kind) {
+  pieces_[0] = {body, body_size};
   WriteFramePrefix(body_size, prefix_);
+}
+
+OutFrame::OutFrame(std::shared_ptr<const void> owner, Piece head, Piece payload, Piece tail, MessageKind kind)
+    : owner_(std::move(owner)), piece_count_(3), body_size_(head.size + payload.size + tail.size), kind_(kind) {
+  pieces_[0] = head;
+  pieces_[1] = payload;
+  pieces_[2] = tail;
+  WriteFramePrefix(body_size_, prefix_);
+}
+
+void OutFrame::AppendWireBytes(std::vector<uint8_t>* out) const {
+  out->insert(out->end(), prefix_, prefix_ + kFramePrefixBytes);
+  for (std::size_t i = 0; i < piece_count_; ++i) {
+    if (pieces_[i].size != 0) out->insert(out->end(), pieces_[i].data, pieces_[i].data + pieces_[i].size);
+  }
 }
 
 }  // namespace transport

@@ -34,8 +34,9 @@ class LoopbackConnection final : public Connection,
     if (frame.empty()) return InvalidArgument("empty frame");
     if (closing_.load()) return Status(StatusCode::kUnavailable, "connection " + peer_ + " is closed");
     // The bytes a socket would carry; the other end parses them like TCP does.
-    std::vector<uint8_t> wire(frame.prefix(), frame.prefix() + kFramePrefixBytes);
-    wire.insert(wire.end(), frame.body(), frame.body() + frame.body_size());
+    std::vector<uint8_t> wire;
+    wire.reserve(frame.wire_size());
+    frame.AppendWireBytes(&wire);
     frames_sent_.fetch_add(1, std::memory_order_relaxed);
     bytes_sent_.fetch_add(wire.size(), std::memory_order_relaxed);
     asio::post(loop_.io, [self = shared_from_this(), wire = std::move(wire)] {

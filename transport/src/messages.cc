@@ -2,6 +2,7 @@
 // checks that run on every received message after the FlatBuffers Verifier.
 #include "fedrt/transport/messages.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -98,9 +99,13 @@ fb::Offset<fb::Vector<uint8_t>> Bytes(Builder& b, const std::array<uint8_t, N>& 
 }
 
 // Writes the chunk's payload in place (first, so the pointer into the builder
-// is used before anything else can grow the buffer), then its table.
+// is used before anything else can grow the buffer), then its table. With
+// `borrowed_from_end`, the payload space is left unwritten (the frame will
+// point at c.data instead) and its distance from the end of the buffer is
+// stored there: the payload is the first thing built, so that distance never
+// changes.
 Result<fb::Offset<wire::Chunk>> BuildChunk(Builder& b, const ChunkView& c, const PayloadFill* fill,
-                                           const FrameLimits& limits) {
+                                           const FrameLimits& limits, std::size_t* borrowed_from_end = nullptr) {
   const std::string problem = ChunkFieldProblem(c, limits);
   if (!problem.empty()) return InvalidArgument(problem);
   if (c.size > limits.MaxChunkBytes()) {
@@ -114,7 +119,9 @@ Result<fb::Offset<wire::Chunk>> BuildChunk(Builder& b, const ChunkView& c, const
   b.ForceVectorAlignment(c.size, 1, kPayloadAlignment);
   uint8_t* destination = nullptr;
   const auto data = fb::Offset<fb::Vector<uint8_t>>(b.CreateUninitializedVector(c.size, 1, &destination));
-  if (c.size != 0) {
+  if (borrowed_from_end != nullptr) {
+    *borrowed_from_end = static_cast<std::size_t>(b.GetCurrentBufferPointer() + b.GetSize() - destination);
+  } else if (c.size != 0) {
     if (fill != nullptr) {
       (*fill)(destination, c.size);
     } else {
@@ -553,6 +560,79 @@ Result<OutFrame> EncodeGossip(const GossipModelMessage& m, const FrameLimits& li
 }
 
 }  // namespace
+
+struct FrameSlot::Impl {
+  Builder builder{1024};
+};
+
+FrameSlot::FrameSlot() : impl_(std::make_shared<Impl>()) {}
+FrameSlot::~FrameSlot() = default;
+
+bool FrameSlot::busy() const {
+  if (impl_.use_count() > 1) return true;
+  // Pairs with the release of the last frame copy on a connection's thread:
+  // that thread's last reads of the frame happen before our next writes.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return false;
+}
+
+namespace {
+
+// Builds a chunked message in `slot`: `build(builder, chunk, spec)` creates
+// the message table around the chunk and the codec spec string.
+template <typename Build>
+Result<OutFrame> EncodeInSlot(FrameSlot& slot, PayloadMode mode, const ChunkView& payload,
+                              std::string_view codec_spec, wire::Message type, const FrameLimits& limits,
+                              Build build) {
+  if (slot.busy()) return Status(StatusCode::kFailedPrecondition, "frame slot still in use");
+  FEDRT_RETURN_IF_ERROR(CheckString(codec_spec, kMaxCodecSpecBytes, "codec spec"));
+  Builder& b = slot.impl().builder;
+  b.Clear();
+  const bool borrow = mode == PayloadMode::kBorrow && payload.size != 0;
+  std::size_t from_end = 0;
+  Result<fb::Offset<wire::Chunk>> chunk = BuildChunk(b, payload, nullptr, limits, borrow ? &from_end : nullptr);
+  if (!chunk.ok()) return chunk.status();
+  auto spec = MaybeString(b, codec_spec);
+  auto envelope = wire::CreateEnvelope(b, wire::ProtocolVersion::Current, type, build(b, *chunk, spec));
+  wire::FinishEnvelopeBuffer(b, envelope);
+  const std::size_t size = b.GetSize();
+  const auto kind = static_cast<MessageKind>(type);
+  if (size > limits.max_frame_bytes) {
+    return Status(StatusCode::kResourceExhausted, std::string(MessageKindName(kind)) + " frame of " +
+                                                      std::to_string(size) + " bytes exceeds the limit of " +
+                                                      std::to_string(limits.max_frame_bytes));
+  }
+  const uint8_t* body = b.GetBufferPointer();
+  std::shared_ptr<const void> owner = slot.shared();
+  if (!borrow) return OutFrame(std::move(owner), body, static_cast<uint32_t>(size), kind);
+  const std::size_t head = size - from_end;
+  const std::size_t tail = from_end - payload.size;
+  return OutFrame(std::move(owner), {body, static_cast<uint32_t>(head)},
+                  {payload.data, static_cast<uint32_t>(payload.size)},
+                  {body + head + payload.size, static_cast<uint32_t>(tail)}, kind);
+}
+
+}  // namespace
+
+Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits, FrameSlot& slot,
+                        PayloadMode mode) {
+  return EncodeInSlot(slot, mode, m.payload, m.codec_spec, wire::Message::RingChunk, limits,
+                      [&](Builder& b, fb::Offset<wire::Chunk> chunk, fb::Offset<fb::String> spec) {
+                        return wire::CreateRingChunk(b, m.collective_id, m.step,
+                                                     static_cast<wire::RingPhase>(m.phase), m.source_rank,
+                                                     m.segment, spec, chunk)
+                            .Union();
+                      });
+}
+
+Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits, FrameSlot& slot,
+                        PayloadMode mode) {
+  return EncodeInSlot(slot, mode, m.payload, m.codec_spec, wire::Message::GossipModel, limits,
+                      [&](Builder& b, fb::Offset<wire::Chunk> chunk, fb::Offset<fb::String> spec) {
+                        return wire::CreateGossipModel(b, m.step, m.source_rank, spec, m.wrap_count, chunk)
+                            .Union();
+                      });
+}
 
 Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits) {
   return EncodeRing(m, limits, nullptr);

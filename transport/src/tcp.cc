@@ -47,7 +47,7 @@ class TcpConnection final : public Connection,
     // Buffers point at the prefixes stored inside the in-flight frames: the
     // vector must never reallocate while a write is pending.
     in_flight_.reserve(kMaxFramesPerWrite);
-    buffers_.reserve(2 * kMaxFramesPerWrite);
+    buffers_.reserve(4 * kMaxFramesPerWrite);
     std::error_code ec;
     socket_.set_option(tcp::no_delay(true), ec);
     const tcp::endpoint remote = socket_.remote_endpoint(ec);
@@ -132,7 +132,7 @@ class TcpConnection final : public Connection,
     if (ec) return OnReadError(ec, n == 0);
     Result<uint32_t> size = ParseFramePrefix(header_, options_.limits);
     if (!size.ok()) return Fail(size.status(), true);
-    Result<FrameBytes> body = FrameBytes::Allocate(*size);
+    Result<FrameBytes> body = loop_.frame_pool->Allocate(*size);
     if (!body.ok()) return Fail(body.status(), true);
     body_ = std::move(*body);
     ArmTimer(read_timer_, options_.io_timeout_ms, ++read_sequence_, "frame body did not arrive in time");
@@ -190,7 +190,9 @@ class TcpConnection final : public Connection,
       queue_.pop_front();
       const OutFrame& f = in_flight_.back();
       buffers_.emplace_back(f.prefix(), kFramePrefixBytes);
-      buffers_.emplace_back(f.body(), f.body_size());
+      for (std::size_t i = 0; i < f.piece_count(); ++i) {
+        if (f.piece(i).size != 0) buffers_.emplace_back(f.piece(i).data, f.piece(i).size);
+      }
     }
     ArmTimer(write_timer_, options_.io_timeout_ms, ++write_sequence_, "write did not complete in time");
     asio::async_write(socket_, buffers_, [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
@@ -202,9 +204,12 @@ class TcpConnection final : public Connection,
     ++write_sequence_;
     write_timer_.cancel();
     writing_ = false;
-    if (state_ == State::kClosed) return;
-    if (ec) {
-      if (ec == asio::error::operation_aborted) return;
+    if (state_ == State::kClosed || ec) {
+      // The socket no longer reads these frames: release them (and the
+      // payloads they borrow) now rather than when the connection dies.
+      buffers_.clear();
+      in_flight_.clear();
+      if (state_ == State::kClosed || ec == asio::error::operation_aborted) return;
       return Fail(Status(StatusCode::kUnavailable, "write to " + peer_ + ": " + ec.message()), false);
     }
     std::size_t frame_bytes = 0;
@@ -215,7 +220,9 @@ class TcpConnection final : public Connection,
     queued_bytes_.fetch_sub(frame_bytes);
     bytes_sent_.fetch_add(n, std::memory_order_relaxed);
     frames_sent_.fetch_add(in_flight_.size(), std::memory_order_relaxed);
+    buffers_.clear();
     in_flight_.clear();
+    if (handler_) handler_->OnSent(*this);
     last_send_ns_ = MonotonicNanos();
     if (!queue_.empty()) return Write();
     if (state_ == State::kClosing) ShutdownSending();

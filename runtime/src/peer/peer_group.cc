@@ -14,6 +14,7 @@
 #include "fedrt/runtime/peer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -28,6 +29,7 @@
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/moniqua.h"
+#include "fedrt/codecs/reduce.h"
 #include "fedrt/transport/auth.h"
 #include "fedrt/transport/connection.h"
 #include "fedrt/transport/crypto.h"
@@ -51,6 +53,9 @@ constexpr const char kFailurePrefix[] = "peer rank ";
 struct Signal {
   std::mutex mutex;
   std::condition_variable changed;
+  // Set while the collective waits for its sends to be released, so write
+  // completions only wake it then.
+  std::atomic<bool> waiting_for_sends{false};
 };
 
 // One connection's inbox. Frames are kept in arrival order.
@@ -71,6 +76,11 @@ class Link : public transport::ConnectionHandler {
       return;
     }
     frames_.push_back(std::move(frame));
+    signal_->changed.notify_all();
+  }
+  void OnSent(Connection&) override {
+    if (!signal_->waiting_for_sends.load()) return;
+    std::lock_guard<std::mutex> lock(signal_->mutex);
     signal_->changed.notify_all();
   }
   void OnClose(Connection&, const Status& reason) override {
@@ -155,6 +165,12 @@ class Acceptor : public transport::ConnectionHandler {
 uint32_t Remaining(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return left <= 0 ? 0 : static_cast<uint32_t>(left);
+}
+
+// How long peers exchange failure reports after a step deadline, and how long
+// a failed collective waits for its last sends.
+uint32_t GraceMs(uint32_t step_timeout_ms) {
+  return std::max<uint32_t>(200, std::min<uint32_t>(1000, step_timeout_ms / 4));
 }
 
 // Next frame of one link (handshakes), or its close reason, or a deadline.
@@ -280,6 +296,9 @@ class TcpPeerGroup : public PeerGroup {
   // and closes on any link end the wait. kCancelled: that neighbour left.
   Result<Frame> NextFromNeighbour(std::size_t i, Clock::time_point deadline);
   Status Send(Link& link, uint32_t to, Result<transport::OutFrame> frame);
+  // A send to `to` failed with `s`: OK when that neighbour has left, else the
+  // step fails (blaming the peer a queued failure report names, or `to`).
+  Status SendFailed(Link& link, uint32_t to, const Status& s);
   // Fails the step: records the failed rank and reports it both ways.
   Status Fail(int failed, const Status& status);
   // Waits for the next data frame from one neighbour; failure reports from
@@ -318,12 +337,25 @@ class TcpPeerGroup : public PeerGroup {
   uint64_t total_bytes_sent_ = 0;
 
   Status SendGossip(Link& link, uint32_t to, uint64_t step, const std::string& spec,
-                    const uint8_t* bytes, std::size_t size, uint64_t* sent);
+                    const uint8_t* bytes, std::size_t size, uint64_t* sent, Clock::time_point deadline);
   // Receives one neighbour's model; *sender_step is the step it was sent at.
   Status ReceiveGossip(uint32_t from, const std::function<Result<Frame>()>& next, uint64_t step,
                        std::size_t max_size, std::vector<uint8_t>* out, uint64_t* sender_step);
 
+  // A slot to encode the next chunk to `link` in: a free one, a new one
+  // while there are fewer than kMaxSlots, or the first one released (until
+  // the deadline or `link` closes).
+  Result<transport::FrameSlot*> FreeSlot(Link& link, Clock::time_point deadline);
+  // Waits until no queued frame borrows the caller's vector any more (all
+  // slots released, or the sending link closed, so nothing reads them). A
+  // collective calls it before returning, on every path, so the caller may
+  // change or free its vector. Aborts the sending link when the sends do not
+  // complete in time.
+  void ReleaseBorrowed(Clock::time_point deadline);
+  static constexpr std::size_t kMaxSlots = 64;
+
   // Buffers reused across collectives (steady state allocates nothing here).
+  std::vector<std::unique_ptr<transport::FrameSlot>> slots_;
   std::vector<uint8_t> encoded_;
   std::unique_ptr<Codec> ring_codec_;  // made once per spec, reused
   std::string ring_spec_;
@@ -559,6 +591,10 @@ Status TcpPeerGroup::Send(Link& link, uint32_t to, Result<transport::OutFrame> f
   Status s = connection ? connection->Send(std::move(*frame))
                         : Status(StatusCode::kUnavailable, "link closed");
   if (s.ok()) return Status::Ok();
+  return SendFailed(link, to, s);
+}
+
+Status TcpPeerGroup::SendFailed(Link& link, uint32_t to, const Status& s) {
   {
     // A neighbour that finished and left needs nothing more from this peer.
     std::lock_guard<std::mutex> lock(signal_->mutex);
@@ -692,8 +728,7 @@ Result<Frame> TcpPeerGroup::NextFrom(bool want_right, Clock::time_point deadline
                                kFailurePrefix + std::to_string(from);
       send_text(right_.get(), text);
       send_text(left_.get(), text);
-      wait_until = Clock::now() + std::chrono::milliseconds(std::max<uint32_t>(
-                                      200, std::min<uint32_t>(1000, options_.step_timeout_ms / 4)));
+      wait_until = Clock::now() + std::chrono::milliseconds(GraceMs(options_.step_timeout_ms));
       continue;
     }
     // The rank someone waits on that waits on nobody is the stalled one.
@@ -794,6 +829,57 @@ Status TcpPeerGroup::ExpectChunk(const Frame& frame, transport::RingPhase phase,
   return Status::Ok();
 }
 
+Result<transport::FrameSlot*> TcpPeerGroup::FreeSlot(Link& link, Clock::time_point deadline) {
+  for (;;) {
+    for (const auto& slot : slots_) {
+      if (!slot->busy()) return slot.get();
+    }
+    if (slots_.size() < kMaxSlots) {
+      slots_.push_back(std::make_unique<transport::FrameSlot>());
+      return slots_.back().get();
+    }
+    std::unique_lock<std::mutex> lock(signal_->mutex);
+    signal_->waiting_for_sends = true;
+    const bool ready = signal_->changed.wait_until(lock, deadline, [&] {
+      if (link.closed()) return true;
+      for (const auto& slot : slots_) {
+        if (!slot->busy()) return true;
+      }
+      return false;
+    });
+    signal_->waiting_for_sends = false;
+    if (link.closed()) return Status(StatusCode::kUnavailable, "link closed");
+    if (!ready) return Status(StatusCode::kDeadlineExceeded, "sends did not complete within the step deadline");
+  }
+}
+
+void TcpPeerGroup::ReleaseBorrowed(Clock::time_point deadline) {
+  auto released = [&] {
+    if (!right_ || right_->closed()) return true;
+    for (const auto& slot : slots_) {
+      if (slot->busy()) return false;
+    }
+    return true;
+  };
+  std::unique_lock<std::mutex> lock(signal_->mutex);
+  if (released()) return;
+  // A healthy neighbour takes the last chunks at once; a stalled one gets a
+  // short grace past the step deadline, then its link is closed (the ring
+  // has failed by then anyway).
+  const Clock::time_point until =
+      std::max(deadline, Clock::now() + std::chrono::milliseconds(GraceMs(options_.step_timeout_ms)));
+  signal_->waiting_for_sends = true;
+  if (!signal_->changed.wait_until(lock, until, released)) {
+    std::shared_ptr<Connection> c = right_->connection();
+    lock.unlock();
+    if (c) c->Abort(Status(StatusCode::kDeadlineExceeded, "ring chunks not sent within the step deadline"));
+    lock.lock();
+    // Once closed, the socket reads nothing more from the vector.
+    signal_->changed.wait_for(lock, std::chrono::seconds(5), released);
+  }
+  signal_->waiting_for_sends = false;
+}
+
 }  // namespace
 
 // ---- ring all-reduce --------------------------------------------------------
@@ -826,6 +912,12 @@ Status TcpPeerGroup::AllReduce(float* data, std::size_t n, const std::string& co
     }
   }
   Codec* codec = ring_codec_.get();
+  // On every return from here on, no queued frame may still read `data`.
+  struct ReleaseOnReturn {
+    TcpPeerGroup* group;
+    Clock::time_point deadline;
+    ~ReleaseOnReturn() { group->ReleaseBorrowed(deadline); }
+  } release_on_return{this, deadline};
   // A chunk (raw or encoded) must fit one frame; codec headers need a little room.
   const std::size_t frame_floats = (connection_options_.limits.MaxChunkBytes() - 4096) / sizeof(float);
   const std::size_t chunk = std::max<std::size_t>(1, std::min<std::size_t>(options_.chunk_floats, frame_floats));
@@ -886,7 +978,20 @@ Status TcpPeerGroup::AllReduce(float* data, std::size_t n, const std::string& co
       m.payload.count = chunks_of(s);
     }
     stats_.bytes_sent += m.payload.size;
-    return Send(*right_, to, Encode(m, connection_options_.limits));
+    // Raw floats are sent from the vector itself (the frame borrows them; see
+    // ReleaseBorrowed); codec payloads are copied into the slot's frame, as
+    // encoded_ is reused for the next chunk.
+    auto slot = FreeSlot(*right_, deadline);
+    if (!slot.ok() && slot.status().code() == StatusCode::kUnavailable) {
+      return SendFailed(*right_, to, slot.status());  // the link closed
+    }
+    if (!slot.ok()) {
+      return Fail(static_cast<int>(to), Named(to, Status(slot.status().code(), "cannot send a ring chunk: " +
+                                                                                  slot.status().message())));
+    }
+    return Send(*right_, to,
+                Encode(m, connection_options_.limits, **slot,
+                       codec ? transport::PayloadMode::kCopy : transport::PayloadMode::kBorrow));
   };
 
   // Receives chunk k of segment s for (phase, step) and adds it (reduce) or
@@ -905,17 +1010,13 @@ Status TcpPeerGroup::AllReduce(float* data, std::size_t n, const std::string& co
       if (m.payload.size != len * sizeof(float)) {
         return Fail(static_cast<int>(from), Named(from, Corrupt("ring chunk of the wrong size")));
       }
-      const uint8_t* in = m.payload.data;
       if (add) {
-        // Payload bytes are 16-byte aligned in the frame; memcpy keeps the
-        // read well-defined regardless.
-        for (std::size_t i = 0; i < len; ++i) {
-          float v;
-          std::memcpy(&v, in + i * sizeof(float), sizeof(float));
-          begin[i] += v;
-        }
+        // Payload bytes start 16-byte aligned in the verified frame, so they
+        // are read in place as floats.
+        const float* in = reinterpret_cast<const float*>(static_cast<const void*>(m.payload.data));
+        AddFloats(in, len, begin);
       } else {
-        std::memcpy(begin, in, len * sizeof(float));
+        std::memcpy(begin, m.payload.data, len * sizeof(float));
       }
       return Status::Ok();
     }
@@ -1059,7 +1160,8 @@ Status TcpPeerGroup::IwpAllReduce(IwpAccumulator& accumulator, const float* weig
 // ---- gossip (D-PSGD) ---------------------------------------------------------
 
 Status TcpPeerGroup::SendGossip(Link& link, uint32_t to, uint64_t step, const std::string& spec,
-                                const uint8_t* bytes, std::size_t size, uint64_t* sent) {
+                                const uint8_t* bytes, std::size_t size, uint64_t* sent,
+                                Clock::time_point deadline) {
   const std::size_t chunk = connection_options_.limits.MaxChunkBytes();
   const std::size_t count = std::max<std::size_t>(1, (size + chunk - 1) / chunk);
   for (std::size_t k = 0; k < count; ++k) {
@@ -1074,7 +1176,17 @@ Status TcpPeerGroup::SendGossip(Link& link, uint32_t to, uint64_t step, const st
     m.payload.data = bytes + k * chunk;
     m.payload.size = std::min(chunk, size - k * chunk);
     *sent += m.payload.size;
-    Status s = Send(link, to, Encode(m, connection_options_.limits));
+    // Copied into a reusable slot: the bytes (the model or encoded_) change
+    // before the next step, and the send queue may still hold them.
+    auto slot = FreeSlot(link, deadline);
+    if (!slot.ok() && slot.status().code() == StatusCode::kUnavailable) {
+      return SendFailed(link, to, slot.status());  // the link closed
+    }
+    if (!slot.ok()) {
+      return Fail(static_cast<int>(to), Named(to, Status(slot.status().code(), "cannot send the model: " +
+                                                                                  slot.status().message())));
+    }
+    Status s = Send(link, to, Encode(m, connection_options_.limits, **slot, transport::PayloadMode::kCopy));
     if (!s.ok()) return s;
   }
   return Status::Ok();
@@ -1177,7 +1289,7 @@ Status TcpPeerGroup::GossipStep(float* model, const float* grad, std::size_t d, 
   // The ring sends right first, then left.
   for (std::size_t i = edges.size(); i-- > 0;) {
     Status s = SendGossip(*edges[i].send, edges[i].rank, step, codec ? codec->spec() : std::string(), payload,
-                          payload_size, &stats->bytes_sent);
+                          payload_size, &stats->bytes_sent, deadline);
     if (!s.ok()) return s;
   }
   if (received_.size() < edges.size()) {

@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -34,6 +36,13 @@ inline std::vector<float> GaussianVector(std::size_t d, uint32_t seed) {
   std::vector<float> v(d);
   for (float& x : v) x = normal(rng);
   return v;
+}
+
+// The bit pattern of a float, for bit-exact comparisons.
+inline uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
 }
 
 }  // namespace fedrt::testing

@@ -112,6 +112,9 @@ class ConnectionHandler {
   // Called exactly once when the connection is gone. `reason` is OK after a
   // local Close(); kUnavailable when the peer closed; the error otherwise.
   virtual void OnClose(Connection& connection, const Status& reason) = 0;
+  // Queued frames were handed to the socket and released (frames that borrow
+  // a payload no longer read it). For owners that wait for their sends.
+  virtual void OnSent(Connection& connection) { (void)connection; }
 };
 
 class Connection {

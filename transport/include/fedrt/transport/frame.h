@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "fedrt/platform/status.h"
 
@@ -84,8 +85,20 @@ void WriteFramePrefix(uint32_t body_size, uint8_t prefix[kFramePrefixBytes]);
 // kCorrupt when it is zero (no valid body is empty).
 Result<uint32_t> ParseFramePrefix(const uint8_t prefix[kFramePrefixBytes], const FrameLimits& limits);
 
+class FrameBytesPool;
+
+namespace internal {
+// Frees frame storage, or hands it back to the pool it came from.
+struct FrameBytesFree {
+  std::shared_ptr<FrameBytesPool> pool;  // null: plain AlignedFree
+  std::size_t capacity = 0;
+  void operator()(uint8_t* p) const;
+};
+}  // namespace internal
+
 // Owned receive storage: 16-byte aligned (FlatBuffers reads scalars in place).
-// Allocation failure is reported, never thrown.
+// Allocation failure is reported, never thrown. Storage that came from a
+// FrameBytesPool goes back to it when the FrameBytes is destroyed.
 class FrameBytes {
  public:
   FrameBytes() = default;
@@ -95,11 +108,38 @@ class FrameBytes {
   std::size_t size() const { return size_; }
 
  private:
-  struct Free {
-    void operator()(uint8_t* p) const;
-  };
-  std::unique_ptr<uint8_t, Free> data_;
+  friend class FrameBytesPool;
+  std::unique_ptr<uint8_t, internal::FrameBytesFree> data_;
   std::size_t size_ = 0;
+};
+
+// Keeps the storage of large received frames for the next ones, so a stream
+// of large frames (ring chunks, update chunks) lands in the same warm pages
+// instead of freshly mapped ones (a page fault per 4 KiB otherwise costs more
+// than the copy from the socket). Requests below kMinPooledBytes are plain
+// allocations. At most `max_kept_bytes` of free storage is kept; frames the
+// application holds on to are simply not back yet, so the pool never grows
+// past what the application itself keeps alive plus that bound.
+// Thread-safety: Allocate and the release of its buffers are safe from any
+// thread (frames are often destroyed on another thread than the reader's).
+class FrameBytesPool : public std::enable_shared_from_this<FrameBytesPool> {
+ public:
+  static constexpr std::size_t kMinPooledBytes = 64u << 10;
+  static std::shared_ptr<FrameBytesPool> Create(std::size_t max_kept_bytes);
+  ~FrameBytesPool();
+  FrameBytesPool(const FrameBytesPool&) = delete;
+  FrameBytesPool& operator=(const FrameBytesPool&) = delete;
+
+  Result<FrameBytes> Allocate(std::size_t size);
+  std::size_t kept_bytes() const;
+
+  struct State;  // private to the transport library
+
+ private:
+  FrameBytesPool(std::size_t max_kept_bytes);
+  friend struct internal::FrameBytesFree;
+  void Return(uint8_t* p, std::size_t capacity);
+  std::unique_ptr<State> state_;
 };
 
 // A received frame body that passed VerifyFrame.
@@ -130,23 +170,46 @@ Result<Frame> VerifyFrame(FrameBytes body, const FrameLimits& limits);
 Result<Frame> ParseFrame(const uint8_t* wire, std::size_t size, const FrameLimits& limits);
 
 // An encoded frame ready to send: prefix and body, immutable, shared.
+//
+// The body is one contiguous buffer, or (a frame that borrows its payload)
+// three pieces in wire order: head | payload | tail, where head and tail
+// belong to `owner` and the payload bytes stay in the caller's memory. A
+// borrowed payload is read when the frame is written, not when it is built:
+// the caller keeps those bytes unchanged until every copy of the frame has
+// been released (a connection releases its copy once the bytes are handed to
+// the socket, or dropped at close; `owner`'s use count tells when).
 class OutFrame {
  public:
+  struct Piece {
+    const uint8_t* data = nullptr;
+    uint32_t size = 0;
+  };
+
   OutFrame() = default;
   // Adopts a body owned by `owner` (kept alive as long as any copy).
   OutFrame(std::shared_ptr<const void> owner, const uint8_t* body, uint32_t body_size,
            MessageKind kind);
+  // A body made of owner's head and tail around borrowed payload bytes.
+  OutFrame(std::shared_ptr<const void> owner, Piece head, Piece payload, Piece tail, MessageKind kind);
 
-  bool empty() const { return body_ == nullptr; }
+  bool empty() const { return piece_count_ == 0; }
   MessageKind kind() const { return kind_; }
   const uint8_t* prefix() const { return prefix_; }
-  const uint8_t* body() const { return body_; }
+  // The contiguous body; for a frame with a borrowed payload, its head only.
+  const uint8_t* body() const { return pieces_[0].data; }
   uint32_t body_size() const { return body_size_; }
   std::size_t wire_size() const { return kFramePrefixBytes + body_size_; }
+  bool contiguous() const { return piece_count_ <= 1; }
+  // The body in wire order: one piece, or head, payload, tail.
+  std::size_t piece_count() const { return piece_count_; }
+  const Piece& piece(std::size_t i) const { return pieces_[i]; }
+  // Prefix and body bytes as a socket would carry them (tests, loopback).
+  void AppendWireBytes(std::vector<uint8_t>* out) const;
 
  private:
   std::shared_ptr<const void> owner_;
-  const uint8_t* body_ = nullptr;
+  Piece pieces_[3];
+  uint8_t piece_count_ = 0;
   uint32_t body_size_ = 0;
   MessageKind kind_ = MessageKind::kNone;
   uint8_t prefix_[kFramePrefixBytes] = {0, 0, 0, 0};

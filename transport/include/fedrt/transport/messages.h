@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -190,6 +191,43 @@ Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits, co
 Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits);
 Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits,
                         const PayloadFill& fill);
+
+// Reusable encoding storage for ring and gossip chunks, so a collective's steady state
+// allocates nothing per chunk: the FlatBuffer is built in memory kept from one
+// frame to the next. A slot holds one frame at a time and is busy() while any
+// copy of the frame encoded last is alive (queued on a connection or being
+// written); a connection releases its copy once the bytes are in the socket
+// (ConnectionHandler::OnSent) or when it closes.
+// Thread-safety: one thread encodes and asks busy(); connections release the
+// frame on their loop thread.
+class FrameSlot {
+ public:
+  FrameSlot();
+  ~FrameSlot();
+  FrameSlot(const FrameSlot&) = delete;
+  FrameSlot& operator=(const FrameSlot&) = delete;
+  bool busy() const;
+
+  struct Impl;  // private to the transport library
+  Impl& impl() { return *impl_; }
+  const std::shared_ptr<Impl>& shared() const { return impl_; }
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+enum class PayloadMode : uint8_t {
+  kCopy,    // payload.data is copied into the slot's frame
+  kBorrow,  // the frame points at payload.data: those bytes must stay
+            // unchanged until the slot is no longer busy()
+};
+
+// Encodes a ring chunk or a gossip model chunk in `slot` (kFailedPrecondition
+// when it is busy). The frame's bytes are identical to Encode(m, limits)'s.
+Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits, FrameSlot& slot,
+                        PayloadMode mode);
+Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits, FrameSlot& slot,
+                        PayloadMode mode);
 
 // Decoders: kFailedPrecondition when the frame holds another kind of message,
 // kCorrupt when a semantic check fails. `limits` bounds chunk total sizes.

@@ -6,13 +6,17 @@
 //   all-reduces the gradients (dense fp32, fp16 hops, or IWP-sparse) and
 //   applies their mean, so every peer holds the same model. With --repair a
 //   failed step drops the failed peer, re-forms the ring and repeats the step.
+//   --metrics FILE writes one JSON object per evaluation (`fedrt sim
+//   --topology ring|gossip` reads them to draw its plot).
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,6 +64,9 @@ struct PeerFlags {
   int max_steps = 0;  // 0: whole epochs
   bool repair = false;
   uint64_t seed = 1;
+  std::string graph = "ring";  // gossip graph: ring | torus
+  std::string metrics;      // JSON lines, one per evaluation
+  int evals_per_epoch = 1;  // test-set evaluations per epoch (the last at the epoch's end)
 };
 
 int Fail(const char* who, const Status& status) {
@@ -68,8 +75,11 @@ int Fail(const char* who, const Status& status) {
 }
 
 Result<std::unique_ptr<peer::PeerGroup>> Join(const std::string& config, const std::string& keys_path,
-                                              int rank, transport::KeyStore* keys, uint32_t chunk_floats = 0) {
+                                              int rank, transport::KeyStore* keys,
+                                              peer::GossipGraph graph = peer::GossipGraph::kRing,
+                                              uint32_t chunk_floats = 0) {
   peer::PeerOptions options;
+  options.graph = graph;
   auto peers = ReadPeerConfig(config, &options);
   if (!peers.ok()) return peers.status();
   if (chunk_floats != 0) options.chunk_floats = chunk_floats;
@@ -87,9 +97,59 @@ Result<std::unique_ptr<peer::PeerGroup>> Join(const std::string& config, const s
   return group;
 }
 
+// Drops the failed peer and re-forms the group (ring or graph) over the rest.
+Status Reform(peer::PeerGroup& group) {
+  std::vector<uint32_t> survivors;
+  for (uint32_t r : group.members()) {
+    if (static_cast<int>(r) != group.FailedRank()) survivors.push_back(r);
+  }
+  std::fprintf(stderr, "fedrt peer: re-forming without peer rank %d (%zu peers)\n", group.FailedRank(),
+               survivors.size());
+  FEDRT_RETURN_IF_ERROR(group.Form(survivors));
+  std::printf("ring re-formed with %zu peers\n", survivors.size());
+  std::fflush(stdout);
+  return Status::Ok();
+}
+
+// After a re-formation the survivors agree where to resume: a peer may have
+// finished the step the others failed (the lost peer's last data reached it
+// before it died). Every survivor learns every survivor's step; the first
+// peer at the furthest step sends its model and momentum (an all-reduce to
+// which the others add zeros, so the values arrive exactly) and everyone
+// resumes at that step. *behind: this peer's failed step is done already.
+Status Resync(peer::PeerGroup& group, std::size_t peer_count, uint32_t* step, Model& model, Sgd& sgd,
+              bool* behind) {
+  std::vector<float> steps(peer_count, 0.0f);
+  steps[group.rank()] = static_cast<float>(*step) + 1.0f;  // 0: not a member
+  FEDRT_RETURN_IF_ERROR(group.AllReduce(steps.data(), steps.size()));
+  uint32_t resume = 0, root = group.rank();
+  for (uint32_t r : group.members()) resume = std::max(resume, static_cast<uint32_t>(steps[r]) - 1);
+  for (uint32_t r : group.members()) {
+    if (static_cast<uint32_t>(steps[r]) - 1 == resume) {
+      root = r;
+      break;
+    }
+  }
+  const std::size_t d = model.parameter_count(), v = sgd.velocity_size();
+  std::vector<float> state(d + v, 0.0f);
+  if (group.rank() == root) {
+    std::copy(model.parameters(), model.parameters() + d, state.begin());
+    std::copy(sgd.velocity(), sgd.velocity() + v, state.begin() + static_cast<std::ptrdiff_t>(d));
+  }
+  FEDRT_RETURN_IF_ERROR(group.AllReduce(state.data(), state.size()));
+  std::copy(state.begin(), state.begin() + static_cast<std::ptrdiff_t>(d), model.parameters());
+  std::copy(state.begin() + static_cast<std::ptrdiff_t>(d), state.end(), sgd.velocity());
+  *behind = *step < resume;
+  *step = resume;
+  sgd.set_step(resume);
+  return Status::Ok();
+}
+
 int RunPeer(const PeerFlags& flags) {
   transport::KeyStore keys;
-  auto joined = Join(flags.config, flags.keys, flags.rank, &keys);
+  auto joined = Join(flags.config, flags.keys, flags.rank, &keys,
+                     flags.reduce == "gossip" && flags.graph == "torus" ? peer::GossipGraph::kTorus
+                                                                         : peer::GossipGraph::kRing);
   if (!joined.ok()) return Fail("peer", joined.status());
   peer::PeerGroup& group = **joined;
   const int n = static_cast<int>(group.members().size());
@@ -150,38 +210,111 @@ int RunPeer(const PeerFlags& flags) {
     gossip_codec += theta;
   }
   if (!gossip_codec.empty()) std::printf("gossip codec %s\n", gossip_codec.c_str());
+  std::ofstream metrics;
+  if (!flags.metrics.empty()) {
+    metrics.open(flags.metrics, std::ios::trunc);
+    if (!metrics) return Fail("peer", IoError(flags.metrics + ": cannot open for writing"));
+  }
+  // What a dense fp32 exchange of the same steps would have sent (the
+  // "vs fp32" ratio): the ring's 2 (p - 1) / p of the model per all-reduce,
+  // gossip's model once per neighbour.
+  double fp32_bytes = 0;
+  auto count_fp32_step = [&] {
+    const double p = static_cast<double>(group.members().size());
+    const double model_bytes = static_cast<double>(d) * sizeof(float);
+    if (flags.reduce == "gossip") {
+      const auto& m = group.members();
+      const std::size_t position = static_cast<std::size_t>(std::find(m.begin(), m.end(), group.rank()) - m.begin());
+      const auto neighbours = peer::GraphNeighbours(
+          flags.graph == "torus" ? peer::GossipGraph::kTorus : peer::GossipGraph::kRing, static_cast<uint32_t>(m.size()));
+      fp32_bytes += model_bytes * static_cast<double>(neighbours[position].size());
+    } else {
+      fp32_bytes += model_bytes * 2.0 * (p - 1.0) / p;
+    }
+  };
+  const auto run_start = std::chrono::steady_clock::now();
+  double interval_loss = 0;
+  std::size_t interval_steps = 0;
+  uint64_t interval_wraps = 0;
+  // Evaluates on the test set and writes one metrics line.
+  auto record = [&](int epoch, std::size_t steps_done, uint32_t step_count) -> Result<Evaluation> {
+    auto eval = EvaluateModel(*model, data->test, 256);
+    if (!eval.ok()) return eval.status();
+    if (metrics.is_open()) {
+      const double epochs_done = epoch + static_cast<double>(steps_done) / static_cast<double>(std::max<std::size_t>(1, steps_per_epoch));
+      nlohmann::json line = {
+          {"rank", flags.rank},
+          {"epoch", epochs_done},
+          {"step", step_count},
+          {"peers", group.members().size()},
+          {"test_accuracy", eval->accuracy},
+          {"test_loss", eval->loss},
+          {"train_loss", interval_steps ? interval_loss / static_cast<double>(interval_steps) : 0.0},
+          {"total_bytes_sent", group.total_bytes_sent()},
+          {"fp32_bytes", static_cast<uint64_t>(fp32_bytes)},
+          {"near_wraps", interval_wraps},
+          {"elapsed_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count()}};
+      metrics << line.dump() << "\n" << std::flush;
+    }
+    interval_loss = 0;
+    interval_steps = 0;
+    interval_wraps = 0;
+    return eval;
+  };
+  const std::size_t evals = static_cast<std::size_t>(flags.evals_per_epoch);
   uint32_t step = 0;
   for (int epoch = 0; epoch < flags.epochs; ++epoch) {
     std::vector<uint32_t> order = ShuffledIndices(mine.size(), flags.seed + static_cast<uint64_t>(flags.rank), static_cast<uint64_t>(epoch));
     double loss_sum = 0;
     uint64_t wraps = 0;
+    std::size_t steps_done = 0;
     const auto start = std::chrono::steady_clock::now();
     for (std::size_t s = 0; s < steps_per_epoch; ++s) {
       if (flags.max_steps > 0 && step >= static_cast<uint32_t>(flags.max_steps)) break;
+      // Evaluations inside the epoch (the epoch's end is evaluated below).
+      if (s > 0 && (s * evals) / steps_per_epoch != ((s - 1) * evals) / steps_per_epoch) {
+        auto eval = record(epoch, s, step);
+        if (!eval.ok()) return Fail("peer", eval.status());
+      }
       std::vector<uint32_t> batch_indices(static_cast<std::size_t>(flags.batch));
       for (int b = 0; b < flags.batch; ++b) batch_indices[static_cast<std::size_t>(b)] = mine[order[s * static_cast<std::size_t>(flags.batch) + static_cast<std::size_t>(b)]];
       GatherBatch(data->train, batch_indices.data(), batch_indices.size(), features.data(), labels.data());
       auto loss = model->ComputeGradients(features.data(), labels.data(), flags.batch);
       if (!loss.ok()) return Fail("peer", loss.status());
       loss_sum += loss->loss;
+      interval_loss += loss->loss;
+      ++interval_steps;
+      ++steps_done;
       float* g = model->gradients();
       if (flags.reduce == "gossip") {
         // D-PSGD: the mixing step applies the plain SGD step itself.
         peer::GossipStats gossip;
         const float lr = static_cast<float>(sgd->current_lr());
         Status mixed = group.GossipStep(model->parameters(), g, d, lr, gossip_codec, step, &gossip);
-        if (!mixed.ok()) return Fail("peer", mixed);
+        while (!mixed.ok()) {
+          // A failed step leaves the model as it was: re-form and repeat it.
+          std::fprintf(stderr, "fedrt peer: step %u: %s\n", step, mixed.ToString().c_str());
+          if (!flags.repair || group.FailedRank() < 0) return 1;
+          Status formed = Reform(group);
+          if (!formed.ok()) return Fail("peer", formed);
+          mixed = group.GossipStep(model->parameters(), g, d, lr, gossip_codec, step, &gossip);
+        }
+        count_fp32_step();
         wraps += gossip.wrap_count;
+        interval_wraps += gossip.wrap_count;
         if (flags.print_wraps) std::printf("step %u wraps %llu\n", step, static_cast<unsigned long long>(gossip.wrap_count));
         sgd->set_step(sgd->step() + 1);
         ++step;
         continue;
       }
+      bool accumulated = false;  // IWP: this step's gradient is in the accumulator
+      bool done_elsewhere = false;
       for (;;) {
         Status reduced;
         const float members = static_cast<float>(group.members().size());
         if (flags.reduce == "iwp") {
-          reduced = accumulator.Accumulate(g);
+          if (!accumulated) reduced = accumulator.Accumulate(g);
+          accumulated = true;
           if (reduced.ok()) reduced = group.IwpAllReduce(accumulator, model->parameters(), flags.seed, step, &indices, &sums);
           if (reduced.ok()) {
             std::fill(g, g + d, 0.0f);
@@ -198,26 +331,37 @@ int RunPeer(const PeerFlags& flags) {
         }
         if (reduced.ok()) break;
         std::fprintf(stderr, "fedrt peer: step %u: %s\n", step, reduced.ToString().c_str());
-        if (!flags.repair || group.FailedRank() < 0 || flags.reduce == "iwp") return 1;
-        std::vector<uint32_t> survivors;
-        for (uint32_t r : group.members()) {
-          if (static_cast<int>(r) != group.FailedRank()) survivors.push_back(r);
-        }
-        std::fprintf(stderr, "fedrt peer: re-forming the ring without peer rank %d (%zu peers)\n",
-                     group.FailedRank(), survivors.size());
-        Status formed = group.Form(survivors);
+        if (!flags.repair || group.FailedRank() < 0) return 1;
+        Status formed = Reform(group);
         if (!formed.ok()) return Fail("peer", formed);
-        std::printf("ring re-formed with %zu peers\n", survivors.size());
-        std::fflush(stdout);
+        bool behind = false;
+        Status synced = Resync(group, static_cast<std::size_t>(n), &step, *model, *sgd, &behind);
+        if (!synced.ok()) return Fail("peer", synced);
+        if (flags.reduce == "iwp" && !behind && !sums.empty()) {
+          // The sum never completed anywhere: what this peer gathered goes
+          // back into its accumulator (those slots are zero since).
+          std::fill(saved.begin(), saved.end(), 0.0f);
+          for (std::size_t j = 0; j < indices.size(); ++j) saved[indices[j]] = sums[j];
+          Status kept = accumulator.Accumulate(saved.data());
+          if (!kept.ok()) return Fail("peer", kept);
+        }
+        if (behind) {
+          // Another peer finished this step; its model (sent above) has it.
+          std::printf("resuming at step %u\n", step);
+          done_elsewhere = true;
+          break;
+        }
       }
+      if (done_elsewhere) continue;
+      count_fp32_step();
       sgd->Step(model->parameters(), g);
       ++step;
     }
-    auto eval = EvaluateModel(*model, data->test, 256);
+    auto eval = record(epoch, steps_done, step);
     if (!eval.ok()) return Fail("peer", eval.status());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("peer rank %d epoch %d/%d  loss %.4f  test acc %.2f%%  sent %.1f MB  wraps %llu  %.1f s\n", flags.rank,
-                epoch + 1, flags.epochs, loss_sum / static_cast<double>(std::max<std::size_t>(1, steps_per_epoch)),
+                epoch + 1, flags.epochs, loss_sum / static_cast<double>(std::max<std::size_t>(1, steps_done)),
                 100.0 * eval->accuracy, static_cast<double>(group.total_bytes_sent()) / 1e6,
                 static_cast<unsigned long long>(wraps), seconds);
     std::fflush(stdout);
@@ -249,7 +393,7 @@ std::string CpuFile(const std::string& config, int rank) { return config + ".cpu
 
 int RunBenchWorker(const BenchFlags& flags) {
   transport::KeyStore keys;
-  auto joined = Join(flags.config, flags.keys, flags.worker_rank, &keys,
+  auto joined = Join(flags.config, flags.keys, flags.worker_rank, &keys, peer::GossipGraph::kRing,
                      static_cast<uint32_t>(flags.chunk_bytes / sizeof(float)));
   if (!joined.ok()) return Fail("bench allreduce", joined.status());
   peer::PeerGroup& group = **joined;
@@ -382,6 +526,11 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--max-steps", flags->max_steps, "Stop after this many steps (0: whole epochs)")->check(CLI::NonNegativeNumber);
   p->add_flag("--repair", flags->repair, "When a peer fails, re-form the ring without it and continue");
   p->add_option("--seed", flags->seed, "Seed of the model, the partition and IWP")->capture_default_str();
+  p->add_option("--graph", flags->graph, "Gossip graph: ring, or torus (2-D, Metropolis weights)")
+      ->capture_default_str()->check(CLI::IsMember({"ring", "torus"}));
+  p->add_option("--metrics", flags->metrics, "Write one JSON object per evaluation to this file");
+  p->add_option("--evals-per-epoch", flags->evals_per_epoch, "Test-set evaluations per epoch")
+      ->capture_default_str()->check(CLI::Range(1, 1000));
   commands.push_back({p, [flags] { return RunPeer(*flags); }});
 
   CLI::App* bench = app.get_subcommand("bench");

@@ -2,7 +2,8 @@
 // process and N `fedrt device` processes (the same binary) on 127.0.0.1 with
 // real TCP, once per codec; prints one progress line per round; writes
 // metrics.jsonl and plot.svg (test accuracy against rounds and against
-// megabytes uploaded, one line per codec).
+// megabytes uploaded, one line per codec). `--topology ring|gossip` runs peer
+// processes instead (sim_peer.cc); `--compare` plots earlier runs together.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/sim_report.h"
 #include "cli/star_report.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/platform/log.h"
@@ -37,28 +39,7 @@ extern char** environ;
 namespace fedrt::cli {
 namespace {
 
-struct SimFlags {
-  int devices = 8;
-  uint32_t rounds = 10;
-  std::vector<std::string> codecs;
-  std::string partition = "iid";
-  std::string out = "sim-out";
-  std::string data = "/usr/share/datasets/fashion-mnist";
-  std::string model = "mlp:784-300-100-10";
-  uint32_t epochs = 1;
-  float lr = 0.05f;
-  int batch = 32;
-  uint32_t deadline_ms = 300000;
-  uint64_t seed = 1;
-  AggregatorOptions ndqsg;  // anchor_fraction, wrap_threshold, max_rho, anchor_levels, downlink_codec
-};
-
-struct Series {
-  std::string codec;
-  std::vector<double> rounds, accuracy, megabytes;
-  uint64_t bytes_up = 0, fp32_bytes_up = 0, near_wraps = 0, bytes_down = 0;
-  double seconds = 0;
-};
+using Series = SimSeries;
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "fedrt sim: %s\n", message.c_str());
@@ -102,32 +83,17 @@ Status MakeKeys(const std::string& out, int devices) {
 
 pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string& log_path) {
   const std::string id = "dev-" + std::to_string(i);
-  std::vector<std::string> args = {"fedrt", "device", "--server", "127.0.0.1:" + std::to_string(port),
-                                   "--id", id, "--key-file", flags.out + "/keys/" + id + ".key",
-                                   "--data", flags.data, "--model", flags.model, "--partition", flags.partition,
-                                   "--devices", std::to_string(flags.devices), "--index", std::to_string(i),
-                                   "--batch", std::to_string(flags.batch), "--give-up-ms", "20000"};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings = {"OPENBLAS_NUM_THREADS=1"};
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::string(*e).rfind("OPENBLAS_NUM_THREADS=", 0) != 0) env_strings.push_back(*e);
-  }
-  std::vector<char*> envp;
-  for (std::string& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  return rc == 0 ? pid : -1;
+  return SpawnLogged({"fedrt", "device", "--server", "127.0.0.1:" + std::to_string(port),
+                      "--id", id, "--key-file", flags.out + "/keys/" + id + ".key",
+                      "--data", flags.data, "--model", flags.model, "--partition", flags.partition,
+                      "--devices", std::to_string(flags.devices), "--index", std::to_string(i),
+                      "--batch", std::to_string(flags.batch), "--give-up-ms", "20000"},
+                     log_path);
 }
 
-std::string Label(const std::string& codec) {
+}  // namespace
+
+std::string SimLabel(const std::string& codec) {
   std::string s = codec;
   for (char& c : s) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
@@ -137,7 +103,8 @@ std::string Label(const std::string& codec) {
 
 // Hand-written SVG: two panels (accuracy vs round, accuracy vs MB uploaded on
 // a log axis), one polyline per codec.
-std::string Plot(const std::vector<Series>& all, const std::string& title) {
+std::string SimPlot(const std::vector<Series>& all, const std::string& title, const std::string& x_label,
+                    const std::string& mb_label) {
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#7f7f7f"};
   const double W = 460, H = 340, left = 60, top = 40, pw = 370, ph = 240;
   double max_round = 1, min_acc = 1, max_acc = 0, min_mb = 1e30, max_mb = 0;
@@ -177,7 +144,7 @@ std::string Plot(const std::vector<Series>& all, const std::string& title) {
         svg << "<text x=\"" << ox + pw * t / 5 << "\" y=\"" << top + ph + 16 << "\" text-anchor=\"middle\">"
             << std::round(r) << "</text>\n";
       }
-      svg << "<text x=\"" << ox + pw / 2 << "\" y=\"" << top + ph + 34 << "\" text-anchor=\"middle\">round</text>\n";
+      svg << "<text x=\"" << ox + pw / 2 << "\" y=\"" << top + ph + 34 << "\" text-anchor=\"middle\">" << x_label << "</text>\n";
     } else {
       for (double e = lmin; e <= lmax; e += 1) {
         const double x = ox + pw * (e - lmin) / std::max(1.0, lmax - lmin);
@@ -185,7 +152,7 @@ std::string Plot(const std::vector<Series>& all, const std::string& title) {
             << "</text>\n";
       }
       svg << "<text x=\"" << ox + pw / 2 << "\" y=\"" << top + ph + 34
-          << "\" text-anchor=\"middle\">MB uploaded (log scale)</text>\n";
+          << "\" text-anchor=\"middle\">" << mb_label << "</text>\n";
     }
     svg << "<text x=\"" << ox - 45 << "\" y=\"" << top - 8 << "\">test accuracy</text>\n";
     for (std::size_t k = 0; k < all.size(); ++k) {
@@ -210,7 +177,45 @@ std::string Plot(const std::vector<Series>& all, const std::string& title) {
   return svg.str();
 }
 
+pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings = {"OPENBLAS_NUM_THREADS=1"};
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::string(*e).rfind("OPENBLAS_NUM_THREADS=", 0) != 0) env_strings.push_back(*e);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? pid : -1;
+}
+
+void PrintSimTable(const std::vector<Series>& all, const char* name_header, const char* mb_header) {
+  std::printf("\n%-40s %10s %12s %10s %10s %10s %8s\n", name_header, "final acc", mb_header, "vs fp32", "MB down",
+              "wraps", "time");
+  for (const Series& s : all) {
+    char down[32] = "-";  // peers have no downlink: what they send is all in the MB column
+    if (s.bytes_down) std::snprintf(down, sizeof(down), "%.3f", static_cast<double>(s.bytes_down) / 1e6);
+    std::printf("%-40s %9.2f%% %12.3f %9.1fx %10s %10llu %7.0fs\n", s.codec.c_str(),
+                s.accuracy.empty() ? 0.0 : 100.0 * s.accuracy.back(), static_cast<double>(s.bytes_up) / 1e6,
+                s.bytes_up ? static_cast<double>(s.fp32_bytes_up) / static_cast<double>(s.bytes_up) : 0.0, down,
+                static_cast<unsigned long long>(s.near_wraps), s.seconds);
+  }
+}
+
+namespace {
+
 int RunSim(SimFlags flags) {
+  if (!flags.compare.empty()) return RunSimCompare(flags);
+  if (flags.topology != "star") return RunPeerSim(flags);
   if (flags.codecs.empty()) flags.codecs = {"fp32", "ndqsg"};
   for (std::string& codec : flags.codecs) {
     Result<std::unique_ptr<Codec>> made = MakeCodec(codec);
@@ -230,7 +235,7 @@ int RunSim(SimFlags flags) {
 
   std::vector<Series> all;
   for (const std::string& codec : flags.codecs) {
-    const std::string dir = flags.out + "/" + Label(codec);
+    const std::string dir = flags.out + "/" + SimLabel(codec);
     ::mkdir(dir.c_str(), 0755);
     Series series;
     series.codec = codec;
@@ -278,6 +283,7 @@ int RunSim(SimFlags flags) {
                   static_cast<double>(series.bytes_up) / 1e6, elapsed);
       std::fflush(stdout);
       nlohmann::json line = RoundJson(report, codec);
+      line["topology"] = "star";
       line["partition"] = flags.partition;
       line["devices"] = flags.devices;
       line["total_bytes_up"] = series.bytes_up;
@@ -308,16 +314,9 @@ int RunSim(SimFlags flags) {
   }
 
   std::ofstream plot(flags.out + "/plot.svg", std::ios::trunc);
-  plot << Plot(all, "fedrt sim: " + std::to_string(flags.devices) + " devices, " + flags.model + ", " +
+  plot << SimPlot(all, "fedrt sim: " + std::to_string(flags.devices) + " devices, " + flags.model + ", " +
                         flags.partition);
-  std::printf("\n%-40s %10s %12s %10s %10s %10s %8s\n", "codec", "final acc", "MB uploaded", "vs fp32", "MB down",
-              "wraps", "time");
-  for (const Series& s : all) {
-    std::printf("%-40s %9.2f%% %12.3f %9.1fx %10.3f %10llu %7.0fs\n", s.codec.c_str(),
-                s.accuracy.empty() ? 0.0 : 100.0 * s.accuracy.back(), static_cast<double>(s.bytes_up) / 1e6,
-                s.bytes_up ? static_cast<double>(s.fp32_bytes_up) / static_cast<double>(s.bytes_up) : 0.0,
-                static_cast<double>(s.bytes_down) / 1e6, static_cast<unsigned long long>(s.near_wraps), s.seconds);
-  }
+  PrintSimTable(all, "codec", "MB uploaded");
   std::printf("wrote %s/metrics.jsonl and %s/plot.svg\n", flags.out.c_str(), flags.out.c_str());
   return 0;
 }
@@ -335,7 +334,7 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   sim->add_option("--out", flags->out, "Output directory")->capture_default_str();
   sim->add_option("--data", flags->data, "MNIST-style directory")->capture_default_str();
   sim->add_option("--model", flags->model, "Model spec")->capture_default_str();
-  sim->add_option("--epochs", flags->epochs, "Local epochs per round")->capture_default_str();
+  sim->add_option("--epochs", flags->epochs, "Star: local epochs per round. Ring, gossip: epochs")->capture_default_str();
   sim->add_option("--lr", flags->lr, "Devices' local learning rate")->capture_default_str();
   sim->add_option("--batch", flags->batch, "Devices' batch size")->capture_default_str();
   sim->add_option("--deadline-ms", flags->deadline_ms, "Round deadline")->capture_default_str();
@@ -350,6 +349,19 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
                   "Broadcast the model's delta with this codec (default: the full fp32 model)");
   sim->add_option("--anchor-levels", flags->ndqsg.anchor_levels, "NDQSG: anchors' DQSG levels (0: s1)")
       ->capture_default_str();
+  sim->add_option("--topology", flags->topology, "star (aggregator + devices), ring (all-reduce) or gossip (D-PSGD)")
+      ->capture_default_str()->check(CLI::IsMember({"star", "ring", "gossip"}));
+  sim->add_option("--peers", flags->peers, "Ring, gossip: peer processes")->capture_default_str()->check(CLI::Range(2, 256));
+  sim->add_option("--evals-per-epoch", flags->evals_per_epoch, "Ring, gossip: test-set evaluations (plot points) per epoch")
+      ->capture_default_str()->check(CLI::Range(1, 1000));
+  sim->add_option("--step-timeout-ms", flags->step_timeout_ms, "Ring, gossip: deadline of every step")
+      ->capture_default_str()->check(CLI::Range(100, 3600000));
+  sim->add_flag("--repair", flags->repair, "Ring, gossip: peers re-form without a failed peer and continue");
+  sim->add_option("--graph", flags->graph, "Gossip: ring or torus (2-D, rows x columns as square as the peer count allows)")
+      ->capture_default_str()->check(CLI::IsMember({"ring", "torus"}));
+  sim->add_option("--momentum", flags->momentum, "Ring: SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 0.999));
+  sim->add_option("--compare", flags->compare, "Only plot: earlier runs' --out directories, drawn on one plot in --out")
+      ->expected(1, -1);
   commands.push_back({sim, [flags] { return RunSim(*flags); }});
 }
 

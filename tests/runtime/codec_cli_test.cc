@@ -10,25 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "run_cli.h"
+
 namespace {
 
-const std::string kFedrt = FEDRT_CLI_PATH;
-
-struct Run {
-  int exit_code;
-  std::string output;
-};
-
-Run RunCli(const std::string& arguments) {
-  const std::string command = kFedrt + " " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string output;
-  char buffer[512];
-  while (fgets(buffer, sizeof buffer, pipe) != nullptr) output += buffer;
-  const int status = pclose(pipe);
-  return {WEXITSTATUS(status), output};
-}
+using Run = fedrt::testing::CliRun;
+using fedrt::testing::RunCli;
 
 std::string TempPath(const std::string& name) {
   const char* dir = std::getenv("TMPDIR");

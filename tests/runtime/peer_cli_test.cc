@@ -115,7 +115,18 @@ int Finish(Child& c, std::chrono::steady_clock::time_point deadline, int rank) {
   return status;
 }
 
-TEST_CASE("fedrt peer survives a killed peer: the others name it, re-form with 3 and finish") {
+// The test accuracy of a peer's last epoch line ("test acc 93.75%").
+std::string LastAccuracy(const std::string& text) {
+  const std::size_t line = text.rfind("epoch 40/40");
+  if (line == std::string::npos) return "";
+  const std::size_t at = text.find("test acc ", line);
+  return at == std::string::npos ? "" : text.substr(at, text.find('%', at) - at);
+}
+
+// Four `fedrt peer --repair` processes; rank 2 gets SIGKILL after two
+// epochs; the other three must name it, re-form with 3 and finish.
+// `same_model`: ring modes, where the survivors end with one model.
+void KillOneOfFour(const std::vector<std::string>& mode, bool same_model) {
   testing::TempDir dir;
   const int n = 4;
   const LocalRing files = MakeLocalRing(dir, n, "b", 3000);
@@ -125,12 +136,14 @@ TEST_CASE("fedrt peer survives a killed peer: the others name it, re-form with 3
 
   std::vector<Child> children;
   for (int r = 0; r < n; ++r) {
-    children.push_back(Spawn({FEDRT_CLI_PATH, "peer", "--config", config, "--keys", key_file, "--rank",
-                              std::to_string(r), "--data", data, "--model", "mlp:784-32-10",
-                              "--epochs", "40", "--batch", "8", "--lr", "0.05", "--repair"}));
+    std::vector<std::string> args = {FEDRT_CLI_PATH, "peer", "--config", config, "--keys", key_file, "--rank",
+                                     std::to_string(r), "--data", data, "--model", "mlp:784-32-10",
+                                     "--epochs", "40", "--batch", "8", "--lr", "0.05", "--repair"};
+    args.insert(args.end(), mode.begin(), mode.end());
+    children.push_back(Spawn(args));
   }
   // Kill rank 2 once it has finished two epochs.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
   bool killed = false;
   while (std::chrono::steady_clock::now() < deadline) {
     Drain(children[2]);
@@ -142,6 +155,7 @@ TEST_CASE("fedrt peer survives a killed peer: the others name it, re-form with 3
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   REQUIRE(killed);
+  std::vector<std::string> accuracies;
   for (int r = 0; r < n; ++r) {
     const int status = Finish(children[r], deadline, r);
     if (r == 2) continue;
@@ -151,7 +165,30 @@ TEST_CASE("fedrt peer survives a killed peer: the others name it, re-form with 3
     CHECK(children[r].text.find("peer rank 2") != std::string::npos);
     CHECK(children[r].text.find("ring re-formed with 3 peers") != std::string::npos);
     CHECK(children[r].text.find("epoch 40/40") != std::string::npos);
+    accuracies.push_back(LastAccuracy(children[r].text));
   }
+  if (same_model) {
+    // The survivors resumed at one step with one model: they end alike.
+    REQUIRE(accuracies.size() == 3);
+    CHECK(accuracies[0] == accuracies[1]);
+    CHECK(accuracies[1] == accuracies[2]);
+  }
+}
+
+TEST_CASE("fedrt peer survives a killed peer: the others name it, re-form with 3 and finish") {
+  KillOneOfFour({"--reduce", "dense"}, true);
+}
+
+TEST_CASE("an IWP ring survives a killed peer and the survivors end with the same model") {
+  KillOneOfFour({"--reduce", "iwp", "--density", "0.05"}, true);
+}
+
+TEST_CASE("gossip on a ring survives a killed peer") {
+  KillOneOfFour({"--reduce", "gossip", "--codec", "moniqua:bits=2,theta=1"}, false);
+}
+
+TEST_CASE("gossip on a torus survives a killed peer and re-forms the graph over the other three") {
+  KillOneOfFour({"--reduce", "gossip", "--graph", "torus"}, false);
 }
 
 TEST_CASE("fedrt peer gossip with a moniqua codec that names no theta derives theta from the learning rate") {

@@ -3,6 +3,7 @@
 // same rank within the step deadline, and the survivors re-form the ring.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "fedrt/codecs/iwp.h"
 #include "fedrt/runtime/peer.h"
 #include "fedrt/transport/auth.h"
 #include "peer_ring.h"
@@ -98,6 +100,49 @@ TEST_CASE("a peer whose key is wrong is refused and named") {
   CHECK_FALSE(s0.ok());
   CHECK_FALSE(s1.ok());
   CHECK(s0.message().find("peer rank 1") != std::string::npos);
+}
+
+TEST_CASE("an IWP step that fails hands back what each survivor gathered so its accumulator keeps it") {
+  peer::PeerOptions options;
+  options.step_timeout_ms = 2000;
+  PeerRing ring(4, options);
+  for (auto& s : ring.Form({0, 1, 2, 3})) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  const std::size_t d = 5000;
+  IwpOptions iwp;
+  iwp.target_fraction = 0.1f;
+  std::vector<std::unique_ptr<IwpAccumulator>> acc;
+  std::vector<float> weights(d, 1.0f), grad(d);
+  for (int r = 0; r < 4; ++r) {
+    acc.push_back(std::make_unique<IwpAccumulator>(d, iwp));
+    for (std::size_t i = 0; i < d; ++i) grad[i] = static_cast<float>((i * 7 + static_cast<std::size_t>(r) * 13) % 101) - 50.0f;
+    REQUIRE(acc.back()->Accumulate(grad.data()).ok());
+  }
+  std::vector<std::vector<float>> before(4);
+  for (int r = 0; r < 4; ++r) before[r].assign(acc[r]->accumulator(), acc[r]->accumulator() + d);
+  ring.groups[2].reset();
+  const std::vector<uint32_t> survivors = {0, 1, 3};
+  std::vector<std::vector<uint32_t>> indices(4);
+  std::vector<std::vector<float>> sums(4);
+  uint64_t seed = 7;
+  while (IwpLeader(seed, 0, 4) == 2) ++seed;  // a survivor leads: it gathers before the sum fails
+  auto st = ring.Each(survivors, [&](uint32_t r) {
+    return ring.groups[r]->IwpAllReduce(*acc[r], weights.data(), seed, 0, &indices[r], &sums[r]);
+  });
+  CHECK(!sums[IwpLeader(seed, 0, 4)].empty());
+  CheckSurvivorsBlame(ring, survivors, st, 2);
+  for (uint32_t r : survivors) {
+    INFO("rank ", r, " gathered ", sums[r].size());
+    if (!sums[r].empty()) {
+      REQUIRE(sums[r].size() == indices[r].size());
+      std::vector<float> back(d, 0.0f);
+      for (std::size_t j = 0; j < indices[r].size(); ++j) {
+        CHECK(acc[r]->accumulator()[indices[r][j]] == 0.0f);
+        back[indices[r][j]] = sums[r][j];
+      }
+      REQUIRE(acc[r]->Accumulate(back.data()).ok());
+    }
+    CHECK(std::equal(before[r].begin(), before[r].end(), acc[r]->accumulator()));
+  }
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string_view>
@@ -219,11 +220,13 @@ class TcpPeerGroup : public PeerGroup {
 
   Status Form(const std::vector<uint32_t>& members) override;
   Status Close() override {
-    std::shared_ptr<Link> r = right_, l = left_;
+    std::vector<std::shared_ptr<Link>> all = graph_links_;
+    all.push_back(right_);
+    all.push_back(left_);
     transport::LeaveMessage leave;
     leave.reason = "finished";
     auto frame = Encode(leave, connection_options_.limits);
-    for (const auto& link : {r, l}) {
+    for (const auto& link : all) {
       std::shared_ptr<Connection> c;
       {
         std::lock_guard<std::mutex> lock(signal_->mutex);
@@ -234,7 +237,7 @@ class TcpPeerGroup : public PeerGroup {
     DropLinks("peer group closed", /*graceful=*/true);
     std::unique_lock<std::mutex> lock(signal_->mutex);
     const bool done = signal_->changed.wait_for(lock, std::chrono::seconds(5), [&] {
-      return (!r || r->closed()) && (!l || l->closed());
+      return std::all_of(all.begin(), all.end(), [](const std::shared_ptr<Link>& k) { return !k || k->closed(); });
     });
     return done ? Status::Ok() : Status(StatusCode::kDeadlineExceeded, "neighbours did not close within 5 s");
   }
@@ -256,16 +259,19 @@ class TcpPeerGroup : public PeerGroup {
   uint32_t right() const { return members_[(position_ + 1) % members_.size()]; }
 
   void DropLinks(const char* why, bool graceful) {
-    std::shared_ptr<Connection> a, b;
+    std::vector<std::shared_ptr<Connection>> connections;
     {
       std::lock_guard<std::mutex> lock(signal_->mutex);
-      if (right_) a = right_->connection();
-      if (left_) b = left_->connection();
+      for (const auto& link : graph_links_) {
+        if (link) connections.push_back(link->connection());
+      }
+      if (right_) connections.push_back(right_->connection());
+      if (left_) connections.push_back(left_->connection());
     }
     // Re-forming closes gracefully: a failure report still queued on these
     // links reaches the neighbours before the end of stream, so they blame
     // the same rank instead of this peer's closing.
-    for (const auto& c : {a, b}) {
+    for (const auto& c : connections) {
       if (!c) continue;
       if (graceful) {
         c->Close();
@@ -275,11 +281,24 @@ class TcpPeerGroup : public PeerGroup {
     }
     right_.reset();
     left_.reset();
+    graph_links_.clear();
+    graph_ranks_.clear();
+    graph_weights_.clear();
   }
 
-  Status Dial(uint32_t generation, Clock::time_point deadline);
-  Status AcceptLeft(uint32_t generation, Clock::time_point deadline);
+  // Dials `to` and joins; *out is the link.
+  Status Dial(uint32_t to, uint32_t generation, Clock::time_point deadline, std::shared_ptr<Link>* out);
+  // Takes the joins of every rank in `from` (any order); out[i] is from[i]'s link.
+  Status Accept(const std::vector<uint32_t>& from, uint32_t generation, Clock::time_point deadline,
+                std::vector<std::shared_ptr<Link>>* out);
+  Status FormGraph(Clock::time_point deadline);
+  // Graph gossip: the next data frame from graph_links_[i]; failure reports
+  // and closes on any link end the wait. kCancelled: that neighbour left.
+  Result<Frame> NextFromNeighbour(std::size_t i, Clock::time_point deadline);
   Status Send(Link& link, uint32_t to, Result<transport::OutFrame> frame);
+  // A send to `to` failed with `s`: OK when that neighbour has left, else the
+  // step fails (blaming the peer a queued failure report names, or `to`).
+  Status SendFailed(Link& link, uint32_t to, const Status& s);
   // Fails the step: records the failed rank and reports it both ways.
   Status Fail(int failed, const Status& status);
   // Waits for the next data frame from one neighbour; failure reports from
@@ -305,6 +324,12 @@ class TcpPeerGroup : public PeerGroup {
   uint32_t generation_ = 0;
   std::shared_ptr<Link> right_;  // we send here
   std::shared_ptr<Link> left_;   // we receive from here
+  // Torus: one two-way link per graph neighbour, their ranks and Metropolis weights.
+  std::vector<std::shared_ptr<Link>> graph_links_;
+  std::vector<uint32_t> graph_ranks_;
+  std::vector<float> graph_weights_;
+  bool lenient_step_ = false;  // gossip after a re-formation: neighbours' steps may differ
+  std::vector<float> gathered_;  // IWP: this peer's gathered values, kept until the sum is done
   uint64_t collective_ = 0;
   int failed_rank_ = -1;
   bool reported_ = false;
@@ -313,13 +338,14 @@ class TcpPeerGroup : public PeerGroup {
 
   Status SendGossip(Link& link, uint32_t to, uint64_t step, const std::string& spec,
                     const uint8_t* bytes, std::size_t size, uint64_t* sent, Clock::time_point deadline);
-  Status ReceiveGossip(bool want_right, Clock::time_point deadline, uint64_t step,
-                       std::size_t max_size, std::vector<uint8_t>* out);
+  // Receives one neighbour's model; *sender_step is the step it was sent at.
+  Status ReceiveGossip(uint32_t from, const std::function<Result<Frame>()>& next, uint64_t step,
+                       std::size_t max_size, std::vector<uint8_t>* out, uint64_t* sender_step);
 
-  // A slot to encode the next ring chunk in: a free one, a new one while
-  // there are fewer than kMaxSlots, or the first one released (until the
-  // deadline or a closed link).
-  Result<transport::FrameSlot*> FreeSlot(Clock::time_point deadline);
+  // A slot to encode the next chunk to `link` in: a free one, a new one
+  // while there are fewer than kMaxSlots, or the first one released (until
+  // the deadline or `link` closes).
+  Result<transport::FrameSlot*> FreeSlot(Link& link, Clock::time_point deadline);
   // Waits until no queued frame borrows the caller's vector any more (all
   // slots released, or the sending link closed, so nothing reads them). A
   // collective calls it before returning, on every path, so the caller may
@@ -336,12 +362,13 @@ class TcpPeerGroup : public PeerGroup {
   std::unique_ptr<Codec> gossip_codec_;
   std::string gossip_spec_;
   std::vector<float> own_recovered_;
-  std::vector<float> recovered_[2];
-  std::vector<uint8_t> received_[2];
+  std::vector<std::vector<float>> recovered_;
+  std::vector<std::vector<uint8_t>> received_;
+  std::vector<MoniquaNeighbour> mix_;
 };
 
-Status TcpPeerGroup::Dial(uint32_t generation, Clock::time_point deadline) {
-  const uint32_t to = right();
+Status TcpPeerGroup::Dial(uint32_t to, uint32_t generation, Clock::time_point deadline,
+                          std::shared_ptr<Link>* out) {
   const PeerAddress& address = peers_[to];
   const transport::Key* key = keys_.Find(peers_[rank_].id);
   if (key == nullptr) return InvalidArgument("no key for this peer's id '" + peers_[rank_].id + "'");
@@ -381,16 +408,18 @@ Status TcpPeerGroup::Dial(uint32_t generation, Clock::time_point deadline) {
     if (!response.ok()) return Named(to, response.status());
     s = handshake.OnJoinResponse(*response);
     if (!s.ok()) return Named(to, s);
-    right_ = link;
+    *out = link;
     return Status::Ok();
   }
   return Named(to, last);
 }
 
-Status TcpPeerGroup::AcceptLeft(uint32_t generation, Clock::time_point deadline) {
-  const uint32_t from = left();
+Status TcpPeerGroup::Accept(const std::vector<uint32_t>& expected, uint32_t generation,
+                            Clock::time_point deadline, std::vector<std::shared_ptr<Link>>* out) {
   const transport::FrameLimits& limits = connection_options_.limits;
-  while (Remaining(deadline) > 0) {
+  out->assign(expected.size(), nullptr);
+  std::size_t joined = 0;
+  while (joined < expected.size() && Remaining(deadline) > 0) {
     std::shared_ptr<Link> link;
     {
       std::unique_lock<std::mutex> lock(signal_->mutex);
@@ -412,10 +441,15 @@ Status TcpPeerGroup::AcceptLeft(uint32_t generation, Clock::time_point deadline)
     if (!frame.ok()) continue;
     auto join = transport::DecodeJoin(*frame);
     if (!join.ok()) { refuse(join.status()); continue; }
-    if (join->device_id != peers_[from].id || join->resume_round != generation) {
-      refuse(Status(StatusCode::kFailedPrecondition, "not this peer's left neighbour in this ring"));
+    std::size_t which = expected.size();
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      if ((*out)[i] == nullptr && join->device_id == peers_[expected[i]].id) which = i;
+    }
+    if (which == expected.size() || join->resume_round != generation) {
+      refuse(Status(StatusCode::kFailedPrecondition, "not this peer's neighbour in this ring"));
       continue;
     }
+    const uint32_t from = expected[which];
     transport::ServerHandshake handshake(keys_, transport::SystemCrypto());
     auto challenge = handshake.OnJoin(*join);
     if (!challenge.ok()) { refuse(challenge.status()); continue; }
@@ -427,10 +461,15 @@ Status TcpPeerGroup::AcceptLeft(uint32_t generation, Clock::time_point deadline)
     auto response = handshake.OnAuthenticate(*auth);
     if (!response.ok()) { refuse(response.status()); return Named(from, response.status()); }
     (void)connection->Send(Encode(*response, limits).value());
-    left_ = link;
-    return Status::Ok();
+    (*out)[which] = link;
+    ++joined;
   }
-  return Named(from, Status(StatusCode::kDeadlineExceeded, "did not join within the deadline"));
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    if ((*out)[i] == nullptr) {
+      return Named(expected[i], Status(StatusCode::kDeadlineExceeded, "did not join within the deadline"));
+    }
+  }
+  return Status::Ok();
 }
 
 Status TcpPeerGroup::Form(const std::vector<uint32_t>& members) {
@@ -452,14 +491,49 @@ Status TcpPeerGroup::Form(const std::vector<uint32_t>& members) {
   failed_rank_ = -1;
   reported_ = false;
   collective_ = 0;
+  lenient_step_ = generation_ > 1;
   if (members_.size() == 1) return Status::Ok();
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(options_.join_timeout_ms);
+  if (options_.graph != GossipGraph::kRing) return FormGraph(deadline);
   Status accepted;
-  std::thread acceptor([&] { accepted = AcceptLeft(generation_, deadline); });
-  Status dialled = Dial(generation_, deadline);
+  std::vector<std::shared_ptr<Link>> accepted_links;
+  std::thread acceptor([&] { accepted = Accept({left()}, generation_, deadline, &accepted_links); });
+  Status dialled = Dial(right(), generation_, deadline, &right_);
   acceptor.join();
   if (!dialled.ok()) return dialled;
+  if (accepted.ok()) left_ = accepted_links[0];
   return accepted;
+}
+
+// Graph links: one connection per edge, dialled by the lower rank, carrying
+// data both ways. Weights: Metropolis over the graph of the members.
+Status TcpPeerGroup::FormGraph(Clock::time_point deadline) {
+  const auto neighbours = GraphNeighbours(options_.graph, static_cast<uint32_t>(members_.size()));
+  const std::vector<double> w = MetropolisWeights(neighbours);
+  std::vector<uint32_t> lower, higher;
+  for (uint32_t j : neighbours[position_]) {
+    graph_ranks_.push_back(members_[j]);
+    graph_weights_.push_back(static_cast<float>(w[position_ * members_.size() + j]));
+    (members_[j] < rank_ ? lower : higher).push_back(members_[j]);
+  }
+  Status accepted;
+  std::vector<std::shared_ptr<Link>> accepted_links;
+  std::thread acceptor([&] { accepted = Accept(lower, generation_, deadline, &accepted_links); });
+  Status dialled;
+  std::vector<std::shared_ptr<Link>> dialled_links(higher.size());
+  for (std::size_t i = 0; i < higher.size() && dialled.ok(); ++i) {
+    dialled = Dial(higher[i], generation_, deadline, &dialled_links[i]);
+  }
+  acceptor.join();
+  if (!dialled.ok()) return dialled;
+  if (!accepted.ok()) return accepted;
+  for (uint32_t r : graph_ranks_) {
+    auto lo = std::find(lower.begin(), lower.end(), r);
+    graph_links_.push_back(lo != lower.end() ? accepted_links[static_cast<std::size_t>(lo - lower.begin())]
+                                             : dialled_links[static_cast<std::size_t>(
+                                                   std::find(higher.begin(), higher.end(), r) - higher.begin())]);
+  }
+  return Status::Ok();
 }
 
 // Failure reports (Error messages between peers):
@@ -517,6 +591,10 @@ Status TcpPeerGroup::Send(Link& link, uint32_t to, Result<transport::OutFrame> f
   Status s = connection ? connection->Send(std::move(*frame))
                         : Status(StatusCode::kUnavailable, "link closed");
   if (s.ok()) return Status::Ok();
+  return SendFailed(link, to, s);
+}
+
+Status TcpPeerGroup::SendFailed(Link& link, uint32_t to, const Status& s) {
   {
     // A neighbour that finished and left needs nothing more from this peer.
     std::lock_guard<std::mutex> lock(signal_->mutex);
@@ -529,6 +607,7 @@ Status TcpPeerGroup::Send(Link& link, uint32_t to, Result<transport::OutFrame> f
   {
     std::lock_guard<std::mutex> lock(signal_->mutex);
     have_report = (left_ && left_->TakeError(&report)) || (right_ && right_->TakeError(&report));
+    for (const auto& g : graph_links_) have_report = have_report || g->TakeError(&report);
   }
   if (have_report) {
     auto e = transport::DecodeError(report);
@@ -553,7 +632,9 @@ Status TcpPeerGroup::Fail(int failed, const Status& status) {
     report.message = text;
     auto frame = Encode(report, connection_options_.limits);
     if (frame.ok()) {
-      for (Link* link : {right_.get(), left_.get()}) {
+      std::vector<Link*> links = {right_.get(), left_.get()};
+      for (const auto& g : graph_links_) links.push_back(g.get());
+      for (Link* link : links) {
         if (link == nullptr) continue;
         std::shared_ptr<Connection> connection;
         {
@@ -665,6 +746,67 @@ Result<Frame> TcpPeerGroup::NextFrom(bool want_right, Clock::time_point deadline
   }
 }
 
+Result<Frame> TcpPeerGroup::NextFromNeighbour(std::size_t i, Clock::time_point deadline) {
+  Link* want = graph_links_[i].get();
+  const int n = static_cast<int>(peers_.size());
+  for (;;) {
+    Frame frame;
+    uint32_t sender = graph_ranks_[i];
+    Status closed;
+    int closed_rank = -1;
+    bool left = false;
+    {
+      std::unique_lock<std::mutex> lock(signal_->mutex);
+      auto other_event = [&] {
+        for (const auto& g : graph_links_) {
+          if (g.get() != want && (g->front_is_error() || (g->closed() && !g->left_ring()))) return true;
+        }
+        return false;
+      };
+      signal_->changed.wait_until(lock, deadline, [&] {
+        return want->has_frame() || want->closed() || want->left_ring() || other_event();
+      });
+      // Failure reports first, from any neighbour (they may sit behind data).
+      for (std::size_t k = 0; k < graph_links_.size() && frame.kind() == MessageKind::kNone; ++k) {
+        if (graph_links_[k]->TakeError(&frame)) sender = graph_ranks_[k];
+      }
+      if (frame.kind() == MessageKind::kNone) {
+        if (want->has_frame()) {
+          frame = want->TakeFrame();
+        } else if (want->left_ring()) {
+          left = true;
+        } else {
+          for (std::size_t k = 0; k < graph_links_.size(); ++k) {
+            const Link& g = *graph_links_[k];
+            if (g.closed() && !g.left_ring()) {
+              closed = g.close_reason();
+              closed_rank = static_cast<int>(graph_ranks_[k]);
+              if (k == i) break;
+            }
+          }
+        }
+      }
+    }
+    if (frame.kind() == MessageKind::kError) {
+      auto e = transport::DecodeError(frame);
+      if (!e.ok()) return Fail(static_cast<int>(sender), Named(sender, e.status()));
+      Report report;
+      if (!ParseReport(e->message, &report) || report.a < 0 || report.a >= n) {
+        return Fail(static_cast<int>(sender), Named(sender, transport::ToStatus(*e)));
+      }
+      if (report.failed) return Fail(report.a, Status(e->code, std::string(e->message)));
+      continue;  // suspicions are a ring matter
+    }
+    if (frame.kind() != MessageKind::kNone) return frame;
+    if (left) return Status(StatusCode::kCancelled, Name(graph_ranks_[i]) + " has left");
+    if (closed_rank >= 0) return Fail(closed_rank, Named(static_cast<uint32_t>(closed_rank), closed));
+    const uint32_t r = graph_ranks_[i];
+    return Fail(static_cast<int>(r), Named(r, Status(StatusCode::kDeadlineExceeded,
+                                                     "sent nothing within the step deadline of " +
+                                                         std::to_string(options_.step_timeout_ms) + " ms")));
+  }
+}
+
 Status TcpPeerGroup::ExpectChunk(const Frame& frame, transport::RingPhase phase, uint32_t step,
                                  uint32_t segment, uint32_t index, uint32_t count, uint64_t total,
                                  uint64_t offset, transport::RingChunkMessage* out) {
@@ -687,7 +829,7 @@ Status TcpPeerGroup::ExpectChunk(const Frame& frame, transport::RingPhase phase,
   return Status::Ok();
 }
 
-Result<transport::FrameSlot*> TcpPeerGroup::FreeSlot(Clock::time_point deadline) {
+Result<transport::FrameSlot*> TcpPeerGroup::FreeSlot(Link& link, Clock::time_point deadline) {
   for (;;) {
     for (const auto& slot : slots_) {
       if (!slot->busy()) return slot.get();
@@ -699,14 +841,14 @@ Result<transport::FrameSlot*> TcpPeerGroup::FreeSlot(Clock::time_point deadline)
     std::unique_lock<std::mutex> lock(signal_->mutex);
     signal_->waiting_for_sends = true;
     const bool ready = signal_->changed.wait_until(lock, deadline, [&] {
-      if (!right_ || right_->closed()) return true;
+      if (link.closed()) return true;
       for (const auto& slot : slots_) {
         if (!slot->busy()) return true;
       }
       return false;
     });
     signal_->waiting_for_sends = false;
-    if (!right_ || right_->closed()) return Status(StatusCode::kUnavailable, "link closed");
+    if (link.closed()) return Status(StatusCode::kUnavailable, "link closed");
     if (!ready) return Status(StatusCode::kDeadlineExceeded, "sends did not complete within the step deadline");
   }
 }
@@ -752,6 +894,9 @@ Status TcpPeerGroup::AllReduce(float* data, std::size_t n, const std::string& co
                   "the ring lost peer rank " + std::to_string(failed_rank_) + "; Form() again first");
   }
   const std::size_t p = members_.size();
+  if (options_.graph != GossipGraph::kRing && p > 1) {
+    return Status(StatusCode::kFailedPrecondition, "ring collectives need a group formed as a ring");
+  }
   if (p == 1 || n == 0) return Status::Ok();
   if (codec_spec != ring_spec_ || (ring_codec_ == nullptr && !codec_spec.empty())) {
     ring_codec_.reset();
@@ -836,7 +981,10 @@ Status TcpPeerGroup::AllReduce(float* data, std::size_t n, const std::string& co
     // Raw floats are sent from the vector itself (the frame borrows them; see
     // ReleaseBorrowed); codec payloads are copied into the slot's frame, as
     // encoded_ is reused for the next chunk.
-    auto slot = FreeSlot(deadline);
+    auto slot = FreeSlot(*right_, deadline);
+    if (!slot.ok() && slot.status().code() == StatusCode::kUnavailable) {
+      return SendFailed(*right_, to, slot.status());  // the link closed
+    }
     if (!slot.ok()) {
       return Fail(static_cast<int>(to), Named(to, Status(slot.status().code(), "cannot send a ring chunk: " +
                                                                                   slot.status().message())));
@@ -935,7 +1083,11 @@ Status TcpPeerGroup::IwpAllReduce(IwpAccumulator& accumulator, const float* weig
                   "the ring lost peer rank " + std::to_string(failed_rank_) + "; Form() again first");
   }
   const std::size_t p = members_.size();
+  if (options_.graph != GossipGraph::kRing && p > 1) {
+    return Status(StatusCode::kFailedPrecondition, "ring collectives need a group formed as a ring");
+  }
   const std::size_t d = accumulator.size();
+  sums->clear();
   const uint32_t leader = IwpLeader(seed, step, static_cast<uint32_t>(p));
   uint64_t sent = 0;
   if (leader == position_) {
@@ -997,9 +1149,11 @@ Status TcpPeerGroup::IwpAllReduce(IwpAccumulator& accumulator, const float* weig
   sums->resize(indices->size());
   Status s = accumulator.GatherAndZero(indices->data(), indices->size(), sums->data());
   if (!s.ok()) return s;
+  gathered_.assign(sums->begin(), sums->end());
   s = AllReduce(sums->data(), sums->size(), "");
   stats_.bytes_sent += sent;
   total_bytes_sent_ += sent;
+  if (!s.ok()) sums->assign(gathered_.begin(), gathered_.end());  // what this peer gathered, for the caller to keep
   return s;
 }
 
@@ -1024,7 +1178,10 @@ Status TcpPeerGroup::SendGossip(Link& link, uint32_t to, uint64_t step, const st
     *sent += m.payload.size;
     // Copied into a reusable slot: the bytes (the model or encoded_) change
     // before the next step, and the send queue may still hold them.
-    auto slot = FreeSlot(deadline);
+    auto slot = FreeSlot(link, deadline);
+    if (!slot.ok() && slot.status().code() == StatusCode::kUnavailable) {
+      return SendFailed(link, to, slot.status());  // the link closed
+    }
     if (!slot.ok()) {
       return Fail(static_cast<int>(to), Named(to, Status(slot.status().code(), "cannot send the model: " +
                                                                                   slot.status().message())));
@@ -1035,13 +1192,12 @@ Status TcpPeerGroup::SendGossip(Link& link, uint32_t to, uint64_t step, const st
   return Status::Ok();
 }
 
-Status TcpPeerGroup::ReceiveGossip(bool want_right, Clock::time_point deadline, uint64_t step,
-                                   std::size_t max_size, std::vector<uint8_t>* out) {
-  const uint32_t from = want_right ? right() : left();
+Status TcpPeerGroup::ReceiveGossip(uint32_t from, const std::function<Result<Frame>()>& next, uint64_t step,
+                                   std::size_t max_size, std::vector<uint8_t>* out, uint64_t* sender_step) {
   uint32_t count = 1;
   uint64_t received = 0;
   for (uint32_t k = 0; k < count; ++k) {
-    auto frame = NextFrom(want_right, deadline);
+    auto frame = next();
     if (!frame.ok()) return frame.status();
     auto m = transport::DecodeGossipModel(*frame, connection_options_.limits);
     if (!m.ok()) return Fail(static_cast<int>(from), Named(from, m.status()));
@@ -1052,8 +1208,11 @@ Status TcpPeerGroup::ReceiveGossip(bool want_right, Clock::time_point deadline, 
         return Fail(static_cast<int>(from), Named(from, Corrupt("gossip model larger than this model's payload")));
       }
       out->resize(static_cast<std::size_t>(p.total_size));  // bounded by max_size above
+      *sender_step = m->step;
     }
-    if (m->step != step || m->source_rank != from || p.index != k || p.count != count ||
+    // After a re-formation neighbours may be steps apart.
+    const bool step_ok = k == 0 ? (m->step == step || lenient_step_) : m->step == *sender_step;
+    if (!step_ok || m->source_rank != from || p.index != k || p.count != count ||
         p.offset != received || p.total_size != out->size() || p.size > out->size() - received) {
       return Fail(static_cast<int>(from), Named(from, Corrupt("unexpected gossip chunk (step " +
                                                               std::to_string(m->step) + ")")));
@@ -1106,22 +1265,43 @@ Status TcpPeerGroup::GossipStep(float* model, const float* grad, std::size_t d, 
   } else {
     std::copy(model, model + d, own_recovered_.begin());
   }
-  const std::size_t neighbours = p == 1 ? 0 : (p == 2 ? 1 : 2);
-  if (neighbours >= 1) {
-    Status s = SendGossip(*right_, right(), step, codec ? codec->spec() : std::string(), payload,
-                          payload_size, &stats->bytes_sent, deadline);
-    if (s.ok() && neighbours == 2) {
-      s = SendGossip(*left_, left(), step, codec ? codec->spec() : std::string(), payload, payload_size,
-                     &stats->bytes_sent, deadline);
+  // The neighbours: on the ring the right and left links (with two peers
+  // the one neighbour is sent to on the right link and heard on the left);
+  // on a graph one two-way link each.
+  struct Edge {
+    uint32_t rank;
+    Link* send;
+    std::function<Result<Frame>()> next;
+    float weight;
+  };
+  std::vector<Edge> edges;
+  if (options_.graph != GossipGraph::kRing) {
+    for (std::size_t i = 0; i < graph_links_.size(); ++i) {
+      edges.push_back({graph_ranks_[i], graph_links_[i].get(), [this, i, deadline] { return NextFromNeighbour(i, deadline); },
+                       graph_weights_[i]});
     }
+  } else if (p == 2) {
+    edges.push_back({left(), right_.get(), [this, deadline] { return NextFrom(false, deadline); }, 0.5f});
+  } else if (p > 2) {
+    edges.push_back({left(), left_.get(), [this, deadline] { return NextFrom(false, deadline); }, 1.0f / 3.0f});
+    edges.push_back({right(), right_.get(), [this, deadline] { return NextFrom(true, deadline); }, 1.0f / 3.0f});
+  }
+  // The ring sends right first, then left.
+  for (std::size_t i = edges.size(); i-- > 0;) {
+    Status s = SendGossip(*edges[i].send, edges[i].rank, step, codec ? codec->spec() : std::string(), payload,
+                          payload_size, &stats->bytes_sent, deadline);
     if (!s.ok()) return s;
   }
-  MoniquaNeighbour mix[2];
-  const float weight = p == 2 ? 0.5f : 1.0f / 3.0f;
-  for (std::size_t i = 0; i < neighbours; ++i) {
-    const bool want_right = i == 1;  // with two peers the one neighbour is reached via the left link
-    const uint32_t from = want_right ? right() : left();
-    Status s = ReceiveGossip(want_right, deadline, step, max_size, &received_[i]);
+  if (received_.size() < edges.size()) {
+    received_.resize(edges.size());
+    recovered_.resize(edges.size());
+  }
+  mix_.clear();
+  for (std::size_t i = 0; i < edges.size(); ++i) {
+    const uint32_t from = edges[i].rank;
+    uint64_t sender_step = step;
+    Status s = ReceiveGossip(from, edges[i].next, step, max_size, &received_[i], &sender_step);
+    if (s.code() == StatusCode::kCancelled && failed_rank_ < 0) continue;  // it left: its weight stays here
     if (!s.ok()) return s;
     recovered_[i].resize(d);
     if (codec == nullptr) {
@@ -1131,6 +1311,7 @@ Status TcpPeerGroup::GossipStep(float* model, const float* grad, std::size_t d, 
       std::memcpy(recovered_[i].data(), received_[i].data(), received_[i].size());
     } else {
       CodecContext c = context;
+      c.round = static_cast<uint32_t>(sender_step);
       c.sender_id = from;
       if (moniqua) {
         std::size_t near_wrap = 0;
@@ -1143,10 +1324,9 @@ Status TcpPeerGroup::GossipStep(float* model, const float* grad, std::size_t d, 
       }
       if (!s.ok()) return Fail(static_cast<int>(from), Named(from, s));
     }
-    mix[i].recovered = recovered_[i].data();
-    mix[i].weight = weight;
+    mix_.push_back({recovered_[i].data(), edges[i].weight});
   }
-  MoniquaMixStep(model, own_recovered_.data(), mix, neighbours, lr, grad, d);
+  MoniquaMixStep(model, own_recovered_.data(), mix_.data(), mix_.size(), lr, grad, d);
   total_bytes_sent_ += stats->bytes_sent;
   return Status::Ok();
 }

@@ -67,7 +67,25 @@ struct PeerAddress {
   uint16_t port = 0; // 0 only for a peer whose listener picks a free port (tests)
 };
 
+// The gossip graph over a group's members (in ascending rank order, node i =
+// the i-th member). kRing: links to the two ring neighbours, used by every
+// collective. kTorus: a 2-D torus of TorusShape(n) (rows x columns), node i
+// at row i / columns, column i % columns, linked to its left, right, upper
+// and lower neighbours (wrapping, duplicates merged); GossipStep only.
+enum class GossipGraph : uint8_t { kRing, kTorus };
+
+// rows x columns == n with rows <= columns and rows as large as possible
+// (4: 2 x 2, 6: 2 x 3, 8: 2 x 4, 9: 3 x 3; a prime n gives 1 x n, a ring).
+void TorusShape(uint32_t n, uint32_t* rows, uint32_t* columns);
+// Each node's neighbours (node indices, ascending, no self, no duplicates).
+std::vector<std::vector<uint32_t>> GraphNeighbours(GossipGraph graph, uint32_t n);
+// Metropolis-Hastings mixing matrix of an undirected graph, n x n row-major:
+// W_ij = 1 / (1 + max(deg i, deg j)) for neighbours, W_ii = 1 - the row's
+// other weights, 0 elsewhere. Symmetric and doubly stochastic.
+std::vector<double> MetropolisWeights(const std::vector<std::vector<uint32_t>>& neighbours);
+
 struct PeerOptions {
+  GossipGraph graph = GossipGraph::kRing;
   uint32_t join_timeout_ms = 10000;  // Form(): dial, accept, authenticate
   uint32_t step_timeout_ms = 10000;  // each collective
   uint32_t chunk_floats = 1u << 18;  // pipelining granularity (1 MiB of fp32)
@@ -112,18 +130,25 @@ class PeerGroup {
   // position) selects indices from `weights`, broadcasts them; every peer
   // gathers-and-zeroes its accumulator there and the ring sums the values.
   // On return `indices` holds the index set and `sums` the summed values.
+  // When the sum fails after this peer gathered its values, `sums` holds
+  // those values (not reduced) so the caller can put them back into the
+  // accumulator (empty when nothing was gathered).
   virtual Status IwpAllReduce(IwpAccumulator& accumulator, const float* weights, uint64_t seed,
                               uint32_t step, std::vector<uint32_t>* indices,
                               std::vector<float>* sums) = 0;
 
-  // One decentralized SGD (D-PSGD) step on the ring with Metropolis weights
-  // (1/3 per neighbour; 1/2 with two peers): this peer sends `model` to its
-  // neighbours, raw fp32 when `codec_spec` is empty, else as that codec's
+  // One decentralized SGD (D-PSGD) step on the graph (options.graph) with
+  // Metropolis weights (ring: 1/3 per neighbour, 1/2 with two peers; torus:
+  // MetropolisWeights): this peer sends `model` to its neighbours, raw fp32 when `codec_spec` is empty, else as that codec's
   // payload (e.g. "moniqua:bits=1,theta=0.5"); recovers theirs (Moniqua: with
   // its own model as side information) and applies, in place,
   //   x += sum_i W_i (x'_i - x'_self) - lr * grad      (MoniquaMixStep)
   // where x'_self is its own model passed through the same channel. Every
-  // peer calls it with the same step number and codec.
+  // peer calls it with the same step number and codec. After a re-formation
+  // (the second Form() on) a neighbour's model of another step is taken too
+  // (peers that re-formed after a failure may be steps apart; it is decoded
+  // with the sender's step). A neighbour that has left (Close()) is skipped
+  // and its weight stays with this peer.
   virtual Status GossipStep(float* model, const float* grad, std::size_t d, float lr,
                             const std::string& codec_spec, uint64_t step, GossipStats* stats) = 0;
 

@@ -1,0 +1,339 @@
+// `fedrt sim --topology ring|gossip`: N `fedrt peer` processes on 127.0.0.1,
+// once per codec, with the star simulation's live progress, metrics.jsonl
+// and plot; and `fedrt sim --compare DIR...`: several runs on one plot.
+//
+// Every peer writes one JSON line per evaluation to <run>/rank-R.jsonl
+// (`fedrt peer --metrics`). The launcher polls those files; when every peer
+// still running has written its k-th line, it prints one progress line and
+// appends one object to metrics.jsonl: the peers' mean test accuracy (each
+// gossip peer evaluates its own model; ring peers hold the same one), the
+// bytes all peers sent so far, and what dense fp32 would have sent.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "cli/peer_launch.h"
+#include "cli/sim_report.h"
+#include "fedrt/codecs/codec.h"
+
+namespace fedrt::cli {
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "fedrt sim: %s\n", message.c_str());
+  return 1;
+}
+
+// How one codec argument maps onto `fedrt peer` flags.
+struct PeerMode {
+  std::vector<std::string> args;  // --reduce ... [--codec ...] [--density ...]
+};
+
+// Ring: fp32 (dense), fp16 (every hop fp16), iwp or iwp:density=F.
+// Gossip: fp32, or any codec spec (moniqua:bits=1,theta=0.5).
+Result<PeerMode> ModeFor(const SimFlags& flags, const std::string& codec) {
+  PeerMode mode;
+  if (flags.topology == "ring") {
+    if (codec == "fp32" || codec == "dense") {
+      mode.args = {"--reduce", "dense"};
+    } else if (codec == "fp16") {
+      mode.args = {"--reduce", "fp16"};
+    } else if (codec == "iwp" || codec.rfind("iwp:", 0) == 0) {
+      mode.args = {"--reduce", "iwp"};
+      if (codec.size() > 4) {
+        const std::string key = "density=";
+        const std::string rest = codec.substr(4);
+        if (rest.rfind(key, 0) != 0) return InvalidArgument("ring codec '" + codec + "': iwp takes only density=F");
+        mode.args.push_back("--density");
+        mode.args.push_back(rest.substr(key.size()));
+      }
+    } else {
+      return InvalidArgument("ring codec '" + codec + "': use fp32, fp16, iwp or iwp:density=F");
+    }
+    return mode;
+  }
+  mode.args = {"--reduce", "gossip", "--graph", flags.graph};
+  if (codec != "fp32") {
+    Result<std::unique_ptr<Codec>> made = MakeCodec(codec);
+    if (!made.ok()) return made.status();
+    mode.args.push_back("--codec");
+    mode.args.push_back(codec);
+  }
+  return mode;
+}
+
+// One peer's metrics file, read as it grows (whole lines only).
+struct RankFeed {
+  std::string path;
+  std::streamoff offset = 0;
+  std::vector<nlohmann::json> rows;
+  pid_t pid = -1;
+  bool exited = false;
+  bool failed = false;
+
+  void Poll() {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return;
+    in.seekg(offset);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (in.eof()) break;  // no newline yet: read it next time
+      offset += static_cast<std::streamoff>(line.size()) + 1;
+      nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (row.is_object()) rows.push_back(std::move(row));
+    }
+  }
+};
+
+double Number(const nlohmann::json& row, const char* key) {
+  auto it = row.find(key);
+  return it != row.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+// Runs one codec; appends its rows to `metrics`, its series to `all`.
+Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& metrics, std::vector<SimSeries>* all) {
+  Result<PeerMode> mode = ModeFor(flags, codec);
+  if (!mode.ok()) return mode.status();
+  const std::string name = flags.topology + " " + codec + (flags.topology == "gossip" && flags.graph == "torus" ? " (torus)" : "");
+  const std::string dir = flags.out + "/" + flags.topology + "-" + SimLabel(codec);
+  ::mkdir(dir.c_str(), 0755);
+  Result<LocalPeerFiles> files = WriteLocalPeerFiles(dir, flags.peers, flags.step_timeout_ms);
+  if (!files.ok()) return files.status();
+  std::vector<RankFeed> feeds(static_cast<std::size_t>(flags.peers));
+  const auto started = std::chrono::steady_clock::now();
+  for (int r = 0; r < flags.peers; ++r) {
+    RankFeed& feed = feeds[static_cast<std::size_t>(r)];
+    feed.path = dir + "/rank-" + std::to_string(r) + ".jsonl";
+    std::remove(feed.path.c_str());
+    std::vector<std::string> args = {"fedrt", "peer", "--config", files->config, "--keys", files->keys,
+                                     "--rank", std::to_string(r), "--data", flags.data, "--model", flags.model,
+                                     "--epochs", std::to_string(flags.epochs), "--batch", std::to_string(flags.batch),
+                                     "--lr", std::to_string(flags.lr), "--momentum", std::to_string(flags.momentum),
+                                     "--seed", std::to_string(flags.seed), "--metrics", feed.path,
+                                     "--evals-per-epoch", std::to_string(flags.evals_per_epoch)};
+    args.insert(args.end(), mode->args.begin(), mode->args.end());
+    if (flags.repair) args.push_back("--repair");
+    feed.pid = SpawnLogged(args, dir + "/rank-" + std::to_string(r) + ".log");
+    if (feed.pid < 0) {
+      feed.exited = feed.failed = true;
+    }
+  }
+  std::printf("[%s] %d peer processes started (logs in %s/)\n", name.c_str(), flags.peers, dir.c_str());
+  std::fflush(stdout);
+
+  SimSeries series;
+  series.codec = name;
+  std::size_t next = 0;  // the next row index to report
+  for (;;) {
+    bool running = false;
+    for (RankFeed& feed : feeds) {
+      feed.Poll();
+      if (!feed.exited) {
+        int status = 0;
+        if (::waitpid(feed.pid, &status, WNOHANG) == feed.pid) {
+          feed.exited = true;
+          feed.failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+          feed.Poll();  // its last lines
+        } else {
+          running = true;
+        }
+      }
+    }
+    // Report every row that all peers still able to write it have written.
+    for (;;) {
+      bool ready = true, any = false;
+      for (const RankFeed& feed : feeds) {
+        if (feed.rows.size() > next) {
+          any = true;
+        } else if (!feed.exited) {
+          ready = false;
+        }
+      }
+      if (!ready || !any) break;
+      double accuracy = 0, lowest = 1, highest = 0, loss = 0, epoch = 0, elapsed = 0;
+      uint64_t bytes = 0, fp32 = 0, wraps = 0, peers = 0, step = 0;
+      int count = 0;
+      for (const RankFeed& feed : feeds) {
+        if (feed.rows.empty()) continue;
+        // A peer that is gone contributes the bytes it had sent.
+        const nlohmann::json& last = feed.rows[std::min(next, feed.rows.size() - 1)];
+        bytes += static_cast<uint64_t>(Number(last, "total_bytes_sent"));
+        fp32 += static_cast<uint64_t>(Number(last, "fp32_bytes"));
+        if (feed.rows.size() <= next) continue;
+        const nlohmann::json& row = feed.rows[next];
+        const double a = Number(row, "test_accuracy");
+        accuracy += a;
+        lowest = std::min(lowest, a);
+        highest = std::max(highest, a);
+        loss += Number(row, "train_loss");
+        wraps += static_cast<uint64_t>(Number(row, "near_wraps"));
+        epoch = std::max(epoch, Number(row, "epoch"));
+        step = std::max<uint64_t>(step, static_cast<uint64_t>(Number(row, "step")));
+        peers = std::max<uint64_t>(peers, static_cast<uint64_t>(Number(row, "peers")));
+        elapsed = std::max(elapsed, Number(row, "elapsed_seconds"));
+        ++count;
+      }
+      accuracy /= count;
+      loss /= count;
+      series.rounds.push_back(epoch);
+      series.accuracy.push_back(accuracy);
+      series.megabytes.push_back(static_cast<double>(bytes) / 1e6);
+      series.bytes_up = bytes;
+      series.fp32_bytes_up = fp32;
+      series.near_wraps += wraps;
+      const double ratio = bytes ? static_cast<double>(fp32) / static_cast<double>(bytes) : 0.0;
+      std::printf("[%s] epoch %.2f/%u  peers %llu  test acc %.2f%% (%.2f..%.2f)  train loss %.4f  sent %.3f MB  "
+                  "x%.1f vs fp32  wraps %llu  %.0f s\n",
+                  name.c_str(), epoch, flags.epochs, static_cast<unsigned long long>(peers), 100.0 * accuracy,
+                  100.0 * lowest, 100.0 * highest, loss, static_cast<double>(bytes) / 1e6, ratio,
+                  static_cast<unsigned long long>(wraps), elapsed);
+      std::fflush(stdout);
+      nlohmann::json line = {{"topology", flags.topology},
+                             {"codec", codec},
+                             {"round", next + 1},
+                             {"epoch", epoch},
+                             {"step", step},
+                             {"peers", peers},
+                             {"reporting_peers", count},
+                             {"test_accuracy", accuracy},
+                             {"test_accuracy_min", lowest},
+                             {"test_accuracy_max", highest},
+                             {"train_loss", loss},
+                             {"total_bytes_sent", bytes},
+                             {"fp32_bytes", fp32},
+                             {"near_wraps", wraps},
+                             {"elapsed_seconds", elapsed}};
+      if (flags.topology == "gossip") line["graph"] = flags.graph;
+      metrics << line.dump() << "\n" << std::flush;
+      ++next;
+    }
+    if (!running) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  series.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  all->push_back(series);
+  int failed = 0;
+  for (const RankFeed& feed : feeds) failed += feed.failed ? 1 : 0;
+  // With --repair the run may lose peers and still finish; without, any
+  // failed peer fails the run.
+  const bool finished = std::any_of(feeds.begin(), feeds.end(), [](const RankFeed& f) { return !f.failed; });
+  if (failed > 0 && (!flags.repair || !finished)) {
+    return Internal(name + ": " + std::to_string(failed) + " of " + std::to_string(flags.peers) +
+                    " peer processes failed (see " + dir + "/rank-*.log)");
+  }
+  if (failed > 0) {
+    std::printf("[%s] %d of %d peers failed; the others re-formed and finished\n", name.c_str(), failed, flags.peers);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+int RunPeerSim(const SimFlags& flags_in) {
+  SimFlags flags = flags_in;
+  if (flags.codecs.empty()) {
+    flags.codecs = flags.topology == "ring" ? std::vector<std::string>{"fp32", "iwp"}
+                                            : std::vector<std::string>{"fp32", "moniqua:bits=1,theta=0.5"};
+  }
+  for (const std::string& codec : flags.codecs) {
+    Result<PeerMode> mode = ModeFor(flags, codec);
+    if (!mode.ok()) return Fail(mode.status().ToString());
+  }
+  ::mkdir(flags.out.c_str(), 0755);
+  std::ofstream metrics(flags.out + "/metrics.jsonl", std::ios::trunc);
+  if (!metrics) return Fail(flags.out + "/metrics.jsonl: cannot open for writing");
+  const std::string what = flags.topology == "gossip" ? "gossip (" + flags.graph + " graph)" : flags.topology;
+  std::printf("fedrt sim: %s, %d peers, %u epochs, %s, iid partition, codecs:", what.c_str(), flags.peers, flags.epochs,
+              flags.model.c_str());
+  for (const std::string& c : flags.codecs) std::printf(" %s", c.c_str());
+  std::printf("\n  output in %s/ (metrics.jsonl, plot.svg, one folder of peer logs per codec)\n", flags.out.c_str());
+  std::fflush(stdout);
+  std::vector<SimSeries> all;
+  for (const std::string& codec : flags.codecs) {
+    Status s = RunOne(flags, codec, metrics, &all);
+    if (!s.ok()) return Fail(s.ToString());
+  }
+  std::ofstream plot(flags.out + "/plot.svg", std::ios::trunc);
+  plot << SimPlot(all, "fedrt sim: " + what + ", " + std::to_string(flags.peers) + " peers, " + flags.model, "epoch",
+                  "MB sent by all peers (log scale)");
+  PrintSimTable(all, "run", "MB sent");
+  std::printf("wrote %s/metrics.jsonl and %s/plot.svg\n", flags.out.c_str(), flags.out.c_str());
+  return 0;
+}
+
+// Reads every DIR/metrics.jsonl (star lines have no "topology": star), one
+// series per (topology, codec) in order of appearance.
+int RunSimCompare(const SimFlags& flags) {
+  std::vector<SimSeries> all;
+  std::map<std::string, std::size_t> index;
+  std::vector<std::string> topologies;
+  for (const std::string& dir : flags.compare) {
+    std::ifstream in(dir + "/metrics.jsonl");
+    if (!in) return Fail(dir + "/metrics.jsonl: cannot open");
+    std::string text;
+    int line_number = 0;
+    while (std::getline(in, text)) {
+      ++line_number;
+      if (text.empty()) continue;
+      nlohmann::json row = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (!row.is_object() || !row.contains("codec") || !row["codec"].is_string() ||
+          !row.contains("test_accuracy")) {
+        return Fail(dir + "/metrics.jsonl:" + std::to_string(line_number) + ": not a sim metrics line");
+      }
+      const std::string topology =
+          row.contains("topology") && row["topology"].is_string() ? row["topology"].get<std::string>() : "star";
+      const bool star = topology == "star";
+      std::string name = topology + " " + row["codec"].get<std::string>();
+      if (row.contains("graph") && row["graph"] == "torus") name += " (torus)";
+      const std::string key = dir + "\n" + name;
+      auto found = index.find(key);
+      if (found == index.end()) {
+        found = index.emplace(key, all.size()).first;
+        all.emplace_back();
+        all.back().codec = name;
+        if (std::find(topologies.begin(), topologies.end(), topology) == topologies.end()) {
+          topologies.push_back(topology);
+        }
+      }
+      SimSeries& s = all[found->second];
+      s.rounds.push_back(star ? Number(row, "round") : Number(row, "epoch"));
+      s.accuracy.push_back(Number(row, "test_accuracy"));
+      s.bytes_up = static_cast<uint64_t>(Number(row, star ? "total_bytes_up" : "total_bytes_sent"));
+      if (star) {
+        s.fp32_bytes_up += static_cast<uint64_t>(Number(row, "fp32_bytes_up"));
+      } else {
+        s.fp32_bytes_up = static_cast<uint64_t>(Number(row, "fp32_bytes"));
+      }
+      s.megabytes.push_back(static_cast<double>(s.bytes_up) / 1e6);
+      s.near_wraps += static_cast<uint64_t>(Number(row, "near_wraps"));
+      s.seconds = Number(row, "elapsed_seconds");
+    }
+  }
+  if (all.empty()) return Fail("the --compare directories hold no metrics");
+  ::mkdir(flags.out.c_str(), 0755);
+  std::string title = "fedrt sim:";
+  for (const std::string& t : topologies) title += " " + t;
+  std::ofstream plot(flags.out + "/plot.svg", std::ios::trunc);
+  if (!plot) return Fail(flags.out + "/plot.svg: cannot open for writing");
+  plot << SimPlot(all, title, "round (star) or epoch (ring, gossip)",
+                  "MB sent: device uploads (star), all peers (ring, gossip); log scale");
+  PrintSimTable(all, "run", "MB sent");
+  std::printf("wrote %s/plot.svg\n", flags.out.c_str());
+  return 0;
+}
+
+}  // namespace fedrt::cli

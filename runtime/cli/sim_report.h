@@ -1,0 +1,71 @@
+// What the simulations share: `fedrt sim` runs the star topology
+// (sim_command.cc) or N `fedrt peer` processes on a ring or gossip graph
+// (sim_peer.cc); both draw the same plot and summary table, and
+// `fedrt sim --compare` draws several runs' metrics.jsonl on one plot.
+#ifndef FEDRT_RUNTIME_CLI_SIM_REPORT_H_
+#define FEDRT_RUNTIME_CLI_SIM_REPORT_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fedrt/runtime/aggregator.h"
+
+namespace fedrt::cli {
+
+struct SimFlags {
+  std::string topology = "star";  // star | ring | gossip
+  int devices = 8;                // star: device processes
+  int peers = 4;                  // ring, gossip: peer processes
+  uint32_t rounds = 10;
+  std::vector<std::string> codecs;
+  std::string partition = "iid";
+  std::string out = "sim-out";
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string model = "mlp:784-300-100-10";
+  uint32_t epochs = 1;  // star: local epochs per round; ring, gossip: epochs
+  float lr = 0.05f;
+  int batch = 32;
+  uint32_t deadline_ms = 300000;
+  uint64_t seed = 1;
+  // Star: anchor_fraction, wrap_threshold, max_rho, anchor_levels, downlink_codec.
+  AggregatorOptions ndqsg;
+  // Ring and gossip.
+  int evals_per_epoch = 1;
+  uint32_t step_timeout_ms = 30000;
+  bool repair = false;
+  std::string graph = "ring";  // gossip: ring | torus
+  float momentum = 0.9f;
+  // Plot only: earlier runs' output directories.
+  std::vector<std::string> compare;
+};
+
+// One line of the plot: test accuracy against `rounds` (rounds for the star
+// topology, epochs for ring and gossip) and against cumulative megabytes.
+struct SimSeries {
+  std::string codec;  // the legend's text
+  std::vector<double> rounds, accuracy, megabytes;
+  uint64_t bytes_up = 0, fp32_bytes_up = 0, near_wraps = 0, bytes_down = 0;
+  double seconds = 0;
+};
+
+// SVG with two panels: accuracy vs `x_label`, accuracy vs MB (log axis).
+std::string SimPlot(const std::vector<SimSeries>& all, const std::string& title,
+                    const std::string& x_label = "round",
+                    const std::string& mb_label = "MB uploaded (log scale)");
+// The closing table (final accuracy, MB, ratio to fp32, wraps, time).
+void PrintSimTable(const std::vector<SimSeries>& all, const char* name_header, const char* mb_header);
+// Starts the `fedrt` binary with `args` (args[0] is its name), output to
+// `log_path`, OPENBLAS_NUM_THREADS=1; -1 when it cannot start.
+pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path);
+// Directory-safe form of a codec spec.
+std::string SimLabel(const std::string& codec);
+
+int RunPeerSim(const SimFlags& flags);
+int RunSimCompare(const SimFlags& flags);
+
+}  // namespace fedrt::cli
+
+#endif  // FEDRT_RUNTIME_CLI_SIM_REPORT_H_

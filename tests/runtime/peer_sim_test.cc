@@ -1,0 +1,148 @@
+// `fedrt sim --topology ring|gossip` as users run it: peer processes on
+// 127.0.0.1 train a tiny generated data set; the run writes metrics.jsonl and
+// plot.svg, and `fedrt sim --compare` draws both runs on one plot. Native
+// builds only (real processes).
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "run_cli.h"
+#include "temp_dir.h"
+
+namespace fedrt {
+namespace {
+
+using Run = testing::CliRun;
+using testing::RunCli;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<nlohmann::json> Lines(const std::string& path) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+std::size_t Count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+std::string TinyData(const testing::TempDir& dir) {
+  const std::string data = dir.File("data");
+  REQUIRE(mkdir(data.c_str(), 0700) == 0);
+  REQUIRE(std::system((std::string(FEDRT_IDX_FIXTURE_PATH) + " " + data).c_str()) == 0);
+  return data;
+}
+
+// Every row of one codec: increasing epochs and bytes, accuracy in [0, 1].
+void CheckSeries(const std::vector<nlohmann::json>& rows, const std::string& topology, const std::string& codec,
+                 std::size_t expected_rows) {
+  std::vector<nlohmann::json> mine;
+  for (const auto& r : rows) {
+    if (r["codec"] == codec) mine.push_back(r);
+  }
+  INFO(topology, " ", codec);
+  REQUIRE(mine.size() == expected_rows);
+  double last_epoch = 0, last_bytes = 0;
+  for (const auto& r : mine) {
+    CHECK(r["topology"] == topology);
+    CHECK(r["peers"] == 3);
+    CHECK(r["reporting_peers"] == 3);
+    CHECK(r["epoch"].get<double>() > last_epoch);
+    CHECK(r["total_bytes_sent"].get<double>() > last_bytes);
+    CHECK(r["test_accuracy"].get<double>() >= 0.0);
+    CHECK(r["test_accuracy"].get<double>() <= 1.0);
+    last_epoch = r["epoch"].get<double>();
+    last_bytes = r["total_bytes_sent"].get<double>();
+  }
+  CHECK(last_epoch == doctest::Approx(2.0));
+}
+
+TEST_CASE("fedrt sim runs a ring and a gossip simulation and draws them on one comparison plot") {
+  testing::TempDir dir;
+  const std::string data = TinyData(dir);
+  const std::string common = " --peers 3 --data " + data + " --model mlp:784-32-10 --epochs 2 --batch 8 --evals-per-epoch 2";
+
+  Run ring = RunCli("sim --topology ring --out " + dir.File("ring") + common + " --codec fp32 --codec iwp:density=0.05");
+  INFO(ring.output);
+  REQUIRE(ring.exit_code == 0);
+  CHECK(ring.output.find("[ring iwp:density=0.05] epoch 2.00/2  peers 3  test acc") != std::string::npos);
+  const auto ring_rows = Lines(dir.File("ring/metrics.jsonl"));
+  CheckSeries(ring_rows, "ring", "fp32", 4);
+  CheckSeries(ring_rows, "ring", "iwp:density=0.05", 4);
+  // IWP at 5% density sends far less than the dense ring, which sends
+  // exactly what the fp32 reference says.
+  CHECK(ring_rows[3]["total_bytes_sent"].get<double>() >= ring_rows[3]["fp32_bytes"].get<double>());
+  CHECK(ring_rows[7]["total_bytes_sent"].get<double>() * 5 < ring_rows[3]["total_bytes_sent"].get<double>());
+  const std::string ring_svg = Slurp(dir.File("ring/plot.svg"));
+  CHECK(ring_svg.rfind("<svg", 0) == 0);
+  CHECK(Count(ring_svg, "<polyline") == 4);  // two codecs, two panels
+  CHECK(ring_svg.find(">ring iwp:density=0.05</text>") != std::string::npos);
+
+  Run gossip = RunCli("sim --topology gossip --out " + dir.File("gossip") + common +
+                      " --codec fp32 --codec moniqua:bits=1,theta=0.5");
+  INFO(gossip.output);
+  REQUIRE(gossip.exit_code == 0);
+  const auto gossip_rows = Lines(dir.File("gossip/metrics.jsonl"));
+  CheckSeries(gossip_rows, "gossip", "fp32", 4);
+  CheckSeries(gossip_rows, "gossip", "moniqua:bits=1,theta=0.5", 4);
+  CHECK(gossip_rows[0]["graph"] == "ring");
+
+  Run compare = RunCli("sim --compare " + dir.File("ring") + " " + dir.File("gossip") + " --out " + dir.File("both"));
+  INFO(compare.output);
+  REQUIRE(compare.exit_code == 0);
+  const std::string both = Slurp(dir.File("both/plot.svg"));
+  CHECK(Count(both, "<polyline") == 8);
+  for (const char* name : {"ring fp32", "ring iwp:density=0.05", "gossip fp32", "gossip moniqua:bits=1,theta=0.5"}) {
+    CHECK(both.find(std::string(">") + name + "</text>") != std::string::npos);
+    CHECK(compare.output.find(name) != std::string::npos);
+  }
+}
+
+TEST_CASE("fedrt sim runs gossip on a torus and names the graph in its metrics and legend") {
+  testing::TempDir dir;
+  const std::string data = TinyData(dir);
+  Run torus = RunCli("sim --topology gossip --graph torus --peers 4 --codec fp32 --data " + data +
+                     " --model mlp:784-32-10 --epochs 1 --batch 8 --out " + dir.File("torus"));
+  INFO(torus.output);
+  REQUIRE(torus.exit_code == 0);
+  const auto rows = Lines(dir.File("torus/metrics.jsonl"));
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0]["graph"] == "torus");
+  CHECK(rows[0]["peers"] == 4);
+  // 2 x 2 torus: two neighbours each, so fp32 sends exactly the reference.
+  CHECK(rows[0]["total_bytes_sent"].get<double>() == doctest::Approx(rows[0]["fp32_bytes"].get<double>()).epsilon(1e-6));
+  CHECK(Slurp(dir.File("torus/plot.svg")).find(">gossip fp32 (torus)</text>") != std::string::npos);
+}
+
+TEST_CASE("fedrt sim refuses a codec its topology cannot run and a compare folder without metrics") {
+  testing::TempDir dir;
+  Run ring = RunCli("sim --topology ring --peers 2 --out " + dir.File("x") + " --codec moniqua:bits=1,theta=0.5");
+  CHECK(ring.exit_code != 0);
+  CHECK(ring.output.find("use fp32, fp16, iwp or iwp:density=F") != std::string::npos);
+  Run compare = RunCli("sim --compare " + dir.File("absent") + " --out " + dir.File("y"));
+  CHECK(compare.exit_code != 0);
+  CHECK(compare.output.find("absent/metrics.jsonl: cannot open") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace fedrt

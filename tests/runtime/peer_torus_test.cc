@@ -193,9 +193,15 @@ TEST_CASE("a dead peer on a torus is named by every survivor and the graph re-fo
   CHECK(elapsed < 3.0 + 1.5);
   for (uint32_t r : survivors) {
     INFO("rank ", r, ": ", st[r].ToString());
-    CHECK_FALSE(st[r].ok());
-    CHECK(ring.groups[r]->FailedRank() == 2);
-    CHECK(st[r].message().find("peer rank 2") != std::string::npos);
+    // Rank 2's neighbours cannot finish the step. Ranks 3 and 4 do not need
+    // rank 2 for it: they may finish it before the forwarded failure report
+    // reaches them, and otherwise they fail naming the same rank.
+    const bool neighbour = r == 0 || r == 1 || r == 5;
+    if (neighbour) CHECK_FALSE(st[r].ok());
+    if (!st[r].ok()) {
+      CHECK(ring.groups[r]->FailedRank() == 2);
+      CHECK(st[r].message().find("peer rank 2") != std::string::npos);
+    }
   }
   for (auto& s : ring.Form(survivors)) REQUIRE_MESSAGE(s.ok(), s.ToString());
   const auto before = models;

@@ -97,7 +97,7 @@ int Main(int argc, char** argv) {
     Update& u = updates[static_cast<std::size_t>(i)];
     u.sender_id = DeviceSenderId("dev-" + std::to_string(i));
     context.sender_id = u.sender_id;
-    u.payload.resize(max_encoded);
+    u.payload.resize(static_cast<std::size_t>(max_encoded));  // a few MB: fits any size_t
     Result<std::size_t> size = codec.Encode(delta.data(), d, context, u.payload.data(), u.payload.size());
     if (!size.ok()) return Fail(size.status());
     u.payload.resize(*size);

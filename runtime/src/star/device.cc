@@ -207,7 +207,9 @@ Status Device::ApplyModel() {
       return Status(StatusCode::kFailedPrecondition, "a model delta for round " + std::to_string(round_) +
                                                          " without the model of the round before");
     }
-    Result<PayloadView> view = ParsePayload(model_bytes_->data(), model_bytes_->size());
+    // The reassembled bytes are in memory, so their count fits a size_t.
+    const std::size_t delta_size = static_cast<std::size_t>(model_bytes_->size());
+    Result<PayloadView> view = ParsePayload(model_bytes_->data(), delta_size);
     if (!view.ok()) return view.status();
     Result<std::unique_ptr<Codec>> codec = MakeCodec(view->spec);
     if (!codec.ok()) return codec.status();
@@ -217,7 +219,7 @@ Status Device::ApplyModel() {
     context.round = static_cast<uint32_t>(round_);
     context.sender_id = 0xFFFFFFu;  // the aggregator's broadcast
     std::vector<float> model = global_;
-    FEDRT_RETURN_IF_ERROR((*codec)->DecodeAccumulate(model_bytes_->data(), model_bytes_->size(), context, 1.0f,
+    FEDRT_RETURN_IF_ERROR((*codec)->DecodeAccumulate(model_bytes_->data(), delta_size, context, 1.0f,
                                                      model.data(), d));
     if (!CheckFinite(model.data(), d).ok()) return Corrupt("the global model is not finite");
     global_ = std::move(model);

@@ -259,7 +259,8 @@ class BlockingStarClient {
         round.round = m->round_id;
         round.codec_spec = std::string(m->codec_spec);
         round.session_seed = m->session_seed;
-        round.model.assign(m->payload.total_size, 0);
+        // The decoder checked total_size against limits_.max_payload_bytes.
+        round.model.assign(static_cast<std::size_t>(m->payload.total_size), 0);
       }
       if (m->payload.offset + m->payload.size > round.model.size()) return Corrupt("chunk outside the model");
       std::memcpy(round.model.data() + m->payload.offset, m->payload.data, m->payload.size);

@@ -23,8 +23,6 @@
 namespace fedrt::avx2 {
 namespace {
 
-constexpr Base3Table kBase3;
-
 // Shuffle moving bytes [0, b) and [8, 8 + b) of each 128-bit half to [0, 2b).
 __m256i CompactShuffle(int b) {
   alignas(32) int8_t bytes[32];
@@ -93,17 +91,7 @@ void PackSymbols(const uint8_t* symbols, std::size_t count, uint32_t alphabet, u
 
 uint32_t UnpackSymbols(const uint8_t* stream, std::size_t count, uint32_t alphabet, uint8_t* symbols) {
   const int b = codec_internal::PackedBits(alphabet);
-  if (alphabet == 3) {
-    std::size_t g = 0;
-    uint32_t head = 0;
-    for (; 5 * g + 16 <= count; ++g) {
-      const uint8_t v = stream[g];
-      head = kBase3.largest[v] > head ? kBase3.largest[v] : head;
-      std::memcpy(symbols + 5 * g, &kBase3.trits[v], 8);
-    }
-    const uint32_t rest = scalar::UnpackSymbols(stream + g, count - 5 * g, alphabet, symbols + 5 * g);
-    return rest > head ? rest : head;
-  }
+  if (alphabet == 3) return UnpackBase3ByTable(stream, count, symbols);
   if (b == 8 || b == 0) return scalar::UnpackSymbols(stream, count, alphabet, symbols);
   const __m256i spread = SpreadShuffle(b);
   const __m128i b1 = _mm_cvtsi32_si128(b), b2 = _mm_cvtsi32_si128(2 * b), b4 = _mm_cvtsi32_si128(4 * b);

@@ -58,8 +58,8 @@ inline uint8_t Base3Byte(uint64_t five_trits) {
 }
 
 // The five trits of base-3 byte v as bytes 0..4 of a little-endian word, the
-// last one not reduced (v / 81), and the largest of the five, for the SIMD
-// variants' table lookups.
+// last one not reduced (v / 81), and the largest of the five, for
+// UnpackBase3ByTable.
 struct Base3Table {
   uint64_t trits[256];
   uint8_t largest[256];
@@ -75,6 +75,11 @@ struct Base3Table {
     }
   }
 };
+
+// The SIMD variants' base-3 unpack (a table lookup per byte needs no vector
+// code): bytes while 16 or more symbols remain, the rest by the scalar kernel.
+// Built with the baseline flags, so both the AVX2 and the NEON files share it.
+uint32_t UnpackBase3ByTable(const uint8_t* stream, std::size_t count, uint8_t* symbols);
 
 }  // namespace fedrt
 

@@ -16,11 +16,6 @@
 #include "symbols/symbol_streams.h"
 
 namespace fedrt::neon {
-namespace {
-
-constexpr Base3Table kBase3;
-
-}  // namespace
 
 void PackSymbols(const uint8_t* symbols, std::size_t count, uint32_t alphabet, uint8_t* out) {
   const int b = codec_internal::PackedBits(alphabet);
@@ -63,17 +58,7 @@ void PackSymbols(const uint8_t* symbols, std::size_t count, uint32_t alphabet, u
 
 uint32_t UnpackSymbols(const uint8_t* stream, std::size_t count, uint32_t alphabet, uint8_t* symbols) {
   const int b = codec_internal::PackedBits(alphabet);
-  if (alphabet == 3) {
-    std::size_t g = 0;
-    uint32_t head = 0;
-    for (; 5 * g + 16 <= count; ++g) {
-      const uint8_t v = stream[g];
-      head = kBase3.largest[v] > head ? kBase3.largest[v] : head;
-      std::memcpy(symbols + 5 * g, &kBase3.trits[v], 8);
-    }
-    const uint32_t rest = scalar::UnpackSymbols(stream + g, count - 5 * g, alphabet, symbols + 5 * g);
-    return rest > head ? rest : head;
-  }
+  if (alphabet == 3) return UnpackBase3ByTable(stream, count, symbols);
   if (b == 8 || b == 0) return scalar::UnpackSymbols(stream, count, alphabet, symbols);
   const int16x8_t r1 = vdupq_n_s16(static_cast<int16_t>(-b));
   const int32x4_t r2 = vdupq_n_s32(-2 * b);

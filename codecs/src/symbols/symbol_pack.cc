@@ -120,6 +120,21 @@ uint32_t UnpackSymbols(const uint8_t* stream, std::size_t count, uint32_t alphab
 
 }  // namespace scalar
 
+uint32_t UnpackBase3ByTable(const uint8_t* stream, std::size_t count, uint8_t* symbols) {
+  static constexpr Base3Table kBase3;
+  std::size_t g = 0;
+  uint32_t head = 0;
+  // Each lookup writes 8 bytes: stop while 16 symbols remain so it never
+  // writes past `count`.
+  for (; 5 * g + 16 <= count; ++g) {
+    const uint8_t v = stream[g];
+    head = kBase3.largest[v] > head ? kBase3.largest[v] : head;
+    std::memcpy(symbols + 5 * g, &kBase3.trits[v], 8);
+  }
+  const uint32_t rest = scalar::UnpackSymbols(stream + g, count - 5 * g, 3, symbols + 5 * g);
+  return rest > head ? rest : head;
+}
+
 const PackKernels& PackKernelsFor(Isa isa) {
   static const PackKernels kScalar = {&scalar::PackSymbols, &scalar::UnpackSymbols};
   switch (isa) {

@@ -4,10 +4,12 @@
 // against the scalar reference.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "fedrt/codecs/codec.h"
@@ -192,6 +194,129 @@ TEST_CASE("every half kernel variant agrees on every fp16 midpoint and every fp1
       REQUIRE(Bits(floats[h]) == Bits(expected_floats[h]));
     }
   }
+}
+
+// True for the variants whose float -> half conversion is the scalar integer
+// algorithm, so that even NaN/Inf inputs (which the codecs reject) give the
+// scalar bits: everything but the hardware converters of AVX2 (F16C) and
+// AArch64 (FCVTN). On ARMv7 the NEON variant is integer NEON.
+bool MatchesScalarOnNonFinite(Isa isa) {
+#if defined(__arm__) && !defined(__aarch64__)
+  return isa == Isa::kScalar || isa == Isa::kNeon;
+#else
+  return isa == Isa::kScalar;
+#endif
+}
+
+TEST_CASE("every half kernel variant gives the scalar bits on a sweep of all float bit patterns") {
+  // Every 4096th pattern with varying low bits: every exponent (subnormals,
+  // Inf and NaN included) and both signs, 2^20 values.
+  std::vector<float> values(std::size_t{1} << 20);
+  for (uint32_t k = 0; k < values.size(); ++k) values[k] = FromBits((k << 12) | ((k * 0x9E37u) & 0xFFFu));
+  std::vector<uint16_t> fp16_expected(values.size()), bf16_expected(values.size());
+  scalar::FloatToFp16(values.data(), values.size(), fp16_expected.data());
+  scalar::FloatToBf16(values.data(), values.size(), bf16_expected.data());
+  for (Isa isa : AvailableIsas()) {
+    INFO("isa " << IsaName(isa));
+    std::vector<uint16_t> fp16(values.size()), bf16(values.size());
+    HalfKernelsFor(isa).float_to_fp16(values.data(), values.size(), fp16.data());
+    HalfKernelsFor(isa).float_to_bf16(values.data(), values.size(), bf16.data());
+    const bool all = MatchesScalarOnNonFinite(isa);
+    std::size_t compared = 0, mismatches = 0, first = 0;
+    for (std::size_t k = 0; k < values.size(); ++k) {
+      if (!all && !std::isfinite(values[k])) continue;
+      ++compared;
+      if (fp16[k] != fp16_expected[k] || bf16[k] != bf16_expected[k]) {
+        if (mismatches++ == 0) first = k;
+      }
+    }
+    INFO("first mismatch at float bits " << Bits(values[first]) << ": fp16 " << fp16[first] << " against "
+                                         << fp16_expected[first] << ", bf16 " << bf16[first] << " against "
+                                         << bf16_expected[first]);
+    CHECK(mismatches == 0);
+    CHECK(compared >= values.size() - values.size() / 128);
+  }
+}
+
+TEST_CASE("all 65536 fp16 patterns go to float and back to the same half on every ISA") {
+  std::vector<uint16_t> halves(0x10000);
+  for (uint32_t h = 0; h < 0x10000; ++h) halves[h] = static_cast<uint16_t>(h);
+  std::vector<float> floats_expected(halves.size());
+  std::vector<uint16_t> back_expected(halves.size());
+  scalar::Fp16ToFloat(halves.data(), halves.size(), floats_expected.data());
+  scalar::FloatToFp16(floats_expected.data(), floats_expected.size(), back_expected.data());
+  for (Isa isa : AvailableIsas()) {
+    INFO("isa " << IsaName(isa));
+    const auto& kernels = HalfKernelsFor(isa);
+    std::vector<float> floats(halves.size());
+    std::vector<uint16_t> back(halves.size());
+    kernels.fp16_to_float(halves.data(), halves.size(), floats.data());
+    kernels.float_to_fp16(floats.data(), floats.size(), back.data());
+    for (uint32_t h = 0; h < 0x10000; ++h) {
+      INFO("half " << h);
+      const bool finite = !Fp16IsNonFinite(static_cast<uint16_t>(h));
+      if (finite || MatchesScalarOnNonFinite(isa)) {
+        REQUIRE(Bits(floats[h]) == Bits(floats_expected[h]));
+        REQUIRE(back[h] == back_expected[h]);
+      }
+      if (finite) REQUIRE(back[h] == h);  // exact round trip, subnormal halves and -0 included
+    }
+  }
+  // Non-finite halves decode to Inf/NaN and, being beyond 65504, saturate.
+  CHECK(std::isinf(floats_expected[0x7C00]));
+  CHECK(std::isnan(floats_expected[0x7E01]));
+  CHECK(Bits(floats_expected[0xFE01]) == 0xFFC02000u);
+  CHECK(back_expected[0x7C00] == 0x7BFF);
+  CHECK(back_expected[0xFC00] == 0xFBFF);
+}
+
+TEST_CASE("float to fp16 agrees on every ISA at the subnormal and overflow boundaries") {
+  // Around each power of two from 2^-27 to 2^17 (the subnormal/normal seam
+  // at 2^-14, the round-to-zero edge at 2^-25, the saturation at 65504 and
+  // 65520) a window of 64 consecutive float patterns each way.
+  std::vector<float> values;
+  for (int e = -27; e <= 17; ++e) {
+    const uint32_t center = Bits(std::ldexp(1.0f, e));
+    for (uint32_t d = 0; d < 64; ++d) {
+      for (uint32_t bits : {center + d, center - d - 1}) {
+        values.push_back(FromBits(bits));
+        values.push_back(-FromBits(bits));
+      }
+    }
+  }
+  for (uint32_t bits : {Bits(65504.0f), Bits(65520.0f), Bits(0x1.ffcp-15f)}) {
+    for (uint32_t d = 0; d < 64; ++d) {
+      values.push_back(FromBits(bits + d));
+      values.push_back(FromBits(bits - d));
+    }
+  }
+  std::vector<uint16_t> expected(values.size());
+  scalar::FloatToFp16(values.data(), values.size(), expected.data());
+  for (Isa isa : AvailableIsas()) {
+    INFO("isa " << IsaName(isa));
+    for (std::size_t offset = 0; offset < 8; ++offset) {  // every position within a vector
+      std::vector<uint16_t> actual(values.size() - offset);
+      HalfKernelsFor(isa).float_to_fp16(values.data() + offset, actual.size(), actual.data());
+      REQUIRE(std::equal(actual.begin(), actual.end(), expected.begin() + static_cast<std::ptrdiff_t>(offset)));
+    }
+  }
+  CHECK(ToFp16(65519.996f) == 0x7BFF);
+  CHECK(ToFp16(0x1.ffcp-15f) == 0x0400);
+}
+
+TEST_CASE("the half kernels run the ISA this build expects") {
+  // The variant loops above cover every available ISA; under qemu the ARM
+  // builds must include NEON, or they would only have tested scalar.
+  const std::string expected = FEDRT_TEST_EXPECT_ISA;
+  if (expected.empty()) {
+    MESSAGE("FEDRT_TEST_EXPECT_ISA not set for this build; nothing to compare");
+    return;
+  }
+  Isa isa;
+  REQUIRE(ParseIsa(expected, &isa));
+  const auto isas = AvailableIsas();
+  CHECK(std::find(isas.begin(), isas.end(), isa) != isas.end());
+  MESSAGE("half kernels tested on " << isas.size() << " ISAs, expected " << expected);
 }
 
 CodecContext Context() {

@@ -51,8 +51,9 @@ namespace avx2 {
 FEDRT_HALF_KERNEL_DECLS
 }
 // NEON: fp16 uses the AArch64 conversion instructions; ARMv7 builds (no
-// -mfp16-format / neon-fp16 in our flags) forward fp16 to the scalar kernels.
-// bf16 is integer arithmetic and runs in NEON on both.
+// neon-fp16 in our flags, and NEON would flush subnormal halves) run the
+// scalar integer algorithm in integer NEON, which also matches the scalar
+// bits for NaN/Inf inputs. bf16 is integer arithmetic and runs in NEON on both.
 namespace neon {
 FEDRT_HALF_KERNEL_DECLS
 }

@@ -153,6 +153,47 @@ TEST_CASE("dequantize matches the reference on every ISA for scales around the s
   }
 }
 
+// Inputs whose quotient w / scale + u lies within a few ulps of a
+// half-integer, where a variant that divides differently (ARMv7: multiply by
+// the reciprocal, then check the distance to the tie) must defer to the
+// reference. Scales include the edges of ARMv7's reciprocal range.
+TEST_CASE("quantize agrees with the reference on every ISA next to every rounding tie") {
+  const DqsgKernels& ref = DqsgKernelsFor(Isa::kScalar);
+  const std::size_t n = 1024;
+  const auto u = Dither(n, 21);
+  const float scales[] = {0.37f,     1.0f,        3e-5f,      0x1.234568p-60f, 0x1p-100f, std::nextafter(0x1p-100f, 0.0f),
+                          0x1p100f,  std::nextafter(0x1p100f, 1e38f), 1e-38f, 7e30f};
+  std::mt19937 rng(7);
+  for (int s : {1, 2, 7, 127}) {
+    for (float scale : scales) {
+      INFO("s " << s << " scale " << scale);
+      std::vector<float> w(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const int k = static_cast<int>(rng() % static_cast<uint32_t>(2 * s + 3)) - (s + 1);
+        float x = (static_cast<float>(k) + 0.5f - u[i]) * scale;
+        for (int step = static_cast<int>(i % 9) - 4; step != 0; step += step > 0 ? -1 : 1) {
+          x = std::nextafter(x, step > 0 ? 1e38f : -1e38f);
+        }
+        w[i] = x;
+      }
+      std::vector<uint8_t> expected(n), nested_expected(n);
+      ref.quantize(w.data(), u.data(), n, scale, s, expected.data());
+      for (Isa isa : AvailableIsas()) {
+        INFO("isa " << IsaName(isa));
+        std::vector<uint8_t> actual(n);
+        DqsgKernelsFor(isa).quantize(w.data(), u.data(), n, scale, s, actual.data());
+        REQUIRE(actual == expected);
+        for (int rho : {3, 5, 255}) {
+          INFO("rho " << rho);
+          ref.nested_quantize(w.data(), u.data(), n, scale, s, rho, nested_expected.data());
+          DqsgKernelsFor(isa).nested_quantize(w.data(), u.data(), n, scale, s, rho, actual.data());
+          REQUIRE(actual == nested_expected);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("max_abs is non-finite on every ISA when any coordinate is Inf or NaN") {
   for (Isa isa : AvailableIsas()) {
     INFO("isa " << IsaName(isa));

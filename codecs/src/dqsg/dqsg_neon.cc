@@ -151,16 +151,121 @@ void NestedDequantize(const uint8_t* symbols, const float* u, const float* y, st
 
 #else  // ARMv7
 
-void Quantize(const float* w, const float* u, std::size_t n, float scale, int s, uint8_t* symbols) {
-  scalar::Quantize(w, u, n, scale, s, symbols);
+// ARMv7 quantize: no vector division, so q' = w * fl(1/scale) stands in for
+// q = fl(w / scale), and the rounding of t' = q' + u is kept only when it
+// provably equals the reference's rounding of t = fl(q + u); otherwise the
+// block of 16 coordinates is recomputed by the scalar reference. Proof
+// sketch, for 2^-100 <= scale <= 2^100 (else the whole call is scalar), so
+// that 1/scale is normal: |q - q'| <= 3.0002 * 2^-24 |w / scale| + 2^-25
+// (two roundings against one, plus a subnormal w flushed to 0, which moves
+// the quotient by less than 2^-126 / 2^-100); a subnormal u or sum flushed
+// by NEON moves t' by less than 2^-126; each of t, t' is within 2^-24 of its
+// magnitude of the exact sum. Hence, for |t'| < 256,
+//   |t - t'| <= 2^-22 |q'| + 2^-14.5,
+// and the test below asks for a distance from t' to the nearest half-integer
+// of more than 2^-20 |q'| + 2^-13 (twice that, so the roundings of the test
+// itself cannot matter): then t and t' round to the same integer, ties
+// included. For |t'| >= 256 the same bound (which the test limits to
+// |q'| < 2^19) keeps |t| > 255 with the same sign, so both clamp to the
+// same +-s (s <= 127). NaN or Inf in t' fails the test. Misses are rare:
+// about 2^-11 of the coordinates of Gaussian-like input sit that close to a
+// half-integer.
+namespace {
+
+constexpr float kMinReciprocalScale = 0x1p-100f;
+constexpr float kMaxReciprocalScale = 0x1p100f;
+
+// Round half to even for |x| <= 2^22: adding 1.5 * 2^23 leaves no fraction
+// bits, and ARMv7 NEON rounds to nearest even.
+inline float32x4_t RoundHalfEven(float32x4_t x) {
+  const float32x4_t magic = vdupq_n_f32(0x1.8p23f);
+  return vsubq_f32(vaddq_f32(x, magic), magic);
 }
+
+inline bool AllLanesSet(uint32x4_t mask) {
+  uint32x2_t m = vpmin_u32(vget_low_u32(mask), vget_high_u32(mask));
+  m = vpmin_u32(m, m);
+  return vget_lane_u32(m, 0) != 0;
+}
+
+// clamp(round(w / scale + u), -hi, hi) for 16 coordinates when the test in
+// the comment above holds for all of them (returns false otherwise).
+inline bool FineIndices16(const float* w, const float* u, float32x4_t inverse, float32x4_t hi, float32x4_t fine[4]) {
+  const float32x4_t limit = vdupq_n_f32(256.0f);
+  const float32x4_t half = vdupq_n_f32(0.5f);
+  const float32x4_t relative = vdupq_n_f32(0x1p-20f);
+  const float32x4_t absolute = vdupq_n_f32(0x1p-13f);
+  uint32x4_t sure = vdupq_n_u32(0xFFFFFFFFu);
+  for (int h = 0; h < 4; ++h) {
+    const float32x4_t q = vmulq_f32(vld1q_f32(w + 4 * h), inverse);
+    const float32x4_t t = vminq_f32(vmaxq_f32(vaddq_f32(q, vld1q_f32(u + 4 * h)), vnegq_f32(limit)), limit);
+    const float32x4_t k = RoundHalfEven(t);
+    const float32x4_t margin = vaddq_f32(vmulq_f32(vabsq_f32(q), relative), absolute);
+    sure = vandq_u32(sure, vcgtq_f32(vsubq_f32(half, vabdq_f32(t, k)), margin));
+    fine[h] = vminq_f32(vmaxq_f32(k, vnegq_f32(hi)), hi);
+  }
+  return AllLanesSet(sure);
+}
+
+// Sixteen small integers (as floats) plus `offset`, stored as bytes.
+inline void StoreSymbols16(const float32x4_t values[4], int32x4_t offset, uint8_t* out) {
+  uint16x4_t narrow[4];
+  for (int h = 0; h < 4; ++h) narrow[h] = vmovn_u32(vreinterpretq_u32_s32(vaddq_s32(vcvtq_s32_f32(values[h]), offset)));
+  vst1_u8(out, vmovn_u16(vcombine_u16(narrow[0], narrow[1])));
+  vst1_u8(out + 8, vmovn_u16(vcombine_u16(narrow[2], narrow[3])));
+}
+
+}  // namespace
+
+void Quantize(const float* w, const float* u, std::size_t n, float scale, int s, uint8_t* symbols) {
+  if (!(scale >= kMinReciprocalScale && scale <= kMaxReciprocalScale)) return scalar::Quantize(w, u, n, scale, s, symbols);
+  const float32x4_t inverse = vdupq_n_f32(1.0f / scale);  // VFP division: IEEE
+  const float32x4_t hi = vdupq_n_f32(static_cast<float>(s));
+  const int32x4_t offset = vdupq_n_s32(s);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    float32x4_t fine[4];
+    if (FineIndices16(w + i, u + i, inverse, hi, fine)) {
+      StoreSymbols16(fine, offset, symbols + i);
+    } else {
+      scalar::Quantize(w + i, u + i, 16, scale, s, symbols + i);
+    }
+  }
+  scalar::Quantize(w + i, u + i, n - i, scale, s, symbols + i);
+}
+
+// Odd rho: m = round(fine / rho) is fine * fl(1/rho) rounded, because fine / rho
+// (|fine| <= 127) is at least 1/(2 rho) >= 2^-9 from a half-integer (2 fine is
+// even, rho (2m + 1) odd) while the two roundings move it by under 2^-16.
+void NestedQuantize(const float* w, const float* u, std::size_t n, float scale, int s1, int rho,
+                    uint8_t* symbols) {
+  if (rho % 2 == 0 || !(scale >= kMinReciprocalScale && scale <= kMaxReciprocalScale)) {
+    return scalar::NestedQuantize(w, u, n, scale, s1, rho, symbols);
+  }
+  const float32x4_t inverse = vdupq_n_f32(1.0f / scale);
+  const float32x4_t hi = vdupq_n_f32(static_cast<float>(s1));
+  const float32x4_t rho_v = vdupq_n_f32(static_cast<float>(rho));
+  const float32x4_t inverse_rho = vdupq_n_f32(1.0f / static_cast<float>(rho));
+  const int32x4_t offset = vdupq_n_s32((rho - 1) / 2);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    float32x4_t fine[4];
+    if (!FineIndices16(w + i, u + i, inverse, hi, fine)) {
+      scalar::NestedQuantize(w + i, u + i, 16, scale, s1, rho, symbols + i);
+      continue;
+    }
+    float32x4_t coset[4];
+    for (int h = 0; h < 4; ++h) {
+      coset[h] = vsubq_f32(fine[h], vmulq_f32(rho_v, RoundHalfEven(vmulq_f32(fine[h], inverse_rho))));
+    }
+    StoreSymbols16(coset, offset, symbols + i);
+  }
+  scalar::NestedQuantize(w + i, u + i, n - i, scale, s1, rho, symbols + i);
+}
+
 void DequantizeAccumulate(const uint8_t* symbols, const float* u, std::size_t n, float scale, int s,
                           float weight, float* acc) {
   scalar::DequantizeAccumulate(symbols, u, n, scale, s, weight, acc);
-}
-void NestedQuantize(const float* w, const float* u, std::size_t n, float scale, int s1, int rho,
-                    uint8_t* symbols) {
-  scalar::NestedQuantize(w, u, n, scale, s1, rho, symbols);
 }
 void NestedDequantize(const uint8_t* symbols, const float* u, const float* y, std::size_t n, float scale,
                       int rho, float* out) {

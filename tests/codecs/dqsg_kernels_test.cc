@@ -194,6 +194,90 @@ TEST_CASE("quantize agrees with the reference on every ISA next to every roundin
   }
 }
 
+// Accumulators and products placed where ARMv7 NEON would flush or produce a
+// different NaN: sums that cancel into the subnormal range or to exact zero,
+// subnormal and non-finite accumulators, products that underflow, subnormal
+// and zero weights. Every variant must still give the reference's bits.
+TEST_CASE("dequantize accumulate gives the reference bits on every ISA where NEON would flush") {
+  const DqsgKernels& ref = DqsgKernelsFor(Isa::kScalar);
+  const std::size_t n = 1024;
+  const int s = 2;
+  const auto u = Dither(n, 31);
+  std::vector<uint8_t> symbols(n);
+  for (std::size_t i = 0; i < n; ++i) symbols[i] = static_cast<uint8_t>((i * 7) % 5);
+  const float nan_payload = std::nanf("0x1234");
+  for (float scale : {0x1p-100f, 0x1.3p-110f, 0.75f, 0x1p90f}) {
+    for (float weight : {1.0f, -0.3f, 0x1p-20f, 0x1p-60f, 1e-40f, 0.0f, -0.0f}) {
+      INFO("scale " << scale << " weight " << weight);
+      std::vector<float> values(n);
+      ref.dequantize(symbols.data(), u.data(), n, scale, s, values.data());
+      // One hazard per block of 16 (at a varying lane), so that no other lane
+      // of the block hides it; every eighth block has none.
+      std::vector<float> acc(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const float product = weight * values[i];
+        const std::size_t block = i / 16;
+        acc[i] = 3.0f - static_cast<float>(i % 11);
+        if (i % 16 != block % 16) continue;
+        switch (block % 8) {
+          case 0: acc[i] = -product; break;                        // exact zero
+          case 1: acc[i] = std::nextafter(-product, 1.0f); break;  // cancels to one ulp
+          case 2: acc[i] = -product + 0x1p-126f; break;
+          case 3: acc[i] = block % 3 == 0 ? 0.0f : 1e-39f; break;  // zero or subnormal accumulator
+          case 4: acc[i] = nan_payload; break;
+          case 5: acc[i] = -INFINITY; break;
+          case 6: acc[i] = -0.0f; break;
+          default: break;
+        }
+      }
+      std::vector<float> expected = acc;
+      ref.dequantize_accumulate(symbols.data(), u.data(), n, scale, s, weight, expected.data());
+      for (Isa isa : AvailableIsas()) {
+        INFO("isa " << IsaName(isa));
+        std::vector<float> actual = acc;
+        DqsgKernelsFor(isa).dequantize_accumulate(symbols.data(), u.data(), n, scale, s, weight, actual.data());
+        RequireSameBits(actual, expected);
+      }
+    }
+  }
+}
+
+TEST_CASE("nested dequantize gives the reference bits on every ISA next to every wrap decision") {
+  const DqsgKernels& ref = DqsgKernelsFor(Isa::kScalar);
+  const std::size_t n = 1024;
+  const auto u = Dither(n, 41);
+  std::mt19937 rng(5);
+  for (int rho : {2, 3, 5, 255}) {
+    const int half = (rho - 1) / 2;
+    for (float scale : {0.37f, 0x1p-100f, std::nextafter(0x1p-100f, 0.0f), 0x1p-60f, 0x1p100f, 1e-39f}) {
+      INFO("rho " << rho << " scale " << scale);
+      std::vector<uint8_t> symbols(n);
+      std::vector<float> y(n);
+      const float d2 = static_cast<float>(rho) * scale;
+      for (std::size_t i = 0; i < n; ++i) {
+        symbols[i] = static_cast<uint8_t>(rng() % static_cast<uint32_t>(rho));
+        const float q = static_cast<float>(static_cast<int>(symbols[i]) - half);
+        const float a = (q - u[i]) * scale;
+        // y - a within a few ulps of (k + 1/2) d2: the rounding of m is a tie decision.
+        const int k = static_cast<int>(rng() % 41) - 20;
+        float x = a + (static_cast<float>(k) + 0.5f) * d2;
+        for (int step = static_cast<int>(i % 9) - 4; step != 0; step += step > 0 ? -1 : 1) {
+          x = std::nextafter(x, step > 0 ? 1e38f : -1e38f);
+        }
+        y[i] = i % 97 == 0 ? 1e-41f : i % 89 == 0 ? 3e7f * d2 : x;
+      }
+      std::vector<float> expected(n);
+      ref.nested_dequantize(symbols.data(), u.data(), y.data(), n, scale, rho, expected.data());
+      for (Isa isa : AvailableIsas()) {
+        INFO("isa " << IsaName(isa));
+        std::vector<float> actual(n);
+        DqsgKernelsFor(isa).nested_dequantize(symbols.data(), u.data(), y.data(), n, scale, rho, actual.data());
+        RequireSameBits(actual, expected);
+      }
+    }
+  }
+}
+
 TEST_CASE("max_abs is non-finite on every ISA when any coordinate is Inf or NaN") {
   for (Isa isa : AvailableIsas()) {
     INFO("isa " << IsaName(isa));

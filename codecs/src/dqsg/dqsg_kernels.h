@@ -76,8 +76,9 @@ namespace avx2 {
 FEDRT_DQSG_KERNEL_DECLS
 }
 // NEON: all kernels on AArch64. ARMv7 NEON has no division and flushes
-// subnormals, so there only max_abs (integer) runs in NEON and the float
-// kernels forward to the scalar reference.
+// subnormals: there the float kernels run in NEON block by block and fall
+// back to the scalar reference for every block (or scale) where they cannot
+// prove the reference's result (dqsg_neon.cc).
 namespace neon {
 FEDRT_DQSG_KERNEL_DECLS
 }

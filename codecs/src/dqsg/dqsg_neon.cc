@@ -7,15 +7,23 @@
 // bit patterns and runs in NEON. dequantize runs in NEON when the bucket's
 // scale is at least 2^-102: then no operand or result can be subnormal
 // (q - u is 0 or at least 2^-24 in magnitude, so a nonzero product is at
-// least 2^-126), and every operation is the IEEE one; smaller scales, and the
-// kernels that divide or accumulate into arbitrary floats, use the scalar
-// reference (VFP, IEEE).
+// least 2^-126), and every operation is the IEEE one; smaller scales use the
+// scalar reference (VFP, IEEE). The dividing kernels (quantize, nested
+// quantize and dequantize) multiply by the reciprocal and keep a block of 16
+// only when a distance-to-tie test proves the same rounding; dequantize-
+// accumulate keeps a block only when no lane can have been flushed; other
+// blocks, and scales outside [2^-100, 2^100], run the scalar reference (the
+// proofs are next to the ARMv7 kernels below).
 // Tails (fewer than one iteration): the scalar kernels.
 #include <arm_neon.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "dqsg/dqsg_kernels.h"
+#if !defined(__aarch64__)
+#include "common/neon_armv7.h"
+#endif
 
 namespace fedrt::neon {
 
@@ -175,18 +183,8 @@ namespace {
 constexpr float kMinReciprocalScale = 0x1p-100f;
 constexpr float kMaxReciprocalScale = 0x1p100f;
 
-// Round half to even for |x| <= 2^22: adding 1.5 * 2^23 leaves no fraction
-// bits, and ARMv7 NEON rounds to nearest even.
-inline float32x4_t RoundHalfEven(float32x4_t x) {
-  const float32x4_t magic = vdupq_n_f32(0x1.8p23f);
-  return vsubq_f32(vaddq_f32(x, magic), magic);
-}
-
-inline bool AllLanesSet(uint32x4_t mask) {
-  uint32x2_t m = vpmin_u32(vget_low_u32(mask), vget_high_u32(mask));
-  m = vpmin_u32(m, m);
-  return vget_lane_u32(m, 0) != 0;
-}
+using armv7::AllLanesSet;
+using armv7::RoundHalfEven;
 
 // clamp(round(w / scale + u), -hi, hi) for 16 coordinates when the test in
 // the comment above holds for all of them (returns false otherwise).
@@ -263,13 +261,87 @@ void NestedQuantize(const float* w, const float* u, std::size_t n, float scale, 
   scalar::NestedQuantize(w + i, u + i, n - i, scale, s1, rho, symbols + i);
 }
 
+// acc += weight * ((q - u) * scale), 16 coordinates at a time, stored only
+// when every lane provably has the IEEE value: acc not subnormal (NEON would
+// read it as 0), the product normal (a zero product can hide a flushed value
+// or product), and the sum normal or an exact zero (armv7::SumIsIeee). The
+// value (q - u) * scale itself cannot be wrong without the product being 0:
+// a flushed difference or value is 0, and otherwise the operations are IEEE.
+// Other blocks (aggregates holding subnormals, zero values) run the scalar
+// reference.
 void DequantizeAccumulate(const uint8_t* symbols, const float* u, std::size_t n, float scale, int s,
                           float weight, float* acc) {
-  scalar::DequantizeAccumulate(symbols, u, n, scale, s, weight, acc);
+  if (!(std::fabs(weight) >= 0x1p-126f)) return scalar::DequantizeAccumulate(symbols, u, n, scale, s, weight, acc);
+  const float32x4_t scale_v = vdupq_n_f32(scale);
+  const float32x4_t weight_v = vdupq_n_f32(weight);
+  const int32x4_t offset = vdupq_n_s32(s);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    float32x4_t sums[4];
+    uint32x4_t sure = vdupq_n_u32(0xFFFFFFFFu);
+    for (int h = 0; h < 4; ++h) {
+      const std::size_t at = i + 4 * static_cast<std::size_t>(h);
+      const float32x4_t value = vmulq_f32(vsubq_f32(LoadLevels(symbols + at, offset), vld1q_f32(u + at)), scale_v);
+      const float32x4_t old = vld1q_f32(acc + at);
+      const float32x4_t product = vmulq_f32(weight_v, value);
+      sums[h] = vaddq_f32(old, product);
+      sure = vandq_u32(sure, vandq_u32(vandq_u32(armv7::IsNotSubnormal(old), armv7::IsNormal(product)),
+                                       armv7::SumIsIeee(old, product, sums[h])));
+    }
+    if (!armv7::StoreBlockIfSure(sure, sums, acc + i)) {
+      scalar::DequantizeAccumulate(symbols + i, u + i, 16, scale, s, weight, acc + i);
+    }
+  }
+  scalar::DequantizeAccumulate(symbols + i, u + i, n - i, scale, s, weight, acc + i);
 }
+
+// Nested dequantize: z = (y - a) / d2 becomes (y - a) * fl(1/d2), and
+// m = round(z) is kept when z' is far enough from a half-integer, as in
+// quantize. For 2^-100 <= scale <= 2^100 (else scalar) d2 and 1/d2 are
+// normal; flushes of a, y or y - a move y - a by less than 2^-124 plus
+// 2^-23 of it, i.e. the quotient by less than 2^-24 + 2^-23 |z|; with the
+// three roundings, |z - z'| < 2^-21.6 |z'| + 2^-23. The test asks for a
+// distance above 2^-19 |z'| + 2^-20 (so |z'| < 2^18). Then n = q + rho m and
+// (n - u) * scale are the reference's operations on normal numbers; the
+// result is kept only if it is normal (a flushed product would be 0).
 void NestedDequantize(const uint8_t* symbols, const float* u, const float* y, std::size_t n, float scale,
                       int rho, float* out) {
-  scalar::NestedDequantize(symbols, u, y, n, scale, rho, out);
+  if (!(scale >= kMinReciprocalScale && scale <= kMaxReciprocalScale)) {
+    return scalar::NestedDequantize(symbols, u, y, n, scale, rho, out);
+  }
+  const float rho_f = static_cast<float>(rho);
+  const float d2 = rho_f * scale;  // as the reference computes it
+  const float32x4_t scale_v = vdupq_n_f32(scale);
+  const float32x4_t rho_v = vdupq_n_f32(rho_f);
+  const float32x4_t inverse_d2 = vdupq_n_f32(1.0f / d2);
+  const float32x4_t limit = vdupq_n_f32(0x1p20f);
+  const float32x4_t half = vdupq_n_f32(0.5f);
+  const float32x4_t relative = vdupq_n_f32(0x1p-19f);
+  const float32x4_t absolute = vdupq_n_f32(0x1p-20f);
+  const int32x4_t offset = vdupq_n_s32((rho - 1) / 2);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    float32x4_t results[4];
+    uint32x4_t sure = vdupq_n_u32(0xFFFFFFFFu);
+    for (int h = 0; h < 4; ++h) {
+      const std::size_t at = i + 4 * static_cast<std::size_t>(h);
+      const float32x4_t q = LoadLevels(symbols + at, offset);
+      const float32x4_t u_v = vld1q_f32(u + at);
+      const float32x4_t a = vmulq_f32(vsubq_f32(q, u_v), scale_v);
+      const float32x4_t z = vmulq_f32(vsubq_f32(vld1q_f32(y + at), a), inverse_d2);
+      const float32x4_t zc = vminq_f32(vmaxq_f32(z, vnegq_f32(limit)), limit);
+      const float32x4_t m = RoundHalfEven(zc);
+      const float32x4_t margin = vaddq_f32(vmulq_f32(vabsq_f32(zc), relative), absolute);
+      const float32x4_t fine = vaddq_f32(q, vmulq_f32(rho_v, m));
+      results[h] = vmulq_f32(vsubq_f32(fine, u_v), scale_v);
+      sure = vandq_u32(sure, vandq_u32(vcgtq_f32(vsubq_f32(half, vabdq_f32(zc, m)), margin),
+                                       armv7::IsNormal(results[h])));
+    }
+    if (!armv7::StoreBlockIfSure(sure, results, out + i)) {
+      scalar::NestedDequantize(symbols + i, u + i, y + i, 16, scale, rho, out + i);
+    }
+  }
+  scalar::NestedDequantize(symbols + i, u + i, y + i, n - i, scale, rho, out + i);
 }
 
 #endif

@@ -82,6 +82,42 @@ TEST_CASE("every add variant keeps subnormal sums exact") {
   }
 }
 
+TEST_CASE("every add variant gives the scalar bits where ARMv7 NEON would flush or change a NaN") {
+  // Normal blocks of 16 with one hazard each (at a varying lane, so no other
+  // lane of the block hides it): sums cancelling into the subnormal range or
+  // to exact zero, subnormal inputs, NaN payloads, Inf, negative zeros.
+  const std::size_t n = 16 * 64 + 5;
+  std::vector<float> in(n), start(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    in[i] = 0.5f + static_cast<float>(i % 13);
+    start[i] = -3.0f - static_cast<float>(i % 7);
+    const std::size_t block = i / 16;
+    if (i % 16 != block % 16) continue;
+    const float small = std::ldexp(1.0f + static_cast<float>(i % 5) / 8.0f, -125);
+    switch (block % 9) {
+      case 0: start[i] = -small + 0x1p-126f; in[i] = small; break;           // sum near the smallest normal
+      case 1: start[i] = std::nextafter(-small, 0.0f); in[i] = small; break;  // subnormal sum
+      case 2: start[i] = -small; in[i] = small; break;                         // exact zero
+      case 3: in[i] = 1e-40f; break;                                           // subnormal input
+      case 4: start[i] = -1e-39f; break;                                       // subnormal accumulator
+      case 5: in[i] = std::nanf("0x2a"); break;
+      case 6: start[i] = INFINITY; in[i] = -INFINITY; break;
+      case 7: start[i] = -0.0f; in[i] = -0.0f; break;
+      default: break;
+    }
+  }
+  std::vector<float> expected = start;
+  scalar::AddFloats(in.data(), n, expected.data());
+  for (Isa isa : AvailableIsas()) {
+    INFO("isa ", IsaName(isa));
+    std::vector<float> got = start;
+    ReduceKernelsFor(isa).add(in.data(), n, got.data());
+    for (std::size_t i = 0; i < n; ++i) {
+      if (FloatBits(got[i]) != FloatBits(expected[i])) FAIL("index ", i, ": ", got[i], " vs ", expected[i]);
+    }
+  }
+}
+
 TEST_CASE("AddFloats follows the forced ISA and adds in place") {
   std::vector<float> a(100, 1.5f), b(100, 2.25f);
   for (Isa isa : AvailableIsas()) {

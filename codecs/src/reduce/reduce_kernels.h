@@ -26,7 +26,8 @@ void AddFloats(const float* in, std::size_t n, float* inout);
 namespace avx2 {
 void AddFloats(const float* in, std::size_t n, float* inout);
 }
-// ARMv7 NEON flushes subnormals, so the ARMv7 variant forwards to scalar;
+// ARMv7 NEON flushes subnormals, so the ARMv7 variant keeps a NEON block only
+// when no lane can have been flushed and adds the other blocks in scalar;
 // AArch64 NEON is IEEE-exact (FPCR.FZ = 0).
 namespace neon {
 void AddFloats(const float* in, std::size_t n, float* inout);

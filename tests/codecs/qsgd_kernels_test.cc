@@ -114,6 +114,61 @@ TEST_CASE("every qsgd kernel variant gives the scalar bits for every size, align
   }
 }
 
+TEST_CASE("level and sign accumulation give the scalar bits on every ISA where NEON would flush") {
+  // Blocks of 16 with one hazard each at a varying lane: sums cancelling into
+  // the subnormal range or to exact zero, subnormal and NaN accumulators,
+  // products that underflow (a tiny norm or weight); zero values (symbol s)
+  // are common and must not force the scalar path's result to differ either.
+  const QsgdKernels& ref = QsgdKernelsFor(Isa::kScalar);
+  const LevelTable table = UniformLevels(4);
+  const int s = 4;
+  const std::size_t n = 16 * 40 + 3;
+  std::vector<uint8_t> symbols(n);
+  std::vector<uint8_t> signs(n);  // sign symbols are 0 or 1 after validation
+  for (std::size_t i = 0; i < n; ++i) {
+    symbols[i] = static_cast<uint8_t>((i * 5 + i / 3) % 9);
+    signs[i] = symbols[i] & 1;
+  }
+  for (float norm : {1.5f, 0x1p-100f, 1e-39f}) {
+    for (float weight : {-0.25f, 0x1p-30f, 1e-41f}) {
+      INFO("norm " << norm << " weight " << weight);
+      std::vector<float> values(n);
+      ref.dequantize_levels(symbols.data(), n, norm, table.levels.data(), s, values.data());
+      std::vector<float> acc(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const float product = weight * values[i];
+        const std::size_t block = i / 16;
+        acc[i] = 2.0f + static_cast<float>(i % 5);
+        if (i % 16 != block % 16) continue;
+        const float hazards[] = {-product, std::nextafter(-product, 1.0f), -product + 0x1p-126f, 1e-39f,
+                                 std::nanf("0x77"), 0.0f, -0.0f, acc[i]};
+        acc[i] = hazards[block % 8];
+      }
+      for (int form = 0; form < 2; ++form) {
+        std::vector<float> expected = acc;
+        if (form == 0) {
+          ref.dequantize_levels_accumulate(symbols.data(), n, norm, table.levels.data(), s, weight, expected.data());
+        } else {
+          ref.sign_dequantize_accumulate(signs.data(), n, norm, weight, expected.data());
+        }
+        for (Isa isa : AvailableIsas()) {
+          INFO("isa " << IsaName(isa) << " form " << form);
+          const QsgdKernels& k = QsgdKernelsFor(isa);
+          std::vector<float> got = acc;
+          if (form == 0) {
+            k.dequantize_levels_accumulate(symbols.data(), n, norm, table.levels.data(), s, weight, got.data());
+          } else {
+            k.sign_dequantize_accumulate(signs.data(), n, norm, weight, got.data());
+          }
+          for (std::size_t i = 0; i < n; ++i) {
+            if (!SameBits(got[i], expected[i])) FAIL("index " << i << ": " << got[i] << " vs " << expected[i]);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("the norms follow their definitions") {
   const QsgdKernels& ref = QsgdKernelsFor(Isa::kScalar);
   const std::vector<float> v = {3.0f, -4.0f, 0.0f, 12.0f};

@@ -5,18 +5,22 @@
 // vdivq_f32 and float64x2: the norms, stochastic rounding and accumulation
 // run four lanes at a time with the reference's operations in its order
 // (-ffp-contract=off, explicit mul then add). ARMv7 NEON has neither
-// division nor doubles and flushes denormals to zero, so there the norms,
-// stochastic rounding and accumulation use the scalar reference, and only
-// data movement (sign tests and maxima on the integer bits, table lookups,
-// sign flips) is vectorized: results are identical on denormals by
-// construction. Dequantization looks values up in a per-call table of the
+// division nor doubles and flushes denormals to zero, so there the norms and
+// stochastic rounding use the scalar reference; data movement (sign tests and
+// maxima on the integer bits, table lookups, sign flips) is vectorized, and
+// the accumulation runs in NEON for every block of 16 where no lane can have
+// been flushed (the others in scalar): identical on denormals by construction. Dequantization looks values up in a per-call table of the
 // 2s+1 signed values, each computed as the reference computes it.
 // Tails (n % 4) go through the scalar kernel.
 #include <arm_neon.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "qsgd/qsgd_kernels.h"
+#if !defined(__aarch64__)
+#include "common/neon_armv7.h"
+#endif
 
 namespace fedrt {
 namespace neon {
@@ -154,6 +158,51 @@ void AccumulateFromTable(const uint8_t* symbols, std::size_t n, const float* tab
   for (; i < n; ++i) acc[i] += weight * table[symbols[i]];
 }
 
+#else  // ARMv7: norms and stochastic rounding stay scalar (see the file comment).
+
+float L2Norm(const float* v, std::size_t n) { return Ref().l2_norm(v, n); }
+float MeanAbs(const float* v, std::size_t n) { return Ref().mean_abs(v, n); }
+
+void QuantizeLevels(const float* v, std::size_t n, float norm, const float* levels, int s, const uint32_t* words,
+                    uint8_t* symbols) {
+  Ref().quantize_levels(v, n, norm, levels, s, words, symbols);
+}
+
+// acc[i] += weight * table[symbols[i]], 16 lanes per block, a block stored
+// only when every lane is the IEEE result: acc not subnormal, the product
+// normal or the product of an exactly zero value (a normal weight times +-0
+// is +-0 on every unit; a subnormal value would be flushed to a zero product
+// and fails the test), and the sum normal or an exact zero
+// (common/neon_armv7.h). Other blocks and non-normal weights: scalar.
+void AccumulateFromTable(const uint8_t* symbols, std::size_t n, const float* table, float weight, float* acc) {
+  std::size_t i = 0;
+  if (std::fabs(weight) >= 0x1p-126f) {
+    const float32x4_t weight4 = vdupq_n_f32(weight);
+    for (; i + 16 <= n; i += 16) {
+      float32x4_t sums[4];
+      uint32x4_t sure = vdupq_n_u32(0xFFFFFFFFu);
+      for (int h = 0; h < 4; ++h) {
+        const uint8_t* sym = symbols + i + 4 * h;
+        const float values[4] = {table[sym[0]], table[sym[1]], table[sym[2]], table[sym[3]]};
+        const float32x4_t value = vld1q_f32(values);
+        const float32x4_t old = vld1q_f32(acc + i + 4 * h);
+        const float32x4_t product = vmulq_f32(weight4, value);
+        sums[h] = vaddq_f32(old, product);
+        const uint32x4_t zero_value = vceqq_u32(armv7::AbsBits(value), vdupq_n_u32(0));
+        const uint32x4_t product_ok = vorrq_u32(armv7::IsNormal(product), zero_value);
+        sure = vandq_u32(sure, vandq_u32(vandq_u32(armv7::IsNotSubnormal(old), product_ok),
+                                         armv7::SumIsIeee(old, product, sums[h])));
+      }
+      if (armv7::StoreBlockIfSure(sure, sums, acc + i)) continue;
+      for (std::size_t k = i; k < i + 16; ++k) acc[k] += weight * table[symbols[k]];
+    }
+  }
+  for (; i < n; ++i) acc[i] += weight * table[symbols[i]];
+}
+
+#endif
+
+// Both: the table of decoded values, then the accumulation above.
 void DequantizeLevelsAccumulate(const uint8_t* symbols, std::size_t n, float norm, const float* levels, int s,
                                 float weight, float* acc) {
   float table[256];
@@ -172,26 +221,6 @@ void SignDequantizeAccumulate(const uint8_t* symbols, std::size_t n, float scale
   }
 }
 
-#else  // ARMv7: arithmetic stays scalar (see the file comment).
-
-float L2Norm(const float* v, std::size_t n) { return Ref().l2_norm(v, n); }
-float MeanAbs(const float* v, std::size_t n) { return Ref().mean_abs(v, n); }
-
-void QuantizeLevels(const float* v, std::size_t n, float norm, const float* levels, int s, const uint32_t* words,
-                    uint8_t* symbols) {
-  Ref().quantize_levels(v, n, norm, levels, s, words, symbols);
-}
-
-void DequantizeLevelsAccumulate(const uint8_t* symbols, std::size_t n, float norm, const float* levels, int s,
-                                float weight, float* acc) {
-  Ref().dequantize_levels_accumulate(symbols, n, norm, levels, s, weight, acc);
-}
-
-void SignDequantizeAccumulate(const uint8_t* symbols, std::size_t n, float scale, float weight, float* acc) {
-  Ref().sign_dequantize_accumulate(symbols, n, scale, weight, acc);
-}
-
-#endif
 
 }  // namespace
 

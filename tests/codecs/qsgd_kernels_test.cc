@@ -169,6 +169,98 @@ TEST_CASE("level and sign accumulation give the scalar bits on every ISA where N
   }
 }
 
+TEST_CASE("stochastic rounding agrees with the reference on every ISA next to level and probability boundaries") {
+  // Per block of 16, one kind of input: |v| / norm within 4 ulps of a level
+  // (which neighbours j picks; with u = 0 or 1 - 2^-24 in half the lanes), a
+  // random word whose u is within 20 units of 2^-24 of the probability p (the
+  // coin), or plain random values. Tables
+  // include two levels 2^-24 apart; norms include the edges of ARMv7's
+  // reciprocal range and a subnormal norm.
+  const QsgdKernels& ref = QsgdKernelsFor(Isa::kScalar);
+  LevelTable narrow;
+  narrow.levels = {0.0f, 0.25f, 0.25f + 0x1p-24f, 0.5f, 1.0f};
+  const std::vector<LevelTable> tables = {UniformLevels(4), ExponentialLevels(7, 0.5f), narrow, UniformLevels(127)};
+  const std::size_t n = 512;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const LevelTable& table : tables) {
+    const int s = static_cast<int>(table.levels.size()) - 1;
+    const float* levels = table.levels.data();
+    for (float norm : {1.0f, 3.7f, 0.77f, 1.3e-20f, 5e25f, 0x1p-100f, std::nextafter(0x1p-100f, 0.0f), 0x1p100f,
+                       std::nextafter(0x1p100f, 1e38f), 1e-39f}) {
+      INFO("s " << s << " norm " << norm);
+      std::vector<float> v(n);
+      std::vector<uint32_t> words(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const float sign = rng() % 2 == 0 ? 1.0f : -1.0f;
+        words[i] = static_cast<uint32_t>(rng());
+        switch ((i / 16) % 3) {
+          case 0: {
+            float x = levels[rng() % static_cast<uint32_t>(s + 1)] * norm;
+            for (int step = static_cast<int>(i % 9) - 4; step != 0; step += step > 0 ? -1 : 1) {
+              x = std::nextafter(x, step > 0 ? 1e38f : 0.0f);
+            }
+            v[i] = sign * x;
+            // The extreme coins, where a wrong neighbour j is not hidden by the coin.
+            if (i % 4 == 0) words[i] &= 0xFFu;
+            if (i % 4 == 1) words[i] |= 0xFFFFFF00u;
+            break;
+          }
+          case 1: {
+            const float r_target = static_cast<float>(rng() % 1000000u) / 1000000.0f;
+            v[i] = sign * r_target * norm;
+            float r = std::fabs(v[i]) / norm;  // the reference's p, to aim u at it
+            if (r > 1.0f) r = 1.0f;
+            int j = 0;
+            for (int k = 1; k < s; ++k) j += levels[k] <= r ? 1 : 0;
+            const float p = (r - levels[j]) / (levels[j + 1] - levels[j]);
+            const long units = std::lround(static_cast<double>(p) * 0x1p24) + static_cast<long>(i % 41) - 20;
+            const long clamped = units < 0 ? 0 : units > 0xFFFFFF ? 0xFFFFFF : units;
+            words[i] = (static_cast<uint32_t>(clamped) << 8) | (words[i] & 0xFFu);
+            break;
+          }
+          default: v[i] = normal(rng) * 0.3f * norm; break;
+        }
+      }
+      // Values whose quotient by the norm and its product with the norm's
+      // reciprocal straddle a level (or one of them is the level), with the
+      // extreme coins: the cases where only the check of j catches a wrong
+      // neighbour. Appended as whole blocks after the others.
+      std::vector<float> straddle;
+      const float inverse = 1.0f / norm;
+      for (int k = 1; k <= s && straddle.size() < 64; ++k) {
+        float x = levels[k] * norm;
+        for (int step = 0; step < 64; ++step, x = std::nextafter(x, 0.0f)) {
+          const float divided = x / norm, multiplied = x * inverse;
+          const float lo = std::fmin(divided, multiplied), hi = std::fmax(divided, multiplied);
+          if (lo != hi && lo <= levels[k] && levels[k] <= hi) straddle.push_back(x);
+        }
+      }
+      for (std::size_t t = 0; t < straddle.size(); ++t) {
+        for (uint32_t word : {0x00000011u, 0xFFFFFF22u}) {
+          v.push_back(t % 3 == 0 ? -straddle[t] : straddle[t]);
+          words.push_back(word);
+        }
+      }
+      while (v.size() % 16 != 0) {
+        v.push_back(0.0f);
+        words.push_back(0u);
+      }
+      const std::size_t count = v.size();
+      std::vector<uint8_t> expected(count);
+      ref.quantize_levels(v.data(), count, norm, levels, s, words.data(), expected.data());
+      for (Isa isa : AvailableIsas()) {
+        INFO("isa " << IsaName(isa));
+        std::vector<uint8_t> got(count);
+        QsgdKernelsFor(isa).quantize_levels(v.data(), count, norm, levels, s, words.data(), got.data());
+        for (std::size_t i = 0; i < count; ++i) {
+          if (got[i] != expected[i]) FAIL("index " << i << ": " << int{got[i]} << " vs " << int{expected[i]});
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("the norms follow their definitions") {
   const QsgdKernels& ref = QsgdKernelsFor(Isa::kScalar);
   const std::vector<float> v = {3.0f, -4.0f, 0.0f, 12.0f};

@@ -5,11 +5,12 @@
 // vdivq_f32 and float64x2: the norms, stochastic rounding and accumulation
 // run four lanes at a time with the reference's operations in its order
 // (-ffp-contract=off, explicit mul then add). ARMv7 NEON has neither
-// division nor doubles and flushes denormals to zero, so there the norms and
-// stochastic rounding use the scalar reference; data movement (sign tests and
+// division nor doubles and flushes denormals to zero, so there the norms
+// (double sums) use the scalar reference; data movement (sign tests and
 // maxima on the integer bits, table lookups, sign flips) is vectorized, and
-// the accumulation runs in NEON for every block of 16 where no lane can have
-// been flushed (the others in scalar): identical on denormals by construction. Dequantization looks values up in a per-call table of the
+// stochastic rounding and accumulation run in NEON for every block of 16
+// where a lane-wise test proves the reference's result (the others in
+// scalar): identical on denormals by construction. Dequantization looks values up in a per-call table of the
 // 2s+1 signed values, each computed as the reference computes it.
 // Tails (n % 4) go through the scalar kernel.
 #include <arm_neon.h>
@@ -89,6 +90,22 @@ void SignDequantize(const uint8_t* symbols, std::size_t n, float scale, float* o
   for (std::size_t i = 0; i < n; ++i) out[i] = table[symbols[i] & 1];
 }
 
+// The level index j = #{k in 1..s-1 : levels[k] <= r} of four lanes (also
+// written to `index`), with levels[j] and levels[j + 1] gathered.
+uint32x4_t LevelIndex(float32x4_t r, const float* levels, int s, uint32_t index[4], float32x4_t* low,
+                      float32x4_t* high) {
+  uint32x4_t j = vdupq_n_u32(0);
+  // The comparison mask is all ones (-1) where levels[k] <= r.
+  for (int k = 1; k < s; ++k) j = vsubq_u32(j, vcleq_f32(vdupq_n_f32(levels[k]), r));
+  vst1q_u32(index, j);
+  const float low_values[4] = {levels[index[0]], levels[index[1]], levels[index[2]], levels[index[3]]};
+  const float high_values[4] = {levels[index[0] + 1], levels[index[1] + 1], levels[index[2] + 1],
+                                levels[index[3] + 1]};
+  *low = vld1q_f32(low_values);
+  *high = vld1q_f32(high_values);
+  return j;
+}
+
 #if defined(__aarch64__)
 
 // Sums f(v_i) in double over the reference's 16 lanes; f is x*x or |x|.
@@ -128,16 +145,9 @@ void QuantizeLevels(const float* v, std::size_t n, float norm, const float* leve
   std::size_t i = 0;
   for (; i + 4 <= n; i += 4) {
     const float32x4_t r = vminq_f32(vdivq_f32(vabsq_f32(vld1q_f32(v + i)), norm4), one);
-    uint32x4_t j = vdupq_n_u32(0);
-    // The comparison mask is all ones (-1) where levels[k] <= r.
-    for (int k = 1; k < s; ++k) j = vsubq_u32(j, vcleq_f32(vdupq_n_f32(levels[k]), r));
     uint32_t index[4];
-    vst1q_u32(index, j);
-    const float low_values[4] = {levels[index[0]], levels[index[1]], levels[index[2]], levels[index[3]]};
-    const float high_values[4] = {levels[index[0] + 1], levels[index[1] + 1], levels[index[2] + 1],
-                                  levels[index[3] + 1]};
-    const float32x4_t low = vld1q_f32(low_values);
-    const float32x4_t high = vld1q_f32(high_values);
+    float32x4_t low, high;
+    const uint32x4_t j = LevelIndex(r, levels, s, index, &low, &high);
     const float32x4_t p = vdivq_f32(vsubq_f32(r, low), vsubq_f32(high, low));
     const float32x4_t u = vmulq_f32(vcvtq_f32_u32(vshrq_n_u32(vld1q_u32(words + i), 8)), scale24);
     const uint32x4_t level = vsubq_u32(j, vcltq_f32(u, p));
@@ -158,14 +168,71 @@ void AccumulateFromTable(const uint8_t* symbols, std::size_t n, const float* tab
   for (; i < n; ++i) acc[i] += weight * table[symbols[i]];
 }
 
-#else  // ARMv7: norms and stochastic rounding stay scalar (see the file comment).
+#else  // ARMv7: the norms stay scalar (see the file comment).
 
 float L2Norm(const float* v, std::size_t n) { return Ref().l2_norm(v, n); }
 float MeanAbs(const float* v, std::size_t n) { return Ref().mean_abs(v, n); }
 
+// ARMv7 stochastic rounding, 16 coordinates per block, without division:
+// r' = min(|v| * fl(1/norm), 1) and p' = (r' - l_j) * fl(1/(l_{j+1} - l_j))
+// (the gap's reciprocal from a per-call table). For 2^-100 <= norm <= 2^100
+// and gaps in [2^-60, 2^60] (else the call is scalar), |r' - r| is below
+// 2^-22.4 r' + 2^-25.9 (three roundings against one, a subnormal |v| or
+// product flushed, the clamp at 1 being 1-Lipschitz), and the test margin is
+// m_r = 2^-21 r' + 2^-25. A lane is kept when r' is more than m_r from both
+// neighbouring levels (so the reference finds the same j), and u is more
+// than m_p = 2 m_r / gap + 2^-20 p' + 2^-30 from p' (which bounds |p - p'|
+// twice over: the error of r divided by the gap plus the roundings of p; the
+// absolute term catches r' flushed to 0 with u = 0). Then u < p exactly when
+// u < p'. Other blocks: the scalar reference.
 void QuantizeLevels(const float* v, std::size_t n, float norm, const float* levels, int s, const uint32_t* words,
                     uint8_t* symbols) {
-  Ref().quantize_levels(v, n, norm, levels, s, words, symbols);
+  float inverse_gap[256];
+  bool usable = norm >= 0x1p-100f && norm <= 0x1p100f;
+  for (int j = 0; usable && j < s; ++j) {
+    const float gap = levels[j + 1] - levels[j];
+    usable = gap >= 0x1p-60f && gap <= 0x1p60f;
+    inverse_gap[j] = 1.0f / gap;
+  }
+  if (!usable) return Ref().quantize_levels(v, n, norm, levels, s, words, symbols);
+  const float32x4_t inverse_norm = vdupq_n_f32(1.0f / norm);
+  const float32x4_t one = vdupq_n_f32(1.0f);
+  const float32x4_t unit = vdupq_n_f32(0x1p-24f);
+  const uint32x4_t s4 = vdupq_n_u32(static_cast<uint32_t>(s));
+  const uint32x4_t top = vdupq_n_u32(static_cast<uint32_t>(s - 1));
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    uint32x4_t sure = vdupq_n_u32(0xFFFFFFFFu);
+    uint32x4_t block[4];
+    for (int h = 0; h < 4; ++h) {
+      const std::size_t at = i + 4 * static_cast<std::size_t>(h);
+      const float32x4_t a = vreinterpretq_f32_u32(AbsBits(v + at));
+      const float32x4_t r = vminq_f32(vmulq_f32(a, inverse_norm), one);
+      uint32_t index[4];
+      float32x4_t low, high;
+      const uint32x4_t j = LevelIndex(r, levels, s, index, &low, &high);
+      const float inverse_values[4] = {inverse_gap[index[0]], inverse_gap[index[1]], inverse_gap[index[2]],
+                                       inverse_gap[index[3]]};
+      const float32x4_t inverse = vld1q_f32(inverse_values);
+      const float32x4_t margin_r = vaddq_f32(vmulq_f32(r, vdupq_n_f32(0x1p-21f)), vdupq_n_f32(0x1p-25f));
+      const uint32x4_t below_ok = vorrq_u32(vcgtq_f32(vsubq_f32(r, low), margin_r), vceqq_u32(j, vdupq_n_u32(0)));
+      const uint32x4_t above_ok = vorrq_u32(vcgtq_f32(vsubq_f32(high, r), margin_r), vceqq_u32(j, top));
+      const float32x4_t p = vmulq_f32(vsubq_f32(r, low), inverse);
+      const float32x4_t margin_p = vaddq_f32(vmulq_f32(vaddq_f32(margin_r, margin_r), inverse),
+                                             vaddq_f32(vmulq_f32(p, vdupq_n_f32(0x1p-20f)), vdupq_n_f32(0x1p-30f)));
+      const float32x4_t u = vmulq_f32(vcvtq_f32_u32(vshrq_n_u32(vld1q_u32(words + at), 8)), unit);
+      const uint32x4_t u_ok = vcgtq_f32(vabdq_f32(u, p), margin_p);
+      sure = vandq_u32(sure, vandq_u32(vandq_u32(below_ok, above_ok), u_ok));
+      const uint32x4_t level = vsubq_u32(j, vcltq_f32(u, p));
+      block[h] = vbslq_u32(NegativeMask(v + at), vsubq_u32(s4, level), vaddq_u32(s4, level));
+    }
+    if (armv7::AllLanesSet(sure)) {
+      for (int h = 0; h < 4; ++h) StoreSymbols4(block[h], symbols + i + 4 * h);
+    } else {
+      Ref().quantize_levels(v + i, 16, norm, levels, s, words + i, symbols + i);
+    }
+  }
+  Ref().quantize_levels(v + i, n - i, norm, levels, s, words + i, symbols + i);
 }
 
 // acc[i] += weight * table[symbols[i]], 16 lanes per block, a block stored

@@ -24,6 +24,14 @@ inline void Store32(__m256i a, __m256i b, __m256i c, __m256i d, uint8_t* out) {
                       _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 
+// Stores 16 symbols given as two vectors of int32 lanes in [0, 255].
+inline void Store16(__m256i a, __m256i b, uint8_t* out) {
+  // packs interleaves 128-bit lanes (a0-3 b0-3 | a4-7 b4-7); the permute restores the order.
+  const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                   _mm_packus_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1)));
+}
+
 // Writes 32 symbols per iteration from `eight(i)`, which returns symbols
 // i..i+7 as int32 lanes in [0, 255]. Returns how many were written.
 template <typename Eight>
@@ -97,11 +105,16 @@ void DitherQuantize(const RandomStream& dither, uint64_t first, const float* w, 
   WithDither<kDitherSets>(
       dither, first, n,
       [&](std::size_t i, const __m256* u) {
-        for (int v = 0; v < kDitherVectors; v += 4) {
+        int v = 0;
+        for (; v + 4 <= kDitherVectors; v += 4) {
           const float* x = w + i + 8 * v;
           Store32(eight(_mm256_loadu_ps(x), u[v]), eight(_mm256_loadu_ps(x + 8), u[v + 1]),
                   eight(_mm256_loadu_ps(x + 16), u[v + 2]), eight(_mm256_loadu_ps(x + 24), u[v + 3]),
                   symbols + i + 8 * v);
+        }
+        if (v < kDitherVectors) {
+          const float* x = w + i + 8 * v;
+          Store16(eight(_mm256_loadu_ps(x), u[v]), eight(_mm256_loadu_ps(x + 8), u[v + 1]), symbols + i + 8 * v);
         }
       },
       [&](std::size_t i, std::size_t count, const float* u) { Quantize(w + i, u, count, scale, s, symbols + i); });

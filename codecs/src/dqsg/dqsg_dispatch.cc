@@ -11,7 +11,7 @@ namespace {
 template <typename Fn>
 void InDitherChunks(PhiloxDitherBlocksFn blocks_fn, const RandomStream& dither, uint64_t first, std::size_t n,
                     Fn fn) {
-  constexpr std::size_t kChunk = 256;
+  constexpr std::size_t kChunk = 512;  // the codecs call with at most this many
   float u[kChunk];
   for (std::size_t j = 0; j < n; j += kChunk) {
     const std::size_t m = n - j < kChunk ? n - j : kChunk;

@@ -3,7 +3,9 @@
 // Division is _mm256_div_ps (correctly rounded, like the scalar '/'), rounding
 // _mm256_round_ps(_MM_FROUND_TO_NEAREST_INT), no FMA: every value equals the
 // scalar reference bit for bit, subnormals included (MXCSR defaults: no
-// FTZ/DAZ). Tails (fewer than one iteration): the scalar kernels.
+// FTZ/DAZ). Tails (fewer than one iteration): the scalar kernels. The
+// dither_* kernels make the dither in registers (philox_avx2.h; its one FMA is
+// exact) and use it in the same loop.
 #include <immintrin.h>
 
 #include <cstring>

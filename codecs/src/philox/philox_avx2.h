@@ -4,11 +4,10 @@
 //
 // Structure-of-arrays form with one block per 64-bit lane (four registers per
 // set of four blocks, one per counter word), one call's constant work folded
-// (PhiloxCall). Only the low 32 bits of a lane
-// are meaningful: _mm256_mul_epu32 reads just those, so the product's high
-// half is moved down with one shuffle and its low half is used as it is,
-// garbage above it included; that garbage never reaches a multiplier input or
-// an output word. A set's lanes hold blocks (j, j+2, j+1, j+3), which makes
+// (PhiloxCall). Only the low 32 bits of a lane are meaningful:
+// _mm256_mul_epu32 reads just those, so the product's high half is moved down
+// with one shuffle and its low half is used as it is, garbage above it
+// included; that garbage never reaches a multiplier input or an output word. A set's lanes hold blocks (j, j+2, j+1, j+3), which makes
 // the transpose back to block order two in-lane unpacks and no cross-lane
 // permute. Integer arithmetic only, so the words equal the scalar reference.
 #ifndef FEDRT_CODECS_PHILOX_PHILOX_AVX2_H_

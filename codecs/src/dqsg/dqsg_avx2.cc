@@ -8,6 +8,7 @@
 // exact) and use it in the same loop.
 #include <immintrin.h>
 
+#include <cstdint>
 #include <cstring>
 
 #include "dqsg/dqsg_kernels.h"
@@ -66,6 +67,7 @@ class QuantizeEight {
 // number, so that a step covers whole 32-symbol stores.
 constexpr int kDitherSets = 4;
 constexpr int kDitherVectors = 2 * kDitherSets;
+constexpr uintptr_t kPrefetchBytes = 4096;
 
 // Symbols i..i+7 minus `offset`, as floats (exact: small integers).
 inline __m256 LoadLevels(const uint8_t* symbols, __m256i offset) {
@@ -107,6 +109,12 @@ void DitherQuantize(const RandomStream& dither, uint64_t first, const float* w, 
   WithDither<kDitherSets>(
       dither, first, n,
       [&](std::size_t i, const __m256* u) {
+        // The input of a later step, 4 KB ahead (an address only: prefetches
+        // past the end are harmless); measured to help from 2^24 floats on.
+        const uintptr_t ahead = reinterpret_cast<uintptr_t>(w + i) + kPrefetchBytes;
+        for (int line = 0; line < kDitherVectors / 2; ++line) {
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * static_cast<uintptr_t>(line)), _MM_HINT_T0);
+        }
         int v = 0;
         for (; v + 4 <= kDitherVectors; v += 4) {
           const float* x = w + i + 8 * v;

@@ -93,12 +93,12 @@ class DitherCodec final : public Codec {
       if (scale == 0.0f) continue;
       for (std::size_t j = 0; j < length; j += kChunk) {
         const std::size_t n = length - j < kChunk ? length - j : kChunk;
-        PhiloxDither(dither, start + j, n, u);
         uint8_t* symbols = packed ? writer.Reserve(n) : staged + count + j;
         if (nested()) {
+          PhiloxDither(dither, start + j, n, u);
           kernels.nested_quantize(w + j, u, n, scale, levels_, rho_, symbols);
         } else {
-          kernels.quantize(w + j, u, n, scale, levels_, symbols);
+          kernels.dither_quantize(dither, start + j, w + j, n, scale, levels_, symbols);
         }
         if (packed) writer.Commit(n);
       }
@@ -234,16 +234,16 @@ class DitherCodec final : public Codec {
       for (std::size_t j = 0; j < length; j += kChunk) {
         const std::size_t n = length - j < kChunk ? length - j : kChunk;
         const std::size_t at = start + j;
-        PhiloxDither(dither, at, n, u);
         const uint8_t* chunk = packed ? reader.Next(n) : sym + j;
         if (!nested()) {
           if (accumulate) {
-            kernels.dequantize_accumulate(chunk, u, n, scale, levels_, weight, target + at);
+            kernels.dither_dequantize_accumulate(dither, at, chunk, n, scale, levels_, weight, target + at);
           } else {
-            kernels.dequantize(chunk, u, n, scale, levels_, target + at);
+            kernels.dither_dequantize(dither, at, chunk, n, scale, levels_, target + at);
           }
           continue;
         }
+        PhiloxDither(dither, at, n, u);
         float* values = accumulate ? decoded : target + at;
         kernels.nested_dequantize(chunk, u, side_info + at, n, scale, rho_, values);
         // max_abs is non-finite iff a value is (bit-pattern order); then name it.

@@ -54,6 +54,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "fedrt/codecs/philox.h"
 #include "fedrt/platform/cpu.h"
 
 namespace fedrt {
@@ -74,6 +75,12 @@ FEDRT_DQSG_KERNEL_DECLS
 }
 namespace avx2 {
 FEDRT_DQSG_KERNEL_DECLS
+void DitherQuantize(const RandomStream& dither, uint64_t first, const float* w, std::size_t n, float scale, int s,
+                    uint8_t* symbols);
+void DitherDequantize(const RandomStream& dither, uint64_t first, const uint8_t* symbols, std::size_t n, float scale,
+                      int s, float* out);
+void DitherDequantizeAccumulate(const RandomStream& dither, uint64_t first, const uint8_t* symbols, std::size_t n,
+                                float scale, int s, float weight, float* acc);
 }
 // NEON: all kernels on AArch64. ARMv7 NEON has no division and flushes
 // subnormals: there the float kernels run in NEON block by block and fall
@@ -94,6 +101,16 @@ struct DqsgKernels {
                           uint8_t* symbols);
   void (*nested_dequantize)(const uint8_t* symbols, const float* u, const float* y, std::size_t n,
                             float scale, int rho, float* out);
+  // quantize, dequantize and dequantize_accumulate with u = the dither of
+  // coordinates [first, first + n) of `dither` (PhiloxDither), made inside
+  // the kernel: AVX2 keeps it in registers; the other ISAs run their Philox
+  // dither kernel into a stack buffer, then the kernel above.
+  void (*dither_quantize)(const RandomStream& dither, uint64_t first, const float* w, std::size_t n, float scale,
+                          int s, uint8_t* symbols);
+  void (*dither_dequantize)(const RandomStream& dither, uint64_t first, const uint8_t* symbols, std::size_t n,
+                            float scale, int s, float* out);
+  void (*dither_dequantize_accumulate)(const RandomStream& dither, uint64_t first, const uint8_t* symbols,
+                                       std::size_t n, float scale, int s, float weight, float* acc);
 };
 
 // The variants for `isa` (which must be available, see IsaAvailable()).

@@ -37,12 +37,11 @@ namespace {
 // writes T values (words or dither) block by block.
 template <typename T, typename BlocksFn>
 void StreamValues(const RandomStream& s, uint64_t first, std::size_t count, BlocksFn blocks_fn, T* out) {
-  const PhiloxKey key = {static_cast<uint32_t>(s.seed), static_cast<uint32_t>(s.seed >> 32)};
-  const uint32_t c3 = (s.sender_id << 8) | static_cast<uint32_t>(s.purpose);
+  const PhiloxStreamCounter c = StreamCounter(s);
   // Block indices wrap modulo 2^32 like the counter word they are.
   const auto partial = [&](uint64_t block, std::size_t skip, std::size_t take) {
     T values[4];
-    blocks_fn(key, static_cast<uint32_t>(block), s.tensor_id, s.round, c3, 1, values);
+    blocks_fn(c.key, static_cast<uint32_t>(block), c.c1, c.c2, c.c3, 1, values);
     for (std::size_t i = 0; i < take; ++i) out[i] = values[skip + i];
     out += take;
     count -= take;
@@ -55,7 +54,7 @@ void StreamValues(const RandomStream& s, uint64_t first, std::size_t count, Bloc
   }
   const std::size_t whole = count / 4;
   if (whole != 0) {
-    blocks_fn(key, static_cast<uint32_t>(block), s.tensor_id, s.round, c3, whole, out);
+    blocks_fn(c.key, static_cast<uint32_t>(block), c.c1, c.c2, c.c3, whole, out);
     block += whole;
     out += 4 * whole;
     count -= 4 * whole;
@@ -71,6 +70,11 @@ void PhiloxWords(const RandomStream& stream, uint64_t first, std::size_t count, 
 
 void PhiloxDither(const RandomStream& stream, uint64_t first, std::size_t count, float* out) {
   StreamValues(stream, first, count, PhiloxDitherBlocksFor(ActiveIsa()), out);
+}
+
+void PhiloxDitherWith(PhiloxDitherBlocksFn blocks_fn, const RandomStream& stream, uint64_t first,
+                      std::size_t count, float* out) {
+  StreamValues(stream, first, count, blocks_fn, out);
 }
 
 }  // namespace fedrt

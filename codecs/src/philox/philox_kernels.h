@@ -44,6 +44,24 @@ FEDRT_PHILOX_KERNEL_DECLS
 PhiloxBlocksFn PhiloxBlocksFor(Isa isa);
 PhiloxDitherBlocksFn PhiloxDitherBlocksFor(Isa isa);
 
+// A stream's key and the counter words after the block index (specification
+// section 1; philox.h): block b of the stream is philox({b, c1, c2, c3}, key).
+struct PhiloxStreamCounter {
+  PhiloxKey key;
+  uint32_t c1, c2, c3;
+};
+inline PhiloxStreamCounter StreamCounter(const RandomStream& s) {
+  return {{static_cast<uint32_t>(s.seed), static_cast<uint32_t>(s.seed >> 32)},
+          s.tensor_id,
+          s.round,
+          (s.sender_id << 8) | static_cast<uint32_t>(s.purpose)};
+}
+
+// PhiloxDither() computed by the given block kernel (for kernels of other
+// families that fuse the dither into their loop, and their tails).
+void PhiloxDitherWith(PhiloxDitherBlocksFn blocks_fn, const RandomStream& stream, uint64_t first,
+                      std::size_t count, float* out);
+
 // Philox constants (codec specification, section 1).
 inline constexpr uint32_t kPhiloxM0 = 0xD2511F53u;
 inline constexpr uint32_t kPhiloxM1 = 0xCD9E8D57u;

@@ -648,12 +648,12 @@ Status Server::SendInstructions(Peer& peer) {
   std::vector<OutFrame>& frames =
       instruction_frames_[{assignment.spec, assignment.role, send_delta, assignment.level_table_version}];
   if (frames.empty()) FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, send_delta, &frames));
-  for (const OutFrame& frame : frames) FEDRT_RETURN_IF_ERROR(peer.connection->Send(frame));
-  if (hooks_.on_instructions) {
+  if (hooks_.on_instructions) {  // before sending: a test may read it as soon as the frames arrive
     std::vector<uint8_t> bytes;
     for (const OutFrame& frame : frames) frame.AppendWireBytes(&bytes);
     hooks_.on_instructions(round_, peer.device_id, bytes);
   }
+  for (const OutFrame& frame : frames) FEDRT_RETURN_IF_ERROR(peer.connection->Send(frame));
   bytes_down_ += send_delta ? broadcast_.size() : d_ * sizeof(float);
   return Status();
 }

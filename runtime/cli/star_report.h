@@ -35,7 +35,7 @@ inline std::string RhoSummary(const RoundReport& r) {
 }
 
 inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) {
-  return {{"codec", codec},           {"round", r.round},
+  nlohmann::json j = {{"codec", codec},           {"round", r.round},
           {"sampled", r.sampled},     {"updates", r.updates},
           {"rejected", r.rejected},   {"test_accuracy", r.test_accuracy},
           {"test_loss", r.test_loss}, {"train_loss", r.train_loss},
@@ -45,6 +45,11 @@ inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) 
           {"anchor_bytes_up", r.anchor_bytes_up}, {"rho_raised", r.rho_raised},
           {"rho_lowered", r.rho_lowered},         {"switched_to_dqsg", r.switched_to_dqsg},
           {"full_models_down", r.full_models_down}, {"per_device", DevicesJson(r)}};
+  if (!r.level_table.empty()) {  // ALQ / AMQ: the table the next round uses
+    j["level_table_version"] = r.level_table_version;
+    j["level_table"] = r.level_table;
+  }
+  return j;
 }
 
 inline std::string FormatRound(const RoundReport& r, uint32_t rounds) {

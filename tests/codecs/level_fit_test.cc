@@ -738,5 +738,57 @@ TEST_CASE("the norm-weighted alq codec is unbiased") {
   CHECK(bias / energy < 2.0 * single / rounds);
 }
 
+TEST_CASE("received level statistics are validated before they are merged") {
+  std::vector<float> v(3000);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<float>(i) * 0.37f);
+  const LevelStatistics good = *ComputeLevelStatistics(v.data(), v.size(), 1024, NormKind::kL2);
+  CHECK(ValidateLevelStatistics(good, 3000).ok());
+  CHECK(ValidateLevelStatistics(LevelStatistics(), 0).ok());  // an all-zero update
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::function<void(LevelStatistics&)>> breaks = {
+      [&](LevelStatistics& s) { s.count = nan; },
+      [&](LevelStatistics& s) { s.count = inf; },
+      [&](LevelStatistics& s) { s.count = -1; },
+      [&](LevelStatistics& s) { s.count = 10.5; },
+      [&](LevelStatistics& s) { s.count = 3001; },  // more coordinates than the update has
+      [&](LevelStatistics& s) { s.sum = nan; },
+      [&](LevelStatistics& s) { s.sum = s.count + 1; },
+      [&](LevelStatistics& s) { s.sum_sq = -0.5; },
+      [&](LevelStatistics& s) { s.sum_sq = s.sum + 1; },
+      [&](LevelStatistics& s) { s.bucket_norms.assign(kMaxBucketNorms + 1, 1.0f); },
+      [&](LevelStatistics& s) { s.bucket_norms[0] = std::numeric_limits<float>::infinity(); },
+      [&](LevelStatistics& s) { s.bucket_norms.back() = 0; },
+      [&](LevelStatistics& s) { std::reverse(s.bucket_norms.begin(), s.bucket_norms.end()); },
+      [&](LevelStatistics& s) { s.largest_buckets.assign(kMaxMixtureBuckets + 1, s.largest_buckets[0]); },
+      [&](LevelStatistics& s) { s.largest_buckets[0].norm = std::numeric_limits<float>::quiet_NaN(); },
+      [&](LevelStatistics& s) { s.largest_buckets[0].count = 0; },
+      [&](LevelStatistics& s) { s.largest_buckets[0].sum = inf; },
+      [&](LevelStatistics& s) { s.largest_buckets[0].sum_sq = s.largest_buckets[0].sum + 1; },
+      [&](LevelStatistics& s) { std::reverse(s.largest_buckets.begin(), s.largest_buckets.end()); },
+  };
+  REQUIRE(good.bucket_norms.size() == 3);
+  REQUIRE(good.largest_buckets.size() == 3);
+  for (std::size_t k = 0; k < breaks.size(); ++k) {
+    INFO("case " << k);
+    LevelStatistics bad = good;
+    breaks[k](bad);
+    CHECK(ValidateLevelStatistics(bad, 3000).code() == StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_CASE("an adaptive codec measures the statistics of its own buckets") {
+  std::vector<float> v(2500);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::cos(static_cast<float>(i) * 0.11f) * 0.01f;
+  std::unique_ptr<AdaptiveCodec> codec = std::move(MakeAdaptiveCodec("amq:bits=3,b=512").value());
+  const LevelStatistics measured = *codec->MeasureLevelStatistics(v.data(), v.size());
+  const LevelStatistics expected = *ComputeLevelStatistics(v.data(), v.size(), 512, NormKind::kL2);
+  CHECK(measured.count == expected.count);
+  CHECK(measured.sum == expected.sum);
+  CHECK(measured.sum_sq == expected.sum_sq);
+  CHECK(measured.bucket_norms == expected.bucket_norms);
+  CHECK(measured.bucket_norms.size() == 5);
+}
+
 }  // namespace
 }  // namespace fedrt

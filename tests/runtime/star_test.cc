@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "fedrt/codecs/adaptive.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/payload.h"
 #include "fedrt/runtime/aggregator.h"
@@ -106,15 +108,23 @@ struct AggregatorThread {
   std::mutex mutex;
   std::vector<RoundReport> reports;
   std::map<uint32_t, std::vector<float>> aggregates;
+  std::map<std::pair<uint32_t, std::string>, std::vector<uint8_t>> instructions;  // (round, device) -> frames
+  std::function<void(const RoundReport&)> on_round;  // optional, set before the first round
   std::thread thread;
 
-  explicit AggregatorThread(AggregatorOptions options) {
+  explicit AggregatorThread(AggregatorOptions options, std::function<void(const RoundReport&)> round_hook = nullptr)
+      : on_round(std::move(round_hook)) {
     thread = std::thread([this, options] {
       AggregatorHooks hooks;
       hooks.on_listening = [this](uint16_t p) { port = p; };
       hooks.on_round = [this](const RoundReport& r) {
+        if (on_round) on_round(r);
         std::lock_guard<std::mutex> lock(mutex);
         reports.push_back(r);
+      };
+      hooks.on_instructions = [this](uint32_t round, const std::string& device, const std::vector<uint8_t>& bytes) {
+        std::lock_guard<std::mutex> lock(mutex);
+        instructions[{round, device}] = bytes;
       };
       hooks.on_aggregate = [this](uint32_t round, const std::vector<float>& mean) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -154,7 +164,7 @@ struct RawDevice {
   std::shared_ptr<Connection> connection;
   FrameLimits limits;
 
-  Status Join(uint16_t port, const std::string& id, const std::string& hex_key) {
+  Status Join(uint16_t port, const std::string& id, const std::string& hex_key, int64_t model_round = -1) {
     Result<KeyStore> keys = KeyStore::Parse(id + " " + hex_key + "\n");
     if (!keys.ok()) return keys.status();
     Result<std::shared_ptr<Connection>> c =
@@ -163,6 +173,7 @@ struct RawDevice {
     connection = *c;
     ClientHandshake handshake(id, *keys->Find(id), SystemCrypto());
     Result<JoinMessage> join = handshake.Start();
+    join->model_round = model_round;
     FEDRT_RETURN_IF_ERROR(connection->Send(*Encode(*join, limits)));
     Result<Frame> frame = queue->Pop(5000);
     if (!frame.ok()) return frame.status();
@@ -573,6 +584,277 @@ TEST_CASE("a restarted aggregator resumes from its checkpoint") {
   CHECK(reports.front().round == 3);
   CHECK(reports.back().round == 4);
   CHECK(reports.back().test_accuracy >= accuracy_before - 0.1);
+}
+
+// ---- ALQ / AMQ level tables and the codec state of the checkpoint ----------------
+
+// The frames of `wire` (prefix + body, one after the other), parsed.
+std::vector<Frame> ParseFrames(const std::vector<uint8_t>& wire) {
+  std::vector<Frame> frames;
+  FrameLimits limits;
+  std::size_t at = 0;
+  while (at + 4 <= wire.size()) {
+    const std::size_t size = 4 + LoadLe32(wire.data() + at);
+    Result<Frame> frame = ParseFrame(wire.data() + at, size, limits);
+    REQUIRE(frame.ok());
+    frames.push_back(std::move(*frame));
+    at += size;
+  }
+  CHECK(at == wire.size());
+  return frames;
+}
+
+// The first instruction frame of `wire`, decoded (views into `frames`).
+RoundInstructionsMessage FirstInstructions(const std::vector<Frame>& frames) {
+  REQUIRE(!frames.empty());
+  Result<RoundInstructionsMessage> m = DecodeRoundInstructions(frames.front(), FrameLimits());
+  REQUIRE(m.ok());
+  return *m;
+}
+
+void CheckLevelRounds(const std::string& spec) {
+  INFO("codec " << spec);
+  Workspace ws;
+  constexpr uint32_t kRounds = 3;
+  AggregatorThread aggregator(Options(ws, spec, kRounds, 3));
+  REQUIRE(aggregator.port != 0);
+  std::mutex mutex;
+  std::map<uint32_t, std::vector<SentUpdate>> sent;
+  std::vector<std::thread> devices;
+  for (int i = 0; i < 3; ++i) {
+    devices.emplace_back([&, i] {
+      DeviceHooks hooks;
+      const std::string id = "dev-" + std::to_string(i);
+      hooks.on_update = [&, id](uint32_t round, const std::string& s, const uint8_t* payload, std::size_t size,
+                                uint64_t samples) {
+        std::lock_guard<std::mutex> lock(mutex);
+        std::vector<SentUpdate>& list = sent[round];
+        list.erase(std::remove_if(list.begin(), list.end(), [&](const SentUpdate& u) { return u.device == id; }),
+                   list.end());
+        list.push_back({id, s, std::vector<uint8_t>(payload, payload + size), samples});
+      };
+      CHECK(RunDevice(DeviceFor(ws, i, aggregator.port, 3), hooks).ok());
+    });
+  }
+  for (std::thread& t : devices) t.join();
+  REQUIRE(aggregator.WaitDone(20000));
+  const std::vector<RoundReport> reports = aggregator.Reports();
+  REQUIRE(reports.size() == kRounds);
+
+  std::unique_ptr<AdaptiveCodec> initial = std::move(MakeAdaptiveCodec(spec).value());
+  std::vector<LevelTable> tables = {initial->level_table()};  // tables[r]: what round r used
+  CHECK(tables[0].version == 0);
+  for (uint32_t r = 0; r < kRounds; ++r) {
+    INFO("round " << r);
+    CHECK(reports[r].updates == 3);
+    // Every round is refitted: the next round's table is version r + 1.
+    CHECK(reports[r].level_table_version == r + 1);
+    REQUIRE(reports[r].level_table.size() == initial->level_table().levels.size());
+    CHECK(reports[r].level_table != initial->level_table().levels);  // fitted, not the initial table
+    LevelTable next;
+    next.version = reports[r].level_table_version;
+    next.levels = reports[r].level_table;
+    CHECK(ValidateLevels(next).ok());
+    tables.push_back(next);
+  }
+  for (uint32_t r = 0; r < kRounds; ++r) {
+    INFO("round " << r);
+    // The instructions carry the table of the round.
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<Frame> frames = ParseFrames(aggregator.instructions[{r, "dev-" + std::to_string(i)}]);
+      const RoundInstructionsMessage m = FirstInstructions(frames);
+      CHECK(m.level_table_version == tables[r].version);
+      REQUIRE(m.level_table_size == tables[r].levels.size());
+      CHECK(std::equal(tables[r].levels.begin(), tables[r].levels.end(), m.level_table));
+    }
+    // The devices encoded with it: their payloads decode with that table
+    // (and not with another version), and the aggregate is the mean of those decodes.
+    const std::vector<SentUpdate>& updates = sent[r];
+    REQUIRE(updates.size() == 3);
+    const std::vector<float>& server = aggregator.aggregates[r];
+    std::vector<double> sum(server.size(), 0.0);
+    double weight = 0;
+    for (const SentUpdate& u : updates) {
+      std::unique_ptr<AdaptiveCodec> codec = std::move(MakeAdaptiveCodec(u.spec).value());
+      REQUIRE(codec->SetLevelTable(tables[r]).ok());
+      CodecContext context;
+      context.session_seed = 1;
+      context.round = r;
+      context.sender_id = DeviceSenderId(u.device);
+      std::vector<float> decoded(server.size());
+      REQUIRE(codec->Decode(u.payload.data(), u.payload.size(), context, decoded.data(), decoded.size()).ok());
+      for (std::size_t i = 0; i < decoded.size(); ++i) sum[i] += static_cast<double>(u.samples) * decoded[i];
+      weight += static_cast<double>(u.samples);
+      REQUIRE(codec->SetLevelTable(tables[r + 1]).ok());
+      CHECK(codec->Decode(u.payload.data(), u.payload.size(), context, decoded.data(), decoded.size()).code() ==
+            StatusCode::kFailedPrecondition);
+    }
+    double worst = 0;
+    for (std::size_t i = 0; i < server.size(); ++i) worst = std::max(worst, std::fabs(sum[i] / weight - server[i]));
+    CHECK(worst < 1e-6);
+  }
+  CHECK(reports.back().test_loss < reports.front().test_loss);
+}
+
+TEST_CASE("alq rounds ship a refitted level table each round and the aggregate is the mean of decodes with it") {
+  CheckLevelRounds("alq:bits=3");
+}
+
+TEST_CASE("amq rounds ship a refitted level table each round and the aggregate is the mean of decodes with it") {
+  CheckLevelRounds("amq:bits=3,ec=pack");
+}
+
+TEST_CASE("an alq update naming another table version or bad level statistics closes only that connection") {
+  Workspace ws;
+  const std::string spec = CanonicalSpec("alq:bits=3");
+  AggregatorThread aggregator(Options(ws, spec, 2, 5));
+  REQUIRE(aggregator.port != 0);
+  std::vector<std::thread> devices;
+  for (int i = 0; i < 2; ++i) {
+    devices.emplace_back([&, i] { CHECK(RunDevice(DeviceFor(ws, i, aggregator.port, 2), DeviceHooks()).ok()); });
+  }
+  const std::size_t d = 784 * 32 + 32 + 32 * 10 + 10;
+  struct Case {
+    int device;
+    const char* reason;  // in the Error the aggregator sends
+  };
+  const Case cases[] = {{2, "level table version 1 (unknown)"},
+                        {3, "sum of r^2 <= sum of r <= count"},
+                        {4, "without level statistics"}};
+  std::vector<std::unique_ptr<RawDevice>> raws;
+  for (const Case& c : cases) {
+    raws.push_back(std::make_unique<RawDevice>());
+    const std::string id = "dev-" + std::to_string(c.device);
+    REQUIRE(raws.back()->Join(aggregator.port, id, kKeys[c.device]).ok());
+  }
+  for (std::size_t k = 0; k < raws.size(); ++k) {
+    const Case& c = cases[k];
+    RawDevice& raw = *raws[k];
+    const std::string id = "dev-" + std::to_string(c.device);
+    INFO(id);
+    Result<uint64_t> round = raw.AwaitRound();
+    REQUIRE(round.ok());
+    std::unique_ptr<AdaptiveCodec> codec = std::move(MakeAdaptiveCodec(spec).value());
+    std::vector<float> values(d);
+    for (std::size_t i = 0; i < d; ++i) values[i] = std::sin(static_cast<float>(i)) * 1e-3f;
+    std::vector<uint8_t> payload(codec->MaxEncodedSize(d));
+    CodecContext context;
+    context.session_seed = 1;
+    context.round = static_cast<uint32_t>(*round);
+    context.sender_id = DeviceSenderId(id);
+    payload.resize(*codec->Encode(values.data(), d, context, payload.data(), payload.size()));
+    const LevelStatistics measured = *codec->MeasureLevelStatistics(values.data(), d);
+    UpdateMessage update;
+    update.round_id = *round;
+    update.num_samples = 64;
+    update.codec_spec = spec;
+    update.level_table_version = 0;
+    LevelStatisticsMessage& ls = update.stats.level_statistics;
+    ls.present = true;
+    ls.count = measured.count;
+    ls.sum = measured.sum;
+    ls.sum_sq = measured.sum_sq;
+    ls.bucket_norms = measured.bucket_norms;
+    if (c.device == 2) update.level_table_version = 1;  // no such table yet
+    if (c.device == 3) ls.sum = ls.count + 1;           // more than every r = 1
+    if (c.device == 4) ls.present = false;
+    update.payload = ChunkView{0, 1, payload.size(), 0, payload.data(), payload.size()};
+    REQUIRE(raw.connection->Send(*Encode(update, raw.limits)).ok());
+    std::string error;
+    for (;;) {
+      Result<Frame> frame = raw.queue->Pop(10000);
+      if (!frame.ok()) break;
+      if (frame->kind() == MessageKind::kError) error = ToStatus(*DecodeError(*frame)).message();
+    }
+    CHECK_MESSAGE(error.find(c.reason) != std::string::npos, error);
+    CHECK(raw.queue->WaitClosed(5000));
+  }
+  for (std::thread& t : devices) t.join();
+  REQUIRE(aggregator.WaitDone(20000));
+  const std::vector<RoundReport> reports = aggregator.Reports();
+  REQUIRE(reports.size() == 2);
+  CHECK(reports[0].updates == 2);
+  CHECK(reports[0].rejected == 3);
+  CHECK(reports[1].updates == 2);
+  CHECK(reports[1].level_table_version == 2);
+}
+
+// Runs `options` for three rounds with two devices, keeping the checkpoint
+// written after round 2; then starts a second aggregator from that copy, and
+// two clients that rejoin holding the model of round 1 (as devices that stay
+// up while the aggregator restarts). Its round-2 instructions must be byte for
+// byte the ones the first aggregator sent. Returns them (for more checks).
+std::map<std::string, std::vector<uint8_t>> CheckRestartSendsTheSameInstructions(AggregatorOptions options,
+                                                                                  const Workspace& ws) {
+  options.checkpoint = ws.dir + "/aggregator.ckpt";
+  options.rounds = 3;
+  options.min_devices = 2;
+  const std::string copy = ws.dir + "/after-round-2.ckpt";
+  std::map<std::string, std::vector<uint8_t>> before;
+  {
+    AggregatorThread aggregator(options, [&](const RoundReport& r) {
+      // The checkpoint of round r is written before the report.
+      if (r.round == 2) std::system(("cp " + options.checkpoint + " " + copy).c_str());
+    });
+    REQUIRE(aggregator.port != 0);
+    std::thread a([&] { CHECK(RunDevice(DeviceFor(ws, 0, aggregator.port, 2), DeviceHooks()).ok()); });
+    std::thread b([&] { CHECK(RunDevice(DeviceFor(ws, 1, aggregator.port, 2), DeviceHooks()).ok()); });
+    a.join();
+    b.join();
+    REQUIRE(aggregator.WaitDone(20000));
+    REQUIRE(aggregator.Reports().size() == 3);
+    for (int i = 0; i < 2; ++i) {
+      const std::string id = "dev-" + std::to_string(i);
+      before[id] = aggregator.instructions[{2, id}];
+      REQUIRE(!before[id].empty());
+    }
+  }
+  options.checkpoint = copy;
+  AggregatorThread restarted(options);
+  REQUIRE(restarted.port != 0);
+  RawDevice raw[2];
+  for (int i = 0; i < 2; ++i) REQUIRE(raw[i].Join(restarted.port, "dev-" + std::to_string(i), kKeys[i], 1).ok());
+  std::map<std::string, std::vector<uint8_t>> after;
+  for (int i = 0; i < 2; ++i) {
+    const std::string id = "dev-" + std::to_string(i);
+    Result<uint64_t> round = raw[i].AwaitRound();
+    REQUIRE(round.ok());
+    CHECK(*round == 2);
+    std::lock_guard<std::mutex> lock(restarted.mutex);
+    after[id] = restarted.instructions[{2, id}];
+    CHECK(after[id] == before[id]);
+  }
+  return after;
+}
+
+TEST_CASE("a restarted aggregator keeps the level table and the downlink state and sends the same instructions") {
+  Workspace ws;
+  AggregatorOptions options = Options(ws, "alq:bits=3", 3, 2);
+  options.downlink_codec = "fp16";
+  const std::map<std::string, std::vector<uint8_t>> sent = CheckRestartSendsTheSameInstructions(options, ws);
+  for (const auto& [device, bytes] : sent) {
+    const std::vector<Frame> frames = ParseFrames(bytes);
+    const RoundInstructionsMessage m = FirstInstructions(frames);
+    CHECK(m.level_table_version == 2);                             // restored, not the initial table
+    CHECK(m.model_encoding == ModelEncoding::kCompressedDelta);  // the device model was restored
+  }
+}
+
+TEST_CASE("a restarted aggregator keeps every device's ndqsg rho and sends the same instructions") {
+  Workspace ws;
+  // As in the wrap test above: rho = 2 wraps, a zero threshold raises it.
+  AggregatorOptions options = Options(ws, "ndqsg:s1=1,rho=2,ec=pack", 3, 2);
+  options.anchor_fraction = 0.25;
+  options.wrap_threshold = 0;
+  options.max_rho = 5;
+  const std::map<std::string, std::vector<uint8_t>> sent = CheckRestartSendsTheSameInstructions(options, ws);
+  bool raised = false;
+  for (const auto& [device, bytes] : sent) {
+    const std::vector<Frame> frames = ParseFrames(bytes);
+    const RoundInstructionsMessage m = FirstInstructions(frames);
+    if (m.anchor_role == AnchorRole::kNested) raised |= std::string(m.codec_spec).find("rho=2") == std::string::npos;
+  }
+  CHECK(raised);
 }
 
 }  // namespace

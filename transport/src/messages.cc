@@ -47,6 +47,28 @@ std::string ChunkFieldProblem(const ChunkView& c, const FrameLimits& limits) {
 
 bool IsFinite(float v) { return std::isfinite(v); }
 
+// Empty string when the statistics have allowed sizes and finite values >= 0.
+std::string LevelStatisticsProblem(const LevelStatisticsMessage& s) {
+  if (!s.present) return std::string();
+  const auto bad = [](double v) { return !std::isfinite(v) || v < 0; };
+  if (bad(s.count) || bad(s.sum) || bad(s.sum_sq)) return "level statistics are not finite values >= 0";
+  if (s.bucket_norms.size() > kMaxLevelStatisticsNorms) {
+    return "level statistics carry " + std::to_string(s.bucket_norms.size()) + " bucket norms";
+  }
+  if (s.largest_buckets.size() > kMaxLevelStatisticsBuckets) {
+    return "level statistics carry " + std::to_string(s.largest_buckets.size()) + " bucket moments";
+  }
+  for (float norm : s.bucket_norms) {
+    if (bad(norm)) return "a level statistics bucket norm is not a finite value >= 0";
+  }
+  for (const BucketMomentsMessage& b : s.largest_buckets) {
+    if (bad(b.norm) || bad(b.count) || bad(b.sum) || bad(b.sum_sq)) {
+      return "level statistics bucket moments are not finite values >= 0";
+    }
+  }
+  return std::string();
+}
+
 std::string LevelTableProblem(const float* table, std::size_t size) {
   if (size > kMaxLevelTableSize) return "level table of " + std::to_string(size) + " entries";
   for (std::size_t i = 0; i < size; ++i) {
@@ -219,8 +241,9 @@ Result<OutFrame> Encode(const JoinMessage& m, const FrameLimits& limits) {
   auto capabilities = wire::CreateCapabilities(*b, codec_vector, MaybeString(*b, m.isa), m.max_frame_bytes);
   auto device_id = b->CreateString(m.device_id.data(), m.device_id.size());
   auto nonce = Bytes(*b, m.client_nonce);
+  if (m.model_round < -1) return InvalidArgument("model round below -1");
   auto join = wire::CreateJoin(*b, static_cast<wire::ProtocolVersion>(m.protocol_version), device_id,
-                               capabilities, nonce, m.resume_round);
+                               capabilities, nonce, m.resume_round, m.model_round);
   return Finish(std::move(b), wire::Message::Join, join.Union(), limits);
 }
 
@@ -236,6 +259,8 @@ Result<JoinMessage> DecodeJoin(const Frame& frame) {
   m.device_id = *id;
   FEDRT_RETURN_IF_ERROR(ReadBytes(j->client_nonce(), &m.client_nonce, "client nonce"));
   m.resume_round = j->resume_round();
+  m.model_round = j->model_round();
+  if (m.model_round < -1) return Wrong("model round below -1");
   if (const wire::Capabilities* caps = j->capabilities()) {
     if (caps->codecs() != nullptr) {
       if (caps->codecs()->size() > kMaxCodecs) return Wrong("too many codecs");
@@ -396,6 +421,8 @@ Result<OutFrame> EncodeUpdate(const UpdateMessage& m, const FrameLimits& limits,
     if (m.codec_spec.empty()) return InvalidArgument("an update needs a codec spec");
     if (!IsFinite(m.training_loss)) return InvalidArgument("training loss is not finite");
     if (!IsFinite(m.stats.residual_norm)) return InvalidArgument("residual norm is not finite");
+    const std::string problem = LevelStatisticsProblem(m.stats.level_statistics);
+    if (!problem.empty()) return InvalidArgument(problem);
   }
   auto b = NewBuilder(m.payload.size);
   Result<fb::Offset<wire::Chunk>> chunk = BuildChunk(*b, m.payload, fill, limits);
@@ -407,8 +434,18 @@ Result<OutFrame> EncodeUpdate(const UpdateMessage& m, const FrameLimits& limits,
     return Finish(b, wire::Message::Update, ub.Finish().Union(), limits);
   }
   auto spec = b->CreateString(m.codec_spec.data(), m.codec_spec.size());
+  fb::Offset<wire::LevelStatistics> level_statistics = 0;
+  const LevelStatisticsMessage& ls = m.stats.level_statistics;
+  if (ls.present) {
+    std::vector<wire::BucketMoments> buckets;
+    buckets.reserve(ls.largest_buckets.size());
+    for (const BucketMomentsMessage& bm : ls.largest_buckets) buckets.emplace_back(bm.norm, bm.count, bm.sum, bm.sum_sq);
+    auto norms = b->CreateVector(ls.bucket_norms);
+    auto moments = b->CreateVectorOfStructs(buckets);
+    level_statistics = wire::CreateLevelStatistics(*b, ls.count, ls.sum, ls.sum_sq, norms, moments);
+  }
   auto stats = wire::CreateCodecStats(*b, m.stats.encoded_bytes, m.stats.raw_bytes, m.stats.wrap_count,
-                                      m.stats.residual_norm, m.stats.clipped);
+                                      m.stats.residual_norm, m.stats.clipped, level_statistics);
   auto update = wire::CreateUpdate(*b, m.round_id, m.num_samples, m.training_loss, spec,
                                    m.level_table_version, stats, *chunk);
   return Finish(b, wire::Message::Update, update.Union(), limits);
@@ -446,6 +483,27 @@ Result<UpdateMessage> DecodeUpdate(const Frame& frame, const FrameLimits& limits
     m.stats.residual_norm = s->residual_norm();
     m.stats.clipped = s->clipped();
     if (!IsFinite(m.stats.residual_norm)) return Wrong("residual norm is not finite");
+    if (const wire::LevelStatistics* ls = s->level_statistics()) {
+      LevelStatisticsMessage& out = m.stats.level_statistics;
+      out.present = true;
+      out.count = ls->count();
+      out.sum = ls->sum();
+      out.sum_sq = ls->sum_sq();
+      const auto* norms = ls->bucket_norms();
+      const auto* moments = ls->largest_buckets();
+      if ((norms != nullptr && norms->size() > kMaxLevelStatisticsNorms) ||
+          (moments != nullptr && moments->size() > kMaxLevelStatisticsBuckets)) {
+        return Wrong("level statistics carry too many buckets");
+      }
+      if (norms != nullptr) out.bucket_norms.assign(norms->begin(), norms->end());
+      if (moments != nullptr) {
+        for (const wire::BucketMoments* bm : *moments) {
+          out.largest_buckets.push_back({bm->norm(), bm->count(), bm->sum(), bm->sum_sq()});
+        }
+      }
+      const std::string problem = LevelStatisticsProblem(out);
+      if (!problem.empty()) return Wrong(problem);
+    }
   }
   return m;
 }

@@ -88,4 +88,43 @@ Result<LevelStatistics> ComputeLevelStatistics(const float* v, std::size_t d, st
   return stats;
 }
 
+Status ValidateLevelStatistics(const LevelStatistics& stats, double max_count) {
+  const auto whole = [](double v) { return std::isfinite(v) && v >= 0 && v == std::floor(v); };
+  // r and r^2 are in [0, 1] and r^2 <= r: so are their rounded sums.
+  const auto moments_ok = [](double count, double sum, double sum_sq) {
+    return std::isfinite(sum) && std::isfinite(sum_sq) && sum_sq >= 0 && sum_sq <= sum && sum <= count;
+  };
+  if (!whole(stats.count) || stats.count > max_count) {
+    return InvalidArgument("level statistics: count must be a whole number from 0 to " +
+                           std::to_string(static_cast<uint64_t>(max_count)));
+  }
+  if (!moments_ok(stats.count, stats.sum, stats.sum_sq)) {
+    return InvalidArgument("level statistics: sums are not finite or not 0 <= sum of r^2 <= sum of r <= count");
+  }
+  if (stats.bucket_norms.size() > kMaxBucketNorms) {
+    return InvalidArgument("level statistics: more than " + std::to_string(kMaxBucketNorms) + " bucket norms");
+  }
+  for (std::size_t i = 0; i < stats.bucket_norms.size(); ++i) {
+    const float norm = stats.bucket_norms[i];
+    if (!std::isfinite(norm) || !(norm > 0) || (i > 0 && norm > stats.bucket_norms[i - 1])) {
+      return InvalidArgument("level statistics: bucket norm " + std::to_string(i) +
+                             " is not finite, positive and at most the one before");
+    }
+  }
+  if (stats.largest_buckets.size() > kMaxMixtureBuckets) {
+    return InvalidArgument("level statistics: more than " + std::to_string(kMaxMixtureBuckets) + " bucket moments");
+  }
+  for (std::size_t i = 0; i < stats.largest_buckets.size(); ++i) {
+    const BucketMoments& b = stats.largest_buckets[i];
+    if (!std::isfinite(b.norm) || !(b.norm > 0) || !whole(b.count) || b.count < 1 || b.count > max_count ||
+        !moments_ok(b.count, b.sum, b.sum_sq)) {
+      return InvalidArgument("level statistics: bucket moments " + std::to_string(i) + " are out of range");
+    }
+    if (i > 0 && LargerBucket(b, stats.largest_buckets[i - 1])) {
+      return InvalidArgument("level statistics: bucket moments are not in decreasing order");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace fedrt

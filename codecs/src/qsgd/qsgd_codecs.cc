@@ -76,6 +76,9 @@ class NormalizedQuantizer final : public AdaptiveCodec {
   const LevelTable& level_table() const override { return c_.table; }
   int levels_per_sign() const override { return c_.s; }
   LevelModel level_model() const override { return c_.model; }
+  Result<LevelStatistics> MeasureLevelStatistics(const float* input, std::size_t d) const override {
+    return ComputeLevelStatistics(input, d, c_.bucket, c_.scale == ScaleKind::kMax ? NormKind::kMax : NormKind::kL2);
+  }
 
   std::size_t MaxEncodedSize(std::size_t d) const override {
     return BodyOffset(c_.spec) + Prefix(d) + MaxSymbolStreamSize(d, Alphabet(), c_.options.coding) + d;

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "fedrt/codecs/adaptive.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
 #include "fedrt/codecs/ndqsg.h"
@@ -48,6 +49,8 @@ struct Peer {
   uint64_t update_round = 0;
   uint64_t num_samples = 0;
   float loss = 0;
+  LevelStatistics levels;  // ALQ / AMQ: the statistics of the update being received
+  int64_t join_model_round = -1;  // the model round its Join names
 };
 
 // What a device was told to send this round.
@@ -55,6 +58,7 @@ struct Assignment {
   std::string spec;
   AnchorRole role = AnchorRole::kNone;
   int rho = 0;  // nested: the nesting ratio in spec
+  uint32_t level_table_version = 0;  // ALQ / AMQ: the table it encodes with
 };
 
 // A received and checked update, waiting for the round to close.
@@ -100,6 +104,10 @@ class Server : public ConnectionHandler {
   std::vector<std::string> ConnectedDevices() const;
   Peer* PeerOf(const std::string& device_id);
   void FinishAll();
+  Status CheckLevels(const UpdateMessage& m, const Assignment& assignment, LevelStatistics* levels) const;
+  void RefitLevels();
+  Status RestoreCodecState(AggregatorCheckpoint& saved);
+  AggregatorCheckpoint CheckpointState() const;
 
   AggregatorOptions options_;
   AggregatorHooks hooks_;
@@ -136,8 +144,14 @@ class Server : public ConnectionHandler {
   std::unique_ptr<UpdateAccumulator> sum_;  // this round's weighted sum
   std::set<std::string> answered_;  // devices in received_: lookups stay O(log n) per event
   // This round's instruction frames per (codec spec, anchor role, compressed
-  // delta or full model): encoded once and shared by every connection they go to.
-  std::map<std::tuple<std::string, AnchorRole, bool>, std::vector<OutFrame>> instruction_frames_;
+  // delta or full model, level table version): encoded once and shared by
+  // every connection they go to.
+  std::map<std::tuple<std::string, AnchorRole, bool, uint32_t>, std::vector<OutFrame>> instruction_frames_;
+  // ALQ / AMQ: the codec holding the table of the current round (updates are
+  // decoded with it), and the statistics merged from this round's accepted
+  // updates, which the next table is fitted to when the round closes.
+  std::unique_ptr<AdaptiveCodec> levels_;
+  LevelStatistics round_levels_;
   std::set<std::string> forced_anchors_;  // wrapped too often last round
   std::size_t rejected_ = 0;
   uint64_t bytes_down_ = 0;
@@ -191,6 +205,8 @@ Status Server::Setup() {
     if (!dqsg.ok()) return dqsg.status();
     anchor_spec_ = (*dqsg)->spec();
   }
+  Result<std::unique_ptr<AdaptiveCodec>> adaptive = MakeAdaptiveCodec(options_.codec);
+  if (adaptive.ok()) levels_ = std::move(*adaptive);  // starts with the codec's initial table, version 0
   optimizer_ = std::make_unique<ServerOptimizer>(options_.server_optimizer, d_);
 
   if (!options_.data_dir.empty()) {
@@ -203,21 +219,6 @@ Status Server::Setup() {
     evaluate_ = true;
   }
 
-  if (!options_.checkpoint.empty()) {
-    Result<AggregatorCheckpoint> saved = ReadAggregatorCheckpoint(options_.checkpoint);
-    if (saved.ok()) {
-      if (saved->model != options_.model || saved->parameters.size() != d_) {
-        return Status(StatusCode::kFailedPrecondition,
-                      options_.checkpoint + ": holds model '" + saved->model + "', not '" + options_.model + "'");
-      }
-      FEDRT_RETURN_IF_ERROR(optimizer_->Restore(std::move(saved->first_moment), std::move(saved->second_moment)));
-      std::memcpy(model_->parameters(), saved->parameters.data(), d_ * sizeof(float));
-      round_ = saved->round;
-      Log(LogLevel::kInfo, "aggregator: resumed from %s at round %u", options_.checkpoint.c_str(), round_);
-    } else if (saved.status().code() != StatusCode::kNotFound) {
-      return saved.status();
-    }
-  }
   scratch_.assign(d_, 0.0f);
   zeros_.assign(d_, 0.0f);
   sum_ = std::make_unique<UpdateAccumulator>(d_);
@@ -228,9 +229,80 @@ Status Server::Setup() {
       return InvalidArgument("downlink codec '" + options_.downlink_codec + "' needs side information");
     }
     downlink_ = std::move(*downlink);
-    device_model_.assign(model_->parameters(), model_->parameters() + d_);
+  }
+  if (!options_.checkpoint.empty()) {
+    Result<AggregatorCheckpoint> saved = ReadAggregatorCheckpoint(options_.checkpoint);
+    if (saved.ok()) {
+      if (saved->model != options_.model || saved->parameters.size() != d_) {
+        return Status(StatusCode::kFailedPrecondition,
+                      options_.checkpoint + ": holds model '" + saved->model + "', not '" + options_.model + "'");
+      }
+      FEDRT_RETURN_IF_ERROR(optimizer_->Restore(std::move(saved->first_moment), std::move(saved->second_moment)));
+      std::memcpy(model_->parameters(), saved->parameters.data(), d_ * sizeof(float));
+      round_ = saved->round;
+      FEDRT_RETURN_IF_ERROR(RestoreCodecState(*saved));
+      Log(LogLevel::kInfo, "aggregator: resumed from %s at round %u", options_.checkpoint.c_str(), round_);
+    } else if (saved.status().code() != StatusCode::kNotFound) {
+      return saved.status();
+    }
+  }
+  if (downlink_ && device_model_round_ < 0) device_model_.assign(model_->parameters(), model_->parameters() + d_);
+  return Status();
+}
+
+// The codec state of a checkpoint, where it belongs to the codecs of these
+// options: another update codec starts its table and rho afresh, another
+// downlink codec (or none) starts from full models.
+Status Server::RestoreCodecState(AggregatorCheckpoint& saved) {
+  if (!saved.codec.empty() && saved.codec == options_.codec) {
+    if (levels_ && !saved.level_table.empty()) {
+      LevelTable table;
+      table.version = saved.level_table_version;
+      table.levels = std::move(saved.level_table);
+      const Status installed = levels_->SetLevelTable(table);
+      if (!installed.ok()) return Corrupt(options_.checkpoint + ": level table: " + installed.message());
+    }
+    if (nested_) {
+      for (const auto& [device, rho] : saved.rho) {
+        if (rho < base_rho_ || rho > options_.max_rho) continue;  // the options changed: start over
+        rho_[device] = rho;
+      }
+      forced_anchors_ = std::move(saved.forced_anchors);
+    }
+  } else if (!saved.codec.empty()) {
+    Log(LogLevel::kInfo, "aggregator: %s holds the state of codec %s, not %s: its codec state is not used",
+        options_.checkpoint.c_str(), saved.codec.c_str(), options_.codec.c_str());
+  }
+  if (downlink_ && saved.downlink_codec == downlink_->spec() && saved.device_model.size() == d_ &&
+      saved.device_model_round >= 0 && CheckFinite(saved.device_model.data(), d_).ok()) {
+    device_model_ = std::move(saved.device_model);
+    device_model_round_ = saved.device_model_round;
+    synced_ = std::move(saved.synced);
   }
   return Status();
+}
+
+AggregatorCheckpoint Server::CheckpointState() const {
+  AggregatorCheckpoint checkpoint;
+  checkpoint.model = options_.model;
+  checkpoint.round = round_;
+  checkpoint.parameters.assign(model_->parameters(), model_->parameters() + d_);
+  checkpoint.first_moment = optimizer_->first_moment();
+  checkpoint.second_moment = optimizer_->second_moment();
+  checkpoint.codec = options_.codec;
+  if (levels_) {
+    checkpoint.level_table_version = levels_->level_table().version;
+    checkpoint.level_table = levels_->level_table().levels;
+  }
+  for (const auto& [device, rho] : rho_) checkpoint.rho[device] = rho;
+  checkpoint.forced_anchors = forced_anchors_;
+  if (downlink_ && device_model_round_ >= 0) {
+    checkpoint.downlink_codec = downlink_->spec();
+    checkpoint.device_model_round = device_model_round_;
+    checkpoint.device_model = device_model_;
+    checkpoint.synced = synced_;
+  }
+  return checkpoint;
 }
 
 // The sender id of the aggregator's broadcast in the codec context.
@@ -273,6 +345,7 @@ int Server::RhoOf(const std::string& device) const {
 }
 
 Codec* Server::CodecFor(const std::string& spec) {
+  if (levels_ && spec == levels_->spec()) return levels_.get();  // holds this round's table
   auto it = codecs_.find(spec);
   if (it != codecs_.end()) return it->second.get();
   Result<std::unique_ptr<Codec>> codec = MakeCodec(spec);
@@ -346,6 +419,7 @@ void Server::OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame)
   if (frame.kind() == MessageKind::kJoin) {
     Result<JoinMessage> join = DecodeJoin(frame);
     if (!join.ok()) return Refuse(connection, join.status());
+    peer.join_model_round = join->model_round;
     Result<ChallengeMessage> challenge = peer.handshake->OnJoin(*join);
     if (!challenge.ok()) return Refuse(connection, challenge.status());
     Result<OutFrame> out = Encode(*challenge, limits_);
@@ -372,7 +446,11 @@ void Server::OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame)
       if (old != peers_.end()) old->second.connection->Abort(Status(StatusCode::kCancelled, "replaced by a new join"));
     }
     device_connection_[peer.device_id] = connection.id();
-    synced_.erase(peer.device_id);  // a new connection gets the full model first
+    // A new connection gets the full model first, unless the device still
+    // holds the model of the round it last acknowledged (a reconnect, or the
+    // same device after this aggregator restarted from its checkpoint).
+    auto synced = synced_.find(peer.device_id);
+    if (synced != synced_.end() && synced->second != peer.join_model_round) synced_.erase(synced);
     Log(LogLevel::kInfo, "aggregator: device %s joined from %s (%zu connected)", peer.device_id.c_str(),
         connection.peer().c_str(), device_connection_.size());
     // Rejoined during a round it was sampled in and has not answered: resend.
@@ -418,6 +496,13 @@ void Server::OnUpdateFrame(Peer& peer, Connection& connection, const Frame& fram
       rejected_++;
       return Refuse(connection, InvalidArgument("an update must count 1 to 2^32 samples"));
     }
+    if (codec == levels_.get()) {
+      const Status levels = CheckLevels(m, assignment->second, &peer.levels);
+      if (!levels.ok()) {
+        rejected_++;
+        return Refuse(connection, levels);
+      }
+    }
     peer.update = std::make_unique<Reassembler>(codec->MaxEncodedSize(d_));
     peer.update_round = m.round_id;
     peer.num_samples = m.num_samples;
@@ -455,6 +540,7 @@ void Server::OnUpdateFrame(Peer& peer, Connection& connection, const Frame& fram
     rejected_++;
     return Refuse(connection, checked);
   }
+  if (levels_ && received.spec == levels_->spec()) round_levels_.Merge(peer.levels);
   answered_.insert(received.device_id);
   received_.push_back(std::move(received));
   AckMessage ack;
@@ -462,6 +548,45 @@ void Server::OnUpdateFrame(Peer& peer, Connection& connection, const Frame& fram
   ack.acked = MessageKind::kUpdate;
   Result<OutFrame> out = Encode(ack, limits_);
   if (out.ok()) (void)connection.Send(*out);
+}
+
+// ALQ / AMQ: the update must name the table version this round instructed
+// (updates of earlier rounds never get here: they are dropped by round, so a
+// round needs no older table) and carry statistics that pass
+// ValidateLevelStatistics for at most d coordinates.
+Status Server::CheckLevels(const UpdateMessage& m, const Assignment& assignment, LevelStatistics* levels) const {
+  if (m.level_table_version != assignment.level_table_version) {
+    const bool stale = m.level_table_version < assignment.level_table_version;
+    return Status(StatusCode::kFailedPrecondition,
+                  "the update names level table version " + std::to_string(m.level_table_version) +
+                      (stale ? " (stale)" : " (unknown)") + ", round " + std::to_string(round_) +
+                      " uses version " + std::to_string(assignment.level_table_version));
+  }
+  const LevelStatisticsMessage& s = m.stats.level_statistics;
+  if (!s.present) return InvalidArgument("an " + assignment.spec + " update without level statistics");
+  *levels = LevelStatistics();
+  levels->count = s.count;
+  levels->sum = s.sum;
+  levels->sum_sq = s.sum_sq;
+  levels->bucket_norms = s.bucket_norms;
+  for (const BucketMomentsMessage& b : s.largest_buckets) {
+    levels->largest_buckets.push_back({b.norm, b.count, b.sum, b.sum_sq});
+  }
+  return ValidateLevelStatistics(*levels, static_cast<double>(d_));
+}
+
+// ALQ / AMQ, once a round is applied: the next table, version + 1, fitted to
+// the statistics of the round's accepted updates (deterministic, and the
+// merge does not depend on arrival order). Without statistics the table stays.
+void Server::RefitLevels() {
+  if (!levels_ || round_levels_.count == 0) return;
+  const uint32_t next = levels_->level_table().version + 1;
+  Result<LevelTable> table = FitLevelTable(*levels_, round_levels_, next);
+  const Status installed = table.ok() ? levels_->SetLevelTable(*table) : table.status();
+  if (!installed.ok()) {
+    Log(LogLevel::kWarning, "aggregator: level table %u not fitted, version %u stays: %s", next, next - 1,
+        installed.ToString().c_str());
+  }
 }
 
 // Decodes what can be decoded now and checks the result is finite. A nested
@@ -520,8 +645,14 @@ Status Server::SendInstructions(Peer& peer) {
     send_delta = synced != synced_.end() && synced->second + 1 == static_cast<int64_t>(round_);
     if (!send_delta) full_models_down_++;
   }
-  std::vector<OutFrame>& frames = instruction_frames_[{assignment.spec, assignment.role, send_delta}];
+  std::vector<OutFrame>& frames =
+      instruction_frames_[{assignment.spec, assignment.role, send_delta, assignment.level_table_version}];
   if (frames.empty()) FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, send_delta, &frames));
+  if (hooks_.on_instructions) {  // before sending: a test may read it as soon as the frames arrive
+    std::vector<uint8_t> bytes;
+    for (const OutFrame& frame : frames) frame.AppendWireBytes(&bytes);
+    hooks_.on_instructions(round_, peer.device_id, bytes);
+  }
   for (const OutFrame& frame : frames) FEDRT_RETURN_IF_ERROR(peer.connection->Send(frame));
   bytes_down_ += send_delta ? broadcast_.size() : d_ * sizeof(float);
   return Status();
@@ -551,6 +682,11 @@ Status Server::EncodeInstructions(const Assignment& assignment, bool send_delta,
     m.local_steps = options_.local_steps;
     m.learning_rate = options_.learning_rate;
     m.anchor_role = assignment.role;
+    if (levels_ && assignment.spec == levels_->spec()) {
+      m.level_table_version = assignment.level_table_version;
+      m.level_table = levels_->level_table().levels.data();
+      m.level_table_size = levels_->level_table().levels.size();
+    }
     m.deadline_ms = options_.round_deadline_ms;
     m.payload = plan->Chunk(i, model);
     Result<OutFrame> frame = Encode(m, limits_);
@@ -574,6 +710,7 @@ void Server::StartRound() {
   sum_->Reset();
   answered_.clear();
   instruction_frames_.clear();
+  round_levels_ = LevelStatistics();
   rejected_ = 0;
   bytes_down_ = 0;
   full_models_down_ = 0;
@@ -599,6 +736,7 @@ void Server::StartRound() {
   for (const std::string& device : selected_) {
     Assignment assignment;
     assignment.spec = options_.codec;
+    if (levels_) assignment.level_table_version = levels_->level_table().version;
     if (nested_) {
       const bool anchor = anchors.count(DeviceSenderId(device)) != 0 || forced_anchors_.count(device) != 0;
       assignment.rho = anchor ? 0 : RhoOf(device);
@@ -745,14 +883,13 @@ void Server::CloseRound() {
       report.test_loss = eval->loss;
     }
   }
+  RefitLevels();
+  if (levels_) {
+    report.level_table_version = levels_->level_table().version;
+    report.level_table = levels_->level_table().levels;
+  }
   if (!options_.checkpoint.empty()) {
-    AggregatorCheckpoint checkpoint;
-    checkpoint.model = options_.model;
-    checkpoint.round = round_;
-    checkpoint.parameters.assign(model_->parameters(), model_->parameters() + d_);
-    checkpoint.first_moment = optimizer_->first_moment();
-    checkpoint.second_moment = optimizer_->second_moment();
-    const Status saved = WriteAggregatorCheckpoint(options_.checkpoint, checkpoint);
+    const Status saved = WriteAggregatorCheckpoint(options_.checkpoint, CheckpointState());
     if (!saved.ok()) Log(LogLevel::kError, "aggregator: %s", saved.ToString().c_str());
   }
   report.seconds = static_cast<double>(star::NowMs() - round_started_ms_) / 1000.0;

@@ -1,16 +1,27 @@
-// The aggregator's checkpoint: global model, server optimizer state and the
-// number of completed rounds, so a restarted aggregator resumes where it was.
+// The aggregator's checkpoint: global model, server optimizer state, the
+// number of completed rounds and the codec state, so a restarted aggregator
+// resumes where it was and sends the instructions it would have sent.
 //
-// Layout (little-endian, version 1): magic "FEDRTAGG", u32 version, u32 round,
-// u32 model spec length, spec bytes, u64 parameter count, u64 first moment
-// count, u64 second moment count, the three float arrays, CRC-32C of all
-// bytes before it. Written to <path>.tmp, fsync'ed, renamed over <path>.
-// Reading checks the magic, version, every count against the file size and
-// the checksum before using anything.
+// Layout (little-endian): magic "FEDRTAGG", u32 version, u32 round, u32 model
+// spec length, spec bytes, u64 parameter count, u64 first moment count, u64
+// second moment count, the three float arrays; version 2 then appends the
+// codec state:
+//   str codec spec (the update codec the state belongs to)
+//   u32 level table version, u32 level count, the levels (f32)
+//   u32 count, then per device: str id, i32 rho       (NDQSG rho, when not the codec's)
+//   u32 count, then per device: str id                (NDQSG devices sent plain DQSG next)
+//   str downlink codec spec, i64 device model round, u64 count, the device model (f32)
+//   u32 count, then per device: str id, i64 round     (last round whose model it acknowledged)
+// where str is a u32 length and the bytes. Then CRC-32C of all bytes before
+// it. Written to <path>.tmp, fsync'ed, renamed over <path>. Reading checks the
+// magic, version, every count against the bytes left and the checksum before
+// using anything; version 1 files still load (with no codec state).
 #ifndef FEDRT_RUNTIME_SRC_STAR_AGGREGATOR_CHECKPOINT_H_
 #define FEDRT_RUNTIME_SRC_STAR_AGGREGATOR_CHECKPOINT_H_
 
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,10 +35,21 @@ struct AggregatorCheckpoint {
   std::vector<float> parameters;
   std::vector<float> first_moment;
   std::vector<float> second_moment;
+  // Codec state (version 2).
+  std::string codec;                      // empty: none recorded (version 1)
+  uint32_t level_table_version = 0;       // ALQ / AMQ: the table of the next round
+  std::vector<float> level_table;         // empty: none
+  std::map<std::string, int32_t> rho;     // NDQSG devices whose rho is not the codec's
+  std::set<std::string> forced_anchors;   // NDQSG devices told to send plain DQSG next
+  std::string downlink_codec;             // empty: full models down
+  int64_t device_model_round = -1;        // round of device_model (-1: none)
+  std::vector<float> device_model;        // the model the devices reconstructed
+  std::map<std::string, int64_t> synced;  // device -> last round whose model it acknowledged
 };
 
 Status WriteAggregatorCheckpoint(const std::string& path, const AggregatorCheckpoint& checkpoint);
-// kNotFound when there is no file, kCorrupt when it fails a check.
+// kNotFound when there is no file, kCorrupt when it fails a check,
+// kUnsupported for a version this build does not read.
 Result<AggregatorCheckpoint> ReadAggregatorCheckpoint(const std::string& path);
 
 }  // namespace fedrt

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "fedrt/codecs/adaptive.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/error_feedback.h"
 #include "fedrt/codecs/payload.h"
@@ -57,6 +58,7 @@ class Device {
   Status Join(FrameQueue& queue, Connection& connection);
   Status TrainAndSend(Connection& connection);
   Status ApplyModel();
+  Result<std::unique_ptr<Codec>> InstructedCodec(transport::LevelStatisticsMessage* statistics, uint32_t* version);
 
   DeviceOptions options_;
   DeviceHooks hooks_;
@@ -85,6 +87,9 @@ class Device {
   uint32_t epochs_ = 1;
   uint32_t steps_ = 0;
   float lr_ = 0.05f;
+  uint32_t level_table_version_ = 0;  // ALQ / AMQ: the table to encode with
+  std::vector<float> level_table_;    // empty: the codec's initial table (version 0)
+  std::vector<float> measured_;       // delta + residual, the vector whose statistics are sent
 };
 
 Status Device::Setup() {
@@ -154,6 +159,7 @@ Status Device::Join(FrameQueue& queue, Connection& connection) {
   join->isa = isa;
   join->max_frame_bytes = limits_.max_frame_bytes;
   join->resume_round = last_round_;
+  join->model_round = model_round_;
   Result<OutFrame> frame = Encode(*join, limits_);
   if (!frame.ok()) return frame.status();
   FEDRT_RETURN_IF_ERROR(connection.Send(*frame));
@@ -229,6 +235,46 @@ Status Device::ApplyModel() {
   return Status();
 }
 
+// The instructed codec. For ALQ / AMQ: with the instructed level table
+// installed, its version in *version, and the statistics of the vector about
+// to be encoded (delta_, plus the residual with error feedback) in
+// *statistics, for the aggregator's next fit.
+Result<std::unique_ptr<Codec>> Device::InstructedCodec(LevelStatisticsMessage* statistics, uint32_t* version) {
+  Result<std::unique_ptr<AdaptiveCodec>> adaptive = MakeAdaptiveCodec(codec_spec_);
+  if (!adaptive.ok()) return MakeCodec(codec_spec_);
+  AdaptiveCodec& codec = **adaptive;
+  if (!level_table_.empty()) {
+    LevelTable table;
+    table.version = level_table_version_;
+    table.levels = level_table_;
+    const Status installed = codec.SetLevelTable(table);
+    if (!installed.ok()) return Corrupt("the instructed level table: " + installed.message());
+  } else if (level_table_version_ != 0) {
+    return Corrupt("the instructions name level table version " + std::to_string(level_table_version_) +
+                   " without the table");
+  }
+  *version = codec.level_table().version;
+  const std::size_t d = delta_.size();
+  const float* measured = delta_.data();
+  if (codec.wants_error_feedback()) {
+    measured_.resize(d);
+    const float* residual = feedback_->residual();
+    for (std::size_t i = 0; i < d; ++i) measured_[i] = delta_[i] + residual[i];
+    measured = measured_.data();
+  }
+  Result<LevelStatistics> measured_stats = codec.MeasureLevelStatistics(measured, d);
+  if (!measured_stats.ok()) return measured_stats.status();
+  statistics->present = true;
+  statistics->count = measured_stats->count;
+  statistics->sum = measured_stats->sum;
+  statistics->sum_sq = measured_stats->sum_sq;
+  statistics->bucket_norms = measured_stats->bucket_norms;
+  for (const BucketMoments& b : measured_stats->largest_buckets) {
+    statistics->largest_buckets.push_back({b.norm, b.count, b.sum, b.sum_sq});
+  }
+  return std::unique_ptr<Codec>(std::move(*adaptive));
+}
+
 Status Device::TrainAndSend(Connection& connection) {
   const std::size_t d = global_.size();
   std::memcpy(model_->parameters(), global_.data(), d * sizeof(float));
@@ -257,7 +303,9 @@ Status Device::TrainAndSend(Connection& connection) {
     for (std::size_t i = 0; i < d; ++i) delta_[i] += restored_residual_[i];
     restored_residual_.clear();
   }
-  Result<std::unique_ptr<Codec>> codec = MakeCodec(codec_spec_);
+  LevelStatisticsMessage statistics;
+  uint32_t table_version = 0;
+  Result<std::unique_ptr<Codec>> codec = InstructedCodec(&statistics, &table_version);
   if (!codec.ok()) return codec.status();
   payload_.resize((*codec)->MaxEncodedSize(d));
   CodecContext context;
@@ -285,6 +333,8 @@ Status Device::TrainAndSend(Connection& connection) {
     update.num_samples = share_.size();
     update.training_loss = static_cast<float>(loss);
     update.codec_spec = codec_spec_;
+    update.level_table_version = table_version;
+    if (i == 0) update.stats.level_statistics = statistics;
     update.stats.encoded_bytes = *size;
     update.stats.raw_bytes = d * sizeof(float);
     update.payload = plan->Chunk(i, payload_.data());
@@ -349,6 +399,8 @@ Status Device::Session(bool* joined) {
           epochs_ = std::max<uint32_t>(1, m->local_epochs);
           steps_ = m->local_steps;
           lr_ = m->learning_rate;
+          level_table_version_ = m->level_table_version;
+          level_table_.assign(m->level_table, m->level_table + m->level_table_size);
         } else if (!model_bytes_ || m->round_id != round_) {
           status = Corrupt("a model chunk without its first chunk");
           link->Abort(status, true);

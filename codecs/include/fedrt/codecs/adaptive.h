@@ -35,6 +35,10 @@ class AdaptiveCodec : public Codec {
   // The density the table owner fits: key model=pooled (default) or
   // model=norm (the norm-weighted "-N" mixture; see level_fit.h).
   virtual LevelModel level_model() const = 0;
+  // The statistics a sender measures from the vector it encodes (its bucket
+  // size and norm; ComputeLevelStatistics, level_fit.h) and sends beside the
+  // payload, so the table owner can fit the next table.
+  virtual Result<LevelStatistics> MeasureLevelStatistics(const float* input, std::size_t d) const = 0;
 };
 
 // The next table for `codec` from merged statistics: FitAlqLevels or

@@ -74,6 +74,15 @@ inline constexpr double kLevelStatisticsUnit = 0x1p-24;
 Result<LevelStatistics> ComputeLevelStatistics(const float* v, std::size_t d, std::size_t bucket,
                                                NormKind norm);
 
+// Checks statistics received from elsewhere (a device's update) before they
+// are merged: count, sum and sum_sq finite, count a whole number of at most
+// `max_count` (the coordinates the sender encoded), 0 <= sum_sq <= sum <=
+// count; at most kMaxBucketNorms norms, finite, > 0 and decreasing; at most
+// kMaxMixtureBuckets bucket moments, each with a finite norm > 0, a whole
+// count from 1 to max_count, 0 <= sum_sq <= sum <= count, in the order of
+// LargerBucket. kInvalidArgument naming the first problem.
+Status ValidateLevelStatistics(const LevelStatistics& stats, double max_count);
+
 // The parent normal N(mu, sigma^2) of a normal truncated to [0, 1].
 struct TruncatedNormal {
   double mu = 0.0;

@@ -21,6 +21,15 @@
 // back down towards the configured rho. RoundReport::devices records every
 // device's role, rho and count.
 //
+// ALQ / AMQ rounds: every instruction carries the level table and its
+// version; the devices encode with it and send the statistics of what they
+// encoded; an update naming another version, or with statistics that fail
+// validation, is refused like any bad update. When a round is applied the
+// statistics of its accepted updates are merged and the next table (version
+// + 1) is fitted to them, deterministically. The checkpoint holds the table,
+// the NDQSG per-device rho and the downlink device model, so a restarted
+// aggregator sends the instructions it would have sent.
+//
 // Ownership: RunAggregator owns everything it creates; the callbacks run on
 // the calling thread, between I/O handlers, and must not block for long.
 // Thread-safety: RequestStop() may be called from any thread.
@@ -105,6 +114,8 @@ struct RoundReport {
   std::size_t rho_lowered = 0;         // NDQSG: devices stepped back down
   std::size_t switched_to_dqsg = 0;    // NDQSG: devices past max_rho, anchors next round
   std::vector<DeviceRoundReport> devices;  // the updates received, in decoding order
+  uint32_t level_table_version = 0;    // ALQ / AMQ: the table the next round uses
+  std::vector<float> level_table;      // its levels
 };
 
 struct AggregatorHooks {
@@ -114,6 +125,9 @@ struct AggregatorHooks {
   std::function<void(uint32_t round, const std::vector<float>& mean)> on_aggregate;
   // With a downlink codec: the model the devices hold for `round` (tests).
   std::function<void(uint32_t round, const std::vector<float>& device_model)> on_broadcast;
+  // The instruction frames sent to a device for `round`, as wire bytes (tests).
+  std::function<void(uint32_t round, const std::string& device_id, const std::vector<uint8_t>& wire_bytes)>
+      on_instructions;
 };
 
 // Serves until `options.rounds` rounds are done (then tells the devices to

@@ -47,6 +47,10 @@ inline constexpr std::size_t kMaxCodecs = 64;
 inline constexpr std::size_t kMaxIsaBytes = 16;
 inline constexpr std::size_t kMaxReasonBytes = 1024;
 inline constexpr std::size_t kMaxLevelTableSize = 4096;
+// Bounds of LevelStatisticsMessage (fedrt::kMaxBucketNorms and
+// fedrt::kMaxMixtureBuckets of the codecs).
+inline constexpr std::size_t kMaxLevelStatisticsNorms = 1024;
+inline constexpr std::size_t kMaxLevelStatisticsBuckets = 64;
 
 using Nonce = std::array<uint8_t, kNonceBytes>;
 using Mac = std::array<uint8_t, kMacBytes>;
@@ -73,6 +77,7 @@ struct JoinMessage {
   uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
   Nonce client_nonce{};
   uint64_t resume_round = 0;
+  int64_t model_round = -1;  // round of the global model the device holds, -1 none
 };
 
 struct ChallengeMessage {
@@ -112,12 +117,32 @@ struct RoundInstructionsMessage {
   ChunkView payload;
 };
 
+// ALQ / AMQ sufficient statistics (fedrt::LevelStatistics, copied: they are
+// small). Decode checks sizes and that every value is finite and >= 0; the
+// statistics' own invariants are the aggregator's to check.
+struct BucketMomentsMessage {
+  float norm = 0.0f;
+  double count = 0;
+  double sum = 0;
+  double sum_sq = 0;
+};
+
+struct LevelStatisticsMessage {
+  bool present = false;  // false: the update carries none
+  double count = 0;
+  double sum = 0;
+  double sum_sq = 0;
+  std::vector<float> bucket_norms;                   // <= kMaxLevelStatisticsNorms
+  std::vector<BucketMomentsMessage> largest_buckets;  // <= kMaxLevelStatisticsBuckets
+};
+
 struct CodecStatsMessage {
   uint64_t encoded_bytes = 0;
   uint64_t raw_bytes = 0;
   uint64_t wrap_count = 0;
   float residual_norm = 0.0f;
   uint64_t clipped = 0;
+  LevelStatisticsMessage level_statistics;
 };
 
 struct UpdateMessage {

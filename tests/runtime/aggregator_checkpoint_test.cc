@@ -1,0 +1,135 @@
+// The aggregator's checkpoint file: version 2 keeps the codec state (level
+// table, NDQSG rho and forced anchors, downlink device model and the devices'
+// acknowledged rounds) bit for bit; version 1 files still load; other
+// versions, truncated files and bad counts give typed errors.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "fedrt/codecs/payload.h"
+#include "star/aggregator_checkpoint.h"
+#include "temp_dir.h"
+
+namespace fedrt {
+namespace {
+
+AggregatorCheckpoint Sample() {
+  AggregatorCheckpoint c;
+  c.model = "mlp:4-2";
+  c.round = 7;
+  c.parameters = {1.5f, -2.0f, 0.25f};
+  c.first_moment = {0.5f, 0.5f, 0.5f};
+  c.codec = "alq:bits=3,b=1024,ef=off,ec=rans";
+  c.level_table_version = 6;
+  c.level_table = {0.0f, 0.03f, 0.1f, 1.0f};
+  c.rho = {{"dev-1", 3}, {"dev-7", 5}};
+  c.forced_anchors = {"dev-2"};
+  c.downlink_codec = "fp16";
+  c.device_model_round = 6;
+  c.device_model = {1.0f, -2.0f, 0.5f};
+  c.synced = {{"dev-1", 6}, {"dev-2", 5}};
+  return c;
+}
+
+std::vector<uint8_t> ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Rewrites the trailing CRC after a deliberate change.
+void Reseal(std::vector<uint8_t>& bytes) { StoreLe32(bytes.data() + bytes.size() - 4, Crc32c(bytes.data(), bytes.size() - 4)); }
+
+TEST_CASE("an aggregator checkpoint keeps the codec state bit for bit") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("agg.ckpt");
+  const AggregatorCheckpoint c = Sample();
+  REQUIRE(WriteAggregatorCheckpoint(path, c).ok());
+  Result<AggregatorCheckpoint> back = ReadAggregatorCheckpoint(path);
+  REQUIRE(back.ok());
+  CHECK(back->model == c.model);
+  CHECK(back->round == 7);
+  CHECK(back->parameters == c.parameters);
+  CHECK(back->first_moment == c.first_moment);
+  CHECK(back->second_moment.empty());
+  CHECK(back->codec == c.codec);
+  CHECK(back->level_table_version == 6);
+  CHECK(back->level_table == c.level_table);
+  CHECK(back->rho == c.rho);
+  CHECK(back->forced_anchors == c.forced_anchors);
+  CHECK(back->downlink_codec == "fp16");
+  CHECK(back->device_model_round == 6);
+  CHECK(back->device_model == c.device_model);
+  CHECK(back->synced == c.synced);
+}
+
+TEST_CASE("a version 1 aggregator checkpoint still loads without codec state") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("agg.ckpt");
+  AggregatorCheckpoint c = Sample();
+  REQUIRE(WriteAggregatorCheckpoint(path, c).ok());
+  // Version 1 is version 2 without the codec state: cut it off, set the version.
+  std::vector<uint8_t> bytes = ReadBytes(path);
+  AggregatorCheckpoint bare;
+  bare.model = c.model;
+  bare.round = c.round;
+  bare.parameters = c.parameters;
+  bare.first_moment = c.first_moment;
+  REQUIRE(WriteAggregatorCheckpoint(path, bare).ok());
+  std::vector<uint8_t> v1 = ReadBytes(path);
+  // Empty codec state: 4 (codec) + 8 (table) + 4 + 4 (rho, anchors) + 4 + 8 + 8 (downlink) + 4 (synced).
+  const std::size_t empty_state = 44;
+  REQUIRE(v1.size() > empty_state + 4);
+  v1.erase(v1.end() - 4 - empty_state, v1.end() - 4);
+  StoreLe32(v1.data() + 8, 1);
+  Reseal(v1);
+  WriteBytes(path, v1);
+  Result<AggregatorCheckpoint> back = ReadAggregatorCheckpoint(path);
+  REQUIRE(back.ok());
+  CHECK(back->round == 7);
+  CHECK(back->parameters == c.parameters);
+  CHECK(back->codec.empty());
+  CHECK(back->level_table.empty());
+  CHECK(back->device_model_round == -1);
+
+  // A later version is refused by name; so are cut or padded codec states.
+  StoreLe32(bytes.data() + 8, 3);
+  Reseal(bytes);
+  WriteBytes(path, bytes);
+  back = ReadAggregatorCheckpoint(path);
+  CHECK(back.status().code() == StatusCode::kUnsupported);
+  CHECK(back.status().message().find("version 3") != std::string::npos);
+  StoreLe32(bytes.data() + 8, 2);
+  std::vector<uint8_t> cut(bytes.begin(), bytes.end() - 12);
+  cut.insert(cut.end(), 4, 0);
+  Reseal(cut);
+  WriteBytes(path, cut);
+  CHECK(ReadAggregatorCheckpoint(path).status().code() == StatusCode::kCorrupt);
+  std::vector<uint8_t> padded(bytes.begin(), bytes.end() - 4);
+  padded.insert(padded.end(), 8, 0);
+  padded.insert(padded.end(), 4, 0);
+  Reseal(padded);
+  WriteBytes(path, padded);
+  CHECK(ReadAggregatorCheckpoint(path).status().code() == StatusCode::kCorrupt);
+  // A device model count larger than the file.
+  std::vector<uint8_t> huge = bytes;
+  const std::size_t count_at = huge.size() - 4 - (4 + 2 * (4 + 5 + 8)) - 3 * 4 - 8;
+  REQUIRE(LoadLe64(huge.data() + count_at) == 3);
+  StoreLe64(huge.data() + count_at, uint64_t{1} << 40);
+  Reseal(huge);
+  WriteBytes(path, huge);
+  CHECK(ReadAggregatorCheckpoint(path).status().code() == StatusCode::kCorrupt);
+}
+
+}  // namespace
+}  // namespace fedrt

@@ -360,6 +360,11 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   sim->add_option("--graph", flags->graph, "Gossip: ring or torus (2-D, rows x columns as square as the peer count allows)")
       ->capture_default_str()->check(CLI::IsMember({"ring", "torus"}));
   sim->add_option("--momentum", flags->momentum, "Ring: SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 0.999));
+  sim->add_option("--schedule", flags->schedule, "Ring, gossip: learning rate schedule, constant or cosine (to 0 over the epochs)")
+      ->capture_default_str()->check(CLI::IsMember({"constant", "cosine"}));
+  sim->add_option("--peer-arg", flags->peer_args,
+                  "Ring, gossip: one more argument for every `fedrt peer` (repeat: --peer-arg=--iwp-clip --peer-arg=5)")
+      ->allow_extra_args(false);
   sim->add_option("--compare", flags->compare, "Only plot: earlier runs' --out directories, drawn on one plot in --out")
       ->expected(1, -1);
   commands.push_back({sim, [flags] { return RunSim(*flags); }});

@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -58,8 +57,6 @@ struct PeerFlags {
   bool print_wraps = false;
   // Gossip with a moniqua codec that names no theta: theta = this * lr.
   double moniqua_theta_per_lr = 0.02;
-  // Gossip: per-tensor theta as theta * 2^e (one exponent per model tensor; empty: one theta).
-  std::vector<int> moniqua_tensor_exponents;
   float density = 1.0f / 64;
   // IWP training integration (codec specification, section 4; defaults in runtime/README.md).
   bool iwp_momentum_correction = true;  // momentum lives in the accumulator (DGC), the step is plain SGD
@@ -231,27 +228,6 @@ int RunPeer(const PeerFlags& flags) {
     std::printf("gossip codec %s%s\n", gossip_codec.c_str(),
                 derived_theta && flags.schedule != "constant" ? " (theta follows the learning rate)" : "");
   }
-  // Per-tensor theta: the peers gossip the model scaled by 2^-e per tensor
-  // (exact in float32), so a codec with theta acts on tensor t as one with
-  // theta * 2^e; the mixing step is linear, so scaling back gives the step.
-  std::vector<float> gossip_scale;  // per coordinate: 2^e of its tensor
-  std::vector<float> scaled_model, scaled_grad;
-  if (!flags.moniqua_tensor_exponents.empty()) {
-    if (flags.moniqua_tensor_exponents.size() != model->tensors().size()) {
-      return Fail("peer", InvalidArgument("--moniqua-tensor-exponents needs " + std::to_string(model->tensors().size()) +
-                                          " exponents, one per tensor"));
-    }
-    gossip_scale.resize(d);
-    std::size_t at = 0;
-    for (std::size_t t = 0; t < model->tensors().size(); ++t) {
-      const float scale = std::ldexp(1.0f, flags.moniqua_tensor_exponents[t]);
-      std::fill(gossip_scale.begin() + static_cast<std::ptrdiff_t>(at),
-                gossip_scale.begin() + static_cast<std::ptrdiff_t>(at + model->tensors()[t].size), scale);
-      at += model->tensors()[t].size;
-    }
-    scaled_model.resize(d);
-    scaled_grad.resize(d);
-  }
   std::ofstream metrics;
   if (!flags.metrics.empty()) {
     metrics.open(flags.metrics, std::ios::trunc);
@@ -352,27 +328,14 @@ int RunPeer(const PeerFlags& flags) {
         peer::GossipStats gossip;
         const float lr = static_cast<float>(sgd->current_lr());
         if (derived_theta && flags.schedule != "constant") gossip_codec = codec_for(sgd->current_lr());
-        float* x = model->parameters();
-        float* gx = g;
-        if (!gossip_scale.empty()) {
-          for (std::size_t i = 0; i < d; ++i) {
-            scaled_model[i] = x[i] / gossip_scale[i];
-            scaled_grad[i] = g[i] / gossip_scale[i];
-          }
-          x = scaled_model.data();
-          gx = scaled_grad.data();
-        }
-        Status mixed = group.GossipStep(x, gx, d, lr, gossip_codec, step, &gossip);
+        Status mixed = group.GossipStep(model->parameters(), g, d, lr, gossip_codec, step, &gossip);
         while (!mixed.ok()) {
           // A failed step leaves the model as it was: re-form and repeat it.
           std::fprintf(stderr, "fedrt peer: step %u: %s\n", step, mixed.ToString().c_str());
           if (!flags.repair || group.FailedRank() < 0) return 1;
           Status formed = Reform(group);
           if (!formed.ok()) return Fail("peer", formed);
-          mixed = group.GossipStep(x, gx, d, lr, gossip_codec, step, &gossip);
-        }
-        if (!gossip_scale.empty()) {
-          for (std::size_t i = 0; i < d; ++i) model->parameters()[i] = scaled_model[i] * gossip_scale[i];
+          mixed = group.GossipStep(model->parameters(), g, d, lr, gossip_codec, step, &gossip);
         }
         count_fp32_step();
         wraps += gossip.wrap_count;
@@ -587,8 +550,6 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--moniqua-theta-per-lr", flags->moniqua_theta_per_lr,
                  "Gossip: theta of a moniqua codec that names none, as a multiple of --lr")
       ->capture_default_str()->check(CLI::PositiveNumber);
-  p->add_option("--moniqua-tensor-exponents", flags->moniqua_tensor_exponents,
-                "Gossip: per-tensor theta = theta * 2^e, one exponent per model tensor")->delimiter(',');
   p->add_flag("--print-wraps", flags->print_wraps, "Gossip: print the Moniqua wrap count of every step");
   p->add_option("--density", flags->density, "IWP share of coordinates per step")->capture_default_str()->check(CLI::Range(1e-6, 1.0));
   p->add_option("--iwp-momentum-correction", flags->iwp_momentum_correction,

@@ -44,7 +44,7 @@ struct PeerMode {
 };
 
 // Ring: fp32 (dense), fp16 (every hop fp16), iwp or iwp:density=F.
-// Gossip: fp32, or any codec spec (moniqua:bits=1,theta=0.5).
+// Gossip: fp32, or any codec spec (moniqua:bits=1[,theta=T]).
 // Either: local (the no-communication baseline: every peer trains alone
 // with gossip's plain SGD step and sends nothing).
 Result<PeerMode> ModeFor(const SimFlags& flags, const std::string& codec) {
@@ -274,7 +274,7 @@ int RunPeerSim(const SimFlags& flags_in) {
   SimFlags flags = flags_in;
   if (flags.codecs.empty()) {
     flags.codecs = flags.topology == "ring" ? std::vector<std::string>{"fp32", "iwp"}
-                                            : std::vector<std::string>{"fp32", "moniqua:bits=1,theta=0.5"};
+                                            : std::vector<std::string>{"fp32", "moniqua:bits=1"};
   }
   for (const std::string& codec : flags.codecs) {
     Result<PeerMode> mode = ModeFor(flags, codec);

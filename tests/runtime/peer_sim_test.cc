@@ -173,6 +173,12 @@ TEST_CASE("fedrt sim gossips on a non-IID partition beside a no-communication ba
   CHECK(log.find("(shards:2)") != std::string::npos);
   CHECK(log.find("gossip codec moniqua:bits=1,theta=0.001 (theta follows the learning rate)") != std::string::npos);
   CHECK(Slurp(dir.File("g/gossip-local/rank-1.log")).find("reduce local") != std::string::npos);
+  // The baseline has no point on the log MB axis: one line (accuracy against
+  // epochs) for it, two for moniqua, and both in the legend.
+  const std::string svg = Slurp(dir.File("g/plot.svg"));
+  CHECK(Count(svg, "<polyline") == 3);
+  CHECK(svg.find(">gossip local</text>") != std::string::npos);
+  CHECK(svg.find("e-06") == std::string::npos);
 }
 
 TEST_CASE("fedrt sim refuses a codec its topology cannot run and a compare folder without metrics") {

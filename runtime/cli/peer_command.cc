@@ -2,9 +2,11 @@
 // `fedrt bench allreduce`: N local processes timing the ring all-reduce.
 //
 // fedrt peer --config peers.json --keys peer-keys.txt --rank R
-//   trains on its IID partition of the data (as a device does); every step
-//   all-reduces the gradients (dense fp32, fp16 hops, or IWP-sparse) and
-//   applies their mean, so every peer holds the same model. With --repair a
+//   trains on its partition of the data (as a device does; --partition iid,
+//   dirichlet:A or shards:K); every step all-reduces the gradients (dense
+//   fp32, fp16 hops, or IWP-sparse) and applies their mean, so every peer
+//   holds the same model; or gossips models (D-PSGD); or, as a baseline,
+//   trains alone (--reduce local: plain SGD, nothing sent). With --repair a
 //   failed step drops the failed peer, re-forms the ring and repeats the step.
 //   --metrics FILE writes one JSON object per evaluation (`fedrt sim
 //   --topology ring|gossip` reads them to draw its plot).
@@ -47,8 +49,10 @@ struct PeerFlags {
   int epochs = 1;
   int batch = 32;
   double lr = 0.05;
+  std::string schedule = "constant";  // constant | cosine (to 0 over all epochs)
   float momentum = 0.9f;
-  std::string reduce = "dense";  // dense | fp16 | iwp | gossip
+  std::string reduce = "dense";  // dense | fp16 | iwp | gossip | local
+  std::string partition = "iid";  // iid | dirichlet:<alpha> | shards:<k>
   std::string codec;             // gossip: empty (fp32) or e.g. moniqua:bits=1,theta=0.5
   bool print_wraps = false;
   // Gossip with a moniqua codec that names no theta: theta = this * lr.
@@ -159,10 +163,13 @@ int RunPeer(const PeerFlags& flags) {
   const Normalization norm = ComputeNormalization(data->train);
   Normalize(data->train, norm);
   Normalize(data->test, norm);
-  auto partition = PartitionIid(data->train.count, n, flags.seed);
+  auto partition = PartitionBySpec(flags.partition, data->train.labels, data->train.num_classes, n, flags.seed);
   if (!partition.ok()) return Fail("peer", partition.status());
   const std::vector<uint32_t>& mine = (*partition)[static_cast<std::size_t>(flags.rank)];
-  // Every peer takes the same number of steps per epoch.
+  if (mine.empty()) return Fail("peer", Status(StatusCode::kFailedPrecondition, "partition " + flags.partition + " gave this peer no examples"));
+  // Every peer takes the same number of steps per epoch: an "epoch" is
+  // count / n examples per peer (a peer with a smaller non-IID share passes
+  // over its examples more than once, in a fresh order each time).
   const std::size_t steps_per_epoch = (data->train.count / static_cast<std::size_t>(n)) / static_cast<std::size_t>(flags.batch);
 
   auto model = Model::Create(flags.model, flags.seed);  // same seed: same start on every peer
@@ -171,6 +178,10 @@ int RunPeer(const PeerFlags& flags) {
   const bool corrected = iwp && flags.iwp_momentum_correction;
   SgdOptions sgd_options;
   sgd_options.schedule.base_lr = flags.lr;
+  if (flags.schedule == "cosine") {
+    sgd_options.schedule.kind = LrScheduleKind::kCosine;
+    sgd_options.schedule.total_steps = steps_per_epoch * static_cast<std::size_t>(flags.epochs);
+  }
   sgd_options.momentum = corrected ? 0.0f : flags.momentum;  // corrected: the accumulator holds the momentum
   auto sgd = Sgd::Create(sgd_options, model->parameter_count());
   if (!sgd.ok()) return Fail("peer", sgd.status());
@@ -196,20 +207,27 @@ int RunPeer(const PeerFlags& flags) {
   std::vector<float> saved(d);
   std::vector<uint32_t> indices;
   std::vector<float> sums;
-  std::printf("peer rank %d of %d: %s, %zu parameters, %zu examples, %zu steps/epoch, reduce %s\n",
-              flags.rank, n, flags.model.c_str(), d, mine.size(), steps_per_epoch, flags.reduce.c_str());
+  std::printf("peer rank %d of %d: %s, %zu parameters, %zu examples (%s), %zu steps/epoch, reduce %s\n",
+              flags.rank, n, flags.model.c_str(), d, mine.size(), flags.partition.c_str(), steps_per_epoch,
+              flags.reduce.c_str());
   std::fflush(stdout);
   // Moniqua's theta bounds the neighbours' distance, which scales with the
   // learning rate (codec specification, section 5): a codec spec without
   // theta gets theta = --moniqua-theta-per-lr * lr.
-  std::string gossip_codec = flags.codec;
-  if (gossip_codec.rfind("moniqua", 0) == 0 && gossip_codec.find("theta=") == std::string::npos) {
+  // With a decaying schedule theta follows the step's learning rate (every
+  // peer computes the same schedule, so all use the same theta in a step).
+  const bool derived_theta = flags.codec.rfind("moniqua", 0) == 0 && flags.codec.find("theta=") == std::string::npos;
+  auto codec_for = [&](double lr) {
+    if (!derived_theta) return flags.codec;
     char theta[40];
-    std::snprintf(theta, sizeof theta, "theta=%.6g", flags.moniqua_theta_per_lr * flags.lr);
-    gossip_codec += gossip_codec.find(':') == std::string::npos ? ":" : ",";
-    gossip_codec += theta;
+    std::snprintf(theta, sizeof theta, "theta=%.6g", flags.moniqua_theta_per_lr * lr);
+    return flags.codec + (flags.codec.find(':') == std::string::npos ? ":" : ",") + theta;
+  };
+  std::string gossip_codec = codec_for(flags.lr);
+  if (!gossip_codec.empty()) {
+    std::printf("gossip codec %s%s\n", gossip_codec.c_str(),
+                derived_theta && flags.schedule != "constant" ? " (theta follows the learning rate)" : "");
   }
-  if (!gossip_codec.empty()) std::printf("gossip codec %s\n", gossip_codec.c_str());
   std::ofstream metrics;
   if (!flags.metrics.empty()) {
     metrics.open(flags.metrics, std::ios::trunc);
@@ -222,7 +240,7 @@ int RunPeer(const PeerFlags& flags) {
   auto count_fp32_step = [&] {
     const double p = static_cast<double>(group.members().size());
     const double model_bytes = static_cast<double>(d) * sizeof(float);
-    if (flags.reduce == "gossip") {
+    if (flags.reduce == "gossip" || flags.reduce == "local") {
       const auto& m = group.members();
       const std::size_t position = static_cast<std::size_t>(std::find(m.begin(), m.end(), group.rank()) - m.begin());
       const auto neighbours = peer::GraphNeighbours(
@@ -236,6 +254,7 @@ int RunPeer(const PeerFlags& flags) {
   double interval_loss = 0;
   std::size_t interval_steps = 0;
   uint64_t interval_wraps = 0;
+  std::vector<uint64_t> interval_step_wraps;  // gossip: the wrap count of every step since the last evaluation
   // Evaluates on the test set and writes one metrics line.
   auto record = [&](int epoch, std::size_t steps_done, uint32_t step_count) -> Result<Evaluation> {
     auto eval = EvaluateModel(*model, data->test, 256);
@@ -253,18 +272,27 @@ int RunPeer(const PeerFlags& flags) {
           {"total_bytes_sent", group.total_bytes_sent()},
           {"fp32_bytes", static_cast<uint64_t>(fp32_bytes)},
           {"near_wraps", interval_wraps},
+          {"near_wraps_per_step", interval_step_wraps},
           {"elapsed_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count()}};
       metrics << line.dump() << "\n" << std::flush;
     }
     interval_loss = 0;
     interval_steps = 0;
     interval_wraps = 0;
+    interval_step_wraps.clear();
     return eval;
   };
   const std::size_t evals = static_cast<std::size_t>(flags.evals_per_epoch);
   uint32_t step = 0;
   for (int epoch = 0; epoch < flags.epochs; ++epoch) {
-    std::vector<uint32_t> order = ShuffledIndices(mine.size(), flags.seed + static_cast<uint64_t>(flags.rank), static_cast<uint64_t>(epoch));
+    std::vector<uint32_t> order;
+    const std::size_t needed = steps_per_epoch * static_cast<std::size_t>(flags.batch);
+    for (uint64_t pass = 0; order.size() < needed; ++pass) {
+      // Pass 0 of every epoch is the order an equal share always had.
+      const std::vector<uint32_t> more = ShuffledIndices(mine.size(), flags.seed + static_cast<uint64_t>(flags.rank),
+                                                         static_cast<uint64_t>(epoch) + (pass << 32));
+      order.insert(order.end(), more.begin(), more.end());
+    }
     double loss_sum = 0;
     uint64_t wraps = 0;
     std::size_t steps_done = 0;
@@ -286,10 +314,20 @@ int RunPeer(const PeerFlags& flags) {
       ++interval_steps;
       ++steps_done;
       float* g = model->gradients();
+      if (flags.reduce == "local") {
+        // The no-communication baseline: gossip's plain SGD step without mixing.
+        const float lr = static_cast<float>(sgd->current_lr());
+        float* x = model->parameters();
+        for (std::size_t i = 0; i < d; ++i) x[i] = x[i] - lr * g[i];
+        sgd->set_step(sgd->step() + 1);
+        ++step;
+        continue;
+      }
       if (flags.reduce == "gossip") {
         // D-PSGD: the mixing step applies the plain SGD step itself.
         peer::GossipStats gossip;
         const float lr = static_cast<float>(sgd->current_lr());
+        if (derived_theta && flags.schedule != "constant") gossip_codec = codec_for(sgd->current_lr());
         Status mixed = group.GossipStep(model->parameters(), g, d, lr, gossip_codec, step, &gossip);
         while (!mixed.ok()) {
           // A failed step leaves the model as it was: re-form and repeat it.
@@ -302,6 +340,7 @@ int RunPeer(const PeerFlags& flags) {
         count_fp32_step();
         wraps += gossip.wrap_count;
         interval_wraps += gossip.wrap_count;
+        interval_step_wraps.push_back(gossip.wrap_count);
         if (flags.print_wraps) std::printf("step %u wraps %llu\n", step, static_cast<unsigned long long>(gossip.wrap_count));
         sgd->set_step(sgd->step() + 1);
         ++step;
@@ -501,9 +540,12 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--epochs", flags->epochs, "Epochs")->capture_default_str()->check(CLI::Range(1, 10000));
   p->add_option("--batch", flags->batch, "Batch size per peer")->capture_default_str()->check(CLI::Range(1, 65536));
   p->add_option("--lr", flags->lr, "Learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  p->add_option("--schedule", flags->schedule, "Learning rate schedule: constant, or cosine to 0 over all epochs")
+      ->capture_default_str()->check(CLI::IsMember({"constant", "cosine"}));
   p->add_option("--momentum", flags->momentum, "SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 0.999));
-  p->add_option("--reduce", flags->reduce, "Gradient all-reduce (dense fp32, fp16 hops, IWP-sparse) or gossip D-PSGD")
-      ->capture_default_str()->check(CLI::IsMember({"dense", "fp16", "iwp", "gossip"}));
+  p->add_option("--reduce", flags->reduce,
+                "Gradient all-reduce (dense fp32, fp16 hops, IWP-sparse), gossip D-PSGD, or local (no communication)")
+      ->capture_default_str()->check(CLI::IsMember({"dense", "fp16", "iwp", "gossip", "local"}));
   p->add_option("--codec", flags->codec, "Gossip: codec of the models sent (empty: fp32), e.g. moniqua:bits=1,theta=0.5");
   p->add_option("--moniqua-theta-per-lr", flags->moniqua_theta_per_lr,
                  "Gossip: theta of a moniqua codec that names none, as a multiple of --lr")
@@ -526,6 +568,8 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--max-steps", flags->max_steps, "Stop after this many steps (0: whole epochs)")->check(CLI::NonNegativeNumber);
   p->add_flag("--repair", flags->repair, "When a peer fails, re-form the ring without it and continue");
   p->add_option("--seed", flags->seed, "Seed of the model, the partition and IWP")->capture_default_str();
+  p->add_option("--partition", flags->partition, "This peer's share of the training set: iid, dirichlet:<alpha> or shards:<k>")
+      ->capture_default_str();
   p->add_option("--graph", flags->graph, "Gossip graph: ring, or torus (2-D, Metropolis weights)")
       ->capture_default_str()->check(CLI::IsMember({"ring", "torus"}));
   p->add_option("--metrics", flags->metrics, "Write one JSON object per evaluation to this file");

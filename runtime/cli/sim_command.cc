@@ -113,13 +113,16 @@ std::string SimPlot(const std::vector<Series>& all, const std::string& title, co
       max_round = std::max(max_round, s.rounds[i]);
       min_acc = std::min(min_acc, s.accuracy[i]);
       max_acc = std::max(max_acc, s.accuracy[i]);
-      min_mb = std::min(min_mb, s.megabytes[i]);
-      max_mb = std::max(max_mb, s.megabytes[i]);
+      if (s.megabytes[i] > 0) {  // a run that sends nothing (local) has no point on the log axis
+        min_mb = std::min(min_mb, s.megabytes[i]);
+        max_mb = std::max(max_mb, s.megabytes[i]);
+      }
     }
   }
   if (max_acc <= min_acc) max_acc = min_acc + 0.01;
   min_acc = std::floor(min_acc * 20) / 20;
   max_acc = std::min(1.0, std::ceil(max_acc * 20) / 20);
+  if (min_mb > max_mb) min_mb = max_mb = 1;
   if (!(min_mb < max_mb)) max_mb = min_mb * 10 + 1e-6;
   const double lmin = std::floor(std::log10(std::max(min_mb, 1e-6)));
   const double lmax = std::ceil(std::log10(std::max(max_mb, 1e-6)));
@@ -157,14 +160,18 @@ std::string SimPlot(const std::vector<Series>& all, const std::string& title, co
     svg << "<text x=\"" << ox - 45 << "\" y=\"" << top - 8 << "\">test accuracy</text>\n";
     for (std::size_t k = 0; k < all.size(); ++k) {
       const Series& s = all[k];
-      svg << "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"" << colors[k % 8] << "\" points=\"";
+      std::ostringstream points;
       for (std::size_t i = 0; i < s.rounds.size(); ++i) {
+        if (panel == 1 && !(s.megabytes[i] > 0)) continue;
         const double fx = panel == 0 ? s.rounds[i] / max_round
                                      : (std::log10(std::max(s.megabytes[i], 1e-6)) - lmin) / std::max(1.0, lmax - lmin);
         const double fy = (s.accuracy[i] - min_acc) / (max_acc - min_acc);
-        svg << ox + pw * std::clamp(fx, 0.0, 1.0) << "," << top + ph - ph * std::clamp(fy, 0.0, 1.0) << " ";
+        points << ox + pw * std::clamp(fx, 0.0, 1.0) << "," << top + ph - ph * std::clamp(fy, 0.0, 1.0) << " ";
       }
-      svg << "\"/>\n";
+      if (!points.str().empty()) {
+        svg << "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"" << colors[k % 8] << "\" points=\""
+            << points.str() << "\"/>\n";
+      }
       if (panel == 1) {
         const double ly = top + ph - 14.0 * static_cast<double>(all.size() - k);
         svg << "<line x1=\"" << ox + 10 << "\" x2=\"" << ox + 30 << "\" y1=\"" << ly << "\" y2=\"" << ly
@@ -360,6 +367,11 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   sim->add_option("--graph", flags->graph, "Gossip: ring or torus (2-D, rows x columns as square as the peer count allows)")
       ->capture_default_str()->check(CLI::IsMember({"ring", "torus"}));
   sim->add_option("--momentum", flags->momentum, "Ring: SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 0.999));
+  sim->add_option("--schedule", flags->schedule, "Ring, gossip: learning rate schedule, constant or cosine (to 0 over the epochs)")
+      ->capture_default_str()->check(CLI::IsMember({"constant", "cosine"}));
+  sim->add_option("--peer-arg", flags->peer_args,
+                  "Ring, gossip: one more argument for every `fedrt peer` (repeat: --peer-arg=--iwp-clip --peer-arg=5)")
+      ->allow_extra_args(false);
   sim->add_option("--compare", flags->compare, "Only plot: earlier runs' --out directories, drawn on one plot in --out")
       ->expected(1, -1);
   commands.push_back({sim, [flags] { return RunSim(*flags); }});

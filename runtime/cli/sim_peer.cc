@@ -44,9 +44,15 @@ struct PeerMode {
 };
 
 // Ring: fp32 (dense), fp16 (every hop fp16), iwp or iwp:density=F.
-// Gossip: fp32, or any codec spec (moniqua:bits=1,theta=0.5).
+// Gossip: fp32, or any codec spec (moniqua:bits=1[,theta=T]).
+// Either: local (the no-communication baseline: every peer trains alone
+// with gossip's plain SGD step and sends nothing).
 Result<PeerMode> ModeFor(const SimFlags& flags, const std::string& codec) {
   PeerMode mode;
+  if (codec == "local") {
+    mode.args = {"--reduce", "local"};
+    return mode;
+  }
   if (flags.topology == "ring") {
     if (codec == "fp32" || codec == "dense") {
       mode.args = {"--reduce", "dense"};
@@ -62,13 +68,17 @@ Result<PeerMode> ModeFor(const SimFlags& flags, const std::string& codec) {
         mode.args.push_back(rest.substr(key.size()));
       }
     } else {
-      return InvalidArgument("ring codec '" + codec + "': use fp32, fp16, iwp or iwp:density=F");
+      return InvalidArgument("ring codec '" + codec + "': use fp32, fp16, iwp, iwp:density=F or local");
     }
     return mode;
   }
   mode.args = {"--reduce", "gossip", "--graph", flags.graph};
   if (codec != "fp32") {
-    Result<std::unique_ptr<Codec>> made = MakeCodec(codec);
+    // A moniqua spec without theta is valid: the peers derive theta from the
+    // learning rate (fedrt peer --moniqua-theta-per-lr).
+    const bool derived_theta = codec.rfind("moniqua", 0) == 0 && codec.find("theta=") == std::string::npos;
+    Result<std::unique_ptr<Codec>> made =
+        MakeCodec(derived_theta ? codec + (codec.find(':') == std::string::npos ? ":" : ",") + "theta=1" : codec);
     if (!made.ok()) return made.status();
     mode.args.push_back("--codec");
     mode.args.push_back(codec);
@@ -123,10 +133,16 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
                                      "--rank", std::to_string(r), "--data", flags.data, "--model", flags.model,
                                      "--epochs", std::to_string(flags.epochs), "--batch", std::to_string(flags.batch),
                                      "--lr", std::to_string(flags.lr), "--momentum", std::to_string(flags.momentum),
-                                     "--seed", std::to_string(flags.seed), "--metrics", feed.path,
+                                     "--seed", std::to_string(flags.seed), "--partition", flags.partition,
+                                     "--metrics", feed.path,
                                      "--evals-per-epoch", std::to_string(flags.evals_per_epoch)};
     args.insert(args.end(), mode->args.begin(), mode->args.end());
+    if (flags.schedule != "constant") {
+      args.push_back("--schedule");
+      args.push_back(flags.schedule);
+    }
     if (flags.repair) args.push_back("--repair");
+    args.insert(args.end(), flags.peer_args.begin(), flags.peer_args.end());
     feed.pid = SpawnLogged(args, dir + "/rank-" + std::to_string(r) + ".log");
     if (feed.pid < 0) {
       feed.exited = feed.failed = true;
@@ -166,6 +182,7 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
       if (!ready || !any) break;
       double accuracy = 0, lowest = 1, highest = 0, loss = 0, epoch = 0, elapsed = 0;
       uint64_t bytes = 0, fp32 = 0, wraps = 0, peers = 0, step = 0;
+      std::vector<uint64_t> step_wraps;  // per step of the interval, summed over the peers
       int count = 0;
       for (const RankFeed& feed : feeds) {
         if (feed.rows.empty()) continue;
@@ -181,6 +198,13 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
         highest = std::max(highest, a);
         loss += Number(row, "train_loss");
         wraps += static_cast<uint64_t>(Number(row, "near_wraps"));
+        auto per_step = row.find("near_wraps_per_step");
+        if (per_step != row.end() && per_step->is_array()) {
+          if (step_wraps.size() < per_step->size()) step_wraps.resize(per_step->size(), 0);
+          for (std::size_t k = 0; k < per_step->size(); ++k) {
+            if ((*per_step)[k].is_number_unsigned()) step_wraps[k] += (*per_step)[k].get<uint64_t>();
+          }
+        }
         epoch = std::max(epoch, Number(row, "epoch"));
         step = std::max<uint64_t>(step, static_cast<uint64_t>(Number(row, "step")));
         peers = std::max<uint64_t>(peers, static_cast<uint64_t>(Number(row, "peers")));
@@ -196,11 +220,12 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
       series.fp32_bytes_up = fp32;
       series.near_wraps += wraps;
       const double ratio = bytes ? static_cast<double>(fp32) / static_cast<double>(bytes) : 0.0;
+      const uint64_t most_wraps = step_wraps.empty() ? 0 : *std::max_element(step_wraps.begin(), step_wraps.end());
       std::printf("[%s] epoch %.2f/%u  peers %llu  test acc %.2f%% (%.2f..%.2f)  train loss %.4f  sent %.3f MB  "
-                  "x%.1f vs fp32  wraps %llu  %.0f s\n",
+                  "x%.1f vs fp32  wraps %llu (max %llu in a step)  %.0f s\n",
                   name.c_str(), epoch, flags.epochs, static_cast<unsigned long long>(peers), 100.0 * accuracy,
                   100.0 * lowest, 100.0 * highest, loss, static_cast<double>(bytes) / 1e6, ratio,
-                  static_cast<unsigned long long>(wraps), elapsed);
+                  static_cast<unsigned long long>(wraps), static_cast<unsigned long long>(most_wraps), elapsed);
       std::fflush(stdout);
       nlohmann::json line = {{"topology", flags.topology},
                              {"codec", codec},
@@ -216,6 +241,8 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
                              {"total_bytes_sent", bytes},
                              {"fp32_bytes", fp32},
                              {"near_wraps", wraps},
+                             {"near_wraps_per_step", step_wraps},
+                             {"partition", flags.partition},
                              {"elapsed_seconds", elapsed}};
       if (flags.topology == "gossip") line["graph"] = flags.graph;
       metrics << line.dump() << "\n" << std::flush;
@@ -247,7 +274,7 @@ int RunPeerSim(const SimFlags& flags_in) {
   SimFlags flags = flags_in;
   if (flags.codecs.empty()) {
     flags.codecs = flags.topology == "ring" ? std::vector<std::string>{"fp32", "iwp"}
-                                            : std::vector<std::string>{"fp32", "moniqua:bits=1,theta=0.5"};
+                                            : std::vector<std::string>{"fp32", "moniqua:bits=1"};
   }
   for (const std::string& codec : flags.codecs) {
     Result<PeerMode> mode = ModeFor(flags, codec);
@@ -257,8 +284,8 @@ int RunPeerSim(const SimFlags& flags_in) {
   std::ofstream metrics(flags.out + "/metrics.jsonl", std::ios::trunc);
   if (!metrics) return Fail(flags.out + "/metrics.jsonl: cannot open for writing");
   const std::string what = flags.topology == "gossip" ? "gossip (" + flags.graph + " graph)" : flags.topology;
-  std::printf("fedrt sim: %s, %d peers, %u epochs, %s, iid partition, codecs:", what.c_str(), flags.peers, flags.epochs,
-              flags.model.c_str());
+  std::printf("fedrt sim: %s, %d peers, %u epochs, %s, %s partition, codecs:", what.c_str(), flags.peers, flags.epochs,
+              flags.model.c_str(), flags.partition.c_str());
   for (const std::string& c : flags.codecs) std::printf(" %s", c.c_str());
   std::printf("\n  output in %s/ (metrics.jsonl, plot.svg, one folder of peer logs per codec)\n", flags.out.c_str());
   std::fflush(stdout);

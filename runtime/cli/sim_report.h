@@ -38,6 +38,8 @@ struct SimFlags {
   bool repair = false;
   std::string graph = "ring";  // gossip: ring | torus
   float momentum = 0.9f;
+  std::string schedule = "constant";  // ring, gossip: constant | cosine
+  std::vector<std::string> peer_args;  // appended to every `fedrt peer` command line
   // Plot only: earlier runs' output directories.
   std::vector<std::string> compare;
 };

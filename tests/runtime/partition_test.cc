@@ -103,5 +103,17 @@ TEST_CASE("partitioners reject bad arguments") {
   CHECK(PartitionShards(labels, 2, 0, 1).status().code() == StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("a partition named on the command line is the partition its partitioner gives") {
+  const std::vector<uint8_t> labels = BalancedLabels(600, 10);
+  CHECK(*PartitionBySpec("iid", labels, 10, 4, 3) == *PartitionIid(labels.size(), 4, 3));
+  CHECK(*PartitionBySpec("dirichlet:0.5", labels, 10, 4, 3) == *PartitionDirichlet(labels, 10, 4, 0.5, 3));
+  CHECK(*PartitionBySpec("shards:2", labels, 10, 4, 3) == *PartitionShards(labels, 4, 2, 3));
+  for (const char* bad : {"", "IID", "dirichlet:", "dirichlet:0", "dirichlet:-1", "dirichlet:1x", "shards:0",
+                          "shards:1001", "shards:two", "random"}) {
+    INFO(bad);
+    CHECK(PartitionBySpec(bad, labels, 10, 4, 3).status().code() == StatusCode::kInvalidArgument);
+  }
+}
+
 }  // namespace
 }  // namespace fedrt

@@ -134,11 +134,58 @@ TEST_CASE("fedrt sim runs gossip on a torus and names the graph in its metrics a
   CHECK(Slurp(dir.File("torus/plot.svg")).find(">gossip fp32 (torus)</text>") != std::string::npos);
 }
 
+TEST_CASE("fedrt sim gossips on a non-IID partition beside a no-communication baseline and reports wraps per step") {
+  testing::TempDir dir;
+  const std::string data = TinyData(dir);
+  Run run = RunCli("sim --topology gossip --peers 3 --partition shards:2 --codec local --codec moniqua:bits=1 --data " +
+                   data + " --model mlp:784-32-10 --epochs 1 --batch 8 --evals-per-epoch 2 --schedule cosine --out " +
+                   dir.File("g"));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.output.find("shards:2 partition") != std::string::npos);
+  const auto rows = Lines(dir.File("g/metrics.jsonl"));
+  REQUIRE(rows.size() == 4);
+  for (const auto& r : rows) CHECK(r["partition"] == "shards:2");
+  // The baseline sends nothing and has no wraps.
+  for (int i = 0; i < 2; ++i) {
+    CHECK(rows[i]["codec"] == "local");
+    CHECK(rows[i]["total_bytes_sent"] == 0);
+    CHECK(rows[i]["near_wraps"] == 0);
+  }
+  // Moniqua without theta runs (theta from the learning rate); every step of
+  // an evaluation interval has its wrap count (summed over the peers), and
+  // they add up to the interval's count.
+  uint64_t steps = 0;
+  for (int i = 2; i < 4; ++i) {
+    CHECK(rows[i]["codec"] == "moniqua:bits=1");
+    CHECK(rows[i]["total_bytes_sent"].get<double>() > 0);
+    const auto& per_step = rows[i]["near_wraps_per_step"];
+    REQUIRE(per_step.is_array());
+    CHECK(per_step.size() > 0);
+    uint64_t sum = 0;
+    for (const auto& w : per_step) sum += w.get<uint64_t>();
+    CHECK(sum == rows[i]["near_wraps"].get<uint64_t>());
+    steps += per_step.size();
+  }
+  CHECK(steps == rows[3]["step"].get<uint64_t>());
+  // Each peer trained on its shards, and the moniqua peers derived theta.
+  const std::string log = Slurp(dir.File("g/gossip-moniqua_bits_1/rank-0.log"));
+  CHECK(log.find("(shards:2)") != std::string::npos);
+  CHECK(log.find("gossip codec moniqua:bits=1,theta=0.001 (theta follows the learning rate)") != std::string::npos);
+  CHECK(Slurp(dir.File("g/gossip-local/rank-1.log")).find("reduce local") != std::string::npos);
+  // The baseline has no point on the log MB axis: one line (accuracy against
+  // epochs) for it, two for moniqua, and both in the legend.
+  const std::string svg = Slurp(dir.File("g/plot.svg"));
+  CHECK(Count(svg, "<polyline") == 3);
+  CHECK(svg.find(">gossip local</text>") != std::string::npos);
+  CHECK(svg.find("e-06") == std::string::npos);
+}
+
 TEST_CASE("fedrt sim refuses a codec its topology cannot run and a compare folder without metrics") {
   testing::TempDir dir;
   Run ring = RunCli("sim --topology ring --peers 2 --out " + dir.File("x") + " --codec moniqua:bits=1,theta=0.5");
   CHECK(ring.exit_code != 0);
-  CHECK(ring.output.find("use fp32, fp16, iwp or iwp:density=F") != std::string::npos);
+  CHECK(ring.output.find("use fp32, fp16, iwp, iwp:density=F or local") != std::string::npos);
   Run compare = RunCli("sim --compare " + dir.File("absent") + " --out " + dir.File("y"));
   CHECK(compare.exit_code != 0);
   CHECK(compare.output.find("absent/metrics.jsonl: cannot open") != std::string::npos);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <string>
 
@@ -104,6 +105,28 @@ Result<Partition> PartitionShards(const std::vector<uint8_t>& labels, int device
   }
   SortEach(p);
   return p;
+}
+
+Result<Partition> PartitionBySpec(const std::string& spec, const std::vector<uint8_t>& labels, int num_classes,
+                                  int devices, uint64_t seed) {
+  if (spec == "iid") return PartitionIid(labels.size(), devices, seed);
+  if (spec.rfind("dirichlet:", 0) == 0) {
+    char* end = nullptr;
+    const double alpha = std::strtod(spec.c_str() + 10, &end);
+    if (end == spec.c_str() + 10 || *end != '\0' || !(alpha > 0)) {
+      return InvalidArgument("dirichlet needs a positive alpha: '" + spec + "'");
+    }
+    return PartitionDirichlet(labels, num_classes, devices, alpha, seed);
+  }
+  if (spec.rfind("shards:", 0) == 0) {
+    char* end = nullptr;
+    const long k = std::strtol(spec.c_str() + 7, &end, 10);
+    if (end == spec.c_str() + 7 || *end != '\0' || k < 1 || k > 1000) {
+      return InvalidArgument("shards needs a count 1..1000: '" + spec + "'");
+    }
+    return PartitionShards(labels, devices, static_cast<int>(k), seed);
+  }
+  return InvalidArgument("unknown partition '" + spec + "' (iid, dirichlet:<alpha>, shards:<k>)");
 }
 
 std::vector<std::vector<std::size_t>> LabelCounts(const Partition& partition,

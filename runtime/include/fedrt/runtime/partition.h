@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "fedrt/platform/status.h"
@@ -32,6 +33,10 @@ Result<Partition> PartitionDirichlet(const std::vector<uint8_t>& labels, int num
                                      double alpha, uint64_t seed);
 Result<Partition> PartitionShards(const std::vector<uint8_t>& labels, int devices,
                                   int shards_per_device, uint64_t seed);
+// The partition a command line names: "iid", "dirichlet:<alpha>" (alpha > 0)
+// or "shards:<k>" (k in 1..1000); kInvalidArgument for anything else.
+Result<Partition> PartitionBySpec(const std::string& spec, const std::vector<uint8_t>& labels, int num_classes,
+                                  int devices, uint64_t seed);
 
 // counts[d][c]: examples of class c on device d.
 std::vector<std::vector<std::size_t>> LabelCounts(const Partition& partition,

@@ -40,6 +40,10 @@ struct SimFlags {
   float momentum = 0.9f;
   // Plot only: earlier runs' output directories.
   std::vector<std::string> compare;
+  // TLS on every connection with a throwaway CA and certificate written to
+  // <out>/tls (tls_ca_file is set to its CA when the run starts).
+  bool tls = false;
+  std::string tls_ca_file;
 };
 
 // One line of the plot: test accuracy against `rounds` (rounds for the star

@@ -71,6 +71,16 @@ class TlsContext {
   std::unique_ptr<Impl> impl_;
 };
 
+// TlsContext::Create when any field of `config` is set; null (plain TCP)
+// when none is.
+inline Result<std::shared_ptr<const TlsContext>> CreateTlsIfConfigured(const TlsConfig& config) {
+  if (config.cert_file.empty() && config.key_file.empty() && config.ca_file.empty() &&
+      config.server_name.empty()) {
+    return std::shared_ptr<const TlsContext>();
+  }
+  return TlsContext::Create(config);
+}
+
 // Throwaway credentials for tests and simulations: a CA and a server and a
 // client certificate it signs (EC P-256, SHA-256, valid from an hour ago for
 // `valid_days`), written as PEM files into `dir` (keys mode 0600). The server

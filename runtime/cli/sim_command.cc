@@ -378,7 +378,7 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   sim->add_option("--momentum", flags->momentum, "Ring: SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 0.999));
   sim->add_option("--compare", flags->compare, "Only plot: earlier runs' --out directories, drawn on one plot in --out")
       ->expected(1, -1);
-  sim->add_flag("--tls", flags->tls, "Star: TLS on every connection, with a throwaway CA and certificate in <out>/tls");
+  sim->add_flag("--tls", flags->tls, "TLS on every connection, with a throwaway CA and certificate in <out>/tls");
   commands.push_back({sim, [flags] { return RunSim(*flags); }});
 }
 

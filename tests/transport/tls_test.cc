@@ -22,6 +22,8 @@ namespace fedrt {
 namespace transport {
 namespace {
 
+using testing::AckFrame;
+using testing::EchoServer;
 using testing::Eventually;
 using testing::RawClient;
 using testing::Recorder;
@@ -38,21 +40,31 @@ ConnectionOptions Options(std::shared_ptr<const TlsContext> tls) {
   return options;
 }
 
-OutFrame AckFrame(uint64_t round) {
-  Result<OutFrame> frame = Encode(AckMessage{round, MessageKind::kUpdate}, FrameLimits());
-  REQUIRE(frame.ok());
-  return *frame;
-}
+// An echo server on 127.0.0.1 (TLS with `tls`, plain with null) and its
+// clients.
+struct EchoListener {
+  EventLoopThread loop;
+  std::shared_ptr<Recorder> server = EchoServer();
+  std::shared_ptr<TcpListener> listener;
 
-std::shared_ptr<Recorder> EchoServer() {
-  auto server = std::make_shared<Recorder>();
-  server->on_frame = [](Connection& connection, const Frame& frame) {
-    if (frame.kind() != MessageKind::kAck) return;
-    Result<AckMessage> ack = DecodeAck(frame);
-    if (ack.ok()) (void)connection.Send(AckFrame(ack->round_id));
-  };
-  return server;
-}
+  explicit EchoListener(std::shared_ptr<const TlsContext> tls, uint32_t io_timeout_ms = 5000) {
+    ConnectionOptions options = Options(std::move(tls));
+    options.io_timeout_ms = io_timeout_ms;
+    Result<std::shared_ptr<TcpListener>> listening =
+        TcpListener::Listen(loop.loop(), "127.0.0.1", 0, options, server);
+    REQUIRE(listening.ok());
+    listener = *listening;
+  }
+  Result<std::shared_ptr<Connection>> Dial(std::shared_ptr<const TlsContext> tls,
+                                           const std::shared_ptr<FrameQueue>& queue, uint32_t timeout_ms = kWait) {
+    return TcpConnectAndWait(loop.loop(), "127.0.0.1", listener->port(), Options(std::move(tls)), queue,
+                             timeout_ms);
+  }
+  uint16_t port() const { return listener->port(); }
+  bool FailuresReach(uint64_t n) {
+    return Eventually([&] { return listener->stats().tls_handshake_failures == n; }, kWait);
+  }
+};
 
 // One Ack out and its echo back; the round id checked.
 void RoundTrip(Connection& connection, FrameQueue& queue, uint64_t round) {
@@ -133,17 +145,12 @@ TEST_CASE("tls contexts name the file that is missing unreadable or does not mat
 TEST_CASE("a tls listener needs a certificate and a tls client needs a ca file") {
   TlsCredentials credentials;
   REQUIRE(credentials.ok());
-  EventLoopThread loop;
-  auto server = EchoServer();
-  CHECK(TcpListener::Listen(loop.loop(), "127.0.0.1", 0, Options(credentials.Client()), server).status().code() ==
-        StatusCode::kInvalidArgument);
-  Result<std::shared_ptr<TcpListener>> listener =
-      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, Options(credentials.Server()), server);
-  REQUIRE(listener.ok());
+  EchoListener echo(credentials.Server());
+  CHECK(TcpListener::Listen(echo.loop.loop(), "127.0.0.1", 0, Options(credentials.Client()), echo.server)
+            .status()
+            .code() == StatusCode::kInvalidArgument);
   auto client = std::make_shared<FrameQueue>();
-  Result<std::shared_ptr<Connection>> connection = TcpConnectAndWait(
-      loop.loop(), "127.0.0.1", (*listener)->port(), Options(credentials.Server()), client, kWait);
-  CHECK(connection.status().code() == StatusCode::kInvalidArgument);
+  CHECK(echo.Dial(credentials.Server(), client).status().code() == StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("tls connections carry small and chunked large frames in both directions and close gracefully") {
@@ -173,18 +180,7 @@ TEST_CASE("tls connections carry small and chunked large frames in both directio
   REQUIRE(connection.ok());
   for (uint64_t i = 0; i < 20; ++i) RoundTrip(**connection, *client, i);
 
-  Result<ChunkPlan> plan = ChunkPlan::Make(payload.size(), client_options.limits.MaxChunkBytes());
-  REQUIRE(plan.ok());
-  for (uint32_t i = 0; i < plan->count(); ++i) {
-    UpdateMessage m;
-    m.round_id = 77;
-    m.codec_spec = "fp32";
-    m.num_samples = 1;
-    m.payload = plan->Chunk(i, payload.data());
-    Result<OutFrame> frame = Encode(m, client_options.limits);
-    REQUIRE(frame.ok());
-    REQUIRE((*connection)->Send(*frame).ok());
-  }
+  REQUIRE(testing::SendChunkedUpdate(**connection, 77, payload, client_options.limits).ok());
   Result<Frame> ack = client->Pop(kWait);
   REQUIRE(ack.ok());
   CHECK(DecodeAck(*ack)->round_id == 77);
@@ -202,17 +198,11 @@ TEST_CASE("tls connections carry small and chunked large frames in both directio
 TEST_CASE("a tls client verifies the name it dialled or the server name it was given") {
   TlsCredentials credentials;
   REQUIRE(credentials.ok());
-  EventLoopThread loop;
-  auto server = EchoServer();
-  Result<std::shared_ptr<TcpListener>> listener =
-      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, Options(credentials.Server()), server);
-  REQUIRE(listener.ok());
-
+  EchoListener echo(credentials.Server());
   TlsConfig by_dns = credentials.ClientConfig();
   by_dns.server_name = "localhost";
   auto good = std::make_shared<FrameQueue>();
-  Result<std::shared_ptr<Connection>> connection = TcpConnectAndWait(
-      loop.loop(), "127.0.0.1", (*listener)->port(), Options(TlsCredentials::Make(by_dns)), good, kWait);
+  Result<std::shared_ptr<Connection>> connection = echo.Dial(TlsCredentials::Make(by_dns), good);
   REQUIRE(connection.ok());
   RoundTrip(**connection, *good, 5);
   (*connection)->Close();
@@ -220,13 +210,12 @@ TEST_CASE("a tls client verifies the name it dialled or the server name it was g
   TlsConfig other = credentials.ClientConfig();
   other.server_name = "aggregator.example";
   auto refused = std::make_shared<FrameQueue>();
-  Result<std::shared_ptr<Connection>> wrong_name = TcpConnectAndWait(
-      loop.loop(), "127.0.0.1", (*listener)->port(), Options(TlsCredentials::Make(other)), refused, kWait);
+  Result<std::shared_ptr<Connection>> wrong_name = echo.Dial(TlsCredentials::Make(other), refused);
   REQUIRE_FALSE(wrong_name.ok());
   CHECK(wrong_name.status().code() == StatusCode::kUnauthenticated);
   CHECK(wrong_name.status().message().find("certificate verify failed") != std::string::npos);
-  CHECK(Eventually([&] { return (*listener)->stats().tls_handshake_failures == 1; }, kWait));
-  CHECK(server->opened() == 1);
+  CHECK(echo.FailuresReach(1));
+  CHECK(echo.server->opened() == 1);
 }
 
 TEST_CASE("a tls client refuses a server whose certificate another ca signed") {
@@ -234,47 +223,36 @@ TEST_CASE("a tls client refuses a server whose certificate another ca signed") {
   TlsCredentials strangers;
   REQUIRE(credentials.ok());
   REQUIRE(strangers.ok());
-  EventLoopThread loop;
-  auto server = EchoServer();
-  Result<std::shared_ptr<TcpListener>> listener =
-      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, Options(strangers.Server()), server);
-  REQUIRE(listener.ok());
+  EchoListener echo(strangers.Server());
   auto client = std::make_shared<FrameQueue>();
-  Result<std::shared_ptr<Connection>> connection = TcpConnectAndWait(
-      loop.loop(), "127.0.0.1", (*listener)->port(), Options(credentials.Client()), client, kWait);
+  Result<std::shared_ptr<Connection>> connection = echo.Dial(credentials.Client(), client);
   REQUIRE_FALSE(connection.ok());
   CHECK(connection.status().code() == StatusCode::kUnauthenticated);
   CHECK(connection.status().message().find("TLS handshake with 127.0.0.1:") != std::string::npos);
   CHECK(connection.status().message().find("certificate verify failed") != std::string::npos);
-  CHECK(Eventually([&] { return (*listener)->stats().tls_handshake_failures == 1; }, kWait));
-  CHECK(server->opened() == 0);
+  CHECK(echo.FailuresReach(1));
+  CHECK(echo.server->opened() == 0);
 }
 
 TEST_CASE("a plain client is refused by a tls server while a tls client on the same listener completes") {
   TlsCredentials credentials;
   REQUIRE(credentials.ok());
-  EventLoopThread loop;
-  auto server = EchoServer();
-  Result<std::shared_ptr<TcpListener>> listener =
-      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, Options(credentials.Server()), server);
-  REQUIRE(listener.ok());
+  EchoListener echo(credentials.Server());
   auto tls_client = std::make_shared<FrameQueue>();
-  Result<std::shared_ptr<Connection>> tls_connection = TcpConnectAndWait(
-      loop.loop(), "127.0.0.1", (*listener)->port(), Options(credentials.Client()), tls_client, kWait);
+  Result<std::shared_ptr<Connection>> tls_connection = echo.Dial(credentials.Client(), tls_client);
   REQUIRE(tls_connection.ok());
 
   auto plain_client = std::make_shared<FrameQueue>();
-  Result<std::shared_ptr<Connection>> plain_connection =
-      TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(), Options(nullptr), plain_client, kWait);
+  Result<std::shared_ptr<Connection>> plain_connection = echo.Dial(nullptr, plain_client);
   REQUIRE(plain_connection.ok());  // TCP connects; the first frame fails the handshake
   REQUIRE((*plain_connection)->Send(AckFrame(1)).ok());
   REQUIRE(plain_client->WaitClosed(kWait));
   CHECK_FALSE(plain_client->close_reason().ok());
   CHECK_FALSE(plain_client->Pop(0).ok());  // nothing was answered
-  REQUIRE(Eventually([&] { return (*listener)->stats().tls_handshake_failures == 1; }, kWait));
+  REQUIRE(echo.FailuresReach(1));
 
   RoundTrip(**tls_connection, *tls_client, 42);
-  CHECK(server->opened() == 1);
+  CHECK(echo.server->opened() == 1);
   (*tls_connection)->Close();
   CHECK(tls_client->WaitClosed(kWait));
 }
@@ -282,75 +260,59 @@ TEST_CASE("a plain client is refused by a tls server while a tls client on the s
 TEST_CASE("a tls client to a plain server fails with a handshake error before its deadline") {
   TlsCredentials credentials;
   REQUIRE(credentials.ok());
-  EventLoopThread loop;
-  auto server = EchoServer();
-  Result<std::shared_ptr<TcpListener>> listener =
-      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, Options(nullptr), server);
-  REQUIRE(listener.ok());
+  EchoListener echo(nullptr);
   auto client = std::make_shared<FrameQueue>();
-  Result<std::shared_ptr<Connection>> connection = TcpConnectAndWait(
-      loop.loop(), "127.0.0.1", (*listener)->port(), Options(credentials.Client()), client, 60000);
+  Result<std::shared_ptr<Connection>> connection = echo.Dial(credentials.Client(), client, 60000);
   REQUIRE_FALSE(connection.ok());
   // Refused by what the plain server answered, not by the (long) deadline.
   CHECK(connection.status().code() == StatusCode::kUnavailable);
   CHECK(connection.status().message().find("TLS handshake with 127.0.0.1:") != std::string::npos);
   // The plain server saw a bad frame prefix and closed only that connection.
-  REQUIRE(Eventually([&] { return server->closes_count() == 1; }, kWait));
-  CHECK_FALSE(server->closes()[0].ok());
+  REQUIRE(Eventually([&] { return echo.server->closes_count() == 1; }, kWait));
+  CHECK_FALSE(echo.server->closes()[0].ok());
 }
 
 TEST_CASE("a client that connects to a tls server and sends nothing is closed at the handshake deadline") {
   TlsCredentials credentials;
   REQUIRE(credentials.ok());
-  EventLoopThread loop;
-  ConnectionOptions options = Options(credentials.Server());
-  options.io_timeout_ms = 200;
-  auto server = EchoServer();
-  Result<std::shared_ptr<TcpListener>> listener = TcpListener::Listen(loop.loop(), "127.0.0.1", 0, options, server);
-  REQUIRE(listener.ok());
-  RawClient silent((*listener)->port());
+  EchoListener echo(credentials.Server(), /*io_timeout_ms=*/200);
+  RawClient silent(echo.port());
   REQUIRE(silent.connected());
-  REQUIRE(Eventually([&] { return (*listener)->stats().tls_handshake_failures == 1; }, kWait));
-  CHECK(server->opened() == 0);
+  REQUIRE(echo.FailuresReach(1));
+  CHECK(echo.server->opened() == 0);
 
-  RawClient garbage((*listener)->port());
+  RawClient garbage(echo.port());
   REQUIRE(garbage.connected());
   REQUIRE(garbage.Write(std::vector<uint8_t>(64, 0x5a)));
-  REQUIRE(Eventually([&] { return (*listener)->stats().tls_handshake_failures == 2; }, kWait));
-  CHECK(server->opened() == 0);
+  REQUIRE(echo.FailuresReach(2));
+  CHECK(echo.server->opened() == 0);
 }
 
 TEST_CASE("mutual tls accepts a client with a certificate of the ca and refuses one without") {
   TlsCredentials credentials;
   REQUIRE(credentials.ok());
-  EventLoopThread loop;
   TlsConfig server_config = credentials.ServerConfig();
   server_config.ca_file = credentials.files().ca_cert;
-  auto server = EchoServer();
-  Result<std::shared_ptr<TcpListener>> listener = TcpListener::Listen(
-      loop.loop(), "127.0.0.1", 0, Options(TlsCredentials::Make(server_config)), server);
-  REQUIRE(listener.ok());
+  EchoListener echo(TlsCredentials::Make(server_config));
 
   TlsConfig with_cert = credentials.ClientConfig();
   with_cert.cert_file = credentials.files().client_cert;
   with_cert.key_file = credentials.files().client_key;
   auto good = std::make_shared<FrameQueue>();
-  Result<std::shared_ptr<Connection>> connection = TcpConnectAndWait(
-      loop.loop(), "127.0.0.1", (*listener)->port(), Options(TlsCredentials::Make(with_cert)), good, kWait);
+  Result<std::shared_ptr<Connection>> connection = echo.Dial(TlsCredentials::Make(with_cert), good);
   REQUIRE(connection.ok());
   RoundTrip(**connection, *good, 3);
 
   // TLS 1.3 lets the client finish its handshake before the server checks the
   // client's certificate: the refusal arrives as an alert on the connection.
   auto anonymous = std::make_shared<FrameQueue>();
-  Result<std::shared_ptr<Connection>> refused = TcpConnectAndWait(
-      loop.loop(), "127.0.0.1", (*listener)->port(), Options(credentials.Client()), anonymous, kWait);
+  Result<std::shared_ptr<Connection>> refused = echo.Dial(credentials.Client(), anonymous);
   if (refused.ok()) {
     (void)(*refused)->Send(AckFrame(4));
     CHECK_FALSE(anonymous->Pop(kWait).ok());
   }
-  REQUIRE(Eventually([&] { return (*listener)->stats().tls_handshake_failures == 1; }, kWait));
-  CHECK(server->opened() == 1);
+  REQUIRE(echo.FailuresReach(1));
+  CHECK(echo.server->opened() == 1);
   (*connection)->Close();
   CHECK(good->WaitClosed(kWait));
 }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "file_text.h"
 #include "tls_impl.h"
 
 // `lhs = *expr`, or return expr's error.
@@ -53,36 +54,8 @@ std::string OpenSslErrors() {
   return text.empty() ? std::string("no OpenSSL error recorded") : text;
 }
 
-// The whole file, with errors naming it. `what` says which file it is
-// ("TLS certificate file").
-Result<std::string> ReadPemFile(const std::string& path, const char* what, bool secret) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return NotFound(std::string("cannot open ") + what + " " + path);
-  struct stat info {};
-  if (::fstat(fileno(file), &info) != 0) {
-    std::fclose(file);
-    return IoError(std::string("cannot stat ") + what + " " + path);
-  }
-  if (secret && (info.st_mode & 0007) != 0) {
-    std::fclose(file);
-    return Status(StatusCode::kFailedPrecondition,
-                  std::string(what) + " " + path + " is accessible to other users; chmod o-rwx it");
-  }
-  std::string text;
-  char buffer[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) {
-    text.append(buffer, n);
-    if (text.size() > (1u << 20)) {
-      std::fclose(file);
-      return InvalidArgument(std::string(what) + " " + path + " is larger than 1 MiB");
-    }
-  }
-  const bool failed = std::ferror(file) != 0;
-  std::fclose(file);
-  if (failed) return IoError(std::string("cannot read ") + what + " " + path);
-  return text;
-}
+// PEM files are small: anything past 1 MiB is not one.
+constexpr std::size_t kMaxPemBytes = std::size_t{1} << 20;
 
 BioPtr MemoryBio(const std::string& text) {
   return BioPtr(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
@@ -102,7 +75,7 @@ Result<std::vector<X509Ptr>> ParseCertificates(const std::string& text, const st
 }
 
 Status LoadCertificateAndKey(SSL_CTX* ctx, const TlsConfig& config) {
-  FEDRT_ASSIGN_OR_RETURN(std::string cert_text, ReadPemFile(config.cert_file, "TLS certificate file", false));
+  FEDRT_ASSIGN_OR_RETURN(std::string cert_text, ReadFileText(config.cert_file, "TLS certificate file", false, kMaxPemBytes));
   FEDRT_ASSIGN_OR_RETURN(std::vector<X509Ptr> chain,
                          ParseCertificates(cert_text, config.cert_file, "TLS certificate file"));
   if (SSL_CTX_use_certificate(ctx, chain[0].get()) != 1) {
@@ -115,7 +88,7 @@ Status LoadCertificateAndKey(SSL_CTX* ctx, const TlsConfig& config) {
     }
   }
   if (config.key_file.empty()) return InvalidArgument("a TLS certificate needs its key file");
-  FEDRT_ASSIGN_OR_RETURN(std::string key_text, ReadPemFile(config.key_file, "TLS key file", true));
+  FEDRT_ASSIGN_OR_RETURN(std::string key_text, ReadFileText(config.key_file, "TLS key file", true, kMaxPemBytes));
   BioPtr bio = MemoryBio(key_text);
   PkeyPtr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
   if (!key) {
@@ -131,7 +104,7 @@ Status LoadCertificateAndKey(SSL_CTX* ctx, const TlsConfig& config) {
 }
 
 Status LoadCa(SSL_CTX* ctx, const std::string& path) {
-  FEDRT_ASSIGN_OR_RETURN(std::string text, ReadPemFile(path, "TLS CA file", false));
+  FEDRT_ASSIGN_OR_RETURN(std::string text, ReadFileText(path, "TLS CA file", false, kMaxPemBytes));
   FEDRT_ASSIGN_OR_RETURN(std::vector<X509Ptr> certificates, ParseCertificates(text, path, "TLS CA file"));
   X509_STORE* store = SSL_CTX_get_cert_store(ctx);
   for (const X509Ptr& cert : certificates) {

@@ -38,3 +38,22 @@ find_package(OpenSSL COMPONENTS Crypto)
 # Debian keeps the architecture-specific opensslconf.h under the multiarch
 # include directory, which a cross compiler does not search in the sysroot.
 find_path(FEDRT_OPENSSLCONF_INCLUDE_DIR openssl/opensslconf.h PATH_SUFFIXES ${CMAKE_LIBRARY_ARCHITECTURE})
+
+# TLS for the TCP stream (asio::ssl on libssl): on by default when libssl is
+# there. A build without it (firmware) still has the plain transport; asking
+# for TLS there is a configure error rather than a silent plain build.
+if(TARGET OpenSSL::SSL)
+  set(fedrt_tls_default ON)
+else()
+  set(fedrt_tls_default OFF)
+endif()
+option(FEDRT_WITH_TLS "Optional TLS for TCP connections (needs libssl: Debian libssl-dev)" ${fedrt_tls_default})
+if(FEDRT_WITH_TLS AND NOT TARGET OpenSSL::SSL)
+  message(FATAL_ERROR "FEDRT_WITH_TLS is ON but libssl was not found (Debian: libssl-dev; for cross builds "
+                      "toolchains/make-sysroot puts it in the sysroot), or configure with -DFEDRT_WITH_TLS=OFF")
+endif()
+if(FEDRT_WITH_TLS)
+  set(FEDRT_CONFIG_OPENSSL_COMPONENTS "Crypto SSL")
+else()
+  set(FEDRT_CONFIG_OPENSSL_COMPONENTS "Crypto")
+endif()

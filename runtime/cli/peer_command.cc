@@ -28,6 +28,7 @@
 
 #include "cli/commands.h"
 #include "cli/peer_launch.h"
+#include "cli/tls_flags.h"
 #include "fedrt/codecs/iwp.h"
 #include "fedrt/runtime/dataset.h"
 #include "fedrt/runtime/model.h"
@@ -71,6 +72,7 @@ struct PeerFlags {
   std::string graph = "ring";  // gossip graph: ring | torus
   std::string metrics;      // JSON lines, one per evaluation
   int evals_per_epoch = 1;  // test-set evaluations per epoch (the last at the epoch's end)
+  transport::TlsConfig tls;  // empty: plain TCP links
 };
 
 int Fail(const char* who, const Status& status) {
@@ -81,9 +83,11 @@ int Fail(const char* who, const Status& status) {
 Result<std::unique_ptr<peer::PeerGroup>> Join(const std::string& config, const std::string& keys_path,
                                               int rank, transport::KeyStore* keys,
                                               peer::GossipGraph graph = peer::GossipGraph::kRing,
-                                              uint32_t chunk_floats = 0) {
+                                              uint32_t chunk_floats = 0,
+                                              const transport::TlsConfig& tls = transport::TlsConfig()) {
   peer::PeerOptions options;
   options.graph = graph;
+  options.tls = tls;
   auto peers = ReadPeerConfig(config, &options);
   if (!peers.ok()) return peers.status();
   if (chunk_floats != 0) options.chunk_floats = chunk_floats;
@@ -150,10 +154,12 @@ Status Resync(peer::PeerGroup& group, std::size_t peer_count, uint32_t* step, Mo
 }
 
 int RunPeer(const PeerFlags& flags) {
+  if (const int tls_status = CheckTlsFlags("peer", flags.tls); tls_status != 0) return tls_status;
   transport::KeyStore keys;
   auto joined = Join(flags.config, flags.keys, flags.rank, &keys,
                      flags.reduce == "gossip" && flags.graph == "torus" ? peer::GossipGraph::kTorus
-                                                                         : peer::GossipGraph::kRing);
+                                                                         : peer::GossipGraph::kRing,
+                     0, flags.tls);
   if (!joined.ok()) return Fail("peer", joined.status());
   peer::PeerGroup& group = **joined;
   const int n = static_cast<int>(group.members().size());
@@ -575,6 +581,7 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--metrics", flags->metrics, "Write one JSON object per evaluation to this file");
   p->add_option("--evals-per-epoch", flags->evals_per_epoch, "Test-set evaluations per epoch")
       ->capture_default_str()->check(CLI::Range(1, 1000));
+  AddTlsPeerFlags(*p, flags->tls);
   commands.push_back({p, [flags] { return RunPeer(*flags); }});
 
   CLI::App* bench = app.get_subcommand("bench");

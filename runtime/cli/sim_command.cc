@@ -33,6 +33,7 @@
 #include "fedrt/platform/log.h"
 #include "fedrt/runtime/aggregator.h"
 #include "fedrt/transport/crypto.h"
+#include "fedrt/transport/tls.h"
 
 extern char** environ;
 
@@ -83,12 +84,16 @@ Status MakeKeys(const std::string& out, int devices) {
 
 pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string& log_path) {
   const std::string id = "dev-" + std::to_string(i);
-  return SpawnLogged({"fedrt", "device", "--server", "127.0.0.1:" + std::to_string(port),
-                      "--id", id, "--key-file", flags.out + "/keys/" + id + ".key",
-                      "--data", flags.data, "--model", flags.model, "--partition", flags.partition,
-                      "--devices", std::to_string(flags.devices), "--index", std::to_string(i),
-                      "--batch", std::to_string(flags.batch), "--give-up-ms", "20000"},
-                     log_path);
+  std::vector<std::string> args = {"fedrt", "device", "--server", "127.0.0.1:" + std::to_string(port),
+                                   "--id", id, "--key-file", flags.out + "/keys/" + id + ".key",
+                                   "--data", flags.data, "--model", flags.model, "--partition", flags.partition,
+                                   "--devices", std::to_string(flags.devices), "--index", std::to_string(i),
+                                   "--batch", std::to_string(flags.batch), "--give-up-ms", "20000"};
+  if (!flags.tls_ca_file.empty()) {
+    args.push_back("--tls-ca");
+    args.push_back(flags.tls_ca_file);
+  }
+  return SpawnLogged(std::move(args), log_path);
 }
 
 }  // namespace
@@ -231,11 +236,21 @@ int RunSim(SimFlags flags) {
   ::mkdir(flags.out.c_str(), 0755);
   const Status keys = MakeKeys(flags.out, flags.devices);
   if (!keys.ok()) return Fail(keys.ToString());
+  transport::TlsConfig tls;
+  if (flags.tls) {
+    ::mkdir((flags.out + "/tls").c_str(), 0700);
+    Result<transport::TlsTestFiles> files = transport::WriteTlsTestFiles(flags.out + "/tls", {"127.0.0.1"});
+    if (!files.ok()) return Fail("--tls: " + files.status().ToString());
+    tls.cert_file = files->server_cert;
+    tls.key_file = files->server_key;
+    flags.tls_ca_file = files->ca_cert;
+  }
   std::ofstream metrics(flags.out + "/metrics.jsonl", std::ios::trunc);
   if (!metrics) return Fail(flags.out + "/metrics.jsonl: cannot open for writing");
   std::printf("fedrt sim: %d devices, %u rounds, %s, %s partition, codecs:", flags.devices, flags.rounds,
               flags.model.c_str(), flags.partition.c_str());
   for (const std::string& c : flags.codecs) std::printf(" %s", c.c_str());
+  if (flags.tls) std::printf(", TLS (throwaway CA in %s/tls)", flags.out.c_str());
   std::printf("\n  output in %s/ (metrics.jsonl, plot.svg, one folder of device logs per codec)\n", flags.out.c_str());
   std::fflush(stdout);
   SetLogLevel(LogLevel::kWarning);
@@ -265,6 +280,7 @@ int RunSim(SimFlags flags) {
     options.downlink_codec = flags.ndqsg.downlink_codec;
     options.idle_timeout_ms = 60000;
     options.join_timeout_ms = 10000;
+    options.tls = tls;
     const auto started = std::chrono::steady_clock::now();
     AggregatorHooks hooks;
     hooks.on_listening = [&](uint16_t port) {
@@ -374,6 +390,7 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
       ->allow_extra_args(false);
   sim->add_option("--compare", flags->compare, "Only plot: earlier runs' --out directories, drawn on one plot in --out")
       ->expected(1, -1);
+  sim->add_flag("--tls", flags->tls, "TLS on every connection, with a throwaway CA and certificate in <out>/tls");
   commands.push_back({sim, [flags] { return RunSim(*flags); }});
 }
 

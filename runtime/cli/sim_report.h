@@ -42,6 +42,10 @@ struct SimFlags {
   std::vector<std::string> peer_args;  // appended to every `fedrt peer` command line
   // Plot only: earlier runs' output directories.
   std::vector<std::string> compare;
+  // TLS on every connection with a throwaway CA and certificate written to
+  // <out>/tls (tls_ca_file is set to its CA when the run starts).
+  bool tls = false;
+  std::string tls_ca_file;
 };
 
 // One line of the plot: test accuracy against `rounds` (rounds for the star

@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/star_report.h"
+#include "cli/tls_flags.h"
 #include "fedrt/runtime/aggregator.h"
 #include "fedrt/runtime/device.h"
 
@@ -80,6 +81,9 @@ Status ApplyConfig(ServeFlags& flags, CLI::App& app) {
       else if (key == "metrics") flags.metrics = v.get<std::string>();
       else if (key == "idle-timeout-ms") o.idle_timeout_ms = v.get<uint32_t>();
       else if (key == "join-timeout-ms") o.join_timeout_ms = v.get<uint32_t>();
+      else if (key == "tls-cert") o.tls.cert_file = v.get<std::string>();
+      else if (key == "tls-key") o.tls.key_file = v.get<std::string>();
+      else if (key == "tls-client-ca") o.tls.ca_file = v.get<std::string>();
       else return InvalidArgument(flags.config + ": key '" + key + "' cannot be set from a file");
     } catch (const nlohmann::json::exception& error) {
       return InvalidArgument(flags.config + ": key '" + key + "': " + error.what());
@@ -100,6 +104,11 @@ int RunServe(ServeFlags& flags, CLI::App& app) {
     std::fprintf(stderr, "fedrt serve: --key-file is required\n");
     return 1;
   }
+  if (!flags.options.tls.ca_file.empty() && flags.options.tls.cert_file.empty()) {
+    std::fprintf(stderr, "fedrt serve: --tls-client-ca needs --tls-cert and --tls-key\n");
+    return 2;
+  }
+  if (const int tls_status = CheckTlsFlags("serve", flags.options.tls); tls_status != 0) return tls_status;
   Result<ServerOptimizerKind> kind = ParseServerOptimizer(flags.optimizer);
   if (!kind.ok()) {
     std::fprintf(stderr, "fedrt serve: %s\n", kind.status().ToString().c_str());
@@ -155,6 +164,12 @@ int RunDeviceCommand(DeviceFlags& flags) {
     return 1;
   }
   flags.options.port = static_cast<uint16_t>(port);
+  if (flags.options.tls.ca_file.empty() &&
+      (!flags.options.tls.server_name.empty() || !flags.options.tls.cert_file.empty())) {
+    std::fprintf(stderr, "fedrt device: TLS flags need --tls-ca (the CA that verifies the server)\n");
+    return 2;
+  }
+  if (const int tls_status = CheckTlsFlags("device", flags.options.tls); tls_status != 0) return tls_status;
   CatchSignals();
   const Status status = RunDevice(flags.options, DeviceHooks(), &g_stop);
   if (!status.ok()) {
@@ -215,6 +230,7 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
       ->capture_default_str();
   serve->add_option("--join-timeout-ms", o.join_timeout_ms, "Close a connection that has not joined by then")
       ->capture_default_str();
+  AddTlsServerFlags(*serve, o.tls);
   commands.push_back({serve, [flags, serve] { return RunServe(*flags, *serve); }});
 }
 
@@ -237,6 +253,7 @@ void RegisterDevice(CLI::App& app, CommandList& commands) {
   device->add_option("--state-file", o.state_file, "Keep the error-feedback residual here across restarts");
   device->add_option("--give-up-ms", o.give_up_ms, "Stop reconnecting after this long without the server")
       ->capture_default_str();
+  AddTlsClientFlags(*device, o.tls);
   commands.push_back({device, [flags] { return RunDeviceCommand(*flags); }});
 }
 

@@ -17,6 +17,7 @@
 #include "fedrt/codecs/iwp.h"
 #include "fedrt/runtime/peer.h"
 #include "peer_ring.h"
+#include "tls_test_support.h"
 
 namespace fedrt {
 namespace {
@@ -55,6 +56,38 @@ TEST_CASE("ring all-reduce of 2 to 8 peers equals the exact sum for awkward size
       for (int r = 1; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == data[0]);
     }
   }
+}
+
+TEST_CASE("ring all-reduce over tls links with peer certificates equals the exact sum") {
+  if (!transport::TlsSupported()) return;  // built with FEDRT_WITH_TLS=OFF
+  transport::testing::TlsCredentials tls;
+  REQUIRE_MESSAGE(tls.ok(), tls.status().ToString());
+  peer::PeerOptions options;
+  options.chunk_floats = 1000;
+  options.tls = tls.ServerConfig();  // every peer presents the 127.0.0.1 certificate
+  options.tls.ca_file = tls.files().ca_cert;
+  const int n = 3;
+  PeerRing ring(n, options);
+  ring.FormAll();
+  const std::size_t size = 4096 + 3;
+  std::vector<std::vector<float>> data(n);
+  std::vector<double> exact(size, 0.0);
+  for (int r = 0; r < n; ++r) {
+    data[static_cast<std::size_t>(r)] = Input(static_cast<uint32_t>(r), size);
+    for (std::size_t i = 0; i < size; ++i) exact[i] += data[static_cast<std::size_t>(r)][i];
+  }
+  for (auto& s : ring.Reduce(ring.All(), data)) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  double worst = 0;
+  for (std::size_t i = 0; i < size; ++i) worst = std::max(worst, std::fabs(data[0][i] - exact[i]));
+  CHECK(worst <= 1e-5);
+  for (int r = 1; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == data[0]);
+
+  // A peer without the CA file cannot form a TLS group.
+  peer::PeerOptions no_ca = options;
+  no_ca.tls.ca_file.clear();
+  std::vector<peer::PeerAddress> list = {{"p0", "127.0.0.1", 0}, {"p1", "127.0.0.1", 0}};
+  auto group = peer::PeerGroup::Create(list, 0, PeerRing::Keys(2), no_ca);
+  CHECK(group.status().code() == StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("fp16 ring all-reduce equals the reference of the same hops and is identical on every peer") {

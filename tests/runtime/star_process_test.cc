@@ -26,6 +26,7 @@
 #include "star/aggregator_checkpoint.h"
 #include "star_processes.h"
 #include "temp_dir.h"
+#include "tls_test_support.h"
 
 namespace fedrt {
 namespace {
@@ -462,6 +463,34 @@ TEST_CASE("one aggregator process holds 500 authenticated idle devices and keeps
   clients.front()->Close();
   serve.Signal(SIGTERM);
   CHECK(serve.Wait() == 0);
+}
+
+TEST_CASE("fedrt serve and fedrt device processes train over tls and unusable tls files stop them with status 2") {
+  if (!transport::TlsSupported()) return;  // built with FEDRT_WITH_TLS=OFF
+  transport::testing::TlsCredentials tls;
+  REQUIRE_MESSAGE(tls.ok(), tls.status().ToString());
+  const transport::TlsTestFiles& files = tls.files();
+  Star star;
+
+  ChildProcess mismatched(star.Serve({"--tls-cert", files.server_cert, "--tls-key", files.client_key}));
+  CHECK(mismatched.Wait() == 2);
+  CHECK_MESSAGE(mismatched.output().find(files.client_key) != std::string::npos, mismatched.output());
+  const std::string missing = tls.File("no-such-ca.pem");
+  ChildProcess no_ca(star.Device(0, 1, {"--tls-ca", missing}));
+  CHECK(no_ca.Wait() == 2);
+  CHECK_MESSAGE(no_ca.output().find(missing) != std::string::npos, no_ca.output());
+
+  std::unique_ptr<ChildProcess> serve;
+  const uint16_t port = StartServe(star, {"--codec", "fp32", "--rounds", "2", "--min-devices", "2",
+                                          "--tls-cert", files.server_cert, "--tls-key", files.server_key},
+                                   &serve);
+  REQUIRE(port != 0);
+  ChildProcess dev0(star.Device(0, port, {"--tls-ca", files.ca_cert}));
+  ChildProcess dev1(star.Device(1, port, {"--tls-ca", files.ca_cert, "--tls-server-name", "localhost"}));
+  CHECK_MESSAGE(serve->WaitFor("round 2/2  updates 2/2"), serve->output());
+  CHECK_MESSAGE(dev0.Wait() == 0, dev0.output());
+  CHECK_MESSAGE(dev1.Wait() == 0, dev1.output());
+  CHECK(serve->Wait() == 0);
 }
 
 }  // namespace

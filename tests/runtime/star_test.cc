@@ -35,6 +35,7 @@
 #include "fedrt/transport/connection.h"
 #include "fedrt/transport/messages.h"
 #include "fedrt/transport/tcp.h"
+#include "tls_test_support.h"
 
 namespace fedrt {
 namespace {
@@ -855,6 +856,77 @@ TEST_CASE("a restarted aggregator keeps every device's ndqsg rho and sends the s
     if (m.anchor_role == AnchorRole::kNested) raised |= std::string(m.codec_spec).find("rho=2") == std::string::npos;
   }
   CHECK(raised);
+}
+
+// Four device threads against one aggregator for `rounds` rounds of dqsg,
+// over TLS when `tls` is given; the aggregator's reports and aggregates.
+struct StarRun {
+  std::vector<RoundReport> reports;
+  std::map<uint32_t, std::vector<float>> aggregates;
+};
+
+StarRun RunFourDevices(const Workspace& ws, uint32_t rounds, const transport::testing::TlsCredentials* tls) {
+  AggregatorOptions options = Options(ws, "dqsg", rounds, 4);
+  if (tls != nullptr) options.tls = tls->ServerConfig();
+  AggregatorThread aggregator(options);
+  REQUIRE(aggregator.port != 0);
+  std::vector<std::thread> devices;
+  std::vector<Status> results(4);
+  for (int i = 0; i < 4; ++i) {
+    devices.emplace_back([&, i] {
+      DeviceOptions device = DeviceFor(ws, i, aggregator.port, 4);
+      if (tls != nullptr) device.tls = tls->ClientConfig();
+      results[i] = RunDevice(device, DeviceHooks());
+    });
+  }
+  for (std::thread& t : devices) t.join();
+  REQUIRE(aggregator.WaitDone(20000));
+  CHECK_MESSAGE(aggregator.status.ok(), aggregator.status.ToString());
+  for (const Status& s : results) CHECK_MESSAGE(s.ok(), s.ToString());
+  std::lock_guard<std::mutex> lock(aggregator.mutex);
+  return StarRun{aggregator.reports, aggregator.aggregates};
+}
+
+TEST_CASE("four devices over tls improve the model and reach the aggregates of the same run over plain tcp") {
+  if (!transport::TlsSupported()) return;  // built with FEDRT_WITH_TLS=OFF
+  Workspace ws;
+  transport::testing::TlsCredentials tls;
+  REQUIRE_MESSAGE(tls.ok(), tls.status().ToString());
+  const StarRun plain = RunFourDevices(ws, 2, nullptr);
+  const StarRun secure = RunFourDevices(ws, 2, &tls);
+  REQUIRE(secure.reports.size() == 2);
+  REQUIRE(plain.reports.size() == 2);
+  for (const RoundReport& r : secure.reports) CHECK(r.updates == 4);
+  CHECK(secure.reports.back().test_loss < secure.reports.front().test_loss);
+  for (uint32_t round = 0; round < 2; ++round) {
+    const std::vector<float>& a = plain.aggregates.at(round);
+    const std::vector<float>& b = secure.aggregates.at(round);
+    REQUIRE(a.size() == b.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double{a[i]} - double{b[i]}));
+    // The same updates; only the order they are summed in may differ.
+    CHECK(worst < 1e-5);
+    CHECK(secure.reports[round].bytes_up == plain.reports[round].bytes_up);
+  }
+}
+
+TEST_CASE("a device with the wrong ca refuses the tls aggregator and does not retry") {
+  if (!transport::TlsSupported()) return;  // built with FEDRT_WITH_TLS=OFF
+  Workspace ws;
+  transport::testing::TlsCredentials tls;
+  transport::testing::TlsCredentials strangers;
+  REQUIRE(tls.ok());
+  REQUIRE(strangers.ok());
+  AggregatorOptions options = Options(ws, "fp32", 1, 1);
+  options.tls = tls.ServerConfig();
+  AggregatorThread aggregator(options);
+  REQUIRE(aggregator.port != 0);
+  DeviceOptions device = DeviceFor(ws, 0, aggregator.port, 1);
+  device.tls = strangers.ClientConfig();
+  const Status status = RunDevice(device, DeviceHooks());
+  CHECK(status.code() == StatusCode::kUnauthenticated);
+  CHECK(status.message().find("certificate verify failed") != std::string::npos);
+  CHECK(aggregator.Reports().empty());
 }
 
 }  // namespace

@@ -19,6 +19,8 @@ namespace fedrt {
 namespace transport {
 namespace {
 
+using testing::AckFrame;
+using testing::EchoServer;
 using testing::Eventually;
 using testing::RawClient;
 using testing::Recorder;
@@ -32,23 +34,6 @@ ConnectionOptions FastOptions() {
   options.idle_timeout_ms = 5000;
   options.heartbeat_interval_ms = 0;
   return options;
-}
-
-OutFrame AckFrame(uint64_t round) {
-  Result<OutFrame> frame = Encode(AckMessage{round, MessageKind::kUpdate}, FrameLimits());
-  REQUIRE(frame.ok());
-  return *frame;
-}
-
-// Server answering every Ack with an Ack for the same round.
-std::shared_ptr<Recorder> EchoServer() {
-  auto server = std::make_shared<Recorder>();
-  server->on_frame = [](Connection& connection, const Frame& frame) {
-    if (frame.kind() != MessageKind::kAck) return;
-    Result<AckMessage> ack = DecodeAck(frame);
-    if (ack.ok()) (void)connection.Send(AckFrame(ack->round_id));
-  };
-  return server;
 }
 
 TEST_CASE("tcp connections carry frames in order in both directions") {
@@ -106,16 +91,7 @@ TEST_CASE("a payload larger than the frame limit crosses tcp in chunks and is re
   Result<ChunkPlan> plan = ChunkPlan::Make(payload.size(), options.limits.MaxChunkBytes());
   REQUIRE(plan.ok());
   CHECK(plan->count() > 10);
-  for (uint32_t i = 0; i < plan->count(); ++i) {
-    UpdateMessage m;
-    m.round_id = 8;
-    m.codec_spec = "fp32";
-    m.num_samples = 10;
-    m.payload = plan->Chunk(i, payload.data());
-    Result<OutFrame> frame = Encode(m, options.limits);
-    REQUIRE(frame.ok());
-    REQUIRE((*connection)->Send(*frame).ok());
-  }
+  REQUIRE(testing::SendChunkedUpdate(**connection, 8, payload, options.limits).ok());
   Result<Frame> ack = client->Pop(kWait);
   REQUIRE(ack.ok());
   CHECK(DecodeAck(*ack)->round_id == 8);

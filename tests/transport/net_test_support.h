@@ -14,10 +14,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "fedrt/transport/chunking.h"
 #include "fedrt/transport/connection.h"
 #include "fedrt/transport/messages.h"
 
@@ -114,6 +116,40 @@ class RawClient {
   int fd_ = -1;
   bool connected_ = false;
 };
+
+// An Ack frame for `round` (a small frame tests send and echo).
+inline OutFrame AckFrame(uint64_t round) {
+  return Encode(AckMessage{round, MessageKind::kUpdate}, FrameLimits()).value();
+}
+
+// A server answering every Ack with an Ack for the same round.
+inline std::shared_ptr<Recorder> EchoServer() {
+  auto server = std::make_shared<Recorder>();
+  server->on_frame = [](Connection& connection, const Frame& frame) {
+    if (frame.kind() != MessageKind::kAck) return;
+    Result<AckMessage> ack = DecodeAck(frame);
+    if (ack.ok()) (void)connection.Send(AckFrame(ack->round_id));
+  };
+  return server;
+}
+
+// Sends `payload` as the chunked fp32 Update of `round`.
+inline Status SendChunkedUpdate(Connection& connection, uint64_t round, const std::vector<uint8_t>& payload,
+                                const FrameLimits& limits) {
+  Result<ChunkPlan> plan = ChunkPlan::Make(payload.size(), limits.MaxChunkBytes());
+  if (!plan.ok()) return plan.status();
+  for (uint32_t i = 0; i < plan->count(); ++i) {
+    UpdateMessage m;
+    m.round_id = round;
+    m.codec_spec = "fp32";
+    m.num_samples = 10;
+    m.payload = plan->Chunk(i, payload.data());
+    Result<OutFrame> frame = Encode(m, limits);
+    if (!frame.ok()) return frame.status();
+    FEDRT_RETURN_IF_ERROR(connection.Send(*frame));
+  }
+  return Status::Ok();
+}
 
 inline std::vector<uint8_t> WireBytes(const OutFrame& frame) {
   std::vector<uint8_t> bytes(frame.prefix(), frame.prefix() + kFramePrefixBytes);

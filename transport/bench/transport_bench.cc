@@ -12,7 +12,12 @@
 // 3. Idle connections: N devices connected to one aggregator loop, resident
 //    memory per connection.
 //
+// 4. With --tls on, 1 and 2 run over TLS (a throwaway CA and certificate in
+//    a temporary directory); with --tls both, plain and TLS runs alternate
+//    (--alternations times each) so their ratio is measured under the same load.
+//
 // Usage: transport_bench [--runs N] [--frame-mib M] [--round-trips N] [--idle-connections N]
+//                        [--tls off|on|both] [--alternations N]
 // Expected output: one line per figure with the median and the spread, e.g.
 //   fan-in 3 x 16 MiB (frames prebuilt): median 14.2 ms (min 12.9, max 17.5) over 9 runs
 //   4 KiB round trip: median 31.0 us (p10 27.5, p90 40.1) over 2000 round trips
@@ -38,6 +43,7 @@
 #include "fedrt/transport/connection.h"
 #include "fedrt/transport/messages.h"
 #include "fedrt/transport/tcp.h"
+#include "fedrt/transport/tls.h"
 
 namespace fedrt {
 namespace transport {
@@ -131,10 +137,43 @@ std::vector<OutFrame> EncodeUpdate(const std::vector<float>& values, const Frame
   return std::move(*frames);
 }
 
-ConnectionOptions QuietOptions(const FrameLimits& limits = FrameLimits()) {
+// TLS contexts for the runs that use TLS (null: plain TCP).
+struct Tls {
+  std::shared_ptr<const TlsContext> server, client;
+  const char* label() const { return server ? "tls" : "plain"; }
+};
+
+Tls MakeTls() {
+  char dir[] = "/tmp/fedrt-bench-tls-XXXXXX";
+  if (::mkdtemp(dir) == nullptr) Die(IoError("mkdtemp failed"), "tls");
+  Result<TlsTestFiles> files = WriteTlsTestFiles(dir, {"127.0.0.1"});
+  if (!files.ok()) Die(files.status(), "tls credentials");
+  TlsConfig server_config;
+  server_config.cert_file = files->server_cert;
+  server_config.key_file = files->server_key;
+  TlsConfig client_config;
+  client_config.ca_file = files->ca_cert;
+  Tls tls;
+  Result<std::shared_ptr<const TlsContext>> server = TlsContext::Create(server_config);
+  Result<std::shared_ptr<const TlsContext>> client = TlsContext::Create(client_config);
+  if (!server.ok()) Die(server.status(), "tls server");
+  if (!client.ok()) Die(client.status(), "tls client");
+  tls.server = *server;
+  tls.client = *client;
+  for (const std::string& f : {files->ca_cert, files->server_cert, files->server_key, files->client_cert,
+                               files->client_key}) {
+    std::remove(f.c_str());
+  }
+  ::rmdir(dir);
+  return tls;
+}
+
+ConnectionOptions QuietOptions(const FrameLimits& limits = FrameLimits(),
+                               std::shared_ptr<const TlsContext> tls = nullptr) {
   ConnectionOptions options;
   options.limits = limits;
   options.heartbeat_interval_ms = 0;
+  options.tls = std::move(tls);
   return options;
 }
 
@@ -162,8 +201,9 @@ Spread Summarize(std::vector<double> v, double low_q, double high_q) {
   return {at(0.5), at(low_q), at(high_q)};
 }
 
-void FanIn(int runs, const FrameLimits& limits) {
-  const ConnectionOptions options = QuietOptions(limits);
+void FanIn(int runs, const FrameLimits& limits, const Tls& tls) {
+  const ConnectionOptions options = QuietOptions(limits, tls.server);
+  const ConnectionOptions device_options = QuietOptions(limits, tls.client);
   EventLoopThread server_loop;
   EventLoopThread client_loop;
   auto server = std::make_shared<SumServer>(limits);
@@ -172,7 +212,8 @@ void FanIn(int runs, const FrameLimits& limits) {
   std::vector<std::vector<float>> updates(kDevices, std::vector<float>(kFloats));
   for (int d = 0; d < kDevices; ++d) {
     for (std::size_t i = 0; i < kFloats; ++i) updates[d][i] = static_cast<float>((i % 1000) * (d + 1)) * 0.001f;
-    devices.push_back(ConnectOrDie(client_loop.loop(), listener->port(), options, std::make_shared<FrameQueue>()));
+    devices.push_back(
+        ConnectOrDie(client_loop.loop(), listener->port(), device_options, std::make_shared<FrameQueue>()));
   }
   for (int prebuilt = 1; prebuilt >= 0; --prebuilt) {
     std::vector<double> ms;
@@ -221,10 +262,11 @@ void FanIn(int runs, const FrameLimits& limits) {
     const Spread cpu = Summarize(cpu_ms, 0.0, 1.0);
     const Spread server_cpu = Summarize(server_cpu_ms, 0.0, 1.0);
     const Spread client_cpu = Summarize(client_cpu_ms, 0.0, 1.0);
-    std::printf("fan-in 3 x 16 MiB (%s): median %.1f ms (min %.1f, max %.1f) over %d runs; "
+    std::printf("[%s] fan-in 3 x 16 MiB (%s): median %.1f ms (min %.1f, max %.1f) over %d runs; "
                 "CPU time medians: process %.1f ms, aggregator thread %.1f ms, device sockets thread %.1f ms\n",
-                prebuilt ? "frames prebuilt" : "frames built in the timed region", s.median, s.low, s.high, runs,
-                cpu.median, server_cpu.median, client_cpu.median);
+                tls.label(), prebuilt ? "frames prebuilt" : "frames built in the timed region", s.median, s.low,
+                s.high, runs, cpu.median, server_cpu.median, client_cpu.median);
+    std::fflush(stdout);
   }
   for (auto& d : devices) d->Close();
   listener->Close();
@@ -270,8 +312,9 @@ class EchoServer : public ConnectionHandler {
   void OnClose(Connection&, const Status&) override {}
 };
 
-void RoundTrip(int count) {
-  const ConnectionOptions options = QuietOptions();
+void RoundTrip(int count, const Tls& tls) {
+  const ConnectionOptions options = QuietOptions(FrameLimits(), tls.server);
+  const ConnectionOptions client_options = QuietOptions(FrameLimits(), tls.client);
   EventLoopThread server_loop;
   EventLoopThread client_loop;
   std::shared_ptr<TcpListener> listener = ListenOrDie(server_loop.loop(), options, std::make_shared<EchoServer>());
@@ -282,7 +325,7 @@ void RoundTrip(int count) {
   Result<OutFrame> ping = Encode(m, FrameLimits());
   if (!ping.ok()) Die(ping.status(), "encode");
   auto client = std::make_shared<PingClient>(*ping, count + 200);
-  std::shared_ptr<Connection> c = ConnectOrDie(client_loop.loop(), listener->port(), options, client);
+  std::shared_ptr<Connection> c = ConnectOrDie(client_loop.loop(), listener->port(), client_options, client);
   std::future<void> done = client->done();
   client_loop.loop().Post([client] { client->Start(); });
   if (done.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
@@ -290,8 +333,10 @@ void RoundTrip(int count) {
   }
   std::vector<double> rtt(client->rtt_us().begin() + 200, client->rtt_us().end());  // skip warm-up
   const Spread s = Summarize(rtt, 0.1, 0.9);
-  std::printf("4 KiB round trip (frame of %u bytes each way): median %.1f us (p10 %.1f, p90 %.1f) over %d round trips\n",
-              ping->body_size(), s.median, s.low, s.high, count);
+  std::printf("[%s] 4 KiB round trip (frame of %u bytes each way): median %.1f us (p10 %.1f, p90 %.1f) over %d "
+              "round trips\n",
+              tls.label(), ping->body_size(), s.median, s.low, s.high, count);
+  std::fflush(stdout);
   c->Close();
   listener->Close();
 }
@@ -340,24 +385,36 @@ int main(int argc, char** argv) {
   int round_trips = 2000;
   int idle = 500;
   uint32_t frame_mib = 4;
+  std::string tls_mode = "off";
+  int alternations = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const int value = std::atoi(argv[i + 1]);
-    if (flag == "--runs") runs = std::max(1, value);
+    if (flag == "--tls" && (std::string(argv[i + 1]) == "off" || std::string(argv[i + 1]) == "on" ||
+                            std::string(argv[i + 1]) == "both")) {
+      tls_mode = argv[i + 1];
+    } else if (flag == "--alternations") alternations = std::max(1, value);
+    else if (flag == "--runs") runs = std::max(1, value);
     else if (flag == "--round-trips") round_trips = std::max(10, value);
     else if (flag == "--idle-connections") idle = std::max(0, value);
     else if (flag == "--frame-mib") frame_mib = static_cast<uint32_t>(std::clamp(value, 1, 1024));
     else {
       std::fprintf(stderr,
-                   "usage: transport_bench [--runs N] [--frame-mib M] [--round-trips N] [--idle-connections N]\n");
+                   "usage: transport_bench [--runs N] [--frame-mib M] [--round-trips N] [--idle-connections N] "
+                   "[--tls off|on|both] [--alternations N]\n");
       return 2;
     }
   }
   fedrt::transport::FrameLimits limits;
   limits.max_frame_bytes = frame_mib << 20;
   std::printf("frame limit %u MiB (chunks of %u bytes)\n", frame_mib, limits.MaxChunkBytes());
-  fedrt::transport::FanIn(runs, limits);
-  fedrt::transport::RoundTrip(round_trips);
+  std::vector<fedrt::transport::Tls> modes;
+  if (tls_mode != "on") modes.push_back(fedrt::transport::Tls());
+  if (tls_mode != "off") modes.push_back(fedrt::transport::MakeTls());
+  for (int a = 0; a < alternations; ++a) {
+    for (const fedrt::transport::Tls& tls : modes) fedrt::transport::FanIn(runs, limits, tls);
+    for (const fedrt::transport::Tls& tls : modes) fedrt::transport::RoundTrip(round_trips, tls);
+  }
   if (idle > 0) fedrt::transport::IdleConnections(idle);
   return 0;
 }

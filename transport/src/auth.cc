@@ -1,10 +1,9 @@
 // Key files and the join challenge-response (protocol in auth.h).
 #include "fedrt/transport/auth.h"
 
-#include <sys/stat.h>
-
-#include <cstdio>
 #include <string>
+
+#include "file_text.h"
 
 namespace fedrt {
 namespace transport {
@@ -68,32 +67,9 @@ Result<KeyStore> KeyStore::Parse(std::string_view text, std::string_view origin)
 }
 
 Result<KeyStore> KeyStore::LoadFile(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return NotFound("cannot open key file " + path);
-  struct stat info {};
-  if (::fstat(fileno(file), &info) != 0) {
-    std::fclose(file);
-    return IoError("cannot stat key file " + path);
-  }
-  if ((info.st_mode & 0007) != 0) {
-    std::fclose(file);
-    return Status(StatusCode::kFailedPrecondition,
-                  "key file " + path + " is accessible to other users; chmod o-rwx it");
-  }
-  std::string text;
-  char buffer[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) {
-    text.append(buffer, n);
-    if (text.size() > (1u << 24)) {
-      std::fclose(file);
-      return Corrupt("key file " + path + " is larger than 16 MiB");
-    }
-  }
-  const bool failed = std::ferror(file) != 0;
-  std::fclose(file);
-  if (failed) return IoError("cannot read key file " + path);
-  return Parse(text, path);
+  Result<std::string> text = ReadFileText(path, "key file", /*secret=*/true, std::size_t{1} << 24);
+  if (!text.ok()) return text.status();
+  return Parse(*text, path);
 }
 
 const Key* KeyStore::Find(std::string_view device_id) const {

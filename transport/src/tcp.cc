@@ -7,6 +7,7 @@
 #include <asio.hpp>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <string>
@@ -16,6 +17,10 @@
 #include "fedrt/platform/clock.h"
 #include "fedrt/platform/log.h"
 #include "fedrt/transport/messages.h"
+#include "fedrt/transport/tls.h"
+#if FEDRT_WITH_TLS
+#include "tls_impl.h"
+#endif
 
 namespace fedrt {
 namespace transport {
@@ -25,6 +30,13 @@ using asio::ip::tcp;
 using Clock = asio::steady_timer::clock_type;
 
 constexpr std::size_t kMaxFramesPerWrite = 16;
+// TLS: each SSL_write makes at least one record per buffer, so pieces below
+// this size are copied together into one buffer before they are written.
+constexpr std::size_t kTlsCoalesceBytes = 16u << 10;
+
+#if FEDRT_WITH_TLS
+using TlsStream = asio::ssl::stream<tcp::socket&>;
+#endif
 
 std::string Describe(const tcp::endpoint& endpoint) {
   return endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
@@ -52,11 +64,79 @@ class TcpConnection final : public Connection,
     socket_.set_option(tcp::no_delay(true), ec);
     const tcp::endpoint remote = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("unknown") : Describe(remote);
+#if FEDRT_WITH_TLS
+    if (options_.tls) tls_ = std::make_unique<TlsStream>(socket_, options_.tls->impl().context);
+#endif
   }
 
-  // On the loop thread, once the owner holds a shared_ptr.
+  // On the loop thread, once the owner holds a shared_ptr: a TLS connection
+  // runs its handshake within `timeout_ms` (the listener's io_timeout_ms, the
+  // dialler's connect deadline) and reports it to `done`; a plain one reports
+  // OK at once. On failure the socket is closed and the handler never hears
+  // of the connection. The owner calls Start() after an OK.
+  void Handshake(bool as_server, const std::string& dialled_host, uint32_t timeout_ms,
+                 std::function<void(Status)> done) {
+#if FEDRT_WITH_TLS
+    if (tls_) {
+      AddToLoop();
+      SSL* ssl = tls_->native_handle();
+      std::error_code ec;
+      if (as_server) {
+        tls_->set_verify_mode(options_.tls->can_dial()
+                                  ? asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert
+                                  : asio::ssl::verify_none,
+                              ec);
+      } else {
+        tls_->set_verify_mode(asio::ssl::verify_peer, ec);
+        const std::string& name =
+            options_.tls->config().server_name.empty() ? dialled_host : options_.tls->config().server_name;
+        asio::ip::make_address(name, ec);
+        if (!ec) {
+          X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str());
+        } else {
+          SSL_set1_host(ssl, name.c_str());
+          SSL_set_tlsext_host_name(ssl, name.c_str());
+        }
+      }
+      if (timeout_ms != 0) {
+        read_timer_.expires_after(std::chrono::milliseconds(timeout_ms));
+        read_timer_.async_wait([self = shared_from_this()](const std::error_code& timer_ec) {
+          if (timer_ec || self->state_ != State::kHandshake) return;
+          self->handshake_timed_out_ = true;
+          std::error_code ignored;
+          self->socket_.close(ignored);  // completes the handshake with an error
+        });
+      }
+      tls_->async_handshake(
+          as_server ? asio::ssl::stream_base::server : asio::ssl::stream_base::client,
+          [self = shared_from_this(), timeout_ms, done = std::move(done)](const std::error_code& handshake_ec) {
+            self->read_timer_.cancel();
+            Status status;
+            const std::string what = "TLS handshake with " + self->peer_;
+            if (self->state_ == State::kClosed) {
+              status = Status(StatusCode::kCancelled, what + " cancelled: the connection was closed");
+            } else if (self->handshake_timed_out_) {
+              status = Status(StatusCode::kDeadlineExceeded,
+                              what + " did not complete within " + std::to_string(timeout_ms) + " ms");
+            } else if (handshake_ec) {
+              status = TlsFailure(what + " failed", handshake_ec, self->tls_->native_handle());
+            }
+            if (!status.ok()) self->Finish(status);
+            done(std::move(status));
+          });
+      return;
+    }
+#else
+    (void)as_server;
+    (void)dialled_host;
+    (void)timeout_ms;
+#endif
+    done(Status::Ok());
+  }
+
   void Start() {
-    loop_.AddMember(shared_from_this());
+    AddToLoop();
+    state_ = State::kOpen;
     last_send_ns_ = MonotonicNanos();
     handler_->OnOpen(shared_from_this());
     if (state_ == State::kClosed) return;
@@ -111,7 +191,22 @@ class TcpConnection final : public Connection,
   }
 
  private:
-  enum class State { kOpen, kClosing, kClosed };
+  enum class State { kHandshake, kOpen, kClosing, kClosed };
+
+  void AddToLoop() {
+    if (in_loop_) return;
+    in_loop_ = true;
+    loop_.AddMember(shared_from_this());
+  }
+
+  // Runs `fn` on the stream the frames travel on: the TLS stream or the socket.
+  template <typename Fn>
+  void WithStream(Fn&& fn) {
+#if FEDRT_WITH_TLS
+    if (tls_) return fn(*tls_);
+#endif
+    fn(socket_);
+  }
 
   // ---- Reading: header -> body -> handler -> header ... ----------------------
 
@@ -119,10 +214,12 @@ class TcpConnection final : public Connection,
     // While closing, the peer's end of stream is due within io_timeout_ms.
     const uint32_t wait_ms = state_ == State::kClosing ? options_.io_timeout_ms : options_.idle_timeout_ms;
     ArmTimer(read_timer_, wait_ms, ++read_sequence_, "no frame from the peer");
-    asio::async_read(socket_, asio::buffer(header_),
-                     [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
-                       self->OnHeader(ec, n);
-                     });
+    WithStream([this](auto& stream) {
+      asio::async_read(stream, asio::buffer(header_),
+                       [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
+                         self->OnHeader(ec, n);
+                       });
+    });
   }
 
   void OnHeader(const std::error_code& ec, std::size_t n) {
@@ -136,10 +233,12 @@ class TcpConnection final : public Connection,
     if (!body.ok()) return Fail(body.status(), true);
     body_ = std::move(*body);
     ArmTimer(read_timer_, options_.io_timeout_ms, ++read_sequence_, "frame body did not arrive in time");
-    asio::async_read(socket_, asio::buffer(body_.data(), body_.size()),
-                     [self = shared_from_this()](const std::error_code& body_ec, std::size_t) {
-                       self->OnBody(body_ec);
-                     });
+    WithStream([this](auto& stream) {
+      asio::async_read(stream, asio::buffer(body_.data(), body_.size()),
+                       [self = shared_from_this()](const std::error_code& body_ec, std::size_t) {
+                         self->OnBody(body_ec);
+                       });
+    });
   }
 
   void OnBody(const std::error_code& ec) {
@@ -160,8 +259,18 @@ class TcpConnection final : public Connection,
     if (state_ != State::kClosed) ReadHeader();
   }
 
-  void OnReadError(const std::error_code& ec, bool at_frame_boundary) {
+  void OnReadError(const std::error_code& ec_in, bool at_frame_boundary) {
+    std::error_code ec = ec_in;
     if (ec == asio::error::operation_aborted) return;  // Finish() cancelled the read
+#if FEDRT_WITH_TLS
+    // A TLS peer closes with a TCP half-close after its last frame, not with
+    // close_notify (see ShutdownSending): the end of stream means what it
+    // means without TLS. Other TLS errors (alerts, bad records) are failures.
+    if (ec == asio::ssl::error::stream_truncated) ec = asio::error::eof;
+    if (tls_ && ec.category() == asio::error::get_ssl_category()) {
+      return Fail(TlsFailure("TLS read from " + peer_, ec, tls_->native_handle()), false);
+    }
+#endif
     if (ec == asio::error::eof && at_frame_boundary) {
       if (state_ == State::kClosing) return Finish(Status::Ok());
       return Finish(Status(StatusCode::kUnavailable, "peer " + peer_ + " closed the connection"));
@@ -195,9 +304,46 @@ class TcpConnection final : public Connection,
       }
     }
     ArmTimer(write_timer_, options_.io_timeout_ms, ++write_sequence_, "write did not complete in time");
+#if FEDRT_WITH_TLS
+    if (tls_) {
+      CoalesceSmallBuffers();
+      asio::async_write(*tls_, tls_buffers_,
+                        [self = shared_from_this()](const std::error_code& ec, std::size_t) {
+                          // Report the frame bytes, as a plain write does (TLS adds records).
+                          std::size_t n = 0;
+                          for (const asio::const_buffer& b : self->buffers_) n += b.size();
+                          self->OnWrite(ec, ec ? 0 : n);
+                        });
+      return;
+    }
+#endif
     asio::async_write(socket_, buffers_, [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
       self->OnWrite(ec, n);
     });
+  }
+
+  // tls_buffers_ = buffers_ with every run of small pieces copied into one
+  // piece of tls_staging_ (one TLS record instead of one per piece).
+  void CoalesceSmallBuffers() {
+    std::size_t staged = 0;
+    for (const asio::const_buffer& b : buffers_) {
+      if (b.size() < kTlsCoalesceBytes) staged += b.size();
+    }
+    tls_staging_.resize(staged);
+    tls_buffers_.clear();
+    uint8_t* out = tls_staging_.data();
+    uint8_t* run = out;
+    for (const asio::const_buffer& b : buffers_) {
+      if (b.size() < kTlsCoalesceBytes) {
+        std::memcpy(out, b.data(), b.size());
+        out += b.size();
+        continue;
+      }
+      if (out != run) tls_buffers_.emplace_back(run, static_cast<std::size_t>(out - run));
+      run = out;
+      tls_buffers_.push_back(b);
+    }
+    if (out != run) tls_buffers_.emplace_back(run, static_cast<std::size_t>(out - run));
   }
 
   void OnWrite(const std::error_code& ec, std::size_t n) {
@@ -208,6 +354,7 @@ class TcpConnection final : public Connection,
       // The socket no longer reads these frames: release them (and the
       // payloads they borrow) now rather than when the connection dies.
       buffers_.clear();
+      tls_buffers_.clear();
       in_flight_.clear();
       if (state_ == State::kClosed || ec == asio::error::operation_aborted) return;
       return Fail(Status(StatusCode::kUnavailable, "write to " + peer_ + ": " + ec.message()), false);
@@ -221,6 +368,7 @@ class TcpConnection final : public Connection,
     bytes_sent_.fetch_add(n, std::memory_order_relaxed);
     frames_sent_.fetch_add(in_flight_.size(), std::memory_order_relaxed);
     buffers_.clear();
+    tls_buffers_.clear();
     in_flight_.clear();
     if (handler_) handler_->OnSent(*this);
     last_send_ns_ = MonotonicNanos();
@@ -274,6 +422,11 @@ class TcpConnection final : public Connection,
 
   // Everything queued is sent: tell the peer, then wait (a bounded time) for
   // its end of the stream so no unread data turns our close into a reset.
+  // With TLS this is the same TCP half-close, without a close_notify alert:
+  // sending one needs OpenSSL to read the peer's in the same call, which
+  // would race the pending frame read. Frames are length-prefixed and every
+  // record is authenticated, so a cut stream can only end the connection
+  // early, as a dropped connection does; a cut inside a frame is an error.
   void ShutdownSending() {
     std::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_send, ec);
@@ -295,7 +448,17 @@ class TcpConnection final : public Connection,
         socket_.non_blocking(true, ec);
         const std::array<asio::const_buffer, 2> buffers = {
             asio::buffer(error->prefix(), kFramePrefixBytes), asio::buffer(error->body(), error->body_size())};
+#if FEDRT_WITH_TLS
+        if (tls_) {
+          std::vector<uint8_t> bytes(kFramePrefixBytes + error->body_size());
+          asio::buffer_copy(asio::buffer(bytes), buffers);
+          asio::write(*tls_, asio::buffer(bytes), ec);
+        } else {
+          socket_.write_some(buffers, ec);
+        }
+#else
         socket_.write_some(buffers, ec);
+#endif
       }
     }
     Finish(std::move(reason));
@@ -303,6 +466,7 @@ class TcpConnection final : public Connection,
 
   void Finish(Status reason) {
     if (state_ == State::kClosed) return;
+    const bool opened = state_ != State::kHandshake;  // the handler knows of it
     state_ = State::kClosed;
     std::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
@@ -313,11 +477,18 @@ class TcpConnection final : public Connection,
     for (const OutFrame& f : queue_) queued_bytes_.fetch_sub(f.wire_size());
     queue_.clear();
     std::shared_ptr<ConnectionHandler> handler = std::move(handler_);
-    if (handler) handler->OnClose(*this, reason);
+    if (handler && opened) handler->OnClose(*this, reason);
   }
 
   EventLoop::Impl& loop_;
   tcp::socket socket_;
+#if FEDRT_WITH_TLS
+  std::unique_ptr<TlsStream> tls_;  // over socket_ when options_.tls is set
+#endif
+  std::vector<asio::const_buffer> tls_buffers_;
+  std::vector<uint8_t> tls_staging_;
+  bool handshake_timed_out_ = false;
+  bool in_loop_ = false;
   asio::steady_timer read_timer_;
   asio::steady_timer write_timer_;
   asio::steady_timer heartbeat_timer_;
@@ -325,7 +496,7 @@ class TcpConnection final : public Connection,
   std::shared_ptr<ConnectionHandler> handler_;
   const uint64_t id_;
   std::string peer_;
-  std::atomic<State> state_{State::kOpen};
+  std::atomic<State> state_{State::kHandshake};
   std::atomic<bool> send_closed_{false};  // Close/Abort called: Send refuses at once
 
   uint8_t header_[kFramePrefixBytes] = {};
@@ -383,6 +554,7 @@ class TcpListenerImpl final : public TcpListener,
     s.accepted = accepted_.load();
     s.descriptor_exhaustions = exhaustions_.load();
     s.other_accept_errors = other_errors_.load();
+    s.tls_handshake_failures = tls_failures_.load();
     return s;
   }
 
@@ -420,7 +592,14 @@ class TcpListenerImpl final : public TcpListener,
     }
     accepted_.fetch_add(1);
     auto connection = std::make_shared<TcpConnection>(loop_, std::move(socket), options_, handler_);
-    connection->Start();
+    connection->Handshake(true, std::string(), options_.io_timeout_ms,
+                          [self = shared_from_this(), connection](const Status& status) {
+                            if (status.ok()) return connection->Start();
+                            if (status.code() == StatusCode::kCancelled) return;
+                            self->tls_failures_.fetch_add(1);
+                            Log(LogLevel::kWarning, "listener on port %u: %s; connection closed",
+                                unsigned{self->port_}, status.ToString().c_str());
+                          });
     Accept();
   }
 
@@ -440,7 +619,7 @@ class TcpListenerImpl final : public TcpListener,
   uint16_t port_ = 0;
   bool closed_ = false;
   uint32_t backoff_ms_ = 0;
-  std::atomic<uint64_t> accepted_{0}, exhaustions_{0}, other_errors_{0};
+  std::atomic<uint64_t> accepted_{0}, exhaustions_{0}, other_errors_{0}, tls_failures_{0};
 };
 
 // One dial attempt: resolve, connect, or time out, whichever comes first.
@@ -456,11 +635,13 @@ struct Dial : std::enable_shared_from_this<Dial> {
         done(std::move(callback)) {}
 
   void Start(const std::string& host, uint16_t port, uint32_t timeout_ms) {
+    dialled_host = host;
     timer.expires_after(std::chrono::milliseconds(timeout_ms));
     timer.async_wait([self = shared_from_this(), host, port](const std::error_code& ec) {
       if (ec) return;
       self->Complete(Status(StatusCode::kDeadlineExceeded,
-                            "connecting to " + host + ":" + std::to_string(port) + " timed out"));
+                            "connecting to " + host + ":" + std::to_string(port) + " timed out" +
+                                (self->connection ? " in the TLS handshake" : "")));
     });
     resolver.async_resolve(host, std::to_string(port),
                            [self = shared_from_this(), host](const std::error_code& ec,
@@ -480,11 +661,17 @@ struct Dial : std::enable_shared_from_this<Dial> {
   void OnConnect(const std::error_code& ec) {
     if (finished) return;
     if (ec) return Complete(Status(StatusCode::kUnavailable, "connect: " + ec.message()));
-    auto connection = std::make_shared<TcpConnection>(loop, std::move(socket), options, handler);
-    finished = true;
-    timer.cancel();
-    connection->Start();
-    done(std::shared_ptr<Connection>(connection));
+    connection = std::make_shared<TcpConnection>(loop, std::move(socket), options, handler);
+    // The dial's timer bounds the TLS handshake too.
+    connection->Handshake(false, dialled_host, 0, [self = shared_from_this()](Status status) {
+      if (self->finished) return;
+      if (!status.ok()) return self->Complete(std::move(status));
+      self->finished = true;
+      self->timer.cancel();
+      std::shared_ptr<TcpConnection> opened = std::move(self->connection);
+      opened->Start();
+      self->done(std::shared_ptr<Connection>(opened));
+    });
   }
 
   void Complete(Status status) {
@@ -494,6 +681,8 @@ struct Dial : std::enable_shared_from_this<Dial> {
     resolver.cancel();
     socket.close(ec);
     timer.cancel();
+    if (connection) connection->Abort(status, false);  // a handshake in progress
+    connection.reset();
     done(std::move(status));
   }
 
@@ -504,8 +693,23 @@ struct Dial : std::enable_shared_from_this<Dial> {
   ConnectionOptions options;
   std::shared_ptr<ConnectionHandler> handler;
   ConnectCallback done;
+  std::string dialled_host;
+  std::shared_ptr<TcpConnection> connection;  // while its TLS handshake runs
   bool finished = false;
 };
+
+// TLS settings that cannot work for this end: refused before any I/O.
+Status CheckTls(const ConnectionOptions& options, bool listening) {
+  if (!options.tls) return Status::Ok();
+  if (!TlsSupported()) return Unsupported("this fedrt was built without TLS (FEDRT_WITH_TLS=OFF)");
+  if (listening && !options.tls->can_listen()) {
+    return InvalidArgument("a TLS listener needs a certificate and key file");
+  }
+  if (!listening && !options.tls->can_dial()) {
+    return InvalidArgument("a TLS client needs a CA file to verify the server");
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -513,6 +717,7 @@ Result<std::shared_ptr<TcpListener>> TcpListener::Listen(EventLoop& loop, const 
                                                          uint16_t port, const ConnectionOptions& options,
                                                          std::shared_ptr<ConnectionHandler> handler) {
   FEDRT_RETURN_IF_ERROR(options.limits.Validate());
+  FEDRT_RETURN_IF_ERROR(CheckTls(options, true));
   std::error_code ec;
   const asio::ip::address address = asio::ip::make_address(host, ec);
   if (ec) return InvalidArgument("listen address '" + host + "' is not an IP address");
@@ -534,6 +739,7 @@ Result<std::shared_ptr<TcpListener>> TcpListener::Listen(EventLoop& loop, const 
 void TcpConnect(EventLoop& loop, const std::string& host, uint16_t port, const ConnectionOptions& options,
                 std::shared_ptr<ConnectionHandler> handler, uint32_t timeout_ms, ConnectCallback done) {
   Status valid = options.limits.Validate();
+  if (valid.ok()) valid = CheckTls(options, false);
   auto dial = std::make_shared<Dial>(loop.impl(), options, std::move(handler), std::move(done));
   asio::dispatch(loop.impl().io, [dial, host, port, timeout_ms, valid]() {
     if (!valid.ok()) return dial->Complete(valid);

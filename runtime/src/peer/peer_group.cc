@@ -199,6 +199,12 @@ class TcpPeerGroup : public PeerGroup {
   }
 
   Status Listen() {
+    Result<std::shared_ptr<const transport::TlsContext>> tls = transport::CreateTlsIfConfigured(options_.tls);
+    if (!tls.ok()) return tls.status();
+    if (*tls && (!(*tls)->can_listen() || !(*tls)->can_dial())) {
+      return InvalidArgument("peer TLS needs a certificate, its key and a CA file (peers both accept and dial)");
+    }
+    connection_options_.tls = *tls;
     const PeerAddress& self = peers_[rank_];
     auto listener = transport::TcpListener::Listen(loop_.loop(), self.host, self.port,
                                                    connection_options_, acceptor_);

@@ -956,6 +956,9 @@ Status Server::Serve(const std::atomic<bool>* stop) {
   connection_options.limits = limits_;
   connection_options.idle_timeout_ms = options_.idle_timeout_ms;
   connection_options.heartbeat_interval_ms = std::max<uint32_t>(100, options_.idle_timeout_ms / 4);
+  Result<std::shared_ptr<const transport::TlsContext>> tls = transport::CreateTlsIfConfigured(options_.tls);
+  if (!tls.ok()) return tls.status();
+  connection_options.tls = *tls;
   // The listener holds the handler; the server outlives the loop's handlers
   // because it owns the loop, so a non-owning shared_ptr is enough.
   std::shared_ptr<ConnectionHandler> handler(this, [](ConnectionHandler*) {});

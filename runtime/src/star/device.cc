@@ -75,6 +75,7 @@ class Device {
   std::unique_ptr<ErrorFeedback> feedback_;
   std::vector<float> restored_residual_;  // added to the first delta after a restart
   FrameLimits limits_;
+  std::shared_ptr<const transport::TlsContext> tls_;  // null: plain TCP
   uint64_t last_round_ = 0;
 
   // The round being received.
@@ -357,6 +358,7 @@ Status Device::Session(bool* joined) {
   // Training keeps this thread busy, the loop thread keeps the link alive:
   // beat well inside any idle timeout an aggregator is likely to use.
   connection_options.heartbeat_interval_ms = 1000;
+  connection_options.tls = tls_;
   Result<std::shared_ptr<Connection>> connection = TcpConnectAndWait(
       loop.loop(), options_.host, options_.port, connection_options, queue, options_.connect_timeout_ms);
   if (!connection.ok()) return connection.status();
@@ -464,6 +466,10 @@ Status Device::Session(bool* joined) {
 
 Status Device::Run() {
   FEDRT_RETURN_IF_ERROR(Setup());
+  Result<std::shared_ptr<const transport::TlsContext>> tls = transport::CreateTlsIfConfigured(options_.tls);
+  if (!tls.ok()) return tls.status();
+  if (*tls && !(*tls)->can_dial()) return InvalidArgument("a TLS device needs the CA file that verifies the server");
+  tls_ = *tls;
   limits_.max_frame_bytes = kDefaultMaxFrameBytes;
   std::mt19937_64 jitter(sender_id_ ^ star::NowMs());
   uint32_t backoff_ms = 100;

@@ -149,7 +149,7 @@ inline std::vector<std::string> Emulated(const std::string& emulator, std::vecto
     if (end > begin) words.push_back(emulator.substr(begin, end - begin));
     begin = end + 1;
   }
-  words.insert(words.end(), command.begin(), command.end());
+  for (std::string& word : command) words.push_back(std::move(word));
   return words;
 }
 

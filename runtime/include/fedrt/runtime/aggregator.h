@@ -45,6 +45,7 @@
 
 #include "fedrt/platform/status.h"
 #include "fedrt/runtime/aggregation.h"
+#include "fedrt/transport/tls.h"
 
 namespace fedrt {
 
@@ -81,6 +82,7 @@ struct AggregatorOptions {
   uint32_t idle_timeout_ms = 30000;    // a connection that sends nothing for this long is closed
   uint32_t join_timeout_ms = 10000;    // a connection must authenticate within this
   uint32_t max_frame_bytes = 4u << 20;
+  transport::TlsConfig tls;            // cert_file + key_file: devices connect over TLS; empty: plain TCP
 };
 
 // One sampled device's part in a round (NDQSG rounds fill rho and wraps).

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "fedrt/platform/status.h"
+#include "fedrt/transport/tls.h"
 
 namespace fedrt {
 
@@ -41,6 +42,7 @@ struct DeviceOptions {
   uint32_t connect_timeout_ms = 5000;
   uint32_t max_backoff_ms = 5000;
   uint32_t give_up_ms = 60000;       // stop reconnecting after this long without the server
+  transport::TlsConfig tls;          // ca_file (+ server_name): connect over TLS; empty: plain TCP
 };
 
 struct DeviceHooks {

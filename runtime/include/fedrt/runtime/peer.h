@@ -53,6 +53,7 @@
 
 #include "fedrt/codecs/iwp.h"
 #include "fedrt/platform/status.h"
+#include "fedrt/transport/tls.h"
 
 namespace fedrt {
 namespace transport {
@@ -89,6 +90,9 @@ struct PeerOptions {
   uint32_t join_timeout_ms = 10000;  // Form(): dial, accept, authenticate
   uint32_t step_timeout_ms = 10000;  // each collective
   uint32_t chunk_floats = 1u << 18;  // pipelining granularity (1 MiB of fp32)
+  // TLS on every link: cert_file + key_file (accepting) and ca_file (dialling;
+  // peers then also require each other's certificates). Empty: plain TCP.
+  transport::TlsConfig tls;
 };
 
 struct AllReduceStats {

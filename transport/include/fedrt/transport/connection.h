@@ -82,12 +82,15 @@ class EventLoopThread {
   std::thread thread_;
 };
 
+class TlsContext;
+
 struct ConnectionOptions {
   FrameLimits limits;
   uint32_t io_timeout_ms = 10000;          // body of a started frame, each write
   uint32_t idle_timeout_ms = 30000;        // waiting for the next frame; 0: forever
   uint32_t heartbeat_interval_ms = 5000;   // send a Heartbeat after this much silence; 0: never
   std::size_t max_queued_bytes = 256u << 20;  // Send() beyond this fails with kResourceExhausted
+  std::shared_ptr<const TlsContext> tls;   // TCP only: TLS on every connection (tls.h); null: plain TCP
 };
 
 struct ConnectionStats {

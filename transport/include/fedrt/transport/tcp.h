@@ -7,6 +7,13 @@
 // connections keep working and new ones are served as soon as descriptors free
 // up. TcpConnect dials with a deadline. Sockets use TCP_NODELAY.
 //
+// With ConnectionOptions::tls (tls.h) every accepted socket first completes a
+// TLS server handshake within io_timeout_ms, and TcpConnect a client
+// handshake within its connect deadline. A failed handshake closes that
+// socket with a logged reason (counted in ListenerStats); the handler only
+// ever sees connections whose handshake succeeded, and the listener keeps
+// serving others.
+//
 // Thread-safety: Listen and TcpConnect may be called from any thread; the
 // listener's methods too. Completion callbacks run on the loop thread.
 #ifndef FEDRT_TRANSPORT_TCP_H_
@@ -27,6 +34,7 @@ struct ListenerStats {
   uint64_t accepted = 0;
   uint64_t descriptor_exhaustions = 0;  // accepts that failed with EMFILE/ENFILE/ENOBUFS/ENOMEM
   uint64_t other_accept_errors = 0;
+  uint64_t tls_handshake_failures = 0;  // TLS listeners: handshakes refused, failed or timed out
 };
 
 class TcpListener {

@@ -5,8 +5,10 @@
 #include "fedrt/transport/tcp.h"
 
 #include <asio.hpp>
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <string>
@@ -16,6 +18,7 @@
 #include "fedrt/platform/clock.h"
 #include "fedrt/platform/log.h"
 #include "fedrt/transport/messages.h"
+#include "wire.h"
 
 namespace fedrt {
 namespace transport {
@@ -25,6 +28,9 @@ using asio::ip::tcp;
 using Clock = asio::steady_timer::clock_type;
 
 constexpr std::size_t kMaxFramesPerWrite = 16;
+// Bytes read before asking the handler to place a payload: a raw ring
+// chunk's head is about 120 bytes.
+constexpr std::size_t kPeekBytes = 512;
 
 std::string Describe(const tcp::endpoint& endpoint) {
   return endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
@@ -135,11 +141,58 @@ class TcpConnection final : public Connection,
     Result<FrameBytes> body = loop_.frame_pool->Allocate(*size);
     if (!body.ok()) return Fail(body.status(), true);
     body_ = std::move(*body);
+    if (*size >= kMinPlacedFrameBytes && handler_ && handler_->WantsPlacement(*this)) {
+      // Head first: enough for a ring chunk's fields, then PlacePayload decides.
+      peeked_ = std::min<std::size_t>(body_.size(), kPeekBytes);
+      ArmTimer(read_timer_, options_.io_timeout_ms, ++read_sequence_, "frame body did not arrive in time");
+      asio::async_read(socket_, asio::buffer(body_.data(), peeked_),
+                       [self = shared_from_this()](const std::error_code& peek_ec, std::size_t) {
+                         self->OnPeek(peek_ec);
+                       });
+      return;
+    }
+    ReadRest(0);
+  }
+
+  // Reads the body from byte `from` on into the body buffer.
+  void ReadRest(std::size_t from) {
     ArmTimer(read_timer_, options_.io_timeout_ms, ++read_sequence_, "frame body did not arrive in time");
-    asio::async_read(socket_, asio::buffer(body_.data(), body_.size()),
+    asio::async_read(socket_, asio::buffer(body_.data() + from, body_.size() - from),
                      [self = shared_from_this()](const std::error_code& body_ec, std::size_t) {
                        self->OnBody(body_ec);
                      });
+  }
+
+  void OnPeek(const std::error_code& ec) {
+    ++read_sequence_;
+    read_timer_.cancel();
+    if (state_ == State::kClosed) return;
+    if (ec) return OnReadError(ec, false);
+    std::size_t offset = 0;
+    Result<RingChunkMessage> head = PeekRingChunk(body_.data(), body_.size(), peeked_, options_.limits, &offset);
+    uint8_t* target = nullptr;
+    if (head.ok() && state_ == State::kOpen && peeked_ - offset <= head->payload.size) {
+      target = handler_->PlacePayload(*this, *head);
+    }
+    if (target == nullptr) {
+      if (peeked_ == body_.size()) return OnBody(std::error_code());
+      return ReadRest(peeked_);
+    }
+    // The payload's first bytes came with the head; the rest goes straight to
+    // the target, the padding after it to the body.
+    const std::size_t size = head->payload.size;
+    const std::size_t early = peeked_ - offset;
+    if (early > 0) std::memcpy(target, body_.data() + offset, early);
+    placed_ = target;
+    placed_offset_ = offset;
+    placed_size_ = size;
+    const std::array<asio::mutable_buffer, 2> rest = {
+        asio::buffer(target + early, size - early),
+        asio::buffer(body_.data() + offset + size, body_.size() - offset - size)};
+    ArmTimer(read_timer_, options_.io_timeout_ms, ++read_sequence_, "frame body did not arrive in time");
+    asio::async_read(socket_, rest, [self = shared_from_this()](const std::error_code& body_ec, std::size_t) {
+      self->OnBody(body_ec);
+    });
   }
 
   void OnBody(const std::error_code& ec) {
@@ -151,7 +204,13 @@ class TcpConnection final : public Connection,
     frames_received_.fetch_add(1, std::memory_order_relaxed);
     Result<Frame> frame = VerifyFrame(std::move(body_), options_.limits);
     body_ = FrameBytes();
+    uint8_t* placed = placed_;
+    placed_ = nullptr;
     if (!frame.ok()) return Fail(frame.status(), true);
+    if (placed != nullptr) {
+      if (frame->kind() != MessageKind::kRingChunk) return Fail(Corrupt("frame changed kind after its head"), true);
+      internal::MarkPlaced(*frame, placed, placed_offset_, placed_size_);
+    }
     if (frame->kind() == MessageKind::kHeartbeat) {
       heartbeats_received_.fetch_add(1, std::memory_order_relaxed);
     } else if (state_ == State::kOpen) {
@@ -330,6 +389,10 @@ class TcpConnection final : public Connection,
 
   uint8_t header_[kFramePrefixBytes] = {};
   FrameBytes body_;
+  std::size_t peeked_ = 0;        // body bytes read before PlacePayload
+  uint8_t* placed_ = nullptr;     // where the current frame's payload goes, or null
+  std::size_t placed_offset_ = 0;
+  std::size_t placed_size_ = 0;
   uint64_t read_sequence_ = 0;
   uint64_t write_sequence_ = 0;
 

@@ -32,6 +32,15 @@ constexpr std::size_t kMaxFramesPerWrite = 16;
 // chunk's head is about 120 bytes.
 constexpr std::size_t kPeekBytes = 512;
 
+// Completion condition for whole frames: Asio's default (transfer_all) hands
+// the socket at most 64 KiB per system call; a megabyte chunk then costs
+// sixteen sends and sixteen receives, each with its own wake-up. This lets
+// every call move as much as the socket buffers take.
+struct Whole {
+  std::size_t operator()(const std::error_code& ec, std::size_t) const { return ec ? 0 : kMaxTransferBytes; }
+  static constexpr std::size_t kMaxTransferBytes = std::size_t{1} << 30;
+};
+
 std::string Describe(const tcp::endpoint& endpoint) {
   return endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
 }
@@ -56,6 +65,13 @@ class TcpConnection final : public Connection,
     buffers_.reserve(4 * kMaxFramesPerWrite);
     std::error_code ec;
     socket_.set_option(tcp::no_delay(true), ec);
+    if (options_.socket_send_buffer_bytes != 0) {
+      socket_.set_option(asio::socket_base::send_buffer_size(static_cast<int>(options_.socket_send_buffer_bytes)), ec);
+    }
+    if (options_.socket_receive_buffer_bytes != 0) {
+      socket_.set_option(
+          asio::socket_base::receive_buffer_size(static_cast<int>(options_.socket_receive_buffer_bytes)), ec);
+    }
     const tcp::endpoint remote = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("unknown") : Describe(remote);
   }
@@ -157,7 +173,7 @@ class TcpConnection final : public Connection,
   // Reads the body from byte `from` on into the body buffer.
   void ReadRest(std::size_t from) {
     ArmTimer(read_timer_, options_.io_timeout_ms, ++read_sequence_, "frame body did not arrive in time");
-    asio::async_read(socket_, asio::buffer(body_.data() + from, body_.size() - from),
+    asio::async_read(socket_, asio::buffer(body_.data() + from, body_.size() - from), Whole(),
                      [self = shared_from_this()](const std::error_code& body_ec, std::size_t) {
                        self->OnBody(body_ec);
                      });
@@ -190,7 +206,7 @@ class TcpConnection final : public Connection,
         asio::buffer(target + early, size - early),
         asio::buffer(body_.data() + offset + size, body_.size() - offset - size)};
     ArmTimer(read_timer_, options_.io_timeout_ms, ++read_sequence_, "frame body did not arrive in time");
-    asio::async_read(socket_, rest, [self = shared_from_this()](const std::error_code& body_ec, std::size_t) {
+    asio::async_read(socket_, rest, Whole(), [self = shared_from_this()](const std::error_code& body_ec, std::size_t) {
       self->OnBody(body_ec);
     });
   }
@@ -254,7 +270,7 @@ class TcpConnection final : public Connection,
       }
     }
     ArmTimer(write_timer_, options_.io_timeout_ms, ++write_sequence_, "write did not complete in time");
-    asio::async_write(socket_, buffers_, [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
+    asio::async_write(socket_, buffers_, Whole(), [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
       self->OnWrite(ec, n);
     });
   }

@@ -65,13 +65,6 @@ class TcpConnection final : public Connection,
     buffers_.reserve(4 * kMaxFramesPerWrite);
     std::error_code ec;
     socket_.set_option(tcp::no_delay(true), ec);
-    if (options_.socket_send_buffer_bytes != 0) {
-      socket_.set_option(asio::socket_base::send_buffer_size(static_cast<int>(options_.socket_send_buffer_bytes)), ec);
-    }
-    if (options_.socket_receive_buffer_bytes != 0) {
-      socket_.set_option(
-          asio::socket_base::receive_buffer_size(static_cast<int>(options_.socket_receive_buffer_bytes)), ec);
-    }
     const tcp::endpoint remote = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("unknown") : Describe(remote);
   }

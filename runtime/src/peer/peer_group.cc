@@ -18,7 +18,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -226,11 +225,6 @@ class Acceptor : public transport::ConnectionHandler {
   std::deque<std::shared_ptr<Link>> pending_;
 };
 
-uint32_t SocketBufferBytes() {
-  const char* env = std::getenv("FEDRT_PEER_SOCKET_BUFFER");
-  return env != nullptr ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : (4u << 20);
-}
-
 uint32_t Remaining(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return left <= 0 ? 0 : static_cast<uint32_t>(left);
@@ -260,10 +254,6 @@ class TcpPeerGroup : public PeerGroup {
     connection_options_.idle_timeout_ms = 0;  // the collectives keep their own deadlines
     connection_options_.heartbeat_interval_ms = 1000;
     connection_options_.io_timeout_ms = options.step_timeout_ms;
-    // Ring chunks are megabytes: big socket buffers move them in fewer system
-    // calls and wake-ups (FEDRT_PEER_SOCKET_BUFFER overrides, for measuring).
-    connection_options_.socket_send_buffer_bytes = SocketBufferBytes();
-    connection_options_.socket_receive_buffer_bytes = SocketBufferBytes();
   }
 
   ~TcpPeerGroup() override {

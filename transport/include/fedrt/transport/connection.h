@@ -88,12 +88,6 @@ struct ConnectionOptions {
   uint32_t idle_timeout_ms = 30000;        // waiting for the next frame; 0: forever
   uint32_t heartbeat_interval_ms = 5000;   // send a Heartbeat after this much silence; 0: never
   std::size_t max_queued_bytes = 256u << 20;  // Send() beyond this fails with kResourceExhausted
-  // Kernel socket buffer sizes (SO_SNDBUF / SO_RCVBUF); 0 keeps the system's
-  // autotuned default. Large ones let bulk transfers (ring chunks) move in
-  // fewer, larger system calls; the kernel caps them at net.core.wmem_max /
-  // rmem_max.
-  uint32_t socket_send_buffer_bytes = 0;
-  uint32_t socket_receive_buffer_bytes = 0;
 };
 
 struct ConnectionStats {

@@ -37,7 +37,7 @@
 // are sent straight from the caller's vector; received reduce-scatter chunks
 // use the event loop's recycled frame storage and all-gather chunks are
 // received straight into the vector, so a steady-state dense all-reduce
-// allocates nothing.
+// allocates no frame memory.
 //
 // Thread-safety: a PeerGroup is used by one thread (the training loop); its
 // connections run on its own event loop thread.

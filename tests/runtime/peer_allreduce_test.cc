@@ -63,13 +63,14 @@ TEST_CASE("ring all-reduce over tls links with peer certificates equals the exac
   transport::testing::TlsCredentials tls;
   REQUIRE_MESSAGE(tls.ok(), tls.status().ToString());
   peer::PeerOptions options;
-  options.chunk_floats = 1000;
+  // 128 KiB chunks: the all-gather payloads are placed straight into the vector through the TLS stream.
+  options.chunk_floats = 1u << 15;
   options.tls = tls.ServerConfig();  // every peer presents the 127.0.0.1 certificate
   options.tls.ca_file = tls.files().ca_cert;
   const int n = 3;
   PeerRing ring(n, options);
   ring.FormAll();
-  const std::size_t size = 4096 + 3;
+  const std::size_t size = (std::size_t{1} << 17) + 5;
   std::vector<std::vector<float>> data(n);
   std::vector<double> exact(size, 0.0);
   for (int r = 0; r < n; ++r) {
@@ -88,6 +89,35 @@ TEST_CASE("ring all-reduce over tls links with peer certificates equals the exac
   std::vector<peer::PeerAddress> list = {{"p0", "127.0.0.1", 0}, {"p1", "127.0.0.1", 0}};
   auto group = peer::PeerGroup::Create(list, 0, PeerRing::Keys(2), no_ca);
   CHECK(group.status().code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("ring all-reduce whose all-gather chunks are received in place equals the exact sum") {
+  // Chunks of 128 KiB are large enough to be placed straight into the vector
+  // (transport kMinPlacedFrameBytes); each segment ends with a short chunk.
+  const std::size_t sizes[] = {(std::size_t{1} << 17) + 5, (std::size_t{1} << 18) + 4099};
+  for (int n = 2; n <= 4; ++n) {
+    peer::PeerOptions options;
+    options.chunk_floats = 1u << 15;
+    PeerRing ring(n, options);
+    ring.FormAll();
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      for (std::size_t size : sizes) {
+        std::vector<std::vector<float>> data(static_cast<std::size_t>(n));
+        std::vector<double> exact(size, 0.0);
+        for (int r = 0; r < n; ++r) {
+          data[static_cast<std::size_t>(r)] = Input(static_cast<uint32_t>(r + 10 * repeat), size);
+          for (std::size_t i = 0; i < size; ++i) exact[i] += data[static_cast<std::size_t>(r)][i];
+        }
+        auto st = ring.Each(ring.All(), [&](uint32_t r) { return ring.groups[r]->AllReduce(data[r].data(), size); });
+        for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+        INFO("peers ", n, ", size ", size, ", repeat ", repeat);
+        double worst = 0;
+        for (std::size_t i = 0; i < size; ++i) worst = std::max(worst, std::fabs(data[0][i] - exact[i]));
+        CHECK(worst <= 1e-5);
+        for (int r = 1; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == data[0]);
+      }
+    }
+  }
 }
 
 TEST_CASE("fp16 ring all-reduce equals the reference of the same hops and is identical on every peer") {

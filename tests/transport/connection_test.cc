@@ -421,6 +421,89 @@ TEST_CASE("a closed connection releases the borrowed frames it had queued") {
   ::close(fd);
 }
 
+// Places the payload of every raw ring chunk of collective 7 into `target`
+// (at the chunk's offset), and records what it was offered and received.
+class PlacingServer : public Recorder {
+ public:
+  explicit PlacingServer(std::size_t size) : target(size, 0) {}
+  bool WantsPlacement(Connection&) override { return true; }
+  uint8_t* PlacePayload(Connection&, const RingChunkMessage& head) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++offered;
+    if (head.collective_id != 7 || head.payload.data != nullptr || head.payload.offset > target.size() ||
+        head.payload.size > target.size() - head.payload.offset) {
+      return nullptr;
+    }
+    return target.data() + head.payload.offset;
+  }
+  void OnFrame(Connection& connection, Frame frame) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      Result<RingChunkMessage> m = DecodeRingChunk(frame, FrameLimits());
+      decoded_ok.push_back(m.ok());
+      placed.push_back(frame.placed_payload() != nullptr);
+      if (m.ok()) payloads.emplace_back(m->payload.data, m->payload.data + m->payload.size);
+    }
+    Recorder::OnFrame(connection, std::move(frame));
+  }
+
+  std::mutex mutex;
+  std::vector<uint8_t> target;
+  int offered = 0;
+  std::vector<bool> decoded_ok, placed;
+  std::vector<std::vector<uint8_t>> payloads;
+};
+
+TEST_CASE("a handler receives large raw ring chunk payloads straight into its memory") {
+  EventLoopThread loop;
+  const std::size_t chunk = 200000 + 3;  // the payload ends off the 16-byte grid: padding follows it
+  auto server = std::make_shared<PlacingServer>(2 * chunk);
+  Result<std::shared_ptr<TcpListener>> listener =
+      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, FastOptions(), server);
+  REQUIRE(listener.ok());
+  auto client = std::make_shared<FrameQueue>();
+  Result<std::shared_ptr<Connection>> connection =
+      TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(), FastOptions(), client, kWait);
+  REQUIRE(connection.ok());
+  std::vector<uint8_t> payload(2 * chunk);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7 + i / 1000);
+  // Placed: two chunks of collective 7. Not placed: collective 8 (the
+  // handler declines), a codec chunk (never offered) and a small chunk.
+  auto send = [&](uint64_t collective, uint32_t k, std::size_t size, std::string_view spec) {
+    RingChunkMessage m;
+    m.collective_id = collective;
+    m.codec_spec = spec;
+    m.payload = {k, 2, payload.size(), k * chunk, payload.data() + k * chunk, size};
+    Result<OutFrame> out = Encode(m, FrameLimits());
+    REQUIRE(out.ok());
+    REQUIRE((*connection)->Send(std::move(*out)).ok());
+  };
+  send(7, 0, chunk, "");
+  send(8, 1, chunk, "");
+  send(7, 1, chunk, "fp16");
+  send(7, 1, 1000, "");
+  send(7, 1, chunk, "");
+  CHECK(Eventually([&] { return server->frames() == 5; }));
+  {
+    std::lock_guard<std::mutex> lock(server->mutex);
+    CHECK(server->offered == 3);  // the raw chunks of at least kMinPlacedFrameBytes
+    CHECK(server->placed == std::vector<bool>{true, false, false, false, true});
+    CHECK(server->decoded_ok == std::vector<bool>{true, true, true, true, true});
+    REQUIRE(server->payloads.size() == 5);
+    for (std::size_t i = 0; i < 5; ++i) {
+      const uint32_t k = i == 0 ? 0 : 1;
+      const std::size_t size = i == 3 ? 1000 : chunk;
+      CHECK(server->payloads[i] ==
+            std::vector<uint8_t>(payload.begin() + k * chunk, payload.begin() + k * chunk + size));
+    }
+    CHECK(server->target == payload);
+  }
+  CHECK(server->closes_count() == 0);
+  (*connection)->Close();
+  CHECK(client->WaitClosed(kWait));
+  (*listener)->Close();
+}
+
 }  // namespace
 }  // namespace transport
 }  // namespace fedrt

@@ -145,6 +145,14 @@ Result<FrameBytes> FrameBytes::Allocate(std::size_t size) {
   return bytes;
 }
 
+namespace internal {
+void MarkPlaced(Frame& frame, uint8_t* placed, std::size_t offset, std::size_t size) {
+  frame.placed_ = placed;
+  frame.placed_offset_ = offset;
+  frame.placed_size_ = size;
+}
+}  // namespace internal
+
 Result<Frame> VerifyFrame(FrameBytes body, const FrameLimits& limits) {
   if (body.size() == 0) return Corrupt("empty frame");
   if (body.size() > limits.max_frame_bytes) {

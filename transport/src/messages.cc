@@ -706,20 +706,66 @@ Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits,
   return EncodeGossip(m, limits, &fill);
 }
 
+namespace {
+Status ReadRingChunk(const wire::RingChunk* r, const FrameLimits& limits, RingChunkMessage* m) {
+  m->collective_id = r->collective_id();
+  m->step = r->step();
+  FEDRT_RETURN_IF_ERROR(ReadEnum(r->phase(), wire::RingPhase::MAX, &m->phase, "ring phase"));
+  m->source_rank = r->source_rank();
+  m->segment = r->segment();
+  Result<std::string_view> spec = ReadString(r->codec_spec(), kMaxCodecSpecBytes, false, "codec spec");
+  if (!spec.ok()) return spec.status();
+  m->codec_spec = *spec;
+  return ReadChunk(r->payload(), limits, &m->payload);
+}
+}  // namespace
+
 Result<RingChunkMessage> DecodeRingChunk(const Frame& frame, const FrameLimits& limits) {
   Result<const wire::RingChunk*> root = Root<wire::RingChunk>(frame, MessageKind::kRingChunk);
   if (!root.ok()) return root.status();
-  const wire::RingChunk* r = *root;
   RingChunkMessage m;
-  m.collective_id = r->collective_id();
-  m.step = r->step();
-  FEDRT_RETURN_IF_ERROR(ReadEnum(r->phase(), wire::RingPhase::MAX, &m.phase, "ring phase"));
-  m.source_rank = r->source_rank();
-  m.segment = r->segment();
-  Result<std::string_view> spec = ReadString(r->codec_spec(), kMaxCodecSpecBytes, false, "codec spec");
-  if (!spec.ok()) return spec.status();
-  m.codec_spec = *spec;
-  FEDRT_RETURN_IF_ERROR(ReadChunk(r->payload(), limits, &m.payload));
+  FEDRT_RETURN_IF_ERROR(ReadRingChunk(*root, limits, &m));
+  if (frame.placed_payload() != nullptr) {
+    // The connection received these bytes elsewhere; the body's copy of
+    // them was never written.
+    if (m.payload.data != frame.data() + frame.placed_offset() || m.payload.size != frame.placed_size()) {
+      return Wrong("ring chunk payload is not where its head said");
+    }
+    m.payload.data = frame.placed_payload();
+  }
+  return m;
+}
+
+Result<RingChunkMessage> PeekRingChunk(const uint8_t* body, std::size_t size, std::size_t received,
+                                       const FrameLimits& limits, std::size_t* payload_offset) {
+  if (size < 8 || received < 8 || received > size || size > limits.max_frame_bytes ||
+      !wire::EnvelopeBufferHasIdentifier(body)) {
+    return Corrupt("not a fedrt frame");
+  }
+  // Every byte the verifier reads of a well-formed ring chunk lies before its
+  // payload (the builder writes the payload vector first, at the end). Bytes
+  // not received yet are stale buffer contents: a malformed frame can only
+  // make this peek fail or mislead it about the sender's own chunk, and the
+  // whole frame is verified again once it has arrived.
+  flatbuffers::Verifier::Options options;
+  options.max_depth = 16;
+  options.max_tables = 4096;
+  flatbuffers::Verifier verifier(body, size, options);
+  if (!wire::VerifyEnvelopeBuffer(verifier)) return Corrupt("frame head failed FlatBuffers verification");
+  const wire::Envelope* envelope = wire::GetEnvelope(body);
+  if (static_cast<uint16_t>(envelope->version()) != kProtocolVersion ||
+      envelope->message_type() != wire::Message::RingChunk || envelope->message() == nullptr) {
+    return Status(StatusCode::kFailedPrecondition, "not a ring chunk");
+  }
+  RingChunkMessage m;
+  FEDRT_RETURN_IF_ERROR(ReadRingChunk(static_cast<const wire::RingChunk*>(envelope->message()), limits, &m));
+  if (!m.codec_spec.empty()) return Status(StatusCode::kFailedPrecondition, "not a raw ring chunk");
+  const std::size_t offset = static_cast<std::size_t>(m.payload.data - body);
+  if (m.payload.data == nullptr || offset > received || offset + m.payload.size > size) {
+    return Status(StatusCode::kFailedPrecondition, "payload not after the head");
+  }
+  m.payload.data = nullptr;  // not received yet
+  *payload_offset = offset;
   return m;
 }
 

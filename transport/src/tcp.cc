@@ -5,6 +5,7 @@
 #include "fedrt/transport/tcp.h"
 
 #include <asio.hpp>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -21,6 +22,7 @@
 #if FEDRT_WITH_TLS
 #include "tls_impl.h"
 #endif
+#include "wire.h"
 
 namespace fedrt {
 namespace transport {
@@ -37,6 +39,19 @@ constexpr std::size_t kTlsCoalesceBytes = 16u << 10;
 #if FEDRT_WITH_TLS
 using TlsStream = asio::ssl::stream<tcp::socket&>;
 #endif
+
+// Bytes read before asking the handler to place a payload: a raw ring
+// chunk's head is about 120 bytes.
+constexpr std::size_t kPeekBytes = 512;
+
+// Completion condition for whole frames: Asio's default (transfer_all) hands
+// the socket at most 64 KiB per system call; a megabyte chunk then costs
+// sixteen sends and sixteen receives, each with its own wake-up. This lets
+// every call move as much as the socket buffers take.
+struct Whole {
+  std::size_t operator()(const std::error_code& ec, std::size_t) const { return ec ? 0 : kMaxTransferBytes; }
+  static constexpr std::size_t kMaxTransferBytes = std::size_t{1} << 30;
+};
 
 std::string Describe(const tcp::endpoint& endpoint) {
   return endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
@@ -232,12 +247,63 @@ class TcpConnection final : public Connection,
     Result<FrameBytes> body = loop_.frame_pool->Allocate(*size);
     if (!body.ok()) return Fail(body.status(), true);
     body_ = std::move(*body);
+    if (*size >= kMinPlacedFrameBytes && handler_ && handler_->WantsPlacement(*this)) {
+      // Head first: enough for a ring chunk's fields, then PlacePayload decides.
+      peeked_ = std::min<std::size_t>(body_.size(), kPeekBytes);
+      ArmTimer(read_timer_, options_.io_timeout_ms, ++read_sequence_, "frame body did not arrive in time");
+      WithStream([this](auto& stream) {
+        asio::async_read(stream, asio::buffer(body_.data(), peeked_),
+                         [self = shared_from_this()](const std::error_code& peek_ec, std::size_t) {
+                           self->OnPeek(peek_ec);
+                         });
+      });
+      return;
+    }
+    ReadRest(0);
+  }
+
+  // Reads the body from byte `from` on into the body buffer.
+  void ReadRest(std::size_t from) {
     ArmTimer(read_timer_, options_.io_timeout_ms, ++read_sequence_, "frame body did not arrive in time");
-    WithStream([this](auto& stream) {
-      asio::async_read(stream, asio::buffer(body_.data(), body_.size()),
+    WithStream([this, from](auto& stream) {
+      asio::async_read(stream, asio::buffer(body_.data() + from, body_.size() - from), Whole(),
                        [self = shared_from_this()](const std::error_code& body_ec, std::size_t) {
                          self->OnBody(body_ec);
                        });
+    });
+  }
+
+  void OnPeek(const std::error_code& ec) {
+    ++read_sequence_;
+    read_timer_.cancel();
+    if (state_ == State::kClosed) return;
+    if (ec) return OnReadError(ec, false);
+    std::size_t offset = 0;
+    Result<RingChunkMessage> head = PeekRingChunk(body_.data(), body_.size(), peeked_, options_.limits, &offset);
+    uint8_t* target = nullptr;
+    if (head.ok() && state_ == State::kOpen && peeked_ - offset <= head->payload.size) {
+      target = handler_->PlacePayload(*this, *head);
+    }
+    if (target == nullptr) {
+      if (peeked_ == body_.size()) return OnBody(std::error_code());
+      return ReadRest(peeked_);
+    }
+    // The payload's first bytes came with the head; the rest goes straight to
+    // the target, the padding after it to the body.
+    const std::size_t size = head->payload.size;
+    const std::size_t early = peeked_ - offset;
+    if (early > 0) std::memcpy(target, body_.data() + offset, early);
+    placed_ = target;
+    placed_offset_ = offset;
+    placed_size_ = size;
+    const std::array<asio::mutable_buffer, 2> rest = {
+        asio::buffer(target + early, size - early),
+        asio::buffer(body_.data() + offset + size, body_.size() - offset - size)};
+    ArmTimer(read_timer_, options_.io_timeout_ms, ++read_sequence_, "frame body did not arrive in time");
+    WithStream([this, &rest](auto& stream) {
+      asio::async_read(stream, rest, Whole(), [self = shared_from_this()](const std::error_code& body_ec, std::size_t) {
+        self->OnBody(body_ec);
+      });
     });
   }
 
@@ -250,7 +316,13 @@ class TcpConnection final : public Connection,
     frames_received_.fetch_add(1, std::memory_order_relaxed);
     Result<Frame> frame = VerifyFrame(std::move(body_), options_.limits);
     body_ = FrameBytes();
+    uint8_t* placed = placed_;
+    placed_ = nullptr;
     if (!frame.ok()) return Fail(frame.status(), true);
+    if (placed != nullptr) {
+      if (frame->kind() != MessageKind::kRingChunk) return Fail(Corrupt("frame changed kind after its head"), true);
+      internal::MarkPlaced(*frame, placed, placed_offset_, placed_size_);
+    }
     if (frame->kind() == MessageKind::kHeartbeat) {
       heartbeats_received_.fetch_add(1, std::memory_order_relaxed);
     } else if (state_ == State::kOpen) {
@@ -307,7 +379,7 @@ class TcpConnection final : public Connection,
 #if FEDRT_WITH_TLS
     if (tls_) {
       CoalesceSmallBuffers();
-      asio::async_write(*tls_, tls_buffers_,
+      asio::async_write(*tls_, tls_buffers_, Whole(),
                         [self = shared_from_this()](const std::error_code& ec, std::size_t) {
                           // Report the frame bytes, as a plain write does (TLS adds records).
                           std::size_t n = 0;
@@ -317,7 +389,7 @@ class TcpConnection final : public Connection,
       return;
     }
 #endif
-    asio::async_write(socket_, buffers_, [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
+    asio::async_write(socket_, buffers_, Whole(), [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
       self->OnWrite(ec, n);
     });
   }
@@ -501,6 +573,10 @@ class TcpConnection final : public Connection,
 
   uint8_t header_[kFramePrefixBytes] = {};
   FrameBytes body_;
+  std::size_t peeked_ = 0;        // body bytes read before PlacePayload
+  uint8_t* placed_ = nullptr;     // where the current frame's payload goes, or null
+  std::size_t placed_offset_ = 0;
+  std::size_t placed_size_ = 0;
   uint64_t read_sequence_ = 0;
   uint64_t write_sequence_ = 0;
 

@@ -70,6 +70,7 @@ class Link : public transport::ConnectionHandler {
   }
   void OnFrame(Connection&, Frame frame) override {
     std::lock_guard<std::mutex> lock(signal_->mutex);
+    placing_ = false;  // frames arrive one at a time: a placed payload is complete
     if (frame.kind() == MessageKind::kLeave) {
       left_ring_ = true;  // finished: its close that follows is no failure
       signal_->changed.notify_all();
@@ -85,11 +86,60 @@ class Link : public transport::ConnectionHandler {
   }
   void OnClose(Connection&, const Status& reason) override {
     std::lock_guard<std::mutex> lock(signal_->mutex);
+    placing_ = false;
     closed_ = true;
     close_reason_ = reason.ok() ? Status(StatusCode::kUnavailable, "closed") : reason;
     connection_.reset();
     signal_->changed.notify_all();
   }
+
+  // All-gather chunks of the running all-reduce are received straight into
+  // the caller's vector: the collective lists where each one goes before it
+  // sends anything, and the connection asks here as each chunk's head
+  // arrives. Only an exact match (collective, step, segment, chunk, size)
+  // is placed, so a chunk never lands outside its own slice.
+  struct Placement {
+    uint64_t collective = 0;
+    uint32_t source = 0;
+    uint32_t step = 0;
+    uint32_t segment = 0;
+    uint32_t index = 0;
+    uint8_t* data = nullptr;
+    std::size_t size = 0;
+  };
+  bool WantsPlacement(Connection&) override { return wants_placement_.load(std::memory_order_acquire); }
+  uint8_t* PlacePayload(Connection&, const transport::RingChunkMessage& head) override {
+    std::lock_guard<std::mutex> lock(signal_->mutex);
+    // Chunks arrive in list order; small ones are never offered, so search on.
+    for (std::size_t i = next_placement_; i < placements_.size(); ++i) {
+      const Placement& p = placements_[i];
+      if (head.collective_id == p.collective && head.phase == transport::RingPhase::kAllGather &&
+          head.source_rank == p.source && head.step == p.step && head.segment == p.segment &&
+          head.payload.index == p.index && head.payload.size == p.size) {
+        next_placement_ = i + 1;
+        placing_ = true;
+        return p.data;
+      }
+    }
+    return nullptr;
+  }
+  // Under signal_->mutex (the collective's thread).
+  std::vector<Placement>& placements() { return placements_; }
+  void StartPlacement() {
+    next_placement_ = 0;
+    wants_placement_.store(!placements_.empty(), std::memory_order_release);
+  }
+  // Stops placing; true when no payload is being written any more.
+  bool StopPlacement() {
+    wants_placement_.store(false, std::memory_order_release);
+    placements_.clear();
+    next_placement_ = 0;
+    return !placing_ || closed_;
+  }
+  bool placing() const { return placing_ && !closed_; }
+  // The collective's thread only: frame slots for sends on this link (each
+  // link has its own, so a stalled neighbour cannot starve a healthy one).
+  std::vector<std::unique_ptr<transport::FrameSlot>>& slots() { return slots_; }
 
   // Under signal_->mutex.
   bool has_frame() const { return !frames_.empty(); }
@@ -123,6 +173,11 @@ class Link : public transport::ConnectionHandler {
   bool closed_ = false;
   bool left_ring_ = false;
   Status close_reason_;
+  std::vector<Placement> placements_;
+  std::size_t next_placement_ = 0;
+  bool placing_ = false;  // a payload is being received into placements_' memory
+  std::atomic<bool> wants_placement_{false};
+  std::vector<std::unique_ptr<transport::FrameSlot>> slots_;
 };
 
 // Hands every accepted connection its own Link and queues it for Form().
@@ -141,6 +196,14 @@ class Acceptor : public transport::ConnectionHandler {
   void OnFrame(Connection& connection, Frame frame) override {
     std::shared_ptr<Link> link = Find(connection.id());
     if (link) link->OnFrame(connection, std::move(frame));
+  }
+  bool WantsPlacement(Connection& connection) override {
+    std::shared_ptr<Link> link = Find(connection.id());
+    return link && link->WantsPlacement(connection);
+  }
+  uint8_t* PlacePayload(Connection& connection, const transport::RingChunkMessage& head) override {
+    std::shared_ptr<Link> link = Find(connection.id());
+    return link ? link->PlacePayload(connection, head) : nullptr;
   }
   void OnClose(Connection& connection, const Status& reason) override {
     std::shared_ptr<Link> link = Find(connection.id());
@@ -358,10 +421,12 @@ class TcpPeerGroup : public PeerGroup {
   // change or free its vector. Aborts the sending link when the sends do not
   // complete in time.
   void ReleaseBorrowed(Clock::time_point deadline);
-  static constexpr std::size_t kMaxSlots = 64;
+  // Stops placing all-gather chunks into the caller's vector and waits until
+  // none is being received there (part of ReleaseBorrowed).
+  void ReleasePlaced(Clock::time_point deadline);
+  static constexpr std::size_t kMaxSlots = 64;  // per link
 
   // Buffers reused across collectives (steady state allocates nothing here).
-  std::vector<std::unique_ptr<transport::FrameSlot>> slots_;
   std::vector<uint8_t> encoded_;
   std::unique_ptr<Codec> ring_codec_;  // made once per spec, reused
   std::string ring_spec_;
@@ -836,19 +901,20 @@ Status TcpPeerGroup::ExpectChunk(const Frame& frame, transport::RingPhase phase,
 }
 
 Result<transport::FrameSlot*> TcpPeerGroup::FreeSlot(Link& link, Clock::time_point deadline) {
+  auto& slots = link.slots();
   for (;;) {
-    for (const auto& slot : slots_) {
+    for (const auto& slot : slots) {
       if (!slot->busy()) return slot.get();
     }
-    if (slots_.size() < kMaxSlots) {
-      slots_.push_back(std::make_unique<transport::FrameSlot>());
-      return slots_.back().get();
+    if (slots.size() < kMaxSlots) {
+      slots.push_back(std::make_unique<transport::FrameSlot>());
+      return slots.back().get();
     }
     std::unique_lock<std::mutex> lock(signal_->mutex);
     signal_->waiting_for_sends = true;
     const bool ready = signal_->changed.wait_until(lock, deadline, [&] {
       if (link.closed()) return true;
-      for (const auto& slot : slots_) {
+      for (const auto& slot : slots) {
         if (!slot->busy()) return true;
       }
       return false;
@@ -860,9 +926,10 @@ Result<transport::FrameSlot*> TcpPeerGroup::FreeSlot(Link& link, Clock::time_poi
 }
 
 void TcpPeerGroup::ReleaseBorrowed(Clock::time_point deadline) {
+  ReleasePlaced(deadline);
   auto released = [&] {
     if (!right_ || right_->closed()) return true;
-    for (const auto& slot : slots_) {
+    for (const auto& slot : right_->slots()) {
       if (slot->busy()) return false;
     }
     return true;
@@ -884,6 +951,24 @@ void TcpPeerGroup::ReleaseBorrowed(Clock::time_point deadline) {
     signal_->changed.wait_for(lock, std::chrono::seconds(5), released);
   }
   signal_->waiting_for_sends = false;
+}
+
+void TcpPeerGroup::ReleasePlaced(Clock::time_point deadline) {
+  if (!left_) return;
+  std::unique_lock<std::mutex> lock(signal_->mutex);
+  if (left_->StopPlacement()) return;
+  // A chunk is arriving into the vector (only after a failure: on success
+  // every placed chunk has been taken). Let it finish, or close the link.
+  const Clock::time_point until =
+      std::max(deadline, Clock::now() + std::chrono::milliseconds(GraceMs(options_.step_timeout_ms)));
+  if (!signal_->changed.wait_until(lock, until, [&] { return !left_->placing(); })) {
+    std::shared_ptr<Connection> c = left_->connection();
+    lock.unlock();
+    if (c) c->Abort(Status(StatusCode::kDeadlineExceeded, "ring chunk not received within the step deadline"));
+    lock.lock();
+    // Once closed, the socket writes nothing more into the vector.
+    signal_->changed.wait_for(lock, std::chrono::seconds(5), [&] { return !left_->placing(); });
+  }
 }
 
 }  // namespace
@@ -1021,8 +1106,8 @@ Status TcpPeerGroup::AllReduce(float* data, std::size_t n, const std::string& co
         // are read in place as floats.
         const float* in = reinterpret_cast<const float*>(static_cast<const void*>(m.payload.data));
         AddFloats(in, len, begin);
-      } else {
-        std::memcpy(begin, m.payload.data, len * sizeof(float));
+      } else if (m.payload.data != reinterpret_cast<const uint8_t*>(begin)) {
+        std::memcpy(begin, m.payload.data, len * sizeof(float));  // not placed
       }
       return Status::Ok();
     }
@@ -1040,6 +1125,30 @@ Status TcpPeerGroup::AllReduce(float* data, std::size_t n, const std::string& co
 
   using transport::RingPhase;
   const std::size_t r = position_;
+  if (!codec && left_) {
+    // Raw all-gather chunks go straight into the vector (Link::PlacePayload).
+    std::lock_guard<std::mutex> lock(signal_->mutex);
+    auto& places = left_->placements();
+    places.clear();
+    for (uint32_t t = 0; t + 1 < p; ++t) {
+      const std::size_t s = (r + 2 * p - t) % p;
+      for (uint32_t k = 0; k < chunks_of(s); ++k) {
+        const std::size_t at = static_cast<std::size_t>(k) * chunk;
+        const std::size_t len = std::min(chunk, seg_size(s) - std::min(seg_size(s), at));
+        if (len * sizeof(float) < transport::kMinPlacedFrameBytes / 2) continue;  // never offered
+        Link::Placement place;
+        place.collective = collective_;
+        place.source = from;
+        place.step = t;
+        place.segment = static_cast<uint32_t>(s);
+        place.index = k;
+        place.data = reinterpret_cast<uint8_t*>(data + seg_begin(s) + at);
+        place.size = len * sizeof(float);
+        places.push_back(place);
+      }
+    }
+    left_->StartPlacement();
+  }
   // Reduce-scatter: at step t this peer sends segment (r - t) and receives
   // segment (r - t - 1), which it reduces and forwards at step t + 1 chunk by
   // chunk, so the chunks flow around the ring without waiting for whole

@@ -32,13 +32,12 @@
 // caller which rank it was; Form() with the surviving ranks re-forms a
 // smaller ring (ring repair) on the same listener.
 //
-// Memory: scratch buffers (encoded hops, recovered models) and the hop codec
-// are kept and reused, so a steady-state collective allocates none of them.
-// It does allocate frames: the transport has no pre-registered buffers yet
-// (an OutFrame owns its encoded bytes, a received Frame its body), so each
-// chunk sent and received costs one allocation. This departs from the Gloo
-// rule (run() allocates nothing) until the transport can encode into and
-// receive into caller-owned buffers.
+// Memory: scratch buffers (encoded hops, recovered models), the hop codec and
+// the frame slots (one pool per link) are kept and reused. Raw ring chunks
+// are sent straight from the caller's vector; received reduce-scatter chunks
+// use the event loop's recycled frame storage and all-gather chunks are
+// received straight into the vector, so a steady-state dense all-reduce
+// allocates no frame memory.
 //
 // Thread-safety: a PeerGroup is used by one thread (the training loop); its
 // connections run on its own event loop thread.

@@ -103,6 +103,11 @@ struct ConnectionStats {
 };
 
 class Connection;
+struct RingChunkMessage;
+
+// Frames with a body of at least this many bytes may have their payload
+// placed (ConnectionHandler::PlacePayload); smaller ones never are.
+inline constexpr std::size_t kMinPlacedFrameBytes = 64u << 10;
 
 // What a connection reports to its owner. Callbacks run on the loop thread.
 class ConnectionHandler {
@@ -118,6 +123,28 @@ class ConnectionHandler {
   // Queued frames were handed to the socket and released (frames that borrow
   // a payload no longer read it). For owners that wait for their sends.
   virtual void OnSent(Connection& connection) { (void)connection; }
+
+  // Payload placement (TCP connections): a raw ring chunk's payload is
+  // received straight into the handler's memory instead of the frame body,
+  // which saves copying it out. While WantsPlacement() is true (it is asked
+  // from the loop thread, so keep it cheap), a frame of at least
+  // kMinPlacedFrameBytes is read head first; once the head (every byte before
+  // the payload) has passed the FlatBuffers verifier, PlacePayload sees the
+  // chunk's fields (payload.size set, payload.data null) and returns where
+  // its payload.size bytes go, or nullptr to receive the frame as usual. That
+  // memory must stay writable until the frame reaches OnFrame (it then has
+  // placed_payload()) or the connection reaches OnClose. A frame whose whole
+  // body then fails verification closes the connection as usual; its bytes
+  // may already have been written there.
+  virtual bool WantsPlacement(Connection& connection) {
+    (void)connection;
+    return false;
+  }
+  virtual uint8_t* PlacePayload(Connection& connection, const RingChunkMessage& head) {
+    (void)connection;
+    (void)head;
+    return nullptr;
+  }
 };
 
 class Connection {

@@ -142,7 +142,20 @@ class FrameBytesPool : public std::enable_shared_from_this<FrameBytesPool> {
   std::unique_ptr<State> state_;
 };
 
+class Frame;
+namespace internal {
+// Connections only: records that the payload bytes at body offset `offset`
+// (`size` bytes) were received into `placed` instead of the body.
+void MarkPlaced(Frame& frame, uint8_t* placed, std::size_t offset, std::size_t size);
+}  // namespace internal
+
 // A received frame body that passed VerifyFrame.
+//
+// A ring chunk's payload may have been placed: received straight into the
+// receiver's memory (ConnectionHandler::PlacePayload) instead of the body.
+// The body then holds every byte but those (the verifier never reads a
+// byte vector's contents), and DecodeRingChunk points the payload at the
+// placed bytes.
 class Frame {
  public:
   Frame() = default;
@@ -152,11 +165,20 @@ class Frame {
   MessageKind kind() const { return kind_; }
   const uint8_t* data() const { return bytes_.data(); }
   std::size_t size() const { return bytes_.size(); }
+  // Where a placed payload went (null: not placed), its offset in the body
+  // and its size.
+  const uint8_t* placed_payload() const { return placed_; }
+  std::size_t placed_offset() const { return placed_offset_; }
+  std::size_t placed_size() const { return placed_size_; }
 
  private:
   friend Result<Frame> VerifyFrame(FrameBytes body, const FrameLimits& limits);
+  friend void internal::MarkPlaced(Frame& frame, uint8_t* placed, std::size_t offset, std::size_t size);
   FrameBytes bytes_;
   MessageKind kind_ = MessageKind::kNone;
+  const uint8_t* placed_ = nullptr;
+  std::size_t placed_offset_ = 0;
+  std::size_t placed_size_ = 0;
 };
 
 // The trust boundary: size limit, FlatBuffers Verifier, file identifier,

@@ -87,6 +87,7 @@ pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string
                       "--id", id, "--key-file", flags.out + "/keys/" + id + ".key",
                       "--data", flags.data, "--model", flags.model, "--partition", flags.partition,
                       "--devices", std::to_string(flags.devices), "--index", std::to_string(i),
+                      "--partition-seed", std::to_string(flags.partition_seed),
                       "--batch", std::to_string(flags.batch), "--give-up-ms", "20000"},
                      log_path);
 }
@@ -240,6 +241,7 @@ int RunSim(SimFlags flags) {
     Series series;
     series.codec = codec;
     std::vector<pid_t> children;
+    std::size_t short_rounds = 0;  // closed by the deadline with fewer updates than sampled
     AggregatorOptions options;
     options.key_file = flags.out + "/keys.txt";
     options.data_dir = flags.data;
@@ -251,6 +253,7 @@ int RunSim(SimFlags flags) {
     options.local_epochs = flags.epochs;
     options.learning_rate = flags.lr;
     options.session_seed = flags.seed;
+    options.model_seed = flags.seed;
     options.anchor_fraction = flags.ndqsg.anchor_fraction;
     options.wrap_threshold = flags.ndqsg.wrap_threshold;
     options.max_rho = flags.ndqsg.max_rho;
@@ -271,6 +274,7 @@ int RunSim(SimFlags flags) {
     };
     hooks.on_round = [&](const RoundReport& report) {
       series.bytes_up += report.bytes_up;
+      if (report.updates < report.sampled) short_rounds++;
       series.fp32_bytes_up += report.fp32_bytes_up;
       series.near_wraps += report.near_wraps;
       series.bytes_down += report.bytes_down;
@@ -310,6 +314,10 @@ int RunSim(SimFlags flags) {
     }
     if (!status.ok()) return Fail(codec + ": " + status.ToString());
     series.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (short_rounds > 0) {
+      std::printf("[%s] warning: %zu rounds closed with fewer updates than devices sampled (raise --deadline-ms)\n",
+                  codec.c_str(), short_rounds);
+    }
     all.push_back(series);
   }
 
@@ -338,7 +346,10 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   sim->add_option("--lr", flags->lr, "Devices' local learning rate")->capture_default_str();
   sim->add_option("--batch", flags->batch, "Devices' batch size")->capture_default_str();
   sim->add_option("--deadline-ms", flags->deadline_ms, "Round deadline")->capture_default_str();
-  sim->add_option("--seed", flags->seed, "Session seed")->capture_default_str();
+  sim->add_option("--seed", flags->seed, "Session seed (star: codec randomness, sampling, initial model)")
+      ->capture_default_str();
+  sim->add_option("--partition-seed", flags->partition_seed, "Star: seed of the devices' shares and data order")
+      ->capture_default_str();
   sim->add_option("--anchor-fraction", flags->ndqsg.anchor_fraction, "NDQSG: share of anchors per round")
       ->capture_default_str();
   sim->add_option("--wrap-threshold", flags->ndqsg.wrap_threshold,

@@ -21,6 +21,11 @@
 // back down towards the configured rho. RoundReport::devices records every
 // device's role, rho and count.
 //
+// Determinism: a round's updates are combined in the order of its sampled
+// devices (sorted ids), whatever order they arrive in, so the same updates
+// give the same global model bit for bit (plain sums and NDQSG running means,
+// decodes, wrap counts and adaptation alike).
+//
 // Ownership: RunAggregator owns everything it creates; the callbacks run on
 // the calling thread, between I/O handlers, and must not block for long.
 // Thread-safety: RequestStop() may be called from any thread.

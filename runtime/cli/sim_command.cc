@@ -217,7 +217,7 @@ namespace {
 int RunSim(SimFlags flags) {
   if (!flags.compare.empty()) return RunSimCompare(flags);
   if (flags.topology != "star") return RunPeerSim(flags);
-  if (flags.codecs.empty()) flags.codecs = {"fp32", "ndqsg"};
+  if (flags.codecs.empty()) flags.codecs = {"fp32", "ndqsg:s1=1,rho=2,b=1024,ec=pack"};
   for (std::string& codec : flags.codecs) {
     Result<std::unique_ptr<Codec>> made = MakeCodec(codec);
     if (!made.ok()) return Fail(made.status().ToString());
@@ -337,7 +337,7 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
       "sim", "Simulate a fleet on this machine: one aggregator and N device processes over 127.0.0.1 TCP");
   sim->add_option("--devices", flags->devices, "Device processes")->capture_default_str()->check(CLI::Range(1, 256));
   sim->add_option("--rounds", flags->rounds, "Rounds per codec")->capture_default_str()->check(CLI::Range(1, 100000));
-  sim->add_option("--codec", flags->codecs, "Codec spec; repeat to compare (default: fp32 and ndqsg)");
+  sim->add_option("--codec", flags->codecs, "Codec spec; repeat to compare (default: fp32 and ndqsg:s1=1,rho=2,b=1024,ec=pack)");
   sim->add_option("--partition", flags->partition, "iid, dirichlet:<alpha> or shards:<k>")->capture_default_str();
   sim->add_option("--out", flags->out, "Output directory")->capture_default_str();
   sim->add_option("--data", flags->data, "MNIST-style directory")->capture_default_str();

@@ -88,6 +88,7 @@ pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string
                                    "--id", id, "--key-file", flags.out + "/keys/" + id + ".key",
                                    "--data", flags.data, "--model", flags.model, "--partition", flags.partition,
                                    "--devices", std::to_string(flags.devices), "--index", std::to_string(i),
+                                   "--partition-seed", std::to_string(flags.partition_seed),
                                    "--batch", std::to_string(flags.batch), "--give-up-ms", "20000"};
   if (!flags.tls_ca_file.empty()) {
     args.push_back("--tls-ca");
@@ -228,7 +229,7 @@ namespace {
 int RunSim(SimFlags flags) {
   if (!flags.compare.empty()) return RunSimCompare(flags);
   if (flags.topology != "star") return RunPeerSim(flags);
-  if (flags.codecs.empty()) flags.codecs = {"fp32", "ndqsg"};
+  if (flags.codecs.empty()) flags.codecs = {"fp32", "ndqsg:s1=1,rho=2,b=1024,ec=pack"};
   for (std::string& codec : flags.codecs) {
     Result<std::unique_ptr<Codec>> made = MakeCodec(codec);
     if (!made.ok()) return Fail(made.status().ToString());
@@ -262,6 +263,7 @@ int RunSim(SimFlags flags) {
     Series series;
     series.codec = codec;
     std::vector<pid_t> children;
+    std::size_t short_rounds = 0;  // closed by the deadline with fewer updates than sampled
     AggregatorOptions options;
     options.key_file = flags.out + "/keys.txt";
     options.data_dir = flags.data;
@@ -273,6 +275,7 @@ int RunSim(SimFlags flags) {
     options.local_epochs = flags.epochs;
     options.learning_rate = flags.lr;
     options.session_seed = flags.seed;
+    options.model_seed = flags.seed;
     options.anchor_fraction = flags.ndqsg.anchor_fraction;
     options.wrap_threshold = flags.ndqsg.wrap_threshold;
     options.max_rho = flags.ndqsg.max_rho;
@@ -294,6 +297,7 @@ int RunSim(SimFlags flags) {
     };
     hooks.on_round = [&](const RoundReport& report) {
       series.bytes_up += report.bytes_up;
+      if (report.updates < report.sampled) short_rounds++;
       series.fp32_bytes_up += report.fp32_bytes_up;
       series.near_wraps += report.near_wraps;
       series.bytes_down += report.bytes_down;
@@ -333,6 +337,10 @@ int RunSim(SimFlags flags) {
     }
     if (!status.ok()) return Fail(codec + ": " + status.ToString());
     series.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (short_rounds > 0) {
+      std::printf("[%s] warning: %zu rounds closed with fewer updates than devices sampled (raise --deadline-ms)\n",
+                  codec.c_str(), short_rounds);
+    }
     all.push_back(series);
   }
 
@@ -352,7 +360,7 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
       "sim", "Simulate a fleet on this machine: one aggregator and N device processes over 127.0.0.1 TCP");
   sim->add_option("--devices", flags->devices, "Device processes")->capture_default_str()->check(CLI::Range(1, 256));
   sim->add_option("--rounds", flags->rounds, "Rounds per codec")->capture_default_str()->check(CLI::Range(1, 100000));
-  sim->add_option("--codec", flags->codecs, "Codec spec; repeat to compare (default: fp32 and ndqsg)");
+  sim->add_option("--codec", flags->codecs, "Codec spec; repeat to compare (default: fp32 and ndqsg:s1=1,rho=2,b=1024,ec=pack)");
   sim->add_option("--partition", flags->partition, "iid, dirichlet:<alpha> or shards:<k>")->capture_default_str();
   sim->add_option("--out", flags->out, "Output directory")->capture_default_str();
   sim->add_option("--data", flags->data, "MNIST-style directory")->capture_default_str();
@@ -361,7 +369,10 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   sim->add_option("--lr", flags->lr, "Devices' local learning rate")->capture_default_str();
   sim->add_option("--batch", flags->batch, "Devices' batch size")->capture_default_str();
   sim->add_option("--deadline-ms", flags->deadline_ms, "Round deadline")->capture_default_str();
-  sim->add_option("--seed", flags->seed, "Session seed")->capture_default_str();
+  sim->add_option("--seed", flags->seed, "Session seed (star: codec randomness, sampling, initial model)")
+      ->capture_default_str();
+  sim->add_option("--partition-seed", flags->partition_seed, "Star: seed of the devices' shares and data order")
+      ->capture_default_str();
   sim->add_option("--anchor-fraction", flags->ndqsg.anchor_fraction, "NDQSG: share of anchors per round")
       ->capture_default_str();
   sim->add_option("--wrap-threshold", flags->ndqsg.wrap_threshold,

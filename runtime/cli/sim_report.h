@@ -29,7 +29,8 @@ struct SimFlags {
   float lr = 0.05f;
   int batch = 32;
   uint32_t deadline_ms = 300000;
-  uint64_t seed = 1;
+  uint64_t seed = 1;             // star: codec randomness, sampling and the initial model
+  uint64_t partition_seed = 7;   // star: the devices' shares and their local data order
   // Star: anchor_fraction, wrap_threshold, max_rho, anchor_levels, downlink_codec.
   AggregatorOptions ndqsg;
   // Ring and gossip.

@@ -931,3 +931,129 @@ TEST_CASE("a device with the wrong ca refuses the tls aggregator and does not re
 
 }  // namespace
 }  // namespace fedrt
+
+namespace fedrt {
+namespace {
+
+// Waits for a round's instructions (every chunk); returns the round and the
+// codec spec the device is told to send.
+Result<std::pair<uint64_t, std::string>> AwaitInstructedSpec(RawDevice& device) {
+  std::string spec;
+  for (;;) {
+    Result<Frame> frame = device.queue->Pop(15000);
+    if (!frame.ok()) return frame.status();
+    if (frame->kind() != MessageKind::kRoundInstructions) continue;
+    Result<RoundInstructionsMessage> m = DecodeRoundInstructions(*frame, device.limits);
+    if (!m.ok()) return m.status();
+    if (m->payload.index == 0) spec = std::string(m->codec_spec);
+    if (m->payload.index + 1 == m->payload.count) return std::make_pair(m->round_id, spec);
+  }
+}
+
+struct OrderedRound {
+  std::vector<float> aggregate;
+  uint64_t near_wraps = 0;
+  std::size_t updates = 0;
+};
+
+// One round of hand-made devices dev-0 .. dev-(n-1): device i sends
+// values[i], encoded with the codec it is instructed to use; they send in
+// `order`, each only after the aggregator acknowledged the one before, so
+// the updates arrive in exactly that order.
+OrderedRound RunOneRoundInOrder(const std::string& codec, const std::vector<std::vector<float>>& values,
+                                const std::vector<int>& order) {
+  Workspace ws;
+  const std::size_t n = values.size();
+  AggregatorOptions options = Options(ws, codec, 1, n);
+  options.round_deadline_ms = 3600 * 1000;  // only the last update closes the round
+  options.anchor_fraction = 0.25;
+  AggregatorThread aggregator(options);
+  REQUIRE(aggregator.port != 0);
+  std::vector<std::unique_ptr<RawDevice>> devices;
+  for (std::size_t i = 0; i < n; ++i) {
+    devices.push_back(std::make_unique<RawDevice>());
+    REQUIRE(devices.back()->Join(aggregator.port, "dev-" + std::to_string(i), kKeys[i]).ok());
+  }
+  std::vector<std::string> specs(n);
+  uint64_t round = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    Result<std::pair<uint64_t, std::string>> instructed = AwaitInstructedSpec(*devices[i]);
+    REQUIRE(instructed.ok());
+    round = instructed->first;
+    specs[i] = instructed->second;
+  }
+  for (int i : order) {
+    std::unique_ptr<Codec> encoder = std::move(MakeCodec(specs[i]).value());
+    const std::vector<float>& v = values[i];
+    CodecContext context;
+    context.session_seed = 1;
+    context.round = static_cast<uint32_t>(round);
+    context.sender_id = DeviceSenderId("dev-" + std::to_string(i));
+    std::vector<uint8_t> payload(encoder->MaxEncodedSize(v.size()));
+    Result<std::size_t> size = encoder->Encode(v.data(), v.size(), context, payload.data(), payload.size());
+    REQUIRE(size.ok());
+    payload.resize(*size);
+    REQUIRE(devices[i]->SendUpdate(round, specs[i], payload).ok());
+    bool acked = false;
+    while (!acked) {
+      Result<Frame> frame = devices[i]->queue->Pop(15000);
+      REQUIRE(frame.ok());
+      acked = frame->kind() == MessageKind::kAck;
+    }
+  }
+  REQUIRE(aggregator.WaitDone(20000));
+  const std::vector<RoundReport> reports = aggregator.Reports();
+  REQUIRE(reports.size() == 1);
+  OrderedRound result;
+  result.aggregate = aggregator.aggregates[0];
+  result.near_wraps = reports[0].near_wraps;
+  result.updates = reports[0].updates;
+  return result;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+constexpr std::size_t kModelFloats = 784 * 32 + 32 + 32 * 10 + 10;
+
+TEST_CASE("the aggregate of a round is the same bits whatever order the updates arrive in") {
+  // 1 + tiny + tiny rounds to 1 in float; tiny + tiny + 1 does not: summing
+  // in arrival order would give different bits for the two orders.
+  const float tiny = 0.75f * 0x1p-24f;
+  REQUIRE((1.0f + tiny) + tiny != (tiny + tiny) + 1.0f);
+  const std::vector<std::vector<float>> values = {std::vector<float>(kModelFloats, 1.0f),
+                                                  std::vector<float>(kModelFloats, tiny),
+                                                  std::vector<float>(kModelFloats, tiny)};
+  const OrderedRound forward = RunOneRoundInOrder("fp32", values, {0, 1, 2});
+  const OrderedRound backward = RunOneRoundInOrder("fp32", values, {2, 1, 0});
+  const OrderedRound middle = RunOneRoundInOrder("fp32", values, {1, 0, 2});
+  CHECK(forward.updates == 3);
+  CHECK(backward.updates == 3);
+  CHECK(SameBits(forward.aggregate, backward.aggregate));
+  CHECK(SameBits(forward.aggregate, middle.aggregate));
+}
+
+TEST_CASE("ndqsg nested decodes and wrap counts do not depend on the arrival order") {
+  // Four devices far apart (one is the anchor): a nested update decoded
+  // against a running mean that holds different devices wraps differently.
+  std::vector<std::vector<float>> values(4, std::vector<float>(kModelFloats));
+  uint32_t state = 12345;
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    for (float& x : values[k]) {
+      state = state * 1664525u + 1013904223u;
+      const float noise = static_cast<float>(state >> 8) * 0x1p-24f - 0.5f;
+      x = 0.01f * (noise + static_cast<float>(k) * 0.7f - 1.0f);
+    }
+  }
+  const OrderedRound forward = RunOneRoundInOrder("ndqsg:s1=1,rho=2,ec=pack", values, {0, 1, 2, 3});
+  const OrderedRound backward = RunOneRoundInOrder("ndqsg:s1=1,rho=2,ec=pack", values, {3, 2, 1, 0});
+  CHECK(forward.updates == 4);
+  CHECK(backward.updates == 4);
+  CHECK(forward.near_wraps > 0);
+  CHECK(forward.near_wraps == backward.near_wraps);
+  CHECK(SameBits(forward.aggregate, backward.aggregate));
+}
+
+}  // namespace
+}  // namespace fedrt

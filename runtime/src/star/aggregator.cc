@@ -73,6 +73,8 @@ struct Received {
   std::vector<uint8_t> payload;  // kept for nested NDQSG decoding
   std::vector<float> decoded;    // everything else is decoded on arrival
   uint64_t wire_bytes = 0;       // payload size as received
+  bool added = true;             // plain rounds: false when the sum refused it
+  LevelStatistics levels;        // ALQ / AMQ: the statistics it carried
 };
 
 class Server : public ConnectionHandler {
@@ -91,6 +93,8 @@ class Server : public ConnectionHandler {
   void OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame);
   void OnUpdateFrame(Peer& peer, Connection& connection, const Frame& frame);
   Status CheckUpdate(Peer& peer, Received& received);
+  void SumInOrder(bool closing);
+  CodecContext ContextFor(uint32_t sender_id) const;
   void Tick();
   void StartRound();
   Status SendInstructions(Peer& peer);
@@ -142,7 +146,10 @@ class Server : public ConnectionHandler {
   std::map<std::string, Assignment> assigned_;
   std::vector<Received> received_;
   std::unique_ptr<UpdateAccumulator> sum_;  // this round's weighted sum
-  std::set<std::string> answered_;  // devices in received_: lookups stay O(log n) per event
+  std::map<std::string, std::size_t> answered_;  // device -> its entry in received_ (O(log n) per event)
+  // Plain rounds sum the updates in the order of selected_ (sorted device
+  // ids), whatever order they arrive in: selected_[0, next_sum_) are summed.
+  std::size_t next_sum_ = 0;
   // This round's instruction frames per (codec spec, anchor role, compressed
   // delta or full model, level table version): encoded once and shared by
   // every connection they go to.
@@ -316,10 +323,7 @@ Status Server::PrepareBroadcast() {
   std::vector<float> delta(d_);
   const float* model = model_->parameters();
   for (std::size_t i = 0; i < d_; ++i) delta[i] = model[i] - device_model_[i];
-  CodecContext context;
-  context.session_seed = options_.session_seed;
-  context.round = round_;
-  context.sender_id = kBroadcastSender;
+  const CodecContext context = ContextFor(kBroadcastSender);
   broadcast_.resize(downlink_->MaxEncodedSize(d_));
   Result<std::size_t> size = downlink_->Encode(delta.data(), d_, context, broadcast_.data(), broadcast_.size());
   if (!size.ok()) return size.status();
@@ -540,9 +544,10 @@ void Server::OnUpdateFrame(Peer& peer, Connection& connection, const Frame& fram
     rejected_++;
     return Refuse(connection, checked);
   }
-  if (levels_ && received.spec == levels_->spec()) round_levels_.Merge(peer.levels);
-  answered_.insert(received.device_id);
+  if (levels_ && received.spec == levels_->spec()) received.levels = std::move(peer.levels);
+  answered_[received.device_id] = received_.size();
   received_.push_back(std::move(received));
+  if (!nested_) SumInOrder(false);
   AckMessage ack;
   ack.round_id = round_;
   ack.acked = MessageKind::kUpdate;
@@ -579,7 +584,11 @@ Status Server::CheckLevels(const UpdateMessage& m, const Assignment& assignment,
 // the statistics of the round's accepted updates (deterministic, and the
 // merge does not depend on arrival order). Without statistics the table stays.
 void Server::RefitLevels() {
-  if (!levels_ || round_levels_.count == 0) return;
+  if (!levels_) return;
+  // Merged in device order, like the sums: the double sums then do not depend
+  // on the order the updates arrived in.
+  for (const auto& entry : answered_) round_levels_.Merge(received_[entry.second].levels);
+  if (round_levels_.count == 0) return;
   const uint32_t next = levels_->level_table().version + 1;
   Result<LevelTable> table = FitLevelTable(*levels_, round_levels_, next);
   const Status installed = table.ok() ? levels_->SetLevelTable(*table) : table.status();
@@ -596,10 +605,7 @@ Status Server::CheckUpdate(Peer& peer, Received& received) {
   (void)peer;
   Codec* codec = CodecFor(received.spec);
   if (codec == nullptr) return InvalidArgument("unknown codec '" + received.spec + "'");
-  CodecContext context;
-  context.session_seed = options_.session_seed;
-  context.round = round_;
-  context.sender_id = received.sender_id;
+  const CodecContext context = ContextFor(received.sender_id);
   const bool nested = codec->needs_side_info();
   received.decoded.assign(d_, 0.0f);
   FEDRT_RETURN_IF_ERROR(codec->Decode(received.payload.data(), received.payload.size(), context,
@@ -610,16 +616,52 @@ Status Server::CheckUpdate(Peer& peer, Received& received) {
     received.decoded.shrink_to_fit();
     return Status();
   }
-  received.payload.clear();
-  received.payload.shrink_to_fit();
-  if (!nested_) {
-    // Summed on arrival: a round holds one model-sized sum, not a decoded
-    // vector per update. (NDQSG anchors are kept for the running mean.)
-    FEDRT_RETURN_IF_ERROR(sum_->AddDecoded(received.decoded.data(), static_cast<float>(received.num_samples)));
-    received.decoded.clear();
-    received.decoded.shrink_to_fit();
+  // NDQSG anchors keep the decoded vector for the running mean. A plain
+  // update whose turn it is keeps it too and is summed right away
+  // (SumInOrder); one that arrived before an earlier device's keeps only its
+  // payload, decoded again at its turn. So a round holds one model-sized sum
+  // plus the payloads of early arrivals, and its float sum does not depend on
+  // the arrival order.
+  const bool keep_decoded = nested_ || (next_sum_ < selected_.size() && selected_[next_sum_] == received.device_id);
+  if (keep_decoded) {
+    std::vector<uint8_t>().swap(received.payload);
+  } else {
+    std::vector<float>().swap(received.decoded);
   }
   return Status();
+}
+
+CodecContext Server::ContextFor(uint32_t sender_id) const {
+  CodecContext context;
+  context.session_seed = options_.session_seed;
+  context.round = round_;
+  context.sender_id = sender_id;
+  return context;
+}
+
+// Adds the plain updates of selected_[next_sum_..] that have arrived, in that
+// order, stopping at the first device that has not answered; `closing`
+// skips the devices that never answered.
+void Server::SumInOrder(bool closing) {
+  for (; next_sum_ < selected_.size(); ++next_sum_) {
+    auto it = answered_.find(selected_[next_sum_]);
+    if (it == answered_.end()) {
+      if (closing) continue;
+      return;
+    }
+    Received& r = received_[it->second];
+    const float weight = static_cast<float>(r.num_samples);
+    const Status added = r.decoded.empty() ? sum_->AddEncoded(*CodecFor(r.spec), r.payload.data(), r.payload.size(),
+                                                              ContextFor(r.sender_id), weight)
+                                           : sum_->AddDecoded(r.decoded.data(), weight);
+    if (!added.ok()) {
+      // Checked on arrival; cannot fail unless memory is corrupt.
+      Log(LogLevel::kError, "aggregator: update of %s not added: %s", r.device_id.c_str(), added.ToString().c_str());
+      r.added = false;
+    }
+    std::vector<uint8_t>().swap(r.payload);
+    std::vector<float>().swap(r.decoded);
+  }
 }
 
 std::vector<std::string> Server::ConnectedDevices() const {
@@ -709,6 +751,7 @@ void Server::StartRound() {
   received_.clear();
   sum_->Reset();
   answered_.clear();
+  next_sum_ = 0;
   instruction_frames_.clear();
   round_levels_ = LevelStatistics();
   rejected_ = 0;
@@ -810,9 +853,19 @@ void Server::CloseRound() {
     }
     count(r);
   };
+  // Everything below goes in the order of selected_ (sorted device ids), not
+  // of arrival: float sums, the NDQSG running mean (and so the nested
+  // decodes and their wraps) are the same whatever the timing.
+  if (!nested_) SumInOrder(true);
+  std::vector<const Received*> ordered;
+  for (const std::string& device : selected_) {
+    auto it = answered_.find(device);
+    if (it != answered_.end()) ordered.push_back(&received_[it->second]);
+  }
   if (nested_) {
     NdqsgRunningMean mean(d_);
-    for (const Received& r : received_) {
+    for (const Received* anchor : ordered) {
+      const Received& r = *anchor;
       if (r.role == AnchorRole::kNested) continue;
       mean.Add(r.decoded.data());
       report.anchors++;
@@ -825,7 +878,8 @@ void Server::CloseRound() {
       report.devices.push_back(device);
       add(r, r.decoded.data());
     }
-    for (const Received& r : received_) {
+    for (const Received* nested : ordered) {
+      const Received& r = *nested;
       if (r.role != AnchorRole::kNested) continue;
       if (mean.count() == 0) {
         Log(LogLevel::kWarning, "aggregator: round %u: no anchor arrived, the nested update of %s cannot be decoded",
@@ -834,12 +888,8 @@ void Server::CloseRound() {
         forced_anchors_.insert(r.device_id);
         continue;
       }
-      CodecContext context;
-      context.session_seed = options_.session_seed;
-      context.round = round_;
-      context.sender_id = r.sender_id;
       NdqsgWrapReport wraps;
-      const Status status = mean.AddNested(*CodecFor(r.spec), r.payload.data(), r.payload.size(), context,
+      const Status status = mean.AddNested(*CodecFor(r.spec), r.payload.data(), r.payload.size(), ContextFor(r.sender_id),
                                            scratch_.data(), options_.wrap_margin, &wraps);
       if (!status.ok()) {
         Log(LogLevel::kWarning, "aggregator: nested update of %s: %s", r.device_id.c_str(), status.ToString().c_str());
@@ -857,7 +907,13 @@ void Server::CloseRound() {
       add(r, scratch_.data());
     }
   } else {
-    for (const Received& r : received_) count(r);
+    for (const Received* r : ordered) {
+      if (r->added) {
+        count(*r);
+      } else {
+        report.rejected++;
+      }
+    }
   }
   // Payload sizes of the decoded-on-arrival updates.
   report.bytes_up = 0;

@@ -30,6 +30,11 @@
 // the NDQSG per-device rho and the downlink device model, so a restarted
 // aggregator sends the instructions it would have sent.
 //
+// Determinism: a round's updates are combined in the order of its sampled
+// devices (sorted ids), whatever order they arrive in, so the same updates
+// give the same global model bit for bit (plain sums and NDQSG running means,
+// decodes, wrap counts and adaptation alike).
+//
 // Ownership: RunAggregator owns everything it creates; the callbacks run on
 // the calling thread, between I/O handlers, and must not block for long.
 // Thread-safety: RequestStop() may be called from any thread.

@@ -263,13 +263,16 @@ class TcpConnection final : public Connection,
   }
 
   // Reads the body from byte `from` on into the body buffer.
-  void ReadRest(std::size_t from) {
+  void ReadRest(std::size_t from) { ReadBody(asio::buffer(body_.data() + from, body_.size() - from)); }
+
+  // Reads the rest of a frame body into `buffers`, then OnBody.
+  template <typename Buffers>
+  void ReadBody(const Buffers& buffers) {
     ArmTimer(read_timer_, options_.io_timeout_ms, ++read_sequence_, "frame body did not arrive in time");
-    WithStream([this, from](auto& stream) {
-      asio::async_read(stream, asio::buffer(body_.data() + from, body_.size() - from), Whole(),
-                       [self = shared_from_this()](const std::error_code& body_ec, std::size_t) {
-                         self->OnBody(body_ec);
-                       });
+    WithStream([this, &buffers](auto& stream) {
+      asio::async_read(stream, buffers, Whole(), [self = shared_from_this()](const std::error_code& ec, std::size_t) {
+        self->OnBody(ec);
+      });
     });
   }
 
@@ -299,12 +302,7 @@ class TcpConnection final : public Connection,
     const std::array<asio::mutable_buffer, 2> rest = {
         asio::buffer(target + early, size - early),
         asio::buffer(body_.data() + offset + size, body_.size() - offset - size)};
-    ArmTimer(read_timer_, options_.io_timeout_ms, ++read_sequence_, "frame body did not arrive in time");
-    WithStream([this, &rest](auto& stream) {
-      asio::async_read(stream, rest, Whole(), [self = shared_from_this()](const std::error_code& body_ec, std::size_t) {
-        self->OnBody(body_ec);
-      });
-    });
+    ReadBody(rest);
   }
 
   void OnBody(const std::error_code& ec) {

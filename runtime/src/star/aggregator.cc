@@ -158,7 +158,6 @@ class Server : public ConnectionHandler {
   // decoded with it), and the statistics merged from this round's accepted
   // updates, which the next table is fitted to when the round closes.
   std::unique_ptr<AdaptiveCodec> levels_;
-  LevelStatistics round_levels_;
   std::set<std::string> forced_anchors_;  // wrapped too often last round
   std::size_t rejected_ = 0;
   uint64_t bytes_down_ = 0;
@@ -587,10 +586,11 @@ void Server::RefitLevels() {
   if (!levels_) return;
   // Merged in device order, like the sums: the double sums then do not depend
   // on the order the updates arrived in.
-  for (const auto& entry : answered_) round_levels_.Merge(received_[entry.second].levels);
-  if (round_levels_.count == 0) return;
+  LevelStatistics round_levels;
+  for (const auto& entry : answered_) round_levels.Merge(received_[entry.second].levels);
+  if (round_levels.count == 0) return;
   const uint32_t next = levels_->level_table().version + 1;
-  Result<LevelTable> table = FitLevelTable(*levels_, round_levels_, next);
+  Result<LevelTable> table = FitLevelTable(*levels_, round_levels, next);
   const Status installed = table.ok() ? levels_->SetLevelTable(*table) : table.status();
   if (!installed.ok()) {
     Log(LogLevel::kWarning, "aggregator: level table %u not fitted, version %u stays: %s", next, next - 1,
@@ -753,7 +753,6 @@ void Server::StartRound() {
   answered_.clear();
   next_sum_ = 0;
   instruction_frames_.clear();
-  round_levels_ = LevelStatistics();
   rejected_ = 0;
   bytes_down_ = 0;
   full_models_down_ = 0;

@@ -226,8 +226,24 @@ void PrintSimTable(const std::vector<Series>& all, const char* name_header, cons
 
 namespace {
 
+// --tls: a throwaway CA and a 127.0.0.1 certificate in <out>/tls, named in `flags`.
+Status WriteSimTlsFiles(SimFlags* flags) {
+  ::mkdir(flags->out.c_str(), 0755);
+  ::mkdir((flags->out + "/tls").c_str(), 0700);
+  Result<transport::TlsTestFiles> files = transport::WriteTlsTestFiles(flags->out + "/tls", {"127.0.0.1"});
+  if (!files.ok()) return files.status();
+  flags->tls_ca_file = files->ca_cert;
+  flags->tls_cert_file = files->server_cert;
+  flags->tls_key_file = files->server_key;
+  return Status::Ok();
+}
+
 int RunSim(SimFlags flags) {
   if (!flags.compare.empty()) return RunSimCompare(flags);
+  if (flags.tls) {
+    const Status written = WriteSimTlsFiles(&flags);
+    if (!written.ok()) return Fail("--tls: " + written.ToString());
+  }
   if (flags.topology != "star") return RunPeerSim(flags);
   if (flags.codecs.empty()) flags.codecs = {"fp32", "ndqsg:s1=1,rho=2,b=1024,ec=pack"};
   for (std::string& codec : flags.codecs) {
@@ -238,14 +254,8 @@ int RunSim(SimFlags flags) {
   const Status keys = MakeKeys(flags.out, flags.devices);
   if (!keys.ok()) return Fail(keys.ToString());
   transport::TlsConfig tls;
-  if (flags.tls) {
-    ::mkdir((flags.out + "/tls").c_str(), 0700);
-    Result<transport::TlsTestFiles> files = transport::WriteTlsTestFiles(flags.out + "/tls", {"127.0.0.1"});
-    if (!files.ok()) return Fail("--tls: " + files.status().ToString());
-    tls.cert_file = files->server_cert;
-    tls.key_file = files->server_key;
-    flags.tls_ca_file = files->ca_cert;
-  }
+  tls.cert_file = flags.tls_cert_file;
+  tls.key_file = flags.tls_key_file;
   std::ofstream metrics(flags.out + "/metrics.jsonl", std::ios::trunc);
   if (!metrics) return Fail(flags.out + "/metrics.jsonl: cannot open for writing");
   std::printf("fedrt sim: %d devices, %u rounds, %s, %s partition, codecs:", flags.devices, flags.rounds,

@@ -29,7 +29,6 @@
 #include "cli/peer_launch.h"
 #include "cli/sim_report.h"
 #include "fedrt/codecs/codec.h"
-#include "fedrt/transport/tls.h"
 
 namespace fedrt::cli {
 namespace {
@@ -115,15 +114,6 @@ double Number(const nlohmann::json& row, const char* key) {
   return it != row.end() && it->is_number() ? it->get<double>() : 0.0;
 }
 
-// The sim's throwaway TLS credentials in <out>/tls, written on first use.
-Result<transport::TlsTestFiles> PeerSimTlsFiles(const SimFlags& flags) {
-  static Result<transport::TlsTestFiles> files = [&]() {
-    ::mkdir((flags.out + "/tls").c_str(), 0700);
-    return transport::WriteTlsTestFiles(flags.out + "/tls", {"127.0.0.1"});
-  }();
-  return files;
-}
-
 // Runs one codec; appends its rows to `metrics`, its series to `all`.
 Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& metrics, std::vector<SimSeries>* all) {
   Result<PeerMode> mode = ModeFor(flags, codec);
@@ -155,9 +145,8 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
     args.insert(args.end(), flags.peer_args.begin(), flags.peer_args.end());
     if (flags.tls) {
       // Every peer presents the sim's 127.0.0.1 certificate (server and client use).
-      Result<transport::TlsTestFiles> tls = PeerSimTlsFiles(flags);
-      if (!tls.ok()) return tls.status();
-      args.insert(args.end(), {"--tls-cert", tls->server_cert, "--tls-key", tls->server_key, "--tls-ca", tls->ca_cert});
+      args.insert(args.end(), {"--tls-cert", flags.tls_cert_file, "--tls-key", flags.tls_key_file, "--tls-ca",
+                               flags.tls_ca_file});
     }
     feed.pid = SpawnLogged(args, dir + "/rank-" + std::to_string(r) + ".log");
     if (feed.pid < 0) {

@@ -44,9 +44,12 @@ struct SimFlags {
   // Plot only: earlier runs' output directories.
   std::vector<std::string> compare;
   // TLS on every connection with a throwaway CA and certificate written to
-  // <out>/tls (tls_ca_file is set to its CA when the run starts).
+  // <out>/tls; the three files are set when the run starts. The star
+  // aggregator and every peer present the 127.0.0.1 certificate.
   bool tls = false;
   std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 // One line of the plot: test accuracy against `rounds` (rounds for the star

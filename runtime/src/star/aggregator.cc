@@ -92,7 +92,7 @@ class Server : public ConnectionHandler {
   void Refuse(Connection& connection, const Status& reason);
   void OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame);
   void OnUpdateFrame(Peer& peer, Connection& connection, const Frame& frame);
-  Status CheckUpdate(Peer& peer, Received& received);
+  Status CheckUpdate(Received& received);
   void SumInOrder(bool closing);
   CodecContext ContextFor(uint32_t sender_id) const;
   void Tick();
@@ -538,7 +538,7 @@ void Server::OnUpdateFrame(Peer& peer, Connection& connection, const Frame& fram
         received.device_id.c_str());
     return;
   }
-  const Status checked = CheckUpdate(peer, received);
+  const Status checked = CheckUpdate(received);
   if (!checked.ok()) {
     rejected_++;
     return Refuse(connection, checked);
@@ -601,8 +601,7 @@ void Server::RefitLevels() {
 // Decodes what can be decoded now and checks the result is finite. A nested
 // NDQSG payload is decoded against zeros here (which validates every count,
 // symbol and scale) and for real when the round closes.
-Status Server::CheckUpdate(Peer& peer, Received& received) {
-  (void)peer;
+Status Server::CheckUpdate(Received& received) {
   Codec* codec = CodecFor(received.spec);
   if (codec == nullptr) return InvalidArgument("unknown codec '" + received.spec + "'");
   const CodecContext context = ContextFor(received.sender_id);

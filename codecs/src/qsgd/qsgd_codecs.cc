@@ -51,7 +51,7 @@ struct QuantizerConfig {
   CommonOptions options;
 };
 
-// Random words per stack chunk of stochastic rounding.
+// Coordinates per chunk of encoding (at most PackedSymbolWriter::kChunk - 7).
 constexpr std::size_t kChunk = 512;
 // Symbols per piece of decoding (at most PackedSymbolReader::kChunk - 7).
 constexpr std::size_t kDecodeChunk = 2048;
@@ -116,7 +116,6 @@ class NormalizedQuantizer final : public AdaptiveCodec {
       }
       const float scale = *scale_or;
       StoreFloatLe(scales + 4 * b, scale);
-      uint32_t words[kChunk];
       for (std::size_t at = 0; at < n; at += kChunk) {
         const std::size_t m = std::min(kChunk, n - at);
         uint8_t* out_symbols = packed ? writer.Reserve(m) : symbols + begin + at;
@@ -125,8 +124,7 @@ class NormalizedQuantizer final : public AdaptiveCodec {
         } else if (scale == 0.0f) {
           std::memset(out_symbols, c_.s, m);
         } else {
-          PhiloxWords(random, begin + at, m, words);
-          k.quantize_levels(v + at, m, scale, c_.table.levels.data(), c_.s, words, out_symbols);
+          k.quantize_levels_stream(v + at, m, scale, c_.table.levels.data(), c_.s, random, begin + at, out_symbols);
         }
         if (packed) writer.Commit(m);
       }

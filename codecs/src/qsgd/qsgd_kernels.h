@@ -17,6 +17,9 @@
 //                k = j + (u01(words[i]) < p);
 //                symbols[i] = s - k if v_i < 0 else s + k   (alphabet 2s+1).
 //                `norm` must be > 0; the caller handles all-zero buckets.
+//   QuantizeLevelsStream: QuantizeLevels with words[i] the word of
+//                coordinate first + i of `stream` (PhiloxWords), so that a
+//                variant may draw the words where it uses them.
 //   DequantizeLevels: out[i] = +-(norm * levels[|symbols[i] - s|]) (minus
 //                for symbols below s); the accumulate form adds
 //                weight * that value to acc[i]. Symbols must be <= 2s.
@@ -29,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "fedrt/codecs/philox.h"
 #include "fedrt/platform/cpu.h"
 
 namespace fedrt {
@@ -69,7 +73,26 @@ struct QsgdKernels {
   void (*sign_dequantize)(const uint8_t* symbols, std::size_t n, float scale, float* out);
   void (*sign_dequantize_accumulate)(const uint8_t* symbols, std::size_t n, float scale, float weight,
                                      float* acc);
+  void (*quantize_levels_stream)(const float* v, std::size_t n, float norm, const float* levels, int s,
+                                 const RandomStream& stream, uint64_t first, uint8_t* symbols);
 };
+
+using QuantizeLevelsFn = void (*)(const float* v, std::size_t n, float norm, const float* levels, int s,
+                                  const uint32_t* words, uint8_t* symbols);
+
+// QuantizeLevelsStream through PhiloxWords and a words kernel, a stack chunk
+// at a time (variants without a fused kernel, and the fused ones' edges).
+inline void QuantizeLevelsByWords(QuantizeLevelsFn quantize, const float* v, std::size_t n, float norm,
+                                  const float* levels, int s, const RandomStream& stream, uint64_t first,
+                                  uint8_t* symbols) {
+  constexpr std::size_t kWords = 512;
+  uint32_t words[kWords];
+  for (std::size_t at = 0; at < n; at += kWords) {
+    const std::size_t m = n - at < kWords ? n - at : kWords;
+    PhiloxWords(stream, first + at, m, words);
+    quantize(v + at, m, norm, levels, s, words, symbols + at);
+  }
+}
 
 namespace scalar {
 extern const QsgdKernels kQsgdKernels;

@@ -69,11 +69,16 @@ void SignDequantizeAccumulate(const uint8_t* symbols, std::size_t n, float scale
   for (std::size_t i = 0; i < n; ++i) acc[i] += weight * (symbols[i] ? -scale : scale);
 }
 
+void QuantizeLevelsStream(const float* v, std::size_t n, float norm, const float* levels, int s,
+                          const RandomStream& stream, uint64_t first, uint8_t* symbols) {
+  QuantizeLevelsByWords(&QuantizeLevels, v, n, norm, levels, s, stream, first, symbols);
+}
+
 }  // namespace
 
 const QsgdKernels kQsgdKernels = {&L2Norm,         &MeanAbs,      &MaxAbs,         &QuantizeLevels,
                                   &DequantizeLevels, &DequantizeLevelsAccumulate, &SignQuantize,
-                                  &SignDequantize, &SignDequantizeAccumulate};
+                                  &SignDequantize, &SignDequantizeAccumulate, &QuantizeLevelsStream};
 
 }  // namespace scalar
 }  // namespace fedrt

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fedrt/codecs/levels.h"
+#include "fedrt/codecs/philox.h"
 #include "fedrt/platform/cpu.h"
 #include "qsgd/qsgd_kernels.h"
 
@@ -256,6 +257,92 @@ TEST_CASE("stochastic rounding agrees with the reference on every ISA next to le
         for (std::size_t i = 0; i < count; ++i) {
           if (got[i] != expected[i]) FAIL("index " << i << ": " << int{got[i]} << " vs " << int{expected[i]});
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("stochastic rounding from the stream gives the bits of the reference on the stream's words on every ISA") {
+  const QsgdKernels& ref = QsgdKernelsFor(Isa::kScalar);
+  RandomStream stream;
+  stream.seed = 0x1234567890ABCDEFull;
+  stream.tensor_id = 3;
+  stream.round = 9;
+  stream.sender_id = 5;
+  stream.purpose = RandomPurpose::kStochasticRounding;
+  // Firsts on and off the block grid, and past 2^32 blocks (the counter word wraps).
+  const uint64_t firsts[] = {0, 1, 3, 4, 512, (uint64_t{1} << 34) - 70};
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{33}, std::size_t{63},
+                        std::size_t{64}, std::size_t{65}, std::size_t{512}, std::size_t{1007}}) {
+    for (Fill fill : kFills) {
+      const auto storage = Values(n, fill, static_cast<uint32_t>(n) * 3u + static_cast<uint32_t>(fill));
+      for (std::size_t offset : {0u, 1u}) {
+        const float* v = storage.data() + offset;
+        const float norm = ref.l2_norm(v, n);
+        if (!(norm > 0.0f) || !std::isfinite(norm)) continue;
+        for (const LevelTable& table : Tables()) {
+          const int s = static_cast<int>(table.levels.size()) - 1;
+          for (uint64_t first : firsts) {
+            INFO("n " << n << " fill " << static_cast<int>(fill) << " offset " << offset << " s " << s << " first "
+                      << first);
+            std::vector<uint32_t> words(n + 1);
+            PhiloxWords(stream, first, n, words.data());
+            std::vector<uint8_t> expected(n + 1);
+            ref.quantize_levels(v, n, norm, table.levels.data(), s, words.data(), expected.data());
+            for (Isa isa : AvailableIsas()) {
+              INFO("isa " << IsaName(isa));
+              std::vector<uint8_t> got(n + 2, 0xEE);
+              QsgdKernelsFor(isa).quantize_levels_stream(v, n, norm, table.levels.data(), s, stream, first,
+                                                         got.data() + offset);
+              REQUIRE((n == 0 || std::memcmp(expected.data(), got.data() + offset, n) == 0));
+              CHECK(got[n + offset] == 0xEE);  // nothing written past the end
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("stochastic rounding agrees with the reference where the reciprocal of a level gap moves the probability") {
+  // Non-uniform tables, norm 1 (so |v| / norm is exact): coordinates where
+  // (r - l_j) * fl(1 / gap) rounds above (r - l_j) / gap, with the coin u
+  // equal to the exact probability, so that only the margin on u keeps a
+  // division-free kernel from rounding up.
+  const QsgdKernels& ref = QsgdKernelsFor(Isa::kScalar);
+  // Gaps that are not powers of two (ExponentialLevels' are: exact reciprocals).
+  LevelTable fitted, tenths;
+  fitted.levels = {0.0f, 0.013f, 0.07f, 0.31f, 1.0f};
+  tenths.levels = {0.0f, 0.1f, 0.3f, 0.45f, 0.7f, 0.9f, 1.0f};
+  for (const LevelTable& table : {fitted, tenths}) {
+    const int s = static_cast<int>(table.levels.size()) - 1;
+    const float* levels = table.levels.data();
+    std::vector<float> v;
+    std::vector<uint32_t> words;
+    std::mt19937 rng(23);
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    for (int tries = 0; tries < 2000000 && v.size() < 256; ++tries) {
+      const float r = uniform(rng);
+      int j = 0;
+      for (int k = 1; k < s; ++k) j += levels[k] <= r ? 1 : 0;
+      const float gap = levels[j + 1] - levels[j];
+      const float exact = (r - levels[j]) / gap;
+      const float approximate = (r - levels[j]) * (1.0f / gap);
+      const double units = static_cast<double>(exact) * 0x1p24;
+      if (!(approximate > exact) || units != std::floor(units) || units >= 0x1p24) continue;
+      v.push_back(tries % 2 == 0 ? r : -r);
+      words.push_back(static_cast<uint32_t>(units) << 8);
+    }
+    REQUIRE(v.size() >= 32);
+    const std::size_t n = v.size() - v.size() % 32;
+    std::vector<uint8_t> expected(n);
+    ref.quantize_levels(v.data(), n, 1.0f, levels, s, words.data(), expected.data());
+    for (Isa isa : AvailableIsas()) {
+      INFO("isa " << IsaName(isa) << " s " << s);
+      std::vector<uint8_t> got(n);
+      QsgdKernelsFor(isa).quantize_levels(v.data(), n, 1.0f, levels, s, words.data(), got.data());
+      for (std::size_t i = 0; i < n; ++i) {
+        if (got[i] != expected[i]) FAIL("index " << i << ": " << int{got[i]} << " vs " << int{expected[i]});
       }
     }
   }

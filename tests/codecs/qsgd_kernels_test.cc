@@ -264,12 +264,7 @@ TEST_CASE("stochastic rounding agrees with the reference on every ISA next to le
 
 TEST_CASE("stochastic rounding from the stream gives the bits of the reference on the stream's words on every ISA") {
   const QsgdKernels& ref = QsgdKernelsFor(Isa::kScalar);
-  RandomStream stream;
-  stream.seed = 0x1234567890ABCDEFull;
-  stream.tensor_id = 3;
-  stream.round = 9;
-  stream.sender_id = 5;
-  stream.purpose = RandomPurpose::kStochasticRounding;
+  const RandomStream stream = {0x1234567890ABCDEFull, 3, 9, 5, RandomPurpose::kStochasticRounding};
   // Firsts on and off the block grid, and past 2^32 blocks (the counter word wraps).
   const uint64_t firsts[] = {0, 1, 3, 4, 512, (uint64_t{1} << 34) - 70};
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{33}, std::size_t{63},

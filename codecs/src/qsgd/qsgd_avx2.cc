@@ -1,9 +1,15 @@
 // AVX2 variant of the normalized-quantizer kernels (definitions in
 // qsgd_kernels.h). Eight coordinates per step with the scalar reference's
 // operations in the same order (IEEE division, no FMA: built with
-// -ffp-contract=off and explicit mul/add); level lookups are gathers. Tails
-// (n % 8) go through the scalar kernel, which is exact by definition. The
-// double-lane sums keep the reference's 16 lanes (i % 16) in four registers.
+// -ffp-contract=off and explicit mul/add); level lookups are permutes (s < 8)
+// or gathers. Stochastic rounding first tries a division-free form
+// (FastUniform, FastLevels) that also proves, lane by lane, that it gives the
+// reference's symbol; a group of 32 coordinates with any lane unproven is
+// recomputed exactly (ExactLevels). The stream entry point makes the Philox
+// words in registers. Tails (n % 8, and the stream's coordinates off its
+// 64-coordinate grid) go through the scalar kernel or PhiloxWords, exact by
+// definition. The double-lane sums keep the reference's 16 lanes (i % 16) in
+// four registers.
 #include <immintrin.h>
 
 #include "philox/philox_avx2.h"

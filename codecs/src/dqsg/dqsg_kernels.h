@@ -82,6 +82,18 @@ void DitherDequantize(const RandomStream& dither, uint64_t first, const uint8_t*
 void DitherDequantizeAccumulate(const RandomStream& dither, uint64_t first, const uint8_t* symbols, std::size_t n,
                                 float scale, int s, float weight, float* acc);
 }
+// AVX-512 (an extension of the AVX2 set, chosen when the CPU has
+// AVX-512F/BW/DQ/VL): max_abs and the fused dither kernels; the others are
+// the AVX2 kernels.
+namespace avx512 {
+float MaxAbs(const float* w, std::size_t n);
+void DitherQuantize(const RandomStream& dither, uint64_t first, const float* w, std::size_t n, float scale, int s,
+                    uint8_t* symbols);
+void DitherDequantize(const RandomStream& dither, uint64_t first, const uint8_t* symbols, std::size_t n, float scale,
+                      int s, float* out);
+void DitherDequantizeAccumulate(const RandomStream& dither, uint64_t first, const uint8_t* symbols, std::size_t n,
+                                float scale, int s, float weight, float* acc);
+}
 // NEON: all kernels on AArch64. ARMv7 NEON has no division and flushes
 // subnormals: there the float kernels run in NEON block by block and fall
 // back to the scalar reference for every block (or scale) where they cannot

@@ -38,6 +38,9 @@ FEDRT_PHILOX_KERNEL_DECLS
 namespace neon {
 FEDRT_PHILOX_KERNEL_DECLS
 }
+namespace avx512 {
+FEDRT_PHILOX_KERNEL_DECLS
+}
 #undef FEDRT_PHILOX_KERNEL_DECLS
 
 // The variants for `isa` (which must be available, see IsaAvailable()).

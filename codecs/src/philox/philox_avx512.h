@@ -40,38 +40,12 @@ inline __m512i Xor3(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylogi
 // is left as garbage that no multiply reads).
 inline __m512i High(__m512i product) { return _mm512_shuffle_epi32(product, _MM_PERM_DDBB); }
 
-// What every block of one call shares (see PhiloxCall in philox_avx2.h for the
-// derivation of the folded constants of rounds 0-2).
-struct PhiloxCall {
-  __m512i k0[kPhiloxRounds], k1[kPhiloxRounds];
-  __m512i r0_c3k1;  // c3 ^ k1 (round 0)
-  __m512i r1_hik1;  // hi(x0 M0) ^ k1 (round 1)
-  __m512i r1_x1k0;  // x1 ^ k0 (round 1)
-  __m512i r2_x3k1;  // x3 ^ k1 (round 2)
-
-  PhiloxCall(PhiloxKey key, uint32_t c1_word, uint32_t c2_word, uint32_t c3_word) {
-    uint32_t k0s[kPhiloxRounds], k1s[kPhiloxRounds];
-    uint32_t a = key[0], b = key[1];
-    for (int round = 0; round < kPhiloxRounds; ++round) {
-      k0s[round] = a;
-      k1s[round] = b;
-      k0[round] = Splat(a);
-      k1[round] = Splat(b);
-      a += kPhiloxW0;
-      b += kPhiloxW1;
-    }
-    const uint64_t big_p0 = uint64_t{kPhiloxM1} * c2_word;
-    const uint32_t x0 = static_cast<uint32_t>(big_p0 >> 32) ^ c1_word ^ k0s[0];
-    const uint32_t x1 = static_cast<uint32_t>(big_p0);
-    const uint64_t p1 = uint64_t{kPhiloxM0} * x0;
-    r0_c3k1 = Splat(c3_word ^ k1s[0]);
-    r1_hik1 = Splat(static_cast<uint32_t>(p1 >> 32) ^ k1s[1]);
-    r1_x1k0 = Splat(x1 ^ k0s[1]);
-    r2_x3k1 = Splat(static_cast<uint32_t>(p1) ^ k1s[2]);
-  }
-
+struct Lanes512 {
   static __m512i Splat(uint32_t v) { return _mm512_set1_epi32(static_cast<int>(v)); }
 };
+
+// What every block of one call shares, folded (philox_kernels.h).
+using PhiloxCall = PhiloxFoldedCall<Lanes512>;
 
 // Blocks first_block + 8c .. first_block + 8c + 7 (modulo 2^32) of the call's
 // counter {block, c1, c2, c3}, for c < kSets, into out[c].
@@ -134,31 +108,19 @@ inline __m512 PhiloxDitherOf(__m512i words) {
 // rest with their dither in memory.
 template <int kSets, typename Vectors, typename Plain>
 inline void WithDither(const RandomStream& stream, uint64_t first, std::size_t n, Vectors vectors, Plain plain) {
-  constexpr std::size_t kGroup = 32 * kSets;
-  float u[kGroup];
-  std::size_t i = static_cast<std::size_t>((4 - first % 4) % 4);
-  if (i > n) i = n;
-  if (i != 0) {
-    PhiloxDitherWith(&PhiloxDitherBlocks, stream, first, i, u);
-    plain(std::size_t{0}, i, static_cast<const float*>(u));
-  }
-  const PhiloxStreamCounter c = StreamCounter(stream);
-  const PhiloxCall call(c.key, c.c1, c.c2, c.c3);
-  for (; i + kGroup <= n; i += kGroup) {
-    EightBlocks sets[kSets];
-    // The block index wraps modulo 2^32 like the counter word it is.
-    PhiloxSets<kSets>(call, static_cast<uint32_t>((first + i) / 4), sets);
-    __m512 dither[2 * kSets];
-    for (int k = 0; k < kSets; ++k) {
-      dither[2 * k] = PhiloxDitherOf(sets[k].first);
-      dither[2 * k + 1] = PhiloxDitherOf(sets[k].second);
-    }
-    vectors(i, static_cast<const __m512*>(dither));
-  }
-  if (i < n) {
-    PhiloxDitherWith(&PhiloxDitherBlocks, stream, first + i, n - i, u);
-    plain(i, n - i, static_cast<const float*>(u));
-  }
+  WalkDitherGroups<32 * kSets, PhiloxCall>(
+      &PhiloxDitherBlocks, stream, first, n,
+      [&](const PhiloxCall& call, uint32_t block, std::size_t i) {
+        EightBlocks sets[kSets];
+        PhiloxSets<kSets>(call, block, sets);
+        __m512 dither[2 * kSets];
+        for (int k = 0; k < kSets; ++k) {
+          dither[2 * k] = PhiloxDitherOf(sets[k].first);
+          dither[2 * k + 1] = PhiloxDitherOf(sets[k].second);
+        }
+        vectors(i, static_cast<const __m512*>(dither));
+      },
+      plain);
 }
 
 }  // namespace fedrt::avx512

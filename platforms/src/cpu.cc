@@ -38,11 +38,18 @@ void DetectX86(CpuFeatures* cpu) {
   // switch (XCR0 bits 1 and 2); then using them would corrupt state.
   const bool ymm_saved = osxsave && (ReadXcr0() & 0x6) == 0x6;
   bool avx2 = false;
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0) avx2 = (ebx & bit_AVX2) != 0;
+  bool avx512 = false;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0) {
+    avx2 = (ebx & bit_AVX2) != 0;
+    const unsigned avx512_bits = bit_AVX512F | bit_AVX512DQ | bit_AVX512BW | bit_AVX512VL;
+    avx512 = (ebx & avx512_bits) == avx512_bits;
+  }
   // The AVX2 kernel set also uses SSE4.2 (crc32); every AVX2 CPU has it.
   cpu->avx2 = avx && avx2 && sse42 && ymm_saved;
   cpu->fma = fma && ymm_saved;
   cpu->f16c = f16c && ymm_saved;
+  // ZMM state: XCR0 opmask, ZMM_Hi256 and Hi16_ZMM (bits 5-7) besides YMM.
+  cpu->avx512 = avx512 && ymm_saved && (ReadXcr0() & 0xE0) == 0xE0;
 
   unsigned brand[12] = {};
   if (__get_cpuid(0x80000000u, &eax, &ebx, &ecx, &edx) != 0 && eax >= 0x80000004u) {
@@ -88,11 +95,13 @@ bool CompiledIn(Isa isa) {
     case Isa::kScalar: return true;
     case Isa::kAvx2: return FEDRT_HAVE_AVX2_KERNELS != 0;
     case Isa::kNeon: return FEDRT_HAVE_NEON_KERNELS != 0;
+    case Isa::kAvx512: return FEDRT_HAVE_AVX512_KERNELS != 0;
   }
   return false;
 }
 
 Isa BestAvailable() {
+  if (IsaAvailable(Isa::kAvx512)) return Isa::kAvx512;
   if (IsaAvailable(Isa::kAvx2)) return Isa::kAvx2;
   if (IsaAvailable(Isa::kNeon)) return Isa::kNeon;
   return Isa::kScalar;
@@ -107,7 +116,7 @@ Isa AutomaticIsa() {
     }
     Isa isa;
     if (!ParseIsa(requested, &isa)) {
-      Log(LogLevel::kWarning, "FEDRT_ISA=%s is not one of scalar, avx2, neon, auto; using %s",
+      Log(LogLevel::kWarning, "FEDRT_ISA=%s is not one of scalar, avx2, avx512, neon, auto; using %s",
           requested, IsaName(BestAvailable()));
       return BestAvailable();
     }
@@ -128,12 +137,13 @@ const char* IsaName(Isa isa) {
     case Isa::kScalar: return "scalar";
     case Isa::kAvx2: return "avx2";
     case Isa::kNeon: return "neon";
+    case Isa::kAvx512: return "avx512";
   }
   return "unknown";
 }
 
 bool ParseIsa(const std::string& name, Isa* isa) {
-  for (Isa candidate : {Isa::kScalar, Isa::kAvx2, Isa::kNeon}) {
+  for (Isa candidate : {Isa::kScalar, Isa::kAvx2, Isa::kNeon, Isa::kAvx512}) {
     if (name == IsaName(candidate)) {
       *isa = candidate;
       return true;
@@ -155,13 +165,15 @@ bool IsaAvailable(Isa isa) {
     // The AVX2 kernels may also use FMA-free F16C conversions; require all three.
     case Isa::kAvx2: return cpu.avx2 && cpu.fma && cpu.f16c;
     case Isa::kNeon: return cpu.neon;
+    // An extension of the AVX2 set: families without AVX-512 kernels run AVX2.
+    case Isa::kAvx512: return IsaAvailable(Isa::kAvx2) && cpu.avx512;
   }
   return false;
 }
 
 std::vector<Isa> AvailableIsas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kNeon}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
     if (IsaAvailable(isa)) isas.push_back(isa);
   }
   return isas;

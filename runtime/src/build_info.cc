@@ -23,6 +23,7 @@ BuildInfo GetBuildInfo() {
   info.compiled_isas = "scalar";
   if (FEDRT_HAVE_AVX2_KERNELS) info.compiled_isas += " avx2";
   if (FEDRT_HAVE_NEON_KERNELS) info.compiled_isas += " neon";
+  if (FEDRT_HAVE_AVX512_KERNELS) info.compiled_isas += " avx512";
   info.openblas = FEDRT_HAVE_OPENBLAS != 0;
   return info;
 }
@@ -37,7 +38,7 @@ std::string DescribeSystem() {
   text += "architecture:  " + cpu.architecture + "\n";
   if (cpu.architecture == "x86_64") {
     text += std::string("features:      avx2=") + yes_no(cpu.avx2) + " fma=" + yes_no(cpu.fma) +
-            " f16c=" + yes_no(cpu.f16c) + "\n";
+            " f16c=" + yes_no(cpu.f16c) + " avx512=" + yes_no(cpu.avx512) + "\n";
   } else {
     text += std::string("features:      neon=") + yes_no(cpu.neon) + "\n";
   }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "dqsg/dqsg_kernels.h"
@@ -412,6 +413,61 @@ TEST_CASE("the clamp catches the one-step overshoot at the boundary and only the
     }
   }
   CHECK(overshoots > 10);
+}
+
+TEST_CASE("every fused quantize variant clamps the boundary overshoot as the reference does") {
+  // The fused kernels draw their own dither, so the overshoot needs a stream
+  // position whose dither is within the quotient's excess of +-1/2: with
+  // s = 127 the excess is a few times 2^-17, a few such positions per 2^20.
+  const int s = 127;
+  float max = 0.0f, scale = 0.0f, excess = 0.0f;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> unit(0.5f, 2.0f);
+  for (int trial = 0; trial < 20000; ++trial) {
+    const float m = unit(rng);
+    const float sc = m / static_cast<float>(s);
+    if (m / sc - static_cast<float>(s) > excess) {
+      max = m;
+      scale = sc;
+      excess = m / sc - static_cast<float>(s);
+    }
+  }
+  REQUIRE(excess > 0.0f);
+  RandomStream stream;
+  stream.seed = 0xc1a3bull;
+  stream.purpose = RandomPurpose::kDither;
+  const std::size_t count = std::size_t{1} << 20;
+  std::vector<float> u(count);
+  PhiloxDither(stream, 0, count, u.data());
+  // Positions where +max would round to s + 1 or -max to -s - 1 unclamped.
+  std::vector<std::pair<std::size_t, float>> hits;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (std::nearbyint(max / scale + u[i]) == static_cast<float>(s + 1)) hits.emplace_back(i, max);
+    if (std::nearbyint(-max / scale + u[i]) == static_cast<float>(-s - 1)) hits.emplace_back(i, -max);
+  }
+  int upper = 0, lower = 0;
+  for (const auto& hit : hits) (hit.second > 0 ? upper : lower) += 1;
+  MESSAGE("overshooting positions: " << upper << " above, " << lower << " below, excess " << excess);
+  REQUIRE(upper > 0);
+  REQUIRE(lower > 0);
+  const DqsgKernels& ref = DqsgKernelsFor(Isa::kScalar);
+  for (const auto& hit : hits) {
+    // A window of whole vector steps around the position, on a block boundary.
+    const std::size_t first = hit.first / 256 * 256, n = 512;
+    if (first + n > count) continue;
+    std::vector<float> w(n);
+    for (std::size_t i = 0; i < n; ++i) w[i] = max * (static_cast<float>(i % 17) / 8.0f - 1.0f);
+    w[hit.first - first] = hit.second;
+    std::vector<uint8_t> sym_ref(n);
+    ref.quantize(w.data(), u.data() + first, n, scale, s, sym_ref.data());
+    REQUIRE(sym_ref[hit.first - first] == (hit.second > 0 ? 2 * s : 0));
+    for (Isa isa : AvailableIsas()) {
+      INFO("isa " << IsaName(isa) << " position " << hit.first);
+      std::vector<uint8_t> sym(n, 0xEE);
+      DqsgKernelsFor(isa).dither_quantize(stream, first, w.data(), n, scale, s, sym.data());
+      REQUIRE(sym == sym_ref);
+    }
+  }
 }
 
 TEST_CASE("nested quantize keeps ties of t over rho inside the coset alphabet") {

@@ -19,8 +19,14 @@ TEST_CASE("the kernels pick the ISA this machine is expected to run") {
   REQUIRE(ParseIsa(expected, &isa));
   CHECK(IsaAvailable(isa));
   // FEDRT_ISA in the environment may force another choice; the test runs
-  // without it, so the automatic choice must be the expected one.
-  CHECK(std::string(IsaName(ActiveIsa())) == expected);
+  // without it, so the automatic choice must be the expected one. AVX-512
+  // extends the AVX2 set: a CPU that has it picks it where avx2 is expected.
+  const Isa active = ActiveIsa();
+  if (isa == Isa::kAvx2 && IsaAvailable(Isa::kAvx512)) {
+    CHECK(active == Isa::kAvx512);
+  } else {
+    CHECK(std::string(IsaName(active)) == expected);
+  }
 }
 
 TEST_CASE("cpu detection agrees with the architecture the build targets") {
@@ -30,10 +36,14 @@ TEST_CASE("cpu detection agrees with the architecture the build targets") {
   CHECK_FALSE(cpu.neon);
   // AVX2 without the OS saving YMM state would be unusable; detection folds both.
   if (cpu.avx2) CHECK(IsaAvailable(Isa::kAvx2) == (FEDRT_HAVE_AVX2_KERNELS && cpu.fma && cpu.f16c));
+  // AVX-512 only ever adds to an available AVX2 set.
+  CHECK(IsaAvailable(Isa::kAvx512) ==
+        (FEDRT_HAVE_AVX512_KERNELS && cpu.avx512 && IsaAvailable(Isa::kAvx2)));
 #elif defined(__aarch64__)
   CHECK(cpu.architecture == "aarch64");
   CHECK(cpu.neon);
   CHECK_FALSE(cpu.avx2);
+  CHECK_FALSE(cpu.avx512);
 #elif defined(__arm__)
   CHECK(cpu.architecture == "armv7");
   CHECK_FALSE(cpu.avx2);
@@ -57,7 +67,7 @@ TEST_CASE("an ISA override forces the choice and can be cleared") {
 
 TEST_CASE("an override to an ISA this machine lacks is refused") {
   const Isa automatic = ActiveIsa();
-  for (Isa isa : {Isa::kAvx2, Isa::kNeon}) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
     if (IsaAvailable(isa)) continue;
     CHECK_FALSE(SetIsaOverride(isa));
     CHECK(ActiveIsa() == automatic);
@@ -65,7 +75,7 @@ TEST_CASE("an override to an ISA this machine lacks is refused") {
 }
 
 TEST_CASE("ISA names round-trip and unknown names are rejected") {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kNeon}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kNeon, Isa::kAvx512}) {
     Isa parsed = Isa::kScalar;
     CHECK(ParseIsa(IsaName(isa), &parsed));
     CHECK(parsed == isa);

@@ -15,6 +15,7 @@ TEST_CASE("build info reports the version, the compiled kernels and the GEMM") {
   CHECK(info.compiled_isas.rfind("scalar", 0) == 0);
   CHECK((info.compiled_isas.find("avx2") != std::string::npos) == (FEDRT_HAVE_AVX2_KERNELS != 0));
   CHECK((info.compiled_isas.find("neon") != std::string::npos) == (FEDRT_HAVE_NEON_KERNELS != 0));
+  CHECK((info.compiled_isas.find("avx512") != std::string::npos) == (FEDRT_HAVE_AVX512_KERNELS != 0));
   CHECK(info.openblas == (FEDRT_HAVE_OPENBLAS != 0));
 }
 

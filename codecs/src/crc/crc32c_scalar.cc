@@ -44,7 +44,8 @@ uint32_t Crc32cUpdate(uint32_t crc, const uint8_t* data, std::size_t size) {
 
 }  // namespace scalar
 
-Crc32cUpdateFn Crc32cUpdateFor(Isa isa) {
+Crc32cUpdateFn Crc32cUpdateFor(Isa requested) {
+  const Isa isa = Avx2ForAvx512(requested);  // no AVX-512 variants: AVX2
 #if FEDRT_HAVE_AVX2_KERNELS
   if (isa == Isa::kAvx2) return &avx2::Crc32cUpdate;
 #endif

@@ -81,6 +81,20 @@ float MaxAbs(const float* w, std::size_t n) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
   __m256i best = _mm256_setzero_si256();
   std::size_t i = 0;
+  // Two cache lines per iteration, the lines 4 KB ahead prefetched (the
+  // vector is read once, from DRAM when large).
+  for (; i + 32 <= n; i += 32) {
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(w + i) + kPrefetchBytes;
+    _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + 64), _MM_HINT_T0);
+    __m256i pair[2];
+    for (int k = 0; k < 2; ++k) {
+      pair[k] = _mm256_max_epu32(
+          _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(w + i + 16 * k)), abs_mask),
+          _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(w + i + 16 * k + 8)), abs_mask));
+    }
+    best = _mm256_max_epu32(best, _mm256_max_epu32(pair[0], pair[1]));
+  }
   for (; i + 8 <= n; i += 8) {
     best = _mm256_max_epu32(best, _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(w + i)), abs_mask));
   }

@@ -60,6 +60,18 @@ const DqsgKernels kScalar = FEDRT_DQSG_DITHER_THEN(scalar, kScalarDither, kScala
 const DqsgKernels kAvx2 = {FEDRT_DQSG_PLAIN_KERNELS(avx2), &avx2::DitherQuantize, &avx2::DitherDequantize,
                            &avx2::DitherDequantizeAccumulate};
 #endif
+#if FEDRT_HAVE_AVX512_KERNELS
+// AVX-512: its max_abs and fused dither kernels, the AVX2 kernels for the rest.
+const DqsgKernels kAvx512 = {&avx512::MaxAbs,
+                             &avx2::Quantize,
+                             &avx2::Dequantize,
+                             &avx2::DequantizeAccumulate,
+                             &avx2::NestedQuantize,
+                             &avx2::NestedDequantize,
+                             &avx512::DitherQuantize,
+                             &avx512::DitherDequantize,
+                             &avx512::DitherDequantizeAccumulate};
+#endif
 #if FEDRT_HAVE_NEON_KERNELS
 const PhiloxDitherBlocksFn kNeonDither = &neon::PhiloxDitherBlocks;
 extern const DqsgKernels kNeon;
@@ -75,6 +87,9 @@ const DqsgKernels& DqsgKernelsFor(Isa isa) {
   switch (isa) {
 #if FEDRT_HAVE_AVX2_KERNELS
     case Isa::kAvx2: return kAvx2;
+#endif
+#if FEDRT_HAVE_AVX512_KERNELS
+    case Isa::kAvx512: return kAvx512;
 #endif
 #if FEDRT_HAVE_NEON_KERNELS
     case Isa::kNeon: return kNeon;

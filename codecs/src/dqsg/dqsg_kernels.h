@@ -73,14 +73,25 @@ namespace fedrt {
 namespace scalar {
 FEDRT_DQSG_KERNEL_DECLS
 }
+// The fused dither kernels (see DqsgKernels below) of the ISAs that have them.
+#define FEDRT_DQSG_DITHER_KERNEL_DECLS                                                                              \
+  void DitherQuantize(const RandomStream& dither, uint64_t first, const float* w, std::size_t n, float scale, int s, \
+                      uint8_t* symbols);                                                                            \
+  void DitherDequantize(const RandomStream& dither, uint64_t first, const uint8_t* symbols, std::size_t n,          \
+                        float scale, int s, float* out);                                                            \
+  void DitherDequantizeAccumulate(const RandomStream& dither, uint64_t first, const uint8_t* symbols, std::size_t n, \
+                                  float scale, int s, float weight, float* acc);
+
 namespace avx2 {
 FEDRT_DQSG_KERNEL_DECLS
-void DitherQuantize(const RandomStream& dither, uint64_t first, const float* w, std::size_t n, float scale, int s,
-                    uint8_t* symbols);
-void DitherDequantize(const RandomStream& dither, uint64_t first, const uint8_t* symbols, std::size_t n, float scale,
-                      int s, float* out);
-void DitherDequantizeAccumulate(const RandomStream& dither, uint64_t first, const uint8_t* symbols, std::size_t n,
-                                float scale, int s, float weight, float* acc);
+FEDRT_DQSG_DITHER_KERNEL_DECLS
+}
+// AVX-512 (an extension of the AVX2 set, chosen when the CPU has
+// AVX-512F/BW/DQ/VL): max_abs and the fused dither kernels; the others are
+// the AVX2 kernels.
+namespace avx512 {
+float MaxAbs(const float* w, std::size_t n);
+FEDRT_DQSG_DITHER_KERNEL_DECLS
 }
 // NEON: all kernels on AArch64. ARMv7 NEON has no division and flushes
 // subnormals: there the float kernels run in NEON block by block and fall
@@ -90,6 +101,7 @@ namespace neon {
 FEDRT_DQSG_KERNEL_DECLS
 }
 #undef FEDRT_DQSG_KERNEL_DECLS
+#undef FEDRT_DQSG_DITHER_KERNEL_DECLS
 
 struct DqsgKernels {
   float (*max_abs)(const float* w, std::size_t n);

@@ -4,7 +4,8 @@
 
 namespace fedrt {
 
-const HalfKernels& HalfKernelsFor(Isa isa) {
+const HalfKernels& HalfKernelsFor(Isa requested) {
+  const Isa isa = Avx2ForAvx512(requested);  // no AVX-512 variants: AVX2
   static const HalfKernels kScalar = {&scalar::FloatToFp16, &scalar::Fp16ToFloat, &scalar::FloatToBf16,
                                       &scalar::Bf16ToFloat};
   switch (isa) {

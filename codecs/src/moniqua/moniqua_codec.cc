@@ -28,7 +28,8 @@
 
 namespace fedrt {
 
-const MoniquaKernels& MoniquaKernelsFor(Isa isa) {
+const MoniquaKernels& MoniquaKernelsFor(Isa requested) {
+  const Isa isa = Avx2ForAvx512(requested);  // no AVX-512 variants: AVX2
   static const MoniquaKernels kScalar = {&scalar::MoniquaQuantize, &scalar::MoniquaRecover};
 #if FEDRT_HAVE_AVX2_KERNELS
   static const MoniquaKernels kAvx2 = {&avx2::MoniquaQuantize, &avx2::MoniquaRecover};

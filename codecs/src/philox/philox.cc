@@ -12,6 +12,9 @@ PhiloxBlocksFn PhiloxBlocksFor(Isa isa) {
 #if FEDRT_HAVE_AVX2_KERNELS
     case Isa::kAvx2: return &avx2::PhiloxBlocks;
 #endif
+#if FEDRT_HAVE_AVX512_KERNELS
+    case Isa::kAvx512: return &avx512::PhiloxBlocks;
+#endif
 #if FEDRT_HAVE_NEON_KERNELS
     case Isa::kNeon: return &neon::PhiloxBlocks;
 #endif
@@ -23,6 +26,9 @@ PhiloxDitherBlocksFn PhiloxDitherBlocksFor(Isa isa) {
   switch (isa) {
 #if FEDRT_HAVE_AVX2_KERNELS
     case Isa::kAvx2: return &avx2::PhiloxDitherBlocks;
+#endif
+#if FEDRT_HAVE_AVX512_KERNELS
+    case Isa::kAvx512: return &avx512::PhiloxDitherBlocks;
 #endif
 #if FEDRT_HAVE_NEON_KERNELS
     case Isa::kNeon: return &neon::PhiloxDitherBlocks;

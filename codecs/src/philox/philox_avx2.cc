@@ -15,22 +15,10 @@ template <typename Sink, typename Tail>
 inline void ForBlocks(PhiloxKey key, uint32_t first_block, uint32_t c1, uint32_t c2, uint32_t c3,
                       std::size_t blocks, Sink sink, Tail tail) {
   const PhiloxCall call(key, c1, c2, c3);
-  constexpr int kSets = 3;
-  std::size_t j = 0;
-  for (; j + 4 * kSets <= blocks; j += 4 * kSets) {
-    FourBlocks sets[kSets];
-    PhiloxSets<kSets>(call, static_cast<uint32_t>(first_block + j), sets);
-    for (int c = 0; c < kSets; ++c) sink(j + 4 * static_cast<std::size_t>(c), sets[c]);
-  }
-  for (; j < blocks; j += 4) {
-    FourBlocks set;
-    PhiloxSets<1>(call, static_cast<uint32_t>(first_block + j), &set);
-    if (j + 4 <= blocks) {
-      sink(j, set);
-    } else {
-      tail(j, set, blocks - j);
-    }
-  }
+  ForBlockSets<3, 4, FourBlocks>(
+      first_block, blocks,
+      [&call](auto sets, uint32_t block, FourBlocks* out) { PhiloxSets<decltype(sets)::value>(call, block, out); },
+      sink, tail);
 }
 
 // Copies the first `count` blocks of `four` (as T values, 4 per block).

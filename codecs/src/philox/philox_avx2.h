@@ -25,45 +25,12 @@ struct FourBlocks {
   __m256i second;  // blocks j+2, j+3
 };
 
-// What every block of one call shares: the round keys, broadcast, and the
-// parts of rounds 0-2 that depend only on the counter words c1, c2, c3 (all
-// blocks of a call differ only in counter word 0), folded into constants.
-// With x = {b, c1, c2, c3} and p = x0 * M0, P = x2 * M1 in each round:
-//   round 0: P = c2 M1 is constant, so x0 = hi(P) ^ c1 ^ k0 and x1 = lo(P)
-//            are; p = b M0 gives x2 = hi(p) ^ (c3 ^ k1), x3 = p.
-//   round 1: p = x0 M0 is constant: x2 = x3 ^ (hi(p) ^ k1), x3 = lo(p);
-//            P = x2 M1 gives x0 = hi(P) ^ (x1 ^ k0), x1 = P.
-//   round 2: x2 = hi(p) ^ (x3 ^ k1) with x3 ^ k1 constant.
-struct PhiloxCall {
-  __m256i k0[kPhiloxRounds], k1[kPhiloxRounds];
-  __m256i r0_c3k1;  // c3 ^ k1 (round 0)
-  __m256i r1_hik1;  // hi(x0 M0) ^ k1 (round 1)
-  __m256i r1_x1k0;  // x1 ^ k0 (round 1)
-  __m256i r2_x3k1;  // x3 ^ k1 (round 2)
-
-  PhiloxCall(PhiloxKey key, uint32_t c1_word, uint32_t c2_word, uint32_t c3_word) {
-    uint32_t k0s[kPhiloxRounds], k1s[kPhiloxRounds];
-    uint32_t a = key[0], b = key[1];
-    for (int round = 0; round < kPhiloxRounds; ++round) {
-      k0s[round] = a;
-      k1s[round] = b;
-      k0[round] = Splat(a);
-      k1[round] = Splat(b);
-      a += kPhiloxW0;
-      b += kPhiloxW1;
-    }
-    const uint64_t big_p0 = uint64_t{kPhiloxM1} * c2_word;
-    const uint32_t x0 = static_cast<uint32_t>(big_p0 >> 32) ^ c1_word ^ k0s[0];
-    const uint32_t x1 = static_cast<uint32_t>(big_p0);
-    const uint64_t p1 = uint64_t{kPhiloxM0} * x0;
-    r0_c3k1 = Splat(c3_word ^ k1s[0]);
-    r1_hik1 = Splat(static_cast<uint32_t>(p1 >> 32) ^ k1s[1]);
-    r1_x1k0 = Splat(x1 ^ k0s[1]);
-    r2_x3k1 = Splat(static_cast<uint32_t>(p1) ^ k1s[2]);
-  }
-
+struct Lanes256 {
   static __m256i Splat(uint32_t v) { return _mm256_set1_epi32(static_cast<int>(v)); }
 };
+
+// What every block of one call shares, folded (philox_kernels.h).
+using PhiloxCall = PhiloxFoldedCall<Lanes256>;
 
 // Blocks first_block + 4c .. first_block + 4c + 3 (modulo 2^32) of the call's
 // counter {block, c1, c2, c3}, for c < kSets, into out[c]. Independent sets
@@ -134,31 +101,19 @@ inline __m256 PhiloxDitherOf(__m256i words) {
 // last group) with their dither in memory.
 template <int kSets, typename Vectors, typename Plain>
 inline void WithDither(const RandomStream& stream, uint64_t first, std::size_t n, Vectors vectors, Plain plain) {
-  constexpr std::size_t kGroup = 16 * kSets;
-  float u[kGroup];
-  std::size_t i = static_cast<std::size_t>((4 - first % 4) % 4);
-  if (i > n) i = n;
-  if (i != 0) {
-    PhiloxDitherWith(&PhiloxDitherBlocks, stream, first, i, u);
-    plain(std::size_t{0}, i, static_cast<const float*>(u));
-  }
-  const PhiloxStreamCounter c = StreamCounter(stream);
-  const PhiloxCall call(c.key, c.c1, c.c2, c.c3);
-  for (; i + kGroup <= n; i += kGroup) {
-    FourBlocks sets[kSets];
-    // The block index wraps modulo 2^32 like the counter word it is.
-    PhiloxSets<kSets>(call, static_cast<uint32_t>((first + i) / 4), sets);
-    __m256 dither[2 * kSets];
-    for (int k = 0; k < kSets; ++k) {
-      dither[2 * k] = PhiloxDitherOf(sets[k].first);
-      dither[2 * k + 1] = PhiloxDitherOf(sets[k].second);
-    }
-    vectors(i, static_cast<const __m256*>(dither));
-  }
-  if (i < n) {
-    PhiloxDitherWith(&PhiloxDitherBlocks, stream, first + i, n - i, u);
-    plain(i, n - i, static_cast<const float*>(u));
-  }
+  WalkDitherGroups<16 * kSets, PhiloxCall>(
+      &PhiloxDitherBlocks, stream, first, n,
+      [&](const PhiloxCall& call, uint32_t block, std::size_t i) {
+        FourBlocks sets[kSets];
+        PhiloxSets<kSets>(call, block, sets);
+        __m256 dither[2 * kSets];
+        for (int k = 0; k < kSets; ++k) {
+          dither[2 * k] = PhiloxDitherOf(sets[k].first);
+          dither[2 * k + 1] = PhiloxDitherOf(sets[k].second);
+        }
+        vectors(i, static_cast<const __m256*>(dither));
+      },
+      plain);
 }
 
 }  // namespace fedrt::avx2

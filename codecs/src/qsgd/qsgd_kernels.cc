@@ -4,7 +4,8 @@
 
 namespace fedrt {
 
-const QsgdKernels& QsgdKernelsFor(Isa isa) {
+const QsgdKernels& QsgdKernelsFor(Isa requested) {
+  const Isa isa = Avx2ForAvx512(requested);  // no AVX-512 variants: AVX2
   switch (isa) {
 #if FEDRT_HAVE_AVX2_KERNELS
     case Isa::kAvx2: return avx2::kQsgdKernels;

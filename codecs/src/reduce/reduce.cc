@@ -6,7 +6,8 @@
 
 namespace fedrt {
 
-const ReduceKernels& ReduceKernelsFor(Isa isa) {
+const ReduceKernels& ReduceKernelsFor(Isa requested) {
+  const Isa isa = Avx2ForAvx512(requested);  // no AVX-512 variants: AVX2
   static const ReduceKernels kScalar = {&scalar::AddFloats};
   switch (isa) {
 #if FEDRT_HAVE_AVX2_KERNELS

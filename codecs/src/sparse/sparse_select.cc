@@ -13,7 +13,8 @@
 
 namespace fedrt {
 
-const SparseKernels& SparseKernelsFor(Isa isa) {
+const SparseKernels& SparseKernelsFor(Isa requested) {
+  const Isa isa = Avx2ForAvx512(requested);  // no AVX-512 variants: AVX2
   static const SparseKernels kScalar = {&scalar::MagnitudeHistogram, &scalar::PrefixHistogram, &scalar::HistogramAbove,
                                         &scalar::ValuesInBin, &scalar::CollectAbove,
                                         &scalar::CompactAtLeast};

@@ -135,7 +135,8 @@ uint32_t UnpackBase3ByTable(const uint8_t* stream, std::size_t count, uint8_t* s
   return rest > head ? rest : head;
 }
 
-const PackKernels& PackKernelsFor(Isa isa) {
+const PackKernels& PackKernelsFor(Isa requested) {
+  const Isa isa = Avx2ForAvx512(requested);  // no AVX-512 variants: AVX2
   static const PackKernels kScalar = {&scalar::PackSymbols, &scalar::UnpackSymbols};
   switch (isa) {
 #if FEDRT_HAVE_AVX2_KERNELS

@@ -79,7 +79,8 @@ inline int RoundUp(int x, int to) { return (x + to - 1) / to * to; }
 
 }  // namespace
 
-GemmMicroKernel GemmMicroKernelFor(Isa isa) {
+GemmMicroKernel GemmMicroKernelFor(Isa requested) {
+  const Isa isa = Avx2ForAvx512(requested);  // no AVX-512 variants: AVX2
   switch (isa) {
 #if FEDRT_HAVE_AVX2_KERNELS
     case Isa::kAvx2: return {avx2::kGemmMr, avx2::kGemmNr, &avx2::GemmMicroKernel};

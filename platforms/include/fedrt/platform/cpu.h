@@ -5,7 +5,7 @@
 // produce the same bytes. Which one runs is decided here, once per process:
 // the best ISA that both this build and this CPU support. Two ways to force
 // another choice, so every path can be tested on one machine:
-//   - the environment variable FEDRT_ISA=scalar|avx2|neon|auto, read on first use;
+//   - the environment variable FEDRT_ISA=scalar|avx2|avx512|neon|auto, read on first use;
 //   - SetIsaOverride() for tests (takes effect for calls made after it).
 //
 // Thread-safety: all functions may be called from any thread. DetectCpu() is
@@ -19,12 +19,19 @@
 
 namespace fedrt {
 
-enum class Isa : int { kScalar = 0, kAvx2 = 1, kNeon = 2 };
+// kAvx512 extends the AVX2 set (AVX-512F/BW/DQ/VL on top of everything AVX2
+// needs): a kernel family with AVX-512 variants runs them, every other family
+// runs its AVX2 kernels (Avx2ForAvx512). Its kernels produce the same bytes.
+enum class Isa : int { kScalar = 0, kAvx2 = 1, kNeon = 2, kAvx512 = 3 };
 
-// "scalar", "avx2", "neon".
+// "scalar", "avx2", "neon", "avx512".
 const char* IsaName(Isa isa);
-// Parses "scalar", "avx2" or "neon"; returns false for anything else.
+// Parses "scalar", "avx2", "neon" or "avx512"; returns false for anything else.
 bool ParseIsa(const std::string& name, Isa* isa);
+
+// The ISA whose kernels a family without AVX-512 variants runs: kAvx2 for
+// kAvx512, `isa` otherwise.
+inline Isa Avx2ForAvx512(Isa isa) { return isa == Isa::kAvx512 ? Isa::kAvx2 : isa; }
 
 struct CpuFeatures {
   std::string architecture;  // "x86_64", "aarch64", "armv7", or what the compiler targets
@@ -32,6 +39,7 @@ struct CpuFeatures {
   bool avx2 = false;         // AVX2 usable: CPUID bit and the OS saves YMM state (XGETBV)
   bool fma = false;
   bool f16c = false;
+  bool avx512 = false;       // AVX-512F, BW, DQ and VL usable: CPUID bits and the OS saves ZMM state
   bool neon = false;         // always on AArch64; AT_HWCAP on ARMv7
 };
 

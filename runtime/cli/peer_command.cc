@@ -61,6 +61,10 @@ struct PeerFlags {
   float density = 1.0f / 64;
   // IWP training integration (codec specification, section 4; defaults in runtime/README.md).
   bool iwp_momentum_correction = true;  // momentum lives in the accumulator (DGC), the step is plain SGD
+  // update: the accumulator holds lr * (velocity or gradient) and the reduced
+  // mean is applied at rate 1; gradient: it holds raw gradients, applied at
+  // the learning rate of the step that sends them.
+  std::string iwp_accumulate = "update";
   bool iwp_per_tensor = true;           // one threshold per tensor
   uint64_t iwp_dense_below = 0;         // tensors smaller than this are sent whole
   int iwp_warmup_steps = 0;
@@ -187,6 +191,14 @@ int RunPeer(const PeerFlags& flags) {
   if (flags.schedule == "cosine") {
     sgd_options.schedule.kind = LrScheduleKind::kCosine;
     sgd_options.schedule.total_steps = steps_per_epoch * static_cast<std::size_t>(flags.epochs);
+  }
+  // IWP accumulating updates: the schedule scales what goes into the
+  // accumulator, and the optimizer applies the reduced mean at rate 1.
+  const bool iwp_updates = iwp && flags.iwp_accumulate == "update";
+  const LrSchedule schedule = sgd_options.schedule;
+  if (iwp_updates) {
+    sgd_options.schedule = LrSchedule();
+    sgd_options.schedule.base_lr = 1.0;
   }
   sgd_options.momentum = corrected ? 0.0f : flags.momentum;  // corrected: the accumulator holds the momentum
   auto sgd = Sgd::Create(sgd_options, model->parameter_count());
@@ -358,7 +370,9 @@ int RunPeer(const PeerFlags& flags) {
         Status reduced;
         const float members = static_cast<float>(group.members().size());
         if (flags.reduce == "iwp") {
-          if (!accumulated) reduced = accumulator.Accumulate(g);
+          if (!accumulated) {
+            reduced = accumulator.Accumulate(g, iwp_updates ? static_cast<float>(schedule.LearningRate(sgd->step())) : 1.0f);
+          }
           accumulated = true;
           if (reduced.ok()) reduced = group.IwpAllReduce(accumulator, model->parameters(), flags.seed, step, &indices, &sums);
           if (reduced.ok()) {
@@ -385,9 +399,7 @@ int RunPeer(const PeerFlags& flags) {
         if (flags.reduce == "iwp" && !behind && !sums.empty()) {
           // The sum never completed anywhere: what this peer gathered goes
           // back into its accumulator (those slots are zero since).
-          std::fill(saved.begin(), saved.end(), 0.0f);
-          for (std::size_t j = 0; j < indices.size(); ++j) saved[indices[j]] = sums[j];
-          Status kept = accumulator.Accumulate(saved.data());
+          Status kept = accumulator.Restore(indices.data(), sums.size(), sums.data());
           if (!kept.ok()) return Fail("peer", kept);
         }
         if (behind) {
@@ -561,6 +573,10 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--iwp-momentum-correction", flags->iwp_momentum_correction,
                  "IWP: keep the momentum in each peer's accumulator and mask it where sent (else momentum SGD on the mean)")
       ->capture_default_str();
+  p->add_option("--iwp-accumulate", flags->iwp_accumulate,
+                 "IWP: accumulate updates (lr times velocity or gradient, applied at rate 1) or raw gradients "
+                 "(applied at the learning rate of the step that sends them)")
+      ->capture_default_str()->check(CLI::IsMember({"update", "gradient"}));
   p->add_option("--iwp-per-tensor", flags->iwp_per_tensor, "IWP: one threshold per tensor (else one for the model)")
       ->capture_default_str();
   p->add_option("--iwp-dense-below", flags->iwp_dense_below, "IWP: tensors with fewer coordinates are sent whole")

@@ -50,8 +50,9 @@ Status IwpAccumulator::SetTensors(const std::vector<std::size_t>& sizes) {
   return Status::Ok();
 }
 
-Status IwpAccumulator::Accumulate(const float* grad) {
+Status IwpAccumulator::Accumulate(const float* grad, float rate) {
   const std::size_t d = accumulator_.size();
+  if (!(rate > 0) || !std::isfinite(rate)) return InvalidArgument("iwp: accumulation rate must be finite and > 0");
   FEDRT_RETURN_IF_ERROR(CheckFinite(grad, d));
   float scale = 1.0f;
   if (options_.clip_norm > 0) {
@@ -64,12 +65,13 @@ Status IwpAccumulator::Accumulate(const float* grad) {
     const float m = options_.momentum;
     for (std::size_t i = 0; i < d; ++i) {
       velocity_[i] = m * velocity_[i] + grad[i] * scale;
-      accumulator_[i] += velocity_[i];
+      accumulator_[i] += rate * velocity_[i];
     }
-  } else if (scale == 1.0f) {
+  } else if (scale == 1.0f && rate == 1.0f) {
     for (std::size_t i = 0; i < d; ++i) accumulator_[i] += grad[i];
   } else {
-    for (std::size_t i = 0; i < d; ++i) accumulator_[i] += grad[i] * scale;
+    // (g * scale) * rate in that order: with rate 1 the same floats as before.
+    for (std::size_t i = 0; i < d; ++i) accumulator_[i] += grad[i] * scale * rate;
   }
   return Status::Ok();
 }
@@ -119,7 +121,7 @@ void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& c
   }
 }
 
-Status IwpAccumulator::GatherAndZero(const uint32_t* indices, std::size_t count, float* values) {
+Status IwpAccumulator::CheckIndices(const uint32_t* indices, std::size_t count) const {
   const std::size_t d = accumulator_.size();
   for (std::size_t j = 0; j < count; ++j) {
     if (indices[j] >= d) {
@@ -127,6 +129,11 @@ Status IwpAccumulator::GatherAndZero(const uint32_t* indices, std::size_t count,
                         " is outside the tensor of " + std::to_string(d));
     }
   }
+  return Status::Ok();
+}
+
+Status IwpAccumulator::GatherAndZero(const uint32_t* indices, std::size_t count, float* values) {
+  FEDRT_RETURN_IF_ERROR(CheckIndices(indices, count));
   for (std::size_t j = 0; j < count; ++j) {
     values[j] = accumulator_[indices[j]];
     accumulator_[indices[j]] = 0.0f;
@@ -134,6 +141,13 @@ Status IwpAccumulator::GatherAndZero(const uint32_t* indices, std::size_t count,
   if (!velocity_.empty()) {
     for (std::size_t j = 0; j < count; ++j) velocity_[indices[j]] = 0.0f;
   }
+  return Status::Ok();
+}
+
+Status IwpAccumulator::Restore(const uint32_t* indices, std::size_t count, const float* values) {
+  FEDRT_RETURN_IF_ERROR(CheckIndices(indices, count));
+  FEDRT_RETURN_IF_ERROR(CheckFinite(values, count));
+  for (std::size_t j = 0; j < count; ++j) accumulator_[indices[j]] += values[j];
   return Status::Ok();
 }
 

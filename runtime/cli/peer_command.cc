@@ -66,9 +66,11 @@ struct PeerFlags {
   // the learning rate of the step that sends them.
   std::string iwp_accumulate = "update";
   bool iwp_per_tensor = true;           // one threshold per tensor
+  float iwp_eps = 1e-8f;                // importance = |a| / (|w| + eps)
   uint64_t iwp_dense_below = 0;         // tensors smaller than this are sent whole
   int iwp_warmup_steps = 0;
   float iwp_warmup_density = 1.0f;
+  std::string iwp_warmup_shape = "constant";  // constant | exponential (density falls geometrically)
   float iwp_clip = 0;
   int max_steps = 0;  // 0: whole epochs
   bool repair = false;
@@ -210,7 +212,9 @@ int RunPeer(const PeerFlags& flags) {
   iwp_options.dense_below = static_cast<std::size_t>(flags.iwp_dense_below);
   iwp_options.warmup_steps = static_cast<uint32_t>(flags.iwp_warmup_steps);
   iwp_options.warmup_fraction = flags.iwp_warmup_density;
+  iwp_options.warmup_exponential = flags.iwp_warmup_shape == "exponential";
   iwp_options.clip_norm = flags.iwp_clip;
+  iwp_options.eps = flags.iwp_eps;
   Status iwp_ok = IwpAccumulator::Check(d, iwp_options);
   if (iwp && !iwp_ok.ok()) return Fail("peer", iwp_ok);
   IwpAccumulator accumulator(d, iwp_options);
@@ -585,6 +589,12 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   p->add_option("--iwp-warmup-density", flags->iwp_warmup_density, "IWP: share of coordinates in warm-up steps")
       ->capture_default_str()->check(CLI::Range(1e-6, 1.0));
+  p->add_option("--iwp-warmup-shape", flags->iwp_warmup_shape,
+                 "IWP: warm-up density constant, or exponential (from --iwp-warmup-density down to --density)")
+      ->capture_default_str()->check(CLI::IsMember({"constant", "exponential"}));
+  p->add_option("--iwp-eps", flags->iwp_eps,
+                 "IWP: importance |a| / (|w| + eps); a large eps ranks by |a| alone (top-k within each tensor)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   p->add_option("--iwp-clip", flags->iwp_clip, "IWP: local gradient clipping to this L2 norm (0: off)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   p->add_option("--max-steps", flags->max_steps, "Stop after this many steps (0: whole epochs)")->check(CLI::NonNegativeNumber);

@@ -140,6 +140,41 @@ TEST_CASE("warm-up steps use the warm-up fraction and clipping bounds each gradi
   CHECK(indices.size() < d);
 }
 
+TEST_CASE("exponential warm-up lowers the kept share geometrically from the warm-up fraction to the target") {
+  IwpOptions options;
+  options.target_fraction = 1.0f / 64;
+  options.warmup_fraction = 1.0f / 4;
+  options.warmup_steps = 100;
+  options.warmup_exponential = true;
+  const std::size_t d = 100000;
+  auto node = Make(d, options);
+  CHECK(node.StepFraction(0) == 0.25f);
+  CHECK(node.StepFraction(50) == doctest::Approx(1.0 / 16).epsilon(1e-6));  // the geometric mean
+  CHECK(node.StepFraction(100) == 1.0f / 64);
+  CHECK(node.StepFraction(5000) == 1.0f / 64);
+  for (uint32_t t = 1; t < 100; ++t) CHECK(node.StepFraction(t) < node.StepFraction(t - 1));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> g(d), w(d);
+  for (std::size_t i = 0; i < d; ++i) {
+    g[i] = normal(rng);
+    w[i] = 0.1f + std::fabs(normal(rng));
+  }
+  REQUIRE(node.Accumulate(g.data()).ok());
+  std::vector<uint32_t> indices;
+  for (uint32_t t : {0u, 50u, 100u}) {
+    node.SelectIndices(w.data(), {3, 0, t, 0}, &indices);
+    const double kept = static_cast<double>(indices.size()) / d;
+    MESSAGE("step " << t << " kept " << kept << " of " << node.StepFraction(t));
+    CHECK(kept > 0.8 * node.StepFraction(t));
+    CHECK(kept < 1.2 * node.StepFraction(t));
+  }
+  options.warmup_exponential = false;  // constant warm-up: the warm-up fraction throughout
+  auto flat = Make(d, options);
+  CHECK(flat.StepFraction(99) == 0.25f);
+  CHECK(flat.StepFraction(100) == 1.0f / 64);
+}
+
 // Four nodes with momentum correction over 200 steps, accumulating at a rate
 // (1, or decaying as a cosine schedule does): the velocity is u = m u + g,
 // masked where sent, and what every node sent plus its accumulator equals

@@ -76,13 +76,24 @@ Status IwpAccumulator::Accumulate(const float* grad, float rate) {
   return Status::Ok();
 }
 
+float IwpAccumulator::StepFraction(uint32_t step) const {
+  if (step >= options_.warmup_steps) return options_.target_fraction;
+  if (!options_.warmup_exponential) return options_.warmup_fraction;
+  // Only the step's leader uses it (the others receive its indices), so the
+  // peers agree whatever the platform's pow returns.
+  const double t = static_cast<double>(step) / static_cast<double>(options_.warmup_steps);
+  const double f = static_cast<double>(options_.warmup_fraction) *
+                   std::pow(static_cast<double>(options_.target_fraction) / options_.warmup_fraction, t);
+  return static_cast<float>(f);
+}
+
 void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& context,
                                    std::vector<uint32_t>* indices) {
   const float* a = accumulator_.data();
   const float eps = options_.eps;
   auto importance = [a, weights, eps](std::size_t i) { return std::fabs(a[i]) / (std::fabs(weights[i]) + eps); };
   indices->clear();
-  const float fraction = context.step < options_.warmup_steps ? options_.warmup_fraction : options_.target_fraction;
+  const float fraction = StepFraction(context.step);
   std::size_t begin = 0;
   for (std::size_t k = 0; k < tensor_sizes_.size(); ++k) {
     const std::size_t n = tensor_sizes_[k];

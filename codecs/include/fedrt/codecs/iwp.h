@@ -56,6 +56,10 @@ struct IwpOptions {
   std::size_t sample_size = 4096;     // coordinates sampled (with replacement) for the threshold
   uint32_t warmup_steps = 0;          // steps t < warmup_steps keep warmup_fraction instead
   float warmup_fraction = 1.0f;       // 1 = dense warm-up
+  // Exponential warm-up (deep gradient compression's): step t < warmup_steps
+  // keeps warmup_fraction * (target_fraction / warmup_fraction)^(t / warmup_steps),
+  // falling geometrically from warmup_fraction to target_fraction.
+  bool warmup_exponential = false;
   float clip_norm = 0;                // > 0: gradients are scaled to L2 norm <= clip_norm first
   float momentum = 0;                 // > 0: momentum correction with factor masking, in [0, 1)
   std::size_t dense_below = 0;        // tensors (SetTensors) smaller than this are kept whole
@@ -96,7 +100,8 @@ class IwpAccumulator {
   // The leader's index set, sorted: per tensor, every i with importance >=
   // tau and > 0, where tau is the ceil(m f)-th largest importance among m
   // sampled coordinates of that tensor (f = target or warm-up fraction; f >= 1
-  // or a tensor below dense_below keeps every coordinate). `weights` are the
+  // or a tensor below dense_below keeps every coordinate; StepFraction gives
+  // f). `weights` are the
   // current parameters (d floats). The sample of tensor k comes from the
   // stream with tensor_id = context.tensor_id + k.
   void SelectIndices(const float* weights, const IwpStepContext& context, std::vector<uint32_t>* indices);
@@ -105,6 +110,9 @@ class IwpAccumulator {
   // with momentum correction). kOutOfRange if an index is >= d (nothing is
   // changed then).
   Status GatherAndZero(const uint32_t* indices, std::size_t count, float* values);
+
+  // The share of coordinates SelectIndices keeps at `step` (warm-up or target).
+  float StepFraction(uint32_t step) const;
 
   // Hands back values a failed all-reduce gathered: a[indices[j]] +=
   // values[j], nothing else changes (the velocity stays masked, so the sum

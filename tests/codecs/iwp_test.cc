@@ -19,6 +19,18 @@ IwpAccumulator Make(std::size_t d, const IwpOptions& options = IwpOptions()) {
   return IwpAccumulator(d, options);
 }
 
+// d Gaussian gradient values and weights 0.1 + |Gaussian| (no weight near 0).
+void GaussianGradientAndWeights(std::size_t d, unsigned seed, std::vector<float>* g, std::vector<float>* w) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  g->resize(d);
+  w->resize(d);
+  for (std::size_t i = 0; i < d; ++i) {
+    (*g)[i] = normal(rng);
+    (*w)[i] = 0.1f + std::fabs(normal(rng));
+  }
+}
+
 TEST_CASE("every node computes the same leader and leaders spread over the nodes") {
   std::vector<int> count(5, 0);
   for (uint32_t step = 0; step < 5000; ++step) {
@@ -34,13 +46,8 @@ TEST_CASE("every node computes the same leader and leaders spread over the nodes
 TEST_CASE("the dynamic threshold keeps about the target fraction by importance") {
   const std::size_t d = 200000;
   auto node = Make(d);
-  std::mt19937 rng(1);
-  std::normal_distribution<float> normal;
-  std::vector<float> g(d), w(d);
-  for (std::size_t i = 0; i < d; ++i) {
-    g[i] = normal(rng);
-    w[i] = 0.1f + std::fabs(normal(rng));
-  }
+  std::vector<float> g, w;
+  GaussianGradientAndWeights(d, 1, &g, &w);
   REQUIRE(node.Accumulate(g.data()).ok());
   std::vector<uint32_t> indices;
   node.SelectIndices(w.data(), {7, 0, 3, 1}, &indices);
@@ -153,13 +160,8 @@ TEST_CASE("exponential warm-up lowers the kept share geometrically from the warm
   CHECK(node.StepFraction(100) == 1.0f / 64);
   CHECK(node.StepFraction(5000) == 1.0f / 64);
   for (uint32_t t = 1; t < 100; ++t) CHECK(node.StepFraction(t) < node.StepFraction(t - 1));
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal;
-  std::vector<float> g(d), w(d);
-  for (std::size_t i = 0; i < d; ++i) {
-    g[i] = normal(rng);
-    w[i] = 0.1f + std::fabs(normal(rng));
-  }
+  std::vector<float> g, w;
+  GaussianGradientAndWeights(d, 7, &g, &w);
   REQUIRE(node.Accumulate(g.data()).ok());
   std::vector<uint32_t> indices;
   for (uint32_t t : {0u, 50u, 100u}) {

@@ -67,10 +67,10 @@ struct PeerFlags {
   std::string iwp_accumulate = "update";
   bool iwp_per_tensor = true;           // one threshold per tensor
   float iwp_eps = 1e-8f;                // importance = |a| / (|w| + eps)
-  uint64_t iwp_dense_below = 0;         // tensors smaller than this are sent whole
-  int iwp_warmup_steps = 0;
-  float iwp_warmup_density = 1.0f;
-  std::string iwp_warmup_shape = "constant";  // constant | exponential (density falls geometrically)
+  uint64_t iwp_dense_below = 2000;      // tensors smaller than this are sent whole
+  int iwp_warmup_steps = -1;            // -1: one epoch
+  float iwp_warmup_density = 0;         // 0: 4 x --density (at most 1)
+  std::string iwp_warmup_shape = "exponential";  // constant | exponential (density falls geometrically)
   float iwp_clip = 0;
   int max_steps = 0;  // 0: whole epochs
   bool repair = false;
@@ -210,8 +210,9 @@ int RunPeer(const PeerFlags& flags) {
   iwp_options.target_fraction = flags.density;
   iwp_options.momentum = corrected ? flags.momentum : 0.0f;
   iwp_options.dense_below = static_cast<std::size_t>(flags.iwp_dense_below);
-  iwp_options.warmup_steps = static_cast<uint32_t>(flags.iwp_warmup_steps);
-  iwp_options.warmup_fraction = flags.iwp_warmup_density;
+  iwp_options.warmup_steps =
+      flags.iwp_warmup_steps < 0 ? static_cast<uint32_t>(steps_per_epoch) : static_cast<uint32_t>(flags.iwp_warmup_steps);
+  iwp_options.warmup_fraction = flags.iwp_warmup_density > 0 ? flags.iwp_warmup_density : std::min(1.0f, 4 * flags.density);
   iwp_options.warmup_exponential = flags.iwp_warmup_shape == "exponential";
   iwp_options.clip_norm = flags.iwp_clip;
   iwp_options.eps = flags.iwp_eps;
@@ -585,10 +586,11 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
       ->capture_default_str();
   p->add_option("--iwp-dense-below", flags->iwp_dense_below, "IWP: tensors with fewer coordinates are sent whole")
       ->capture_default_str();
-  p->add_option("--iwp-warmup-steps", flags->iwp_warmup_steps, "IWP: first steps use --iwp-warmup-density")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  p->add_option("--iwp-warmup-density", flags->iwp_warmup_density, "IWP: share of coordinates in warm-up steps")
-      ->capture_default_str()->check(CLI::Range(1e-6, 1.0));
+  p->add_option("--iwp-warmup-steps", flags->iwp_warmup_steps, "IWP: first steps use --iwp-warmup-density (-1: one epoch, 0: none)")
+      ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
+  p->add_option("--iwp-warmup-density", flags->iwp_warmup_density,
+                 "IWP: share of coordinates at the start of the warm-up (0: 4 x --density, at most 1)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   p->add_option("--iwp-warmup-shape", flags->iwp_warmup_shape,
                  "IWP: warm-up density constant, or exponential (from --iwp-warmup-density down to --density)")
       ->capture_default_str()->check(CLI::IsMember({"constant", "exponential"}));

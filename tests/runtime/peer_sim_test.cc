@@ -186,7 +186,7 @@ TEST_CASE("an IWP ring with an exponential warm-up sends more in its first steps
   const std::string data = TinyData(dir);
   const std::string common = " --topology ring --peers 3 --data " + data +
                              " --model mlp:784-32-10 --epochs 1 --batch 8 --schedule cosine --codec iwp:density=0.05";
-  Run plain = RunCli("sim --out " + dir.File("plain") + common);
+  Run plain = RunCli("sim --out " + dir.File("plain") + common + " --peer-arg=--iwp-warmup-steps --peer-arg=0");
   INFO(plain.output);
   REQUIRE(plain.exit_code == 0);
   Run warmed = RunCli("sim --out " + dir.File("warm") + common +

@@ -52,7 +52,7 @@ Status IwpAccumulator::SetTensors(const std::vector<std::size_t>& sizes) {
 
 Status IwpAccumulator::Accumulate(const float* grad, float rate) {
   const std::size_t d = accumulator_.size();
-  if (!(rate > 0) || !std::isfinite(rate)) return InvalidArgument("iwp: accumulation rate must be finite and > 0");
+  if (!(rate >= 0) || !std::isfinite(rate)) return InvalidArgument("iwp: accumulation rate must be finite and >= 0");
   FEDRT_RETURN_IF_ERROR(CheckFinite(grad, d));
   float scale = 1.0f;
   if (options_.clip_norm > 0) {

@@ -94,7 +94,8 @@ class IwpAccumulator {
   // a += rate * g (momentum correction: u = m u + g, a += rate * u), after
   // scaling g to norm clip_norm when clipping is on and ||g|| > clip_norm.
   // rate = 1 gives exactly a += g. kInvalidArgument (naming the coordinate)
-  // on NaN/Inf in grad, or for a rate that is not finite and > 0.
+  // on NaN/Inf in grad, or for a rate that is not finite and >= 0 (a rate
+  // of 0, a schedule's end, adds nothing but still advances the velocity).
   Status Accumulate(const float* grad, float rate = 1.0f);
 
   // The leader's index set, sorted: per tensor, every i with importance >=

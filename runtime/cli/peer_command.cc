@@ -61,10 +61,16 @@ struct PeerFlags {
   float density = 1.0f / 64;
   // IWP training integration (codec specification, section 4; defaults in runtime/README.md).
   bool iwp_momentum_correction = true;  // momentum lives in the accumulator (DGC), the step is plain SGD
+  // update: the accumulator holds lr * (velocity or gradient) and the reduced
+  // mean is applied at rate 1; gradient: it holds raw gradients, applied at
+  // the learning rate of the step that sends them.
+  std::string iwp_accumulate = "update";
   bool iwp_per_tensor = true;           // one threshold per tensor
-  uint64_t iwp_dense_below = 0;         // tensors smaller than this are sent whole
-  int iwp_warmup_steps = 0;
-  float iwp_warmup_density = 1.0f;
+  float iwp_eps = 1e-8f;                // importance = |a| / (|w| + eps)
+  uint64_t iwp_dense_below = 2000;      // tensors smaller than this are sent whole
+  int iwp_warmup_steps = -1;            // -1: one epoch
+  float iwp_warmup_density = 0;         // 0: 4 x --density (at most 1)
+  std::string iwp_warmup_shape = "exponential";  // constant | exponential (density falls geometrically)
   float iwp_clip = 0;
   int max_steps = 0;  // 0: whole epochs
   bool repair = false;
@@ -188,6 +194,14 @@ int RunPeer(const PeerFlags& flags) {
     sgd_options.schedule.kind = LrScheduleKind::kCosine;
     sgd_options.schedule.total_steps = steps_per_epoch * static_cast<std::size_t>(flags.epochs);
   }
+  // IWP accumulating updates: the schedule scales what goes into the
+  // accumulator, and the optimizer applies the reduced mean at rate 1.
+  const bool iwp_updates = iwp && flags.iwp_accumulate == "update";
+  const LrSchedule schedule = sgd_options.schedule;
+  if (iwp_updates) {
+    sgd_options.schedule = LrSchedule();
+    sgd_options.schedule.base_lr = 1.0;
+  }
   sgd_options.momentum = corrected ? 0.0f : flags.momentum;  // corrected: the accumulator holds the momentum
   auto sgd = Sgd::Create(sgd_options, model->parameter_count());
   if (!sgd.ok()) return Fail("peer", sgd.status());
@@ -196,9 +210,12 @@ int RunPeer(const PeerFlags& flags) {
   iwp_options.target_fraction = flags.density;
   iwp_options.momentum = corrected ? flags.momentum : 0.0f;
   iwp_options.dense_below = static_cast<std::size_t>(flags.iwp_dense_below);
-  iwp_options.warmup_steps = static_cast<uint32_t>(flags.iwp_warmup_steps);
-  iwp_options.warmup_fraction = flags.iwp_warmup_density;
+  iwp_options.warmup_steps =
+      flags.iwp_warmup_steps < 0 ? static_cast<uint32_t>(steps_per_epoch) : static_cast<uint32_t>(flags.iwp_warmup_steps);
+  iwp_options.warmup_fraction = flags.iwp_warmup_density > 0 ? flags.iwp_warmup_density : std::min(1.0f, 4 * flags.density);
+  iwp_options.warmup_exponential = flags.iwp_warmup_shape == "exponential";
   iwp_options.clip_norm = flags.iwp_clip;
+  iwp_options.eps = flags.iwp_eps;
   Status iwp_ok = IwpAccumulator::Check(d, iwp_options);
   if (iwp && !iwp_ok.ok()) return Fail("peer", iwp_ok);
   IwpAccumulator accumulator(d, iwp_options);
@@ -358,7 +375,9 @@ int RunPeer(const PeerFlags& flags) {
         Status reduced;
         const float members = static_cast<float>(group.members().size());
         if (flags.reduce == "iwp") {
-          if (!accumulated) reduced = accumulator.Accumulate(g);
+          if (!accumulated) {
+            reduced = accumulator.Accumulate(g, iwp_updates ? static_cast<float>(schedule.LearningRate(sgd->step())) : 1.0f);
+          }
           accumulated = true;
           if (reduced.ok()) reduced = group.IwpAllReduce(accumulator, model->parameters(), flags.seed, step, &indices, &sums);
           if (reduced.ok()) {
@@ -385,9 +404,7 @@ int RunPeer(const PeerFlags& flags) {
         if (flags.reduce == "iwp" && !behind && !sums.empty()) {
           // The sum never completed anywhere: what this peer gathered goes
           // back into its accumulator (those slots are zero since).
-          std::fill(saved.begin(), saved.end(), 0.0f);
-          for (std::size_t j = 0; j < indices.size(); ++j) saved[indices[j]] = sums[j];
-          Status kept = accumulator.Accumulate(saved.data());
+          Status kept = accumulator.Restore(indices.data(), sums.size(), sums.data());
           if (!kept.ok()) return Fail("peer", kept);
         }
         if (behind) {
@@ -561,14 +578,25 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--iwp-momentum-correction", flags->iwp_momentum_correction,
                  "IWP: keep the momentum in each peer's accumulator and mask it where sent (else momentum SGD on the mean)")
       ->capture_default_str();
+  p->add_option("--iwp-accumulate", flags->iwp_accumulate,
+                 "IWP: accumulate updates (lr times velocity or gradient, applied at rate 1) or raw gradients "
+                 "(applied at the learning rate of the step that sends them)")
+      ->capture_default_str()->check(CLI::IsMember({"update", "gradient"}));
   p->add_option("--iwp-per-tensor", flags->iwp_per_tensor, "IWP: one threshold per tensor (else one for the model)")
       ->capture_default_str();
   p->add_option("--iwp-dense-below", flags->iwp_dense_below, "IWP: tensors with fewer coordinates are sent whole")
       ->capture_default_str();
-  p->add_option("--iwp-warmup-steps", flags->iwp_warmup_steps, "IWP: first steps use --iwp-warmup-density")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  p->add_option("--iwp-warmup-density", flags->iwp_warmup_density, "IWP: share of coordinates in warm-up steps")
-      ->capture_default_str()->check(CLI::Range(1e-6, 1.0));
+  p->add_option("--iwp-warmup-steps", flags->iwp_warmup_steps, "IWP: first steps use --iwp-warmup-density (-1: one epoch, 0: none)")
+      ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
+  p->add_option("--iwp-warmup-density", flags->iwp_warmup_density,
+                 "IWP: share of coordinates at the start of the warm-up (0: 4 x --density, at most 1)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  p->add_option("--iwp-warmup-shape", flags->iwp_warmup_shape,
+                 "IWP: warm-up density constant, or exponential (from --iwp-warmup-density down to --density)")
+      ->capture_default_str()->check(CLI::IsMember({"constant", "exponential"}));
+  p->add_option("--iwp-eps", flags->iwp_eps,
+                 "IWP: importance |a| / (|w| + eps); a large eps ranks by |a| alone (top-k within each tensor)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   p->add_option("--iwp-clip", flags->iwp_clip, "IWP: local gradient clipping to this L2 norm (0: off)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   p->add_option("--max-steps", flags->max_steps, "Stop after this many steps (0: whole epochs)")->check(CLI::NonNegativeNumber);

@@ -1,6 +1,7 @@
 // Importance-weighted pruning: leader agreement, the threshold's kept
 // fraction, conservation (every node keeps exactly what it did not send and
-// nothing is lost over many steps), warm-up, clipping and the index broadcast.
+// nothing is lost over many steps, also when accumulating rate-scaled
+// updates), warm-up, clipping, restoring a failed step and the index broadcast.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -18,6 +19,18 @@ IwpAccumulator Make(std::size_t d, const IwpOptions& options = IwpOptions()) {
   return IwpAccumulator(d, options);
 }
 
+// d Gaussian gradient values and weights 0.1 + |Gaussian| (no weight near 0).
+void GaussianGradientAndWeights(std::size_t d, unsigned seed, std::vector<float>* g, std::vector<float>* w) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  g->resize(d);
+  w->resize(d);
+  for (std::size_t i = 0; i < d; ++i) {
+    (*g)[i] = normal(rng);
+    (*w)[i] = 0.1f + std::fabs(normal(rng));
+  }
+}
+
 TEST_CASE("every node computes the same leader and leaders spread over the nodes") {
   std::vector<int> count(5, 0);
   for (uint32_t step = 0; step < 5000; ++step) {
@@ -33,13 +46,8 @@ TEST_CASE("every node computes the same leader and leaders spread over the nodes
 TEST_CASE("the dynamic threshold keeps about the target fraction by importance") {
   const std::size_t d = 200000;
   auto node = Make(d);
-  std::mt19937 rng(1);
-  std::normal_distribution<float> normal;
-  std::vector<float> g(d), w(d);
-  for (std::size_t i = 0; i < d; ++i) {
-    g[i] = normal(rng);
-    w[i] = 0.1f + std::fabs(normal(rng));
-  }
+  std::vector<float> g, w;
+  GaussianGradientAndWeights(d, 1, &g, &w);
   REQUIRE(node.Accumulate(g.data()).ok());
   std::vector<uint32_t> indices;
   node.SelectIndices(w.data(), {7, 0, 3, 1}, &indices);
@@ -139,7 +147,41 @@ TEST_CASE("warm-up steps use the warm-up fraction and clipping bounds each gradi
   CHECK(indices.size() < d);
 }
 
-TEST_CASE("momentum correction accumulates the velocity and masks it where sent so nothing is lost") {
+TEST_CASE("exponential warm-up lowers the kept share geometrically from the warm-up fraction to the target") {
+  IwpOptions options;
+  options.target_fraction = 1.0f / 64;
+  options.warmup_fraction = 1.0f / 4;
+  options.warmup_steps = 100;
+  options.warmup_exponential = true;
+  const std::size_t d = 100000;
+  auto node = Make(d, options);
+  CHECK(node.StepFraction(0) == 0.25f);
+  CHECK(node.StepFraction(50) == doctest::Approx(1.0 / 16).epsilon(1e-6));  // the geometric mean
+  CHECK(node.StepFraction(100) == 1.0f / 64);
+  CHECK(node.StepFraction(5000) == 1.0f / 64);
+  for (uint32_t t = 1; t < 100; ++t) CHECK(node.StepFraction(t) < node.StepFraction(t - 1));
+  std::vector<float> g, w;
+  GaussianGradientAndWeights(d, 7, &g, &w);
+  REQUIRE(node.Accumulate(g.data()).ok());
+  std::vector<uint32_t> indices;
+  for (uint32_t t : {0u, 50u, 100u}) {
+    node.SelectIndices(w.data(), {3, 0, t, 0}, &indices);
+    const double kept = static_cast<double>(indices.size()) / d;
+    MESSAGE("step " << t << " kept " << kept << " of " << node.StepFraction(t));
+    CHECK(kept > 0.8 * node.StepFraction(t));
+    CHECK(kept < 1.2 * node.StepFraction(t));
+  }
+  options.warmup_exponential = false;  // constant warm-up: the warm-up fraction throughout
+  auto flat = Make(d, options);
+  CHECK(flat.StepFraction(99) == 0.25f);
+  CHECK(flat.StepFraction(100) == 1.0f / 64);
+}
+
+// Four nodes with momentum correction over 200 steps, accumulating at a rate
+// (1, or decaying as a cosine schedule does): the velocity is u = m u + g,
+// masked where sent, and what every node sent plus its accumulator equals
+// the sum of rate * u.
+void RunMomentumRing(bool decaying_rate) {
   const int nodes = 4;
   const std::size_t d = 2000;
   IwpOptions options;
@@ -157,14 +199,21 @@ TEST_CASE("momentum correction accumulates the velocity and masks it where sent 
       sum_sent(nodes, std::vector<double>(d, 0));
   std::vector<uint32_t> indices;
   std::vector<float> g(d), values;
-  for (uint32_t step = 0; step < 200; ++step) {
+  const uint32_t steps = 200;
+  bool exact = true;
+  for (uint32_t step = 0; step < steps; ++step) {
+    const float rate =
+        decaying_rate ? 0.05f * 0.5f * (1.0f + std::cos(3.14159265f * static_cast<float>(step) / steps)) + 1e-4f : 1.0f;
     for (int n = 0; n < nodes; ++n) {
+      std::vector<float> before(ring[n].accumulator(), ring[n].accumulator() + d);
       for (std::size_t i = 0; i < d; ++i) {
         g[i] = normal(rng) * (1.0f + static_cast<float>(i % 5));
         u[n][i] = 0.9 * u[n][i] + g[i];
-        sum_u[n][i] += u[n][i];
+        sum_u[n][i] += double{rate} * u[n][i];
       }
-      REQUIRE(ring[n].Accumulate(g.data()).ok());
+      REQUIRE(ring[n].Accumulate(g.data(), rate).ok());
+      // The same floats as the formula: a += rate * u.
+      for (std::size_t i = 0; i < d; ++i) exact = exact && ring[n].accumulator()[i] == before[i] + rate * ring[n].velocity()[i];
     }
     const uint32_t leader = IwpLeader(5, step, nodes);
     ring[leader].SelectIndices(w.data(), {5, 0, step, leader}, &indices);
@@ -181,16 +230,101 @@ TEST_CASE("momentum correction accumulates the velocity and masks it where sent 
       REQUIRE(masked);
     }
   }
-  double worst = 0, worst_u = 0;
+  CHECK(exact);
+  double worst = 0, worst_u = 0, largest = 0;
   for (int n = 0; n < nodes; ++n) {
     for (std::size_t i = 0; i < d; ++i) {
       worst = std::max(worst, std::fabs(sum_sent[n][i] + ring[n].accumulator()[i] - sum_u[n][i]));
       worst_u = std::max(worst_u, std::fabs(ring[n].velocity()[i] - u[n][i]));
+      largest = std::max(largest, std::fabs(sum_u[n][i]));
     }
   }
-  MESSAGE("worst |sum sent + accumulator - sum velocities| = " << worst << ", velocity error " << worst_u);
-  CHECK(worst < 5e-2);  // float accumulation of 200 velocities of size up to ~50 (10 x gradient)
+  MESSAGE("worst |sum sent + accumulator - sum rate * velocity| = " << worst << " of sums up to " << largest
+                                                                      << ", velocity error " << worst_u);
+  CHECK(largest > (decaying_rate ? 0.5 : 10.0));
+  // Float accumulation of 200 velocities of size up to ~50 (10 x gradient),
+  // times the rate.
+  CHECK(worst < (decaying_rate ? 5e-3 : 5e-2));
   CHECK(worst_u < 1e-3);
+}
+
+TEST_CASE("momentum correction accumulates the velocity and masks it where sent so nothing is lost") {
+  RunMomentumRing(false);
+}
+
+TEST_CASE("accumulating at a decaying rate adds rate times the velocity and nothing is lost") {
+  RunMomentumRing(true);
+}
+
+TEST_CASE("accumulating at rate one gives the same floats as accumulating the gradient and bad rates are refused") {
+  const std::size_t d = 777;
+  for (float momentum : {0.0f, 0.9f}) {
+    for (float clip : {0.0f, 3.0f}) {
+      IwpOptions options;
+      options.momentum = momentum;
+      options.clip_norm = clip;
+      auto plain = Make(d, options), rated = Make(d, options);
+      std::mt19937 rng(5);
+      std::normal_distribution<float> normal;
+      std::vector<float> g(d);
+      for (int step = 0; step < 5; ++step) {
+        for (float& v : g) v = normal(rng);
+        REQUIRE(plain.Accumulate(g.data()).ok());
+        REQUIRE(rated.Accumulate(g.data(), 1.0f).ok());
+      }
+      CHECK(std::equal(plain.accumulator(), plain.accumulator() + d, rated.accumulator()));
+    }
+  }
+  auto node = Make(d);
+  std::vector<float> g(d, 1.0f);
+  for (float rate : {-0.1f, NAN, INFINITY}) {
+    CHECK(node.Accumulate(g.data(), rate).code() == StatusCode::kInvalidArgument);
+  }
+  REQUIRE(node.Accumulate(g.data(), 0.0f).ok());  // the end of a schedule: nothing added
+  CHECK(std::all_of(node.accumulator(), node.accumulator() + d, [](float v) { return v == 0.0f; }));
+  // Without momentum: a += (g * clip scale) * rate.
+  REQUIRE(node.Accumulate(g.data(), 0.25f).ok());
+  CHECK(node.accumulator()[d - 1] == 0.25f);
+}
+
+TEST_CASE("restoring what a failed step gathered gives back the accumulator and keeps the velocity masked") {
+  const std::size_t d = 3000;
+  for (float momentum : {0.0f, 0.9f}) {
+    IwpOptions options;
+    options.target_fraction = 1.0f / 8;
+    options.momentum = momentum;
+    auto node = Make(d, options);
+    std::mt19937 rng(6);
+    std::normal_distribution<float> normal;
+    std::vector<float> g(d), w(d, 1.0f);
+    for (int step = 0; step < 3; ++step) {
+      for (float& v : g) v = normal(rng);
+      REQUIRE(node.Accumulate(g.data(), 0.05f).ok());
+    }
+    std::vector<float> before(node.accumulator(), node.accumulator() + d);
+    std::vector<float> velocity_before(node.velocity(), node.velocity() + (momentum > 0 ? d : 0));
+    std::vector<uint32_t> indices;
+    node.SelectIndices(w.data(), {1, 0, 3, 0}, &indices);
+    REQUIRE(indices.size() > d / 16);
+    std::vector<float> values(indices.size());
+    REQUIRE(node.GatherAndZero(indices.data(), indices.size(), values.data()).ok());
+    REQUIRE(node.Restore(indices.data(), indices.size(), values.data()).ok());
+    CHECK(std::equal(before.begin(), before.end(), node.accumulator()));
+    if (momentum > 0) {
+      std::vector<bool> in(d, false);
+      for (uint32_t i : indices) in[i] = true;
+      bool masked = true;
+      for (std::size_t i = 0; i < d; ++i) masked = masked && node.velocity()[i] == (in[i] ? 0.0f : velocity_before[i]);
+      CHECK(masked);
+    }
+    const uint32_t out_of_range[] = {1, static_cast<uint32_t>(d)};
+    const float two[] = {1.0f, 1.0f};
+    CHECK(node.Restore(out_of_range, 2, two).code() == StatusCode::kOutOfRange);
+    const uint32_t fine[] = {1, 2};
+    const float not_finite[] = {1.0f, NAN};
+    CHECK(node.Restore(fine, 2, not_finite).code() == StatusCode::kInvalidArgument);
+    CHECK(std::equal(before.begin(), before.end(), node.accumulator()));  // refused: nothing changed
+  }
 }
 
 TEST_CASE("per-tensor thresholds keep about the target fraction of every tensor and small tensors whole") {

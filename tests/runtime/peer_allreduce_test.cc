@@ -162,7 +162,10 @@ TEST_CASE("fp16 ring all-reduce equals the reference of the same hops and is ide
 // way, so models must stay bit-identical; what each peer sent plus its
 // accumulator must equal the sum of what it accumulated (its gradients, or
 // with momentum correction its velocities u = m u + g, masked where sent).
-void RunIwpRing(const IwpOptions& io, const std::vector<std::size_t>& tensors) {
+// With decaying_rate the peers accumulate updates, rate(step) * (u or g),
+// with a rate that decays as a cosine schedule does, and apply the mean at
+// rate 1 (fedrt peer's --iwp-accumulate update); else gradients, applied at 0.01.
+void RunIwpRing(const IwpOptions& io, const std::vector<std::size_t>& tensors, bool decaying_rate = false) {
   const int n = 3;
   const std::size_t d = 3000;
   PeerRing ring(n);
@@ -178,13 +181,15 @@ void RunIwpRing(const IwpOptions& io, const std::vector<std::size_t>& tensors) {
     if (!tensors.empty()) REQUIRE(acc.back()->SetTensors(tensors).ok());
   }
   for (uint32_t step = 0; step < 100; ++step) {
+    const float rate = decaying_rate ? 0.05f * 0.5f * (1.0f + std::cos(3.14159265f * static_cast<float>(step) / 100)) + 1e-3f
+                                     : 1.0f;
     auto st = ring.Each(ring.All(), [&](uint32_t r) -> Status {
       std::vector<float> g = Input(r * 1000 + step, d);
       for (std::size_t i = 0; i < d; ++i) {
         velocity[r][i] = io.momentum * velocity[r][i] + g[i];
-        accumulated[r][i] += io.momentum > 0 ? velocity[r][i] : g[i];
+        accumulated[r][i] += double{rate} * (io.momentum > 0 ? velocity[r][i] : g[i]);
       }
-      Status s = acc[r]->Accumulate(g.data());
+      Status s = acc[r]->Accumulate(g.data(), rate);
       if (!s.ok()) return s;
       std::vector<uint32_t> idx;
       std::vector<float> sums;
@@ -197,7 +202,8 @@ void RunIwpRing(const IwpOptions& io, const std::vector<std::size_t>& tensors) {
         sent[r][i] += before[i];
         velocity[r][i] = 0;  // momentum factor masking
       }
-      for (std::size_t j = 0; j < idx.size(); ++j) model[r][idx[j]] -= 0.01f * sums[j] / n;
+      const float apply = decaying_rate ? 1.0f : 0.01f;
+      for (std::size_t j = 0; j < idx.size(); ++j) model[r][idx[j]] -= apply * sums[j] / n;
       return Status::Ok();
     });
     for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
@@ -224,6 +230,14 @@ TEST_CASE("IWP ring with momentum correction and per-tensor thresholds conserves
   io.momentum = 0.9f;
   io.dense_below = 100;
   RunIwpRing(io, {2000, 50, 900, 50});
+}
+
+TEST_CASE("IWP ring accumulating updates under a decaying rate conserves the rate-scaled velocity sum and keeps models identical") {
+  IwpOptions io;
+  io.target_fraction = 1.0f / 16;
+  io.momentum = 0.9f;
+  io.dense_below = 100;
+  RunIwpRing(io, {2000, 50, 900, 50}, /*decaying_rate=*/true);
 }
 
 }  // namespace

@@ -181,6 +181,35 @@ TEST_CASE("fedrt sim gossips on a non-IID partition beside a no-communication ba
   CHECK(svg.find("e-06") == std::string::npos);
 }
 
+TEST_CASE("an IWP ring with an exponential warm-up sends more in its first steps and its peers end on one model") {
+  testing::TempDir dir;
+  const std::string data = TinyData(dir);
+  const std::string common = " --topology ring --peers 3 --data " + data +
+                             " --model mlp:784-32-10 --epochs 1 --batch 8 --schedule cosine --codec iwp:density=0.05";
+  Run plain = RunCli("sim --out " + dir.File("plain") + common + " --peer-arg=--iwp-warmup-steps --peer-arg=0");
+  INFO(plain.output);
+  REQUIRE(plain.exit_code == 0);
+  Run warmed = RunCli("sim --out " + dir.File("warm") + common +
+                      " --peer-arg=--iwp-warmup-steps --peer-arg=3 --peer-arg=--iwp-warmup-density --peer-arg=0.5"
+                      " --peer-arg=--iwp-warmup-shape --peer-arg=exponential");
+  INFO(warmed.output);
+  REQUIRE(warmed.exit_code == 0);
+  const auto a = Lines(dir.File("plain/metrics.jsonl"));
+  const auto b = Lines(dir.File("warm/metrics.jsonl"));
+  REQUIRE(a.size() == 1);
+  REQUIRE(b.size() == 1);
+  // mlp:784-32-10 has 25,450 parameters. Three steps at 50%, 23% and 11%
+  // instead of 5% add about 0.69 of the model to each peer's all-reduce
+  // values, 2 (p - 1) / p of which it sends: at least 0.4 of the model's
+  // 4-byte floats from each of the 3 peers.
+  const double extra = b[0]["total_bytes_sent"].get<double>() - a[0]["total_bytes_sent"].get<double>();
+  MESSAGE("warm-up sent " << extra << " bytes more");
+  CHECK(extra > 3 * 0.4 * 4 * 25450);
+  CHECK(extra < 3 * 1.2 * 4 * 25450);  // a constant warm-up at 50% would add about 1.8 of the model
+  CHECK(b[0]["fp32_bytes"] == a[0]["fp32_bytes"]);
+  CHECK(b[0]["test_accuracy_min"] == b[0]["test_accuracy_max"]);
+}
+
 TEST_CASE("fedrt sim refuses a codec its topology cannot run and a compare folder without metrics") {
   testing::TempDir dir;
   Run ring = RunCli("sim --topology ring --peers 2 --out " + dir.File("x") + " --codec moniqua:bits=1,theta=0.5");

@@ -50,8 +50,9 @@ Status IwpAccumulator::SetTensors(const std::vector<std::size_t>& sizes) {
   return Status::Ok();
 }
 
-Status IwpAccumulator::Accumulate(const float* grad) {
+Status IwpAccumulator::Accumulate(const float* grad, float rate) {
   const std::size_t d = accumulator_.size();
+  if (!(rate >= 0) || !std::isfinite(rate)) return InvalidArgument("iwp: accumulation rate must be finite and >= 0");
   FEDRT_RETURN_IF_ERROR(CheckFinite(grad, d));
   float scale = 1.0f;
   if (options_.clip_norm > 0) {
@@ -64,14 +65,26 @@ Status IwpAccumulator::Accumulate(const float* grad) {
     const float m = options_.momentum;
     for (std::size_t i = 0; i < d; ++i) {
       velocity_[i] = m * velocity_[i] + grad[i] * scale;
-      accumulator_[i] += velocity_[i];
+      accumulator_[i] += rate * velocity_[i];
     }
-  } else if (scale == 1.0f) {
+  } else if (scale == 1.0f && rate == 1.0f) {
     for (std::size_t i = 0; i < d; ++i) accumulator_[i] += grad[i];
   } else {
-    for (std::size_t i = 0; i < d; ++i) accumulator_[i] += grad[i] * scale;
+    // (g * scale) * rate in that order: with rate 1 the same floats as before.
+    for (std::size_t i = 0; i < d; ++i) accumulator_[i] += grad[i] * scale * rate;
   }
   return Status::Ok();
+}
+
+float IwpAccumulator::StepFraction(uint32_t step) const {
+  if (step >= options_.warmup_steps) return options_.target_fraction;
+  if (!options_.warmup_exponential) return options_.warmup_fraction;
+  // Only the step's leader uses it (the others receive its indices), so the
+  // peers agree whatever the platform's pow returns.
+  const double t = static_cast<double>(step) / static_cast<double>(options_.warmup_steps);
+  const double f = static_cast<double>(options_.warmup_fraction) *
+                   std::pow(static_cast<double>(options_.target_fraction) / options_.warmup_fraction, t);
+  return static_cast<float>(f);
 }
 
 void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& context,
@@ -80,7 +93,7 @@ void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& c
   const float eps = options_.eps;
   auto importance = [a, weights, eps](std::size_t i) { return std::fabs(a[i]) / (std::fabs(weights[i]) + eps); };
   indices->clear();
-  const float fraction = context.step < options_.warmup_steps ? options_.warmup_fraction : options_.target_fraction;
+  const float fraction = StepFraction(context.step);
   std::size_t begin = 0;
   for (std::size_t k = 0; k < tensor_sizes_.size(); ++k) {
     const std::size_t n = tensor_sizes_[k];
@@ -119,7 +132,7 @@ void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& c
   }
 }
 
-Status IwpAccumulator::GatherAndZero(const uint32_t* indices, std::size_t count, float* values) {
+Status IwpAccumulator::CheckIndices(const uint32_t* indices, std::size_t count) const {
   const std::size_t d = accumulator_.size();
   for (std::size_t j = 0; j < count; ++j) {
     if (indices[j] >= d) {
@@ -127,6 +140,11 @@ Status IwpAccumulator::GatherAndZero(const uint32_t* indices, std::size_t count,
                         " is outside the tensor of " + std::to_string(d));
     }
   }
+  return Status::Ok();
+}
+
+Status IwpAccumulator::GatherAndZero(const uint32_t* indices, std::size_t count, float* values) {
+  FEDRT_RETURN_IF_ERROR(CheckIndices(indices, count));
   for (std::size_t j = 0; j < count; ++j) {
     values[j] = accumulator_[indices[j]];
     accumulator_[indices[j]] = 0.0f;
@@ -134,6 +152,13 @@ Status IwpAccumulator::GatherAndZero(const uint32_t* indices, std::size_t count,
   if (!velocity_.empty()) {
     for (std::size_t j = 0; j < count; ++j) velocity_[indices[j]] = 0.0f;
   }
+  return Status::Ok();
+}
+
+Status IwpAccumulator::Restore(const uint32_t* indices, std::size_t count, const float* values) {
+  FEDRT_RETURN_IF_ERROR(CheckIndices(indices, count));
+  FEDRT_RETURN_IF_ERROR(CheckFinite(values, count));
+  for (std::size_t j = 0; j < count; ++j) accumulator_[indices[j]] += values[j];
   return Status::Ok();
 }
 

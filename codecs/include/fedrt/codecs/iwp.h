@@ -3,10 +3,13 @@
 // needs so that every node reduces the SAME sparse index set each step.
 //
 // Per step t, on every node, for each tensor:
-//   1. Accumulate(g):     a += g (optionally after clipping g's L2 norm);
+//   1. Accumulate(g, r):  a += r g (optionally after clipping g's L2 norm);
 //      with momentum correction (momentum m > 0, as in deep gradient
 //      compression) the node keeps a velocity u and accumulates it instead:
-//      u = m u + g;  a += u;
+//      u = m u + g;  a += r u. The rate r (1 by default) lets a trainer
+//      accumulate updates (r = the step's learning rate) instead of
+//      gradients, so a value held for many steps is applied at the rate it
+//      was computed with, not at a later, decayed one;
 //   2. the leader of step t, IwpLeader(seed, t, nodes), which every node
 //      computes alike (Philox purpose 4), runs SelectIndices(w): the indices
 //      whose importance |a_i| / (|w_i| + eps) reaches a threshold estimated
@@ -22,7 +25,8 @@
 //      is in the accumulated values).
 // Nothing is lost: after any number of steps, the sum of everything a node
 // gathered plus its accumulator equals the sum of its (clipped) gradients,
-// or with momentum correction the sum of its velocities u.
+// or with momentum correction the sum of its velocities u, each times the
+// rate it was accumulated with.
 //
 // Tensors: SetTensors() splits the flat vector into a model's tensors; the
 // threshold is then estimated and applied per tensor (a tensor's kept share is
@@ -52,6 +56,10 @@ struct IwpOptions {
   std::size_t sample_size = 4096;     // coordinates sampled (with replacement) for the threshold
   uint32_t warmup_steps = 0;          // steps t < warmup_steps keep warmup_fraction instead
   float warmup_fraction = 1.0f;       // 1 = dense warm-up
+  // Exponential warm-up (deep gradient compression's): step t < warmup_steps
+  // keeps warmup_fraction * (target_fraction / warmup_fraction)^(t / warmup_steps),
+  // falling geometrically from warmup_fraction to target_fraction.
+  bool warmup_exponential = false;
   float clip_norm = 0;                // > 0: gradients are scaled to L2 norm <= clip_norm first
   float momentum = 0;                 // > 0: momentum correction with factor masking, in [0, 1)
   std::size_t dense_below = 0;        // tensors (SetTensors) smaller than this are kept whole
@@ -83,15 +91,18 @@ class IwpAccumulator {
   // vector is one tensor.
   Status SetTensors(const std::vector<std::size_t>& sizes);
 
-  // a += g (momentum correction: u = m u + g, a += u), after scaling g to
-  // norm clip_norm when clipping is on and ||g|| > clip_norm.
-  // kInvalidArgument (naming the coordinate) on NaN/Inf.
-  Status Accumulate(const float* grad);
+  // a += rate * g (momentum correction: u = m u + g, a += rate * u), after
+  // scaling g to norm clip_norm when clipping is on and ||g|| > clip_norm.
+  // rate = 1 gives exactly a += g. kInvalidArgument (naming the coordinate)
+  // on NaN/Inf in grad, or for a rate that is not finite and >= 0 (a rate
+  // of 0, a schedule's end, adds nothing but still advances the velocity).
+  Status Accumulate(const float* grad, float rate = 1.0f);
 
   // The leader's index set, sorted: per tensor, every i with importance >=
   // tau and > 0, where tau is the ceil(m f)-th largest importance among m
   // sampled coordinates of that tensor (f = target or warm-up fraction; f >= 1
-  // or a tensor below dense_below keeps every coordinate). `weights` are the
+  // or a tensor below dense_below keeps every coordinate; StepFraction gives
+  // f). `weights` are the
   // current parameters (d floats). The sample of tensor k comes from the
   // stream with tensor_id = context.tensor_id + k.
   void SelectIndices(const float* weights, const IwpStepContext& context, std::vector<uint32_t>* indices);
@@ -101,6 +112,16 @@ class IwpAccumulator {
   // changed then).
   Status GatherAndZero(const uint32_t* indices, std::size_t count, float* values);
 
+  // The share of coordinates SelectIndices keeps at `step` (warm-up or target).
+  float StepFraction(uint32_t step) const;
+
+  // Hands back values a failed all-reduce gathered: a[indices[j]] +=
+  // values[j], nothing else changes (the velocity stays masked, so the sum
+  // of what was sent plus the accumulator still equals the sum of what was
+  // accumulated). kOutOfRange if an index is >= d, kInvalidArgument on a
+  // NaN/Inf value (nothing is changed then).
+  Status Restore(const uint32_t* indices, std::size_t count, const float* values);
+
   const float* accumulator() const { return accumulator_.data(); }
   // The velocity u (size() floats; empty without momentum correction).
   const float* velocity() const { return velocity_.data(); }
@@ -108,6 +129,8 @@ class IwpAccumulator {
   const IwpOptions& options() const { return options_; }
 
  private:
+  Status CheckIndices(const uint32_t* indices, std::size_t count) const;
+
   IwpOptions options_;
   std::vector<float> accumulator_;
   std::vector<float> velocity_;

@@ -45,7 +45,8 @@ struct PeerMode {
 };
 
 // Ring: fp32 (dense), fp16 (every hop fp16), iwp or iwp:density=F.
-// Gossip: fp32, or any codec spec (moniqua:bits=1[,theta=T]).
+// Gossip: fp32, any codec spec (moniqua:bits=1[,theta=T]), or a replica
+// spec choco[:gamma=G]+CODEC (peer::ParseChocoSpec).
 // Either: local (the no-communication baseline: every peer trains alone
 // with gossip's plain SGD step and sends nothing).
 Result<PeerMode> ModeFor(const SimFlags& flags, const std::string& codec) {

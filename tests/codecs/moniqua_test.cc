@@ -235,7 +235,7 @@ TEST_CASE("1-bit moniqua with dither recovers without bias where nearest roundin
 
 // Recovery is exact (within delta B) while |x - y| < B/4 (= theta at 1 bit);
 // a neighbour more than B/2 + delta B away always wraps by B.
-TEST_CASE("1-bit moniqua with dither wraps by B beyond its bound and is counted") {
+TEST_CASE("1-bit moniqua with dither wraps by B beyond its bound") {
   auto codec = Make("moniqua:theta=0.25,round=dither");
   const MoniquaParameters p = *GetMoniquaParameters(*codec);
   const float b = p.modulus, db = p.delta * p.modulus;

@@ -569,7 +569,8 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--reduce", flags->reduce,
                 "Gradient all-reduce (dense fp32, fp16 hops, IWP-sparse), gossip D-PSGD, or local (no communication)")
       ->capture_default_str()->check(CLI::IsMember({"dense", "fp16", "iwp", "gossip", "local"}));
-  p->add_option("--codec", flags->codec, "Gossip: codec of the models sent (empty: fp32), e.g. moniqua:bits=1,theta=0.5");
+  p->add_option("--codec", flags->codec, "Gossip: codec of the models sent (empty: fp32), e.g. moniqua:bits=1,theta=0.5, or replica gossip "
+                 "choco[:gamma=G]+CODEC, e.g. choco:gamma=0.75+sign:b=512");
   p->add_option("--moniqua-theta-per-lr", flags->moniqua_theta_per_lr,
                  "Gossip: theta of a moniqua codec that names none, as a multiple of --lr")
       ->capture_default_str()->check(CLI::PositiveNumber);

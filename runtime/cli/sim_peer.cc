@@ -29,6 +29,7 @@
 #include "cli/peer_launch.h"
 #include "cli/sim_report.h"
 #include "fedrt/codecs/codec.h"
+#include "fedrt/runtime/peer.h"
 
 namespace fedrt::cli {
 namespace {
@@ -44,7 +45,8 @@ struct PeerMode {
 };
 
 // Ring: fp32 (dense), fp16 (every hop fp16), iwp or iwp:density=F.
-// Gossip: fp32, or any codec spec (moniqua:bits=1[,theta=T]).
+// Gossip: fp32, any codec spec (moniqua:bits=1[,theta=T]), or a replica
+// spec choco[:gamma=G]+CODEC (peer::ParseChocoSpec).
 // Either: local (the no-communication baseline: every peer trains alone
 // with gossip's plain SGD step and sends nothing).
 Result<PeerMode> ModeFor(const SimFlags& flags, const std::string& codec) {
@@ -77,8 +79,14 @@ Result<PeerMode> ModeFor(const SimFlags& flags, const std::string& codec) {
     // A moniqua spec without theta is valid: the peers derive theta from the
     // learning rate (fedrt peer --moniqua-theta-per-lr).
     const bool derived_theta = codec.rfind("moniqua", 0) == 0 && codec.find("theta=") == std::string::npos;
+    std::string inner = codec;
+    if (peer::IsChocoSpec(codec)) {  // replica gossip: choco[:gamma=G]+CODEC
+      auto choco = peer::ParseChocoSpec(codec);
+      if (!choco.ok()) return choco.status();
+      inner = choco->codec;
+    }
     Result<std::unique_ptr<Codec>> made =
-        MakeCodec(derived_theta ? codec + (codec.find(':') == std::string::npos ? ":" : ",") + "theta=1" : codec);
+        MakeCodec(derived_theta ? codec + (codec.find(':') == std::string::npos ? ":" : ",") + "theta=1" : inner);
     if (!made.ok()) return made.status();
     mode.args.push_back("--codec");
     mode.args.push_back(codec);

@@ -15,6 +15,7 @@
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/moniqua.h"
 #include "fedrt/codecs/payload.h"
+#include "fedrt/codecs/philox.h"
 #include "fedrt/platform/cpu.h"
 #include "moniqua/moniqua_kernels.h"
 
@@ -54,6 +55,25 @@ TEST_CASE("moniqua parameters follow the specification") {
   CHECK(MakeCodec("moniqua:theta=1,bits=9").status().code() == StatusCode::kInvalidArgument);
   CHECK(MakeCodec("moniqua:theta=1,bits=1,round=stochastic").status().code() == StatusCode::kInvalidArgument);
   CHECK(GetMoniquaParameters(*Make("topk")).status().code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("moniqua with dither keeps the nearest bound and takes a consensus step size") {
+  auto codec = Make("moniqua:theta=0.5,round=dither");
+  CHECK(codec->spec() == "moniqua:bits=1,theta=0.5,round=dither,ef=off,ec=pack");
+  auto p = GetMoniquaParameters(*codec);
+  REQUIRE(p.ok());
+  CHECK(p->dither);
+  CHECK_FALSE(p->stochastic);
+  CHECK(p->delta == 0.25f);
+  CHECK(p->modulus == 2.0f);
+  CHECK(p->gamma == 1.0f);
+  auto g = Make("moniqua:theta=0.5,round=dither,bits=3,gamma=0.25");
+  CHECK(g->spec() == "moniqua:bits=3,theta=0.5,round=dither,gamma=0.25,ef=off,ec=pack");
+  CHECK(GetMoniquaParameters(*g)->gamma == 0.25f);
+  CHECK(GetMoniquaParameters(*Make(g->spec()))->gamma == 0.25f);
+  CHECK(MakeCodec("moniqua:theta=1,gamma=0").status().code() == StatusCode::kInvalidArgument);
+  CHECK(MakeCodec("moniqua:theta=1,gamma=1.5").status().code() == StatusCode::kInvalidArgument);
+  CHECK(MakeCodec("moniqua:theta=1,round=dithered").status().code() == StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("moniqua sends exactly b bits per coordinate and no scale") {
@@ -106,6 +126,7 @@ TEST_CASE("recovery error is at most delta times B whenever neighbours are withi
   for (int bits = 1; bits <= 8; ++bits) {
     for (float theta : {0.01f, 1.0f}) {
       CheckRecoveryBound("moniqua:theta=" + std::to_string(theta) + ",bits=" + std::to_string(bits), 3.0f);
+      CheckRecoveryBound("moniqua:round=dither,theta=" + std::to_string(theta) + ",bits=" + std::to_string(bits), 3.0f);
       if (bits >= 2) {
         CheckRecoveryBound("moniqua:round=stochastic,theta=" + std::to_string(theta) + ",bits=" + std::to_string(bits),
                            3.0f);
@@ -156,6 +177,97 @@ TEST_CASE("just outside the bound the coordinate wraps by B as predicted and is 
   }
 }
 
+// Subtractive dither: the recovery error x' - x is uniform on [-delta B,
+// delta B] whatever x is, so over many rounds (fresh dither each) it averages
+// to zero, where nearest rounding keeps one fixed error per x. Tolerance: the
+// mean of N uniform errors has standard deviation delta B / sqrt(3 N); 5 of
+// them is the bound.
+TEST_CASE("1-bit moniqua with dither recovers without bias where nearest rounding is biased") {
+  auto dither = Make("moniqua:theta=0.25,round=dither");
+  auto nearest = Make("moniqua:theta=0.25");
+  const MoniquaParameters p = *GetMoniquaParameters(*dither);
+  const float db = p.delta * p.modulus;  // 0.25 = theta at 1 bit
+  // Fractions of B from the grid point to the cell edge, and neighbours up to theta away.
+  const std::vector<float> x = {0.0f, 0.1f, 0.2f, 0.24f, 0.26f, 0.37f, -0.44f, 3.3f, -7.77f};
+  std::vector<float> y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] + (i % 2 == 0 ? 0.9f : -0.6f) * p.theta;
+  const int rounds = 4000;
+  std::vector<double> sum_dither(x.size(), 0), sum_nearest(x.size(), 0);
+  std::vector<float> out(x.size());
+  for (int r = 0; r < rounds; ++r) {
+    for (auto* c : {dither.get(), nearest.get()}) {
+      const auto payload = EncodeOk(*c, x, Context(static_cast<uint32_t>(r), static_cast<uint32_t>(r % 5)));
+      std::size_t near = 0;
+      REQUIRE(MoniquaDecode(*c, payload.data(), payload.size(), Context(static_cast<uint32_t>(r), static_cast<uint32_t>(r % 5)),
+                            y.data(), out.data(), x.size(), -1.0f, &near)
+                  .ok());
+      auto& sum = c == dither.get() ? sum_dither : sum_nearest;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        REQUIRE(std::fabs(out[i] - x[i]) <= db * 1.0001f);  // inside the bound: never wraps
+        sum[i] += double{out[i]} - x[i];
+      }
+    }
+  }
+  const double tolerance = 5 * db / std::sqrt(3.0 * rounds);
+  int biased_nearest = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    INFO("x " << x[i]);
+    CHECK(std::fabs(sum_dither[i] / rounds) < tolerance);
+    biased_nearest += std::fabs(sum_nearest[i] / rounds) > tolerance ? 1 : 0;
+  }
+  CHECK(biased_nearest >= 6);  // nearest rounding's error is a fixed function of x
+  // The error's spread is that of a uniform on [-delta B, delta B]: variance (delta B)^2 / 3.
+  std::vector<float> many(20000), self(20000);
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> ux(-5, 5);
+  for (auto& v : many) v = ux(rng);
+  const auto payload = EncodeOk(*dither, many);
+  REQUIRE(dither->Decode(payload.data(), payload.size(), Context(), self.data(), many.size(), many.data()).ok());
+  double mean = 0, square = 0;
+  for (std::size_t i = 0; i < many.size(); ++i) {
+    const double e = double{self[i]} - many[i];
+    mean += e / static_cast<double>(many.size());
+    square += e * e / static_cast<double>(many.size());
+  }
+  CHECK(std::fabs(mean) < 5 * db / std::sqrt(3.0 * static_cast<double>(many.size())));
+  CHECK(square == doctest::Approx(db * db / 3).epsilon(0.05));
+}
+
+// Recovery is exact (within delta B) while |x - y| < B/4 (= theta at 1 bit);
+// a neighbour more than B/2 + delta B away always wraps by B.
+TEST_CASE("1-bit moniqua with dither wraps by B beyond its bound") {
+  auto codec = Make("moniqua:theta=0.25,round=dither");
+  const MoniquaParameters p = *GetMoniquaParameters(*codec);
+  const float b = p.modulus, db = p.delta * p.modulus;
+  const std::size_t d = 3000;
+  std::mt19937 rng(16);
+  std::uniform_real_distribution<float> ux(-2, 2);
+  std::vector<float> x(d), y(d), out(d);
+  std::size_t outside = 0;
+  for (std::size_t i = 0; i < d; ++i) {
+    x[i] = ux(rng);
+    const float diff = i % 3 == 0 ? (i % 2 == 0 ? 1.0f : -1.0f) * (0.5f * b + 1.1f * db) : 0.99f * p.theta;
+    outside += i % 3 == 0;
+    y[i] = x[i] - diff;
+  }
+  const auto payload = EncodeOk(*codec, x);
+  // At 1 bit an in-bound difference can itself reach B/2, so the near-wrap
+  // count cannot tell wrapped coordinates apart; the values can.
+  REQUIRE(codec->Decode(payload.data(), payload.size(), Context(), out.data(), d, y.data()).ok());
+  std::size_t wrapped = 0;
+  for (std::size_t i = 0; i < d; ++i) {
+    const float slack = 4 * (Ulp(x[i]) + Ulp(y[i]) + Ulp(b));
+    if (i % 3 == 0) {
+      const float predicted = x[i] - (x[i] - y[i] > 0 ? b : -b);
+      REQUIRE(std::fabs(out[i] - predicted) <= db + slack);
+      ++wrapped;
+    } else {
+      REQUIRE(std::fabs(out[i] - x[i]) <= db + slack);
+    }
+  }
+  CHECK(wrapped == outside);
+}
+
 TEST_CASE("every moniqua kernel variant matches the scalar reference") {
   const std::vector<std::size_t> sizes = {0, 1, 7, 8, 9, 31, 32, 33, 1007, 65539};
   std::mt19937 rng(8);
@@ -193,6 +305,18 @@ TEST_CASE("every moniqua kernel variant matches the scalar reference") {
               CHECK(n1 == n2);
               REQUIRE(std::memcmp(o1.data(), o2.data(), (n + 1) * sizeof(float)) == 0);
             }
+            // Dither: u in [-1/2, 1/2) from the words, as PhiloxDither builds it.
+            std::vector<float> u(n);
+            for (std::size_t i = 0; i < n; ++i) u[i] = UniformFromWord(words[i]) - 0.5f;
+            std::vector<uint8_t> s1(n + 1, 0xaa), s2(n + 1, 0xaa);
+            ref.quantize_dither(x, n, modulus, bits, u.data(), s1.data());
+            k.quantize_dither(x, n, modulus, bits, u.data(), s2.data());
+            REQUIRE(s1 == s2);
+            std::vector<float> o1(n + 1, 5.0f), o2(n + 1, 5.0f);
+            const std::size_t n1 = ref.recover_dither(s1.data(), n, modulus, bits, u.data(), y, 0.4f * modulus, o1.data());
+            const std::size_t n2 = k.recover_dither(s1.data(), n, modulus, bits, u.data(), y, 0.4f * modulus, o2.data());
+            CHECK(n1 == n2);
+            REQUIRE(std::memcmp(o1.data(), o2.data(), (n + 1) * sizeof(float)) == 0);
           }
         }
       }

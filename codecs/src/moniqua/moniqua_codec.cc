@@ -30,13 +30,16 @@ namespace fedrt {
 
 const MoniquaKernels& MoniquaKernelsFor(Isa requested) {
   const Isa isa = Avx2ForAvx512(requested);  // no AVX-512 variants: AVX2
-  static const MoniquaKernels kScalar = {&scalar::MoniquaQuantize, &scalar::MoniquaRecover};
+  static const MoniquaKernels kScalar = {&scalar::MoniquaQuantize, &scalar::MoniquaRecover,
+                                         &scalar::MoniquaQuantizeDither, &scalar::MoniquaRecoverDither};
 #if FEDRT_HAVE_AVX2_KERNELS
-  static const MoniquaKernels kAvx2 = {&avx2::MoniquaQuantize, &avx2::MoniquaRecover};
+  static const MoniquaKernels kAvx2 = {&avx2::MoniquaQuantize, &avx2::MoniquaRecover, &avx2::MoniquaQuantizeDither,
+                                       &avx2::MoniquaRecoverDither};
   if (isa == Isa::kAvx2) return kAvx2;
 #endif
 #if FEDRT_HAVE_NEON_KERNELS
-  static const MoniquaKernels kNeon = {&neon::MoniquaQuantize, &neon::MoniquaRecover};
+  static const MoniquaKernels kNeon = {&neon::MoniquaQuantize, &neon::MoniquaRecover, &neon::MoniquaQuantizeDither,
+                                       &neon::MoniquaRecoverDither};
   if (isa == Isa::kNeon) return kNeon;
 #endif
   (void)isa;
@@ -62,7 +65,9 @@ class MoniquaCodec final : public Codec {
  public:
   MoniquaCodec(const MoniquaParameters& p, CommonOptions common) : p_(p), common_(common) {
     spec_ = "moniqua:bits=" + std::to_string(p.bits) + ",theta=" + FormatFloat(p.theta) +
-            ",round=" + (p.stochastic ? "stochastic" : "nearest") + "," + CommonOptionsSuffix(common, true);
+            ",round=" + (p.stochastic ? "stochastic" : p.dither ? "dither" : "nearest") +
+            (p.gamma != 1.0f ? ",gamma=" + FormatFloat(p.gamma) : std::string()) + "," +
+            CommonOptionsSuffix(common, true);
   }
 
   CodecId id() const override { return CodecId::kMoniqua; }
@@ -83,6 +88,7 @@ class MoniquaCodec final : public Codec {
     FEDRT_RETURN_IF_ERROR(CheckFinite(input, d));
     const MoniquaKernels& kernels = MoniquaKernelsFor(ActiveIsa());
     RandomStream stream = StreamFor(context, RandomPurpose::kStochasticRounding);
+    const RandomStream dither = StreamFor(context, RandomPurpose::kDither);
     uint8_t* body = out + BodyOffset(spec_);
     const std::size_t bound = MaxSymbolStreamSize(d, Alphabet(), common_.coding);
     uint16_t flags = 0;
@@ -92,8 +98,7 @@ class MoniquaCodec final : public Codec {
       uint8_t* symbols = body + bound;  // working space after the stream's room
       for (std::size_t at = 0; at < d; at += kChunk) {
         const std::size_t n = d - at < kChunk ? d - at : kChunk;
-        if (p_.stochastic) PhiloxWords(stream, at, n, words);
-        kernels.quantize(input + at, n, p_.modulus, p_.bits, p_.stochastic ? words : nullptr, symbols + at);
+        Quantize(kernels, stream, dither, input + at, at, n, words, symbols + at);
       }
       auto size = EncodeSymbols(symbols, d, Alphabet(), common_.coding, body, bound, &flags);
       FEDRT_RETURN_IF_ERROR(size.status());
@@ -103,8 +108,7 @@ class MoniquaCodec final : public Codec {
       std::size_t at = 0;
       do {
         const std::size_t n = d - at < kChunk ? d - at : kChunk;
-        if (p_.stochastic) PhiloxWords(stream, at, n, words);
-        kernels.quantize(input + at, n, p_.modulus, p_.bits, p_.stochastic ? words : nullptr, symbols);
+        Quantize(kernels, stream, dither, input + at, at, n, words, symbols);
         auto size = EncodeSymbols(symbols, n, Alphabet(), common_.coding, body + body_size, bound - body_size,
                                   &flags);
         FEDRT_RETURN_IF_ERROR(size.status());
@@ -150,6 +154,28 @@ class MoniquaCodec final : public Codec {
  private:
   uint32_t Alphabet() const { return 1u << p_.bits; }
 
+  // Coordinates [at, at + n) of the input at `x`; `words` is room for kChunk words.
+  void Quantize(const MoniquaKernels& kernels, const RandomStream& stochastic, const RandomStream& dither,
+                const float* x, std::size_t at, std::size_t n, uint32_t* words, uint8_t* symbols) const {
+    if (p_.dither) {
+      float u[kChunk];
+      PhiloxDither(dither, at, n, u);
+      kernels.quantize_dither(x, n, p_.modulus, p_.bits, u, symbols);
+      return;
+    }
+    if (p_.stochastic) PhiloxWords(stochastic, at, n, words);
+    kernels.quantize(x, n, p_.modulus, p_.bits, p_.stochastic ? words : nullptr, symbols);
+  }
+
+  // Recovery of coordinates [at, at + n) with the dither of the sender's stream.
+  std::size_t RecoverChunk(const MoniquaKernels& kernels, const RandomStream& dither, const uint8_t* symbols,
+                           std::size_t at, std::size_t n, const float* y, float near_limit, float* out) const {
+    if (!p_.dither) return kernels.recover(symbols, n, p_.modulus, p_.bits, y, near_limit, out);
+    float u[kChunk];
+    PhiloxDither(dither, at, n, u);
+    return kernels.recover_dither(symbols, n, p_.modulus, p_.bits, u, y, near_limit, out);
+  }
+
   MoniquaParameters p_;
   CommonOptions common_;
   std::string spec_;
@@ -171,6 +197,7 @@ Status MoniquaCodec::Recover(const uint8_t* payload, std::size_t size, const Cod
                                                                    : flags != 0;
   if (!flags_match) return Corrupt("moniqua: symbol coding flags do not match the codec's ec");
   const MoniquaKernels& kernels = MoniquaKernelsFor(ActiveIsa());
+  const RandomStream dither = StreamFor(context, RandomPurpose::kDither);
   float values[kChunk];
   *near = 0;
   if ((flags & kFlagSymbolsRans) != 0) {
@@ -179,7 +206,7 @@ Status MoniquaCodec::Recover(const uint8_t* payload, std::size_t size, const Cod
     for (std::size_t at = 0; at < d; at += kChunk) {
       const std::size_t n = d - at < kChunk ? d - at : kChunk;
       float* dst = out != nullptr ? out + at : values;
-      *near += kernels.recover(symbols.data() + at, n, p_.modulus, p_.bits, side_info + at, near_limit, dst);
+      *near += RecoverChunk(kernels, dither, symbols.data() + at, at, n, side_info + at, near_limit, dst);
       sink(at, dst, n);
     }
     return Status::Ok();
@@ -210,7 +237,7 @@ Status MoniquaCodec::Recover(const uint8_t* payload, std::size_t size, const Cod
     FEDRT_RETURN_IF_ERROR(DecodeSymbols(chunk, at == last ? view->body_size - at / kChunk * per_chunk : per_chunk,
                                         n, Alphabet(), flags, symbols));
     float* dst = out != nullptr ? out + at : values;
-    *near += kernels.recover(symbols, n, p_.modulus, p_.bits, side_info + at, near_limit, dst);
+    *near += RecoverChunk(kernels, dither, symbols, at, n, side_info + at, near_limit, dst);
     sink(at, dst, n);
   }
   return Status::Ok();
@@ -250,7 +277,7 @@ void MoniquaMixStep(float* model, const float* own_recovered, const MoniquaNeigh
 }
 
 Result<std::unique_ptr<Codec>> MakeMoniquaCodec(const CodecSpec& spec) {
-  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"bits", "theta", "round", "ef", "ec"}));
+  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"bits", "theta", "round", "gamma", "ef", "ec"}));
   MoniquaParameters p;
   auto bits = spec.GetInt("bits", 1, 1, 8);
   FEDRT_RETURN_IF_ERROR(bits.status());
@@ -259,9 +286,13 @@ Result<std::unique_ptr<Codec>> MakeMoniquaCodec(const CodecSpec& spec) {
   auto theta = spec.GetDouble("theta", 0, 1e-30, 1e30);
   FEDRT_RETURN_IF_ERROR(theta.status());
   p.theta = static_cast<float>(*theta);
-  auto round = spec.GetChoice("round", "nearest", {"nearest", "stochastic"});
+  auto round = spec.GetChoice("round", "nearest", {"nearest", "stochastic", "dither"});
   FEDRT_RETURN_IF_ERROR(round.status());
   p.stochastic = *round == "stochastic";
+  p.dither = *round == "dither";
+  auto gamma = spec.GetDouble("gamma", 1.0, 1e-6, 1.0);
+  FEDRT_RETURN_IF_ERROR(gamma.status());
+  p.gamma = static_cast<float>(*gamma);
   if (p.stochastic && p.bits < 2) return InvalidArgument("moniqua: round=stochastic needs bits >= 2");
   p.delta = p.stochastic ? std::ldexp(1.0f, -p.bits) : std::ldexp(1.0f, -(p.bits + 1));
   p.modulus = 2.0f * p.theta / (1.0f - 2.0f * p.delta);

@@ -10,6 +10,9 @@
 // Recover, with side information y:
 //   q = symbol * 2^-b;  a = B * q - y;  m = a - B * round_half_even(a / B)
 //   out = m + y;  near += !(|m| < near_limit)     (NaN counts as near)
+// Dither (subtractive, shared randomness; u = dither[i] in [-1/2, 1/2)):
+//   quantize: t, z as above;  s = round_half_even(z * 2^b + u);  symbol = s mod 2^b
+//   recover:  q = (symbol - u) * 2^-b, then a, m, out and near as above
 // Identical results on every variant (IEEE division and rounding; no FMA).
 // ARMv7 NEON has no vector division and flushes denormals, so its variant is
 // the scalar code; AArch64 NEON is vectorised.
@@ -31,13 +34,22 @@ struct MoniquaKernels {
   // Returns the number of coordinates with |m| >= near_limit or m NaN.
   std::size_t (*recover)(const uint8_t* symbols, std::size_t n, float modulus, int bits, const float* y,
                          float near_limit, float* out);
+  // round=dither: the dither values u[0..n) instead of words.
+  void (*quantize_dither)(const float* x, std::size_t n, float modulus, int bits, const float* dither,
+                          uint8_t* symbols);
+  std::size_t (*recover_dither)(const uint8_t* symbols, std::size_t n, float modulus, int bits, const float* dither,
+                                const float* y, float near_limit, float* out);
 };
 
 #define FEDRT_MONIQUA_KERNEL_DECLS                                                                 \
   void MoniquaQuantize(const float* x, std::size_t n, float modulus, int bits, const uint32_t* words, \
                        uint8_t* symbols);                                                          \
   std::size_t MoniquaRecover(const uint8_t* symbols, std::size_t n, float modulus, int bits,       \
-                             const float* y, float near_limit, float* out);
+                             const float* y, float near_limit, float* out);                \
+  void MoniquaQuantizeDither(const float* x, std::size_t n, float modulus, int bits, const float* dither, \
+                             uint8_t* symbols);                                                    \
+  std::size_t MoniquaRecoverDither(const uint8_t* symbols, std::size_t n, float modulus, int bits, \
+                                   const float* dither, const float* y, float near_limit, float* out);
 
 namespace scalar {
 FEDRT_MONIQUA_KERNEL_DECLS

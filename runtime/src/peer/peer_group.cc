@@ -436,6 +436,14 @@ class TcpPeerGroup : public PeerGroup {
   std::vector<std::vector<float>> recovered_;
   std::vector<std::vector<uint8_t>> received_;
   std::vector<MoniquaNeighbour> mix_;
+  // Replica gossip (ChocoSpec): gamma (0: not in use), x^_i, the neighbours'
+  // x^_j (one per gossip edge, in edge order), x_i - x^_i, and the members
+  // the copies belong to.
+  float choco_gamma_ = 0;
+  std::vector<float> choco_public_;
+  std::vector<std::vector<float>> choco_replicas_;
+  std::vector<float> choco_diff_;
+  std::vector<uint32_t> choco_members_;
 };
 
 Status TcpPeerGroup::Dial(uint32_t to, uint32_t generation, Clock::time_point deadline,
@@ -1351,14 +1359,33 @@ Status TcpPeerGroup::GossipStep(float* model, const float* grad, std::size_t d, 
   if (codec_spec != gossip_spec_ || (gossip_codec_ == nullptr && !codec_spec.empty())) {
     gossip_codec_.reset();
     gossip_spec_ = codec_spec;
+    choco_gamma_ = 0;
+    choco_public_.clear();
     if (!codec_spec.empty()) {
-      auto made = MakeCodec(codec_spec);
+      std::string inner = codec_spec;
+      if (IsChocoSpec(codec_spec)) {
+        auto choco = ParseChocoSpec(codec_spec);
+        if (!choco.ok()) return choco.status();
+        choco_gamma_ = choco->gamma;
+        inner = choco->codec;
+      }
+      auto made = MakeCodec(inner);
       if (!made.ok()) return made.status();
+      if (choco_gamma_ > 0 && (*made)->needs_side_info()) {
+        return InvalidArgument("'" + codec_spec + "': replica gossip needs a codec that decodes without side information");
+      }
       gossip_codec_ = std::move(*made);
     }
   }
   Codec* codec = gossip_codec_.get();
-  const bool moniqua = codec != nullptr && GetMoniquaParameters(*codec).ok();
+  const bool choco = choco_gamma_ > 0;
+  bool moniqua = false;
+  float gamma = 1.0f;  // Moniqua's consensus step size: x_j += gamma sum_i W_ji (x'_i - x'_j)
+  if (codec != nullptr) {
+    auto parameters = GetMoniquaParameters(*codec);
+    moniqua = parameters.ok();
+    if (moniqua) gamma = parameters->gamma;
+  }
   own_recovered_.resize(d);
   CodecContext context;
   context.round = static_cast<uint32_t>(step);
@@ -1366,10 +1393,24 @@ Status TcpPeerGroup::GossipStep(float* model, const float* grad, std::size_t d, 
   const uint8_t* payload = reinterpret_cast<const uint8_t*>(model);
   std::size_t payload_size = d * sizeof(float);
   std::size_t max_size = payload_size;
+  const float* to_send = model;
+  if (choco) {
+    if (choco_public_.size() != d || choco_members_ != members_) {
+      choco_public_.assign(d, 0.0f);
+      choco_replicas_.clear();
+      choco_members_ = members_;
+    }
+    choco_diff_.resize(d);
+    for (std::size_t k = 0; k < d; ++k) {
+      model[k] = model[k] - lr * grad[k];
+      choco_diff_[k] = model[k] - choco_public_[k];
+    }
+    to_send = choco_diff_.data();
+  }
   if (codec != nullptr) {
     max_size = codec->MaxEncodedSize(d);
     if (encoded_.size() < max_size) encoded_.resize(max_size);
-    auto size = codec->Encode(model, d, context, encoded_.data(), encoded_.size());
+    auto size = codec->Encode(to_send, d, context, encoded_.data(), encoded_.size());
     if (!size.ok()) return size.status();
     payload = encoded_.data();
     payload_size = *size;
@@ -1412,6 +1453,7 @@ Status TcpPeerGroup::GossipStep(float* model, const float* grad, std::size_t d, 
     recovered_.resize(edges.size());
   }
   mix_.clear();
+  std::vector<bool> got(edges.size(), false);
   for (std::size_t i = 0; i < edges.size(); ++i) {
     const uint32_t from = edges[i].rank;
     uint64_t sender_step = step;
@@ -1439,9 +1481,28 @@ Status TcpPeerGroup::GossipStep(float* model, const float* grad, std::size_t d, 
       }
       if (!s.ok()) return Fail(static_cast<int>(from), Named(from, s));
     }
-    mix_.push_back({recovered_[i].data(), edges[i].weight});
+    mix_.push_back({recovered_[i].data(), gamma * edges[i].weight});
+    got[i] = true;
   }
-  MoniquaMixStep(model, own_recovered_.data(), mix_.data(), mix_.size(), lr, grad, d);
+  if (choco) {
+    // Every copy of x^_j is the same sum of the same decoded q_j, bit for
+    // bit, so the mixing keeps the mean up to one step's rounding. A
+    // neighbour that left keeps its last copy (it no longer changes).
+    choco_replicas_.resize(edges.size(), std::vector<float>(d, 0.0f));
+    for (std::size_t k = 0; k < d; ++k) choco_public_[k] = choco_public_[k] + own_recovered_[k];
+    mix_.clear();
+    for (std::size_t i = 0; i < edges.size(); ++i) {
+      if (got[i]) {
+        std::vector<float>& replica = choco_replicas_[i];
+        for (std::size_t k = 0; k < d; ++k) replica[k] = replica[k] + recovered_[i][k];
+      }
+      mix_.push_back({choco_replicas_[i].data(), choco_gamma_ * edges[i].weight});
+    }
+    // x_i = x_i + sum_j gamma W_ij (x^_j - x^_i): the mixing step without a gradient (taken before).
+    MoniquaMixStep(model, choco_public_.data(), mix_.data(), mix_.size(), 0.0f, own_recovered_.data(), d);
+  } else {
+    MoniquaMixStep(model, own_recovered_.data(), mix_.data(), mix_.size(), lr, grad, d);
+  }
   total_bytes_sent_ += stats->bytes_sent;
   return Status::Ok();
 }

@@ -28,6 +28,8 @@ struct MoniquaParameters {
   int bits = 1;             // b, 1..8
   float theta = 0;          // bound on |x_i - x_j| between neighbours
   bool stochastic = false;  // round=stochastic (needs b >= 2)
+  bool dither = false;      // round=dither: subtractive dither (Philox purpose 1), delta as nearest
+  float gamma = 1.0f;       // consensus step size of the mixing step (the runtime scales W_ji by it)
   float delta = 0.25f;      // worst-case rounding error on the unit circle
   float modulus = 0;        // B = 2 theta / (1 - 2 delta), in float32
 };

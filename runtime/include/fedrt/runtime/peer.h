@@ -84,6 +84,26 @@ std::vector<std::vector<uint32_t>> GraphNeighbours(GossipGraph graph, uint32_t n
 // other weights, 0 elsewhere. Symmetric and doubly stochastic.
 std::vector<double> MetropolisWeights(const std::vector<std::vector<uint32_t>>& neighbours);
 
+// Gossip with replicas (CHOCO-SGD, Koloskova et al. 2019): the gossip codec
+// spec "choco+CODEC" or "choco:gamma=G+CODEC" (G in (0, 1], default 0.5;
+// CODEC any codec that decodes without side information, e.g. sign:b=512).
+// Each peer keeps 1 + (number of neighbours) more model-sized vectors: its
+// public copy x^_i and a copy x^_j of each neighbour's. A step, in float32
+// and this order:
+//   x_i = x_i - lr g_i;  q_i = decode(encode(x_i - x^_i));  send q_i
+//   x^_i = x^_i + q_i;  x^_j = x^_j + q_j for each neighbour j heard
+//   x_i = x_i + sum_j (gamma W_ij) (x^_j - x^_i)       (MoniquaMixStep's order)
+// The compression error stays in x_i - x^_i and is sent later, so 1-bit
+// codecs reach consensus. All copies start at 0 and restart at 0 whenever
+// the group's members change (every survivor does the same).
+struct ChocoSpec {
+  float gamma = 0.5f;
+  std::string codec;  // the inner codec spec
+};
+bool IsChocoSpec(const std::string& spec);
+// kInvalidArgument for a malformed spec (the inner codec is not checked here).
+Result<ChocoSpec> ParseChocoSpec(const std::string& spec);
+
 struct PeerOptions {
   GossipGraph graph = GossipGraph::kRing;
   uint32_t join_timeout_ms = 10000;  // Form(): dial, accept, authenticate

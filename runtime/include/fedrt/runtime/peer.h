@@ -35,9 +35,9 @@
 // Memory: scratch buffers (encoded hops, recovered models), the hop codec and
 // the frame slots (one pool per link) are kept and reused. Raw ring chunks
 // are sent straight from the caller's vector; received reduce-scatter chunks
-// use the event loop's recycled frame storage and all-gather chunks are
-// received straight into the vector, so a steady-state dense all-reduce
-// allocates no frame memory.
+// are added into the vector piece by piece as they arrive (one small buffer
+// per connection) and all-gather chunks are received straight into the
+// vector, so a steady-state dense all-reduce allocates no frame memory.
 //
 // Thread-safety: a PeerGroup is used by one thread (the training loop); its
 // connections run on its own event loop thread.

@@ -58,6 +58,31 @@ TEST_CASE("ring all-reduce of 2 to 8 peers equals the exact sum for awkward size
   }
 }
 
+TEST_CASE("ring all-reduce with the automatic chunk size adds megabyte chunks piece by piece and equals the exact sum") {
+  // 2^20 + 3 floats: chunks of 1 MiB (several receive pieces each) and a
+  // remainder too small to be taken piece by piece, over three collectives.
+  const std::size_t size = (std::size_t{1} << 20) + 3;
+  for (int n = 2; n <= 3; ++n) {
+    PeerRing ring(n, peer::PeerOptions());
+    ring.FormAll();
+    for (int round = 0; round < 3; ++round) {
+      std::vector<std::vector<float>> data(static_cast<std::size_t>(n));
+      std::vector<double> exact(size, 0.0);
+      for (int r = 0; r < n; ++r) {
+        data[static_cast<std::size_t>(r)] = Input(static_cast<uint32_t>(r + 10 * round), size);
+        for (std::size_t i = 0; i < size; ++i) exact[i] += data[static_cast<std::size_t>(r)][i];
+      }
+      auto st = ring.Each(ring.All(), [&](uint32_t r) { return ring.groups[r]->AllReduce(data[r].data(), size); });
+      for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+      INFO("peers ", n, ", round ", round);
+      double worst = 0;
+      for (std::size_t i = 0; i < size; ++i) worst = std::max(worst, std::fabs(data[0][i] - exact[i]));
+      CHECK(worst <= 1e-5);
+      for (int r = 1; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == data[0]);
+    }
+  }
+}
+
 TEST_CASE("ring all-reduce over tls links with peer certificates equals the exact sum") {
   if (!transport::TlsSupported()) return;  // built with FEDRT_WITH_TLS=OFF
   transport::testing::TlsCredentials tls;

@@ -1046,7 +1046,9 @@ Status TcpPeerGroup::AllReduce(float* data, std::size_t n, const std::string& co
   } release_on_return{this, deadline};
   // A chunk (raw or encoded) must fit one frame; codec headers need a little room.
   const std::size_t frame_floats = (connection_options_.limits.MaxChunkBytes() - 4096) / sizeof(float);
-  const std::size_t chunk = std::max<std::size_t>(1, std::min<std::size_t>(options_.chunk_floats, frame_floats));
+  std::size_t want = options_.chunk_floats;
+  if (want == 0) want = std::min<std::size_t>(std::max<std::size_t>((n + p - 1) / p / p, 1u << 18), 1u << 20);
+  const std::size_t chunk = std::max<std::size_t>(1, std::min<std::size_t>(want, frame_floats));
   auto seg_begin = [&](std::size_t s) { return s * n / p; };
   auto seg_size = [&](std::size_t s) { return seg_begin(s + 1) - seg_begin(s); };
   auto chunks_of = [&](std::size_t s) {

@@ -32,6 +32,23 @@ std::vector<float> Input(uint32_t rank, std::size_t n) {
   return v;
 }
 
+// Every peer of `ring` all-reduces its Input(rank + seed, size); the result
+// must be the exact sum (double) within 1e-5 and identical on every peer.
+void CheckRingSum(PeerRing& ring, int n, std::size_t size, uint32_t seed) {
+  std::vector<std::vector<float>> data(static_cast<std::size_t>(n));
+  std::vector<double> exact(size, 0.0);
+  for (int r = 0; r < n; ++r) {
+    data[static_cast<std::size_t>(r)] = Input(static_cast<uint32_t>(r) + seed, size);
+    for (std::size_t i = 0; i < size; ++i) exact[i] += data[static_cast<std::size_t>(r)][i];
+  }
+  auto st = ring.Each(ring.All(), [&](uint32_t r) { return ring.groups[r]->AllReduce(data[r].data(), size); });
+  for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  double worst = 0;
+  for (std::size_t i = 0; i < size; ++i) worst = std::max(worst, std::fabs(data[0][i] - exact[i]));
+  CHECK(worst <= 1e-5);
+  for (int r = 1; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == data[0]);
+}
+
 TEST_CASE("ring all-reduce of 2 to 8 peers equals the exact sum for awkward sizes") {
   const std::size_t sizes[] = {0, 1, 7, 4096 + 3, std::size_t{1} << 20};
   for (int n = 2; n <= 8; ++n) {
@@ -41,19 +58,8 @@ TEST_CASE("ring all-reduce of 2 to 8 peers equals the exact sum for awkward size
     ring.FormAll();
     for (std::size_t size : sizes) {
       if (size == (std::size_t{1} << 20) && n > 4 && n != 8) continue;  // keep the run short
-      std::vector<std::vector<float>> data(static_cast<std::size_t>(n));
-      std::vector<double> exact(size, 0.0);
-      for (int r = 0; r < n; ++r) {
-        data[static_cast<std::size_t>(r)] = Input(static_cast<uint32_t>(r), size);
-        for (std::size_t i = 0; i < size; ++i) exact[i] += data[static_cast<std::size_t>(r)][i];
-      }
-      auto st = ring.Each(ring.All(), [&](uint32_t r) { return ring.groups[r]->AllReduce(data[r].data(), size); });
-      for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
       INFO("peers ", n, ", size ", size);
-      double worst = 0;
-      for (std::size_t i = 0; i < size; ++i) worst = std::max(worst, std::fabs(data[0][i] - exact[i]));
-      CHECK(worst <= 1e-5);
-      for (int r = 1; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == data[0]);
+      CheckRingSum(ring, n, size, 0);
     }
   }
 }
@@ -65,20 +71,9 @@ TEST_CASE("ring all-reduce with the automatic chunk size adds megabyte chunks pi
   for (int n = 2; n <= 3; ++n) {
     PeerRing ring(n, peer::PeerOptions());
     ring.FormAll();
-    for (int round = 0; round < 3; ++round) {
-      std::vector<std::vector<float>> data(static_cast<std::size_t>(n));
-      std::vector<double> exact(size, 0.0);
-      for (int r = 0; r < n; ++r) {
-        data[static_cast<std::size_t>(r)] = Input(static_cast<uint32_t>(r + 10 * round), size);
-        for (std::size_t i = 0; i < size; ++i) exact[i] += data[static_cast<std::size_t>(r)][i];
-      }
-      auto st = ring.Each(ring.All(), [&](uint32_t r) { return ring.groups[r]->AllReduce(data[r].data(), size); });
-      for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+    for (uint32_t round = 0; round < 3; ++round) {
       INFO("peers ", n, ", round ", round);
-      double worst = 0;
-      for (std::size_t i = 0; i < size; ++i) worst = std::max(worst, std::fabs(data[0][i] - exact[i]));
-      CHECK(worst <= 1e-5);
-      for (int r = 1; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == data[0]);
+      CheckRingSum(ring, n, size, 10 * round);
     }
   }
 }

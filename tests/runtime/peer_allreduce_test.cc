@@ -83,14 +83,15 @@ TEST_CASE("ring all-reduce over tls links with peer certificates equals the exac
   transport::testing::TlsCredentials tls;
   REQUIRE_MESSAGE(tls.ok(), tls.status().ToString());
   peer::PeerOptions options;
-  // 128 KiB chunks: the all-gather payloads are placed straight into the vector through the TLS stream.
-  options.chunk_floats = 1u << 15;
+  // Chunks of a whole segment (341 KiB): through the TLS stream the reduce-scatter payloads are added
+  // into the vector in two pieces each and the all-gather payloads placed straight into it.
+  options.chunk_floats = 1u << 17;
   options.tls = tls.ServerConfig();  // every peer presents the 127.0.0.1 certificate
   options.tls.ca_file = tls.files().ca_cert;
   const int n = 3;
   PeerRing ring(n, options);
   ring.FormAll();
-  const std::size_t size = (std::size_t{1} << 17) + 5;
+  const std::size_t size = (std::size_t{1} << 18) + 5;
   std::vector<std::vector<float>> data(n);
   std::vector<double> exact(size, 0.0);
   for (int r = 0; r < n; ++r) {

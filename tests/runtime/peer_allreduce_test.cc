@@ -32,6 +32,23 @@ std::vector<float> Input(uint32_t rank, std::size_t n) {
   return v;
 }
 
+// Every peer of `ring` all-reduces its Input(rank + seed, size); the result
+// must be the exact sum (double) within 1e-5 and identical on every peer.
+void CheckRingSum(PeerRing& ring, int n, std::size_t size, uint32_t seed) {
+  std::vector<std::vector<float>> data(static_cast<std::size_t>(n));
+  std::vector<double> exact(size, 0.0);
+  for (int r = 0; r < n; ++r) {
+    data[static_cast<std::size_t>(r)] = Input(static_cast<uint32_t>(r) + seed, size);
+    for (std::size_t i = 0; i < size; ++i) exact[i] += data[static_cast<std::size_t>(r)][i];
+  }
+  auto st = ring.Each(ring.All(), [&](uint32_t r) { return ring.groups[r]->AllReduce(data[r].data(), size); });
+  for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  double worst = 0;
+  for (std::size_t i = 0; i < size; ++i) worst = std::max(worst, std::fabs(data[0][i] - exact[i]));
+  CHECK(worst <= 1e-5);
+  for (int r = 1; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == data[0]);
+}
+
 TEST_CASE("ring all-reduce of 2 to 8 peers equals the exact sum for awkward sizes") {
   const std::size_t sizes[] = {0, 1, 7, 4096 + 3, std::size_t{1} << 20};
   for (int n = 2; n <= 8; ++n) {
@@ -41,19 +58,22 @@ TEST_CASE("ring all-reduce of 2 to 8 peers equals the exact sum for awkward size
     ring.FormAll();
     for (std::size_t size : sizes) {
       if (size == (std::size_t{1} << 20) && n > 4 && n != 8) continue;  // keep the run short
-      std::vector<std::vector<float>> data(static_cast<std::size_t>(n));
-      std::vector<double> exact(size, 0.0);
-      for (int r = 0; r < n; ++r) {
-        data[static_cast<std::size_t>(r)] = Input(static_cast<uint32_t>(r), size);
-        for (std::size_t i = 0; i < size; ++i) exact[i] += data[static_cast<std::size_t>(r)][i];
-      }
-      auto st = ring.Each(ring.All(), [&](uint32_t r) { return ring.groups[r]->AllReduce(data[r].data(), size); });
-      for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
       INFO("peers ", n, ", size ", size);
-      double worst = 0;
-      for (std::size_t i = 0; i < size; ++i) worst = std::max(worst, std::fabs(data[0][i] - exact[i]));
-      CHECK(worst <= 1e-5);
-      for (int r = 1; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == data[0]);
+      CheckRingSum(ring, n, size, 0);
+    }
+  }
+}
+
+TEST_CASE("ring all-reduce with the automatic chunk size adds megabyte chunks piece by piece and equals the exact sum") {
+  // 2^20 + 3 floats: chunks of 1 MiB (several receive pieces each) and a
+  // remainder too small to be taken piece by piece, over three collectives.
+  const std::size_t size = (std::size_t{1} << 20) + 3;
+  for (int n = 2; n <= 3; ++n) {
+    PeerRing ring(n, peer::PeerOptions());
+    ring.FormAll();
+    for (uint32_t round = 0; round < 3; ++round) {
+      INFO("peers ", n, ", round ", round);
+      CheckRingSum(ring, n, size, 10 * round);
     }
   }
 }
@@ -63,14 +83,15 @@ TEST_CASE("ring all-reduce over tls links with peer certificates equals the exac
   transport::testing::TlsCredentials tls;
   REQUIRE_MESSAGE(tls.ok(), tls.status().ToString());
   peer::PeerOptions options;
-  // 128 KiB chunks: the all-gather payloads are placed straight into the vector through the TLS stream.
-  options.chunk_floats = 1u << 15;
+  // Chunks of a whole segment (341 KiB): through the TLS stream the reduce-scatter payloads are added
+  // into the vector in two pieces each and the all-gather payloads placed straight into it.
+  options.chunk_floats = 1u << 17;
   options.tls = tls.ServerConfig();  // every peer presents the 127.0.0.1 certificate
   options.tls.ca_file = tls.files().ca_cert;
   const int n = 3;
   PeerRing ring(n, options);
   ring.FormAll();
-  const std::size_t size = (std::size_t{1} << 17) + 5;
+  const std::size_t size = (std::size_t{1} << 18) + 5;
   std::vector<std::vector<float>> data(n);
   std::vector<double> exact(size, 0.0);
   for (int r = 0; r < n; ++r) {

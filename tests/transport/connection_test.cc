@@ -421,6 +421,27 @@ TEST_CASE("a closed connection releases the borrowed frames it had queued") {
   ::close(fd);
 }
 
+// A listener on 127.0.0.1 whose connections go to `server`, and a client
+// connected to it.
+struct Connected {
+  std::shared_ptr<TcpListener> listener;
+  std::shared_ptr<FrameQueue> client = std::make_shared<FrameQueue>();
+  std::shared_ptr<Connection> connection;
+};
+
+Connected ConnectTo(EventLoopThread& loop, std::shared_ptr<ConnectionHandler> server) {
+  Connected c;
+  Result<std::shared_ptr<TcpListener>> listener =
+      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, FastOptions(), std::move(server));
+  REQUIRE(listener.ok());
+  c.listener = *listener;
+  Result<std::shared_ptr<Connection>> connection =
+      TcpConnectAndWait(loop.loop(), "127.0.0.1", c.listener->port(), FastOptions(), c.client, kWait);
+  REQUIRE(connection.ok());
+  c.connection = *connection;
+  return c;
+}
+
 // Places the payload of every raw ring chunk of collective 7 into `target`
 // (at the chunk's offset), and records what it was offered and received.
 class PlacingServer : public Recorder {
@@ -458,13 +479,7 @@ TEST_CASE("a handler receives large raw ring chunk payloads straight into its me
   EventLoopThread loop;
   const std::size_t chunk = 200000 + 3;  // the payload ends off the 16-byte grid: padding follows it
   auto server = std::make_shared<PlacingServer>(2 * chunk);
-  Result<std::shared_ptr<TcpListener>> listener =
-      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, FastOptions(), server);
-  REQUIRE(listener.ok());
-  auto client = std::make_shared<FrameQueue>();
-  Result<std::shared_ptr<Connection>> connection =
-      TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(), FastOptions(), client, kWait);
-  REQUIRE(connection.ok());
+  Connected c = ConnectTo(loop, server);
   std::vector<uint8_t> payload(2 * chunk);
   for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7 + i / 1000);
   // Placed: two chunks of collective 7. Not placed: collective 8 (the
@@ -476,7 +491,7 @@ TEST_CASE("a handler receives large raw ring chunk payloads straight into its me
     m.payload = {k, 2, payload.size(), k * chunk, payload.data() + k * chunk, size};
     Result<OutFrame> out = Encode(m, FrameLimits());
     REQUIRE(out.ok());
-    REQUIRE((*connection)->Send(std::move(*out)).ok());
+    REQUIRE(c.connection->Send(std::move(*out)).ok());
   };
   send(7, 0, chunk, "");
   send(8, 1, chunk, "");
@@ -499,9 +514,96 @@ TEST_CASE("a handler receives large raw ring chunk payloads straight into its me
     CHECK(server->target == payload);
   }
   CHECK(server->closes_count() == 0);
-  (*connection)->Close();
-  CHECK(client->WaitClosed(kWait));
-  (*listener)->Close();
+  c.connection->Close();
+  CHECK(c.client->WaitClosed(kWait));
+  c.listener->Close();
+}
+
+// Consumes the payload of every raw ring chunk of collective 7 (piece by
+// piece, reassembled at the chunk's offset) and records the pieces.
+class ConsumingServer : public Recorder {
+ public:
+  explicit ConsumingServer(std::size_t size) : target(size, 0) {}
+  bool WantsPlacement(Connection&) override { return true; }
+  bool ConsumesPayload(Connection&, const RingChunkMessage& head) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++offered;
+    if (head.collective_id != 7 || head.payload.data != nullptr || head.payload.offset > target.size() ||
+        head.payload.size > target.size() - head.payload.offset) {
+      return false;
+    }
+    at = head.payload.offset;
+    return true;
+  }
+  void ConsumePayload(Connection&, const uint8_t* piece, std::size_t offset, std::size_t size) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    pieces.push_back({offset, size});
+    std::memcpy(target.data() + at + offset, piece, size);
+  }
+  void OnFrame(Connection& connection, Frame frame) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      Result<RingChunkMessage> m = DecodeRingChunk(frame, FrameLimits());
+      consumed.push_back(frame.payload_consumed());
+      if (m.ok()) {
+        sizes.push_back(m->payload.size);
+        payloads.push_back(m->payload.data == nullptr
+                               ? std::vector<uint8_t>()
+                               : std::vector<uint8_t>(m->payload.data, m->payload.data + m->payload.size));
+      }
+    }
+    Recorder::OnFrame(connection, std::move(frame));
+  }
+
+  std::mutex mutex;
+  std::vector<uint8_t> target;
+  std::size_t at = 0;
+  int offered = 0;
+  std::vector<std::pair<std::size_t, std::size_t>> pieces;
+  std::vector<bool> consumed;
+  std::vector<std::size_t> sizes;
+  std::vector<std::vector<uint8_t>> payloads;
+};
+
+TEST_CASE("a handler takes large raw ring chunk payloads piece by piece as they arrive") {
+  EventLoopThread loop;
+  // Three pieces (the last one short, off the 4-byte grid), and one piece.
+  const std::size_t big = 2 * kPayloadPieceBytes + 12345;
+  const std::size_t small = 100001;
+  auto server = std::make_shared<ConsumingServer>(big + small);
+  Connected c = ConnectTo(loop, server);
+  std::vector<uint8_t> payload(big + small);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 13 + i / 777);
+  auto send = [&](uint64_t collective, uint64_t offset, std::size_t size) {
+    RingChunkMessage m;
+    m.collective_id = collective;
+    m.payload = {0, 1, payload.size(), offset, payload.data() + offset, size};
+    Result<OutFrame> out = Encode(m, FrameLimits());
+    REQUIRE(out.ok());
+    REQUIRE(c.connection->Send(std::move(*out)).ok());
+  };
+  send(7, 0, big);
+  send(8, big, small);  // declined: received as usual
+  send(7, big, small);
+  CHECK(Eventually([&] { return server->frames() == 3; }));
+  {
+    std::lock_guard<std::mutex> lock(server->mutex);
+    CHECK(server->offered == 3);
+    CHECK(server->consumed == std::vector<bool>{true, false, true});
+    const std::vector<std::pair<std::size_t, std::size_t>> pieces = {
+        {0, kPayloadPieceBytes}, {kPayloadPieceBytes, kPayloadPieceBytes}, {2 * kPayloadPieceBytes, 12345}, {0, small}};
+    CHECK(server->pieces == pieces);
+    CHECK(server->sizes == std::vector<std::size_t>{big, small, small});
+    REQUIRE(server->payloads.size() == 3);
+    CHECK(server->payloads[0].empty());  // consumed: nothing left to read
+    CHECK(server->payloads[1] == std::vector<uint8_t>(payload.begin() + static_cast<std::ptrdiff_t>(big), payload.end()));
+    CHECK(server->payloads[2].empty());
+    CHECK(server->target == payload);
+  }
+  CHECK(server->closes_count() == 0);
+  c.connection->Close();
+  CHECK(c.client->WaitClosed(kWait));
+  c.listener->Close();
 }
 
 }  // namespace

@@ -151,6 +151,11 @@ void MarkPlaced(Frame& frame, uint8_t* placed, std::size_t offset, std::size_t s
   frame.placed_offset_ = offset;
   frame.placed_size_ = size;
 }
+void MarkConsumed(Frame& frame, std::size_t offset, std::size_t size) {
+  frame.consumed_ = true;
+  frame.placed_offset_ = offset;
+  frame.placed_size_ = size;
+}
 }  // namespace internal
 
 Result<Frame> VerifyFrame(FrameBytes body, const FrameLimits& limits) {

@@ -732,6 +732,12 @@ Result<RingChunkMessage> DecodeRingChunk(const Frame& frame, const FrameLimits& 
       return Wrong("ring chunk payload is not where its head said");
     }
     m.payload.data = frame.placed_payload();
+  } else if (frame.payload_consumed()) {
+    // Handed to the handler piece by piece: the bytes are nowhere to read.
+    if (m.payload.data != frame.data() + frame.placed_offset() || m.payload.size != frame.placed_size()) {
+      return Wrong("ring chunk payload is not where its head said");
+    }
+    m.payload.data = nullptr;
   }
   return m;
 }

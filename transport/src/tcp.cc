@@ -17,6 +17,7 @@
 #include "event_loop_impl.h"
 #include "fedrt/platform/clock.h"
 #include "fedrt/platform/log.h"
+#include "fedrt/platform/memory.h"
 #include "fedrt/transport/messages.h"
 #include "fedrt/transport/tls.h"
 #if FEDRT_WITH_TLS
@@ -284,9 +285,12 @@ class TcpConnection final : public Connection,
     std::size_t offset = 0;
     Result<RingChunkMessage> head = PeekRingChunk(body_.data(), body_.size(), peeked_, options_.limits, &offset);
     uint8_t* target = nullptr;
+    bool consume = false;
     if (head.ok() && state_ == State::kOpen && peeked_ - offset <= head->payload.size) {
       target = handler_->PlacePayload(*this, *head);
+      if (target == nullptr) consume = handler_->ConsumesPayload(*this, *head);
     }
+    if (consume) return StartConsume(offset, head->payload.size);
     if (target == nullptr) {
       if (peeked_ == body_.size()) return OnBody(std::error_code());
       return ReadRest(peeked_);
@@ -305,6 +309,49 @@ class TcpConnection final : public Connection,
     ReadBody(rest);
   }
 
+  // Consumption: the payload at body offset `offset` goes to the handler in
+  // pieces through piece_; the bytes that came with the head start the first.
+  void StartConsume(std::size_t offset, std::size_t size) {
+    if (!piece_) {
+      piece_.reset(static_cast<uint8_t*>(AlignedAlloc(kPayloadPieceBytes, 64)));
+      if (!piece_) return Fail(Status(StatusCode::kResourceExhausted, "cannot allocate a receive buffer"), true);
+    }
+    const std::size_t early = peeked_ - offset;
+    if (early > 0) std::memcpy(piece_.get(), body_.data() + offset, early);
+    consumed_ = true;
+    placed_offset_ = offset;
+    placed_size_ = size;
+    consumed_bytes_ = 0;
+    piece_fill_ = early;
+    ReadPiece();
+  }
+
+  void ReadPiece() {
+    const std::size_t want = std::min(kPayloadPieceBytes, placed_size_ - consumed_bytes_);
+    if (piece_fill_ == want) return OnPiece(std::error_code());  // a piece that came whole with the head
+    ArmTimer(read_timer_, options_.io_timeout_ms, ++read_sequence_, "frame body did not arrive in time");
+    WithStream([this, want](auto& stream) {
+      asio::async_read(stream, asio::buffer(piece_.get() + piece_fill_, want - piece_fill_), Whole(),
+                       [self = shared_from_this()](const std::error_code& ec, std::size_t) { self->OnPiece(ec); });
+    });
+  }
+
+  void OnPiece(const std::error_code& ec) {
+    ++read_sequence_;
+    read_timer_.cancel();
+    if (state_ == State::kClosed) return;
+    if (ec) return OnReadError(ec, false);
+    const std::size_t size = std::min(kPayloadPieceBytes, placed_size_ - consumed_bytes_);
+    handler_->ConsumePayload(*this, piece_.get(), consumed_bytes_, size);
+    consumed_bytes_ += size;
+    piece_fill_ = 0;
+    if (state_ == State::kClosed) return;
+    if (consumed_bytes_ < placed_size_) return ReadPiece();
+    const std::size_t tail = placed_offset_ + placed_size_;
+    if (tail == body_.size()) return OnBody(std::error_code());
+    ReadRest(tail);
+  }
+
   void OnBody(const std::error_code& ec) {
     ++read_sequence_;
     read_timer_.cancel();
@@ -316,11 +363,14 @@ class TcpConnection final : public Connection,
     body_ = FrameBytes();
     uint8_t* placed = placed_;
     placed_ = nullptr;
+    const bool consumed = consumed_;
+    consumed_ = false;
     if (!frame.ok()) return Fail(frame.status(), true);
-    if (placed != nullptr) {
-      if (frame->kind() != MessageKind::kRingChunk) return Fail(Corrupt("frame changed kind after its head"), true);
-      internal::MarkPlaced(*frame, placed, placed_offset_, placed_size_);
+    if ((placed != nullptr || consumed) && frame->kind() != MessageKind::kRingChunk) {
+      return Fail(Corrupt("frame changed kind after its head"), true);
     }
+    if (placed != nullptr) internal::MarkPlaced(*frame, placed, placed_offset_, placed_size_);
+    if (consumed) internal::MarkConsumed(*frame, placed_offset_, placed_size_);
     if (frame->kind() == MessageKind::kHeartbeat) {
       heartbeats_received_.fetch_add(1, std::memory_order_relaxed);
     } else if (state_ == State::kOpen) {
@@ -575,6 +625,13 @@ class TcpConnection final : public Connection,
   uint8_t* placed_ = nullptr;     // where the current frame's payload goes, or null
   std::size_t placed_offset_ = 0;
   std::size_t placed_size_ = 0;
+  bool consumed_ = false;         // the current frame's payload goes to ConsumePayload
+  std::size_t consumed_bytes_ = 0;  // handed over so far
+  std::size_t piece_fill_ = 0;    // bytes in piece_ not handed over yet
+  struct PieceFree {
+    void operator()(uint8_t* p) const { AlignedFree(p); }
+  };
+  std::unique_ptr<uint8_t, PieceFree> piece_;  // kPayloadPieceBytes, allocated at the first consumption
   uint64_t read_sequence_ = 0;
   uint64_t write_sequence_ = 0;
 

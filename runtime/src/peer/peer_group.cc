@@ -93,13 +93,17 @@ class Link : public transport::ConnectionHandler {
     signal_->changed.notify_all();
   }
 
-  // All-gather chunks of the running all-reduce are received straight into
-  // the caller's vector: the collective lists where each one goes before it
-  // sends anything, and the connection asks here as each chunk's head
-  // arrives. Only an exact match (collective, step, segment, chunk, size)
-  // is placed, so a chunk never lands outside its own slice.
+  // Raw chunks of the running all-reduce never wait in a frame buffer: the
+  // collective lists where each one goes before it sends anything, and the
+  // connection asks here as each chunk's head arrives. All-gather chunks are
+  // received straight into the caller's vector; reduce-scatter chunks are
+  // added into it piece by piece as they arrive (ConsumePayload, on the loop
+  // thread, while each piece is in cache). Only an exact match (collective,
+  // phase, step, segment, chunk, size) is taken, so a chunk never lands
+  // outside its own slice.
   struct Placement {
     uint64_t collective = 0;
+    transport::RingPhase phase = transport::RingPhase::kAllGather;
     uint32_t source = 0;
     uint32_t step = 0;
     uint32_t segment = 0;
@@ -110,18 +114,22 @@ class Link : public transport::ConnectionHandler {
   bool WantsPlacement(Connection&) override { return wants_placement_.load(std::memory_order_acquire); }
   uint8_t* PlacePayload(Connection&, const transport::RingChunkMessage& head) override {
     std::lock_guard<std::mutex> lock(signal_->mutex);
-    // Chunks arrive in list order; small ones are never offered, so search on.
-    for (std::size_t i = next_placement_; i < placements_.size(); ++i) {
-      const Placement& p = placements_[i];
-      if (head.collective_id == p.collective && head.phase == transport::RingPhase::kAllGather &&
-          head.source_rank == p.source && head.step == p.step && head.segment == p.segment &&
-          head.payload.index == p.index && head.payload.size == p.size) {
-        next_placement_ = i + 1;
-        placing_ = true;
-        return p.data;
-      }
-    }
-    return nullptr;
+    const Placement* p = Match(head, transport::RingPhase::kAllGather);
+    return p ? p->data : nullptr;
+  }
+  bool ConsumesPayload(Connection&, const transport::RingChunkMessage& head) override {
+    std::lock_guard<std::mutex> lock(signal_->mutex);
+    const Placement* p = Match(head, transport::RingPhase::kReduceScatter);
+    if (p == nullptr) return false;
+    summing_into_ = reinterpret_cast<float*>(p->data);
+    return true;
+  }
+  // Loop thread, between ConsumesPayload and OnFrame/OnClose: the slice is
+  // this link's alone (see Match), so the sum needs no lock.
+  void ConsumePayload(Connection&, const uint8_t* piece, std::size_t offset, std::size_t size) override {
+    // Pieces are whole multiples of 4 bytes apart; the piece buffer is 64-byte aligned.
+    AddFloats(reinterpret_cast<const float*>(static_cast<const void*>(piece)), size / sizeof(float),
+              summing_into_ + offset / sizeof(float));
   }
   // Under signal_->mutex (the collective's thread).
   std::vector<Placement>& placements() { return placements_; }
@@ -173,9 +181,28 @@ class Link : public transport::ConnectionHandler {
   bool closed_ = false;
   bool left_ring_ = false;
   Status close_reason_;
+  // Under signal_->mutex: the first listed chunk of `phase` at or after
+  // next_placement_ that `head` matches, which then is being received
+  // (placing_); null when none does. Chunks arrive in list order; small
+  // ones are never offered, so the search goes on past them.
+  const Placement* Match(const transport::RingChunkMessage& head, transport::RingPhase phase) {
+    for (std::size_t i = next_placement_; i < placements_.size(); ++i) {
+      const Placement& p = placements_[i];
+      if (p.phase == phase && head.collective_id == p.collective && head.phase == p.phase &&
+          head.source_rank == p.source && head.step == p.step && head.segment == p.segment &&
+          head.payload.index == p.index && head.payload.size == p.size) {
+        next_placement_ = i + 1;
+        placing_ = true;
+        return &p;
+      }
+    }
+    return nullptr;
+  }
+
   std::vector<Placement> placements_;
   std::size_t next_placement_ = 0;
   bool placing_ = false;  // a payload is being received into placements_' memory
+  float* summing_into_ = nullptr;  // loop thread: where ConsumePayload adds
   std::atomic<bool> wants_placement_{false};
   std::vector<std::unique_ptr<transport::FrameSlot>> slots_;
 };
@@ -204,6 +231,14 @@ class Acceptor : public transport::ConnectionHandler {
   uint8_t* PlacePayload(Connection& connection, const transport::RingChunkMessage& head) override {
     std::shared_ptr<Link> link = Find(connection.id());
     return link ? link->PlacePayload(connection, head) : nullptr;
+  }
+  bool ConsumesPayload(Connection& connection, const transport::RingChunkMessage& head) override {
+    std::shared_ptr<Link> link = Find(connection.id());
+    return link && link->ConsumesPayload(connection, head);
+  }
+  void ConsumePayload(Connection& connection, const uint8_t* piece, std::size_t offset, std::size_t size) override {
+    std::shared_ptr<Link> link = Find(connection.id());
+    if (link) link->ConsumePayload(connection, piece, offset, size);
   }
   void OnClose(Connection& connection, const Status& reason) override {
     std::shared_ptr<Link> link = Find(connection.id());
@@ -1019,7 +1054,9 @@ Status TcpPeerGroup::AllReduce(float* data, std::size_t n, const std::string& co
   } release_on_return{this, deadline};
   // A chunk (raw or encoded) must fit one frame; codec headers need a little room.
   const std::size_t frame_floats = (connection_options_.limits.MaxChunkBytes() - 4096) / sizeof(float);
-  const std::size_t chunk = std::max<std::size_t>(1, std::min<std::size_t>(options_.chunk_floats, frame_floats));
+  std::size_t want = options_.chunk_floats;
+  if (want == 0) want = std::min<std::size_t>(std::max<std::size_t>((n + p - 1) / p / p, 1u << 18), 1u << 20);
+  const std::size_t chunk = std::max<std::size_t>(1, std::min<std::size_t>(want, frame_floats));
   auto seg_begin = [&](std::size_t s) { return s * n / p; };
   auto seg_size = [&](std::size_t s) { return seg_begin(s + 1) - seg_begin(s); };
   auto chunks_of = [&](std::size_t s) {
@@ -1109,11 +1146,15 @@ Status TcpPeerGroup::AllReduce(float* data, std::size_t n, const std::string& co
       if (m.payload.size != len * sizeof(float)) {
         return Fail(static_cast<int>(from), Named(from, Corrupt("ring chunk of the wrong size")));
       }
-      if (add) {
+      if (add && m.payload.data == nullptr) {
+        // Already added as it arrived (Link::ConsumePayload).
+      } else if (add) {
         // Payload bytes start 16-byte aligned in the verified frame, so they
         // are read in place as floats.
         const float* in = reinterpret_cast<const float*>(static_cast<const void*>(m.payload.data));
         AddFloats(in, len, begin);
+      } else if (m.payload.data == nullptr) {
+        return Fail(static_cast<int>(from), Named(from, Corrupt("all-gather chunk without its payload")));
       } else if (m.payload.data != reinterpret_cast<const uint8_t*>(begin)) {
         std::memcpy(begin, m.payload.data, len * sizeof(float));  // not placed
       }
@@ -1134,25 +1175,30 @@ Status TcpPeerGroup::AllReduce(float* data, std::size_t n, const std::string& co
   using transport::RingPhase;
   const std::size_t r = position_;
   if (!codec && left_) {
-    // Raw all-gather chunks go straight into the vector (Link::PlacePayload).
+    // Raw chunks go straight into the vector: reduce-scatter ones are added
+    // as they arrive, all-gather ones stored (Link::PlacePayload), in the
+    // order the left neighbour sends them.
     std::lock_guard<std::mutex> lock(signal_->mutex);
     auto& places = left_->placements();
     places.clear();
-    for (uint32_t t = 0; t + 1 < p; ++t) {
-      const std::size_t s = (r + 2 * p - t) % p;
-      for (uint32_t k = 0; k < chunks_of(s); ++k) {
-        const std::size_t at = static_cast<std::size_t>(k) * chunk;
-        const std::size_t len = std::min(chunk, seg_size(s) - std::min(seg_size(s), at));
-        if (len * sizeof(float) < transport::kMinPlacedFrameBytes / 2) continue;  // never offered
-        Link::Placement place;
-        place.collective = collective_;
-        place.source = from;
-        place.step = t;
-        place.segment = static_cast<uint32_t>(s);
-        place.index = k;
-        place.data = reinterpret_cast<uint8_t*>(data + seg_begin(s) + at);
-        place.size = len * sizeof(float);
-        places.push_back(place);
+    for (RingPhase phase : {RingPhase::kReduceScatter, RingPhase::kAllGather}) {
+      for (uint32_t t = 0; t + 1 < p; ++t) {
+        const std::size_t s = phase == RingPhase::kReduceScatter ? (r + 2 * p - t - 1) % p : (r + 2 * p - t) % p;
+        for (uint32_t k = 0; k < chunks_of(s); ++k) {
+          const std::size_t at = static_cast<std::size_t>(k) * chunk;
+          const std::size_t len = std::min(chunk, seg_size(s) - std::min(seg_size(s), at));
+          if (len * sizeof(float) < transport::kMinPlacedFrameBytes / 2) continue;  // never offered
+          Link::Placement place;
+          place.collective = collective_;
+          place.phase = phase;
+          place.source = from;
+          place.step = t;
+          place.segment = static_cast<uint32_t>(s);
+          place.index = k;
+          place.data = reinterpret_cast<uint8_t*>(data + seg_begin(s) + at);
+          place.size = len * sizeof(float);
+          places.push_back(place);
+        }
       }
     }
     left_->StartPlacement();

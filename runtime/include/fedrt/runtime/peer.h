@@ -35,9 +35,9 @@
 // Memory: scratch buffers (encoded hops, recovered models), the hop codec and
 // the frame slots (one pool per link) are kept and reused. Raw ring chunks
 // are sent straight from the caller's vector; received reduce-scatter chunks
-// use the event loop's recycled frame storage and all-gather chunks are
-// received straight into the vector, so a steady-state dense all-reduce
-// allocates no frame memory.
+// are added into the vector piece by piece as they arrive (one small buffer
+// per connection) and all-gather chunks are received straight into the
+// vector, so a steady-state dense all-reduce allocates no frame memory.
 //
 // Thread-safety: a PeerGroup is used by one thread (the training loop); its
 // connections run on its own event loop thread.
@@ -108,7 +108,13 @@ struct PeerOptions {
   GossipGraph graph = GossipGraph::kRing;
   uint32_t join_timeout_ms = 10000;  // Form(): dial, accept, authenticate
   uint32_t step_timeout_ms = 10000;  // each collective
-  uint32_t chunk_floats = 1u << 18;  // pipelining granularity (1 MiB of fp32)
+  // Pipelining granularity in floats; 0: automatic, a segment (the vector's
+  // share of one peer) over the ring size, within 1..4 MiB of fp32. Links
+  // stay busy with two or more chunks per segment (the first segment's chunks
+  // are all queued at once); the pipeline's drain grows with (ring size - 2)
+  // chunks, so p chunks keep it under one segment; and fewer, larger frames
+  // cost less per byte (16 MiB: 4 MiB chunks with 2 peers, 1 MiB with 4).
+  uint32_t chunk_floats = 0;
   // TLS on every link: cert_file + key_file (accepting) and ca_file (dialling;
   // peers then also require each other's certificates). Empty: plain TCP.
   transport::TlsConfig tls;

@@ -108,6 +108,9 @@ struct RingChunkMessage;
 // Frames with a body of at least this many bytes may have their payload
 // placed (ConnectionHandler::PlacePayload); smaller ones never are.
 inline constexpr std::size_t kMinPlacedFrameBytes = 64u << 10;
+// Size of the pieces a consumed payload is handed over in (a multiple of 64,
+// small enough to stay in a core's L2 cache with what the handler touches).
+inline constexpr std::size_t kPayloadPieceBytes = 256u << 10;
 
 // What a connection reports to its owner. Callbacks run on the loop thread.
 class ConnectionHandler {
@@ -144,6 +147,27 @@ class ConnectionHandler {
     (void)connection;
     (void)head;
     return nullptr;
+  }
+  // Payload consumption: asked for a chunk PlacePayload declined. True: the
+  // payload is stored nowhere; the connection reads it into one small buffer
+  // it reuses and hands it to ConsumePayload in order, piece by piece, as it
+  // arrives (`offset` into the payload; every piece but the last is
+  // kPayloadPieceBytes long), so the handler reads each piece while it is in
+  // cache (ring reduce-scatter adds it into its vector). The frame then
+  // reaches OnFrame with payload_consumed() set (DecodeRingChunk: payload.data
+  // null). The same rules as placement apply: what ConsumePayload writes must
+  // stay writable until OnFrame or OnClose, and a frame whose whole body then
+  // fails verification closes the connection after its pieces were handed over.
+  virtual bool ConsumesPayload(Connection& connection, const RingChunkMessage& head) {
+    (void)connection;
+    (void)head;
+    return false;
+  }
+  virtual void ConsumePayload(Connection& connection, const uint8_t* piece, std::size_t offset, std::size_t size) {
+    (void)connection;
+    (void)piece;
+    (void)offset;
+    (void)size;
   }
 };
 

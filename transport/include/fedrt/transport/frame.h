@@ -147,6 +147,10 @@ namespace internal {
 // Connections only: records that the payload bytes at body offset `offset`
 // (`size` bytes) were received into `placed` instead of the body.
 void MarkPlaced(Frame& frame, uint8_t* placed, std::size_t offset, std::size_t size);
+// Connections only: the payload bytes at body offset `offset` (`size` bytes)
+// were handed to the handler piece by piece and are in neither the body nor
+// anywhere else.
+void MarkConsumed(Frame& frame, std::size_t offset, std::size_t size);
 }  // namespace internal
 
 // A received frame body that passed VerifyFrame.
@@ -170,15 +174,20 @@ class Frame {
   const uint8_t* placed_payload() const { return placed_; }
   std::size_t placed_offset() const { return placed_offset_; }
   std::size_t placed_size() const { return placed_size_; }
+  // The payload was consumed (ConnectionHandler::ConsumePayload): the range
+  // placed_offset()/placed_size() of the body was never written.
+  bool payload_consumed() const { return consumed_; }
 
  private:
   friend Result<Frame> VerifyFrame(FrameBytes body, const FrameLimits& limits);
   friend void internal::MarkPlaced(Frame& frame, uint8_t* placed, std::size_t offset, std::size_t size);
+  friend void internal::MarkConsumed(Frame& frame, std::size_t offset, std::size_t size);
   FrameBytes bytes_;
   MessageKind kind_ = MessageKind::kNone;
   const uint8_t* placed_ = nullptr;
   std::size_t placed_offset_ = 0;
   std::size_t placed_size_ = 0;
+  bool consumed_ = false;
 };
 
 // The trust boundary: size limit, FlatBuffers Verifier, file identifier,

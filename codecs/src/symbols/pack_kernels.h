@@ -33,6 +33,10 @@ FEDRT_PACK_KERNEL_DECLS
 namespace avx2 {
 FEDRT_PACK_KERNEL_DECLS
 }
+// AVX-512: unpack only (VBMI; pack is the AVX2 kernel).
+namespace avx512 {
+uint32_t UnpackSymbols(const uint8_t* stream, std::size_t count, uint32_t alphabet, uint8_t* symbols);
+}
 // NEON: integer only, so the same code runs on AArch64 and ARMv7.
 namespace neon {
 FEDRT_PACK_KERNEL_DECLS

@@ -136,7 +136,18 @@ uint32_t UnpackBase3ByTable(const uint8_t* stream, std::size_t count, uint8_t* s
 }
 
 const PackKernels& PackKernelsFor(Isa requested) {
-  const Isa isa = Avx2ForAvx512(requested);  // no AVX-512 variants: AVX2
+#if FEDRT_HAVE_AVX512_KERNELS
+  // The AVX-512 unpack needs VBMI on top of the AVX-512 level; without it AVX2.
+  if (requested == Isa::kAvx512) {
+    static const bool vbmi = [] {
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx512vbmi") != 0;
+    }();
+    static const PackKernels kAvx512 = {&avx2::PackSymbols, &avx512::UnpackSymbols};
+    if (vbmi) return kAvx512;
+  }
+#endif
+  const Isa isa = Avx2ForAvx512(requested);
   static const PackKernels kScalar = {&scalar::PackSymbols, &scalar::UnpackSymbols};
   switch (isa) {
 #if FEDRT_HAVE_AVX2_KERNELS

@@ -144,4 +144,55 @@ uint32_t UnpackSymbols(const uint8_t* stream, std::size_t count, uint32_t alphab
   return rest > head ? rest : head;
 }
 
+bool CodesValid(const uint8_t* stream, std::size_t count, uint32_t alphabet) {
+  const int b = codec_internal::PackedBits(alphabet);
+  std::size_t i = 0;
+  const uint8_t* src = stream;
+  if (b == 3 || b == 4) {
+    // Each 32-bit lane gets one group of eight codes (b bytes, codes at bits
+    // k b). Even and odd codes are taken apart, so every code has b zero bits
+    // above it; adding 2^b - alphabet carries into bit b of its slot iff the
+    // code is >= alphabet.
+    alignas(32) int8_t gather[32];
+    for (int k = 0; k < 16; ++k) {
+      const int group = k / 4, byte = k % 4;
+      gather[k] = gather[16 + k] = static_cast<int8_t>(byte < b ? group * b + byte : -1);
+    }
+    const __m256i spread = _mm256_load_si256(reinterpret_cast<const __m256i*>(gather));
+    uint32_t even = 0, add = 0, carry = 0;
+    for (int j = 0; j < 4; ++j) {
+      even |= ((1u << b) - 1) << (2 * j * b);
+      add |= ((1u << b) - alphabet) << (2 * j * b);
+      carry |= 1u << (2 * j * b + b);
+    }
+    const __m256i even_v = _mm256_set1_epi32(static_cast<int>(even));
+    const __m256i add_v = _mm256_set1_epi32(static_cast<int>(add));
+    const __m256i carry_v = _mm256_set1_epi32(static_cast<int>(carry));
+    const __m128i shift = _mm_cvtsi32_si128(b);
+    __m256i bad = _mm256_setzero_si256();
+    const uint8_t* end = stream + codec_internal::PackedStreamSize(count, alphabet);
+    // 64 codes (8b bytes) per step; the second load reaches src + 4b + 16.
+    for (; i + 64 <= count && end - src >= 4 * b + 16; i += 64) {
+      __m256i x = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 4 * b)), 1);
+      x = _mm256_shuffle_epi8(x, spread);
+      const __m256i lo = _mm256_add_epi32(_mm256_and_si256(x, even_v), add_v);
+      const __m256i hi = _mm256_add_epi32(_mm256_and_si256(_mm256_srl_epi32(x, shift), even_v), add_v);
+      bad = _mm256_or_si256(bad, _mm256_and_si256(_mm256_or_si256(lo, hi), carry_v));
+      src += 8 * b;
+    }
+    if (!_mm256_testz_si256(bad, bad)) return false;
+  }
+  // The rest (everything for other widths) through unpack, a chunk at a time.
+  alignas(32) uint8_t symbols[512];
+  while (i < count) {
+    const std::size_t n = count - i < sizeof symbols ? count - i : sizeof symbols;
+    if (UnpackSymbols(src, n, alphabet, symbols) >= alphabet) return false;
+    src += codec_internal::PackedStreamSize(n, alphabet);
+    i += n;
+  }
+  return true;
+}
+
 }  // namespace fedrt::avx2

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "fedrt/codecs/payload.h"
@@ -154,6 +155,42 @@ TEST_CASE("the chunked reader rejects wrong sizes, invalid symbols and nonzero p
     }
   }
   ClearIsaOverride();
+}
+
+TEST_CASE("every code test kernel gives the verdict of the scalar unpack") {
+  const PackKernels& ref = PackKernelsFor(Isa::kScalar);
+  for (Isa isa : AvailableIsas()) {
+    const PackKernels& k = PackKernelsFor(isa);
+    if (k.codes_valid == nullptr) continue;
+    INFO("isa " << IsaName(isa));
+    for (uint32_t alphabet : {5u, 6u, 7u, 9u, 13u, 15u, 17u, 33u, 129u}) {
+      INFO("alphabet " << alphabet);
+      // Streams of the full width (alphabet 2^b) hold codes >= alphabet too.
+      const uint32_t full = uint32_t{1} << PackedBits(alphabet);
+      for (std::size_t count : kCounts) {
+        if (count > 2000 && alphabet > 16) continue;  // keeps the emulated run short
+        INFO("count " << count);
+        for (std::size_t offset : {0u, 3u}) {
+          std::vector<uint8_t> symbols = Symbols(count, alphabet, alphabet + static_cast<uint32_t>(count), false);
+          // Valid, then one code of every value >= alphabet at the start, middle and end.
+          std::vector<std::pair<std::size_t, uint32_t>> cases = {{0, 0}};
+          for (uint32_t code = alphabet; code < full && count > 0; ++code) {
+            for (std::size_t at : {std::size_t{0}, count / 2, count - 1}) cases.emplace_back(at, code);
+          }
+          for (const auto& [at, code] : cases) {
+            std::vector<uint8_t> bad = symbols;
+            if (code != 0) bad[at] = static_cast<uint8_t>(code);
+            std::vector<uint8_t> stream(PackedStreamSize(count, full) + offset);
+            ref.pack(bad.data(), count, full, stream.data() + offset);
+            std::vector<uint8_t> back(count + 1);
+            const bool expected = count == 0 || ref.unpack(stream.data() + offset, count, alphabet, back.data()) < alphabet;
+            CHECK(expected == (code == 0));
+            CHECK(k.codes_valid(stream.data() + offset, count, alphabet) == expected);
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -32,6 +32,14 @@ FEDRT_PACK_KERNEL_DECLS
 }
 namespace avx2 {
 FEDRT_PACK_KERNEL_DECLS
+// True iff all `count` codes of the stream are < alphabet (the padding is not
+// looked at): the verdict of unpack() without writing symbols. Bit-parallel
+// for 3 and 4 bits per symbol (alphabets 5..7, 9..15), unpack() otherwise.
+bool CodesValid(const uint8_t* stream, std::size_t count, uint32_t alphabet);
+}
+// AVX-512: unpack only (VBMI; pack is the AVX2 kernel).
+namespace avx512 {
+uint32_t UnpackSymbols(const uint8_t* stream, std::size_t count, uint32_t alphabet, uint8_t* symbols);
 }
 // NEON: integer only, so the same code runs on AArch64 and ARMv7.
 namespace neon {
@@ -42,6 +50,8 @@ FEDRT_PACK_KERNEL_DECLS
 struct PackKernels {
   void (*pack)(const uint8_t* symbols, std::size_t count, uint32_t alphabet, uint8_t* out);
   uint32_t (*unpack)(const uint8_t* stream, std::size_t count, uint32_t alphabet, uint8_t* symbols);
+  // Optional (null: validate with unpack): see avx2::CodesValid.
+  bool (*codes_valid)(const uint8_t* stream, std::size_t count, uint32_t alphabet);
 };
 
 // The variants for `isa` (which must be available, see IsaAvailable()).

@@ -89,6 +89,7 @@ class PackedSymbolReader {
   std::size_t count_;
   uint32_t alphabet_;
   uint32_t (*unpack_)(const uint8_t*, std::size_t, uint32_t, uint8_t*);
+  bool (*codes_valid_)(const uint8_t*, std::size_t, uint32_t);
   std::size_t position_ = 0;
   std::size_t buffered_start_ = 0;
   std::size_t buffered_end_ = 0;

@@ -136,18 +136,29 @@ uint32_t UnpackBase3ByTable(const uint8_t* stream, std::size_t count, uint8_t* s
 }
 
 const PackKernels& PackKernelsFor(Isa requested) {
-  const Isa isa = Avx2ForAvx512(requested);  // no AVX-512 variants: AVX2
-  static const PackKernels kScalar = {&scalar::PackSymbols, &scalar::UnpackSymbols};
+#if FEDRT_HAVE_AVX512_KERNELS
+  // The AVX-512 unpack needs VBMI on top of the AVX-512 level; without it AVX2.
+  if (requested == Isa::kAvx512) {
+    static const bool vbmi = [] {
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx512vbmi") != 0;
+    }();
+    static const PackKernels kAvx512 = {&avx2::PackSymbols, &avx512::UnpackSymbols, nullptr};
+    if (vbmi) return kAvx512;
+  }
+#endif
+  const Isa isa = Avx2ForAvx512(requested);
+  static const PackKernels kScalar = {&scalar::PackSymbols, &scalar::UnpackSymbols, nullptr};
   switch (isa) {
 #if FEDRT_HAVE_AVX2_KERNELS
     case Isa::kAvx2: {
-      static const PackKernels kAvx2 = {&avx2::PackSymbols, &avx2::UnpackSymbols};
+      static const PackKernels kAvx2 = {&avx2::PackSymbols, &avx2::UnpackSymbols, &avx2::CodesValid};
       return kAvx2;
     }
 #endif
 #if FEDRT_HAVE_NEON_KERNELS
     case Isa::kNeon: {
-      static const PackKernels kNeon = {&neon::PackSymbols, &neon::UnpackSymbols};
+      static const PackKernels kNeon = {&neon::PackSymbols, &neon::UnpackSymbols, nullptr};
       return kNeon;
     }
 #endif
@@ -262,7 +273,11 @@ std::size_t PackedSymbolWriter::Finish() {
 uint16_t PackedSymbolWriter::flags() const { return alphabet_ == 3 ? kFlagSymbolsBase3 : kFlagSymbolsPacked; }
 
 PackedSymbolReader::PackedSymbolReader(const uint8_t* stream, std::size_t count, uint32_t alphabet)
-    : stream_(stream), count_(count), alphabet_(alphabet), unpack_(PackKernelsFor(ActiveIsa()).unpack) {}
+    : stream_(stream),
+      count_(count),
+      alphabet_(alphabet),
+      unpack_(PackKernelsFor(ActiveIsa()).unpack),
+      codes_valid_(PackKernelsFor(ActiveIsa()).codes_valid) {}
 
 Status PackedSymbolReader::Validate(std::size_t size) {
   const std::size_t expected = PackedStreamSize(count_, alphabet_);
@@ -283,7 +298,9 @@ Status PackedSymbolReader::Validate(std::size_t size) {
     return CheckPadding(stream_, size, count_, alphabet_);
   }
   // Power-of-two alphabets have no invalid codes, only padding to check.
-  const bool check = alphabet_ != (uint32_t{1} << PackedBits(alphabet_));
+  bool check = alphabet_ != (uint32_t{1} << PackedBits(alphabet_));
+  // A kernel that only tests the codes; the unpacking below then names the first bad one.
+  if (check && codes_valid_ != nullptr && codes_valid_(stream_, count_, alphabet_)) check = false;
   for (std::size_t first = 0; check && first < count_; first += kChunk) {
     const std::size_t n = std::min(kChunk, count_ - first);
     const uint8_t* at = stream_ + PackedStreamSize(first, alphabet_);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "fedrt/transport/chunking.h"
@@ -604,6 +605,133 @@ TEST_CASE("a handler takes large raw ring chunk payloads piece by piece as they 
   c.connection->Close();
   CHECK(c.client->WaitClosed(kWait));
   c.listener->Close();
+}
+
+// Flush: "sent" means the frames left the process.
+
+// 1 MiB Update frames, `count` of them: more than loopback socket buffers hold.
+std::vector<OutFrame> LargeUpdates(const std::vector<uint8_t>& payload, int count) {
+  std::vector<OutFrame> frames;
+  for (int i = 0; i < count; ++i) {
+    UpdateMessage m;
+    m.round_id = static_cast<uint64_t>(i);
+    m.codec_spec = "fp32";
+    m.payload = {0, 1, payload.size(), 0, payload.data(), payload.size()};
+    frames.push_back(Encode(m, FrameLimits()).value());
+  }
+  return frames;
+}
+
+// A receiver and a sender on loops of their own, so either can be stopped.
+struct TwoLoops {
+  EventLoopThread receiver_loop;
+  std::shared_ptr<Recorder> server = std::make_shared<Recorder>();
+  std::shared_ptr<TcpListener> listener;
+  EventLoopThread sender_loop;
+  std::shared_ptr<FrameQueue> client = std::make_shared<FrameQueue>();
+  std::shared_ptr<Connection> connection;
+
+  explicit TwoLoops(const ConnectionOptions& sender_options) {
+    Result<std::shared_ptr<TcpListener>> l =
+        TcpListener::Listen(receiver_loop.loop(), "127.0.0.1", 0, FastOptions(), server);
+    REQUIRE(l.ok());
+    listener = *l;
+    Result<std::shared_ptr<Connection>> c =
+        TcpConnectAndWait(sender_loop.loop(), "127.0.0.1", listener->port(), sender_options, client, kWait);
+    REQUIRE(c.ok());
+    connection = *c;
+  }
+};
+
+TEST_CASE("a tcp flush returns once the frames are written so the peer gets them after the sender stops") {
+  TwoLoops loops(FastOptions());
+  Recorder* server = loops.server.get();
+  std::shared_ptr<Connection>* connection = &loops.connection;
+  const std::vector<uint8_t> payload(1u << 20, 9);
+  const int count = 12;
+  for (OutFrame& frame : LargeUpdates(payload, count)) REQUIRE((*connection)->Send(std::move(frame)).ok());
+  const Status flushed = (*connection)->Flush(0);
+  REQUIRE_MESSAGE(flushed.ok(), flushed.ToString());
+  // Written, not just queued: the counters move when a write completes.
+  CHECK((*connection)->stats().frames_sent == static_cast<uint64_t>(count));
+  // The sending process stops here (as a SIGSTOP or a crash would stop it):
+  // what was flushed still reaches the peer; a frame still in the send queue
+  // would not.
+  loops.sender_loop.loop().Stop();
+  CHECK(Eventually([&] { return server->frames() == static_cast<std::size_t>(count); }, kWait));
+  loops.listener->Close();
+}
+
+TEST_CASE("a tcp flush reports a deadline while the peer reads nothing and unavailable once the connection closes") {
+  ConnectionOptions options = FastOptions();
+  options.io_timeout_ms = 0;  // no write deadline: only the test closes this connection
+  TwoLoops loops(options);
+  std::shared_ptr<Connection>* connection = &loops.connection;
+  loops.receiver_loop.loop().Stop();  // nothing reads on the other side from now on
+  const std::vector<uint8_t> payload(1u << 20, 4);
+  for (OutFrame& frame : LargeUpdates(payload, 40)) REQUIRE((*connection)->Send(std::move(frame)).ok());
+
+  const Status late = (*connection)->Flush(50);
+  CHECK(late.code() == StatusCode::kDeadlineExceeded);
+  CHECK_FALSE((*connection)->closed());
+
+  Status waited;
+  std::thread flusher([&] { waited = (*connection)->Flush(0); });
+  (*connection)->Abort(Status(StatusCode::kCancelled, "closed by the test"));
+  flusher.join();
+  CHECK(waited.code() == StatusCode::kUnavailable);
+  CHECK(waited.message().find("closed before") != std::string::npos);
+  CHECK(waited.message().find("closed by the test") != std::string::npos);
+  // Later flushes say the same: those frames never left.
+  CHECK((*connection)->Flush(0).code() == StatusCode::kUnavailable);
+  CHECK(loops.client->WaitClosed(kWait));
+}
+
+TEST_CASE("a loopback flush returns after the peer's handler holds the frames") {
+  EventLoopThread loop;
+  auto a = std::make_shared<FrameQueue>();
+  auto b = std::make_shared<FrameQueue>();
+  auto ends = MakeLoopbackPair(loop.loop(), a, b);
+  for (uint64_t i = 0; i < 10; ++i) REQUIRE(ends.first->Send(AckFrame(i)).ok());
+  REQUIRE(ends.first->Flush(0).ok());
+  for (uint64_t i = 0; i < 10; ++i) {
+    Result<Frame> frame = b->Pop(0);  // already there: no waiting
+    REQUIRE_MESSAGE(frame.ok(), frame.status().ToString());
+    CHECK(DecodeAck(*frame)->round_id == i);
+  }
+
+  // A frame accepted while the peer is closing never arrives: the flush says so.
+  std::mutex gate;
+  std::unique_lock<std::mutex> hold(gate);
+  loop.loop().Post([&gate] { std::lock_guard<std::mutex> wait(gate); });  // the loop waits for the test
+  ends.second->Close();
+  REQUIRE(ends.first->Send(AckFrame(99)).ok());
+  hold.unlock();
+  const Status lost = ends.first->Flush(0);
+  CHECK(lost.code() == StatusCode::kUnavailable);
+  CHECK(lost.message().find("1 queued frame was written") != std::string::npos);
+  CHECK(a->WaitClosed(kWait));
+}
+
+TEST_CASE("a flush on the loop's own thread is refused instead of waiting on itself") {
+  EventLoopThread loop;
+  auto a = std::make_shared<FrameQueue>();
+  auto b = std::make_shared<FrameQueue>();
+  auto ends = MakeLoopbackPair(loop.loop(), a, b);
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+  Status status;
+  loop.loop().Post([&] {
+    Status s = ends.first->Flush(0);
+    std::lock_guard<std::mutex> lock(mutex);
+    status = std::move(s);
+    done = true;
+    done_cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(mutex);
+  REQUIRE(done_cv.wait_for(lock, std::chrono::milliseconds(kWait), [&] { return done; }));
+  CHECK(status.code() == StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -60,6 +60,58 @@ void EventLoop::Restart() { impl_->io.restart(); }
 void EventLoop::Post(std::function<void()> fn) { asio::post(impl_->io, std::move(fn)); }
 bool EventLoop::InLoopThread() const { return impl_->running_thread == std::this_thread::get_id(); }
 
+void FlushWait::Resolve(Status s) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (done) return;
+  done = true;
+  status = std::move(s);
+  done_cv.notify_all();
+}
+
+FlushPromise& FlushPromise::operator=(FlushPromise&& other) noexcept {
+  if (this != &other) {
+    Resolve(Status(StatusCode::kCancelled, "flush abandoned"));
+    wait_ = std::move(other.wait_);
+  }
+  return *this;
+}
+
+FlushPromise::~FlushPromise() {
+  Resolve(Status(StatusCode::kCancelled, "the event loop ended before the queued frames were written"));
+}
+
+void FlushPromise::Resolve(Status status) {
+  if (!wait_) return;
+  wait_->Resolve(std::move(status));
+  wait_.reset();
+}
+
+Status WaitForFlush(EventLoop::Impl& loop, const std::string& peer, uint32_t timeout_ms,
+                    std::function<void(FlushPromise)> mark) {
+  if (loop.running_thread == std::this_thread::get_id()) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "Flush of " + peer + " called on its event loop's thread, which writes the frames");
+  }
+  auto wait = std::make_shared<FlushWait>();
+  asio::post(loop.io, [mark = std::move(mark), promise = FlushPromise(wait)]() mutable { mark(std::move(promise)); });
+  std::unique_lock<std::mutex> lock(wait->mutex);
+  const auto done = [&] { return wait->done; };
+  if (timeout_ms == 0) {
+    wait->done_cv.wait(lock, done);
+  } else if (!wait->done_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), done)) {
+    return Status(StatusCode::kDeadlineExceeded, "frames queued to " + peer + " were not written within " +
+                                                     std::to_string(timeout_ms) + " ms");
+  }
+  return wait->status;
+}
+
+Status FramesLost(const std::string& peer, uint64_t lost, const Status& close_reason) {
+  std::string text = "connection " + peer + " closed before " + std::to_string(lost) + " queued frame" +
+                     (lost == 1 ? " was" : "s were") + " written";
+  if (!close_reason.ok()) text += ": " + close_reason.ToString();
+  return Status(StatusCode::kUnavailable, text);
+}
+
 EventLoopThread::EventLoopThread() : thread_([this] { loop_.Run(); }) {}
 
 EventLoopThread::~EventLoopThread() {

@@ -4,8 +4,12 @@
 
 #include <asio.hpp>
 #include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 #include <thread>
 
@@ -41,6 +45,45 @@ struct EventLoop::Impl {
 
 // Process-wide connection ids.
 uint64_t NextConnectionId();
+
+// Connection::Flush, shared by the connection kinds. The waiting thread holds
+// the FlushWait; the loop thread holds a FlushPromise and keeps it until the
+// frames before the flush point are written (Resolve OK) or lost (Resolve the
+// error). A promise dropped unresolved (its handler never ran: the loop was
+// destroyed) resolves kCancelled, so no waiter is left hanging.
+struct FlushWait {
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+  Status status;
+  void Resolve(Status s);
+};
+
+class FlushPromise {
+ public:
+  FlushPromise() = default;
+  explicit FlushPromise(std::shared_ptr<FlushWait> wait) : wait_(std::move(wait)) {}
+  FlushPromise(FlushPromise&& other) noexcept = default;
+  FlushPromise& operator=(FlushPromise&& other) noexcept;
+  FlushPromise(const FlushPromise&) = delete;
+  FlushPromise& operator=(const FlushPromise&) = delete;
+  ~FlushPromise();
+  void Resolve(Status status);
+
+ private:
+  std::shared_ptr<FlushWait> wait_;
+};
+
+// Blocks the calling thread until the promise handed to `mark` (run on the
+// loop thread, after every handler the caller posted before) is resolved, or
+// `timeout_ms` passes (0: no limit of its own). Refuses the loop's own thread,
+// which would wait on itself.
+Status WaitForFlush(EventLoop::Impl& loop, const std::string& peer, uint32_t timeout_ms,
+                    std::function<void(FlushPromise)> mark);
+
+// The error of a flush whose frames the connection lost: it closed (or was
+// closing) before `lost` queued frames were written.
+Status FramesLost(const std::string& peer, uint64_t lost, const Status& close_reason);
 
 }  // namespace transport
 }  // namespace fedrt

@@ -40,9 +40,23 @@ class LoopbackConnection final : public Connection,
     frames_sent_.fetch_add(1, std::memory_order_relaxed);
     bytes_sent_.fetch_add(wire.size(), std::memory_order_relaxed);
     asio::post(loop_.io, [self = shared_from_this(), wire = std::move(wire)] {
-      if (std::shared_ptr<LoopbackConnection> other = self->other_.lock()) other->Deliver(wire);
+      std::shared_ptr<LoopbackConnection> other = self->other_.lock();
+      if (!other || other->closed_) {
+        ++self->frames_lost_;
+        return;
+      }
+      other->Deliver(wire);
     });
     return Status::Ok();
+  }
+
+  // Deliveries run in posting order: by the time the mark runs, every frame
+  // this thread sent before has reached the peer's handler or been lost.
+  Status Flush(uint32_t timeout_ms) override {
+    return WaitForFlush(loop_, peer_, timeout_ms, [self = shared_from_this()](FlushPromise promise) {
+      if (self->frames_lost_ == 0) return promise.Resolve(Status::Ok());
+      promise.Resolve(FramesLost(self->peer_, self->frames_lost_, self->close_reason_));
+    });
   }
 
   void Close() override {
@@ -98,6 +112,7 @@ class LoopbackConnection final : public Connection,
   void Finish(const Status& reason) {
     if (closed_.exchange(true)) return;
     closing_ = true;
+    close_reason_ = reason;
     std::shared_ptr<ConnectionHandler> handler = std::move(handler_);
     if (handler) handler->OnClose(*this, reason);
   }
@@ -110,6 +125,8 @@ class LoopbackConnection final : public Connection,
   std::weak_ptr<LoopbackConnection> other_;
   std::atomic<bool> closing_{false};
   std::atomic<bool> closed_{false};
+  uint64_t frames_lost_ = 0;  // on the loop thread: sent, never delivered
+  Status close_reason_;       // on the loop thread
   std::atomic<uint64_t> frames_sent_{0}, frames_received_{0}, bytes_sent_{0}, bytes_received_{0};
 };
 

@@ -176,6 +176,12 @@ class TcpConnection final : public Connection,
     return Status::Ok();
   }
 
+  Status Flush(uint32_t timeout_ms) override {
+    return WaitForFlush(loop_, peer_, timeout_ms, [self = shared_from_this()](FlushPromise promise) {
+      self->MarkFlush(std::move(promise));
+    });
+  }
+
   void Close() override {
     send_closed_ = true;
     asio::dispatch(loop_.io, [self = shared_from_this()] { self->BeginGracefulClose(); });
@@ -404,8 +410,10 @@ class TcpConnection final : public Connection,
   void Enqueue(OutFrame frame) {
     if (state_ != State::kOpen) {
       queued_bytes_.fetch_sub(frame.wire_size());
+      ++frames_lost_;
       return;
     }
+    ++frames_enqueued_;
     queue_.push_back(std::move(frame));
     if (!writing_) Write();
   }
@@ -440,6 +448,22 @@ class TcpConnection final : public Connection,
     asio::async_write(socket_, buffers_, Whole(), [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
       self->OnWrite(ec, n);
     });
+  }
+
+  // A flush point: the frames enqueued so far (every Send that happened
+  // before the Flush on its thread was dispatched before this) are written
+  // once frames_written_ reaches frames_enqueued_.
+  void MarkFlush(FlushPromise promise) {
+    if (frames_lost_ != 0) return promise.Resolve(FramesLost(peer_, frames_lost_, close_reason_));
+    if (frames_written_ == frames_enqueued_) return promise.Resolve(Status::Ok());
+    flushes_.push_back({frames_enqueued_, std::move(promise)});
+  }
+
+  void ResolveFlushes() {
+    while (!flushes_.empty() && flushes_.front().target <= frames_written_) {
+      flushes_.front().promise.Resolve(Status::Ok());
+      flushes_.pop_front();
+    }
   }
 
   // tls_buffers_ = buffers_ with every run of small pieces copied into one
@@ -487,9 +511,11 @@ class TcpConnection final : public Connection,
     queued_bytes_.fetch_sub(frame_bytes);
     bytes_sent_.fetch_add(n, std::memory_order_relaxed);
     frames_sent_.fetch_add(in_flight_.size(), std::memory_order_relaxed);
+    frames_written_ += in_flight_.size();
     buffers_.clear();
     tls_buffers_.clear();
     in_flight_.clear();
+    ResolveFlushes();
     if (handler_) handler_->OnSent(*this);
     last_send_ns_ = MonotonicNanos();
     if (!queue_.empty()) return Write();
@@ -596,6 +622,12 @@ class TcpConnection final : public Connection,
     heartbeat_timer_.cancel();
     for (const OutFrame& f : queue_) queued_bytes_.fetch_sub(f.wire_size());
     queue_.clear();
+    // Frames still queued or in flight are lost (a write that completes
+    // after this is not counted).
+    frames_lost_ += frames_enqueued_ - frames_written_;
+    close_reason_ = reason;
+    for (PendingFlush& f : flushes_) f.promise.Resolve(FramesLost(peer_, frames_lost_, close_reason_));
+    flushes_.clear();
     std::shared_ptr<ConnectionHandler> handler = std::move(handler_);
     if (handler && opened) handler->OnClose(*this, reason);
   }
@@ -642,6 +674,17 @@ class TcpConnection final : public Connection,
   std::atomic<std::size_t> queued_bytes_{0};
   uint64_t last_send_ns_ = 0;
   uint64_t heartbeat_sequence_ = 0;
+
+  // Flush bookkeeping, on the loop thread.
+  struct PendingFlush {
+    uint64_t target;  // frames_written_ that releases it
+    FlushPromise promise;
+  };
+  uint64_t frames_enqueued_ = 0;
+  uint64_t frames_written_ = 0;
+  uint64_t frames_lost_ = 0;  // dropped by Enqueue or discarded by Finish
+  Status close_reason_;
+  std::deque<PendingFlush> flushes_;
 
   std::atomic<uint64_t> frames_sent_{0}, frames_received_{0}, bytes_sent_{0}, bytes_received_{0};
   std::atomic<uint64_t> heartbeats_sent_{0}, heartbeats_received_{0};

@@ -343,6 +343,11 @@ Status Device::TrainAndSend(Connection& connection) {
     if (!frame.ok()) return frame.status();
     FEDRT_RETURN_IF_ERROR(connection.Send(*frame));
   }
+  // Send only queues the frames for the loop thread: "sent" is said once
+  // they are in the kernel, which delivers them even if this process is
+  // stopped or killed next. Each write is bounded by the connection's io
+  // timeout; a stalled aggregator closes the connection and fails this.
+  FEDRT_RETURN_IF_ERROR(connection.Flush(0));
   last_round_ = round_ + 1;
   Log(LogLevel::kInfo, "device %s: round %llu sent %zu bytes (%s), loss %.4f", id_.c_str(),
       static_cast<unsigned long long>(round_), *size, codec_spec_.c_str(), loss);

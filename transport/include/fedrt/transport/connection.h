@@ -20,7 +20,8 @@
 // best-effort Error message to the peer. Other connections are unaffected.
 //
 // Thread-safety: EventLoop::Post/Stop, Connection::Send/Close/Abort and the
-// accessors are safe from any thread. Handler callbacks run on the loop's
+// accessors are safe from any thread; Connection::Flush from any thread but
+// the loop's. Handler callbacks run on the loop's
 // thread, one at a time per loop; they must not block.
 #ifndef FEDRT_TRANSPORT_CONNECTION_H_
 #define FEDRT_TRANSPORT_CONNECTION_H_
@@ -179,6 +180,18 @@ class Connection {
   // kUnavailable once the connection is closing or closed,
   // kResourceExhausted when the queue would exceed max_queued_bytes.
   virtual Status Send(OutFrame frame) = 0;
+  // Waits until every frame this thread Sent before the call has left the
+  // process: TCP: written to the socket (the kernel delivers it even if this
+  // process stops or exits right after); loopback: handed to the peer's
+  // handler. OK then, also when the connection has closed since, with every
+  // such frame written. kUnavailable, naming the close reason, when the
+  // connection closed (or was closing) before they were written;
+  // kDeadlineExceeded after `timeout_ms` (the connection stays open; 0: no
+  // limit of its own: each write is still bounded by io_timeout_ms, after
+  // which the connection closes and the wait ends, as long as its loop runs);
+  // kFailedPrecondition on the loop's own thread. Say "sent" after this, not
+  // after Send.
+  virtual Status Flush(uint32_t timeout_ms) = 0;
   // Graceful close: queued frames are sent, the sending side is shut down,
   // and the connection waits (io_timeout_ms at most) for the peer to close.
   // OnClose then reports OK.

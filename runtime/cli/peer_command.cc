@@ -7,7 +7,8 @@
 //   fp32, fp16 hops, or IWP-sparse) and applies their mean, so every peer
 //   holds the same model; or gossips models (D-PSGD); or, as a baseline,
 //   trains alone (--reduce local: plain SGD, nothing sent). With --repair a
-//   failed step drops the failed peer, re-forms the ring and repeats the step.
+//   failed step drops the failed peer, re-forms the ring and repeats the step
+//   (gossip: the survivors first agree on the step to resume at).
 //   --metrics FILE writes one JSON object per evaluation (`fedrt sim
 //   --topology ring|gossip` reads them to draw its plot).
 #include <CLI/CLI.hpp>

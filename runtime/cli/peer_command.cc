@@ -7,7 +7,8 @@
 //   fp32, fp16 hops, or IWP-sparse) and applies their mean, so every peer
 //   holds the same model; or gossips models (D-PSGD); or, as a baseline,
 //   trains alone (--reduce local: plain SGD, nothing sent). With --repair a
-//   failed step drops the failed peer, re-forms the ring and repeats the step.
+//   failed step drops the failed peer, re-forms the ring and repeats the step
+//   (gossip: the survivors first agree on the step to resume at).
 //   --metrics FILE writes one JSON object per evaluation (`fedrt sim
 //   --topology ring|gossip` reads them to draw its plot).
 #include <CLI/CLI.hpp>
@@ -307,6 +308,7 @@ int RunPeer(const PeerFlags& flags) {
   };
   const std::size_t evals = static_cast<std::size_t>(flags.evals_per_epoch);
   uint32_t step = 0;
+  uint32_t skip_steps = 0;  // gossip: batches the survivors took while this peer failed (step counts them)
   for (int epoch = 0; epoch < flags.epochs; ++epoch) {
     std::vector<uint32_t> order;
     const std::size_t needed = steps_per_epoch * static_cast<std::size_t>(flags.batch);
@@ -322,6 +324,10 @@ int RunPeer(const PeerFlags& flags) {
     const auto start = std::chrono::steady_clock::now();
     for (std::size_t s = 0; s < steps_per_epoch; ++s) {
       if (flags.max_steps > 0 && step >= static_cast<uint32_t>(flags.max_steps)) break;
+      if (skip_steps > 0) {
+        --skip_steps;
+        continue;
+      }
       // Evaluations inside the epoch (the epoch's end is evaluated below).
       if (s > 0 && (s * evals) / steps_per_epoch != ((s - 1) * evals) / steps_per_epoch) {
         auto eval = record(epoch, s, step);
@@ -352,14 +358,35 @@ int RunPeer(const PeerFlags& flags) {
         const float lr = static_cast<float>(sgd->current_lr());
         if (derived_theta && flags.schedule != "constant") gossip_codec = codec_for(sgd->current_lr());
         Status mixed = group.GossipStep(model->parameters(), g, d, lr, gossip_codec, step, &gossip);
+        bool done_elsewhere = false;
         while (!mixed.ok()) {
-          // A failed step leaves the model as it was: re-form and repeat it.
+          // A failed step leaves the model as it was: re-form, agree with the
+          // survivors on the step to resume at, and repeat this one or (the
+          // others finished it before the failure) take its plain SGD step
+          // alone and join them.
           std::fprintf(stderr, "fedrt peer: step %u: %s\n", step, mixed.ToString().c_str());
           if (!flags.repair || group.FailedRank() < 0) return 1;
           Status formed = Reform(group);
           if (!formed.ok()) return Fail("peer", formed);
+          auto agreed = group.AgreeStep(step);
+          if (!agreed.ok()) {
+            mixed = agreed.status();
+            continue;
+          }
+          std::printf("resuming at step %llu\n", static_cast<unsigned long long>(*agreed));
+          std::fflush(stdout);
+          if (*agreed > step) {
+            float* x = model->parameters();
+            for (std::size_t i = 0; i < d; ++i) x[i] = x[i] - lr * g[i];
+            skip_steps = static_cast<uint32_t>(*agreed) - step - 1;
+            step = static_cast<uint32_t>(*agreed);
+            sgd->set_step(step);
+            done_elsewhere = true;
+            break;
+          }
           mixed = group.GossipStep(model->parameters(), g, d, lr, gossip_codec, step, &gossip);
         }
+        if (done_elsewhere) continue;
         count_fp32_step();
         wraps += gossip.wrap_count;
         interval_wraps += gossip.wrap_count;

@@ -123,10 +123,20 @@ std::string LastAccuracy(const std::string& text) {
   return at == std::string::npos ? "" : text.substr(at, text.find('%', at) - at);
 }
 
+// The step a gossip peer resumed at after the re-formation ("resuming at
+// step N"), or "" when it printed none.
+std::string ResumedAt(const std::string& text) {
+  const std::size_t at = text.find("resuming at step ");
+  if (at == std::string::npos) return "";
+  return text.substr(at, text.find('\n', at) - at);
+}
+
 // Four `fedrt peer --repair` processes; rank 2 gets SIGKILL after two
 // epochs; the other three must name it, re-form with 3 and finish.
 // `same_model`: ring modes, where the survivors end with one model.
-void KillOneOfFour(const std::vector<std::string>& mode, bool same_model) {
+// `same_step`: gossip, where the survivors agree on the step to resume at
+// (some may have finished the failed step before the others failed it).
+void KillOneOfFour(const std::vector<std::string>& mode, bool same_model, bool same_step = false) {
   testing::TempDir dir;
   const int n = 4;
   const LocalRing files = MakeLocalRing(dir, n, "b", 3000);
@@ -155,7 +165,7 @@ void KillOneOfFour(const std::vector<std::string>& mode, bool same_model) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   REQUIRE(killed);
-  std::vector<std::string> accuracies;
+  std::vector<std::string> accuracies, resumed;
   for (int r = 0; r < n; ++r) {
     const int status = Finish(children[r], deadline, r);
     if (r == 2) continue;
@@ -164,8 +174,20 @@ void KillOneOfFour(const std::vector<std::string>& mode, bool same_model) {
     CHECK(WEXITSTATUS(status) == 0);
     CHECK(children[r].text.find("peer rank 2") != std::string::npos);
     CHECK(children[r].text.find("ring re-formed with 3 peers") != std::string::npos);
+    // One failure, one re-formation: a survivor that finished cleanly is
+    // never taken for a failed one by a peer still taking its last step.
+    const std::size_t first = children[r].text.find("re-forming without");
+    CHECK(first != std::string::npos);
+    CHECK(children[r].text.find("re-forming without", first + 1) == std::string::npos);
     CHECK(children[r].text.find("epoch 40/40") != std::string::npos);
     accuracies.push_back(LastAccuracy(children[r].text));
+    resumed.push_back(ResumedAt(children[r].text));
+  }
+  if (same_step) {
+    REQUIRE(resumed.size() == 3);
+    CHECK(resumed[0] != "");
+    CHECK(resumed[0] == resumed[1]);
+    CHECK(resumed[1] == resumed[2]);
   }
   if (same_model) {
     // The survivors resumed at one step with one model: they end alike.
@@ -184,11 +206,11 @@ TEST_CASE("an IWP ring survives a killed peer and the survivors end with the sam
 }
 
 TEST_CASE("gossip on a ring survives a killed peer") {
-  KillOneOfFour({"--reduce", "gossip", "--codec", "moniqua:bits=2,theta=1"}, false);
+  KillOneOfFour({"--reduce", "gossip", "--codec", "moniqua:bits=2,theta=1"}, false, true);
 }
 
 TEST_CASE("gossip on a torus survives a killed peer and re-forms the graph over the other three") {
-  KillOneOfFour({"--reduce", "gossip", "--graph", "torus"}, false);
+  KillOneOfFour({"--reduce", "gossip", "--graph", "torus"}, false, true);
 }
 
 TEST_CASE("fedrt peer gossip with a moniqua codec that names no theta derives theta from the learning rate") {

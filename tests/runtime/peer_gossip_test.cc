@@ -214,3 +214,85 @@ TEST_CASE("replica gossip of equal models with equal gradients is the plain SGD 
 
 }  // namespace
 }  // namespace fedrt
+
+namespace fedrt {
+namespace {
+
+// Re-formed peers may be a step apart: one that finished the failed step
+// before the failure is ahead of those that did not. AgreeStep gives every
+// member the furthest step, also across several hops of a larger ring and
+// on a torus.
+TEST_CASE("after a re-formation every gossip peer gets the furthest step of the survivors") {
+  for (peer::GossipGraph graph : {peer::GossipGraph::kRing, peer::GossipGraph::kTorus}) {
+    for (int n : {2, 3, 6}) {
+      peer::PeerOptions options;
+      options.graph = graph;
+      PeerRing ring(n, options);
+      ring.FormAll();
+      ring.FormAll();  // a re-formation (the second generation)
+      std::vector<uint64_t> agreed(static_cast<std::size_t>(n), 0);
+      // One peer, as far from rank 0 as the graph allows, is one step ahead.
+      const uint32_t ahead = static_cast<uint32_t>(n / 2);
+      auto st = ring.Each(ring.All(), [&](uint32_t r) -> Status {
+        auto a = ring.groups[r]->AgreeStep(r == ahead ? 22 : 21);
+        if (!a.ok()) return a.status();
+        agreed[r] = *a;
+        return Status::Ok();
+      });
+      for (int r = 0; r < n; ++r) {
+        INFO("graph ", static_cast<int>(graph), " peers ", n, " rank ", r, ": ", st[static_cast<std::size_t>(r)].ToString());
+        REQUIRE(st[static_cast<std::size_t>(r)].ok());
+        CHECK(agreed[static_cast<std::size_t>(r)] == 22);
+      }
+      // The links carry gossip as before.
+      const std::size_t d = 64;
+      auto models = Models(n, d, 0.5f);
+      std::vector<float> grad(d, 0.0f);
+      std::vector<peer::GossipStats> stats(static_cast<std::size_t>(n));
+      st = ring.Each(ring.All(), [&](uint32_t r) {
+        return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.1f, "", 22, &stats[r]);
+      });
+      for (auto& s : st) CHECK_MESSAGE(s.ok(), s.ToString());
+    }
+  }
+}
+
+// The last step of a run: a ring neighbour that finished and left (Close:
+// Leave, then its close) has nothing more to send; the peers still taking
+// their last step skip it (its weight stays with them), they do not report
+// it as failed.
+TEST_CASE("a ring gossip neighbour that finished and left is skipped, not reported as failed") {
+  const int n = 3;
+  const std::size_t d = 100;
+  peer::PeerOptions options;
+  options.step_timeout_ms = 5000;
+  PeerRing ring(n, options);
+  ring.FormAll();
+  auto models = Models(n, d, 0.5f);
+  std::vector<float> grad(d, 0.0f);
+  std::vector<peer::GossipStats> stats(n);
+  auto st = ring.Each(ring.All(), [&](uint32_t r) {
+    return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.1f, "", 0, &stats[r]);
+  });
+  for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  const auto before = models;
+  // Rank 0 is done; ranks 1 and 2 take one more step.
+  st = ring.Each(ring.All(), [&](uint32_t r) {
+    if (r == 0) return ring.groups[0]->Close();
+    Status s = ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.1f, "", 1, &stats[r]);
+    (void)ring.groups[r]->Close();
+    return s;
+  });
+  for (uint32_t r = 1; r < 3; ++r) {
+    INFO("rank ", r, ": ", st[r].ToString());
+    REQUIRE(st[r].ok());
+    CHECK(ring.groups[r]->FailedRank() == -1);
+    const uint32_t other = 3 - r;
+    for (std::size_t i = 0; i < d; ++i) {
+      CHECK(models[r][i] == doctest::Approx(before[r][i] + (before[other][i] - before[r][i]) / 3.0f).epsilon(1e-6));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fedrt

@@ -46,6 +46,7 @@ using transport::MessageKind;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char kFailurePrefix[] = "peer rank ";
+constexpr const char kAgreeStepSpec[] = "step";  // AgreeStep's frames (GossipModel)
 
 // What both links of a group share: one lock and one condition, so the
 // collective's thread can wait for "a frame from the left, or any link
@@ -351,6 +352,7 @@ class TcpPeerGroup : public PeerGroup {
                       std::vector<float>* sums) override;
   Status GossipStep(float* model, const float* grad, std::size_t d, float lr,
                     const std::string& codec_spec, uint64_t step, GossipStats* stats) override;
+  Result<uint64_t> AgreeStep(uint64_t step) override;
 
  private:
   std::string Name(uint32_t rank) const {
@@ -399,6 +401,15 @@ class TcpPeerGroup : public PeerGroup {
   // Graph gossip: the next data frame from graph_links_[i]; failure reports
   // and closes on any link end the wait. kCancelled: that neighbour left.
   Result<Frame> NextFromNeighbour(std::size_t i, Clock::time_point deadline);
+  // A gossip neighbour: its rank, the link sent to, the next data frame heard
+  // from it, its mixing weight.
+  struct Edge {
+    uint32_t rank;
+    Link* send;
+    std::function<Result<Frame>()> next;
+    float weight;
+  };
+  std::vector<Edge> GossipEdges(Clock::time_point deadline, bool left_is_ok);
   Status Send(Link& link, uint32_t to, Result<transport::OutFrame> frame);
   // A send to `to` failed with `s`: OK when that neighbour has left, else the
   // step fails (blaming the peer a queued failure report names, or `to`).
@@ -406,8 +417,9 @@ class TcpPeerGroup : public PeerGroup {
   // Fails the step: records the failed rank and reports it both ways.
   Status Fail(int failed, const Status& status);
   // Waits for the next data frame from one neighbour; failure reports from
-  // either side end the wait.
-  Result<Frame> NextFrom(bool want_right, Clock::time_point deadline);
+  // either side end the wait. `left_is_ok` (gossip): that neighbour having
+  // left (Leave, then its close) is kCancelled, not a failure.
+  Result<Frame> NextFrom(bool want_right, Clock::time_point deadline, bool left_is_ok = false);
   Result<Frame> NextFromLeft(Clock::time_point deadline) { return NextFrom(false, deadline); }
   Status ExpectChunk(const Frame& frame, transport::RingPhase phase, uint32_t step,
                      uint32_t segment, uint32_t index, uint32_t count, uint64_t total,
@@ -762,7 +774,7 @@ Status TcpPeerGroup::Fail(int failed, const Status& status) {
   return status;
 }
 
-Result<Frame> TcpPeerGroup::NextFrom(bool want_right, Clock::time_point deadline) {
+Result<Frame> TcpPeerGroup::NextFrom(bool want_right, Clock::time_point deadline, bool left_is_ok) {
   // `from` is the neighbour whose data we wait for, `to` the other one.
   const uint32_t from = want_right ? right() : left();
   const uint32_t to = want_right ? left() : right();
@@ -790,6 +802,7 @@ Result<Frame> TcpPeerGroup::NextFrom(bool want_right, Clock::time_point deadline
     bool from_other = false;
     Status closed;
     int closed_rank = -1;
+    bool left = false;
     {
       std::unique_lock<std::mutex> lock(signal_->mutex);
       signal_->changed.wait_until(lock, wait_until, [&] {
@@ -805,6 +818,8 @@ Result<Frame> TcpPeerGroup::NextFrom(bool want_right, Clock::time_point deadline
         frame = want->TakeFrame();
       } else if (other->TakeError(&frame)) {
         from_other = true;  // a report that arrived behind data, before a close
+      } else if (want->closed() && left_is_ok && want->left_ring()) {
+        left = true;  // it finished: everything it sent has been taken
       } else if (want->closed()) {
         closed = want->close_reason();
         closed_rank = static_cast<int>(from);
@@ -832,6 +847,7 @@ Result<Frame> TcpPeerGroup::NextFrom(bool want_right, Clock::time_point deadline
       continue;
     }
     if (frame.kind() != MessageKind::kNone) return frame;
+    if (left) return Status(StatusCode::kCancelled, Name(from) + " has left");
     if (closed_rank >= 0) {
       return Fail(closed_rank, Named(static_cast<uint32_t>(closed_rank), closed));
     }
@@ -1393,6 +1409,68 @@ Status TcpPeerGroup::ReceiveGossip(uint32_t from, const std::function<Result<Fra
   return Status::Ok();
 }
 
+// The neighbours: on the ring the right and left links (with two peers the
+// one neighbour is sent to on the right link and heard on the left); on a
+// graph one two-way link each (a graph neighbour that left is always
+// kCancelled: NextFromNeighbour).
+std::vector<TcpPeerGroup::Edge> TcpPeerGroup::GossipEdges(Clock::time_point deadline, bool left_is_ok) {
+  const std::size_t p = members_.size();
+  std::vector<Edge> edges;
+  if (options_.graph != GossipGraph::kRing) {
+    for (std::size_t i = 0; i < graph_links_.size(); ++i) {
+      edges.push_back({graph_ranks_[i], graph_links_[i].get(), [this, i, deadline] { return NextFromNeighbour(i, deadline); },
+                       graph_weights_[i]});
+    }
+  } else if (p == 2) {
+    edges.push_back({left(), right_.get(), [this, deadline, left_is_ok] { return NextFrom(false, deadline, left_is_ok); }, 0.5f});
+  } else if (p > 2) {
+    edges.push_back({left(), left_.get(), [this, deadline, left_is_ok] { return NextFrom(false, deadline, left_is_ok); },
+                     1.0f / 3.0f});
+    edges.push_back({right(), right_.get(), [this, deadline, left_is_ok] { return NextFrom(true, deadline, left_is_ok); },
+                     1.0f / 3.0f});
+  }
+  return edges;
+}
+
+// Max-flooding over the group's links: in each of (members - 1) rounds (at
+// least the diameter of any connected graph over them) every member sends
+// the largest step it knows to each neighbour and takes the largest it
+// hears. One GossipModel frame per link and round, codec spec "step", the
+// step in the step field and no payload.
+Result<uint64_t> TcpPeerGroup::AgreeStep(uint64_t step) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(options_.step_timeout_ms);
+  if (failed_rank_ >= 0) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "the ring lost peer rank " + std::to_string(failed_rank_) + "; Form() again first");
+  }
+  const std::vector<Edge> edges = GossipEdges(deadline, /*left_is_ok=*/false);
+  uint64_t agreed = step;
+  for (std::size_t round = 0; round + 1 < members_.size(); ++round) {
+    const uint64_t known = agreed;
+    for (std::size_t i = edges.size(); i-- > 0;) {
+      transport::GossipModelMessage m;
+      m.step = known;
+      m.source_rank = rank_;
+      m.codec_spec = kAgreeStepSpec;
+      m.payload.index = 0;
+      m.payload.count = 1;
+      Status s = Send(*edges[i].send, edges[i].rank, Encode(m, connection_options_.limits));
+      if (!s.ok()) return s;
+    }
+    for (const Edge& edge : edges) {
+      auto frame = edge.next();
+      if (!frame.ok()) return frame.status();
+      auto m = transport::DecodeGossipModel(*frame, connection_options_.limits);
+      if (!m.ok()) return Fail(static_cast<int>(edge.rank), Named(edge.rank, m.status()));
+      if (m->codec_spec != kAgreeStepSpec || m->source_rank != edge.rank || m->payload.size != 0) {
+        return Fail(static_cast<int>(edge.rank), Named(edge.rank, Corrupt("expected its step after the re-formation")));
+      }
+      agreed = std::max(agreed, m->step);
+    }
+  }
+  return agreed;
+}
+
 Status TcpPeerGroup::GossipStep(float* model, const float* grad, std::size_t d, float lr,
                                 const std::string& codec_spec, uint64_t step, GossipStats* stats) {
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(options_.step_timeout_ms);
@@ -1401,7 +1479,6 @@ Status TcpPeerGroup::GossipStep(float* model, const float* grad, std::size_t d, 
     return Status(StatusCode::kFailedPrecondition,
                   "the ring lost peer rank " + std::to_string(failed_rank_) + "; Form() again first");
   }
-  const std::size_t p = members_.size();
   if (codec_spec != gossip_spec_ || (gossip_codec_ == nullptr && !codec_spec.empty())) {
     gossip_codec_.reset();
     gossip_spec_ = codec_spec;
@@ -1446,10 +1523,12 @@ Status TcpPeerGroup::GossipStep(float* model, const float* grad, std::size_t d, 
       choco_replicas_.clear();
       choco_members_ = members_;
     }
+    // x_i - lr g_i is written into the model only once the step succeeds:
+    // a failed step leaves the model as it was (the caller repeats it).
     choco_diff_.resize(d);
     for (std::size_t k = 0; k < d; ++k) {
-      model[k] = model[k] - lr * grad[k];
-      choco_diff_[k] = model[k] - choco_public_[k];
+      const float stepped = model[k] - lr * grad[k];
+      choco_diff_[k] = stepped - choco_public_[k];
     }
     to_send = choco_diff_.data();
   }
@@ -1467,27 +1546,7 @@ Status TcpPeerGroup::GossipStep(float* model, const float* grad, std::size_t d, 
   } else {
     std::copy(model, model + d, own_recovered_.begin());
   }
-  // The neighbours: on the ring the right and left links (with two peers
-  // the one neighbour is sent to on the right link and heard on the left);
-  // on a graph one two-way link each.
-  struct Edge {
-    uint32_t rank;
-    Link* send;
-    std::function<Result<Frame>()> next;
-    float weight;
-  };
-  std::vector<Edge> edges;
-  if (options_.graph != GossipGraph::kRing) {
-    for (std::size_t i = 0; i < graph_links_.size(); ++i) {
-      edges.push_back({graph_ranks_[i], graph_links_[i].get(), [this, i, deadline] { return NextFromNeighbour(i, deadline); },
-                       graph_weights_[i]});
-    }
-  } else if (p == 2) {
-    edges.push_back({left(), right_.get(), [this, deadline] { return NextFrom(false, deadline); }, 0.5f});
-  } else if (p > 2) {
-    edges.push_back({left(), left_.get(), [this, deadline] { return NextFrom(false, deadline); }, 1.0f / 3.0f});
-    edges.push_back({right(), right_.get(), [this, deadline] { return NextFrom(true, deadline); }, 1.0f / 3.0f});
-  }
+  const std::vector<Edge> edges = GossipEdges(deadline, /*left_is_ok=*/true);
   // The ring sends right first, then left.
   for (std::size_t i = edges.size(); i-- > 0;) {
     Status s = SendGossip(*edges[i].send, edges[i].rank, step, codec ? codec->spec() : std::string(), payload,
@@ -1535,6 +1594,7 @@ Status TcpPeerGroup::GossipStep(float* model, const float* grad, std::size_t d, 
     // bit, so the mixing keeps the mean up to one step's rounding. A
     // neighbour that left keeps its last copy (it no longer changes).
     choco_replicas_.resize(edges.size(), std::vector<float>(d, 0.0f));
+    for (std::size_t k = 0; k < d; ++k) model[k] = model[k] - lr * grad[k];
     for (std::size_t k = 0; k < d; ++k) choco_public_[k] = choco_public_[k] + own_recovered_[k];
     mix_.clear();
     for (std::size_t i = 0; i < edges.size(); ++i) {

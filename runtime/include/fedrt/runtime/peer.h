@@ -181,6 +181,14 @@ class PeerGroup {
   virtual Status GossipStep(float* model, const float* grad, std::size_t d, float lr,
                             const std::string& codec_spec, uint64_t step, GossipStats* stats) = 0;
 
+  // After Form(): every member passes the step it would run next and gets
+  // the largest of them (the same on every member), so peers that re-formed
+  // after a failure resume at one step (a peer that finished the failed step
+  // before the failure is one step ahead of those that did not). Flooded
+  // over the gossip links (ring or graph), members - 1 rounds. Every member
+  // calls it right after the same Form(), before any other collective.
+  virtual Result<uint64_t> AgreeStep(uint64_t step) = 0;
+
   // Leaves the ring gracefully: what is queued for the neighbours (the last
   // chunks of the last collective) is sent before the links close; waits for
   // the neighbours' end of stream, at most 5 s. Destroying a group without

@@ -533,7 +533,7 @@ class ConsumingServer : public Recorder {
         head.payload.size > target.size() - head.payload.offset) {
       return false;
     }
-    at = head.payload.offset;
+    at = static_cast<std::size_t>(head.payload.offset);  // at most target.size(), checked above
     return true;
   }
   void ConsumePayload(Connection&, const uint8_t* piece, std::size_t offset, std::size_t size) override {

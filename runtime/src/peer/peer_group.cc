@@ -122,7 +122,8 @@ class Link : public transport::ConnectionHandler {
     std::lock_guard<std::mutex> lock(signal_->mutex);
     const Placement* p = Match(head, transport::RingPhase::kReduceScatter);
     if (p == nullptr) return false;
-    summing_into_ = reinterpret_cast<float*>(p->data);
+    // p->data was made from a float* into the caller's vector (Reduce), so it is float-aligned.
+    summing_into_ = static_cast<float*>(static_cast<void*>(p->data));
     return true;
   }
   // Loop thread, between ConsumesPayload and OnFrame/OnClose: the slice is

@@ -11,6 +11,18 @@ namespace fedrt {
 
 uint64_t MonotonicNanos() { return port::MonotonicNanos(); }
 
+namespace {
+class PortClock final : public Clock {
+ public:
+  uint64_t NowNanos() const override { return port::MonotonicNanos(); }
+};
+}  // namespace
+
+const Clock& SystemClock() {
+  static const PortClock clock;
+  return clock;
+}
+
 void* AlignedAlloc(std::size_t bytes, std::size_t alignment) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) return nullptr;
   return port::AlignedAlloc(bytes, alignment);

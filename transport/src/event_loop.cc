@@ -9,11 +9,6 @@
 namespace fedrt {
 namespace transport {
 
-uint64_t NextConnectionId() {
-  static std::atomic<uint64_t> next{1};
-  return next.fetch_add(1, std::memory_order_relaxed);
-}
-
 void EventLoop::Impl::AddMember(const std::shared_ptr<LoopMember>& member) {
   std::lock_guard<std::mutex> lock(members_mutex);
   members.erase(std::remove_if(members.begin(), members.end(),

@@ -13,6 +13,7 @@
 #include <vector>
 #include <thread>
 
+#include "connection_id.h"
 #include "fedrt/transport/connection.h"
 
 namespace fedrt {
@@ -42,9 +43,6 @@ struct EventLoop::Impl {
   std::mutex members_mutex;
   std::vector<std::weak_ptr<LoopMember>> members;
 };
-
-// Process-wide connection ids.
-uint64_t NextConnectionId();
 
 // Connection::Flush, shared by the connection kinds. The waiting thread holds
 // the FlushWait; the loop thread holds a FlushPromise and keeps it until the

@@ -1,6 +1,7 @@
 #include "fedrt/runtime/dataset.h"
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "train/random.h"
@@ -98,24 +99,56 @@ std::vector<uint32_t> ShuffledIndices(std::size_t count, uint64_t seed, uint64_t
   return order;
 }
 
-void GatherBatch(const Dataset& data, const uint32_t* indices, std::size_t batch, float* features,
+DataView::DataView(const Dataset& data)
+    : count(data.count), example_size(data.example_size()), num_classes(data.num_classes),
+      pixels(data.pixels.data()), normalization(data.normalization), labels(data.labels.data()) {}
+
+Status DataView::Validate() const {
+  if (count == 0) return InvalidArgument("the data view holds no examples");
+  if (example_size == 0) return InvalidArgument("the data view's examples have no features");
+  if (labels == nullptr) return InvalidArgument("the data view has no labels");
+  if ((pixels == nullptr) == (features == nullptr)) {
+    return InvalidArgument("a data view sets exactly one of its byte and float features");
+  }
+  if (num_classes <= 0 || num_classes > 256) return InvalidArgument("the data view's class count is out of range");
+  for (std::size_t i = 0; i < count; ++i) {
+    if (labels[i] >= num_classes) {
+      return InvalidArgument("label " + std::to_string(labels[i]) + " of example " + std::to_string(i) +
+                             " is not below the class count " + std::to_string(num_classes));
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// Writes example `index`'s features, through `table` for byte features.
+void ReadExample(const DataView& data, const float* table, std::size_t index, float* out) {
+  const std::size_t size = data.example_size;
+  if (data.features != nullptr) {
+    std::memcpy(out, data.features + index * size, size * sizeof(float));
+    return;
+  }
+  const uint8_t* src = data.pixels + index * size;
+  for (std::size_t i = 0; i < size; ++i) out[i] = table[src[i]];
+}
+
+}  // namespace
+
+void GatherBatch(const DataView& data, const uint32_t* indices, std::size_t batch, float* features,
                  uint8_t* labels) {
   float table[256];
   FeatureTable(data.normalization, table);
-  const std::size_t size = data.example_size();
   for (std::size_t n = 0; n < batch; ++n) {
-    const uint8_t* src = data.pixels.data() + static_cast<std::size_t>(indices[n]) * size;
-    for (std::size_t i = 0; i < size; ++i) features[n * size + i] = table[src[i]];
+    ReadExample(data, table, indices[n], features + n * data.example_size);
     labels[n] = data.labels[indices[n]];
   }
 }
 
-void ReadExamples(const Dataset& data, std::size_t first, std::size_t batch, float* features) {
+void ReadExamples(const DataView& data, std::size_t first, std::size_t batch, float* features) {
   float table[256];
   FeatureTable(data.normalization, table);
-  const uint8_t* src = data.pixels.data() + first * data.example_size();
-  const std::size_t count = batch * data.example_size();
-  for (std::size_t i = 0; i < count; ++i) features[i] = table[src[i]];
+  for (std::size_t n = 0; n < batch; ++n) ReadExample(data, table, first + n, features + n * data.example_size);
 }
 
 }  // namespace fedrt

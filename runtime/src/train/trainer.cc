@@ -8,14 +8,14 @@
 namespace fedrt {
 namespace {
 
-Status CheckShapes(const Model& model, const Dataset& data, int batch) {
+Status CheckShapes(const Model& model, const DataView& data, int batch) {
   if (batch <= 0) return InvalidArgument("batch size must be positive");
-  if (data.example_size() != model.input_size()) {
-    return InvalidArgument("examples have " + std::to_string(data.example_size()) + " features, model '" +
+  if (data.example_size != model.input_size()) {
+    return InvalidArgument("examples have " + std::to_string(data.example_size) + " features, model '" +
                            model.spec().text + "' expects " + std::to_string(model.input_size()));
   }
-  if (data.labels.size() != data.count || data.pixels.size() != data.count * data.example_size()) {
-    return InvalidArgument("data set sizes are inconsistent");
+  if (data.count > 0 && (data.labels == nullptr || (data.pixels == nullptr) == (data.features == nullptr))) {
+    return InvalidArgument("the data view's labels or features are missing");
   }
   return Status::Ok();
 }
@@ -73,48 +73,67 @@ Result<BatchLoss> TrainStep(Model& model, Sgd& sgd, const float* inputs, const u
   return loss;
 }
 
-Result<EpochStats> TrainEpoch(Model& model, Sgd& sgd, const Dataset& data, uint64_t epoch,
-                              const TrainOptions& options) {
+Result<TrainingPass> TrainingPass::Start(Model& model, const DataView& data, uint64_t epoch,
+                                         const TrainOptions& options) {
   FEDRT_RETURN_IF_ERROR(CheckShapes(model, data, options.batch));
-  if (sgd.parameter_count() != model.parameter_count()) {
-    return InvalidArgument("optimizer and model parameter counts differ");
-  }
-  Stopwatch watch;
-  std::vector<uint32_t> order;
+  TrainingPass pass;
   if (options.subset != nullptr) {
     for (uint32_t i : *options.subset) {
       if (i >= data.count) return OutOfRange("subset index " + std::to_string(i) + " is past the data set");
     }
     const std::vector<uint32_t> perm = ShuffledIndices(options.subset->size(), options.seed, epoch);
-    order.reserve(perm.size());
-    for (uint32_t k : perm) order.push_back((*options.subset)[k]);
+    pass.order_.reserve(perm.size());
+    for (uint32_t k : perm) pass.order_.push_back((*options.subset)[k]);
   } else {
-    order = ShuffledIndices(data.count, options.seed, epoch);
+    pass.order_ = ShuffledIndices(data.count, options.seed, epoch);
   }
-  const std::size_t batch = static_cast<std::size_t>(options.batch);
+  pass.data_ = data;
+  pass.batch_ = static_cast<std::size_t>(options.batch);
+  pass.max_steps_ = options.max_steps;
   FEDRT_RETURN_IF_ERROR(model.Reserve(options.batch));
-  std::vector<float> x(batch * data.example_size());
-  std::vector<uint8_t> y(batch);
-  EpochStats stats;
-  double loss_sum = 0.0;
-  std::size_t correct = 0;
-  for (std::size_t start = 0; start < order.size(); start += batch) {
-    if (options.max_steps != 0 && stats.steps == options.max_steps) break;
-    const std::size_t n = std::min(batch, order.size() - start);
-    GatherBatch(data, order.data() + start, n, x.data(), y.data());
-    Result<BatchLoss> loss = TrainStep(model, sgd, x.data(), y.data(), static_cast<int>(n));
+  pass.x_.resize(pass.batch_ * data.example_size);
+  pass.y_.resize(pass.batch_);
+  return pass;
+}
+
+Status TrainingPass::Run(Model& model, Sgd& sgd, std::size_t max_steps) {
+  if (sgd.parameter_count() != model.parameter_count()) {
+    return InvalidArgument("optimizer and model parameter counts differ");
+  }
+  if (model.input_size() != data_.example_size) return InvalidArgument("the model does not fit this pass's data");
+  for (std::size_t taken = 0; !done() && (max_steps == 0 || taken < max_steps); ++taken) {
+    const std::size_t n = std::min(batch_, order_.size() - next_);
+    GatherBatch(data_, order_.data() + next_, n, x_.data(), y_.data());
+    Result<BatchLoss> loss = TrainStep(model, sgd, x_.data(), y_.data(), static_cast<int>(n));
     if (!loss.ok()) return loss.status();
-    loss_sum += loss->loss * static_cast<double>(n);
-    correct += static_cast<std::size_t>(loss->correct);
-    stats.examples += n;
-    ++stats.steps;
+    loss_sum_ += loss->loss * static_cast<double>(n);
+    correct_ += static_cast<std::size_t>(loss->correct);
+    stats_.examples += n;
+    ++stats_.steps;
+    next_ += n;
   }
+  return Status::Ok();
+}
+
+EpochStats TrainingPass::stats() const {
+  EpochStats stats = stats_;
   if (stats.examples > 0) {
-    stats.loss = loss_sum / static_cast<double>(stats.examples);
-    stats.accuracy = static_cast<double>(correct) / static_cast<double>(stats.examples);
+    stats.loss = loss_sum_ / static_cast<double>(stats.examples);
+    stats.accuracy = static_cast<double>(correct_) / static_cast<double>(stats.examples);
   }
-  stats.seconds = watch.ElapsedSeconds();
+  stats.seconds = watch_.ElapsedSeconds();
   return stats;
+}
+
+Result<EpochStats> TrainEpoch(Model& model, Sgd& sgd, const DataView& data, uint64_t epoch,
+                              const TrainOptions& options) {
+  if (sgd.parameter_count() != model.parameter_count()) {
+    return InvalidArgument("optimizer and model parameter counts differ");
+  }
+  Result<TrainingPass> pass = TrainingPass::Start(model, data, epoch, options);
+  if (!pass.ok()) return pass.status();
+  FEDRT_RETURN_IF_ERROR(pass->Run(model, sgd, 0));
+  return pass->stats();
 }
 
 double Evaluation::ClassAccuracy(std::size_t c) const {
@@ -122,7 +141,7 @@ double Evaluation::ClassAccuracy(std::size_t c) const {
   return static_cast<double>(class_correct[c]) / static_cast<double>(class_examples[c]);
 }
 
-Result<Evaluation> EvaluateModel(Model& model, const Dataset& data, int batch) {
+Result<Evaluation> EvaluateModel(Model& model, const DataView& data, int batch) {
   FEDRT_RETURN_IF_ERROR(CheckShapes(model, data, batch));
   FEDRT_RETURN_IF_ERROR(model.Reserve(batch));
   const std::size_t classes = static_cast<std::size_t>(model.num_classes());
@@ -130,13 +149,13 @@ Result<Evaluation> EvaluateModel(Model& model, const Dataset& data, int batch) {
   e.class_examples.assign(classes, 0);
   e.class_correct.assign(classes, 0);
   std::vector<int> predicted(static_cast<std::size_t>(batch));
-  std::vector<float> x(static_cast<std::size_t>(batch) * data.example_size());
+  std::vector<float> x(static_cast<std::size_t>(batch) * data.example_size);
   double loss_sum = 0.0;
   std::size_t correct = 0;
   for (std::size_t start = 0; start < data.count; start += static_cast<std::size_t>(batch)) {
     const std::size_t n = std::min(static_cast<std::size_t>(batch), data.count - start);
     ReadExamples(data, start, n, x.data());
-    Result<BatchLoss> loss = model.Evaluate(x.data(), data.labels.data() + start, static_cast<int>(n),
+    Result<BatchLoss> loss = model.Evaluate(x.data(), data.labels + start, static_cast<int>(n),
                                             predicted.data());
     if (!loss.ok()) return loss.status();
     loss_sum += loss->loss * static_cast<double>(n);

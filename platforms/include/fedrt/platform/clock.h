@@ -1,5 +1,9 @@
 // Monotonic time for deadlines, throughput figures and progress reports.
 // Never jumps with wall-clock changes. Thread-safe.
+//
+// Engines (device client, aggregator, peer trainer) never read the time
+// themselves: they are given a Clock, so a test drives them with a manual one
+// and firmware with its own tick counter.
 #ifndef FEDRT_PLATFORM_CLOCK_H_
 #define FEDRT_PLATFORM_CLOCK_H_
 
@@ -9,6 +13,31 @@ namespace fedrt {
 
 // Nanoseconds since an unspecified fixed point (the port's monotonic clock).
 uint64_t MonotonicNanos();
+
+// A source of monotonic time handed to engines. Implementations must be
+// safe to call from any thread and never go backwards.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual uint64_t NowNanos() const = 0;
+  uint64_t NowMs() const { return NowNanos() / 1000000u; }
+};
+
+// The port's monotonic clock (MonotonicNanos).
+const Clock& SystemClock();
+
+// A clock that moves only when told to (tests, simulations). Not
+// synchronized: advance it on the thread that drives the engines.
+class ManualClock final : public Clock {
+ public:
+  explicit ManualClock(uint64_t start_nanos = 0) : nanos_(start_nanos) {}
+  uint64_t NowNanos() const override { return nanos_; }
+  void AdvanceMs(uint64_t ms) { nanos_ += ms * 1000000u; }
+  void SetNanos(uint64_t nanos) { nanos_ = nanos; }
+
+ private:
+  uint64_t nanos_;
+};
 
 // Measures elapsed time from construction or the last Restart().
 class Stopwatch {

@@ -63,6 +63,27 @@ struct Dataset {
 // The feature each byte value stands for under `normalization` (see above).
 void FeatureTable(const Normalization& normalization, float table[256]);
 
+// Labelled examples in memory someone else owns: a Dataset, a firmware
+// array, an application's buffers. Features are bytes read through a
+// normalisation (like a Dataset) or floats read as they are; exactly one of
+// `pixels` and `features` is set. The engines (device client, peer trainer,
+// aggregator evaluation) and the trainer read data through a view and never
+// copy or own it; the memory must outlive every use of the view.
+struct DataView {
+  DataView() = default;
+  DataView(const Dataset& data);  // NOLINT: implicit by design, a Dataset is a view's most common source
+  std::size_t count = 0;
+  std::size_t example_size = 0;
+  int num_classes = 0;
+  const uint8_t* pixels = nullptr;   // [count x example_size], read through `normalization`
+  const float* features = nullptr;   // [count x example_size], read as they are
+  Normalization normalization;
+  const uint8_t* labels = nullptr;   // [count], each < num_classes
+  // InvalidArgument when a pointer is missing, both feature kinds are set, or
+  // a label is not below num_classes (checked once, on entry to an engine).
+  Status Validate() const;
+};
+
 // Images (N x H x W bytes, read as [0, 1]) and labels (N bytes) from two IDX
 // files; the counts must agree.
 Result<Dataset> LoadIdxDataset(const std::string& images_path, const std::string& labels_path);
@@ -87,11 +108,11 @@ std::vector<uint32_t> ShuffledIndices(std::size_t count, uint64_t seed, uint64_t
 
 // Reads examples indices[0 .. batch) as features [batch x example_size()]
 // and labels [batch]. Indices must be below data.count.
-void GatherBatch(const Dataset& data, const uint32_t* indices, std::size_t batch, float* features,
+void GatherBatch(const DataView& data, const uint32_t* indices, std::size_t batch, float* features,
                  uint8_t* labels);
 // Reads examples [first, first + batch) as features [batch x example_size()];
 // first + batch must not pass data.count.
-void ReadExamples(const Dataset& data, std::size_t first, std::size_t batch, float* features);
+void ReadExamples(const DataView& data, std::size_t first, std::size_t batch, float* features);
 
 }  // namespace fedrt
 

@@ -1,4 +1,8 @@
-// The star topology's device: joins an aggregator, and for every round it is
+// The star topology's device as a Linux program's building block: RunDevice
+// loads the key file, the data share and the state file, dials the
+// aggregator over TCP (TLS), and drives the device engine
+// (fedrt/runtime/device_client.h, which has the protocol and embeds in any
+// program) until the training ends. It joins an aggregator, and for every round it is
 // sampled in, trains its share of the data for the instructed epochs from the
 // global model it received, encodes delta = local - global with the instructed
 // codec (through its error-feedback residual when the codec asks for one), and
@@ -22,6 +26,7 @@
 #include <string>
 
 #include "fedrt/platform/status.h"
+#include "fedrt/runtime/device_client.h"
 #include "fedrt/transport/tls.h"
 
 namespace fedrt {
@@ -44,21 +49,6 @@ struct DeviceOptions {
   uint32_t give_up_ms = 60000;       // stop reconnecting after this long without the server
   transport::TlsConfig tls;          // ca_file (+ server_name): connect over TLS; empty: plain TCP
 };
-
-struct DeviceHooks {
-  // The payload just sent for `round` (tests decode it themselves).
-  std::function<void(uint32_t round, const std::string& codec_spec, const uint8_t* payload,
-                     std::size_t size, uint64_t num_samples)>
-      on_update;
-  // Training is done for `round` (before encoding); tests stop a device here.
-  std::function<void(uint32_t round)> on_trained;
-  // The global model this device starts `round` from (after a delta is applied).
-  std::function<void(uint32_t round, const float* model, std::size_t d)> on_model;
-};
-
-// A sender id both ends derive from the device id (24 bits, FNV-1a): the
-// codec randomness of a device's payloads depends on it.
-uint32_t DeviceSenderId(const std::string& device_id);
 
 // Runs until the aggregator says the training is over (OK), `stop` becomes
 // true (kCancelled), the join is refused (kUnauthenticated) or the server

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "fedrt/platform/clock.h"
 #include "fedrt/platform/memory.h"
 #include "fedrt/platform/status.h"
 #include "fedrt/runtime/dataset.h"
@@ -83,8 +84,43 @@ Result<TrainingBuffers> CarveTrainingBuffers(const TrainingBufferSizes& sizes, F
 Result<BatchLoss> TrainStep(Model& model, Sgd& sgd, const float* inputs, const uint8_t* labels,
                             int batch);
 
-Result<EpochStats> TrainEpoch(Model& model, Sgd& sgd, const Dataset& data, uint64_t epoch,
+Result<EpochStats> TrainEpoch(Model& model, Sgd& sgd, const DataView& data, uint64_t epoch,
                               const TrainOptions& options);
+
+// TrainEpoch's work taken a few updates at a time, so a device with one
+// thread keeps its link alive (heartbeats, a stop request) between them:
+//
+//   Result<TrainingPass> pass = TrainingPass::Start(model, data, epoch, options);
+//   while (!pass->done()) { pass->Run(model, sgd, 8); /* poll the link */ }
+//
+// The updates, and so the parameters, are bit-identical to TrainEpoch's with
+// the same arguments however the pass is cut. Start draws the order and
+// allocates one batch of features; Run allocates nothing. The data view must
+// outlive the pass.
+class TrainingPass {
+ public:
+  static Result<TrainingPass> Start(Model& model, const DataView& data, uint64_t epoch,
+                                    const TrainOptions& options);
+  // Runs up to `max_steps` updates (0: to the end of the pass).
+  Status Run(Model& model, Sgd& sgd, std::size_t max_steps);
+  bool done() const { return next_ >= order_.size() || (max_steps_ != 0 && stats_.steps == max_steps_); }
+  // The pass so far (loss and accuracy over the examples trained on).
+  EpochStats stats() const;
+
+ private:
+  TrainingPass() = default;
+  DataView data_;
+  std::vector<uint32_t> order_;
+  std::size_t batch_ = 0;
+  std::size_t max_steps_ = 0;
+  std::size_t next_ = 0;
+  std::vector<float> x_;
+  std::vector<uint8_t> y_;
+  EpochStats stats_;
+  double loss_sum_ = 0.0;
+  std::size_t correct_ = 0;
+  Stopwatch watch_;
+};
 
 struct Evaluation {
   double loss = 0.0;      // mean cross-entropy
@@ -97,7 +133,7 @@ struct Evaluation {
 };
 
 // Loss, accuracy and per-class accuracy over the whole data set.
-Result<Evaluation> EvaluateModel(Model& model, const Dataset& data, int batch);
+Result<Evaluation> EvaluateModel(Model& model, const DataView& data, int batch);
 
 }  // namespace fedrt
 

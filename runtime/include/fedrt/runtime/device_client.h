@@ -1,0 +1,138 @@
+// The star device as an engine: one device's side of the star protocol
+// (join, round instructions, local training on its share, encoding the
+// update, sending it), on what the application gives it. It opens no file,
+// resolves no host, dials no socket and starts no thread; the application
+// (`fedrt device`, examples/02_c_device.c through the C API, firmware)
+// connects, moves bytes, keeps files and decides when to reconnect.
+//
+// Driving it, on one thread:
+//
+//   DeviceClient device(config, model, data, crypto);   // Create() checks the inputs
+//   // for each connection to the aggregator (a TCP connection, a
+//   // StreamConnection over the application's socket, a MemoryPipe side):
+//   device.Start(link);                                // sends the Join
+//   //   every frame that arrives:     device.OnFrame(link, frame);
+//   //   while device.has_work():      device.Work(link, 8);   // 8 SGD steps at a time
+//   //   when the connection closes:   device.OnDisconnected();  then reconnect
+//   // until device.finished(): the aggregator ended the training.
+//
+// Work() trains a few steps per call, so a single-threaded device keeps its
+// link alive (StreamConnection::Poll sends heartbeats) between calls; the
+// training is bit-identical however it is cut. A round's update is encoded
+// and sent by the Work() call after the one that finished training, so an
+// application can stop between the two (DeviceHooks::on_trained).
+//
+// Round protocol (transport/README.md, "Star protocol"): the instructions
+// carry the global model (full fp32, or a compressed delta from the previous
+// round's model), the codec, seed, epochs, steps and learning rate; the device
+// acknowledges the model, trains from it with plain SGD, encodes delta = local
+// - global (through its error-feedback residual when the codec asks for one;
+// ALQ / AMQ with the instructed level table, and the statistics the next
+// table is fitted to) and sends it in chunks.
+//
+// Memory: the model and the data are the caller's and must outlive the
+// client; the client keeps four model-sized float vectors (global model,
+// delta, error-feedback residual, the vector measured for ALQ / AMQ), the
+// encoded update, and one batch of features, allocated at Create. A round
+// allocates its codec, the received model's bytes and the frames it sends.
+//
+// Thread-safety: none; one thread drives the client and its connection.
+#ifndef FEDRT_RUNTIME_DEVICE_CLIENT_H_
+#define FEDRT_RUNTIME_DEVICE_CLIENT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fedrt/platform/status.h"
+#include "fedrt/runtime/dataset.h"
+#include "fedrt/runtime/model.h"
+#include "fedrt/transport/auth.h"
+#include "fedrt/transport/connection.h"
+#include "fedrt/transport/crypto.h"
+#include "fedrt/transport/frame.h"
+
+namespace fedrt {
+
+struct DeviceHooks {
+  // The payload just sent for `round` (tests decode it themselves).
+  std::function<void(uint32_t round, const std::string& codec_spec, const uint8_t* payload,
+                     std::size_t size, uint64_t num_samples)>
+      on_update;
+  // Training is done for `round` (before encoding); an application may stop here.
+  std::function<void(uint32_t round)> on_trained;
+  // The global model this device starts `round` from (after a delta is applied).
+  std::function<void(uint32_t round, const float* model, std::size_t d)> on_model;
+  // The error-feedback residual changed (after an encode): persist it to
+  // resume after a restart (RestoreResidual).
+  std::function<void(const float* residual, std::size_t d)> on_residual;
+};
+
+struct DeviceClientConfig {
+  std::string device_id;            // 1..64 of [A-Za-z0-9._-]
+  transport::Key key;               // the device's pre-shared key
+  int batch = 32;                   // local SGD batch
+  uint64_t shuffle_seed = 1;        // with the round and epoch, orders the local examples
+  uint32_t max_frame_bytes = transport::kDefaultMaxFrameBytes;
+};
+
+// A sender id both ends derive from the device id (24 bits, FNV-1a): the
+// codec randomness of a device's payloads depends on it.
+uint32_t DeviceSenderId(const std::string& device_id);
+
+class DeviceClient {
+ public:
+  // `model` (its parameters are the local model), `data` and the examples of
+  // `share` (indices into data; null: all of them) must outlive the client;
+  // `crypto` gives the join's nonces and MACs. kInvalidArgument for a bad id,
+  // key, batch or data view, or a model that does not fit the data.
+  static Result<std::unique_ptr<DeviceClient>> Create(const DeviceClientConfig& config, Model& model,
+                                                      const DataView& data, const std::vector<uint32_t>* share,
+                                                      transport::Crypto& crypto, DeviceHooks hooks = {});
+  ~DeviceClient();
+  DeviceClient(const DeviceClient&) = delete;
+  DeviceClient& operator=(const DeviceClient&) = delete;
+
+  // Starts a session on a fresh connection: sends the Join (announcing the
+  // round it expects and the model round it holds, so a reconnect resumes).
+  Status Start(transport::Connection& link);
+  // A frame from the aggregator. An error means the session cannot go on:
+  // the caller aborts the connection (notifying the peer) and reconnects,
+  // except after kUnauthenticated or kFailedPrecondition (a refused join, a
+  // model of another size), which retrying cannot fix.
+  Status OnFrame(transport::Connection& link, const transport::Frame& frame);
+  // Trains up to `max_steps` SGD steps of the pending round (0: all of it),
+  // or encodes and sends its update once training is done (then waits until
+  // the frames are written: Connection::Flush). Errors as OnFrame.
+  Status Work(transport::Connection& link, uint32_t max_steps);
+  // The connection is gone: the round in progress is dropped (the aggregator
+  // sends it again after the next join) and a new Start() is expected.
+  void OnDisconnected();
+
+  bool joined() const;
+  bool has_work() const;
+  // The aggregator ended the training (a Leave).
+  bool finished() const;
+  // The round the device trains or trained last.
+  uint64_t round() const;
+
+  uint32_t sender_id() const;
+  std::size_t parameter_count() const;
+  std::size_t examples() const;
+  // Starts from a residual saved by on_residual (before the first round).
+  // kFailedPrecondition for another size, kCorrupt for non-finite values.
+  Status RestoreResidual(const float* residual, std::size_t d);
+
+  struct State;  // private to the runtime
+
+ private:
+  explicit DeviceClient(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace fedrt
+
+#endif  // FEDRT_RUNTIME_DEVICE_CLIENT_H_

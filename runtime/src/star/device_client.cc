@@ -16,6 +16,7 @@
 #include "fedrt/transport/chunking.h"
 #include "fedrt/transport/join.h"
 #include "fedrt/transport/messages.h"
+#include "fedrt/transport/stream.h"
 
 namespace fedrt {
 
@@ -424,6 +425,83 @@ Status DeviceClient::State::EncodeAndSend(Connection& link) {
   Log(LogLevel::kInfo, "device %s: round %llu sent %zu bytes (%s), loss %.4f", config.device_id.c_str(),
       static_cast<unsigned long long>(plan.round), *size, plan.codec_spec.c_str(), loss);
   return Status::Ok();
+}
+
+namespace {
+
+// Hands the engine what the stream connection receives, and remembers the
+// first error and the close.
+class SessionHandler : public ConnectionHandler {
+ public:
+  explicit SessionHandler(DeviceClient& device) : device_(device) {}
+  void OnFrame(Connection& connection, Frame frame) override {
+    if (!error_.ok()) return;
+    const Status handled = device_.OnFrame(connection, frame);
+    if (!handled.ok()) {
+      error_ = handled;
+      connection.Abort(handled, /*notify_peer=*/true);
+    }
+  }
+  void OnClose(Connection&, const Status& reason) override {
+    closed_ = true;
+    if (error_.ok()) error_ = reason.ok() ? Status(StatusCode::kUnavailable, "the connection closed") : reason;
+  }
+  const Status& error() const { return error_; }
+  bool closed() const { return closed_; }
+
+ private:
+  DeviceClient& device_;
+  Status error_;
+  bool closed_ = false;
+};
+
+}  // namespace
+
+Status RunDeviceSession(DeviceClient& device, const DeviceIo& io, const Clock& clock,
+                        const DeviceSessionOptions& options, const std::function<bool()>& stop) {
+  if (!io.send || !io.receive) return InvalidArgument("a device session needs send and receive functions");
+  auto handler = std::make_shared<SessionHandler>(device);
+  ConnectionOptions connection_options;
+  connection_options.heartbeat_interval_ms = options.heartbeat_interval_ms;
+  connection_options.idle_timeout_ms = options.idle_timeout_ms;
+  Result<std::shared_ptr<StreamConnection>> created =
+      StreamConnection::Create("aggregator", io.send, handler, connection_options, clock);
+  if (!created.ok()) return created.status();
+  StreamConnection& link = **created;
+  link.Open();
+  const auto end = [&](Status status) {
+    if (!link.closed()) link.Abort(status, status.code() != StatusCode::kCancelled);
+    device.OnDisconnected();
+    return status;
+  };
+  FEDRT_RETURN_IF_ERROR(device.Start(link));
+  const uint64_t join_deadline = clock.NowMs() + options.join_timeout_ms;
+  uint8_t buffer[4096];
+  while (true) {
+    if (!handler->error().ok()) return end(handler->error());
+    if (device.finished()) {
+      link.Close();
+      device.OnDisconnected();
+      return Status::Ok();
+    }
+    if (stop && stop()) return end(Status(StatusCode::kCancelled, "stopped"));
+    const uint32_t wait = link.Poll();
+    if (link.closed()) continue;  // the handler has the reason
+    if (!device.joined() && clock.NowMs() > join_deadline) {
+      return end(Status(StatusCode::kDeadlineExceeded, "the join did not complete in time"));
+    }
+    if (device.has_work()) {
+      const Status worked = device.Work(link, options.steps_per_slice);
+      if (!worked.ok()) return end(worked);
+    }
+    // While training, only look at the link; otherwise wait for bytes.
+    Result<std::size_t> got = io.receive(buffer, sizeof(buffer), device.has_work() ? 0 : std::min<uint32_t>(wait, 200));
+    if (!got.ok()) {
+      link.OnStreamClosed(got.status().code() == StatusCode::kUnavailable ? Status::Ok() : got.status());
+      continue;
+    }
+    if (*got > 0) (void)link.Receive(buffer, *got);  // a bad frame closes the link; the handler has it
+  }
 }
 
 }  // namespace fedrt

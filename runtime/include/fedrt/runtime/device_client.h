@@ -47,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "fedrt/platform/clock.h"
 #include "fedrt/platform/status.h"
 #include "fedrt/runtime/dataset.h"
 #include "fedrt/runtime/model.h"
@@ -132,6 +133,33 @@ class DeviceClient {
   explicit DeviceClient(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
+
+// The callback binding: a device session over a byte stream the
+// application owns (a POSIX socket in C, lwIP, Zephyr, a UART), without Asio
+// or threads. `send` writes every byte or fails; `receive` waits up to
+// `timeout_ms` for bytes and returns how many it put in `buffer` (0: none
+// yet), kUnavailable when the peer closed the stream, another error when it
+// failed.
+struct DeviceIo {
+  std::function<Status(const uint8_t* data, std::size_t size)> send;
+  std::function<Result<std::size_t>(uint8_t* buffer, std::size_t capacity, uint32_t timeout_ms)> receive;
+};
+
+struct DeviceSessionOptions {
+  uint32_t heartbeat_interval_ms = 1000;  // sent while training, between Work() slices
+  uint32_t idle_timeout_ms = 0;           // 0: trust the aggregator's heartbeats
+  uint32_t join_timeout_ms = 10000;
+  uint32_t steps_per_slice = 8;           // SGD steps between two looks at the link
+};
+
+// Runs one session of `device` on a freshly connected stream: Start, then
+// frames, training slices and heartbeats until the aggregator ends the
+// training (OK, device.finished()), the stream or the protocol fails (the
+// status; reconnect and call again unless it is kUnauthenticated or
+// kFailedPrecondition), or `stop` returns true (kCancelled; checked between
+// slices, and between training a round and sending it).
+Status RunDeviceSession(DeviceClient& device, const DeviceIo& io, const Clock& clock,
+                        const DeviceSessionOptions& options, const std::function<bool()>& stop = nullptr);
 
 }  // namespace fedrt
 

@@ -15,6 +15,7 @@
 
 #include "connection_id.h"
 #include "fedrt/transport/connection.h"
+#include "fedrt/transport/event_loop.h"
 
 namespace fedrt {
 namespace transport {

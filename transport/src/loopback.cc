@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "impl_access.h"
 #include "event_loop_impl.h"
 #include "fedrt/platform/log.h"
 
@@ -135,8 +136,8 @@ class LoopbackConnection final : public Connection,
 std::pair<std::shared_ptr<Connection>, std::shared_ptr<Connection>> MakeLoopbackPair(
     EventLoop& loop, std::shared_ptr<ConnectionHandler> a_handler, std::shared_ptr<ConnectionHandler> b_handler,
     const FrameLimits& limits) {
-  auto a = std::make_shared<LoopbackConnection>(loop.impl(), std::move(a_handler), limits);
-  auto b = std::make_shared<LoopbackConnection>(loop.impl(), std::move(b_handler), limits);
+  auto a = std::make_shared<LoopbackConnection>(internal::ImplAccess::Of(loop), std::move(a_handler), limits);
+  auto b = std::make_shared<LoopbackConnection>(internal::ImplAccess::Of(loop), std::move(b_handler), limits);
   a->Link(b);
   b->Link(a);
   a->Open();

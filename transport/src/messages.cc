@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "impl_access.h"
 #include "wire.h"
 
 namespace fedrt {
@@ -644,7 +645,7 @@ Result<OutFrame> EncodeInSlot(FrameSlot& slot, PayloadMode mode, const ChunkView
                               Build build) {
   if (slot.busy()) return Status(StatusCode::kFailedPrecondition, "frame slot still in use");
   FEDRT_RETURN_IF_ERROR(CheckString(codec_spec, kMaxCodecSpecBytes, "codec spec"));
-  Builder& b = slot.impl().builder;
+  Builder& b = internal::ImplAccess::Of(slot).builder;
   b.Clear();
   const bool borrow = mode == PayloadMode::kBorrow && payload.size != 0;
   std::size_t from_end = 0;
@@ -661,7 +662,7 @@ Result<OutFrame> EncodeInSlot(FrameSlot& slot, PayloadMode mode, const ChunkView
                                                       std::to_string(limits.max_frame_bytes));
   }
   const uint8_t* body = b.GetBufferPointer();
-  std::shared_ptr<const void> owner = slot.shared();
+  std::shared_ptr<const void> owner = internal::ImplAccess::Shared(slot);
   if (!borrow) return OutFrame(std::move(owner), body, static_cast<uint32_t>(size), kind);
   const std::size_t head = size - from_end;
   const std::size_t tail = from_end - payload.size;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "impl_access.h"
 #include "event_loop_impl.h"
 #include "fedrt/platform/clock.h"
 #include "fedrt/platform/log.h"
@@ -81,7 +82,7 @@ class TcpConnection final : public Connection,
     const tcp::endpoint remote = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("unknown") : Describe(remote);
 #if FEDRT_WITH_TLS
-    if (options_.tls) tls_ = std::make_unique<TlsStream>(socket_, options_.tls->impl().context);
+    if (options_.tls) tls_ = std::make_unique<TlsStream>(socket_, internal::ImplAccess::Of(*options_.tls).context);
 #endif
   }
 
@@ -895,7 +896,7 @@ Result<std::shared_ptr<TcpListener>> TcpListener::Listen(EventLoop& loop, const 
   std::error_code ec;
   const asio::ip::address address = asio::ip::make_address(host, ec);
   if (ec) return InvalidArgument("listen address '" + host + "' is not an IP address");
-  tcp::acceptor acceptor(loop.impl().io);
+  tcp::acceptor acceptor(internal::ImplAccess::Of(loop).io);
   const tcp::endpoint endpoint(address, port);
   acceptor.open(endpoint.protocol(), ec);
   if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
@@ -905,7 +906,7 @@ Result<std::shared_ptr<TcpListener>> TcpListener::Listen(EventLoop& loop, const 
     return Status(StatusCode::kIoError,
                   "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
   }
-  auto listener = std::make_shared<TcpListenerImpl>(loop.impl(), std::move(acceptor), options, std::move(handler));
+  auto listener = std::make_shared<TcpListenerImpl>(internal::ImplAccess::Of(loop), std::move(acceptor), options, std::move(handler));
   listener->Start();
   return std::shared_ptr<TcpListener>(listener);
 }
@@ -914,8 +915,8 @@ void TcpConnect(EventLoop& loop, const std::string& host, uint16_t port, const C
                 std::shared_ptr<ConnectionHandler> handler, uint32_t timeout_ms, ConnectCallback done) {
   Status valid = options.limits.Validate();
   if (valid.ok()) valid = CheckTls(options, false);
-  auto dial = std::make_shared<Dial>(loop.impl(), options, std::move(handler), std::move(done));
-  asio::dispatch(loop.impl().io, [dial, host, port, timeout_ms, valid]() {
+  auto dial = std::make_shared<Dial>(internal::ImplAccess::Of(loop), options, std::move(handler), std::move(done));
+  asio::dispatch(internal::ImplAccess::Of(loop).io, [dial, host, port, timeout_ms, valid]() {
     if (!valid.ok()) return dial->Complete(valid);
     dial->Start(host, port, timeout_ms);
   });

@@ -1,5 +1,10 @@
 // Connections: an ordered, framed, bidirectional message stream to one peer.
 //
+// This header is the interface engines see; it needs no Asio and no threads.
+// Bindings: TCP and TLS (tcp.h) and the loopback (loopback.h) on an
+// EventLoop (event_loop.h, Asio); StreamConnection and MemoryPipe
+// (stream.h) on a byte stream the application moves itself.
+//
 // Layers (bottom up): an EventLoop runs every I/O operation; a Connection owns
 // its socket (or loopback link) and buffers, reads frames with a
 // read-header -> read-body chain and writes them from a send queue with one
@@ -26,62 +31,16 @@
 #ifndef FEDRT_TRANSPORT_CONNECTION_H_
 #define FEDRT_TRANSPORT_CONNECTION_H_
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "fedrt/platform/status.h"
 #include "fedrt/transport/frame.h"
 
 namespace fedrt {
 namespace transport {
-
-// Runs I/O handlers. Not copyable; outlives every connection and listener
-// created on it.
-class EventLoop {
- public:
-  EventLoop();
-  ~EventLoop();
-  EventLoop(const EventLoop&) = delete;
-  EventLoop& operator=(const EventLoop&) = delete;
-
-  // Runs handlers on the calling thread until Stop(). Returns at once if
-  // stopped; call Restart() to run again.
-  void Run();
-  // Runs handlers for at most `ms` milliseconds (or until Stop()).
-  void RunFor(uint32_t ms);
-  void Stop();
-  void Restart();
-  // Queues `fn` to run on the loop's thread.
-  void Post(std::function<void()> fn);
-  // True on the thread currently running this loop.
-  bool InLoopThread() const;
-
-  struct Impl;  // private to the transport library
-  Impl& impl() { return *impl_; }
-
- private:
-  std::unique_ptr<Impl> impl_;
-};
-
-// An EventLoop running on its own thread, for clients and tests. The
-// destructor stops the loop and joins the thread.
-class EventLoopThread {
- public:
-  EventLoopThread();
-  ~EventLoopThread();
-  EventLoop& loop() { return loop_; }
-
- private:
-  EventLoop loop_;
-  std::thread thread_;
-};
 
 class TlsContext;
 
@@ -204,33 +163,6 @@ class Connection {
   virtual const std::string& peer() const = 0;  // "127.0.0.1:40312", "loopback:3"
   virtual bool closed() const = 0;
   virtual ConnectionStats stats() const = 0;
-};
-
-// A handler that queues frames for a thread that waits for them: the simple
-// way to write a blocking client (a device) or a test.
-class FrameQueue : public ConnectionHandler {
- public:
-  void OnOpen(const std::shared_ptr<Connection>& connection) override;
-  void OnFrame(Connection& connection, Frame frame) override;
-  void OnClose(Connection& connection, const Status& reason) override;
-
-  // The next frame, kDeadlineExceeded after `timeout_ms`, or the close reason
-  // (kUnavailable if the close was graceful) once the connection is gone and
-  // every frame has been taken.
-  Result<Frame> Pop(uint32_t timeout_ms);
-  // The connection while it is open (nullptr before OnOpen and after OnClose).
-  std::shared_ptr<Connection> connection();
-  // Waits until the connection is closed; false on timeout.
-  bool WaitClosed(uint32_t timeout_ms);
-  Status close_reason();
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<Frame> frames_;
-  std::shared_ptr<Connection> connection_;
-  bool closed_ = false;
-  Status close_reason_;
 };
 
 }  // namespace transport

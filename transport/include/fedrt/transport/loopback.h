@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "fedrt/transport/connection.h"
+#include "fedrt/transport/event_loop.h"
 
 namespace fedrt {
 namespace transport {

@@ -38,6 +38,10 @@
 namespace fedrt {
 namespace transport {
 
+namespace internal {
+struct ImplAccess;  // the transport library's own sources reach Impl through it
+}  // namespace internal
+
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kMacBytes = 32;
 inline constexpr std::size_t kMaxDeviceIdBytes = 64;
@@ -233,11 +237,11 @@ class FrameSlot {
   FrameSlot& operator=(const FrameSlot&) = delete;
   bool busy() const;
 
-  struct Impl;  // private to the transport library
-  Impl& impl() { return *impl_; }
-  const std::shared_ptr<Impl>& shared() const { return impl_; }
+
+  struct Impl;  // defined in the library's sources; reached only through internal::ImplAccess
 
  private:
+  friend struct internal::ImplAccess;
   std::shared_ptr<Impl> impl_;
 };
 

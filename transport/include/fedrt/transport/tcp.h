@@ -26,6 +26,7 @@
 
 #include "fedrt/platform/status.h"
 #include "fedrt/transport/connection.h"
+#include "fedrt/transport/event_loop.h"
 
 namespace fedrt {
 namespace transport {

@@ -35,6 +35,10 @@
 namespace fedrt {
 namespace transport {
 
+namespace internal {
+struct ImplAccess;  // the transport library's own sources reach Impl through it
+}  // namespace internal
+
 struct TlsConfig {
   std::string cert_file;    // PEM certificate (chain, leaf first) this side presents; a listener needs one
   std::string key_file;     // PEM private key of cert_file
@@ -62,10 +66,10 @@ class TlsContext {
   bool can_listen() const { return !config_.cert_file.empty(); }
   bool can_dial() const { return !config_.ca_file.empty(); }
 
-  struct Impl;  // private to the transport library
-  Impl& impl() const { return *impl_; }
+  struct Impl;  // defined in the library's sources; reached only through internal::ImplAccess
 
  private:
+  friend struct internal::ImplAccess;
   TlsContext(TlsConfig config, std::unique_ptr<Impl> impl);
   TlsConfig config_;
   std::unique_ptr<Impl> impl_;

@@ -1,9 +1,21 @@
 # Third-party dependencies, all from Debian packages (see .ci/install-deps and,
 # for cross builds, toolchains/make-sysroot). Nothing is downloaded here.
 
-find_package(Threads REQUIRED)
-# zlib: gzip-compressed data sets and checkpoint checksums (fedrt::train).
-find_package(ZLIB REQUIRED)
+# What the embeddable core (platform, codecs, training core, the transport's
+# frames and join, the protocol engines, the C API) needs is FlatBuffers'
+# header-only runtime and nothing else. These options add what a Linux host
+# uses; each is on by default there, and firmware turns them off.
+option(FEDRT_WITH_ASIO "TCP, TLS and loopback connections on Asio, the Linux hosts of the roles (RunDevice, RunAggregator, the TCP peer group) and the fedrt tool; needs threads" ON)
+option(FEDRT_WITH_OPENSSL "libcrypto for the join's HMAC-SHA256 and nonces (transport::SystemCrypto); off: the application supplies a transport::Crypto" ON)
+option(FEDRT_WITH_ZLIB "zlib for gzip-compressed IDX data sets (plain IDX files are read without it)" ON)
+
+if(FEDRT_WITH_ASIO)
+  find_package(Threads REQUIRED)
+endif()
+# zlib: gzip-compressed data sets (fedrt::train).
+if(FEDRT_WITH_ZLIB)
+  find_package(ZLIB REQUIRED)
+endif()
 
 # OpenBLAS: Debian ships cblas.h under the multiarch include directory and the
 # library through update-alternatives; look for both by name.
@@ -25,7 +37,13 @@ if(FEDRT_WITH_OPENBLAS)
   set(FEDRT_HAVE_OPENBLAS ON)
 endif()
 
-find_path(FEDRT_ASIO_INCLUDE_DIR asio.hpp)
+if(FEDRT_WITH_ASIO)
+  find_path(FEDRT_ASIO_INCLUDE_DIR asio.hpp)
+  if(NOT FEDRT_ASIO_INCLUDE_DIR)
+    message(FATAL_ERROR "FEDRT_WITH_ASIO is ON but standalone Asio was not found (Debian: libasio-dev), "
+                        "or configure the core alone with -DFEDRT_WITH_ASIO=OFF")
+  endif()
+endif()
 find_path(FEDRT_CLI11_INCLUDE_DIR CLI/CLI.hpp)
 find_package(doctest CONFIG QUIET)
 
@@ -34,7 +52,14 @@ find_package(doctest CONFIG QUIET)
 # libcrypto for HMAC-SHA256 and random nonces.
 find_path(FEDRT_FLATBUFFERS_INCLUDE_DIR flatbuffers/flatbuffers.h)
 find_program(FEDRT_FLATC flatc)
-find_package(OpenSSL COMPONENTS Crypto)
+if(FEDRT_WITH_OPENSSL)
+  find_package(OpenSSL COMPONENTS Crypto)
+  if(NOT OpenSSL_FOUND OR NOT TARGET OpenSSL::Crypto)
+    message(FATAL_ERROR "FEDRT_WITH_OPENSSL is ON but libcrypto was not found (Debian: libssl-dev; for cross "
+                        "builds toolchains/make-sysroot puts it in the sysroot), or configure with "
+                        "-DFEDRT_WITH_OPENSSL=OFF and give the engines a transport::Crypto of your own")
+  endif()
+endif()
 # Debian keeps the architecture-specific opensslconf.h under the multiarch
 # include directory, which a cross compiler does not search in the sysroot.
 find_path(FEDRT_OPENSSLCONF_INCLUDE_DIR openssl/opensslconf.h PATH_SUFFIXES ${CMAKE_LIBRARY_ARCHITECTURE})
@@ -42,12 +67,15 @@ find_path(FEDRT_OPENSSLCONF_INCLUDE_DIR openssl/opensslconf.h PATH_SUFFIXES ${CM
 # TLS for the TCP stream (asio::ssl on libssl): on by default when libssl is
 # there. A build without it (firmware) still has the plain transport; asking
 # for TLS there is a configure error rather than a silent plain build.
-if(TARGET OpenSSL::SSL)
+if(TARGET OpenSSL::SSL AND FEDRT_WITH_ASIO AND FEDRT_WITH_OPENSSL)
   set(fedrt_tls_default ON)
 else()
   set(fedrt_tls_default OFF)
 endif()
-option(FEDRT_WITH_TLS "Optional TLS for TCP connections (needs libssl: Debian libssl-dev)" ${fedrt_tls_default})
+option(FEDRT_WITH_TLS "Optional TLS for TCP connections (needs Asio and libssl: Debian libssl-dev)" ${fedrt_tls_default})
+if(FEDRT_WITH_TLS AND NOT (FEDRT_WITH_ASIO AND FEDRT_WITH_OPENSSL))
+  message(FATAL_ERROR "FEDRT_WITH_TLS needs FEDRT_WITH_ASIO and FEDRT_WITH_OPENSSL (TLS runs on Asio TCP connections)")
+endif()
 if(FEDRT_WITH_TLS AND NOT TARGET OpenSSL::SSL)
   message(FATAL_ERROR "FEDRT_WITH_TLS is ON but libssl was not found (Debian: libssl-dev; for cross builds "
                       "toolchains/make-sysroot puts it in the sysroot), or configure with -DFEDRT_WITH_TLS=OFF")
@@ -57,3 +85,17 @@ if(FEDRT_WITH_TLS)
 else()
   set(FEDRT_CONFIG_OPENSSL_COMPONENTS "Crypto")
 endif()
+# The Linux hosts (RunDevice, RunAggregator, the TCP peer group) and the tool
+# need Asio for their connections and libcrypto for the join.
+if(FEDRT_WITH_ASIO AND FEDRT_WITH_OPENSSL)
+  set(FEDRT_HAVE_HOSTS ON)
+else()
+  set(FEDRT_HAVE_HOSTS OFF)
+endif()
+foreach(flag ASIO OPENSSL ZLIB TLS)
+  if(FEDRT_WITH_${flag})
+    set(FEDRT_HAVE_${flag}_01 1)
+  else()
+    set(FEDRT_HAVE_${flag}_01 0)
+  endif()
+endforeach()

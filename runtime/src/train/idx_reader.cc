@@ -2,14 +2,19 @@
 // dimensions, then the elements. Only unsigned bytes (type 0x08) are read:
 // that is what image and label sets use.
 #include <sys/stat.h>
-#include <zlib.h>
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
+#include "fedrt/platform/config.h"
 #include "fedrt/runtime/dataset.h"
+
+#if FEDRT_HAVE_ZLIB
+#include <zlib.h>
+#endif
 
 namespace fedrt {
 namespace {
@@ -66,33 +71,90 @@ Result<IdxArray> ParseIdx(const uint8_t* bytes, std::size_t size, const std::str
   return array;
 }
 
-Result<IdxArray> ReadIdxFile(const std::string& path) {
-  errno = 0;
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    const int error = errno;
-    if (error == ENOENT) return NotFound(path + ": no such file");
-    return IoError(path + ": cannot open: " + (error != 0 ? std::strerror(error) : "out of memory"));
+namespace {
+
+// A file's bytes, gunzipped on the way when zlib is in the build (gz* reads
+// plain files as they are). Without zlib a gzip file is refused by name.
+class IdxSource {
+ public:
+  Status Open(const std::string& path) {
+    path_ = path;
+    errno = 0;
+#if FEDRT_HAVE_ZLIB
+    file_ = gzopen(path.c_str(), "rb");
+#else
+    file_ = std::fopen(path.c_str(), "rb");
+#endif
+    if (file_ == nullptr) {
+      const int error = errno;
+      if (error == ENOENT) return NotFound(path + ": no such file");
+      return IoError(path + ": cannot open: " + (error != 0 ? std::strerror(error) : "out of memory"));
+    }
+    return Status::Ok();
   }
+  // Bytes read into `out` (0 at the end), or the error.
+  Result<std::size_t> Read(uint8_t* out, std::size_t size) {
+#if FEDRT_HAVE_ZLIB
+    const int got = gzread(file_, out, static_cast<unsigned>(size));
+    if (got < 0) {
+      int code = 0;
+      return Corrupt(path_ + ": cannot decompress: " + gzerror(file_, &code));
+    }
+    return static_cast<std::size_t>(got);
+#else
+    const std::size_t got = std::fread(out, 1, size, file_);
+    if (got == 0 && std::ferror(file_)) return IoError(path_ + ": cannot read: " + std::strerror(errno));
+    if (first_ && got >= 2 && out[0] == 0x1f && out[1] == 0x8b) {
+      return Unsupported(path_ + ": gzip-compressed, and this build has no zlib (FEDRT_WITH_ZLIB=OFF): "
+                                 "gunzip it first");
+    }
+    first_ = false;
+    return got;
+#endif
+  }
+  Status Close() {
+#if FEDRT_HAVE_ZLIB
+    const int closed = gzclose(file_);
+    file_ = nullptr;
+    if (closed != Z_OK) return Corrupt(path_ + ": gzip stream is damaged (zlib error " + std::to_string(closed) + ")");
+#else
+    std::fclose(file_);
+    file_ = nullptr;
+#endif
+    return Status::Ok();
+  }
+  ~IdxSource() {
+    if (file_ != nullptr) (void)Close();
+  }
+
+ private:
+  std::string path_;
+#if FEDRT_HAVE_ZLIB
+  gzFile file_ = nullptr;
+#else
+  std::FILE* file_ = nullptr;
+  bool first_ = true;
+#endif
+};
+
+}  // namespace
+
+Result<IdxArray> ReadIdxFile(const std::string& path) {
+  IdxSource source;
+  FEDRT_RETURN_IF_ERROR(source.Open(path));
   struct stat info{};
   const std::size_t file_size = stat(path.c_str(), &info) == 0 ? static_cast<std::size_t>(info.st_size) : 0;
   std::vector<uint8_t> bytes;
   bool reserved = false;
   uint8_t chunk[1 << 14];  // 16 KiB: small enough for a thread stack on a board
   for (;;) {
-    const int got = gzread(file, chunk, sizeof(chunk));
-    if (got < 0) {
-      int code = 0;
-      const std::string message = gzerror(file, &code);
-      gzclose(file);
-      return Corrupt(path + ": cannot decompress: " + message);
-    }
-    if (got == 0) break;
-    if (bytes.size() + static_cast<std::size_t>(got) > kMaxIdxBytes + 4 + 4 * kMaxIdxDims) {
-      gzclose(file);
+    Result<std::size_t> got = source.Read(chunk, sizeof(chunk));
+    if (!got.ok()) return got.status();
+    if (*got == 0) break;
+    if (bytes.size() + *got > kMaxIdxBytes + 4 + 4 * kMaxIdxDims) {
       return Corrupt(path + ": larger than the IDX size limit");
     }
-    bytes.insert(bytes.end(), chunk, chunk + got);
+    bytes.insert(bytes.end(), chunk, chunk + *got);
     if (!reserved && bytes.size() >= 4 && bytes.size() >= 4 + 4 * static_cast<std::size_t>(bytes[3])) {
       // Grow once to the announced size (when the file can hold that much),
       // rather than doubling, which would briefly need 1.5x the data set.
@@ -102,8 +164,7 @@ Result<IdxArray> ReadIdxFile(const std::string& path) {
       if (total.ok() && *total <= MostBytesIn(file_size)) bytes.reserve(*total);
     }
   }
-  const int closed = gzclose(file);
-  if (closed != Z_OK) return Corrupt(path + ": gzip stream is damaged (zlib error " + std::to_string(closed) + ")");
+  FEDRT_RETURN_IF_ERROR(source.Close());
   // ParseIdx's checks, then the payload moves out of the buffer (no copy).
   IdxArray array;
   Result<std::size_t> total = ParseIdxHeader(bytes.data(), bytes.size(), path, &array.dims);

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "fedrt/platform/config.h"
 #include "fedrt/platform/status.h"
 
 namespace fedrt {
@@ -32,8 +33,11 @@ class Crypto {
   virtual bool ConstantTimeEqual(const uint8_t* a, const uint8_t* b, std::size_t size) = 0;
 };
 
-// libcrypto: RAND_bytes, HMAC with EVP_sha256, CRYPTO_memcmp.
+#if FEDRT_HAVE_OPENSSL
+// libcrypto: RAND_bytes, HMAC with EVP_sha256, CRYPTO_memcmp. Only in builds
+// with FEDRT_WITH_OPENSSL; without it the application passes its own Crypto.
 Crypto& SystemCrypto();
+#endif
 
 }  // namespace transport
 }  // namespace fedrt

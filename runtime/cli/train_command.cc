@@ -46,9 +46,11 @@ int RunTrain(const TrainFlags& flags, bool model_given) {
   Result<Checkpoint> resume = Status(StatusCode::kNotFound, "");
   std::string spec = flags.model;
   if (!flags.checkpoint.empty()) {
+    // Only a missing file is a fresh start: one that cannot be read stops here.
     resume = ReadCheckpointFile(flags.checkpoint);
     if (!resume.ok() && resume.status().code() != StatusCode::kNotFound) return Fail(resume.status());
     if (resume.ok() && !model_given) spec = resume->spec;
+    if (!resume.ok()) std::printf("no checkpoint at %s yet: starting at epoch 0\n", flags.checkpoint.c_str());
   }
 
   Stopwatch load_watch;

@@ -1,9 +1,14 @@
 // The aggregator's checkpoint file: version 2 keeps the codec state (level
 // table, NDQSG rho and forced anchors, downlink device model and the devices'
 // acknowledged rounds) bit for bit; version 1 files still load; other
-// versions, truncated files and bad counts give typed errors.
+// versions, truncated files, damaged bytes and bad counts give typed errors;
+// a file that exists but cannot be read is an error, never "no checkpoint".
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -129,6 +134,60 @@ TEST_CASE("a version 1 aggregator checkpoint still loads without codec state") {
   Reseal(huge);
   WriteBytes(path, huge);
   CHECK(ReadAggregatorCheckpoint(path).status().code() == StatusCode::kCorrupt);
+}
+
+TEST_CASE("a missing aggregator checkpoint is not found but an unreadable or damaged one is an error") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("agg.ckpt");
+  Result<AggregatorCheckpoint> back = ReadAggregatorCheckpoint(path);
+  CHECK(back.status().code() == StatusCode::kNotFound);
+
+  REQUIRE(::mkdir(path.c_str(), 0755) == 0);  // unreadable as a file for root too
+  back = ReadAggregatorCheckpoint(path);
+  CHECK(back.status().code() == StatusCode::kIoError);
+  CHECK(back.status().message() == path + ": cannot read: " + std::strerror(EISDIR));
+  REQUIRE(::rmdir(path.c_str()) == 0);
+
+  REQUIRE(WriteAggregatorCheckpoint(path, Sample()).ok());
+  const std::vector<uint8_t> good = ReadBytes(path);
+  if (::geteuid() != 0) {  // root reads a mode-000 file
+    REQUIRE(::chmod(path.c_str(), 0) == 0);
+    back = ReadAggregatorCheckpoint(path);
+    CHECK(back.status().code() == StatusCode::kIoError);
+    CHECK(back.status().message().find(std::strerror(EACCES)) != std::string::npos);
+    REQUIRE(::chmod(path.c_str(), 0644) == 0);
+  }
+  for (std::size_t size = 0; size < good.size(); size += 7) {
+    WriteBytes(path, std::vector<uint8_t>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(size)));
+    back = ReadAggregatorCheckpoint(path);
+    REQUIRE(back.status().code() == StatusCode::kCorrupt);
+    CHECK(back.status().message().find(path + ": ") == 0);
+  }
+  for (std::size_t at = 0; at < good.size(); ++at) {
+    std::vector<uint8_t> damaged = good;
+    damaged[at] ^= 0x20;
+    WriteBytes(path, damaged);
+    REQUIRE_FALSE(ReadAggregatorCheckpoint(path).ok());
+  }
+  WriteBytes(path, good);
+  CHECK(ReadAggregatorCheckpoint(path).ok());
+}
+
+TEST_CASE("an aggregator checkpoint write that fails leaves the previous checkpoint whole") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("agg.ckpt");
+  REQUIRE(WriteAggregatorCheckpoint(path, Sample()).ok());
+  REQUIRE(::mkdir((path + ".tmp").c_str(), 0755) == 0);  // the temporary file cannot be created
+  AggregatorCheckpoint later = Sample();
+  later.round = 8;
+  const Status s = WriteAggregatorCheckpoint(path, later);
+  CHECK(s.code() == StatusCode::kIoError);
+  CHECK(s.message().find(path + ".tmp: cannot create: ") == 0);
+  Result<AggregatorCheckpoint> kept = ReadAggregatorCheckpoint(path);
+  REQUIRE(kept.ok());
+  CHECK(kept->round == 7);
 }
 
 }  // namespace

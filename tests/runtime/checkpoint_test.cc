@@ -1,9 +1,25 @@
+// Model checkpoints: round trips, every truncation and damaged byte caught,
+// version 2 sealed with CRC-32C and version 1 (zlib CRC-32) still read where
+// zlib is built in, and files that exist but cannot be read are errors with
+// the reason, never "no checkpoint".
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "fedrt/platform/config.h"
+#if FEDRT_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
+#include "fedrt/codecs/payload.h"
 #include "fedrt/runtime/checkpoint.h"
 #include "temp_dir.h"
 
@@ -85,8 +101,110 @@ TEST_CASE("foreign files and newer format versions are rejected with the file na
 
   Trained a = Make("mlp:3-2", 1, 0.0f);
   std::vector<uint8_t> bytes = EncodeCheckpoint(CaptureCheckpoint(a.model, a.sgd, 1));
-  bytes[8] = 2;  // version 2
-  CHECK(DecodeCheckpoint(bytes.data(), bytes.size(), "new.ckpt").status().code() == StatusCode::kUnsupported);
+  bytes[8] = 3;  // version 3
+  StoreLe32(bytes.data() + bytes.size() - 4, Crc32c(bytes.data(), bytes.size() - 4));
+  const Status newer = DecodeCheckpoint(bytes.data(), bytes.size(), "new.ckpt").status();
+  CHECK(newer.code() == StatusCode::kUnsupported);
+  CHECK(newer.message().find("new.ckpt: checkpoint format version 3") == 0);
+}
+
+TEST_CASE("a checkpoint is version 2, sealed with the CRC-32C of the bytes before it") {
+  Trained a = Make("mlp:3-2", 1, 0.9f);
+  const std::vector<uint8_t> bytes = EncodeCheckpoint(CaptureCheckpoint(a.model, a.sgd, 1));
+  REQUIRE(bytes.size() > 16);
+  CHECK(std::memcmp(bytes.data(), "FEDRTCKP", 8) == 0);
+  CHECK(LoadLe32(bytes.data() + 8) == 2);
+  CHECK(LoadLe32(bytes.data() + bytes.size() - 4) == Crc32c(bytes.data(), bytes.size() - 4));
+  // Encoding twice gives the same bytes.
+  CHECK(EncodeCheckpoint(CaptureCheckpoint(a.model, a.sgd, 1)) == bytes);
+}
+
+TEST_CASE("a version 1 checkpoint (zlib CRC-32) is read where zlib is built in and refused by version otherwise") {
+  Trained a = Make("mlp:3-2", 1, 0.9f);
+  a.sgd.set_step(99);
+  std::vector<uint8_t> v1 = EncodeCheckpoint(CaptureCheckpoint(a.model, a.sgd, 4));
+  // Version 1 is version 2's layout with a zlib CRC-32.
+  StoreLe32(v1.data() + 8, 1);
+#if FEDRT_HAVE_ZLIB
+  StoreLe32(v1.data() + v1.size() - 4, static_cast<uint32_t>(crc32(0L, v1.data(), static_cast<uInt>(v1.size() - 4))));
+  Result<Checkpoint> read = DecodeCheckpoint(v1.data(), v1.size(), "old.ckpt");
+  REQUIRE(read.ok());
+  CHECK(read->epoch == 4);
+  CHECK(read->step == 99);
+  CHECK(read->parameters == std::vector<float>(a.model.parameters(), a.model.parameters() + a.model.parameter_count()));
+  // Its checksum is checked too, and a CRC-32C does not pass for it.
+  v1[20] ^= 1;
+  CHECK(DecodeCheckpoint(v1.data(), v1.size(), "old.ckpt").status().code() == StatusCode::kCorrupt);
+  v1[20] ^= 1;
+  StoreLe32(v1.data() + v1.size() - 4, Crc32c(v1.data(), v1.size() - 4));
+  CHECK(DecodeCheckpoint(v1.data(), v1.size(), "old.ckpt").status().code() == StatusCode::kCorrupt);
+#else
+  const Status refused = DecodeCheckpoint(v1.data(), v1.size(), "old.ckpt").status();
+  CHECK(refused.code() == StatusCode::kUnsupported);
+  CHECK(refused.message().find("old.ckpt: checkpoint format version 1") == 0);
+#endif
+}
+
+void WriteRaw(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+TEST_CASE("a checkpoint file that exists but cannot be read is an error with the reason, never not found") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("model.ckpt");
+  CHECK(ReadCheckpointFile(path).status().code() == StatusCode::kNotFound);
+
+  // A directory at the path (unreadable as a file for root too).
+  REQUIRE(::mkdir(path.c_str(), 0755) == 0);
+  Status s = ReadCheckpointFile(path).status();
+  CHECK(s.code() == StatusCode::kIoError);
+  CHECK(s.message() == path + ": cannot read: " + std::strerror(EISDIR));
+  REQUIRE(::rmdir(path.c_str()) == 0);
+
+  Trained a = Make("mlp:3-2", 1, 0.9f);
+  REQUIRE(WriteCheckpointFile(path, CaptureCheckpoint(a.model, a.sgd, 2)).ok());
+  const std::string good = testing::ReadFileBytes(path);
+  const std::vector<uint8_t> bytes(good.begin(), good.end());
+
+  if (::geteuid() != 0) {  // root reads a mode-000 file
+    REQUIRE(::chmod(path.c_str(), 0) == 0);
+    s = ReadCheckpointFile(path).status();
+    CHECK(s.code() == StatusCode::kIoError);
+    CHECK(s.message().find(std::strerror(EACCES)) != std::string::npos);
+    REQUIRE(::chmod(path.c_str(), 0644) == 0);
+  }
+
+  WriteRaw(path, std::vector<uint8_t>(bytes.begin(), bytes.end() - 5));  // truncated
+  s = ReadCheckpointFile(path).status();
+  CHECK(s.code() == StatusCode::kCorrupt);
+  CHECK(s.message().find(path + ": checksum mismatch") == 0);
+
+  std::vector<uint8_t> flipped = bytes;
+  flipped[bytes.size() / 2] ^= 0x40;
+  WriteRaw(path, flipped);
+  s = ReadCheckpointFile(path).status();
+  CHECK(s.code() == StatusCode::kCorrupt);
+  CHECK(s.message().find(path + ": checksum mismatch") == 0);
+
+  WriteRaw(path, bytes);
+  CHECK(ReadCheckpointFile(path).ok());
+}
+
+TEST_CASE("a checkpoint write that fails leaves the previous checkpoint whole") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("model.ckpt");
+  Trained a = Make("mlp:3-2", 1, 0.0f);
+  REQUIRE(WriteCheckpointFile(path, CaptureCheckpoint(a.model, a.sgd, 1)).ok());
+  REQUIRE(::mkdir((path + ".tmp").c_str(), 0755) == 0);  // the temporary file cannot be created
+  const Status s = WriteCheckpointFile(path, CaptureCheckpoint(a.model, a.sgd, 2));
+  CHECK(s.code() == StatusCode::kIoError);
+  CHECK(s.message().find(path + ".tmp: cannot create: ") == 0);
+  Result<Checkpoint> kept = ReadCheckpointFile(path);
+  REQUIRE(kept.ok());
+  CHECK(kept->epoch == 1);
 }
 
 TEST_CASE("a checkpoint for another model or optimizer is refused") {

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -167,6 +168,7 @@ TEST_CASE("a device process killed mid-round does not stall the round and rejoin
   // Round 0: dev-2 sends and is frozen before round 1 reaches it.
   REQUIRE(gate.Await() == 0);
   REQUIRE_MESSAGE(dev2->WaitFor("round 0 sent"), dev2->output());
+  CHECK(dev2->Count("no state file at " + state + " yet") == 1);  // a fresh start, logged
   dev2->Signal(SIGSTOP);
   gate.Answer();
   // Round 1 is open, dev-2 is sampled in it and holds its instructions: kill it.
@@ -180,21 +182,27 @@ TEST_CASE("a device process killed mid-round does not stall the round and rejoin
 
   // What the killed device left behind: its residual after round 0.
   const std::string saved = testing::ReadFileBytes(state);
-  REQUIRE(saved.size() == 16 + 4 * d);
-  CHECK(saved.compare(0, 8, "FEDRTEF1") == 0);
+  REQUIRE(saved.size() == 24 + 4 * d);  // magic, version, count, values, CRC-32C
+  CHECK(saved.compare(0, 8, "FEDRTDST") == 0);
 
-  // A damaged or foreign state file stops the device with a message naming
-  // the file, before it connects.
+  // A damaged, foreign or unreadable state file stops the device with a
+  // message naming the file, before it connects.
   const std::string truncated = star.dir.File("truncated.state");
   Star::Write(truncated, saved.substr(0, saved.size() - 100));
   const std::string foreign = star.dir.File("foreign.state");
   Star::Write(foreign, testing::ReadFileBytes(star.dir.File("keys.txt")));
   const std::string other_model = star.dir.File("other.state");
   std::string resized = saved;
-  resized[8] = static_cast<char>(resized[8] + 1);
+  auto* resized_bytes = reinterpret_cast<uint8_t*>(&resized[0]);
+  StoreLe64(resized_bytes + 12, d + 1);
+  StoreLe32(resized_bytes + resized.size() - 4, Crc32c(resized_bytes, resized.size() - 4));
   Star::Write(other_model, resized);
+  const std::string unreadable = star.dir.File("directory.state");
+  REQUIRE(::mkdir(unreadable.c_str(), 0755) == 0);
   const std::pair<std::string, std::string> refusals[] = {
-      {truncated, "truncated residual"}, {foreign, "not a fedrt residual file"}, {other_model, "holds a residual of " + std::to_string(d + 1) + " values"}};
+      {truncated, "checksum mismatch"}, {foreign, "not a fedrt device state file"},
+      {other_model, "holds a residual of " + std::to_string(d + 1) + " values"},
+      {unreadable, std::string("cannot read: ") + std::strerror(EISDIR)}};
   for (const auto& [file, reason] : refusals) {
     ChildProcess refused(star.Device(2, 1, {"--state-file", file, "--give-up-ms", "1"}));
     CHECK(refused.Wait() == 1);
@@ -247,6 +255,7 @@ TEST_CASE("an aggregator process killed and restarted from its checkpoint is rej
   std::unique_ptr<ChildProcess> serve;
   const uint16_t port = StartServe(star, flags, &serve);
   REQUIRE(port != 0);
+  CHECK(serve->Count("no checkpoint at " + checkpoint + " yet") == 1);  // a fresh start, logged
   auto gate = std::make_unique<Gatekeeper>(port, 3, d);
   std::vector<std::unique_ptr<ChildProcess>> devices;
   for (int i = 0; i < 3; ++i) devices.push_back(std::make_unique<ChildProcess>(star.Device(i, port)));

@@ -249,7 +249,9 @@ Status Server::Setup() {
       FEDRT_RETURN_IF_ERROR(RestoreCodecState(*saved));
       Log(LogLevel::kInfo, "aggregator: resumed from %s at round %u", options_.checkpoint.c_str(), round_);
     } else if (saved.status().code() != StatusCode::kNotFound) {
-      return saved.status();
+      return saved.status();  // an existing file that cannot be used is never a fresh start
+    } else {
+      Log(LogLevel::kInfo, "aggregator: no checkpoint at %s yet: starting at round 0", options_.checkpoint.c_str());
     }
   }
   if (downlink_ && device_model_round_ < 0) device_model_.assign(model_->parameters(), model_->parameters() + d_);

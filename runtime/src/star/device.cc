@@ -119,6 +119,9 @@ Status DeviceHost::Setup() {
       // Starting from zero would silently drop what the residual carries:
       // the owner decides (remove the file to start afresh).
       return Status(residual.status().code(), "--state-file " + residual.status().message());
+    } else {
+      Log(LogLevel::kInfo, "device %s: no state file at %s yet: the residual starts at zero", id_.c_str(),
+          options_.state_file.c_str());
     }
   }
   Log(LogLevel::kInfo, "device %s: %zu examples (%s, share %d of %d), model %s", id_.c_str(), share_.size(),

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fedrt/platform/clock.h"
+#include "fedrt/platform/config.h"
 #include "fedrt/transport/auth.h"
 #include "fedrt/transport/crypto.h"
 #include "fedrt/transport/join.h"
@@ -21,6 +22,44 @@ namespace {
 constexpr char kKeys[] =
     "board-1 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n"
     "board-2 ffeeddccbbaa99887766554433221100\n";
+
+#if FEDRT_HAVE_OPENSSL
+Crypto& TestCrypto() { return SystemCrypto(); }
+#else
+// Without libcrypto the application supplies the primitives. This stand-in
+// is NOT cryptography: a keyed FNV-1a spread over 32 bytes, enough to show
+// that the join runs on whatever Crypto it is given and that a wrong key
+// fails at the proof.
+class ToyCrypto final : public Crypto {
+ public:
+  Status RandomBytes(uint8_t* out, std::size_t size) override {
+    for (std::size_t i = 0; i < size; ++i) out[i] = static_cast<uint8_t>((state_ = state_ * 6364136223846793005u + 1442695040888963407u) >> 56);
+    return Status::Ok();
+  }
+  Status HmacSha256(const uint8_t* key, std::size_t key_size, const uint8_t* message, std::size_t message_size,
+                    std::array<uint8_t, kSha256Bytes>* mac) override {
+    for (std::size_t lane = 0; lane < kSha256Bytes; ++lane) {
+      uint32_t h = 2166136261u ^ static_cast<uint32_t>(lane);
+      for (std::size_t i = 0; i < key_size; ++i) h = (h ^ key[i]) * 16777619u;
+      for (std::size_t i = 0; i < message_size; ++i) h = (h ^ message[i]) * 16777619u;
+      (*mac)[lane] = static_cast<uint8_t>(h >> 24);
+    }
+    return Status::Ok();
+  }
+  bool ConstantTimeEqual(const uint8_t* a, const uint8_t* b, std::size_t size) override {
+    uint8_t diff = 0;
+    for (std::size_t i = 0; i < size; ++i) diff |= static_cast<uint8_t>(a[i] ^ b[i]);
+    return diff == 0;
+  }
+
+ private:
+  uint64_t state_ = 1;
+};
+Crypto& TestCrypto() {
+  static ToyCrypto crypto;
+  return crypto;
+}
+#endif
 
 KeyStore Fleet() {
   Result<KeyStore> store = KeyStore::Parse(kKeys);
@@ -39,8 +78,8 @@ Frame Receive(const OutFrame& out) {
 
 TEST_CASE("join client and server agree over frames and report what the other announced") {
   const KeyStore keys = Fleet();
-  JoinClient client("board-1", *keys.Find("board-1"), SystemCrypto(), FrameLimits());
-  JoinServer server(keys, SystemCrypto(), FrameLimits());
+  JoinClient client("board-1", *keys.Find("board-1"), TestCrypto(), FrameLimits());
+  JoinServer server(keys, TestCrypto(), FrameLimits());
   JoinRequest request;
   request.codecs = {"fp32", "dqsg"};
   request.isa = "scalar";
@@ -73,8 +112,8 @@ TEST_CASE("join client and server agree over frames and report what the other an
 
 TEST_CASE("join server refuses a wrong key and the client reports the server's error frame") {
   const KeyStore keys = Fleet();
-  JoinClient client("board-1", Key(32, 0x5a), SystemCrypto(), FrameLimits());
-  JoinServer server(keys, SystemCrypto(), FrameLimits());
+  JoinClient client("board-1", Key(32, 0x5a), TestCrypto(), FrameLimits());
+  JoinServer server(keys, TestCrypto(), FrameLimits());
   Result<OutFrame> challenge = server.OnFrame(Receive(client.Start(JoinRequest()).value()), JoinResult());
   REQUIRE(challenge.ok());
   Result<OutFrame> proof = client.OnFrame(Receive(*challenge));
@@ -94,16 +133,16 @@ TEST_CASE("join server refuses a wrong key and the client reports the server's e
 
 TEST_CASE("join server refuses frames out of order, and a spent join stays spent") {
   const KeyStore keys = Fleet();
-  JoinServer server(keys, SystemCrypto(), FrameLimits());
+  JoinServer server(keys, TestCrypto(), FrameLimits());
   AuthenticateMessage early;
   Result<OutFrame> out = server.OnFrame(Receive(Encode(early, FrameLimits()).value()), JoinResult());
   REQUIRE_FALSE(out.ok());
   CHECK(out.status().code() == StatusCode::kUnauthenticated);
-  JoinClient client("board-2", *keys.Find("board-2"), SystemCrypto(), FrameLimits());
+  JoinClient client("board-2", *keys.Find("board-2"), TestCrypto(), FrameLimits());
   out = server.OnFrame(Receive(client.Start(JoinRequest()).value()), JoinResult());
   CHECK(out.status().code() == StatusCode::kFailedPrecondition);
 
-  JoinClient second("board-2", *keys.Find("board-2"), SystemCrypto(), FrameLimits());
+  JoinClient second("board-2", *keys.Find("board-2"), TestCrypto(), FrameLimits());
   REQUIRE(second.Start(JoinRequest()).ok());
   CHECK(second.Start(JoinRequest()).status().code() == StatusCode::kFailedPrecondition);
   HeartbeatMessage beat;

@@ -7,7 +7,7 @@ add_library(fedrt::internal_flags ALIAS fedrt_internal_flags)
 
 target_compile_options(fedrt_internal_flags INTERFACE
   -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
-  -Wnon-virtual-dtor -Wcast-align -Wnull-dereference
+  $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor> -Wcast-align -Wnull-dereference
   -Wformat=2 -Wimplicit-fallthrough
   # Bit-identical results across ISAs: never fuse a*b+c into an FMA behind our
   # back (GCC does by default on AArch64). See ../shared spec, "Floating point".

@@ -1,11 +1,11 @@
 # Install rules and the exported CMake package, so that an application does
 #   find_package(fedrt REQUIRED)
-#   target_link_libraries(app PRIVATE fedrt::runtime)
+#   target_link_libraries(app PRIVATE fedrt::runtime)   # or fedrt::c, the C API
 include(CMakePackageConfigHelpers)
 
 set(FEDRT_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/fedrt)
 
-set(fedrt_install_targets fedrt_platform fedrt_codecs fedrt_transport fedrt_train fedrt_runtime)
+set(fedrt_install_targets fedrt_platform fedrt_codecs fedrt_transport fedrt_train fedrt_runtime fedrt_c)
 install(TARGETS ${fedrt_install_targets}
         EXPORT fedrtTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

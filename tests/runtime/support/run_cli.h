@@ -1,5 +1,6 @@
 // Runs the `fedrt` binary (FEDRT_CLI_PATH) with arguments through the shell,
-// for the tests that use the tool as users do; stdout and stderr together.
+// for the tests that use the tool as users do, or any other command line;
+// stdout and stderr together.
 #ifndef FEDRT_TESTS_SUPPORT_RUN_CLI_H_
 #define FEDRT_TESTS_SUPPORT_RUN_CLI_H_
 
@@ -17,8 +18,9 @@ struct CliRun {
   std::string output;
 };
 
-inline CliRun RunCli(const std::string& arguments) {
-  const std::string command = std::string(FEDRT_CLI_PATH) + " " + arguments + " 2>&1";
+// Runs a shell command line; stdout and stderr together.
+inline CliRun RunCommand(const std::string& command_line) {
+  const std::string command = command_line + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::string output;
@@ -27,6 +29,10 @@ inline CliRun RunCli(const std::string& arguments) {
   const int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
+
+#ifdef FEDRT_CLI_PATH
+inline CliRun RunCli(const std::string& arguments) { return RunCommand(std::string(FEDRT_CLI_PATH) + " " + arguments); }
+#endif
 
 }  // namespace fedrt::testing
 

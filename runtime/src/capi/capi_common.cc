@@ -1,0 +1,73 @@
+// The C API's status values, per-thread error message, version and ISA.
+#include <cstring>
+#include <string>
+
+#include "capi/capi_internal.h"
+#include "fedrt/fedrt.h"
+#include "fedrt/platform/config.h"
+#include "fedrt/platform/cpu.h"
+#include "fedrt/platform/status.h"
+
+namespace fedrt::capi {
+namespace {
+
+// The C enum is the C++ one, value for value (status.h pins them both).
+#define FEDRT_C_PINNED(c_value, cpp_value)                                        \
+  static_assert(static_cast<int>(c_value) == static_cast<int>(StatusCode::cpp_value), \
+                #c_value " must equal StatusCode::" #cpp_value)
+FEDRT_C_PINNED(FEDRT_OK, kOk);
+FEDRT_C_PINNED(FEDRT_INVALID_ARGUMENT, kInvalidArgument);
+FEDRT_C_PINNED(FEDRT_OUT_OF_RANGE, kOutOfRange);
+FEDRT_C_PINNED(FEDRT_CORRUPT, kCorrupt);
+FEDRT_C_PINNED(FEDRT_UNSUPPORTED, kUnsupported);
+FEDRT_C_PINNED(FEDRT_NOT_FOUND, kNotFound);
+FEDRT_C_PINNED(FEDRT_IO_ERROR, kIoError);
+FEDRT_C_PINNED(FEDRT_DEADLINE_EXCEEDED, kDeadlineExceeded);
+FEDRT_C_PINNED(FEDRT_UNAVAILABLE, kUnavailable);
+FEDRT_C_PINNED(FEDRT_UNAUTHENTICATED, kUnauthenticated);
+FEDRT_C_PINNED(FEDRT_RESOURCE_EXHAUSTED, kResourceExhausted);
+FEDRT_C_PINNED(FEDRT_FAILED_PRECONDITION, kFailedPrecondition);
+FEDRT_C_PINNED(FEDRT_INTERNAL, kInternal);
+FEDRT_C_PINNED(FEDRT_CANCELLED, kCancelled);
+#undef FEDRT_C_PINNED
+
+// A fixed buffer per thread: recording a message allocates nothing more than
+// the Status that carries it already did.
+thread_local char last_error[FEDRT_ERROR_MESSAGE_SIZE];
+
+}  // namespace
+
+fedrt_status Fail(const Status& status) {
+  const std::string text = status.ToString();
+  const std::size_t n = text.size() < sizeof last_error - 1 ? text.size() : sizeof last_error - 1;
+  std::memcpy(last_error, text.data(), n);
+  last_error[n] = '\0';
+  return static_cast<fedrt_status>(status.code());
+}
+
+fedrt_status RequireNonNull(const void* pointer, const char* function, const char* what) {
+  if (pointer != nullptr) return FEDRT_OK;
+  return Fail(InvalidArgument(std::string(function) + ": " + what + " is NULL"));
+}
+
+}  // namespace fedrt::capi
+
+extern "C" {
+
+const char* fedrt_status_name(fedrt_status status) {
+  return fedrt::StatusCodeName(static_cast<fedrt::StatusCode>(status));
+}
+
+const char* fedrt_last_error(void) { return fedrt::capi::last_error; }
+
+void fedrt_version(int* major, int* minor, int* patch) {
+  if (major != nullptr) *major = FEDRT_VERSION_MAJOR;
+  if (minor != nullptr) *minor = FEDRT_VERSION_MINOR;
+  if (patch != nullptr) *patch = FEDRT_VERSION_PATCH;
+}
+
+const char* fedrt_version_string(void) { return FEDRT_VERSION_STRING; }
+
+const char* fedrt_isa_name(void) { return fedrt::IsaName(fedrt::ActiveIsa()); }
+
+}  // extern "C"

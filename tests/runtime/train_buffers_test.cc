@@ -2,116 +2,22 @@
 // the caller's memory, no allocation during a step, and the same bits as the
 // owning API.
 //
-// This executable replaces the global operator new and delete and, on glibc
-// builds without AddressSanitizer (which owns malloc there), interposes
-// malloc, calloc, realloc, posix_memalign, aligned_alloc and memalign, so
-// that every heap allocation the process makes while counting is seen,
-// including fedrt's aligned buffers and any made by OpenBLAS.
+// Heap allocations are counted with tests/support/allocation_counter.h (the
+// malloc family too on glibc builds without AddressSanitizer), so that every
+// one the process makes while counting is seen, including fedrt's aligned
+// buffers and any made by OpenBLAS.
 #include <doctest/doctest.h>
 
-#include <atomic>
-#include <cerrno>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <new>
 #include <string>
 #include <vector>
 
+#include "allocation_counter.h"
 #include "fedrt/runtime/model.h"
 #include "fedrt/runtime/optimizer.h"
 #include "fedrt/runtime/trainer.h"
-
-namespace {
-
-std::atomic<bool> g_counting{false};
-std::atomic<long> g_allocations{0};
-
-inline void CountAllocation() {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-}
-
-// Allocations made by `run` (from every thread).
-template <typename F>
-long AllocationsDuring(F run) {
-  g_allocations.store(0);
-  g_counting.store(true);
-  run();
-  g_counting.store(false);
-  return g_allocations.load();
-}
-
-}  // namespace
-
-// The replacements below pair malloc with free on purpose; GCC, seeing them
-// inlined into std::allocator, takes that for a new/free mismatch.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
-void* operator new(std::size_t size) {
-  CountAllocation();
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) { return operator new(size); }
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
-  CountAllocation();
-  return std::malloc(size == 0 ? 1 : size);
-}
-void* operator new[](std::size_t size, const std::nothrow_t& tag) noexcept { return operator new(size, tag); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FEDRT_TEST_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define FEDRT_TEST_ASAN 1
-#endif
-
-#if defined(__GLIBC__) && !defined(FEDRT_TEST_ASAN)
-#define FEDRT_TEST_COUNTS_MALLOC 1
-extern "C" {
-void* __libc_malloc(std::size_t size);
-void* __libc_calloc(std::size_t count, std::size_t size);
-void* __libc_realloc(void* p, std::size_t size);
-void* __libc_memalign(std::size_t alignment, std::size_t size);
-
-void* malloc(std::size_t size) {
-  CountAllocation();
-  return __libc_malloc(size);
-}
-void* calloc(std::size_t count, std::size_t size) {
-  CountAllocation();
-  return __libc_calloc(count, size);
-}
-void* realloc(void* p, std::size_t size) {
-  CountAllocation();
-  return __libc_realloc(p, size);
-}
-void* memalign(std::size_t alignment, std::size_t size) {
-  CountAllocation();
-  return __libc_memalign(alignment, size);
-}
-void* aligned_alloc(std::size_t alignment, std::size_t size) {
-  CountAllocation();
-  return __libc_memalign(alignment, size);
-}
-int posix_memalign(void** out, std::size_t alignment, std::size_t size) {
-  CountAllocation();
-  void* p = __libc_memalign(alignment, size);
-  if (p == nullptr) return ENOMEM;
-  *out = p;
-  return 0;
-}
-}  // extern "C"
-#endif
 
 namespace fedrt {
 namespace {
@@ -278,14 +184,14 @@ TEST_CASE("buffers that are too small or missing are refused with the sizes") {
 }
 
 TEST_CASE("a training step on caller buffers allocates nothing") {
-#if FEDRT_TEST_COUNTS_MALLOC
-  MESSAGE("counting operator new and the malloc family");
-  // The counter works: an aligned buffer goes through posix_memalign.
-  CHECK(AllocationsDuring([] { AlignedArray<float> probe(100); CHECK(probe.ok()); }) >= 1);
-#else
-  MESSAGE("counting operator new only (the sanitizer owns malloc)");
-#endif
-  CHECK(AllocationsDuring([] { std::vector<int> probe(3); CHECK(probe.size() == 3); }) >= 1);
+  if (testing::CountsMalloc()) {
+    MESSAGE("counting operator new and the malloc family");
+    // The counter works: an aligned buffer goes through posix_memalign.
+    CHECK(testing::AllocationsDuring([] { AlignedArray<float> probe(100); CHECK(probe.ok()); }) >= 1);
+  } else {
+    MESSAGE("counting operator new only (the sanitizer owns malloc)");
+  }
+  CHECK(testing::AllocationsDuring([] { std::vector<int> probe(3); CHECK(probe.size() == 3); }) >= 1);
   for (const char* spec : kSpecs) {
     CAPTURE(spec);
     std::unique_ptr<OnArena> t = BuildOnArena(spec, 5);
@@ -298,7 +204,7 @@ TEST_CASE("a training step on caller buffers allocates nothing") {
     REQUIRE(TrainStep(*model, *sgd, x.data(), y.data(), kBatch).ok());
     bool ok = true;
     std::vector<int> predictions(kBatch);
-    const long allocations = AllocationsDuring([&] {
+    const long allocations = testing::AllocationsDuring([&] {
       for (int s = 0; s < 10; ++s) ok = ok && TrainStep(*model, *sgd, x.data(), y.data(), kBatch - s % 3).ok();
       ok = ok && model->Evaluate(x.data(), y.data(), kBatch, predictions.data()).ok();
     });
@@ -318,7 +224,7 @@ TEST_CASE("an owning model allocates nothing in a step once its workspace holds 
   MakeBatch(model->input_size(), 0, &x, &y);
   REQUIRE(TrainStep(*model, *sgd, x.data(), y.data(), kBatch).ok());
   bool ok = true;
-  const long allocations = AllocationsDuring([&] {
+  const long allocations = testing::AllocationsDuring([&] {
     for (int s = 0; s < 5; ++s) ok = ok && TrainStep(*model, *sgd, x.data(), y.data(), kBatch).ok();
   });
   CHECK(ok);

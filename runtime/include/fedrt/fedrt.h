@@ -15,11 +15,10 @@
  *    messages): a value never changes meaning and new ones are only appended.
  *    Output parameters (handles, sizes, single values) are set only when the
  *    call returns FEDRT_OK; an output array's contents are unspecified after
- *    a failure. A NULL handle or
- *    a NULL pointer where an array or output is required is
- *    FEDRT_INVALID_ARGUMENT; a caller buffer smaller than its size query says
- *    is FEDRT_OUT_OF_RANGE. Getters that cannot fail return their value
- *    directly (0 or NULL for a NULL handle).
+ *    a failure. A NULL handle, or a NULL pointer where an array or output is
+ *    required, is FEDRT_INVALID_ARGUMENT; a caller buffer smaller than its
+ *    size query says is FEDRT_OUT_OF_RANGE. Getters that cannot fail return
+ *    their value directly (0 or NULL for a NULL handle).
  *
  *  - Error messages. A failing call also leaves a message ("out_of_range:
  *    batch of 65 does not fit ...") for fedrt_last_error(), kept per thread in
@@ -51,13 +50,16 @@
  *      fedrt_codec_create      the codec object, freed by fedrt_codec_destroy;
  *      fedrt_codec_decode,
  *      fedrt_codec_decode_accumulate
- *                              short-lived scratch in some codecs (the
- *                              payload's spec string, per-bucket scales,
- *                              symbols of an entropy-coded stream), freed
- *                              before they return;
+ *                              short-lived scratch, freed before they return,
+ *                              in most codecs (the payload's spec string,
+ *                              per-bucket scales, staged symbols; today only
+ *                              fp16 and bf16 decode without any);
  *      any call that fails     its message (the C++ core builds it as a
  *                              string) before it is copied into the per-thread
- *                              buffer.
+ *                              buffer;
+ *      the first call that picks kernels (fedrt_isa_name, a train step, an
+ *                              encode) detects the CPU, once per process,
+ *                              and keeps its description.
  *    Nothing else allocates: after init, the training round path
  *    (fedrt_model_train_step, fedrt_model_evaluate, get and set parameters)
  *    and fedrt_codec_encode run on caller memory only. (Host builds whose

@@ -2,8 +2,9 @@
 //
 // The library never throws across its API (the embeddable core builds with
 // -fno-exceptions). A call returns Status, or Result<T> when it also produces
-// a value. The numeric codes are pinned: they are part of the C API and of the
-// wire protocol's error messages, so new codes are only ever appended.
+// a value. The numeric codes are pinned: they are the C API's fedrt_status
+// values (fedrt/fedrt.h; the C API's sources static_assert each one) and part
+// of the wire protocol's error messages, so new codes are only ever appended.
 //
 // Thread-safety: values, safe to copy and move between threads.
 #ifndef FEDRT_PLATFORM_STATUS_H_

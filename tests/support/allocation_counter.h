@@ -1,0 +1,33 @@
+// Counting heap allocations, for tests of code that promises to make none.
+// An executable that links allocation_counter.cc has the global operator
+// new and delete replaced and, on glibc builds without AddressSanitizer
+// (which owns malloc there), malloc, calloc, realloc, posix_memalign,
+// aligned_alloc and memalign interposed, so that every heap allocation the
+// process makes while counting is seen: fedrt's aligned buffers, its
+// containers and strings, and any made by OpenBLAS.
+//
+// Thread-safety: counts allocations from every thread; one counting window
+// at a time.
+#ifndef FEDRT_TESTS_SUPPORT_ALLOCATION_COUNTER_H_
+#define FEDRT_TESTS_SUPPORT_ALLOCATION_COUNTER_H_
+
+namespace fedrt::testing {
+
+// True when the malloc family is counted as well as operator new.
+bool CountsMalloc();
+
+void StartCountingAllocations();
+// Stops counting; returns the allocations since StartCountingAllocations.
+long StopCountingAllocations();
+
+// Allocations made by `run` (from every thread).
+template <typename F>
+long AllocationsDuring(F run) {
+  StartCountingAllocations();
+  run();
+  return StopCountingAllocations();
+}
+
+}  // namespace fedrt::testing
+
+#endif  // FEDRT_TESTS_SUPPORT_ALLOCATION_COUNTER_H_

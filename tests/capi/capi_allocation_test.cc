@@ -48,8 +48,11 @@ TEST_CASE("training on caller memory and encoding allocate nothing after init") 
   fedrt_codec_context context{7, 1, 0, 3};
 
   fedrt_batch_loss loss{};
-  // One step first: OpenBLAS sets up its buffers on its first call.
+  // What happens once per process first, as the header says: OpenBLAS sets
+  // up its buffers on its first call, and the first call that picks kernels
+  // detects the CPU (with OpenBLAS as the GEMM that is the first encode).
   REQUIRE(fedrt_model_train_step(model, features.data(), labels.data(), batch, &loss) == FEDRT_OK);
+  CHECK(fedrt_isa_name() != nullptr);
   bool ok = true;
   const long allocations = AllocationsDuring([&] {
     for (int step = 0; step < 3; ++step) {

@@ -109,7 +109,9 @@ fedrt_status fedrt_model_init(void* memory, size_t bytes, const char* spec, cons
   const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(memory);
   const std::uintptr_t aligned = (start + fedrt::kSimdAlignment - 1) / fedrt::kSimdAlignment * fedrt::kSimdAlignment;
   void* handle_at = static_cast<uint8_t*>(memory) + (aligned - start);
-  float* arena = reinterpret_cast<float*>(static_cast<uint8_t*>(handle_at) + fedrt::capi::kHandleBytes);
+  // 64-byte aligned (handle_at is, kHandleBytes is a multiple of 64): through
+  // void* so that ARMv7's -Wcast-align does not take it for a byte pointer.
+  float* arena = static_cast<float*>(static_cast<void*>(static_cast<uint8_t*>(handle_at) + fedrt::capi::kHandleBytes));
   fedrt::Result<fedrt::TrainingBuffers> buffers =
       fedrt::CarveTrainingBuffers(sizes, fedrt::FloatSpan{arena, sizes.total_floats()});
   if (!buffers.ok()) return Fail(buffers.status());

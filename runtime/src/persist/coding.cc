@@ -80,7 +80,7 @@ uint8_t Reader::U8() {
 
 uint16_t Reader::U16() {
   const uint8_t* p = Take(2);
-  return p != nullptr ? static_cast<uint16_t>(p[0] | (p[1] << 8)) : 0;
+  return p != nullptr ? static_cast<uint16_t>(p[0] | (p[1] << 8)) : uint16_t{0};
 }
 
 uint32_t Reader::U32() {

@@ -449,14 +449,14 @@ class PlacingServer : public Recorder {
  public:
   explicit PlacingServer(std::size_t size) : target(size, 0) {}
   bool WantsPlacement(Connection&) override { return true; }
-  uint8_t* PlacePayload(Connection&, const RingChunkMessage& head) override {
+  uint8_t* PlacePayload(Connection&, const PayloadHead& head) override {
     std::lock_guard<std::mutex> lock(mutex);
     ++offered;
-    if (head.collective_id != 7 || head.payload.data != nullptr || head.payload.offset > target.size() ||
-        head.payload.size > target.size() - head.payload.offset) {
+    if (head.kind != MessageKind::kRingChunk || head.tag != 7 || head.offset > target.size() ||
+        head.size > target.size() - head.offset) {
       return nullptr;
     }
-    return target.data() + head.payload.offset;
+    return target.data() + head.offset;
   }
   void OnFrame(Connection& connection, Frame frame) override {
     {
@@ -526,14 +526,14 @@ class ConsumingServer : public Recorder {
  public:
   explicit ConsumingServer(std::size_t size) : target(size, 0) {}
   bool WantsPlacement(Connection&) override { return true; }
-  bool ConsumesPayload(Connection&, const RingChunkMessage& head) override {
+  bool ConsumesPayload(Connection&, const PayloadHead& head) override {
     std::lock_guard<std::mutex> lock(mutex);
     ++offered;
-    if (head.collective_id != 7 || head.payload.data != nullptr || head.payload.offset > target.size() ||
-        head.payload.size > target.size() - head.payload.offset) {
+    if (head.kind != MessageKind::kRingChunk || head.tag != 7 || head.offset > target.size() ||
+        head.size > target.size() - head.offset) {
       return false;
     }
-    at = static_cast<std::size_t>(head.payload.offset);  // at most target.size(), checked above
+    at = static_cast<std::size_t>(head.offset);  // at most target.size(), checked above
     return true;
   }
   void ConsumePayload(Connection&, const uint8_t* piece, std::size_t offset, std::size_t size) override {

@@ -743,8 +743,8 @@ Result<RingChunkMessage> DecodeRingChunk(const Frame& frame, const FrameLimits& 
   return m;
 }
 
-Result<RingChunkMessage> PeekRingChunk(const uint8_t* body, std::size_t size, std::size_t received,
-                                       const FrameLimits& limits, std::size_t* payload_offset) {
+Result<PayloadHead> PeekPayloadHead(const uint8_t* body, std::size_t size, std::size_t received,
+                                    const FrameLimits& limits, std::size_t* payload_offset) {
   if (size < 8 || received < 8 || received > size || size > limits.max_frame_bytes ||
       !wire::EnvelopeBufferHasIdentifier(body)) {
     return Corrupt("not a fedrt frame");
@@ -771,9 +771,18 @@ Result<RingChunkMessage> PeekRingChunk(const uint8_t* body, std::size_t size, st
   if (m.payload.data == nullptr || offset > received || offset + m.payload.size > size) {
     return Status(StatusCode::kFailedPrecondition, "payload not after the head");
   }
-  m.payload.data = nullptr;  // not received yet
   *payload_offset = offset;
-  return m;
+  PayloadHead head;
+  head.kind = MessageKind::kRingChunk;
+  head.tag = m.collective_id;
+  head.stage = static_cast<uint32_t>(m.phase);
+  head.source = m.source_rank;
+  head.step = m.step;
+  head.segment = m.segment;
+  head.index = m.payload.index;
+  head.offset = m.payload.offset;
+  head.size = m.payload.size;
+  return head;
 }
 
 Result<GossipModelMessage> DecodeGossipModel(const Frame& frame, const FrameLimits& limits) {

@@ -290,21 +290,23 @@ class TcpConnection final : public Connection,
     if (state_ == State::kClosed) return;
     if (ec) return OnReadError(ec, false);
     std::size_t offset = 0;
-    Result<RingChunkMessage> head = PeekRingChunk(body_.data(), body_.size(), peeked_, options_.limits, &offset);
+    Result<PayloadHead> head = PeekPayloadHead(body_.data(), body_.size(), peeked_, options_.limits, &offset);
     uint8_t* target = nullptr;
     bool consume = false;
-    if (head.ok() && state_ == State::kOpen && peeked_ - offset <= head->payload.size) {
+    if (head.ok() && state_ == State::kOpen && peeked_ - offset <= head->size) {
       target = handler_->PlacePayload(*this, *head);
       if (target == nullptr) consume = handler_->ConsumesPayload(*this, *head);
     }
-    if (consume) return StartConsume(offset, head->payload.size);
+    // PeekPayloadHead checked that the payload lies within the body.
+    const std::size_t size = head.ok() ? static_cast<std::size_t>(head->size) : 0;
+    if (target != nullptr || consume) placed_kind_ = head->kind;
+    if (consume) return StartConsume(offset, size);
     if (target == nullptr) {
       if (peeked_ == body_.size()) return OnBody(std::error_code());
       return ReadRest(peeked_);
     }
     // The payload's first bytes came with the head; the rest goes straight to
     // the target, the padding after it to the body.
-    const std::size_t size = head->payload.size;
     const std::size_t early = peeked_ - offset;
     if (early > 0) std::memcpy(target, body_.data() + offset, early);
     placed_ = target;
@@ -373,7 +375,7 @@ class TcpConnection final : public Connection,
     const bool consumed = consumed_;
     consumed_ = false;
     if (!frame.ok()) return Fail(frame.status(), true);
-    if ((placed != nullptr || consumed) && frame->kind() != MessageKind::kRingChunk) {
+    if ((placed != nullptr || consumed) && frame->kind() != placed_kind_) {
       return Fail(Corrupt("frame changed kind after its head"), true);
     }
     if (placed != nullptr) internal::MarkPlaced(*frame, placed, placed_offset_, placed_size_);
@@ -655,6 +657,7 @@ class TcpConnection final : public Connection,
   uint8_t header_[kFramePrefixBytes] = {};
   FrameBytes body_;
   std::size_t peeked_ = 0;        // body bytes read before PlacePayload
+  MessageKind placed_kind_ = MessageKind::kNone;  // the kind the placed or consumed frame's head had
   uint8_t* placed_ = nullptr;     // where the current frame's payload goes, or null
   std::size_t placed_offset_ = 0;
   std::size_t placed_size_ = 0;

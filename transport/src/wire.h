@@ -5,6 +5,7 @@
 
 #include <flatbuffers/flatbuffers.h>
 
+#include "fedrt/transport/connection.h"
 #include "fedrt/transport/frame.h"
 #include "fedrt/transport/messages.h"
 #include "fedrt_generated.h"
@@ -24,12 +25,13 @@ static_assert(static_cast<uint8_t>(wire::Message::GossipModel) ==
 static_assert(static_cast<uint8_t>(wire::Message::Heartbeat) ==
               static_cast<uint8_t>(MessageKind::kHeartbeat));
 
-// Connections only: the fields of a raw ring chunk whose first `received`
-// bytes (of `size`) have arrived, and where its payload starts. Fails unless
-// the frame is a raw RingChunk whose head lies within those bytes. The
-// returned payload has no data yet.
-Result<RingChunkMessage> PeekRingChunk(const uint8_t* body, std::size_t size, std::size_t received,
-                                       const FrameLimits& limits, std::size_t* payload_offset);
+// Connections only: the head of a chunked message whose first `received`
+// bytes (of `size`) have arrived, as payload placement sees it
+// (connection.h's PayloadHead), and where its payload starts. Fails unless
+// the frame is a message that offers placement (a raw RingChunk) and its
+// head lies within those bytes.
+Result<PayloadHead> PeekPayloadHead(const uint8_t* body, std::size_t size, std::size_t received,
+                                    const FrameLimits& limits, std::size_t* payload_offset);
 
 }  // namespace transport
 }  // namespace fedrt

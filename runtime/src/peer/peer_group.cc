@@ -113,12 +113,12 @@ class Link : public transport::ConnectionHandler {
     std::size_t size = 0;
   };
   bool WantsPlacement(Connection&) override { return wants_placement_.load(std::memory_order_acquire); }
-  uint8_t* PlacePayload(Connection&, const transport::RingChunkMessage& head) override {
+  uint8_t* PlacePayload(Connection&, const transport::PayloadHead& head) override {
     std::lock_guard<std::mutex> lock(signal_->mutex);
     const Placement* p = Match(head, transport::RingPhase::kAllGather);
     return p ? p->data : nullptr;
   }
-  bool ConsumesPayload(Connection&, const transport::RingChunkMessage& head) override {
+  bool ConsumesPayload(Connection&, const transport::PayloadHead& head) override {
     std::lock_guard<std::mutex> lock(signal_->mutex);
     const Placement* p = Match(head, transport::RingPhase::kReduceScatter);
     if (p == nullptr) return false;
@@ -187,12 +187,12 @@ class Link : public transport::ConnectionHandler {
   // next_placement_ that `head` matches, which then is being received
   // (placing_); null when none does. Chunks arrive in list order; small
   // ones are never offered, so the search goes on past them.
-  const Placement* Match(const transport::RingChunkMessage& head, transport::RingPhase phase) {
+  const Placement* Match(const transport::PayloadHead& head, transport::RingPhase phase) {
     for (std::size_t i = next_placement_; i < placements_.size(); ++i) {
       const Placement& p = placements_[i];
-      if (p.phase == phase && head.collective_id == p.collective && head.phase == p.phase &&
-          head.source_rank == p.source && head.step == p.step && head.segment == p.segment &&
-          head.payload.index == p.index && head.payload.size == p.size) {
+      if (p.phase == phase && head.kind == transport::MessageKind::kRingChunk && head.tag == p.collective &&
+          head.stage == static_cast<uint32_t>(p.phase) && head.source == p.source && head.step == p.step &&
+          head.segment == p.segment && head.index == p.index && head.size == p.size) {
         next_placement_ = i + 1;
         placing_ = true;
         return &p;
@@ -230,11 +230,11 @@ class Acceptor : public transport::ConnectionHandler {
     std::shared_ptr<Link> link = Find(connection.id());
     return link && link->WantsPlacement(connection);
   }
-  uint8_t* PlacePayload(Connection& connection, const transport::RingChunkMessage& head) override {
+  uint8_t* PlacePayload(Connection& connection, const transport::PayloadHead& head) override {
     std::shared_ptr<Link> link = Find(connection.id());
     return link ? link->PlacePayload(connection, head) : nullptr;
   }
-  bool ConsumesPayload(Connection& connection, const transport::RingChunkMessage& head) override {
+  bool ConsumesPayload(Connection& connection, const transport::PayloadHead& head) override {
     std::shared_ptr<Link> link = Find(connection.id());
     return link && link->ConsumesPayload(connection, head);
   }

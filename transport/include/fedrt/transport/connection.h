@@ -10,7 +10,9 @@
 // read-header -> read-body chain and writes them from a send queue with one
 // write in flight; a ConnectionHandler receives what arrives. Algorithms (the
 // roles, ring all-reduce) see only Connection and ConnectionHandler, so they
-// run unchanged over TCP (tcp.h) and over the in-process loopback (loopback.h).
+// run unchanged over TCP (tcp.h) and over the in-process loopback (loopback.h);
+// the connections know no algorithm (payload placement speaks of a neutral
+// PayloadHead, not of any message an algorithm defines).
 //
 // Deadlines: while waiting for the next frame the connection allows
 // idle_timeout_ms; once a frame's prefix has arrived its body must arrive
@@ -63,7 +65,6 @@ struct ConnectionStats {
 };
 
 class Connection;
-struct RingChunkMessage;
 
 // Frames with a body of at least this many bytes may have their payload
 // placed (ConnectionHandler::PlacePayload); smaller ones never are.
@@ -71,6 +72,27 @@ inline constexpr std::size_t kMinPlacedFrameBytes = 64u << 10;
 // Size of the pieces a consumed payload is handed over in (a multiple of 64,
 // small enough to stay in a core's L2 cache with what the handler touches).
 inline constexpr std::size_t kPayloadPieceBytes = 256u << 10;
+
+// The fields of a chunked message whose payload has not arrived yet, as
+// payload placement sees them: which message, the sender's identifiers for
+// the chunk, and where its payload sits in the whole it belongs to. The
+// connection fills them from the message's head without knowing what they
+// mean to the algorithm that sent it; the handler compares them with what it
+// expects. Today the raw (uncoded) RingChunk messages are offered:
+//   tag = collective id, stage = ring phase, source = source rank, step,
+//   segment, index = chunk index, offset = the chunk's byte offset in its
+//   segment, size = payload bytes.
+struct PayloadHead {
+  MessageKind kind = MessageKind::kNone;
+  uint64_t tag = 0;      // the sender's collective / transfer id
+  uint32_t stage = 0;    // a phase within it
+  uint32_t source = 0;   // the sender's rank
+  uint64_t step = 0;
+  uint32_t segment = 0;
+  uint32_t index = 0;    // chunk index within the segment
+  uint64_t offset = 0;   // byte offset of the chunk within the segment
+  uint64_t size = 0;     // payload bytes
+};
 
 // What a connection reports to its owner. Callbacks run on the loop thread.
 class ConnectionHandler {
@@ -87,23 +109,22 @@ class ConnectionHandler {
   // a payload no longer read it). For owners that wait for their sends.
   virtual void OnSent(Connection& connection) { (void)connection; }
 
-  // Payload placement (TCP connections): a raw ring chunk's payload is
-  // received straight into the handler's memory instead of the frame body,
-  // which saves copying it out. While WantsPlacement() is true (it is asked
-  // from the loop thread, so keep it cheap), a frame of at least
-  // kMinPlacedFrameBytes is read head first; once the head (every byte before
-  // the payload) has passed the FlatBuffers verifier, PlacePayload sees the
-  // chunk's fields (payload.size set, payload.data null) and returns where
-  // its payload.size bytes go, or nullptr to receive the frame as usual. That
-  // memory must stay writable until the frame reaches OnFrame (it then has
-  // placed_payload()) or the connection reaches OnClose. A frame whose whole
+  // Payload placement (TCP connections): a chunk's payload is received
+  // straight into the handler's memory instead of the frame body, which saves
+  // copying it out. While WantsPlacement() is true (it is asked from the loop
+  // thread, so keep it cheap), a frame of at least kMinPlacedFrameBytes is
+  // read head first; once the head (every byte before the payload) has passed
+  // the FlatBuffers verifier, PlacePayload sees the chunk's PayloadHead and
+  // returns where its head.size bytes go, or nullptr to receive the frame as
+  // usual. That memory must stay writable until the frame reaches OnFrame (it
+  // then has placed_payload()) or the connection reaches OnClose. A frame whose whole
   // body then fails verification closes the connection as usual; its bytes
   // may already have been written there.
   virtual bool WantsPlacement(Connection& connection) {
     (void)connection;
     return false;
   }
-  virtual uint8_t* PlacePayload(Connection& connection, const RingChunkMessage& head) {
+  virtual uint8_t* PlacePayload(Connection& connection, const PayloadHead& head) {
     (void)connection;
     (void)head;
     return nullptr;
@@ -113,12 +134,12 @@ class ConnectionHandler {
   // it reuses and hands it to ConsumePayload in order, piece by piece, as it
   // arrives (`offset` into the payload; every piece but the last is
   // kPayloadPieceBytes long), so the handler reads each piece while it is in
-  // cache (ring reduce-scatter adds it into its vector). The frame then
-  // reaches OnFrame with payload_consumed() set (DecodeRingChunk: payload.data
-  // null). The same rules as placement apply: what ConsumePayload writes must
+  // cache (a reduction adds it into its vector). The frame then reaches
+  // OnFrame with payload_consumed() set (the message's decoder gives the
+  // payload's fields with no data). The same rules as placement apply: what ConsumePayload writes must
   // stay writable until OnFrame or OnClose, and a frame whose whole body then
   // fails verification closes the connection after its pieces were handed over.
-  virtual bool ConsumesPayload(Connection& connection, const RingChunkMessage& head) {
+  virtual bool ConsumesPayload(Connection& connection, const PayloadHead& head) {
     (void)connection;
     (void)head;
     return false;

@@ -93,8 +93,8 @@ TEST_CASE("a peer whose key is wrong is refused and named") {
   std::vector<peer::PeerAddress> list = {{"p0", "127.0.0.1", 0}, {"p1", "127.0.0.1", 0}};
   auto good = transport::KeyStore::Parse("p0 00112233445566778899aabbccddeeff\np1 00112233445566778899aabbccddeeff\n").value();
   auto bad = transport::KeyStore::Parse("p0 00112233445566778899aabbccddeeff\np1 ffffffffffffffffffffffffffffffff\n").value();
-  auto g0 = peer::PeerGroup::Create(list, 0, good, options);
-  auto g1 = peer::PeerGroup::Create(list, 1, bad, options);
+  auto g0 = peer::TcpPeerContext::Create(list, 0, good, options);
+  auto g1 = peer::TcpPeerContext::Create(list, 1, bad, options);
   REQUIRE(g0.ok());
   REQUIRE(g1.ok());
   (*g0)->SetPort(1, (*g1)->port());

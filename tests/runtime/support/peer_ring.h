@@ -1,6 +1,7 @@
-// A ring of PeerGroups in one process for the peer tests: every rank listens
-// on 127.0.0.1 port 0, learns the others' ports, and runs on its own thread
-// (one thread per rank, as the ranks would be separate processes).
+// A ring of PeerGroups over TCP contexts in one process for the peer tests:
+// every rank listens on 127.0.0.1 port 0, learns the others' ports, and runs
+// on its own thread (one thread per rank, as the ranks would be separate
+// processes).
 #ifndef FEDRT_TESTS_SUPPORT_PEER_RING_H_
 #define FEDRT_TESTS_SUPPORT_PEER_RING_H_
 
@@ -25,13 +26,18 @@ struct PeerRing {
   explicit PeerRing(int n, const peer::PeerOptions& options = {}) : keys(Keys(n)) {
     std::vector<peer::PeerAddress> list;
     for (int i = 0; i < n; ++i) list.push_back({"p" + std::to_string(i), "127.0.0.1", 0});
+    std::vector<std::unique_ptr<peer::TcpPeerContext>> contexts;
     for (int i = 0; i < n; ++i) {
-      auto g = peer::PeerGroup::Create(list, static_cast<uint32_t>(i), keys, options);
-      REQUIRE_MESSAGE(g.ok(), g.status().ToString());
-      groups.push_back(std::move(*g));
+      auto c = peer::TcpPeerContext::Create(list, static_cast<uint32_t>(i), keys, options);
+      REQUIRE_MESSAGE(c.ok(), c.status().ToString());
+      contexts.push_back(std::move(*c));
     }
-    for (auto& g : groups) {
-      for (int i = 0; i < n; ++i) g->SetPort(static_cast<uint32_t>(i), groups[static_cast<std::size_t>(i)]->port());
+    for (auto& c : contexts) {
+      for (int i = 0; i < n; ++i) c->SetPort(static_cast<uint32_t>(i), contexts[static_cast<std::size_t>(i)]->port());
+    }
+    for (auto& c : contexts) {
+      groups.push_back(std::make_unique<peer::PeerGroup>(std::unique_ptr<peer::CollectiveContext>(std::move(c)),
+                                                         options.chunk_floats));
     }
   }
 

@@ -3,8 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "fedrt/codecs/codec_spec.h"
-#include "fedrt/runtime/peer.h"
+#include "fedrt/runtime/collective_context.h"
 
 namespace fedrt {
 namespace peer {
@@ -48,27 +47,6 @@ std::vector<double> MetropolisWeights(const std::vector<std::vector<uint32_t>>& 
     w[i * n + i] = 1.0 - off;
   }
   return w;
-}
-
-bool IsChocoSpec(const std::string& spec) {
-  return spec.rfind("choco+", 0) == 0 || spec.rfind("choco:", 0) == 0;
-}
-
-Result<ChocoSpec> ParseChocoSpec(const std::string& spec) {
-  const std::size_t plus = spec.find('+');
-  if (!IsChocoSpec(spec) || plus == std::string::npos || plus + 1 == spec.size()) {
-    return InvalidArgument("'" + spec + "': a replica gossip spec is choco[:gamma=G]+CODEC");
-  }
-  auto head = CodecSpec::Parse(spec.substr(0, plus));
-  if (!head.ok()) return head.status();
-  Status keys = head->CheckKeys({"gamma"});
-  if (!keys.ok()) return keys;
-  auto gamma = head->GetDouble("gamma", 0.5, 1e-6, 1.0);
-  if (!gamma.ok()) return gamma.status();
-  ChocoSpec out;
-  out.gamma = static_cast<float>(*gamma);
-  out.codec = spec.substr(plus + 1);
-  return out;
 }
 
 }  // namespace peer

@@ -1,0 +1,222 @@
+// Collectives over a CollectiveContext (collective_context.h), one class (or
+// function) per algorithm, each in its own file under runtime/src/collectives/:
+//
+//   RingAllReduce            ring all-reduce of a float vector, in place, raw
+//                            fp32: reduce-scatter then all-gather, each
+//                            segment cut into chunks that are forwarded as
+//                            soon as they are reduced (pipelined).
+//   CompressedRingAllReduce  the same ring, every hop a codec payload (e.g.
+//                            "fp16"): reduce-scatter hops decode-and-add, the
+//                            owner of a reduced segment encodes it once and
+//                            every peer (the owner too) takes the decoded
+//                            value, so all peers end bit-identical.
+//   IwpAllReduce             IWP-sparse (codec specification, section 4): the
+//                            leader of the step sends its index set around
+//                            the ring; every peer all-reduces its accumulated
+//                            values at those indices.
+//   Gossip                   D-PSGD on the gossip graph with Metropolis
+//                            weights: models to the neighbours, full
+//                            precision, Moniqua-coded, or CHOCO replicas of
+//                            coded model differences.
+//   AgreeStep                after a re-formation, every member learns the
+//                            furthest step any member would run next.
+//
+// Every member calls the same collective in the same order with the same
+// sizes. Each collective must finish within the context's step deadline; when
+// a peer fails, every survivor fails naming the same rank (the context's
+// failure reports), and a collective called after that, before Form(), fails
+// with kFailedPrecondition.
+//
+// Memory: scratch buffers (encoded hops, recovered models), codecs and the
+// context's frame slots are kept and reused. RingAllReduce sends raw chunks
+// straight from the caller's vector, adds received reduce-scatter chunks into
+// it piece by piece as they arrive and receives all-gather chunks straight
+// into it (registered buffers, where the binding can: TCP), so its steady
+// state allocates no frame memory.
+//
+// Thread-safety: a collective object is used by the context's one thread.
+#ifndef FEDRT_RUNTIME_COLLECTIVES_H_
+#define FEDRT_RUNTIME_COLLECTIVES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/iwp.h"
+#include "fedrt/codecs/moniqua.h"
+#include "fedrt/platform/status.h"
+#include "fedrt/runtime/collective_context.h"
+
+namespace fedrt {
+namespace peer {
+
+struct AllReduceStats {
+  uint64_t bytes_sent = 0;  // payload bytes this peer sent (frames' fields excluded)
+  double seconds = 0;
+};
+
+// Dense fp32 ring all-reduce: the sum over the members, in place.
+class RingAllReduce {
+ public:
+  // chunk_floats: pipelining granularity in floats; 0: automatic, a segment
+  // (the vector's share of one peer) over the ring size, within 1..4 MiB of
+  // fp32. Links stay busy with two or more chunks per segment (the first
+  // segment's chunks are all queued at once); the pipeline's drain grows with
+  // (ring size - 2) chunks, so p chunks keep it under one segment; and
+  // fewer, larger frames cost less per byte (16 MiB: 4 MiB chunks with 2
+  // peers, 1 MiB with 4). Chunks are capped to fit one frame.
+  explicit RingAllReduce(CollectiveContext& context, uint32_t chunk_floats = 0);
+  ~RingAllReduce();
+
+  Status Run(float* data, std::size_t n);
+  // The last Run; and what every successful Run sent.
+  const AllReduceStats& stats() const { return stats_; }
+  uint64_t total_bytes_sent() const { return total_bytes_sent_; }
+
+ private:
+  CollectiveContext& context_;
+  const uint32_t chunk_floats_;
+  std::vector<RegisteredBuffer> buffers_;  // reused: no allocation in the steady state
+  AllReduceStats stats_;
+  uint64_t total_bytes_sent_ = 0;
+};
+
+// Ring all-reduce whose every hop carries a codec payload; the codec must
+// decode without side information (kInvalidArgument otherwise).
+class CompressedRingAllReduce {
+ public:
+  explicit CompressedRingAllReduce(CollectiveContext& context, uint32_t chunk_floats = 0);
+  ~CompressedRingAllReduce();
+
+  Status Run(float* data, std::size_t n, const std::string& codec_spec);
+  const AllReduceStats& stats() const { return stats_; }
+  uint64_t total_bytes_sent() const { return total_bytes_sent_; }
+
+ private:
+  CollectiveContext& context_;
+  const uint32_t chunk_floats_;
+  std::unique_ptr<Codec> codec_;  // made once per spec, reused
+  std::string spec_;
+  std::vector<uint8_t> encoded_;
+  AllReduceStats stats_;
+  uint64_t total_bytes_sent_ = 0;
+};
+
+// One IWP step. The caller has already Accumulate()d its gradient into
+// `accumulator`. The leader (IwpLeader(seed, step, ring size), by ring
+// position) selects indices from `weights` and sends them around the ring;
+// every peer gathers-and-zeroes its accumulator there and `sum` (a dense ring
+// over the same context) sums the values. On return `indices` holds the index
+// set and `sums` the summed values. When the sum fails after this peer
+// gathered its values, `sums` holds those values (not reduced) so the caller
+// can put them back into the accumulator (empty when nothing was gathered).
+class IwpAllReduce {
+ public:
+  IwpAllReduce(CollectiveContext& context, RingAllReduce& sum);
+
+  Status Run(IwpAccumulator& accumulator, const float* weights, uint64_t seed, uint32_t step,
+             std::vector<uint32_t>* indices, std::vector<float>* sums);
+  // The index broadcast and the sum of the last Run; the index broadcasts of
+  // every Run (the sums count in `sum`).
+  const AllReduceStats& stats() const { return stats_; }
+  uint64_t total_bytes_sent() const { return total_bytes_sent_; }
+
+ private:
+  CollectiveContext& context_;
+  RingAllReduce& sum_;
+  std::vector<uint8_t> encoded_;
+  std::vector<float> gathered_;  // this peer's gathered values, kept until the sum is done
+  AllReduceStats stats_;
+  uint64_t total_bytes_sent_ = 0;
+};
+
+// Gossip with replicas (CHOCO-SGD, Koloskova et al. 2019): the gossip codec
+// spec "choco+CODEC" or "choco:gamma=G+CODEC" (G in (0, 1], default 0.5;
+// CODEC any codec that decodes without side information, e.g. sign:b=512).
+// Each peer keeps 1 + (number of neighbours) more model-sized vectors: its
+// public copy x^_i and a copy x^_j of each neighbour's. A step, in float32
+// and this order:
+//   x_i = x_i - lr g_i;  q_i = decode(encode(x_i - x^_i));  send q_i
+//   x^_i = x^_i + q_i;  x^_j = x^_j + q_j for each neighbour j heard
+//   x_i = x_i + sum_j (gamma W_ij) (x^_j - x^_i)       (MoniquaMixStep's order)
+// The compression error stays in x_i - x^_i and is sent later, so 1-bit
+// codecs reach consensus. All copies start at 0 and restart at 0 whenever
+// the group's members change (every survivor does the same).
+struct ChocoSpec {
+  float gamma = 0.5f;
+  std::string codec;  // the inner codec spec
+};
+bool IsChocoSpec(const std::string& spec);
+// kInvalidArgument for a malformed spec (the inner codec is not checked here).
+Result<ChocoSpec> ParseChocoSpec(const std::string& spec);
+
+struct GossipStats {
+  uint64_t wrap_count = 0;  // Moniqua: coordinates recovered near the wrap boundary, all neighbours
+  uint64_t bytes_sent = 0;  // payload bytes sent this step
+};
+
+// One decentralized SGD (D-PSGD) step on the context's gossip graph with its
+// Metropolis weights (ring: 1/3 per neighbour, 1/2 with two peers; torus:
+// MetropolisWeights): this peer sends `model` to its neighbours, raw fp32
+// when `codec_spec` is empty, else as that codec's payload (e.g.
+// "moniqua:bits=1,theta=0.5", or a ChocoSpec); recovers theirs (Moniqua: with
+// its own model as side information) and applies, in place,
+//   x += sum_i W_i (x'_i - x'_self) - lr * grad      (MoniquaMixStep)
+// where x'_self is its own model passed through the same channel. Every peer
+// calls it with the same step number and codec. After a re-formation (the
+// second Form() on) a neighbour's model of another step is taken too (peers
+// that re-formed after a failure may be steps apart; it is decoded with the
+// sender's step). A neighbour that has left (Close()) is skipped and its
+// weight stays with this peer. A failed step leaves a replica-gossip model as
+// it was (the caller repeats the step).
+class Gossip {
+ public:
+  explicit Gossip(CollectiveContext& context);
+  ~Gossip();
+
+  Status Step(float* model, const float* grad, std::size_t d, float lr, const std::string& codec_spec,
+              uint64_t step, GossipStats* stats);
+  // What every successful Step sent.
+  uint64_t total_bytes_sent() const { return total_bytes_sent_; }
+
+ private:
+  // Receives one neighbour's model; *sender_step is the step it was sent at.
+  Status Receive(uint32_t from, Deadline deadline, uint64_t step, std::size_t max_size, std::vector<uint8_t>* out,
+                 uint64_t* sender_step);
+  Status Send(uint32_t to, uint64_t step, const std::string& spec, const uint8_t* bytes, std::size_t size,
+              uint64_t* sent, Deadline deadline);
+
+  CollectiveContext& context_;
+  std::unique_ptr<Codec> codec_;
+  std::string spec_;
+  std::vector<uint8_t> encoded_;
+  std::vector<float> own_recovered_;
+  std::vector<std::vector<float>> recovered_;
+  std::vector<std::vector<uint8_t>> received_;
+  std::vector<MoniquaNeighbour> mix_;
+  // Replica gossip (ChocoSpec): gamma (0: not in use), x^_i, the neighbours'
+  // x^_j (one per neighbour, in the context's order), x_i - x^_i, and the
+  // members the copies belong to.
+  float choco_gamma_ = 0;
+  std::vector<float> choco_public_;
+  std::vector<std::vector<float>> choco_replicas_;
+  std::vector<float> choco_diff_;
+  std::vector<uint32_t> choco_members_;
+  uint64_t total_bytes_sent_ = 0;
+};
+
+// After Form(): every member passes the step it would run next and gets the
+// largest of them (the same on every member), so peers that re-formed after
+// a failure resume at one step (a peer that finished the failed step before
+// the failure is one step ahead of those that did not). Flooded over the
+// gossip links (ring or graph), members - 1 rounds. Every member calls it
+// right after the same Form(), before any other collective.
+Result<uint64_t> AgreeStep(CollectiveContext& context, uint64_t step);
+
+}  // namespace peer
+}  // namespace fedrt
+
+#endif  // FEDRT_RUNTIME_COLLECTIVES_H_

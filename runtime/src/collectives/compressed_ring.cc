@@ -1,0 +1,120 @@
+// Ring all-reduce with a codec payload on every hop (collectives.h,
+// CompressedRingAllReduce). Each chunk is one self-contained codec payload
+// (tensor id: segment * 65536 + chunk; round: the collective's number; sender:
+// the original rank). Reduce-scatter hops decode-and-add into the vector;
+// the owner of a reduced segment encodes it once and takes the decoded values
+// itself, and the all-gather forwards that payload unchanged (re-encoding a
+// decoded fp16 chunk gives the same bytes), so every peer ends bit-identical.
+#include <chrono>
+
+#include "collectives/ring.h"
+#include "fedrt/runtime/collectives.h"
+
+namespace fedrt {
+namespace peer {
+
+using transport::RingPhase;
+using Clock = std::chrono::steady_clock;
+
+CompressedRingAllReduce::CompressedRingAllReduce(CollectiveContext& context, uint32_t chunk_floats)
+    : context_(context), chunk_floats_(chunk_floats) {}
+
+CompressedRingAllReduce::~CompressedRingAllReduce() = default;
+
+Status CompressedRingAllReduce::Run(float* data, std::size_t n, const std::string& codec_spec) {
+  const Clock::time_point start = Clock::now();
+  const Deadline deadline = start + std::chrono::milliseconds(context_.step_timeout_ms());
+  stats_ = AllReduceStats{};
+  const uint64_t collective = context_.NextCollectiveId();
+  FEDRT_RETURN_IF_ERROR(internal::CheckRing(context_));
+  const std::size_t p = context_.members().size();
+  if (p == 1 || n == 0) return Status::Ok();
+  if (codec_spec != spec_ || codec_ == nullptr) {
+    codec_.reset();
+    spec_ = codec_spec;
+    auto made = MakeCodec(codec_spec);
+    if (!made.ok()) return made.status();
+    if ((*made)->needs_side_info()) {
+      return InvalidArgument("codec '" + codec_spec +
+                             "' needs side information: it does not compose with ring reduction");
+    }
+    codec_ = std::move(*made);
+  }
+  Codec& codec = *codec_;
+  // On every return from here on, the context holds no frame of this call.
+  internal::ReleaseOnReturn release_on_return(context_, deadline);
+  const internal::RingShape shape(n, p, chunk_floats_, context_.limits());
+  const std::size_t need = codec.MaxEncodedSize(std::min(shape.chunk, n));
+  if (encoded_.size() < need) encoded_.resize(need);
+  const std::size_t r = context_.position();
+  const uint32_t to = context_.right();
+  const uint32_t from = context_.left();
+  const uint32_t rank = context_.rank();
+  const std::string spec = codec.spec();
+  CodecContext context;
+  context.session_seed = 0;
+  context.round = static_cast<uint32_t>(collective);
+  auto chunk_begin = [&](std::size_t s, uint32_t k) { return data + shape.begin(s) + shape.chunk_offset(k); };
+
+  // Encodes chunk k of segment s (its current values) and sends it for
+  // (phase, step); `decode_back` makes this peer take the decoded values too.
+  // The payload is copied into the slot's frame (encoded_ is reused at once).
+  auto send = [&](RingPhase phase, uint32_t step, std::size_t s, uint32_t k, bool decode_back) -> Status {
+    float* begin = chunk_begin(s, k);
+    const std::size_t len = shape.chunk_size(s, k);
+    context.tensor_id = static_cast<uint32_t>(s) * 65536u + k;
+    context.sender_id = rank;
+    auto size = codec.Encode(begin, len, context, encoded_.data(), encoded_.size());
+    if (!size.ok()) return size.status();
+    if (decode_back) FEDRT_RETURN_IF_ERROR(codec.Decode(encoded_.data(), *size, context, begin, len));
+    transport::RingChunkMessage m;
+    m.collective_id = collective;
+    m.step = step;
+    m.phase = phase;
+    m.source_rank = rank;
+    m.segment = static_cast<uint32_t>(s);
+    m.codec_spec = spec;
+    m.payload.index = k;  // chunk position within the segment
+    m.payload.count = shape.chunks(s);
+    m.payload.total_size = *size;
+    m.payload.offset = 0;
+    m.payload.data = encoded_.data();
+    m.payload.size = *size;
+    stats_.bytes_sent += m.payload.size;
+    auto slot = context_.FreeSlot(to, deadline, "a ring chunk");
+    if (!slot.ok()) return slot.status();
+    if (*slot == nullptr) return Status::Ok();  // the neighbour has left
+    return context_.Send(to, Encode(m, context_.limits(), **slot, transport::PayloadMode::kCopy));
+  };
+
+  // Receives chunk k of segment s for (phase, step) and adds (reduce) or
+  // stores (gather) its decoded values.
+  auto receive = [&](RingPhase phase, uint32_t step, std::size_t s, uint32_t k, bool add) -> Status {
+    auto frame = context_.Receive(from, deadline);
+    if (!frame.ok()) return frame.status();
+    float* begin = chunk_begin(s, k);
+    const std::size_t len = shape.chunk_size(s, k);
+    transport::RingChunkMessage m;
+    FEDRT_RETURN_IF_ERROR(internal::ExpectChunk(context_, *frame, collective, phase, step, static_cast<uint32_t>(s),
+                                                k, shape.chunks(s), shape.size(s) * sizeof(float),
+                                                shape.chunk_offset(k) * sizeof(float), &m));
+    if (m.codec_spec != spec) {
+      return context_.Fail(static_cast<int>(from), context_.Named(from, Corrupt("ring chunk with another codec")));
+    }
+    CodecContext c = context;
+    c.tensor_id = static_cast<uint32_t>(s) * 65536u + k;
+    c.sender_id = from;
+    Status d = add ? codec.DecodeAccumulate(m.payload.data, m.payload.size, c, 1.0f, begin, len)
+                   : codec.Decode(m.payload.data, m.payload.size, c, begin, len);
+    if (!d.ok()) return context_.Fail(static_cast<int>(from), context_.Named(from, d));
+    return Status::Ok();
+  };
+
+  FEDRT_RETURN_IF_ERROR(internal::RunRing(shape, r, send, receive));
+  stats_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  total_bytes_sent_ += stats_.bytes_sent;
+  return Status::Ok();
+}
+
+}  // namespace peer
+}  // namespace fedrt

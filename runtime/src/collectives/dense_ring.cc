@@ -1,0 +1,141 @@
+// Dense fp32 ring all-reduce (collectives.h, RingAllReduce).
+//
+// No copy of the vector is made on either side where the binding allows it:
+// raw chunks are sent straight from the caller's vector (the frames borrow
+// it, PayloadMode::kBorrow), reduce-scatter chunks are added into it piece
+// by piece as they arrive and all-gather chunks are received straight into
+// it (registered buffers). Chunks the binding delivers whole (small ones, the
+// loopback) are added or copied from their frames.
+#include <chrono>
+#include <cstring>
+
+#include "collectives/ring.h"
+#include "fedrt/codecs/reduce.h"
+#include "fedrt/runtime/collectives.h"
+
+namespace fedrt {
+namespace peer {
+namespace {
+
+using transport::RingPhase;
+using Clock = std::chrono::steady_clock;
+
+// A reduce-scatter piece: whole floats (pieces are multiples of 4 bytes
+// apart, and the piece buffer is 64-byte aligned), added into the vector.
+void AddPiece(const uint8_t* piece, std::size_t size, uint8_t* into) {
+  AddFloats(static_cast<const float*>(static_cast<const void*>(piece)), size / sizeof(float),
+            static_cast<float*>(static_cast<void*>(into)));
+}
+
+}  // namespace
+
+RingAllReduce::RingAllReduce(CollectiveContext& context, uint32_t chunk_floats)
+    : context_(context), chunk_floats_(chunk_floats) {}
+
+RingAllReduce::~RingAllReduce() = default;
+
+Status RingAllReduce::Run(float* data, std::size_t n) {
+  const Clock::time_point start = Clock::now();
+  const Deadline deadline = start + std::chrono::milliseconds(context_.step_timeout_ms());
+  stats_ = AllReduceStats{};
+  const uint64_t collective = context_.NextCollectiveId();
+  FEDRT_RETURN_IF_ERROR(internal::CheckRing(context_));
+  const std::size_t p = context_.members().size();
+  if (p == 1 || n == 0) return Status::Ok();
+  // On every return from here on, no queued frame may still read `data`.
+  internal::ReleaseOnReturn release_on_return(context_, deadline);
+  const internal::RingShape shape(n, p, chunk_floats_, context_.limits());
+  const std::size_t r = context_.position();
+  const uint32_t to = context_.right();
+  const uint32_t from = context_.left();
+  const uint32_t rank = context_.rank();
+  auto chunk_begin = [&](std::size_t s, uint32_t k) { return data + shape.begin(s) + shape.chunk_offset(k); };
+
+  // Raw chunks go straight into the vector: reduce-scatter ones are added as
+  // they arrive, all-gather ones stored, in the order the left neighbour
+  // sends them.
+  buffers_.clear();
+  for (RingPhase phase : {RingPhase::kReduceScatter, RingPhase::kAllGather}) {
+    for (uint32_t t = 0; t + 1 < p; ++t) {
+      const std::size_t s = internal::ReceivedSegment(phase, r, p, t);
+      for (uint32_t k = 0; k < shape.chunks(s); ++k) {
+        const std::size_t bytes = shape.chunk_size(s, k) * sizeof(float);
+        if (bytes < transport::kMinPlacedFrameBytes / 2) continue;  // never offered
+        RegisteredBuffer b;
+        b.head.kind = transport::MessageKind::kRingChunk;
+        b.head.tag = collective;
+        b.head.stage = static_cast<uint32_t>(phase);
+        b.head.source = from;
+        b.head.step = t;
+        b.head.segment = static_cast<uint32_t>(s);
+        b.head.index = k;
+        b.head.offset = shape.chunk_offset(k) * sizeof(float);
+        b.head.size = bytes;
+        b.data = reinterpret_cast<uint8_t*>(chunk_begin(s, k));
+        b.reduce = phase == RingPhase::kReduceScatter ? AddPiece : nullptr;
+        buffers_.push_back(b);
+      }
+    }
+  }
+  context_.ExpectPayloads(from, buffers_.data(), buffers_.size());
+
+  // Sends chunk k of segment s (its current values) for (phase, step), from
+  // the vector itself: the frame borrows the bytes until it is written
+  // (ReleaseOnReturn waits for that).
+  auto send = [&](RingPhase phase, uint32_t step, std::size_t s, uint32_t k, bool) -> Status {
+    transport::RingChunkMessage m;
+    m.collective_id = collective;
+    m.step = step;
+    m.phase = phase;
+    m.source_rank = rank;
+    m.segment = static_cast<uint32_t>(s);
+    m.payload.index = k;
+    m.payload.count = shape.chunks(s);
+    m.payload.total_size = shape.size(s) * sizeof(float);
+    m.payload.offset = shape.chunk_offset(k) * sizeof(float);
+    m.payload.data = reinterpret_cast<const uint8_t*>(chunk_begin(s, k));
+    m.payload.size = shape.chunk_size(s, k) * sizeof(float);
+    stats_.bytes_sent += m.payload.size;
+    auto slot = context_.FreeSlot(to, deadline, "a ring chunk");
+    if (!slot.ok()) return slot.status();
+    if (*slot == nullptr) return Status::Ok();  // the neighbour has left
+    return context_.Send(to, Encode(m, context_.limits(), **slot, transport::PayloadMode::kBorrow));
+  };
+
+  // Receives chunk k of segment s for (phase, step) and adds it (reduce) or
+  // stores it (gather).
+  auto receive = [&](RingPhase phase, uint32_t step, std::size_t s, uint32_t k, bool add) -> Status {
+    auto frame = context_.Receive(from, deadline);
+    if (!frame.ok()) return frame.status();
+    float* begin = chunk_begin(s, k);
+    const std::size_t len = shape.chunk_size(s, k);
+    transport::RingChunkMessage m;
+    FEDRT_RETURN_IF_ERROR(internal::ExpectChunk(context_, *frame, collective, phase, step, static_cast<uint32_t>(s),
+                                                k, shape.chunks(s), shape.size(s) * sizeof(float),
+                                                shape.chunk_offset(k) * sizeof(float), &m));
+    if (m.payload.size != len * sizeof(float)) {
+      return context_.Fail(static_cast<int>(from), context_.Named(from, Corrupt("ring chunk of the wrong size")));
+    }
+    if (add && m.payload.data == nullptr) {
+      // Already added as it arrived (a registered buffer).
+    } else if (add) {
+      // Payload bytes start 16-byte aligned in the verified frame, so they
+      // are read in place as floats.
+      AddFloats(static_cast<const float*>(static_cast<const void*>(m.payload.data)), len, begin);
+    } else if (m.payload.data == nullptr) {
+      return context_.Fail(static_cast<int>(from),
+                           context_.Named(from, Corrupt("all-gather chunk without its payload")));
+    } else if (m.payload.data != reinterpret_cast<const uint8_t*>(begin)) {
+      std::memcpy(begin, m.payload.data, len * sizeof(float));  // not placed
+    }
+    return Status::Ok();
+  };
+
+  FEDRT_RETURN_IF_ERROR(internal::RunRing(shape, r, send, receive));
+  stats_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  total_bytes_sent_ += stats_.bytes_sent;
+  return Status::Ok();
+}
+
+}  // namespace peer
+}  // namespace fedrt

@@ -1,0 +1,212 @@
+// The collective context over transport connections (collective_context.h),
+// shared by the bindings: TCP (tcp_context.cc) and the in-process loopback
+// (loopback_context.cc). A binding only opens the links of a formation
+// (Connect); everything else lives here: the links' inboxes, the failure
+// reports both ways around the group, the suspicion exchange after a step
+// deadline, frame slots and registered buffers.
+//
+// Links: on the ring, one connection to the right neighbour (dialled; data
+// goes out on it) and one from the left (accepted; data comes in), so every
+// link is full-duplex and no peer ever blocks on a write (sends are queued
+// on the connection and go out from the event loop while the collective's
+// thread waits for what arrives from the left). Gossip on a ring with more
+// than two members also sends left on the accepted link. On a graph, one
+// two-way connection per edge, dialled by the lower rank.
+//
+// Wire use (transport/README.md, "Peer protocol"): a failure report is an
+// Error {unavailable, "peer rank R failed: ..."}, forwarded once each way; a
+// neighbour that finished sends Leave before its close.
+#ifndef FEDRT_RUNTIME_SRC_PEER_LINK_CONTEXT_H_
+#define FEDRT_RUNTIME_SRC_PEER_LINK_CONTEXT_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fedrt/runtime/collective_context.h"
+#include "fedrt/transport/connection.h"
+#include "fedrt/transport/messages.h"
+
+namespace fedrt {
+namespace peer {
+namespace internal {
+
+// What the links of a context share: one lock and one condition, so the
+// collective's thread can wait for "a frame from the left, or any link
+// closed, or a failure report" at once.
+struct Signal {
+  std::mutex mutex;
+  std::condition_variable changed;
+  // Set while the collective waits for its sends to be released, so write
+  // completions only wake it then.
+  std::atomic<bool> waiting_for_sends{false};
+};
+
+// One connection's inbox (frames in arrival order) and its registered
+// buffers. Handler callbacks run on the binding's event loop thread.
+class Link : public transport::ConnectionHandler {
+ public:
+  explicit Link(std::shared_ptr<Signal> signal) : signal_(std::move(signal)) {}
+
+  void OnOpen(const std::shared_ptr<transport::Connection>& connection) override;
+  void OnFrame(transport::Connection& connection, transport::Frame frame) override;
+  void OnSent(transport::Connection& connection) override;
+  void OnClose(transport::Connection& connection, const Status& reason) override;
+
+  // Registered buffers: the collective lists where each expected chunk goes
+  // before it sends anything, and the connection asks here as each chunk's
+  // head arrives (PlacePayload: stored; ConsumesPayload: reduced piece by
+  // piece in ConsumePayload). Only an exact match is taken.
+  bool WantsPlacement(transport::Connection& connection) override;
+  uint8_t* PlacePayload(transport::Connection& connection, const transport::PayloadHead& head) override;
+  bool ConsumesPayload(transport::Connection& connection, const transport::PayloadHead& head) override;
+  void ConsumePayload(transport::Connection& connection, const uint8_t* piece, std::size_t offset,
+                      std::size_t size) override;
+
+  // Under signal_->mutex (the collective's thread).
+  std::vector<RegisteredBuffer>& buffers() { return buffers_; }
+  void StartPlacement();
+  // Stops placing; true when no payload is being written any more.
+  bool StopPlacement();
+  bool placing() const { return placing_ && !closed_; }
+  bool has_frame() const { return !frames_.empty(); }
+  // The first failure report anywhere in the queue (a report can sit behind
+  // data frames), removed; false when there is none.
+  bool TakeError(transport::Frame* out);
+  bool front_is_error() const;
+  transport::Frame TakeFrame();
+  bool closed() const { return closed_; }
+  bool left_ring() const { return left_ring_; }
+  const Status& close_reason() const { return close_reason_; }
+  std::shared_ptr<transport::Connection> connection() const { return connection_; }
+
+  // The collective's thread only: frame slots for sends on this link (each
+  // link has its own, so a stalled neighbour cannot starve a healthy one).
+  std::vector<std::unique_ptr<transport::FrameSlot>>& slots() { return slots_; }
+
+ private:
+  // Under signal_->mutex: the first registered buffer at or after next_
+  // whose head equals `head` and that stores (reducing false) or reduces;
+  // it is then being received (placing_). Chunks arrive in list order;
+  // small ones are never offered, so the search goes on past them.
+  const RegisteredBuffer* Match(const transport::PayloadHead& head, bool reducing);
+
+  std::shared_ptr<Signal> signal_;
+  std::deque<transport::Frame> frames_;
+  std::shared_ptr<transport::Connection> connection_;
+  bool closed_ = false;
+  bool left_ring_ = false;
+  Status close_reason_;
+  std::vector<RegisteredBuffer> buffers_;
+  std::size_t next_ = 0;
+  bool placing_ = false;  // a payload is being received into a registered buffer
+  // Loop thread, between ConsumesPayload and OnFrame/OnClose: the buffer
+  // being reduced into is this link's alone (see Match), so no lock.
+  const RegisteredBuffer* reducing_ = nullptr;
+  std::atomic<bool> wants_placement_{false};
+  std::vector<std::unique_ptr<transport::FrameSlot>> slots_;
+};
+
+// The next frame of one link (handshakes), or its close reason, or a deadline.
+Result<transport::Frame> PopFrom(Signal& signal, Link& link, Deadline deadline);
+
+// The CollectiveContext of a binding whose links are transport connections.
+// Virtual inheritance: a binding's public class (TcpPeerContext) is a
+// CollectiveContext too.
+class LinkContext : public virtual CollectiveContext {
+ public:
+  // `ids[r]`: rank r's id, for error messages.
+  LinkContext(std::vector<std::string> ids, uint32_t rank, const ContextOptions& options,
+              const transport::FrameLimits& limits);
+  ~LinkContext() override;
+
+  Status Form(const std::vector<uint32_t>& members) override;
+  Status Close() override;
+  uint32_t rank() const override { return rank_; }
+  uint32_t peer_count() const override { return static_cast<uint32_t>(ids_.size()); }
+  const std::vector<uint32_t>& members() const override { return members_; }
+  std::size_t position() const override { return position_; }
+  uint32_t generation() const override { return generation_; }
+  GossipGraph graph() const override { return options_.graph; }
+  const std::vector<Neighbour>& neighbours() const override { return neighbours_; }
+  uint32_t step_timeout_ms() const override { return options_.step_timeout_ms; }
+  const transport::FrameLimits& limits() const override { return limits_; }
+  uint64_t NextCollectiveId() override { return ++collective_; }
+  Result<transport::FrameSlot*> FreeSlot(uint32_t to, Deadline deadline, const char* what) override;
+  Status Send(uint32_t to, Result<transport::OutFrame> frame) override;
+  Result<transport::Frame> Receive(uint32_t from, Deadline deadline, bool leaving_is_ok) override;
+  void ExpectPayloads(uint32_t from, const RegisteredBuffer* buffers, std::size_t count) override;
+  void ReleaseBuffers(Deadline deadline) override;
+  Status Fail(int failed, const Status& status) override;
+  int failed_rank() const override { return failed_rank_; }
+  std::string Name(uint32_t rank) const override;
+
+ protected:
+  // The binding: opens this formation's links. Dials every rank in `dial`
+  // (out[i] is dial[i]'s link) and takes the joins of every rank in `accept`
+  // (in any order; in[i] is accept[i]'s link), both by `deadline`, the
+  // formation numbered `generation`. A failed dial is returned before a
+  // failed accept; the links that were made are kept in out / in.
+  virtual Status Connect(const std::vector<uint32_t>& dial, const std::vector<uint32_t>& accept,
+                         uint32_t generation, Deadline deadline, std::vector<std::shared_ptr<Link>>* out,
+                         std::vector<std::shared_ptr<Link>>* in) = 0;
+  // Closes every link: gracefully (queued frames first) or at once. A
+  // binding's destructor drops them (not gracefully) while its event loop
+  // still runs.
+  void DropLinks(const char* why, bool graceful);
+
+  const std::shared_ptr<Signal>& signal() const { return signal_; }
+  const std::vector<std::string>& ids() const { return ids_; }
+  const ContextOptions& options() const { return options_; }
+
+ private:
+  // Sends `frame` on `link` to `to` (Send, and the reports of Fail).
+  Status SendOn(Link& link, uint32_t to, Result<transport::OutFrame> frame);
+  // A send to `to` failed with `s`: OK when that neighbour has left, else the
+  // step fails (blaming the peer a queued failure report names, or `to`).
+  Status SendFailed(Link& link, uint32_t to, const Status& s);
+  // Ring: the next data frame from the right or the left neighbour; failure
+  // reports from either side end the wait. `leaving_is_ok`: that neighbour
+  // having left (Leave, then its close) is kCancelled, not a failure.
+  Result<transport::Frame> NextFrom(bool want_right, Deadline deadline, bool leaving_is_ok);
+  // Graph: the next data frame from links_[i]; failure reports and closes on
+  // any link end the wait. kCancelled: that neighbour left.
+  Result<transport::Frame> NextFromNeighbour(std::size_t i, Deadline deadline);
+  // The link data to `to` goes on, and the one data from `from` comes on.
+  Link* LinkTo(uint32_t to) const;
+  Link* LinkFrom(uint32_t from) const;
+  // Every link of this formation.
+  std::vector<Link*> AllLinks() const;
+  // Waits until `link`'s registered buffers are no longer written.
+  void ReleasePlaced(Link& link, Deadline deadline);
+
+  const std::vector<std::string> ids_;
+  const uint32_t rank_;
+  const ContextOptions options_;
+  const transport::FrameLimits limits_;
+  std::shared_ptr<Signal> signal_;
+
+  std::vector<uint32_t> members_;
+  std::size_t position_ = 0;
+  uint32_t generation_ = 0;
+  std::vector<Neighbour> neighbours_;
+  std::shared_ptr<Link> right_;  // ring: we send here
+  std::shared_ptr<Link> left_;   // ring: we receive from here
+  // Graph: one two-way link per neighbour, in neighbours_' order.
+  std::vector<std::shared_ptr<Link>> links_;
+  uint64_t collective_ = 0;
+  int failed_rank_ = -1;
+  bool reported_ = false;
+};
+
+}  // namespace internal
+}  // namespace peer
+}  // namespace fedrt
+
+#endif  // FEDRT_RUNTIME_SRC_PEER_LINK_CONTEXT_H_

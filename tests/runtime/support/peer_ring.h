@@ -1,7 +1,8 @@
-// A ring of PeerGroups over TCP contexts in one process for the peer tests:
-// every rank listens on 127.0.0.1 port 0, learns the others' ports, and runs
-// on its own thread (one thread per rank, as the ranks would be separate
-// processes).
+// Groups of peers in one process for the peer tests, one thread per rank (as
+// the ranks would be separate processes):
+//   PeerRing      TCP contexts: every rank listens on 127.0.0.1 port 0 and
+//                 learns the others' ports;
+//   LoopbackRing  loopback contexts (no sockets), on one event loop thread.
 #ifndef FEDRT_TESTS_SUPPORT_PEER_RING_H_
 #define FEDRT_TESTS_SUPPORT_PEER_RING_H_
 
@@ -14,14 +15,48 @@
 #include <thread>
 #include <vector>
 
+#include "fedrt/runtime/collective_context.h"
 #include "fedrt/runtime/peer.h"
 #include "fedrt/transport/auth.h"
+#include "fedrt/transport/event_loop.h"
 
 namespace fedrt::testing {
 
-struct PeerRing {
-  transport::KeyStore keys;
+// What both kinds of group offer: one PeerGroup per rank and ways to run a
+// function on every member at once.
+struct PeerGroups {
   std::vector<std::unique_ptr<peer::PeerGroup>> groups;
+
+  std::vector<uint32_t> All() const {
+    std::vector<uint32_t> m;
+    for (uint32_t i = 0; i < groups.size(); ++i) m.push_back(i);
+    return m;
+  }
+
+  // Runs fn(rank) on one thread per rank in `members`; each rank's status.
+  template <typename Fn>
+  std::vector<Status> Each(const std::vector<uint32_t>& members, Fn fn) {
+    std::vector<Status> result(groups.size());
+    std::vector<std::thread> threads;
+    for (uint32_t r : members) threads.emplace_back([&, r] { result[r] = fn(r); });
+    for (auto& t : threads) t.join();
+    return result;
+  }
+
+  std::vector<Status> Form(const std::vector<uint32_t>& members) {
+    return Each(members, [&](uint32_t r) { return groups[r]->Form(members); });
+  }
+  void FormAll() {
+    for (auto& s : Form(All())) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  }
+  std::vector<Status> Reduce(const std::vector<uint32_t>& members, std::vector<std::vector<float>>& data,
+                             const std::string& codec = "") {
+    return Each(members, [&](uint32_t r) { return groups[r]->AllReduce(data[r].data(), data[r].size(), codec); });
+  }
+};
+
+struct PeerRing : PeerGroups {
+  transport::KeyStore keys;
 
   explicit PeerRing(int n, const peer::PeerOptions& options = {}) : keys(Keys(n)) {
     std::vector<peer::PeerAddress> list;
@@ -51,32 +86,24 @@ struct PeerRing {
     }
     return transport::KeyStore::Parse(text).value();
   }
+};
 
-  std::vector<uint32_t> All() const {
-    std::vector<uint32_t> m;
-    for (uint32_t i = 0; i < groups.size(); ++i) m.push_back(i);
-    return m;
-  }
+// The event loop first: it outlives every context (contexts are destroyed
+// with `groups`, before it).
+struct LoopbackLoop {
+  transport::EventLoopThread loop;
+};
 
-  // Runs fn(rank) on one thread per rank in `members`; each rank's status.
-  template <typename Fn>
-  std::vector<Status> Each(const std::vector<uint32_t>& members, Fn fn) {
-    std::vector<Status> result(groups.size());
-    std::vector<std::thread> threads;
-    for (uint32_t r : members) threads.emplace_back([&, r] { result[r] = fn(r); });
-    for (auto& t : threads) t.join();
-    return result;
-  }
+struct LoopbackRing : LoopbackLoop, PeerGroups {
+  std::unique_ptr<peer::LoopbackPeerNetwork> network;
 
-  std::vector<Status> Form(const std::vector<uint32_t>& members) {
-    return Each(members, [&](uint32_t r) { return groups[r]->Form(members); });
-  }
-  void FormAll() {
-    for (auto& s : Form(All())) REQUIRE_MESSAGE(s.ok(), s.ToString());
-  }
-  std::vector<Status> Reduce(const std::vector<uint32_t>& members, std::vector<std::vector<float>>& data,
-                             const std::string& codec = "") {
-    return Each(members, [&](uint32_t r) { return groups[r]->AllReduce(data[r].data(), data[r].size(), codec); });
+  explicit LoopbackRing(int n, const peer::ContextOptions& options = {}, uint32_t chunk_floats = 0)
+      : network(std::make_unique<peer::LoopbackPeerNetwork>(loop.loop(), static_cast<uint32_t>(n), options)) {
+    for (int i = 0; i < n; ++i) {
+      auto c = network->Connect(static_cast<uint32_t>(i));
+      REQUIRE_MESSAGE(c.ok(), c.status().ToString());
+      groups.push_back(std::make_unique<peer::PeerGroup>(std::move(*c), chunk_floats));
+    }
   }
 };
 

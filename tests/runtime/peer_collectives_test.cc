@@ -1,0 +1,409 @@
+// The collectives over the in-process loopback context (no sockets), one
+// thread per rank: dense and fp16 ring all-reduce, IWP, gossip (full
+// precision, Moniqua, CHOCO replicas), step agreement, and the failure of a
+// rank in the middle of a collective.
+//
+// Tolerance of the dense sums: as peer_allreduce_test.cc (inputs in [-1, 1],
+// p <= 4: the float ring sum is within 1e-5 of the double sum).
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/iwp.h"
+#include "fedrt/codecs/moniqua.h"
+#include "fedrt/runtime/collectives.h"
+#include "fedrt/runtime/peer.h"
+#include "peer_ring.h"
+
+namespace fedrt {
+namespace {
+
+using testing::LoopbackRing;
+
+std::vector<float> Input(uint32_t seed, std::size_t n) {
+  std::mt19937 rng(777 + seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+TEST_CASE("dense ring all-reduce over the loopback of 2, 3 and 4 ranks equals the exact sum on every rank") {
+  const std::size_t sizes[] = {0, 1, 7, 4096 + 3, 70001};
+  for (int n = 2; n <= 4; ++n) {
+    LoopbackRing ring(n, {}, /*chunk_floats=*/1000);
+    ring.FormAll();
+    for (std::size_t size : sizes) {
+      INFO("ranks ", n, ", size ", size);
+      std::vector<std::vector<float>> data(static_cast<std::size_t>(n));
+      std::vector<double> exact(size, 0.0);
+      for (int r = 0; r < n; ++r) {
+        data[static_cast<std::size_t>(r)] = Input(static_cast<uint32_t>(r), size);
+        for (std::size_t i = 0; i < size; ++i) exact[i] += data[static_cast<std::size_t>(r)][i];
+      }
+      for (auto& s : ring.Reduce(ring.All(), data)) REQUIRE_MESSAGE(s.ok(), s.ToString());
+      double worst = 0;
+      for (std::size_t i = 0; i < size; ++i) worst = std::max(worst, std::fabs(data[0][i] - exact[i]));
+      CHECK(worst <= 1e-5);
+      for (int r = 1; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == data[0]);
+      if (size > 0) CHECK(ring.groups[0]->last_stats().bytes_sent > 0);
+    }
+  }
+}
+
+TEST_CASE("fp16 hops over the loopback equal the reference of the same hops on every rank") {
+  const std::size_t size = 2000 + 3;
+  auto codec = MakeCodec("fp16").value();
+  auto round_fp16 = [&](float x) {
+    std::vector<uint8_t> buf(codec->MaxEncodedSize(1));
+    auto sz = codec->Encode(&x, 1, {}, buf.data(), buf.size());
+    float y = 0;
+    REQUIRE(codec->Decode(buf.data(), *sz, {}, &y, 1).ok());
+    return y;
+  };
+  for (int n = 2; n <= 4; ++n) {
+    INFO("ranks ", n);
+    LoopbackRing ring(n, {}, /*chunk_floats=*/300);
+    ring.FormAll();
+    std::vector<std::vector<float>> data(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) data[static_cast<std::size_t>(r)] = Input(static_cast<uint32_t>(r), size);
+    // Each partial sum crosses one fp16 hop; the owner of segment s (ring
+    // position s - 1) rounds the final sum once (peer_allreduce_test.cc).
+    std::vector<float> reference(size);
+    for (std::size_t i = 0; i < size; ++i) {
+      std::size_t seg = 0;
+      while ((seg + 1) * size / static_cast<std::size_t>(n) <= i) ++seg;
+      float acc = round_fp16(data[seg][i]);
+      for (int h = 1; h < n; ++h) {
+        acc = acc + data[(seg + static_cast<std::size_t>(h)) % static_cast<std::size_t>(n)][i];
+        if (h + 1 < n) acc = round_fp16(acc);
+      }
+      reference[i] = round_fp16(acc);
+    }
+    for (auto& s : ring.Reduce(ring.All(), data, "fp16")) REQUIRE_MESSAGE(s.ok(), s.ToString());
+    for (int r = 0; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == reference);
+  }
+}
+
+TEST_CASE("a codec that needs side information is refused by the compressed ring") {
+  LoopbackRing ring(2);
+  ring.FormAll();
+  std::vector<std::vector<float>> data(2, std::vector<float>(64, 1.0f));
+  for (auto& s : ring.Reduce(ring.All(), data, "moniqua:bits=1,theta=0.5")) {
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_CASE("IWP over the loopback of 3 ranks sums the leader's index set and keeps the models identical") {
+  const int n = 3;
+  const std::size_t d = 2000;
+  LoopbackRing ring(n);
+  ring.FormAll();
+  IwpOptions io;
+  io.target_fraction = 1.0f / 16;
+  std::vector<std::unique_ptr<IwpAccumulator>> acc;
+  for (int r = 0; r < n; ++r) acc.push_back(std::make_unique<IwpAccumulator>(d, io));
+  std::vector<std::vector<float>> model(n, std::vector<float>(d, 0.5f));
+  for (uint32_t step = 0; step < 20; ++step) {
+    std::vector<std::vector<uint32_t>> idx(n);
+    std::vector<std::vector<float>> sums(n), before(n);
+    auto st = ring.Each(ring.All(), [&](uint32_t r) -> Status {
+      std::vector<float> g = Input(r * 100 + step, d);
+      FEDRT_RETURN_IF_ERROR(acc[r]->Accumulate(g.data(), 1.0f));
+      before[r].assign(acc[r]->accumulator(), acc[r]->accumulator() + d);
+      FEDRT_RETURN_IF_ERROR(ring.groups[r]->IwpAllReduce(*acc[r], model[r].data(), 5, step, &idx[r], &sums[r]));
+      for (std::size_t j = 0; j < idx[r].size(); ++j) model[r][idx[r][j]] -= 0.01f * sums[r][j] / n;
+      return Status::Ok();
+    });
+    for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+    for (int r = 1; r < n; ++r) {
+      REQUIRE(idx[r] == idx[0]);
+      REQUIRE(model[r] == model[0]);
+    }
+    REQUIRE(!idx[0].empty());
+    // The sum at every index is the sum of what each rank had accumulated there.
+    for (std::size_t j = 0; j < idx[0].size(); j += 7) {
+      double expect = 0;
+      for (int r = 0; r < n; ++r) expect += before[r][idx[0][j]];
+      CHECK(sums[0][j] == doctest::Approx(expect).epsilon(1e-5));
+    }
+  }
+}
+
+std::vector<std::vector<float>> Models(int n, std::size_t d, float spread) {
+  std::vector<std::vector<float>> m(static_cast<std::size_t>(n));
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> base(-1.0f, 1.0f), off(-spread, spread);
+  std::vector<float> b(d);
+  for (auto& x : b) x = base(rng);
+  for (auto& v : m) {
+    v = b;
+    for (auto& x : v) x += off(rng);
+  }
+  return m;
+}
+
+TEST_CASE("full-precision gossip over the loopback mixes each model with its ring neighbours") {
+  for (int n : {2, 3, 4}) {
+    const std::size_t d = 500;
+    LoopbackRing ring(n);
+    ring.FormAll();
+    auto models = Models(n, d, 0.5f);
+    const auto before = models;
+    std::vector<float> grad(d, 0.25f);
+    std::vector<peer::GossipStats> stats(static_cast<std::size_t>(n));
+    auto st = ring.Each(ring.All(), [&](uint32_t r) {
+      return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.1f, "", 3, &stats[r]);
+    });
+    for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+    for (int r = 0; r < n; ++r) {
+      const std::size_t left = static_cast<std::size_t>((r + n - 1) % n), right = static_cast<std::size_t>((r + 1) % n);
+      const double w = n == 2 ? 0.5 : 1.0 / 3.0;
+      double worst = 0;
+      for (std::size_t i = 0; i < d; ++i) {
+        double expect = before[r][i] + w * (before[left][i] - before[r][i]) - 0.1 * 0.25;
+        if (n > 2) expect += w * (before[right][i] - before[r][i]);
+        worst = std::max(worst, std::fabs(expect - models[r][i]));
+      }
+      INFO("ranks ", n, " rank ", r);
+      CHECK(worst < 1e-6);
+      CHECK(stats[r].bytes_sent == d * 4 * (n == 2 ? 1 : 2));
+    }
+  }
+}
+
+TEST_CASE("Moniqua gossip over the loopback equals the mixing step on the decoded neighbours") {
+  const int n = 3;
+  const std::size_t d = 1000 + 3;
+  const std::string spec = "moniqua:bits=2,theta=0.5";
+  LoopbackRing ring(n);
+  ring.FormAll();
+  auto models = Models(n, d, 0.05f);
+  const auto before = models;
+  std::vector<float> grad(d, 0.0f);
+  std::vector<peer::GossipStats> stats(n);
+  auto st = ring.Each(ring.All(), [&](uint32_t r) {
+    return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.0f, spec, 9, &stats[r]);
+  });
+  for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  auto codec = MakeCodec(spec).value();
+  std::vector<std::vector<uint8_t>> payloads(n);
+  for (int r = 0; r < n; ++r) {
+    payloads[r].resize(codec->MaxEncodedSize(d));
+    CodecContext c;
+    c.round = 9;
+    c.sender_id = static_cast<uint32_t>(r);
+    auto size = codec->Encode(before[r].data(), d, c, payloads[r].data(), payloads[r].size());
+    REQUIRE(size.ok());
+    payloads[r].resize(*size);
+  }
+  for (int r = 0; r < n; ++r) {
+    auto decode = [&](int from, std::vector<float>* out) {
+      CodecContext c;
+      c.round = 9;
+      c.sender_id = static_cast<uint32_t>(from);
+      out->resize(d);
+      std::size_t wraps = 0;
+      REQUIRE(MoniquaDecode(*codec, payloads[from].data(), payloads[from].size(), c, before[r].data(), out->data(), d,
+                            -1.0f, &wraps).ok());
+    };
+    std::vector<float> self, left, right;
+    decode(r, &self);
+    decode((r + n - 1) % n, &left);
+    decode((r + 1) % n, &right);
+    MoniquaNeighbour mix[2] = {{left.data(), 1.0f / 3}, {right.data(), 1.0f / 3}};
+    std::vector<float> expect = before[r];
+    MoniquaMixStep(expect.data(), self.data(), mix, 2, 0.0f, grad.data(), d);
+    CHECK(models[r] == expect);
+  }
+}
+
+TEST_CASE("replica gossip over the loopback brings 1-bit models towards their mean and keeps the mean") {
+  const int n = 4;
+  const std::size_t d = 300;
+  LoopbackRing ring(n);
+  ring.FormAll();
+  auto models = Models(n, d, 0.5f);
+  std::vector<double> mean(d, 0.0);
+  for (const auto& m : models) {
+    for (std::size_t i = 0; i < d; ++i) mean[i] += m[i] / n;
+  }
+  auto spread = [&] {
+    double worst = 0;
+    for (std::size_t i = 0; i < d; ++i) {
+      for (int r = 0; r < n; ++r) worst = std::max(worst, std::fabs(models[r][i] - mean[i]));
+    }
+    return worst;
+  };
+  const double start = spread();
+  std::vector<float> grad(d, 0.0f);
+  std::vector<peer::GossipStats> stats(n);
+  for (uint64_t step = 0; step < 100; ++step) {
+    auto st = ring.Each(ring.All(), [&](uint32_t r) {
+      return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.0f, "choco+sign:b=100", step, &stats[r]);
+    });
+    for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  }
+  double drift = 0;
+  for (std::size_t i = 0; i < d; ++i) {
+    double now = 0;
+    for (int r = 0; r < n; ++r) now += models[r][i] / n;
+    drift = std::max(drift, std::fabs(now - mean[i]));
+  }
+  MESSAGE("largest distance from the mean: " << start << " -> " << spread() << ", mean moved by " << drift);
+  CHECK(spread() < 0.25 * start);
+  CHECK(drift < 1e-5);
+}
+
+TEST_CASE("gossip on a loopback torus applies the Metropolis mixing matrix and ring collectives refuse it") {
+  const int n = 6;
+  const std::size_t d = 64;
+  peer::ContextOptions options;
+  options.graph = peer::GossipGraph::kTorus;
+  LoopbackRing ring(n, options);
+  ring.FormAll();
+  auto models = Models(n, d, 1.0f);
+  const auto before = models;
+  std::vector<float> grad(d, 0.0f);
+  std::vector<peer::GossipStats> stats(n);
+  auto st = ring.Each(ring.All(), [&](uint32_t r) {
+    return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.0f, "", 1, &stats[r]);
+  });
+  for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  const auto w = peer::MetropolisWeights(peer::GraphNeighbours(peer::GossipGraph::kTorus, n));
+  for (int r = 0; r < n; ++r) {
+    for (std::size_t i = 0; i < d; ++i) {
+      double expect = 0;
+      for (int j = 0; j < n; ++j) expect += w[static_cast<std::size_t>(r * n + j)] * before[j][i];
+      CHECK(models[r][i] == doctest::Approx(expect).epsilon(1e-5));
+    }
+  }
+  std::vector<float> x(4, 1.0f);
+  CHECK(ring.groups[0]->AllReduce(x.data(), x.size()).code() == StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("after a loopback re-formation every rank agrees on the furthest step") {
+  for (peer::GossipGraph graph : {peer::GossipGraph::kRing, peer::GossipGraph::kTorus}) {
+    for (int n : {2, 3, 4}) {
+      peer::ContextOptions options;
+      options.graph = graph;
+      LoopbackRing ring(n, options);
+      ring.FormAll();
+      ring.FormAll();
+      std::vector<uint64_t> agreed(static_cast<std::size_t>(n), 0);
+      auto st = ring.Each(ring.All(), [&](uint32_t r) -> Status {
+        auto a = ring.groups[r]->AgreeStep(r == static_cast<uint32_t>(n - 1) ? 8 : 7);
+        if (!a.ok()) return a.status();
+        agreed[r] = *a;
+        return Status::Ok();
+      });
+      for (int r = 0; r < n; ++r) {
+        INFO("graph ", static_cast<int>(graph), " ranks ", n, " rank ", r);
+        REQUIRE_MESSAGE(st[static_cast<std::size_t>(r)].ok(), st[static_cast<std::size_t>(r)].ToString());
+        CHECK(agreed[static_cast<std::size_t>(r)] == 8);
+      }
+    }
+  }
+}
+
+// Rank 2's context is destroyed (its links close) while the others wait in
+// the collective for what it would send: every survivor fails naming rank 2,
+// and the survivors re-form and reduce again.
+TEST_CASE("a loopback rank failing mid-collective gives every survivor the same failed rank") {
+  for (const std::string codec : {"", "fp16"}) {
+    INFO("codec '", codec, "'");
+    peer::ContextOptions options;
+    options.step_timeout_ms = 5000;
+    LoopbackRing ring(4, options, /*chunk_floats=*/100);
+    ring.FormAll();
+    std::vector<std::vector<float>> data(4, std::vector<float>(3000, 1.0f));
+    for (auto& s : ring.Reduce(ring.All(), data, codec)) REQUIRE_MESSAGE(s.ok(), s.ToString());
+    const std::vector<uint32_t> survivors = {0, 1, 3};
+    auto st = ring.Each(ring.All(), [&](uint32_t r) -> Status {
+      if (r == 2) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the others are waiting by now, mostly
+        ring.groups[2].reset();
+        return Status::Ok();
+      }
+      return ring.groups[r]->AllReduce(data[r].data(), data[r].size(), codec);
+    });
+    for (uint32_t r : survivors) {
+      INFO("rank ", r, ": ", st[r].ToString());
+      CHECK_FALSE(st[r].ok());
+      CHECK(ring.groups[r]->FailedRank() == 2);
+      CHECK(st[r].message().find("peer rank 2") != std::string::npos);
+      // Until the group re-forms, collectives refuse to run.
+      std::vector<float> x(4, 1.0f);
+      CHECK(ring.groups[r]->AllReduce(x.data(), x.size(), codec).code() == StatusCode::kFailedPrecondition);
+    }
+    for (auto& s : ring.Form(survivors)) REQUIRE_MESSAGE(s.ok(), s.ToString());
+    for (uint32_t r : survivors) {
+      CHECK(ring.groups[r]->members() == survivors);
+      data[r].assign(3000, static_cast<float>(r + 1));
+    }
+    auto again = ring.Reduce(survivors, data, codec);
+    for (uint32_t r : survivors) {
+      REQUIRE_MESSAGE(again[r].ok(), again[r].ToString());
+      CHECK(data[r][0] == 1.0f + 2.0f + 4.0f);
+      CHECK(data[r] == data[0]);
+    }
+  }
+}
+
+TEST_CASE("a loopback gossip neighbour failing on a torus is named by the survivors that need it") {
+  peer::ContextOptions options;
+  options.graph = peer::GossipGraph::kTorus;
+  options.step_timeout_ms = 5000;
+  LoopbackRing ring(6, options);  // 2 x 3: rank 2's neighbours are 0, 1 and 5
+  ring.FormAll();
+  const std::size_t d = 50;
+  auto models = Models(6, d, 0.5f);
+  std::vector<float> grad(d, 0.0f);
+  std::vector<peer::GossipStats> stats(6);
+  auto st = ring.Each(ring.All(), [&](uint32_t r) -> Status {
+    if (r == 2) {
+      ring.groups[2].reset();
+      return Status::Ok();
+    }
+    return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.0f, "", 4, &stats[r]);
+  });
+  for (uint32_t r : {0u, 1u, 5u}) {
+    INFO("rank ", r, ": ", st[r].ToString());
+    CHECK_FALSE(st[r].ok());
+    CHECK(ring.groups[r]->FailedRank() == 2);
+  }
+  for (uint32_t r : {3u, 4u}) {
+    if (!st[r].ok()) CHECK(ring.groups[r]->FailedRank() == 2);  // a forwarded report, or done before it
+  }
+  const std::vector<uint32_t> survivors = {0, 1, 3, 4, 5};
+  for (auto& s : ring.Form(survivors)) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  st = ring.Each(survivors, [&](uint32_t r) {
+    return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.0f, "", 4, &stats[r]);
+  });
+  for (uint32_t r : survivors) CHECK_MESSAGE(st[r].ok(), st[r].ToString());
+}
+
+TEST_CASE("a stalled loopback rank is named by every other rank after the step deadline") {
+  peer::ContextOptions options;
+  options.step_timeout_ms = 2000;  // a 500 ms grace for the suspicions
+  LoopbackRing ring(4, options);
+  ring.FormAll();
+  std::vector<std::vector<float>> data(4, std::vector<float>(1000, 1.0f));
+  auto st = ring.Reduce({0, 1, 3}, data);  // rank 2 never joins the step
+  for (uint32_t r : {0u, 1u, 3u}) {
+    INFO("rank ", r, ": ", st[r].ToString());
+    CHECK_FALSE(st[r].ok());
+    CHECK(ring.groups[r]->FailedRank() == 2);
+  }
+}
+
+}  // namespace
+}  // namespace fedrt

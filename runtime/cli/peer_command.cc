@@ -11,6 +11,9 @@
 //   (gossip: the survivors first agree on the step to resume at).
 //   --metrics FILE writes one JSON object per evaluation (`fedrt sim
 //   --topology ring|gossip` reads them to draw its plot).
+// The training loop is the runtime's PeerTrainer (peer_trainer.h) over a TCP
+// context (peer.h): this file parses flags, loads and partitions the data,
+// builds the context, runs the trainer and prints what it reports.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -30,12 +33,12 @@
 #include "cli/commands.h"
 #include "cli/peer_launch.h"
 #include "cli/tls_flags.h"
-#include "fedrt/codecs/iwp.h"
 #include "fedrt/runtime/dataset.h"
 #include "fedrt/runtime/model.h"
 #include "fedrt/runtime/optimizer.h"
 #include "fedrt/runtime/partition.h"
 #include "fedrt/runtime/peer.h"
+#include "fedrt/runtime/peer_trainer.h"
 #include "fedrt/runtime/trainer.h"
 #include "fedrt/transport/auth.h"
 
@@ -87,17 +90,21 @@ int Fail(const char* who, const Status& status) {
   return 1;
 }
 
-Result<std::unique_ptr<peer::PeerGroup>> Join(const std::string& config, const std::string& keys_path,
-                                              int rank, transport::KeyStore* keys,
-                                              peer::GossipGraph graph = peer::GossipGraph::kRing,
-                                              uint32_t chunk_floats = 0,
-                                              const transport::TlsConfig& tls = transport::TlsConfig()) {
+// A formed TCP context (every peer of the config) and the options it was made with.
+struct Joined {
+  std::unique_ptr<peer::TcpPeerContext> context;
   peer::PeerOptions options;
-  options.graph = graph;
-  options.tls = tls;
-  auto peers = ReadPeerConfig(config, &options);
+};
+
+Result<Joined> Join(const std::string& config, const std::string& keys_path, int rank, transport::KeyStore* keys,
+                    peer::GossipGraph graph = peer::GossipGraph::kRing, uint32_t chunk_floats = 0,
+                    const transport::TlsConfig& tls = transport::TlsConfig()) {
+  Joined joined;
+  joined.options.graph = graph;
+  joined.options.tls = tls;
+  auto peers = ReadPeerConfig(config, &joined.options);
   if (!peers.ok()) return peers.status();
-  if (chunk_floats != 0) options.chunk_floats = chunk_floats;
+  if (chunk_floats != 0) joined.options.chunk_floats = chunk_floats;
   if (rank < 0 || static_cast<std::size_t>(rank) >= peers->size()) {
     return InvalidArgument("--rank " + std::to_string(rank) + " is not in the peer list of " +
                            std::to_string(peers->size()));
@@ -105,71 +112,110 @@ Result<std::unique_ptr<peer::PeerGroup>> Join(const std::string& config, const s
   auto loaded = transport::KeyStore::LoadFile(keys_path);
   if (!loaded.ok()) return loaded.status();
   *keys = std::move(*loaded);
-  auto group = peer::PeerGroup::Create(*peers, static_cast<uint32_t>(rank), *keys, options);
-  if (!group.ok()) return group.status();
-  Status formed = (*group)->Form({});
-  if (!formed.ok()) return formed;
-  return group;
+  auto context = peer::TcpPeerContext::Create(*peers, static_cast<uint32_t>(rank), *keys, joined.options);
+  if (!context.ok()) return context.status();
+  joined.context = std::move(*context);
+  FEDRT_RETURN_IF_ERROR(joined.context->Form({}));
+  return joined;
 }
 
-// Drops the failed peer and re-forms the group (ring or graph) over the rest.
-Status Reform(peer::PeerGroup& group) {
-  std::vector<uint32_t> survivors;
-  for (uint32_t r : group.members()) {
-    if (static_cast<int>(r) != group.FailedRank()) survivors.push_back(r);
+// What `fedrt peer` prints while the trainer runs: failures and re-formations
+// (stderr and stdout, as the tests and `fedrt sim` read them), one metrics
+// line per evaluation, one progress line per epoch.
+class PeerPrinter : public peer::PeerTrainerObserver {
+ public:
+  PeerPrinter(const PeerFlags& flags, Model& model, const Dataset& test, std::ofstream* metrics)
+      : flags_(flags), model_(model), test_(test), metrics_(metrics), start_(std::chrono::steady_clock::now()) {}
+
+  Status OnProgress(const peer::PeerProgress& p) override {
+    auto eval = EvaluateModel(model_, test_, 256);
+    if (!eval.ok()) return eval.status();
+    if (metrics_->is_open()) {
+      const double epochs_done =
+          p.epoch + static_cast<double>(p.steps_done) / static_cast<double>(std::max<std::size_t>(1, p.steps_per_epoch));
+      nlohmann::json line = {
+          {"rank", flags_.rank},
+          {"epoch", epochs_done},
+          {"step", p.step},
+          {"peers", p.members},
+          {"test_accuracy", eval->accuracy},
+          {"test_loss", eval->loss},
+          {"train_loss", p.train_loss},
+          {"total_bytes_sent", p.total_bytes_sent},
+          {"fp32_bytes", p.fp32_bytes},
+          {"near_wraps", p.wraps},
+          {"near_wraps_per_step", p.step_wraps},
+          {"elapsed_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()}};
+      *metrics_ << line.dump() << "\n" << std::flush;
+    }
+    if (p.epoch_end) {
+      std::printf("peer rank %d epoch %d/%d  loss %.4f  test acc %.2f%%  sent %.1f MB  wraps %llu  %.1f s\n",
+                  flags_.rank, p.epoch + 1, flags_.epochs, p.epoch_loss, 100.0 * eval->accuracy,
+                  static_cast<double>(p.total_bytes_sent) / 1e6, static_cast<unsigned long long>(p.epoch_wraps),
+                  p.epoch_seconds);
+      std::fflush(stdout);
+    }
+    return Status::Ok();
   }
-  std::fprintf(stderr, "fedrt peer: re-forming without peer rank %d (%zu peers)\n", group.FailedRank(),
-               survivors.size());
-  FEDRT_RETURN_IF_ERROR(group.Form(survivors));
-  std::printf("ring re-formed with %zu peers\n", survivors.size());
-  std::fflush(stdout);
-  return Status::Ok();
-}
-
-// After a re-formation the survivors agree where to resume: a peer may have
-// finished the step the others failed (the lost peer's last data reached it
-// before it died). Every survivor learns every survivor's step; the first
-// peer at the furthest step sends its model and momentum (an all-reduce to
-// which the others add zeros, so the values arrive exactly) and everyone
-// resumes at that step. *behind: this peer's failed step is done already.
-Status Resync(peer::PeerGroup& group, std::size_t peer_count, uint32_t* step, Model& model, Sgd& sgd,
-              bool* behind) {
-  std::vector<float> steps(peer_count, 0.0f);
-  steps[group.rank()] = static_cast<float>(*step) + 1.0f;  // 0: not a member
-  FEDRT_RETURN_IF_ERROR(group.AllReduce(steps.data(), steps.size()));
-  uint32_t resume = 0, root = group.rank();
-  for (uint32_t r : group.members()) resume = std::max(resume, static_cast<uint32_t>(steps[r]) - 1);
-  for (uint32_t r : group.members()) {
-    if (static_cast<uint32_t>(steps[r]) - 1 == resume) {
-      root = r;
-      break;
+  void OnStepFailed(uint64_t step, const Status& status) override {
+    std::fprintf(stderr, "fedrt peer: step %llu: %s\n", static_cast<unsigned long long>(step),
+                 status.ToString().c_str());
+    last_failure_ = status;
+  }
+  void OnReforming(int failed_rank, std::size_t survivors) override {
+    std::fprintf(stderr, "fedrt peer: re-forming without peer rank %d (%zu peers)\n", failed_rank, survivors);
+  }
+  void OnReformed(std::size_t members) override {
+    std::printf("ring re-formed with %zu peers\n", members);
+    std::fflush(stdout);
+  }
+  void OnResumed(uint64_t step) override {
+    std::printf("resuming at step %llu\n", static_cast<unsigned long long>(step));
+    std::fflush(stdout);
+  }
+  void OnGossipStep(uint64_t step, uint64_t wraps) override {
+    if (flags_.print_wraps) {
+      std::printf("step %llu wraps %llu\n", static_cast<unsigned long long>(step), static_cast<unsigned long long>(wraps));
     }
   }
-  const std::size_t d = model.parameter_count(), v = sgd.velocity_size();
-  std::vector<float> state(d + v, 0.0f);
-  if (group.rank() == root) {
-    std::copy(model.parameters(), model.parameters() + d, state.begin());
-    std::copy(sgd.velocity(), sgd.velocity() + v, state.begin() + static_cast<std::ptrdiff_t>(d));
-  }
-  FEDRT_RETURN_IF_ERROR(group.AllReduce(state.data(), state.size()));
-  std::copy(state.begin(), state.begin() + static_cast<std::ptrdiff_t>(d), model.parameters());
-  std::copy(state.begin() + static_cast<std::ptrdiff_t>(d), state.end(), sgd.velocity());
-  *behind = *step < resume;
-  *step = resume;
-  sgd.set_step(resume);
-  return Status::Ok();
+  // The step failure printed last (Run returns it when it is not repaired).
+  const Status& last_failure() const { return last_failure_; }
+
+ private:
+  const PeerFlags& flags_;
+  Model& model_;
+  const Dataset& test_;
+  std::ofstream* metrics_;
+  const std::chrono::steady_clock::time_point start_;
+  Status last_failure_;
+};
+
+Result<peer::PeerReduce> ReduceOf(const std::string& reduce) {
+  if (reduce == "dense") return peer::PeerReduce::kDense;
+  if (reduce == "fp16") return peer::PeerReduce::kCodec;
+  if (reduce == "iwp") return peer::PeerReduce::kIwp;
+  if (reduce == "gossip") return peer::PeerReduce::kGossip;
+  if (reduce == "local") return peer::PeerReduce::kLocal;
+  return InvalidArgument("unknown --reduce '" + reduce + "'");
 }
 
 int RunPeer(const PeerFlags& flags) {
   if (const int tls_status = CheckTlsFlags("peer", flags.tls); tls_status != 0) return tls_status;
+  auto reduce = ReduceOf(flags.reduce);
+  if (!reduce.ok()) return Fail("peer", reduce.status());
+  if (!flags.codec.empty() && *reduce != peer::PeerReduce::kGossip) {
+    return Fail("peer", InvalidArgument("--codec applies to --reduce gossip only"));
+  }
+  // The graph of gossip, and of the no-communication baseline (whose "vs
+  // fp32" figure counts the graph's neighbours).
+  const bool graph_applies = *reduce == peer::PeerReduce::kGossip || *reduce == peer::PeerReduce::kLocal;
   transport::KeyStore keys;
   auto joined = Join(flags.config, flags.keys, flags.rank, &keys,
-                     flags.reduce == "gossip" && flags.graph == "torus" ? peer::GossipGraph::kTorus
-                                                                         : peer::GossipGraph::kRing,
+                     graph_applies && flags.graph == "torus" ? peer::GossipGraph::kTorus : peer::GossipGraph::kRing,
                      0, flags.tls);
   if (!joined.ok()) return Fail("peer", joined.status());
-  peer::PeerGroup& group = **joined;
-  const int n = static_cast<int>(group.members().size());
+  peer::CollectiveContext& context = *joined->context;
+  const int n = static_cast<int>(context.members().size());
 
   auto data = LoadMnistStyleDirectory(flags.data);
   if (!data.ok()) return Fail("peer", data.status());
@@ -180,282 +226,68 @@ int RunPeer(const PeerFlags& flags) {
   if (!partition.ok()) return Fail("peer", partition.status());
   const std::vector<uint32_t>& mine = (*partition)[static_cast<std::size_t>(flags.rank)];
   if (mine.empty()) return Fail("peer", Status(StatusCode::kFailedPrecondition, "partition " + flags.partition + " gave this peer no examples"));
-  // Every peer takes the same number of steps per epoch: an "epoch" is
-  // count / n examples per peer (a peer with a smaller non-IID share passes
-  // over its examples more than once, in a fresh order each time).
-  const std::size_t steps_per_epoch = (data->train.count / static_cast<std::size_t>(n)) / static_cast<std::size_t>(flags.batch);
 
   auto model = Model::Create(flags.model, flags.seed);  // same seed: same start on every peer
   if (!model.ok()) return Fail("peer", model.status());
-  const bool iwp = flags.reduce == "iwp";
-  const bool corrected = iwp && flags.iwp_momentum_correction;
-  SgdOptions sgd_options;
-  sgd_options.schedule.base_lr = flags.lr;
-  if (flags.schedule == "cosine") {
-    sgd_options.schedule.kind = LrScheduleKind::kCosine;
-    sgd_options.schedule.total_steps = steps_per_epoch * static_cast<std::size_t>(flags.epochs);
-  }
-  // IWP accumulating updates: the schedule scales what goes into the
-  // accumulator, and the optimizer applies the reduced mean at rate 1.
-  const bool iwp_updates = iwp && flags.iwp_accumulate == "update";
-  const LrSchedule schedule = sgd_options.schedule;
-  if (iwp_updates) {
-    sgd_options.schedule = LrSchedule();
-    sgd_options.schedule.base_lr = 1.0;
-  }
-  sgd_options.momentum = corrected ? 0.0f : flags.momentum;  // corrected: the accumulator holds the momentum
-  auto sgd = Sgd::Create(sgd_options, model->parameter_count());
-  if (!sgd.ok()) return Fail("peer", sgd.status());
-  const std::size_t d = model->parameter_count();
-  IwpOptions iwp_options;
-  iwp_options.target_fraction = flags.density;
-  iwp_options.momentum = corrected ? flags.momentum : 0.0f;
-  iwp_options.dense_below = static_cast<std::size_t>(flags.iwp_dense_below);
-  iwp_options.warmup_steps =
-      flags.iwp_warmup_steps < 0 ? static_cast<uint32_t>(steps_per_epoch) : static_cast<uint32_t>(flags.iwp_warmup_steps);
-  iwp_options.warmup_fraction = flags.iwp_warmup_density > 0 ? flags.iwp_warmup_density : std::min(1.0f, 4 * flags.density);
-  iwp_options.warmup_exponential = flags.iwp_warmup_shape == "exponential";
-  iwp_options.clip_norm = flags.iwp_clip;
-  iwp_options.eps = flags.iwp_eps;
-  Status iwp_ok = IwpAccumulator::Check(d, iwp_options);
-  if (iwp && !iwp_ok.ok()) return Fail("peer", iwp_ok);
-  IwpAccumulator accumulator(d, iwp_options);
-  if (iwp && flags.iwp_per_tensor) {
-    std::vector<std::size_t> sizes;
-    for (const TensorInfo& t : model->tensors()) sizes.push_back(t.size);
-    Status s = accumulator.SetTensors(sizes);
-    if (!s.ok()) return Fail("peer", s);
-  }
-  std::vector<float> features(static_cast<std::size_t>(flags.batch) * data->train.example_size());
-  std::vector<uint8_t> labels(static_cast<std::size_t>(flags.batch));
-  std::vector<float> saved(d);
-  std::vector<uint32_t> indices;
-  std::vector<float> sums;
+  peer::PeerData view;
+  view.pixels = data->train.pixels.data();
+  view.labels = data->train.labels.data();
+  view.count = data->train.count;
+  view.example_size = data->train.example_size();
+  view.share = mine.data();
+  view.share_size = mine.size();
+  view.normalization = data->train.normalization;
+  peer::PeerTrainerOptions options;
+  options.reduce = *reduce;
+  options.codec = *reduce == peer::PeerReduce::kCodec ? "fp16" : flags.codec;
+  options.moniqua_theta_per_lr = flags.moniqua_theta_per_lr;
+  options.sgd.schedule.base_lr = flags.lr;
+  if (flags.schedule == "cosine") options.sgd.schedule.kind = LrScheduleKind::kCosine;
+  options.sgd.momentum = flags.momentum;
+  options.epochs = flags.epochs;
+  options.batch = flags.batch;
+  options.seed = flags.seed;
+  options.max_steps = static_cast<uint32_t>(flags.max_steps);
+  options.repair = flags.repair;
+  options.evals_per_epoch = flags.evals_per_epoch;
+  options.chunk_floats = joined->options.chunk_floats;
+  options.iwp.density = flags.density;
+  options.iwp.momentum_correction = flags.iwp_momentum_correction;
+  options.iwp.accumulate_updates = flags.iwp_accumulate == "update";
+  options.iwp.per_tensor = flags.iwp_per_tensor;
+  options.iwp.eps = flags.iwp_eps;
+  options.iwp.dense_below = flags.iwp_dense_below;
+  options.iwp.warmup_steps = flags.iwp_warmup_steps;
+  options.iwp.warmup_density = flags.iwp_warmup_density;
+  options.iwp.warmup_exponential = flags.iwp_warmup_shape == "exponential";
+  options.iwp.clip = flags.iwp_clip;
+  auto trainer = peer::PeerTrainer::Create(*model, view, context, options);
+  if (!trainer.ok()) return Fail("peer", trainer.status());
   std::printf("peer rank %d of %d: %s, %zu parameters, %zu examples (%s), %zu steps/epoch, reduce %s\n",
-              flags.rank, n, flags.model.c_str(), d, mine.size(), flags.partition.c_str(), steps_per_epoch,
-              flags.reduce.c_str());
+              flags.rank, n, flags.model.c_str(), model->parameter_count(), mine.size(), flags.partition.c_str(),
+              (*trainer)->steps_per_epoch(), flags.reduce.c_str());
   std::fflush(stdout);
-  // Moniqua's theta bounds the neighbours' distance, which scales with the
-  // learning rate (codec specification, section 5): a codec spec without
-  // theta gets theta = --moniqua-theta-per-lr * lr.
-  // With a decaying schedule theta follows the step's learning rate (every
-  // peer computes the same schedule, so all use the same theta in a step).
-  const bool derived_theta = flags.codec.rfind("moniqua", 0) == 0 && flags.codec.find("theta=") == std::string::npos;
-  auto codec_for = [&](double lr) {
-    if (!derived_theta) return flags.codec;
-    char theta[40];
-    std::snprintf(theta, sizeof theta, "theta=%.6g", flags.moniqua_theta_per_lr * lr);
-    return flags.codec + (flags.codec.find(':') == std::string::npos ? ":" : ",") + theta;
-  };
-  std::string gossip_codec = codec_for(flags.lr);
+  const std::string& gossip_codec = (*trainer)->gossip_codec();
   if (!gossip_codec.empty()) {
+    const bool derived = gossip_codec != flags.codec;
     std::printf("gossip codec %s%s\n", gossip_codec.c_str(),
-                derived_theta && flags.schedule != "constant" ? " (theta follows the learning rate)" : "");
+                derived && flags.schedule != "constant" ? " (theta follows the learning rate)" : "");
   }
   std::ofstream metrics;
   if (!flags.metrics.empty()) {
     metrics.open(flags.metrics, std::ios::trunc);
     if (!metrics) return Fail("peer", IoError(flags.metrics + ": cannot open for writing"));
   }
-  // What a dense fp32 exchange of the same steps would have sent (the
-  // "vs fp32" ratio): the ring's 2 (p - 1) / p of the model per all-reduce,
-  // gossip's model once per neighbour.
-  double fp32_bytes = 0;
-  auto count_fp32_step = [&] {
-    const double p = static_cast<double>(group.members().size());
-    const double model_bytes = static_cast<double>(d) * sizeof(float);
-    if (flags.reduce == "gossip" || flags.reduce == "local") {
-      const auto& m = group.members();
-      const std::size_t position = static_cast<std::size_t>(std::find(m.begin(), m.end(), group.rank()) - m.begin());
-      const auto neighbours = peer::GraphNeighbours(
-          flags.graph == "torus" ? peer::GossipGraph::kTorus : peer::GossipGraph::kRing, static_cast<uint32_t>(m.size()));
-      fp32_bytes += model_bytes * static_cast<double>(neighbours[position].size());
-    } else {
-      fp32_bytes += model_bytes * 2.0 * (p - 1.0) / p;
+  PeerPrinter printer(flags, *model, data->test, &metrics);
+  Status trained = (*trainer)->Run(printer);
+  if (!trained.ok()) {
+    // A step failure that was not repaired is printed already.
+    if (trained.code() == printer.last_failure().code() && trained.message() == printer.last_failure().message()) {
+      return 1;
     }
-  };
-  const auto run_start = std::chrono::steady_clock::now();
-  double interval_loss = 0;
-  std::size_t interval_steps = 0;
-  uint64_t interval_wraps = 0;
-  std::vector<uint64_t> interval_step_wraps;  // gossip: the wrap count of every step since the last evaluation
-  // Evaluates on the test set and writes one metrics line.
-  auto record = [&](int epoch, std::size_t steps_done, uint32_t step_count) -> Result<Evaluation> {
-    auto eval = EvaluateModel(*model, data->test, 256);
-    if (!eval.ok()) return eval.status();
-    if (metrics.is_open()) {
-      const double epochs_done = epoch + static_cast<double>(steps_done) / static_cast<double>(std::max<std::size_t>(1, steps_per_epoch));
-      nlohmann::json line = {
-          {"rank", flags.rank},
-          {"epoch", epochs_done},
-          {"step", step_count},
-          {"peers", group.members().size()},
-          {"test_accuracy", eval->accuracy},
-          {"test_loss", eval->loss},
-          {"train_loss", interval_steps ? interval_loss / static_cast<double>(interval_steps) : 0.0},
-          {"total_bytes_sent", group.total_bytes_sent()},
-          {"fp32_bytes", static_cast<uint64_t>(fp32_bytes)},
-          {"near_wraps", interval_wraps},
-          {"near_wraps_per_step", interval_step_wraps},
-          {"elapsed_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count()}};
-      metrics << line.dump() << "\n" << std::flush;
-    }
-    interval_loss = 0;
-    interval_steps = 0;
-    interval_wraps = 0;
-    interval_step_wraps.clear();
-    return eval;
-  };
-  const std::size_t evals = static_cast<std::size_t>(flags.evals_per_epoch);
-  uint32_t step = 0;
-  uint32_t skip_steps = 0;  // gossip: batches the survivors took while this peer failed (step counts them)
-  for (int epoch = 0; epoch < flags.epochs; ++epoch) {
-    std::vector<uint32_t> order;
-    const std::size_t needed = steps_per_epoch * static_cast<std::size_t>(flags.batch);
-    for (uint64_t pass = 0; order.size() < needed; ++pass) {
-      // Pass 0 of every epoch is the order an equal share always had.
-      const std::vector<uint32_t> more = ShuffledIndices(mine.size(), flags.seed + static_cast<uint64_t>(flags.rank),
-                                                         static_cast<uint64_t>(epoch) + (pass << 32));
-      order.insert(order.end(), more.begin(), more.end());
-    }
-    double loss_sum = 0;
-    uint64_t wraps = 0;
-    std::size_t steps_done = 0;
-    const auto start = std::chrono::steady_clock::now();
-    for (std::size_t s = 0; s < steps_per_epoch; ++s) {
-      if (flags.max_steps > 0 && step >= static_cast<uint32_t>(flags.max_steps)) break;
-      if (skip_steps > 0) {
-        --skip_steps;
-        continue;
-      }
-      // Evaluations inside the epoch (the epoch's end is evaluated below).
-      if (s > 0 && (s * evals) / steps_per_epoch != ((s - 1) * evals) / steps_per_epoch) {
-        auto eval = record(epoch, s, step);
-        if (!eval.ok()) return Fail("peer", eval.status());
-      }
-      std::vector<uint32_t> batch_indices(static_cast<std::size_t>(flags.batch));
-      for (int b = 0; b < flags.batch; ++b) batch_indices[static_cast<std::size_t>(b)] = mine[order[s * static_cast<std::size_t>(flags.batch) + static_cast<std::size_t>(b)]];
-      GatherBatch(data->train, batch_indices.data(), batch_indices.size(), features.data(), labels.data());
-      auto loss = model->ComputeGradients(features.data(), labels.data(), flags.batch);
-      if (!loss.ok()) return Fail("peer", loss.status());
-      loss_sum += loss->loss;
-      interval_loss += loss->loss;
-      ++interval_steps;
-      ++steps_done;
-      float* g = model->gradients();
-      if (flags.reduce == "local") {
-        // The no-communication baseline: gossip's plain SGD step without mixing.
-        const float lr = static_cast<float>(sgd->current_lr());
-        float* x = model->parameters();
-        for (std::size_t i = 0; i < d; ++i) x[i] = x[i] - lr * g[i];
-        sgd->set_step(sgd->step() + 1);
-        ++step;
-        continue;
-      }
-      if (flags.reduce == "gossip") {
-        // D-PSGD: the mixing step applies the plain SGD step itself.
-        peer::GossipStats gossip;
-        const float lr = static_cast<float>(sgd->current_lr());
-        if (derived_theta && flags.schedule != "constant") gossip_codec = codec_for(sgd->current_lr());
-        Status mixed = group.GossipStep(model->parameters(), g, d, lr, gossip_codec, step, &gossip);
-        bool done_elsewhere = false;
-        while (!mixed.ok()) {
-          // A failed step leaves the model as it was: re-form, agree with the
-          // survivors on the step to resume at, and repeat this one or (the
-          // others finished it before the failure) take its plain SGD step
-          // alone and join them.
-          std::fprintf(stderr, "fedrt peer: step %u: %s\n", step, mixed.ToString().c_str());
-          if (!flags.repair || group.FailedRank() < 0) return 1;
-          Status formed = Reform(group);
-          if (!formed.ok()) return Fail("peer", formed);
-          auto agreed = group.AgreeStep(step);
-          if (!agreed.ok()) {
-            mixed = agreed.status();
-            continue;
-          }
-          std::printf("resuming at step %llu\n", static_cast<unsigned long long>(*agreed));
-          std::fflush(stdout);
-          if (*agreed > step) {
-            float* x = model->parameters();
-            for (std::size_t i = 0; i < d; ++i) x[i] = x[i] - lr * g[i];
-            skip_steps = static_cast<uint32_t>(*agreed) - step - 1;
-            step = static_cast<uint32_t>(*agreed);
-            sgd->set_step(step);
-            done_elsewhere = true;
-            break;
-          }
-          mixed = group.GossipStep(model->parameters(), g, d, lr, gossip_codec, step, &gossip);
-        }
-        if (done_elsewhere) continue;
-        count_fp32_step();
-        wraps += gossip.wrap_count;
-        interval_wraps += gossip.wrap_count;
-        interval_step_wraps.push_back(gossip.wrap_count);
-        if (flags.print_wraps) std::printf("step %u wraps %llu\n", step, static_cast<unsigned long long>(gossip.wrap_count));
-        sgd->set_step(sgd->step() + 1);
-        ++step;
-        continue;
-      }
-      bool accumulated = false;  // IWP: this step's gradient is in the accumulator
-      bool done_elsewhere = false;
-      for (;;) {
-        Status reduced;
-        const float members = static_cast<float>(group.members().size());
-        if (flags.reduce == "iwp") {
-          if (!accumulated) {
-            reduced = accumulator.Accumulate(g, iwp_updates ? static_cast<float>(schedule.LearningRate(sgd->step())) : 1.0f);
-          }
-          accumulated = true;
-          if (reduced.ok()) reduced = group.IwpAllReduce(accumulator, model->parameters(), flags.seed, step, &indices, &sums);
-          if (reduced.ok()) {
-            std::fill(g, g + d, 0.0f);
-            for (std::size_t j = 0; j < indices.size(); ++j) g[indices[j]] = sums[j] / members;
-          }
-        } else {
-          std::copy(g, g + d, saved.begin());
-          reduced = group.AllReduce(g, d, flags.reduce == "fp16" ? "fp16" : "");
-          if (reduced.ok()) {
-            for (std::size_t i = 0; i < d; ++i) g[i] /= members;
-          } else {
-            std::copy(saved.begin(), saved.end(), g);
-          }
-        }
-        if (reduced.ok()) break;
-        std::fprintf(stderr, "fedrt peer: step %u: %s\n", step, reduced.ToString().c_str());
-        if (!flags.repair || group.FailedRank() < 0) return 1;
-        Status formed = Reform(group);
-        if (!formed.ok()) return Fail("peer", formed);
-        bool behind = false;
-        Status synced = Resync(group, static_cast<std::size_t>(n), &step, *model, *sgd, &behind);
-        if (!synced.ok()) return Fail("peer", synced);
-        if (flags.reduce == "iwp" && !behind && !sums.empty()) {
-          // The sum never completed anywhere: what this peer gathered goes
-          // back into its accumulator (those slots are zero since).
-          Status kept = accumulator.Restore(indices.data(), sums.size(), sums.data());
-          if (!kept.ok()) return Fail("peer", kept);
-        }
-        if (behind) {
-          // Another peer finished this step; its model (sent above) has it.
-          std::printf("resuming at step %u\n", step);
-          done_elsewhere = true;
-          break;
-        }
-      }
-      if (done_elsewhere) continue;
-      count_fp32_step();
-      sgd->Step(model->parameters(), g);
-      ++step;
-    }
-    auto eval = record(epoch, steps_done, step);
-    if (!eval.ok()) return Fail("peer", eval.status());
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("peer rank %d epoch %d/%d  loss %.4f  test acc %.2f%%  sent %.1f MB  wraps %llu  %.1f s\n", flags.rank,
-                epoch + 1, flags.epochs, loss_sum / static_cast<double>(std::max<std::size_t>(1, steps_done)),
-                100.0 * eval->accuracy, static_cast<double>(group.total_bytes_sent()) / 1e6,
-                static_cast<unsigned long long>(wraps), seconds);
-    std::fflush(stdout);
+    return Fail("peer", trained);
   }
-  (void)group.Close();  // the neighbours still need this peer's last chunks
+  (void)context.Close();  // the neighbours still need this peer's last chunks
   return 0;
 }
 
@@ -485,7 +317,7 @@ int RunBenchWorker(const BenchFlags& flags) {
   auto joined = Join(flags.config, flags.keys, flags.worker_rank, &keys, peer::GossipGraph::kRing,
                      static_cast<uint32_t>(flags.chunk_bytes / sizeof(float)));
   if (!joined.ok()) return Fail("bench allreduce", joined.status());
-  peer::PeerGroup& group = **joined;
+  peer::PeerGroup group(std::move(joined->context), joined->options.chunk_floats);
   const std::size_t n = static_cast<std::size_t>(flags.size / sizeof(float));
   std::vector<float> data(n, 1.0f);
   std::vector<double> times;

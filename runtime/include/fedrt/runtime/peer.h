@@ -17,25 +17,28 @@
 // edge, dialled by the lower rank. Form() must finish within
 // join_timeout_ms, every collective within step_timeout_ms.
 //
-// Embedding peer training in an application (the CLI's `fedrt peer` is this
-// plus flags, data loading and printing):
+// Embedding peer training in an application (`fedrt peer` is this plus
+// flags, data loading and printing; value() stands for error handling):
 //
 //   auto keys = transport::KeyStore::LoadFile("peer-keys.txt").value();
-//   peer::PeerOptions options;                        // ring, 10 s deadlines
-//   auto context = peer::TcpPeerContext::Create(peers, rank, keys, options);
-//   if (!context.ok() || !(*context)->Form({}).ok()) return 1;  // all peers
-//   auto model = Model::Create("mlp:784-300-100-10", /*seed=*/1).value();
-//   peer::PeerData data{pixels, labels, count, 784, share.data(), share.size()};
-//   data.normalization = norm;                         // uint8 pixels, as dataset.h reads them
-//   peer::PeerTrainerOptions train;                    // dense all-reduce, 1 epoch
-//   train.sgd.schedule.base_lr = 0.05;
-//   train.repair = true;                               // drop a failed peer, re-form, go on
-//   peer::PeerTrainer trainer(*model, data, **context, train);
-//   Status s = trainer.Run([&](const peer::PeerProgress& p) {
-//     std::printf("epoch %d loss %.4f\n", p.epoch + 1, p.epoch_loss);
+//   auto context = peer::TcpPeerContext::Create(peers, rank, keys, peer::PeerOptions()).value();
+//   if (!context->Form({}).ok()) return 1;                   // every peer of the list
+//   Model model = Model::Create("mlp:784-300-100-10", /*seed=*/1).value();  // the same seed everywhere
+//   peer::PeerData data;                                     // the application's memory
+//   data.pixels = pixels, data.labels = labels, data.count = count, data.example_size = 784;
+//   data.share = share.data(), data.share_size = share.size(), data.normalization = norm;
+//   peer::PeerTrainerOptions options;                        // dense all-reduce, 1 epoch
+//   options.sgd.schedule.base_lr = 0.05;
+//   options.repair = true;                                   // drop a failed peer, re-form, go on
+//   auto trainer = peer::PeerTrainer::Create(model, data, *context, options).value();
+//   Status trained = trainer->Run([&](const peer::PeerProgress& p) {
+//     if (p.epoch_end) std::printf("epoch %d loss %.4f\n", p.epoch + 1, p.epoch_loss);
 //     return Status::Ok();
 //   });
-//   (void)(*context)->Close();  // the neighbours still need the last chunks
+//   (void)context->Close();  // the neighbours still need this peer's last chunks
+//
+// In one process (tests, simulations) LoopbackPeerNetwork's contexts take
+// the place of TcpPeerContext, one thread per rank.
 //
 // Thread-safety: a context and a PeerGroup are used by one thread (the
 // training loop); the TCP context's connections run on its own event loop

@@ -1,0 +1,230 @@
+// The peer trainer: the training loop of a peer that trains together with
+// others without an aggregator, over an injected collective context
+// (collective_context.h: TCP from peer.h, or the in-process loopback).
+//
+// Every step it computes the gradient of one batch of this peer's share of
+// the data, then, by PeerTrainerOptions::reduce:
+//   kDense, kCodec  all-reduces the gradients (fp32, or a codec on every hop)
+//                   and applies their mean: every peer holds the same model;
+//   kIwp            accumulates the update (or gradient) in an IWP accumulator
+//                   and all-reduces the leader's index set of it (IWP-sparse,
+//                   with momentum correction by default);
+//   kGossip         one D-PSGD step with the neighbours (fp32, Moniqua with
+//                   theta following the learning rate, or CHOCO replicas);
+//   kLocal          plain SGD alone (a baseline; nothing is sent).
+// With `repair`, a step that fails because a peer failed drops that peer,
+// re-forms the group over the survivors (Form) and resumes: ring modes agree
+// on the step and take the model (and momentum) of a survivor that finished
+// it (Resync: two dense all-reduces); gossip agrees on the step (AgreeStep)
+// and repeats it or takes its own SGD step alone to catch up.
+//
+// An "epoch" is (data count / peers) / batch steps on every peer, whatever
+// the size of its share (a smaller non-IID share is passed over more than
+// once, each pass in a fresh order); every peer's order depends on (seed,
+// rank, epoch) only.
+//
+// The trainer opens no file, dials nothing and starts no thread: the
+// application owns the data, the model and the context, and hears about
+// progress through PeerTrainerObserver (evaluations, failures, re-formations).
+//
+// Ownership: the model, the data and the context are the caller's and must
+// outlive the trainer; the trainer owns its optimizer, IWP accumulator and
+// batch buffers (allocated by Create; a step allocates nothing of its own).
+// Thread-safety: one thread (the context's).
+#ifndef FEDRT_RUNTIME_PEER_TRAINER_H_
+#define FEDRT_RUNTIME_PEER_TRAINER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fedrt/codecs/iwp.h"
+#include "fedrt/platform/status.h"
+#include "fedrt/runtime/collective_context.h"
+#include "fedrt/runtime/dataset.h"
+#include "fedrt/runtime/model.h"
+#include "fedrt/runtime/optimizer.h"
+
+namespace fedrt {
+namespace peer {
+
+class PeerGroup;
+
+// The training data as the caller holds it: the whole training set (every
+// peer's share), of which this peer trains on `share`. Features are uint8
+// pixels read through `normalization` exactly as dataset.h reads them, or
+// floats used as they are (exactly one of the two).
+struct PeerData {
+  const uint8_t* pixels = nullptr;  // count x example_size
+  const uint8_t* labels = nullptr;  // count class indices
+  std::size_t count = 0;            // examples in the whole set
+  std::size_t example_size = 0;
+  const uint32_t* share = nullptr;  // this peer's examples, indices below count
+  std::size_t share_size = 0;
+  Normalization normalization;      // pixels only
+  const float* features = nullptr;  // instead of pixels: count x example_size
+};
+
+enum class PeerReduce : uint8_t { kDense, kCodec, kIwp, kGossip, kLocal };
+
+struct PeerTrainerOptions {
+  PeerReduce reduce = PeerReduce::kDense;
+  // kCodec: the codec of every hop (e.g. "fp16"). kGossip: the models' codec
+  // (empty: fp32; "moniqua:bits=1,theta=0.5"; "choco:gamma=G+CODEC").
+  // Another reduce takes none.
+  std::string codec;
+  // kGossip with a moniqua codec that names no theta: theta = this times the
+  // step's learning rate (the neighbours' distance scales with it; codec
+  // specification, section 5), so it follows a decaying schedule.
+  double moniqua_theta_per_lr = 0.02;
+  // The optimizer: learning-rate schedule (a cosine one without total_steps
+  // runs over all epochs) and momentum.
+  SgdOptions sgd;
+  int epochs = 1;
+  int batch = 32;
+  uint64_t seed = 1;            // batch order (with the rank) and the IWP leader
+  uint32_t max_steps = 0;       // stop after this many steps; 0: whole epochs
+  bool repair = false;          // re-form without a failed peer and go on
+  int evals_per_epoch = 1;      // PeerProgress reports per epoch, the last at its end
+  uint32_t chunk_floats = 0;    // ring all-reduce pipelining (RingAllReduce; 0: automatic)
+
+  // IWP (codec specification, section 4; defaults in runtime/README.md).
+  struct Iwp {
+    float density = 1.0f / 64;     // share of coordinates per step
+    // Momentum lives in the accumulator (DGC) and the step is plain SGD;
+    // else momentum SGD on the mean.
+    bool momentum_correction = true;
+    // true: the accumulator holds lr * (velocity or gradient) and the reduced
+    // mean is applied at rate 1; false: it holds raw gradients, applied at
+    // the learning rate of the step that sends them.
+    bool accumulate_updates = true;
+    bool per_tensor = true;        // one threshold per tensor
+    float eps = 1e-8f;             // importance = |a| / (|w| + eps)
+    uint64_t dense_below = 2000;   // tensors smaller than this are sent whole
+    int warmup_steps = -1;         // -1: one epoch
+    float warmup_density = 0;      // 0: 4 x density (at most 1)
+    bool warmup_exponential = true;  // density falls geometrically (else constant)
+    float clip = 0;                // local gradient clipping to this L2 norm; 0: off
+  } iwp;
+};
+
+// Where training stands, at each of the evals_per_epoch points of an epoch.
+struct PeerProgress {
+  int epoch = 0;                    // 0-based
+  std::size_t steps_done = 0;       // steps of this epoch so far
+  std::size_t steps_per_epoch = 0;
+  uint32_t step = 0;                // steps run so far, all epochs
+  bool epoch_end = false;
+  std::size_t members = 0;          // peers in the group now
+  double train_loss = 0;            // mean batch loss since the last report (0: no step)
+  uint64_t total_bytes_sent = 0;    // payload bytes of every collective so far
+  // What a dense fp32 exchange of the same steps would have sent: the ring's
+  // 2 (p - 1) / p of the model per all-reduce, gossip's model once per neighbour.
+  uint64_t fp32_bytes = 0;
+  uint64_t wraps = 0;               // gossip: Moniqua wrap counts since the last report
+  std::vector<uint64_t> step_wraps; //   and per step
+  // At the epoch's end: its mean batch loss, wrap count and wall time.
+  double epoch_loss = 0;
+  uint64_t epoch_wraps = 0;
+  double epoch_seconds = 0;
+};
+
+// What the trainer reports. Callbacks run on the trainer's thread.
+class PeerTrainerObserver {
+ public:
+  virtual ~PeerTrainerObserver() = default;
+  // An evaluation point (the application evaluates the model, logs); an
+  // error ends Run with it.
+  virtual Status OnProgress(const PeerProgress& progress) {
+    (void)progress;
+    return Status::Ok();
+  }
+  // A collective of step `step` failed (repaired next, if repair is on and a
+  // peer failed; else Run returns `status`).
+  virtual void OnStepFailed(uint64_t step, const Status& status) {
+    (void)step;
+    (void)status;
+  }
+  virtual void OnReforming(int failed_rank, std::size_t survivors) {
+    (void)failed_rank;
+    (void)survivors;
+  }
+  virtual void OnReformed(std::size_t members) { (void)members; }
+  // After a re-formation: the group resumes at `step`.
+  virtual void OnResumed(uint64_t step) { (void)step; }
+  // Gossip: one step done, with its Moniqua wrap count.
+  virtual void OnGossipStep(uint64_t step, uint64_t wraps) {
+    (void)step;
+    (void)wraps;
+  }
+};
+
+class PeerTrainer {
+ public:
+  // kInvalidArgument for options that do not fit (a codec for a reduce that
+  // takes none, a model that does not fit the data, an empty share, ...).
+  // The context must be formed (Form) already; its members now set the
+  // length of an epoch.
+  static Result<std::unique_ptr<PeerTrainer>> Create(Model& model, const PeerData& data, CollectiveContext& context,
+                                                     const PeerTrainerOptions& options);
+  ~PeerTrainer();
+  PeerTrainer(const PeerTrainer&) = delete;
+  PeerTrainer& operator=(const PeerTrainer&) = delete;
+
+  // Trains all epochs (or max_steps). Returns the first error that is not
+  // repaired (a step that failed without `repair`, a failed re-formation, an
+  // observer's error). Leaves the context formed: Close() it when done.
+  Status Run(PeerTrainerObserver& observer);
+  Status Run(const std::function<Status(const PeerProgress&)>& on_progress);
+
+  std::size_t steps_per_epoch() const { return steps_per_epoch_; }
+  // The gossip codec of the first step (with a derived theta).
+  const std::string& gossip_codec() const { return gossip_codec_; }
+  const Sgd& optimizer() const { return sgd_; }
+  uint64_t total_bytes_sent() const;
+
+ private:
+  PeerTrainer(Model& model, const PeerData& data, CollectiveContext& context, const PeerTrainerOptions& options,
+              Sgd sgd, std::size_t steps_per_epoch);
+  // The gossip codec for a step at learning rate `lr`.
+  std::string GossipCodec(double lr) const;
+  void CountFp32Step();
+  void GatherBatch(const uint32_t* indices);
+  Status Reform(PeerTrainerObserver& observer);
+  Status Resync(uint32_t* step, bool* behind);
+  Status Report(PeerTrainerObserver& observer, int epoch, std::size_t steps_done, uint32_t step, bool epoch_end,
+                double epoch_loss, uint64_t epoch_wraps, double epoch_seconds);
+
+  Model& model_;
+  const PeerData data_;
+  CollectiveContext& context_;
+  const PeerTrainerOptions options_;
+  const bool derived_theta_;
+  Sgd sgd_;
+  LrSchedule schedule_;  // the learning rate of IWP updates (the optimizer's is 1 then)
+  const std::size_t steps_per_epoch_;
+  const std::size_t peer_count_;
+  std::unique_ptr<PeerGroup> group_;
+  std::unique_ptr<IwpAccumulator> accumulator_;
+  std::string gossip_codec_;
+  float feature_table_[256];
+  std::vector<float> features_;
+  std::vector<uint8_t> labels_;
+  std::vector<uint32_t> batch_indices_;
+  std::vector<float> saved_;
+  std::vector<uint32_t> indices_;
+  std::vector<float> sums_;
+  double fp32_bytes_ = 0;
+  double interval_loss_ = 0;
+  std::size_t interval_steps_ = 0;
+  uint64_t interval_wraps_ = 0;
+  std::vector<uint64_t> interval_step_wraps_;
+};
+
+}  // namespace peer
+}  // namespace fedrt
+
+#endif  // FEDRT_RUNTIME_PEER_TRAINER_H_

@@ -1,0 +1,381 @@
+// The peer training loop (peer_trainer.h).
+#include "fedrt/runtime/peer_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "fedrt/runtime/peer.h"
+
+namespace fedrt {
+namespace peer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool TakesCodec(PeerReduce reduce) { return reduce == PeerReduce::kCodec || reduce == PeerReduce::kGossip; }
+
+}  // namespace
+
+Result<std::unique_ptr<PeerTrainer>> PeerTrainer::Create(Model& model, const PeerData& data,
+                                                         CollectiveContext& context,
+                                                         const PeerTrainerOptions& options) {
+  if ((data.pixels == nullptr) == (data.features == nullptr) || data.labels == nullptr) {
+    return InvalidArgument("peer data needs labels and either uint8 pixels or float features");
+  }
+  if (data.share == nullptr || data.share_size == 0) return InvalidArgument("this peer's share of the data is empty");
+  for (std::size_t i = 0; i < data.share_size; ++i) {
+    if (data.share[i] >= data.count) {
+      return InvalidArgument("example " + std::to_string(data.share[i]) + " of this peer's share is not in a data set of " +
+                             std::to_string(data.count));
+    }
+  }
+  if (model.input_size() != data.example_size) {
+    return InvalidArgument("the model takes " + std::to_string(model.input_size()) + " inputs, the data has " +
+                           std::to_string(data.example_size) + " features per example");
+  }
+  if (options.epochs < 1 || options.batch < 1 || options.evals_per_epoch < 1) {
+    return InvalidArgument("epochs, batch and evaluations per epoch must be positive");
+  }
+  if (options.reduce == PeerReduce::kCodec && options.codec.empty()) {
+    return InvalidArgument("a codec all-reduce needs a codec (e.g. fp16)");
+  }
+  if (!TakesCodec(options.reduce) && !options.codec.empty()) {
+    return InvalidArgument("codec '" + options.codec + "' does not apply: only gossip and the codec all-reduce take one");
+  }
+  if (context.members().empty()) return Status(StatusCode::kFailedPrecondition, "the context is not formed yet");
+  const std::size_t n = context.members().size();
+  const std::size_t steps_per_epoch = (data.count / n) / static_cast<std::size_t>(options.batch);
+  const std::size_t d = model.parameter_count();
+
+  // IWP accumulating updates: the schedule scales what goes into the
+  // accumulator, and the optimizer applies the reduced mean at rate 1; with
+  // momentum correction the momentum lives in the accumulator.
+  const bool iwp = options.reduce == PeerReduce::kIwp;
+  const bool corrected = iwp && options.iwp.momentum_correction;
+  SgdOptions sgd_options = options.sgd;
+  if (sgd_options.schedule.kind == LrScheduleKind::kCosine && sgd_options.schedule.total_steps == 0) {
+    sgd_options.schedule.total_steps = steps_per_epoch * static_cast<std::size_t>(options.epochs);
+  }
+  const LrSchedule schedule = sgd_options.schedule;
+  if (iwp && options.iwp.accumulate_updates) {
+    sgd_options.schedule = LrSchedule();
+    sgd_options.schedule.base_lr = 1.0;
+  }
+  sgd_options.momentum = corrected ? 0.0f : options.sgd.momentum;
+  auto sgd = Sgd::Create(sgd_options, d);
+  if (!sgd.ok()) return sgd.status();
+  FEDRT_RETURN_IF_ERROR(model.Reserve(options.batch));
+
+  std::unique_ptr<PeerTrainer> trainer(
+      new PeerTrainer(model, data, context, options, std::move(*sgd), steps_per_epoch));
+  trainer->schedule_ = schedule;
+  if (iwp) {
+    IwpOptions io;
+    io.target_fraction = options.iwp.density;
+    io.momentum = corrected ? options.sgd.momentum : 0.0f;
+    io.dense_below = static_cast<std::size_t>(options.iwp.dense_below);
+    io.warmup_steps = options.iwp.warmup_steps < 0 ? static_cast<uint32_t>(steps_per_epoch)
+                                                   : static_cast<uint32_t>(options.iwp.warmup_steps);
+    io.warmup_fraction =
+        options.iwp.warmup_density > 0 ? options.iwp.warmup_density : std::min(1.0f, 4 * options.iwp.density);
+    io.warmup_exponential = options.iwp.warmup_exponential;
+    io.clip_norm = options.iwp.clip;
+    io.eps = options.iwp.eps;
+    FEDRT_RETURN_IF_ERROR(IwpAccumulator::Check(d, io));
+    trainer->accumulator_ = std::make_unique<IwpAccumulator>(d, io);
+    if (options.iwp.per_tensor) {
+      std::vector<std::size_t> sizes;
+      for (const TensorInfo& t : model.tensors()) sizes.push_back(t.size);
+      FEDRT_RETURN_IF_ERROR(trainer->accumulator_->SetTensors(sizes));
+    }
+  }
+  return trainer;
+}
+
+PeerTrainer::PeerTrainer(Model& model, const PeerData& data, CollectiveContext& context,
+                         const PeerTrainerOptions& options, Sgd sgd, std::size_t steps_per_epoch)
+    : model_(model), data_(data), context_(context), options_(options),
+      derived_theta_(options.reduce == PeerReduce::kGossip && options.codec.rfind("moniqua", 0) == 0 &&
+                     options.codec.find("theta=") == std::string::npos),
+      sgd_(std::move(sgd)), steps_per_epoch_(steps_per_epoch), peer_count_(context.peer_count()),
+      group_(std::make_unique<PeerGroup>(context, options.chunk_floats)),
+      gossip_codec_(options.reduce == PeerReduce::kGossip ? GossipCodec(options.sgd.schedule.base_lr) : ""),
+      features_(static_cast<std::size_t>(options.batch) * data.example_size),
+      labels_(static_cast<std::size_t>(options.batch)), batch_indices_(static_cast<std::size_t>(options.batch)),
+      saved_(model.parameter_count()) {
+  FeatureTable(data.normalization, feature_table_);
+}
+
+PeerTrainer::~PeerTrainer() = default;
+
+uint64_t PeerTrainer::total_bytes_sent() const { return group_->total_bytes_sent(); }
+
+// Moniqua's theta bounds the neighbours' distance, which scales with the
+// learning rate (codec specification, section 5): a codec spec without theta
+// gets theta = moniqua_theta_per_lr * lr. Every peer computes the same
+// schedule, so all use the same theta in a step.
+std::string PeerTrainer::GossipCodec(double lr) const {
+  if (!derived_theta_) return options_.codec;
+  char theta[40];
+  std::snprintf(theta, sizeof theta, "theta=%.6g", options_.moniqua_theta_per_lr * lr);
+  return options_.codec + (options_.codec.find(':') == std::string::npos ? ":" : ",") + theta;
+}
+
+void PeerTrainer::CountFp32Step() {
+  const double p = static_cast<double>(context_.members().size());
+  const double model_bytes = static_cast<double>(model_.parameter_count()) * sizeof(float);
+  if (options_.reduce == PeerReduce::kGossip || options_.reduce == PeerReduce::kLocal) {
+    fp32_bytes_ += model_bytes * static_cast<double>(context_.neighbours().size());
+  } else {
+    fp32_bytes_ += model_bytes * 2.0 * (p - 1.0) / p;
+  }
+}
+
+void PeerTrainer::GatherBatch(const uint32_t* indices) {
+  const std::size_t size = data_.example_size;
+  for (std::size_t n = 0; n < batch_indices_.size(); ++n) {
+    const std::size_t at = static_cast<std::size_t>(indices[n]) * size;
+    if (data_.pixels != nullptr) {
+      const uint8_t* src = data_.pixels + at;
+      for (std::size_t i = 0; i < size; ++i) features_[n * size + i] = feature_table_[src[i]];
+    } else {
+      std::memcpy(features_.data() + n * size, data_.features + at, size * sizeof(float));
+    }
+    labels_[n] = data_.labels[indices[n]];
+  }
+}
+
+// Drops the failed peer and re-forms the group (ring or graph) over the rest.
+Status PeerTrainer::Reform(PeerTrainerObserver& observer) {
+  std::vector<uint32_t> survivors;
+  for (uint32_t r : context_.members()) {
+    if (static_cast<int>(r) != context_.failed_rank()) survivors.push_back(r);
+  }
+  observer.OnReforming(context_.failed_rank(), survivors.size());
+  FEDRT_RETURN_IF_ERROR(context_.Form(survivors));
+  observer.OnReformed(survivors.size());
+  return Status::Ok();
+}
+
+// After a re-formation the survivors agree where to resume: a peer may have
+// finished the step the others failed (the lost peer's last data reached it
+// before it died). Every survivor learns every survivor's step; the first
+// peer at the furthest step sends its model and momentum (an all-reduce to
+// which the others add zeros, so the values arrive exactly) and everyone
+// resumes at that step. *behind: this peer's failed step is done already.
+Status PeerTrainer::Resync(uint32_t* step, bool* behind) {
+  const uint32_t rank = context_.rank();
+  std::vector<float> steps(peer_count_, 0.0f);
+  steps[rank] = static_cast<float>(*step) + 1.0f;  // 0: not a member
+  FEDRT_RETURN_IF_ERROR(group_->AllReduce(steps.data(), steps.size()));
+  uint32_t resume = 0, root = rank;
+  for (uint32_t r : context_.members()) resume = std::max(resume, static_cast<uint32_t>(steps[r]) - 1);
+  for (uint32_t r : context_.members()) {
+    if (static_cast<uint32_t>(steps[r]) - 1 == resume) {
+      root = r;
+      break;
+    }
+  }
+  const std::size_t d = model_.parameter_count(), v = sgd_.velocity_size();
+  std::vector<float> state(d + v, 0.0f);
+  if (rank == root) {
+    std::copy(model_.parameters(), model_.parameters() + d, state.begin());
+    std::copy(sgd_.velocity(), sgd_.velocity() + v, state.begin() + static_cast<std::ptrdiff_t>(d));
+  }
+  FEDRT_RETURN_IF_ERROR(group_->AllReduce(state.data(), state.size()));
+  std::copy(state.begin(), state.begin() + static_cast<std::ptrdiff_t>(d), model_.parameters());
+  std::copy(state.begin() + static_cast<std::ptrdiff_t>(d), state.end(), sgd_.velocity());
+  *behind = *step < resume;
+  *step = resume;
+  sgd_.set_step(resume);
+  return Status::Ok();
+}
+
+Status PeerTrainer::Report(PeerTrainerObserver& observer, int epoch, std::size_t steps_done, uint32_t step,
+                           bool epoch_end, double epoch_loss, uint64_t epoch_wraps, double epoch_seconds) {
+  PeerProgress progress;
+  progress.epoch = epoch;
+  progress.steps_done = steps_done;
+  progress.steps_per_epoch = steps_per_epoch_;
+  progress.step = step;
+  progress.epoch_end = epoch_end;
+  progress.members = context_.members().size();
+  progress.train_loss = interval_steps_ ? interval_loss_ / static_cast<double>(interval_steps_) : 0.0;
+  progress.total_bytes_sent = group_->total_bytes_sent();
+  progress.fp32_bytes = static_cast<uint64_t>(fp32_bytes_);
+  progress.wraps = interval_wraps_;
+  progress.step_wraps = interval_step_wraps_;
+  progress.epoch_loss = epoch_loss;
+  progress.epoch_wraps = epoch_wraps;
+  progress.epoch_seconds = epoch_seconds;
+  FEDRT_RETURN_IF_ERROR(observer.OnProgress(progress));
+  interval_loss_ = 0;
+  interval_steps_ = 0;
+  interval_wraps_ = 0;
+  interval_step_wraps_.clear();
+  return Status::Ok();
+}
+
+Status PeerTrainer::Run(const std::function<Status(const PeerProgress&)>& on_progress) {
+  struct Forward : PeerTrainerObserver {
+    explicit Forward(const std::function<Status(const PeerProgress&)>& f) : fn(f) {}
+    Status OnProgress(const PeerProgress& progress) override { return fn ? fn(progress) : Status::Ok(); }
+    const std::function<Status(const PeerProgress&)>& fn;
+  } observer(on_progress);
+  return Run(observer);
+}
+
+Status PeerTrainer::Run(PeerTrainerObserver& observer) {
+  const std::size_t d = model_.parameter_count();
+  const std::size_t batch = static_cast<std::size_t>(options_.batch);
+  const std::size_t evals = static_cast<std::size_t>(options_.evals_per_epoch);
+  const bool iwp_updates = options_.reduce == PeerReduce::kIwp && options_.iwp.accumulate_updates;
+  const std::string ring_codec = options_.reduce == PeerReduce::kCodec ? options_.codec : std::string();
+  const uint64_t order_seed = options_.seed + static_cast<uint64_t>(context_.rank());
+  uint32_t step = 0;
+  uint32_t skip_steps = 0;  // gossip: batches the survivors took while this peer failed (step counts them)
+  std::vector<uint32_t> order;
+  for (int epoch = 0; epoch < options_.epochs; ++epoch) {
+    order.clear();
+    const std::size_t needed = steps_per_epoch_ * batch;
+    for (uint64_t pass = 0; order.size() < needed; ++pass) {
+      // Pass 0 of every epoch is the order an equal share always had.
+      const std::vector<uint32_t> more =
+          ShuffledIndices(data_.share_size, order_seed, static_cast<uint64_t>(epoch) + (pass << 32));
+      order.insert(order.end(), more.begin(), more.end());
+    }
+    double loss_sum = 0;
+    uint64_t wraps = 0;
+    std::size_t steps_done = 0;
+    const Clock::time_point start = Clock::now();
+    for (std::size_t s = 0; s < steps_per_epoch_; ++s) {
+      if (options_.max_steps > 0 && step >= options_.max_steps) break;
+      if (skip_steps > 0) {
+        --skip_steps;
+        continue;
+      }
+      // Reports inside the epoch (the epoch's end is reported below).
+      if (s > 0 && (s * evals) / steps_per_epoch_ != ((s - 1) * evals) / steps_per_epoch_) {
+        FEDRT_RETURN_IF_ERROR(Report(observer, epoch, s, step, false, 0, 0, 0));
+      }
+      for (std::size_t b = 0; b < batch; ++b) batch_indices_[b] = data_.share[order[s * batch + b]];
+      GatherBatch(batch_indices_.data());
+      auto loss = model_.ComputeGradients(features_.data(), labels_.data(), options_.batch);
+      if (!loss.ok()) return loss.status();
+      loss_sum += loss->loss;
+      interval_loss_ += loss->loss;
+      ++interval_steps_;
+      ++steps_done;
+      float* g = model_.gradients();
+      float* x = model_.parameters();
+      if (options_.reduce == PeerReduce::kLocal) {
+        // The no-communication baseline: gossip's plain SGD step without mixing.
+        const float lr = static_cast<float>(sgd_.current_lr());
+        for (std::size_t i = 0; i < d; ++i) x[i] = x[i] - lr * g[i];
+        sgd_.set_step(sgd_.step() + 1);
+        ++step;
+        continue;
+      }
+      if (options_.reduce == PeerReduce::kGossip) {
+        // D-PSGD: the mixing step applies the plain SGD step itself.
+        GossipStats gossip;
+        const float lr = static_cast<float>(sgd_.current_lr());
+        if (derived_theta_ && options_.sgd.schedule.kind != LrScheduleKind::kConstant) {
+          gossip_codec_ = GossipCodec(sgd_.current_lr());
+        }
+        Status mixed = group_->GossipStep(x, g, d, lr, gossip_codec_, step, &gossip);
+        bool done_elsewhere = false;
+        while (!mixed.ok()) {
+          // A failed step leaves the model as it was: re-form, agree with the
+          // survivors on the step to resume at, and repeat this one or (the
+          // others finished it before the failure) take its plain SGD step
+          // alone and join them.
+          observer.OnStepFailed(step, mixed);
+          if (!options_.repair || context_.failed_rank() < 0) return mixed;
+          FEDRT_RETURN_IF_ERROR(Reform(observer));
+          auto agreed = AgreeStep(context_, step);
+          if (!agreed.ok()) {
+            mixed = agreed.status();
+            continue;
+          }
+          observer.OnResumed(*agreed);
+          if (*agreed > step) {
+            for (std::size_t i = 0; i < d; ++i) x[i] = x[i] - lr * g[i];
+            skip_steps = static_cast<uint32_t>(*agreed) - step - 1;
+            step = static_cast<uint32_t>(*agreed);
+            sgd_.set_step(step);
+            done_elsewhere = true;
+            break;
+          }
+          mixed = group_->GossipStep(x, g, d, lr, gossip_codec_, step, &gossip);
+        }
+        if (done_elsewhere) continue;
+        CountFp32Step();
+        wraps += gossip.wrap_count;
+        interval_wraps_ += gossip.wrap_count;
+        interval_step_wraps_.push_back(gossip.wrap_count);
+        observer.OnGossipStep(step, gossip.wrap_count);
+        sgd_.set_step(sgd_.step() + 1);
+        ++step;
+        continue;
+      }
+      bool accumulated = false;  // IWP: this step's gradient is in the accumulator
+      bool done_elsewhere = false;
+      for (;;) {
+        Status reduced;
+        const float members = static_cast<float>(context_.members().size());
+        if (options_.reduce == PeerReduce::kIwp) {
+          if (!accumulated) {
+            reduced = accumulator_->Accumulate(
+                g, iwp_updates ? static_cast<float>(schedule_.LearningRate(sgd_.step())) : 1.0f);
+          }
+          accumulated = true;
+          if (reduced.ok()) reduced = group_->IwpAllReduce(*accumulator_, x, options_.seed, step, &indices_, &sums_);
+          if (reduced.ok()) {
+            std::fill(g, g + d, 0.0f);
+            for (std::size_t j = 0; j < indices_.size(); ++j) g[indices_[j]] = sums_[j] / members;
+          }
+        } else {
+          std::copy(g, g + d, saved_.begin());
+          reduced = group_->AllReduce(g, d, ring_codec);
+          if (reduced.ok()) {
+            for (std::size_t i = 0; i < d; ++i) g[i] /= members;
+          } else {
+            std::copy(saved_.begin(), saved_.end(), g);
+          }
+        }
+        if (reduced.ok()) break;
+        observer.OnStepFailed(step, reduced);
+        if (!options_.repair || context_.failed_rank() < 0) return reduced;
+        FEDRT_RETURN_IF_ERROR(Reform(observer));
+        bool behind = false;
+        FEDRT_RETURN_IF_ERROR(Resync(&step, &behind));
+        if (options_.reduce == PeerReduce::kIwp && !behind && !sums_.empty()) {
+          // The sum never completed anywhere: what this peer gathered goes
+          // back into its accumulator (those slots are zero since).
+          FEDRT_RETURN_IF_ERROR(accumulator_->Restore(indices_.data(), sums_.size(), sums_.data()));
+        }
+        if (behind) {
+          // Another peer finished this step; its model (sent by Resync) has it.
+          observer.OnResumed(step);
+          done_elsewhere = true;
+          break;
+        }
+      }
+      if (done_elsewhere) continue;
+      CountFp32Step();
+      sgd_.Step(x, g);
+      ++step;
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    FEDRT_RETURN_IF_ERROR(Report(observer, epoch, steps_done, step, true,
+                                 loss_sum / static_cast<double>(std::max<std::size_t>(1, steps_done)), wraps, seconds));
+  }
+  return Status::Ok();
+}
+
+}  // namespace peer
+}  // namespace fedrt

@@ -1,9 +1,6 @@
 // Ring all-reduce over real TCP on 127.0.0.1 (port 0), one thread per rank.
-//
-// Tolerance: the dense ring adds each coordinate's p inputs in ring order in
-// float; the reference adds them in double. With inputs in [-1, 1] the error
-// is below p * 2^-24 * sum|x_i| <= p^2 * 6e-8, so 1e-5 for p <= 8 is safe.
-// Every peer must hold bit-identical results (the all-gather copies bytes).
+// Tolerance: peer_checks.h (1e-5 against the double sum; every peer must
+// hold bit-identical results).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -16,38 +13,16 @@
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/iwp.h"
 #include "fedrt/runtime/peer.h"
+#include "peer_checks.h"
 #include "peer_ring.h"
 #include "tls_test_support.h"
 
 namespace fedrt {
 namespace {
 
+using testing::CheckRingSum;
+using testing::Input;
 using testing::PeerRing;
-
-std::vector<float> Input(uint32_t rank, std::size_t n) {
-  std::mt19937 rng(1234 + rank);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
-
-// Every peer of `ring` all-reduces its Input(rank + seed, size); the result
-// must be the exact sum (double) within 1e-5 and identical on every peer.
-void CheckRingSum(PeerRing& ring, int n, std::size_t size, uint32_t seed) {
-  std::vector<std::vector<float>> data(static_cast<std::size_t>(n));
-  std::vector<double> exact(size, 0.0);
-  for (int r = 0; r < n; ++r) {
-    data[static_cast<std::size_t>(r)] = Input(static_cast<uint32_t>(r) + seed, size);
-    for (std::size_t i = 0; i < size; ++i) exact[i] += data[static_cast<std::size_t>(r)][i];
-  }
-  auto st = ring.Each(ring.All(), [&](uint32_t r) { return ring.groups[r]->AllReduce(data[r].data(), size); });
-  for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
-  double worst = 0;
-  for (std::size_t i = 0; i < size; ++i) worst = std::max(worst, std::fabs(data[0][i] - exact[i]));
-  CHECK(worst <= 1e-5);
-  for (int r = 1; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == data[0]);
-}
 
 TEST_CASE("ring all-reduce of 2 to 8 peers equals the exact sum for awkward sizes") {
   const std::size_t sizes[] = {0, 1, 7, 4096 + 3, std::size_t{1} << 20};
@@ -150,29 +125,8 @@ TEST_CASE("fp16 ring all-reduce equals the reference of the same hops and is ide
   ring.FormAll();
   std::vector<std::vector<float>> data(n);
   for (int r = 0; r < n; ++r) data[r] = Input(static_cast<uint32_t>(r), size);
-  // Reference: each partial sum crosses one fp16 hop, i.e. is rounded to
-  // fp16 before the next peer adds its (exact) value; the final sum is
-  // rounded to fp16 once by its owner. The ring visits segment s's owners in
-  // order s, s+1, ..., s+p-1 (positions), so the reference follows that.
-  auto codec = MakeCodec("fp16").value();
-  auto round_fp16 = [&](float x) {
-    std::vector<uint8_t> buf(codec->MaxEncodedSize(1));
-    auto sz = codec->Encode(&x, 1, {}, buf.data(), buf.size());
-    float y = 0;
-    REQUIRE(codec->Decode(buf.data(), *sz, {}, &y, 1).ok());
-    return y;
-  };
-  std::vector<float> reference(size);
-  for (std::size_t i = 0; i < size; ++i) {
-    std::size_t seg = 0;
-    while ((seg + 1) * size / n <= i) ++seg;
-    float acc = round_fp16(data[seg][i]);
-    for (int h = 1; h < n; ++h) {
-      acc = acc + data[(seg + h) % n][i];
-      if (h + 1 < n) acc = round_fp16(acc);
-    }
-    reference[i] = round_fp16(acc);
-  }
+  // Reference: each partial sum crosses one fp16 hop (peer_checks.h).
+  const std::vector<float> reference = testing::Fp16RingReference(data);
   auto st = ring.Each(ring.All(), [&](uint32_t r) { return ring.groups[r]->AllReduce(data[r].data(), size, "fp16"); });
   for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
   for (int r = 0; r < n; ++r) CHECK(data[r] == reference);

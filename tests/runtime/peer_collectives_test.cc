@@ -2,9 +2,7 @@
 // thread per rank: dense and fp16 ring all-reduce, IWP, gossip (full
 // precision, Moniqua, CHOCO replicas), step agreement, and the failure of a
 // rank in the middle of a collective.
-//
-// Tolerance of the dense sums: as peer_allreduce_test.cc (inputs in [-1, 1],
-// p <= 4: the float ring sum is within 1e-5 of the double sum).
+// Inputs, references and tolerances: peer_checks.h, shared with the TCP tests.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -21,20 +19,15 @@
 #include "fedrt/codecs/moniqua.h"
 #include "fedrt/runtime/collectives.h"
 #include "fedrt/runtime/peer.h"
+#include "peer_checks.h"
 #include "peer_ring.h"
 
 namespace fedrt {
 namespace {
 
+using testing::Input;
 using testing::LoopbackRing;
-
-std::vector<float> Input(uint32_t seed, std::size_t n) {
-  std::mt19937 rng(777 + seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+using testing::Models;
 
 TEST_CASE("dense ring all-reduce over the loopback of 2, 3 and 4 ranks equals the exact sum on every rank") {
   const std::size_t sizes[] = {0, 1, 7, 4096 + 3, 70001};
@@ -43,17 +36,7 @@ TEST_CASE("dense ring all-reduce over the loopback of 2, 3 and 4 ranks equals th
     ring.FormAll();
     for (std::size_t size : sizes) {
       INFO("ranks ", n, ", size ", size);
-      std::vector<std::vector<float>> data(static_cast<std::size_t>(n));
-      std::vector<double> exact(size, 0.0);
-      for (int r = 0; r < n; ++r) {
-        data[static_cast<std::size_t>(r)] = Input(static_cast<uint32_t>(r), size);
-        for (std::size_t i = 0; i < size; ++i) exact[i] += data[static_cast<std::size_t>(r)][i];
-      }
-      for (auto& s : ring.Reduce(ring.All(), data)) REQUIRE_MESSAGE(s.ok(), s.ToString());
-      double worst = 0;
-      for (std::size_t i = 0; i < size; ++i) worst = std::max(worst, std::fabs(data[0][i] - exact[i]));
-      CHECK(worst <= 1e-5);
-      for (int r = 1; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == data[0]);
+      testing::CheckRingSum(ring, n, size, 0);
       if (size > 0) CHECK(ring.groups[0]->last_stats().bytes_sent > 0);
     }
   }
@@ -61,33 +44,13 @@ TEST_CASE("dense ring all-reduce over the loopback of 2, 3 and 4 ranks equals th
 
 TEST_CASE("fp16 hops over the loopback equal the reference of the same hops on every rank") {
   const std::size_t size = 2000 + 3;
-  auto codec = MakeCodec("fp16").value();
-  auto round_fp16 = [&](float x) {
-    std::vector<uint8_t> buf(codec->MaxEncodedSize(1));
-    auto sz = codec->Encode(&x, 1, {}, buf.data(), buf.size());
-    float y = 0;
-    REQUIRE(codec->Decode(buf.data(), *sz, {}, &y, 1).ok());
-    return y;
-  };
   for (int n = 2; n <= 4; ++n) {
     INFO("ranks ", n);
     LoopbackRing ring(n, {}, /*chunk_floats=*/300);
     ring.FormAll();
     std::vector<std::vector<float>> data(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) data[static_cast<std::size_t>(r)] = Input(static_cast<uint32_t>(r), size);
-    // Each partial sum crosses one fp16 hop; the owner of segment s (ring
-    // position s - 1) rounds the final sum once (peer_allreduce_test.cc).
-    std::vector<float> reference(size);
-    for (std::size_t i = 0; i < size; ++i) {
-      std::size_t seg = 0;
-      while ((seg + 1) * size / static_cast<std::size_t>(n) <= i) ++seg;
-      float acc = round_fp16(data[seg][i]);
-      for (int h = 1; h < n; ++h) {
-        acc = acc + data[(seg + static_cast<std::size_t>(h)) % static_cast<std::size_t>(n)][i];
-        if (h + 1 < n) acc = round_fp16(acc);
-      }
-      reference[i] = round_fp16(acc);
-    }
+    const std::vector<float> reference = testing::Fp16RingReference(data);
     for (auto& s : ring.Reduce(ring.All(), data, "fp16")) REQUIRE_MESSAGE(s.ok(), s.ToString());
     for (int r = 0; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == reference);
   }
@@ -138,45 +101,11 @@ TEST_CASE("IWP over the loopback of 3 ranks sums the leader's index set and keep
   }
 }
 
-std::vector<std::vector<float>> Models(int n, std::size_t d, float spread) {
-  std::vector<std::vector<float>> m(static_cast<std::size_t>(n));
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> base(-1.0f, 1.0f), off(-spread, spread);
-  std::vector<float> b(d);
-  for (auto& x : b) x = base(rng);
-  for (auto& v : m) {
-    v = b;
-    for (auto& x : v) x += off(rng);
-  }
-  return m;
-}
-
 TEST_CASE("full-precision gossip over the loopback mixes each model with its ring neighbours") {
   for (int n : {2, 3, 4}) {
-    const std::size_t d = 500;
     LoopbackRing ring(n);
     ring.FormAll();
-    auto models = Models(n, d, 0.5f);
-    const auto before = models;
-    std::vector<float> grad(d, 0.25f);
-    std::vector<peer::GossipStats> stats(static_cast<std::size_t>(n));
-    auto st = ring.Each(ring.All(), [&](uint32_t r) {
-      return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.1f, "", 3, &stats[r]);
-    });
-    for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
-    for (int r = 0; r < n; ++r) {
-      const std::size_t left = static_cast<std::size_t>((r + n - 1) % n), right = static_cast<std::size_t>((r + 1) % n);
-      const double w = n == 2 ? 0.5 : 1.0 / 3.0;
-      double worst = 0;
-      for (std::size_t i = 0; i < d; ++i) {
-        double expect = before[r][i] + w * (before[left][i] - before[r][i]) - 0.1 * 0.25;
-        if (n > 2) expect += w * (before[right][i] - before[r][i]);
-        worst = std::max(worst, std::fabs(expect - models[r][i]));
-      }
-      INFO("ranks ", n, " rank ", r);
-      CHECK(worst < 1e-6);
-      CHECK(stats[r].bytes_sent == d * 4 * (n == 2 ? 1 : 2));
-    }
+    testing::CheckRingGossipStep(ring, n, 500);
   }
 }
 
@@ -194,36 +123,7 @@ TEST_CASE("Moniqua gossip over the loopback equals the mixing step on the decode
     return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.0f, spec, 9, &stats[r]);
   });
   for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
-  auto codec = MakeCodec(spec).value();
-  std::vector<std::vector<uint8_t>> payloads(n);
-  for (int r = 0; r < n; ++r) {
-    payloads[r].resize(codec->MaxEncodedSize(d));
-    CodecContext c;
-    c.round = 9;
-    c.sender_id = static_cast<uint32_t>(r);
-    auto size = codec->Encode(before[r].data(), d, c, payloads[r].data(), payloads[r].size());
-    REQUIRE(size.ok());
-    payloads[r].resize(*size);
-  }
-  for (int r = 0; r < n; ++r) {
-    auto decode = [&](int from, std::vector<float>* out) {
-      CodecContext c;
-      c.round = 9;
-      c.sender_id = static_cast<uint32_t>(from);
-      out->resize(d);
-      std::size_t wraps = 0;
-      REQUIRE(MoniquaDecode(*codec, payloads[from].data(), payloads[from].size(), c, before[r].data(), out->data(), d,
-                            -1.0f, &wraps).ok());
-    };
-    std::vector<float> self, left, right;
-    decode(r, &self);
-    decode((r + n - 1) % n, &left);
-    decode((r + 1) % n, &right);
-    MoniquaNeighbour mix[2] = {{left.data(), 1.0f / 3}, {right.data(), 1.0f / 3}};
-    std::vector<float> expect = before[r];
-    MoniquaMixStep(expect.data(), self.data(), mix, 2, 0.0f, grad.data(), d);
-    CHECK(models[r] == expect);
-  }
+  for (int r = 0; r < n; ++r) CHECK(models[r] == testing::MoniquaRingReference(before, r, spec, 9));
 }
 
 TEST_CASE("replica gossip over the loopback brings 1-bit models towards their mean and keeps the mean") {
@@ -278,14 +178,7 @@ TEST_CASE("gossip on a loopback torus applies the Metropolis mixing matrix and r
     return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.0f, "", 1, &stats[r]);
   });
   for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
-  const auto w = peer::MetropolisWeights(peer::GraphNeighbours(peer::GossipGraph::kTorus, n));
-  for (int r = 0; r < n; ++r) {
-    for (std::size_t i = 0; i < d; ++i) {
-      double expect = 0;
-      for (int j = 0; j < n; ++j) expect += w[static_cast<std::size_t>(r * n + j)] * before[j][i];
-      CHECK(models[r][i] == doctest::Approx(expect).epsilon(1e-5));
-    }
-  }
+  for (int r = 0; r < n; ++r) CHECK(testing::MetropolisDistance(before, models[r], r, peer::GossipGraph::kTorus) < 1e-5);
   std::vector<float> x(4, 1.0f);
   CHECK(ring.groups[0]->AllReduce(x.data(), x.size()).code() == StatusCode::kFailedPrecondition);
 }

@@ -14,53 +14,20 @@
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/moniqua.h"
 #include "fedrt/runtime/peer.h"
+#include "peer_checks.h"
 #include "peer_ring.h"
 
 namespace fedrt {
 namespace {
 
+using testing::Models;
 using testing::PeerRing;
-
-std::vector<std::vector<float>> Models(int n, std::size_t d, float spread) {
-  std::vector<std::vector<float>> m(static_cast<std::size_t>(n));
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> base(-1.0f, 1.0f), off(-spread, spread);
-  std::vector<float> b(d);
-  for (auto& x : b) x = base(rng);
-  for (auto& v : m) {
-    v = b;
-    for (auto& x : v) x += off(rng);
-  }
-  return m;
-}
 
 TEST_CASE("full-precision gossip averages each model with its two ring neighbours") {
   for (int n : {2, 3, 5}) {
-    const std::size_t d = 1000;
     PeerRing ring(n);
     ring.FormAll();
-    auto models = Models(n, d, 0.5f);
-    const auto before = models;
-    std::vector<float> grad(d, 0.25f);
-    std::vector<peer::GossipStats> stats(static_cast<std::size_t>(n));
-    auto st = ring.Each(ring.All(), [&](uint32_t r) {
-      return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.1f, "", 7, &stats[r]);
-    });
-    for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
-    for (int r = 0; r < n; ++r) {
-      const std::size_t left = static_cast<std::size_t>((r + n - 1) % n), right = static_cast<std::size_t>((r + 1) % n);
-      const float w = n == 2 ? 0.5f : 1.0f / 3.0f;
-      double worst = 0;
-      for (std::size_t i = 0; i < d; ++i) {
-        double expect = before[r][i] + w * (before[left][i] - before[r][i]) - 0.1 * 0.25;
-        if (n > 2) expect += w * (before[right][i] - before[r][i]);
-        worst = std::max(worst, std::fabs(expect - models[r][i]));
-      }
-      INFO("peers ", n, " rank ", r);
-      CHECK(worst < 1e-6);
-      CHECK(stats[r].wrap_count == 0);
-      CHECK(stats[r].bytes_sent == d * 4 * (n == 2 ? 1 : 2));
-    }
+    testing::CheckRingGossipStep(ring, n, 1000);
     // The mixing matrix is doubly stochastic: without gradients the mean stays.
   }
 }
@@ -81,35 +48,8 @@ TEST_CASE("Moniqua gossip equals the mixing step on the decoded neighbours and r
   for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
   // Reference: encode every model with the same context, decode as the
   // receiver does, mix.
-  auto codec = MakeCodec(spec).value();
-  std::vector<std::vector<uint8_t>> payloads(n);
   for (int r = 0; r < n; ++r) {
-    payloads[r].resize(codec->MaxEncodedSize(d));
-    CodecContext c;
-    c.round = 3;
-    c.sender_id = static_cast<uint32_t>(r);
-    auto size = codec->Encode(before[r].data(), d, c, payloads[r].data(), payloads[r].size());
-    REQUIRE(size.ok());
-    payloads[r].resize(*size);
-  }
-  for (int r = 0; r < n; ++r) {
-    auto decode = [&](int from, std::vector<float>* out) {
-      CodecContext c;
-      c.round = 3;
-      c.sender_id = static_cast<uint32_t>(from);
-      out->resize(d);
-      std::size_t wraps = 0;
-      REQUIRE(MoniquaDecode(*codec, payloads[from].data(), payloads[from].size(), c, before[r].data(),
-                            out->data(), d, -1.0f, &wraps).ok());
-    };
-    std::vector<float> self, left, right;
-    decode(r, &self);
-    decode((r + n - 1) % n, &left);
-    decode((r + 1) % n, &right);
-    MoniquaNeighbour mix[2] = {{left.data(), 1.0f / 3}, {right.data(), 1.0f / 3}};
-    std::vector<float> expect = before[r];
-    MoniquaMixStep(expect.data(), self.data(), mix, 2, 0.0f, grad.data(), d);
-    CHECK(models[r] == expect);
+    CHECK(models[r] == testing::MoniquaRingReference(before, r, spec, 3));
     CHECK(stats[r].bytes_sent < d / 8 * 2 + 1024);  // 1 bit per coordinate per neighbour
   }
   // Models far apart (beyond theta) wrap, and the step says so: many more

@@ -47,7 +47,6 @@ Status CompressedRingAllReduce::Run(float* data, std::size_t n, const std::strin
   const std::size_t need = codec.MaxEncodedSize(std::min(shape.chunk, n));
   if (encoded_.size() < need) encoded_.resize(need);
   const std::size_t r = context_.position();
-  const uint32_t to = context_.right();
   const uint32_t from = context_.left();
   const uint32_t rank = context_.rank();
   const std::string spec = codec.spec();
@@ -67,37 +66,24 @@ Status CompressedRingAllReduce::Run(float* data, std::size_t n, const std::strin
     auto size = codec.Encode(begin, len, context, encoded_.data(), encoded_.size());
     if (!size.ok()) return size.status();
     if (decode_back) FEDRT_RETURN_IF_ERROR(codec.Decode(encoded_.data(), *size, context, begin, len));
-    transport::RingChunkMessage m;
-    m.collective_id = collective;
-    m.step = step;
-    m.phase = phase;
-    m.source_rank = rank;
-    m.segment = static_cast<uint32_t>(s);
+    transport::RingChunkMessage m = internal::RingChunkHead(context_, shape, collective, phase, step, s, k);
     m.codec_spec = spec;
-    m.payload.index = k;  // chunk position within the segment
-    m.payload.count = shape.chunks(s);
-    m.payload.total_size = *size;
+    m.payload.total_size = *size;  // index and count: the chunk's place in the segment
     m.payload.offset = 0;
     m.payload.data = encoded_.data();
     m.payload.size = *size;
     stats_.bytes_sent += m.payload.size;
-    auto slot = context_.FreeSlot(to, deadline, "a ring chunk");
-    if (!slot.ok()) return slot.status();
-    if (*slot == nullptr) return Status::Ok();  // the neighbour has left
-    return context_.Send(to, Encode(m, context_.limits(), **slot, transport::PayloadMode::kCopy));
+    return internal::SendChunk(context_, deadline, m, transport::PayloadMode::kCopy);
   };
 
   // Receives chunk k of segment s for (phase, step) and adds (reduce) or
   // stores (gather) its decoded values.
   auto receive = [&](RingPhase phase, uint32_t step, std::size_t s, uint32_t k, bool add) -> Status {
-    auto frame = context_.Receive(from, deadline);
-    if (!frame.ok()) return frame.status();
+    transport::Frame frame;
+    transport::RingChunkMessage m;
+    FEDRT_RETURN_IF_ERROR(internal::ReceiveChunk(context_, deadline, shape, collective, phase, step, s, k, &frame, &m));
     float* begin = chunk_begin(s, k);
     const std::size_t len = shape.chunk_size(s, k);
-    transport::RingChunkMessage m;
-    FEDRT_RETURN_IF_ERROR(internal::ExpectChunk(context_, *frame, collective, phase, step, static_cast<uint32_t>(s),
-                                                k, shape.chunks(s), shape.size(s) * sizeof(float),
-                                                shape.chunk_offset(k) * sizeof(float), &m));
     if (m.codec_spec != spec) {
       return context_.Fail(static_cast<int>(from), context_.Named(from, Corrupt("ring chunk with another codec")));
     }

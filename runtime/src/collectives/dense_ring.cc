@@ -46,9 +46,7 @@ Status RingAllReduce::Run(float* data, std::size_t n) {
   internal::ReleaseOnReturn release_on_return(context_, deadline);
   const internal::RingShape shape(n, p, chunk_floats_, context_.limits());
   const std::size_t r = context_.position();
-  const uint32_t to = context_.right();
   const uint32_t from = context_.left();
-  const uint32_t rank = context_.rank();
   auto chunk_begin = [&](std::size_t s, uint32_t k) { return data + shape.begin(s) + shape.chunk_offset(k); };
 
   // Raw chunks go straight into the vector: reduce-scatter ones are added as
@@ -83,36 +81,21 @@ Status RingAllReduce::Run(float* data, std::size_t n) {
   // the vector itself: the frame borrows the bytes until it is written
   // (ReleaseOnReturn waits for that).
   auto send = [&](RingPhase phase, uint32_t step, std::size_t s, uint32_t k, bool) -> Status {
-    transport::RingChunkMessage m;
-    m.collective_id = collective;
-    m.step = step;
-    m.phase = phase;
-    m.source_rank = rank;
-    m.segment = static_cast<uint32_t>(s);
-    m.payload.index = k;
-    m.payload.count = shape.chunks(s);
-    m.payload.total_size = shape.size(s) * sizeof(float);
-    m.payload.offset = shape.chunk_offset(k) * sizeof(float);
+    transport::RingChunkMessage m = internal::RingChunkHead(context_, shape, collective, phase, step, s, k);
     m.payload.data = reinterpret_cast<const uint8_t*>(chunk_begin(s, k));
     m.payload.size = shape.chunk_size(s, k) * sizeof(float);
     stats_.bytes_sent += m.payload.size;
-    auto slot = context_.FreeSlot(to, deadline, "a ring chunk");
-    if (!slot.ok()) return slot.status();
-    if (*slot == nullptr) return Status::Ok();  // the neighbour has left
-    return context_.Send(to, Encode(m, context_.limits(), **slot, transport::PayloadMode::kBorrow));
+    return internal::SendChunk(context_, deadline, m, transport::PayloadMode::kBorrow);
   };
 
   // Receives chunk k of segment s for (phase, step) and adds it (reduce) or
   // stores it (gather).
   auto receive = [&](RingPhase phase, uint32_t step, std::size_t s, uint32_t k, bool add) -> Status {
-    auto frame = context_.Receive(from, deadline);
-    if (!frame.ok()) return frame.status();
+    transport::Frame frame;
+    transport::RingChunkMessage m;
+    FEDRT_RETURN_IF_ERROR(internal::ReceiveChunk(context_, deadline, shape, collective, phase, step, s, k, &frame, &m));
     float* begin = chunk_begin(s, k);
     const std::size_t len = shape.chunk_size(s, k);
-    transport::RingChunkMessage m;
-    FEDRT_RETURN_IF_ERROR(internal::ExpectChunk(context_, *frame, collective, phase, step, static_cast<uint32_t>(s),
-                                                k, shape.chunks(s), shape.size(s) * sizeof(float),
-                                                shape.chunk_offset(k) * sizeof(float), &m));
     if (m.payload.size != len * sizeof(float)) {
       return context_.Fail(static_cast<int>(from), context_.Named(from, Corrupt("ring chunk of the wrong size")));
     }

@@ -2,6 +2,7 @@
 #include "collectives/ring.h"
 
 #include <string>
+#include <utility>
 
 namespace fedrt {
 namespace peer {
@@ -24,17 +25,45 @@ RingShape::RingShape(std::size_t floats, std::size_t members, uint32_t chunk_flo
   chunk = std::max<std::size_t>(1, std::min<std::size_t>(want, frame_floats));
 }
 
-Status ExpectChunk(CollectiveContext& context, const transport::Frame& frame, uint64_t collective,
-                   transport::RingPhase phase, uint32_t step, uint32_t segment, uint32_t index, uint32_t count,
-                   uint64_t total, uint64_t offset, transport::RingChunkMessage* out) {
+transport::RingChunkMessage RingChunkHead(const CollectiveContext& context, const RingShape& shape,
+                                          uint64_t collective, transport::RingPhase phase, uint32_t step,
+                                          std::size_t s, uint32_t k) {
+  transport::RingChunkMessage m;
+  m.collective_id = collective;
+  m.step = step;
+  m.phase = phase;
+  m.source_rank = context.rank();
+  m.segment = static_cast<uint32_t>(s);
+  m.payload.index = k;
+  m.payload.count = shape.chunks(s);
+  m.payload.total_size = shape.size(s) * sizeof(float);
+  m.payload.offset = shape.chunk_offset(k) * sizeof(float);
+  return m;
+}
+
+Status SendChunk(CollectiveContext& context, Deadline deadline, const transport::RingChunkMessage& m,
+                 transport::PayloadMode mode) {
+  const uint32_t to = context.right();
+  auto slot = context.FreeSlot(to, deadline, "a ring chunk");
+  if (!slot.ok()) return slot.status();
+  if (*slot == nullptr) return Status::Ok();  // the neighbour has left
+  return context.Send(to, Encode(m, context.limits(), **slot, mode));
+}
+
+Status ReceiveChunk(CollectiveContext& context, Deadline deadline, const RingShape& shape, uint64_t collective,
+                    transport::RingPhase phase, uint32_t step, std::size_t s, uint32_t k, transport::Frame* frame,
+                    transport::RingChunkMessage* out) {
   const uint32_t from = context.left();
-  auto m = transport::DecodeRingChunk(frame, context.limits());
+  auto received = context.Receive(from, deadline);
+  if (!received.ok()) return received.status();
+  *frame = std::move(*received);
+  auto m = transport::DecodeRingChunk(*frame, context.limits());
   if (!m.ok()) return context.Fail(static_cast<int>(from), context.Named(from, m.status()));
   const auto& p = m->payload;
   const bool raw = m->codec_spec.empty();
-  if (m->collective_id != collective || m->phase != phase || m->step != step || m->segment != segment ||
-      m->source_rank != from || p.index != index || p.count != count ||
-      (raw && (p.total_size != total || p.offset != offset))) {
+  if (m->collective_id != collective || m->phase != phase || m->step != step || m->segment != s ||
+      m->source_rank != from || p.index != k || p.count != shape.chunks(s) ||
+      (raw && (p.total_size != shape.size(s) * sizeof(float) || p.offset != shape.chunk_offset(k) * sizeof(float)))) {
     return context.Fail(static_cast<int>(from),
                         context.Named(from, Corrupt("unexpected ring chunk (collective " +
                                                     std::to_string(m->collective_id) + ", step " +

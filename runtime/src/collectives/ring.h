@@ -88,13 +88,25 @@ Status RunRing(const RingShape& shape, std::size_t r, Send send, Receive receive
   return Status::Ok();
 }
 
-// Decodes the next ring chunk from the left neighbour and checks that it is
-// the one expected (collective, phase, step, segment, source, chunk index
-// and count; raw chunks: segment size and offset too). Blames the left
-// neighbour otherwise.
-Status ExpectChunk(CollectiveContext& context, const transport::Frame& frame, uint64_t collective,
-                   transport::RingPhase phase, uint32_t step, uint32_t segment, uint32_t index, uint32_t count,
-                   uint64_t total, uint64_t offset, transport::RingChunkMessage* out);
+// A ring chunk's fields for chunk k of segment s, sent by this peer (raw:
+// the segment's bytes and the chunk's offset; the payload is the caller's).
+transport::RingChunkMessage RingChunkHead(const CollectiveContext& context, const RingShape& shape,
+                                          uint64_t collective, transport::RingPhase phase, uint32_t step,
+                                          std::size_t s, uint32_t k);
+
+// Sends `m` to the right neighbour in a free frame slot (kBorrow: the frame
+// reads the payload when it is written). OK when that neighbour has left.
+Status SendChunk(CollectiveContext& context, Deadline deadline, const transport::RingChunkMessage& m,
+                 transport::PayloadMode mode);
+
+// Receives the next frame from the left neighbour into *frame and decodes
+// it into *out, which must be chunk k of segment s for (collective, phase,
+// step): its source, index and count (raw chunks: segment size and offset
+// too). Blames the left neighbour otherwise. out's payload points into
+// *frame (or at a registered buffer, or is null when it was reduced there).
+Status ReceiveChunk(CollectiveContext& context, Deadline deadline, const RingShape& shape, uint64_t collective,
+                    transport::RingPhase phase, uint32_t step, std::size_t s, uint32_t k, transport::Frame* frame,
+                    transport::RingChunkMessage* out);
 
 // Waits, on every return from a ring collective, until no queued frame reads
 // the caller's vector and nothing is written into it any more.

@@ -145,12 +145,14 @@ uint8_t* Link::PlacePayload(Connection&, const transport::PayloadHead& head) {
 
 bool Link::ConsumesPayload(Connection&, const transport::PayloadHead& head) {
   std::lock_guard<std::mutex> lock(signal_->mutex);
-  reducing_ = Match(head, /*reducing=*/true);
-  return reducing_ != nullptr;
+  const RegisteredBuffer* b = Match(head, /*reducing=*/true);
+  if (b == nullptr) return false;
+  reducing_ = *b;
+  return true;
 }
 
 void Link::ConsumePayload(Connection&, const uint8_t* piece, std::size_t offset, std::size_t size) {
-  reducing_->reduce(piece, size, reducing_->data + offset);
+  reducing_.reduce(piece, size, reducing_.data + offset);
 }
 
 void Link::StartPlacement() {
@@ -307,13 +309,8 @@ Status LinkContext::Close() {
   transport::LeaveMessage leave;
   leave.reason = "finished";
   auto frame = Encode(leave, limits_);
-  for (const auto& link : all) {
-    std::shared_ptr<Connection> c;
-    {
-      std::lock_guard<std::mutex> lock(signal_->mutex);
-      if (link) c = link->connection();
-    }
-    if (c && frame.ok()) (void)c->Send(*frame);
+  if (frame.ok()) {
+    for (const auto& link : all) Post(link.get(), *frame);
   }
   DropLinks("peer group closed", /*graceful=*/true);
   std::unique_lock<std::mutex> lock(signal_->mutex);
@@ -324,6 +321,24 @@ Status LinkContext::Close() {
 }
 
 // ---- LinkContext: sending ---------------------------------------------------------
+
+void LinkContext::Post(Link* link, const transport::OutFrame& frame) {
+  if (link == nullptr) return;
+  std::shared_ptr<Connection> connection;
+  {
+    std::lock_guard<std::mutex> lock(signal_->mutex);
+    connection = link->connection();
+  }
+  if (connection) (void)connection->Send(frame);
+}
+
+Result<transport::OutFrame> LinkContext::ReportFrame(std::string text) const {
+  transport::ErrorMessage report;
+  report.code = StatusCode::kUnavailable;
+  if (text.size() > transport::kMaxReasonBytes) text.resize(transport::kMaxReasonBytes);
+  report.message = text;
+  return Encode(report, limits_);
+}
 
 Link* LinkContext::LinkTo(uint32_t to) const {
   if (options_.graph != GossipGraph::kRing) {
@@ -402,22 +417,10 @@ Status LinkContext::Fail(int failed, const Status& status) {
   if (failed_rank_ < 0) failed_rank_ = failed;
   if (!reported_ && failed_rank_ >= 0) {
     reported_ = true;
-    transport::ErrorMessage report;
-    report.code = StatusCode::kUnavailable;
-    std::string text = std::string(kFailurePrefix) + std::to_string(failed_rank_) + " failed: " +
-                       status.message();
-    if (text.size() > transport::kMaxReasonBytes) text.resize(transport::kMaxReasonBytes);
-    report.message = text;
-    auto frame = Encode(report, limits_);
+    auto frame = ReportFrame(std::string(kFailurePrefix) + std::to_string(failed_rank_) + " failed: " +
+                             status.message());
     if (frame.ok()) {
-      for (Link* link : AllLinks()) {
-        std::shared_ptr<Connection> connection;
-        {
-          std::lock_guard<std::mutex> lock(signal_->mutex);
-          connection = link->connection();
-        }
-        if (connection) (void)connection->Send(*frame);
-      }
+      for (Link* link : AllLinks()) Post(link, *frame);
     }
   }
   return status;
@@ -490,17 +493,8 @@ Result<Frame> LinkContext::NextFrom(bool want_right, Deadline deadline, bool lea
   bool grace = false;
   std::map<int, int> waits_on;  // waiting rank -> rank it waits on
   auto send_text = [&](Link* link, const std::string& text) {
-    transport::ErrorMessage m;
-    m.code = StatusCode::kUnavailable;
-    m.message = text;
-    auto frame = Encode(m, limits_);
-    if (!frame.ok() || link == nullptr) return;
-    std::shared_ptr<Connection> connection;
-    {
-      std::lock_guard<std::mutex> lock(signal_->mutex);
-      connection = link->connection();
-    }
-    if (connection) (void)connection->Send(*frame);
+    auto frame = ReportFrame(text);
+    if (frame.ok()) Post(link, *frame);
   };
   for (;;) {
     Frame frame;

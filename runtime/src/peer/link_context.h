@@ -107,8 +107,9 @@ class Link : public transport::ConnectionHandler {
   std::size_t next_ = 0;
   bool placing_ = false;  // a payload is being received into a registered buffer
   // Loop thread, between ConsumesPayload and OnFrame/OnClose: the buffer
-  // being reduced into is this link's alone (see Match), so no lock.
-  const RegisteredBuffer* reducing_ = nullptr;
+  // being reduced into (a copy: the list may be cleared meanwhile, see
+  // LinkContext::ReleaseBuffers) is this link's alone (see Match), so no lock.
+  RegisteredBuffer reducing_;
   std::atomic<bool> wants_placement_{false};
   std::vector<std::unique_ptr<transport::FrameSlot>> slots_;
 };
@@ -166,7 +167,12 @@ class LinkContext : public virtual CollectiveContext {
   const ContextOptions& options() const { return options_; }
 
  private:
-  // Sends `frame` on `link` to `to` (Send, and the reports of Fail).
+  // Queues `frame` on `link` while it is open; a failed send is that link's
+  // close, which the receiving side sees (failure reports, Leave).
+  void Post(Link* link, const transport::OutFrame& frame);
+  // The Error message of a failure report or suspicion.
+  Result<transport::OutFrame> ReportFrame(std::string text) const;
+  // Sends `frame` on `link` to `to`.
   Status SendOn(Link& link, uint32_t to, Result<transport::OutFrame> frame);
   // A send to `to` failed with `s`: OK when that neighbour has left, else the
   // step fails (blaming the peer a queued failure report names, or `to`).

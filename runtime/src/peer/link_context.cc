@@ -243,6 +243,7 @@ void LinkContext::DropLinks(const char* why, bool graceful) {
   left_.reset();
   links_.clear();
   neighbours_.clear();
+  all_links_.clear();
 }
 
 Status LinkContext::Form(const std::vector<uint32_t>& members) {
@@ -279,6 +280,7 @@ Status LinkContext::Form(const std::vector<uint32_t>& members) {
     Status s = Connect({right()}, {left()}, generation_, deadline, &dialled, &accepted);
     if (!dialled.empty()) right_ = dialled[0];
     if (!accepted.empty()) left_ = accepted[0];
+    ListLinks();
     return s;
   }
   // Graph links: one connection per edge, dialled by the lower rank, carrying
@@ -299,6 +301,7 @@ Status LinkContext::Form(const std::vector<uint32_t>& members) {
                          : dialled[static_cast<std::size_t>(std::find(higher.begin(), higher.end(), n.rank) -
                                                              higher.begin())]);
   }
+  ListLinks();
   return Status::Ok();
 }
 
@@ -361,11 +364,12 @@ Link* LinkContext::LinkFrom(uint32_t from) const {
   return nullptr;
 }
 
-std::vector<Link*> LinkContext::AllLinks() const {
-  std::vector<Link*> all = {right_.get(), left_.get()};
-  for (const auto& link : links_) all.push_back(link.get());
-  all.erase(std::remove(all.begin(), all.end(), nullptr), all.end());
-  return all;
+void LinkContext::ListLinks() {
+  all_links_.clear();
+  for (Link* link : {right_.get(), left_.get()}) {
+    if (link != nullptr) all_links_.push_back(link);
+  }
+  for (const auto& link : links_) all_links_.push_back(link.get());
 }
 
 Status LinkContext::Send(uint32_t to, Result<transport::OutFrame> frame) {
@@ -420,7 +424,7 @@ Status LinkContext::Fail(int failed, const Status& status) {
     auto frame = ReportFrame(std::string(kFailurePrefix) + std::to_string(failed_rank_) + " failed: " +
                              status.message());
     if (frame.ok()) {
-      for (Link* link : AllLinks()) Post(link, *frame);
+      for (Link* link : all_links_) Post(link, *frame);
     }
   }
   return status;
@@ -647,7 +651,7 @@ void LinkContext::ExpectPayloads(uint32_t from, const RegisteredBuffer* buffers,
 }
 
 void LinkContext::ReleaseBuffers(Deadline deadline) {
-  const std::vector<Link*> links = AllLinks();
+  const std::vector<Link*>& links = all_links_;
   for (Link* link : links) ReleasePlaced(*link, deadline);
   // A link's slots are released once its queued frames are in the socket (or
   // dropped at its close); only then nothing reads the caller's memory.

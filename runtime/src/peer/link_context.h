@@ -187,8 +187,9 @@ class LinkContext : public virtual CollectiveContext {
   // The link data to `to` goes on, and the one data from `from` comes on.
   Link* LinkTo(uint32_t to) const;
   Link* LinkFrom(uint32_t from) const;
-  // Every link of this formation.
-  std::vector<Link*> AllLinks() const;
+  // Lists every link of this formation in all_links_ (after Form: the
+  // steady state iterates the list without allocating).
+  void ListLinks();
   // Waits until `link`'s registered buffers are no longer written.
   void ReleasePlaced(Link& link, Deadline deadline);
 
@@ -206,6 +207,7 @@ class LinkContext : public virtual CollectiveContext {
   std::shared_ptr<Link> left_;   // ring: we receive from here
   // Graph: one two-way link per neighbour, in neighbours_' order.
   std::vector<std::shared_ptr<Link>> links_;
+  std::vector<Link*> all_links_;  // right_, left_ and links_ that exist
   uint64_t collective_ = 0;
   int failed_rank_ = -1;
   bool reported_ = false;

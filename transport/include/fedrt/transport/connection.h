@@ -78,7 +78,7 @@ inline constexpr std::size_t kPayloadPieceBytes = 256u << 10;
 // the chunk, and where its payload sits in the whole it belongs to. The
 // connection fills them from the message's head without knowing what they
 // mean to the algorithm that sent it; the handler compares them with what it
-// expects. Today the raw (uncoded) RingChunk messages are offered:
+// expects. Today the raw (uncoded) chunks of kind kRingChunk are offered:
 //   tag = collective id, stage = ring phase, source = source rank, step,
 //   segment, index = chunk index, offset = the chunk's byte offset in its
 //   segment, size = payload bytes.

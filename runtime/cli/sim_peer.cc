@@ -29,7 +29,7 @@
 #include "cli/peer_launch.h"
 #include "cli/sim_report.h"
 #include "fedrt/codecs/codec.h"
-#include "fedrt/runtime/peer.h"
+#include "fedrt/runtime/collectives.h"
 
 namespace fedrt::cli {
 namespace {

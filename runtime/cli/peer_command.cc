@@ -234,13 +234,9 @@ int RunPeer(const PeerFlags& flags) {
   auto model = Model::Create(flags.model, flags.seed);  // same seed: same start on every peer
   if (!model.ok()) return Fail("peer", model.status());
   peer::PeerData view;
-  view.pixels = data->train.pixels.data();
-  view.labels = data->train.labels.data();
-  view.count = data->train.count;
-  view.example_size = data->train.example_size();
+  view.set = data->train;
   view.share = mine.data();
   view.share_size = mine.size();
-  view.normalization = data->train.normalization;
   peer::PeerTrainerOptions options;
   options.reduce = *reduce;
   options.codec = *reduce == peer::PeerReduce::kCodec ? "fp16" : flags.codec;

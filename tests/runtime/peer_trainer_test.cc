@@ -31,6 +31,22 @@ struct Synthetic {
   std::vector<float> features;
   std::vector<uint8_t> labels;
   std::size_t count = 0;
+
+  // The uint8 pixels (read through a normalisation) or the float features.
+  DataView View(bool bytes) const {
+    DataView v;
+    v.count = count;
+    v.example_size = kFeatures;
+    v.num_classes = kClasses;
+    v.labels = labels.data();
+    if (bytes) {
+      v.pixels = pixels.data();
+      v.normalization = {0.5f, 0.25f};
+    } else {
+      v.features = features.data();
+    }
+    return v;
+  }
 };
 
 // Example i has class i % 4: its prototype (a fixed random pattern) plus noise.
@@ -83,17 +99,9 @@ std::vector<RankResult> Train(LoopbackRing& ring, const Synthetic& data, const p
     auto model = Model::Create(kSpec, 3);
     if (!model.ok()) return out.status = model.status();
     peer::PeerData view;
-    view.labels = data.labels.data();
-    view.count = data.count;
-    view.example_size = kFeatures;
+    view.set = data.View(pixels);
     view.share = shares[r].data();
     view.share_size = shares[r].size();
-    if (pixels) {
-      view.pixels = data.pixels.data();
-      view.normalization = {0.5f, 0.25f};
-    } else {
-      view.features = data.features.data();
-    }
     auto trainer = peer::PeerTrainer::Create(*model, view, ring.groups[r]->context(), options);
     if (!trainer.ok()) return out.status = trainer.status();
     out.status = (*trainer)->Run([&](const peer::PeerProgress& p) -> Status {
@@ -217,10 +225,7 @@ TEST_CASE("the peer trainer refuses options and data that do not fit") {
   auto model = Model::Create(kSpec, 3).value();
   const std::vector<uint32_t> share = Share(data.count, 1, 0);
   peer::PeerData view;
-  view.features = data.features.data();
-  view.labels = data.labels.data();
-  view.count = data.count;
-  view.example_size = kFeatures;
+  view.set = data.View(/*bytes=*/false);
   view.share = share.data();
   view.share_size = share.size();
   auto create = [&](const peer::PeerData& v, const peer::PeerTrainerOptions& o) {
@@ -230,11 +235,14 @@ TEST_CASE("the peer trainer refuses options and data that do not fit") {
   CHECK(create(view, Options(peer::PeerReduce::kDense, "fp16")).code() == StatusCode::kInvalidArgument);
   CHECK(create(view, Options(peer::PeerReduce::kCodec)).code() == StatusCode::kInvalidArgument);
   peer::PeerData both = view;
-  both.pixels = data.pixels.data();
+  both.set.pixels = data.pixels.data();
   CHECK(create(both, Options(peer::PeerReduce::kDense)).code() == StatusCode::kInvalidArgument);
   peer::PeerData wide = view;
-  wide.example_size = kFeatures + 1;
+  wide.set.example_size = kFeatures + 1;
   CHECK(create(wide, Options(peer::PeerReduce::kDense)).code() == StatusCode::kInvalidArgument);
+  peer::PeerData classes = view;
+  classes.set.num_classes = kClasses + 1;  // more classes than the model's outputs
+  CHECK(create(classes, Options(peer::PeerReduce::kDense)).code() == StatusCode::kInvalidArgument);
   const std::vector<uint32_t> outside = {0, 40};
   peer::PeerData bad_share = view;
   bad_share.share = outside.data();

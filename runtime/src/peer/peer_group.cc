@@ -6,13 +6,6 @@
 namespace fedrt {
 namespace peer {
 
-Result<std::unique_ptr<PeerGroup>> PeerGroup::Create(std::vector<PeerAddress> peers, uint32_t rank,
-                                                     const transport::KeyStore& keys, const PeerOptions& options) {
-  auto context = TcpPeerContext::Create(std::move(peers), rank, keys, options);
-  if (!context.ok()) return context.status();
-  return std::make_unique<PeerGroup>(std::unique_ptr<CollectiveContext>(std::move(*context)), options.chunk_floats);
-}
-
 PeerGroup::PeerGroup(std::unique_ptr<CollectiveContext> context, uint32_t chunk_floats)
     : owned_(std::move(context)), context_(*owned_), dense_(context_, chunk_floats),
       compressed_(context_, chunk_floats), iwp_(context_, dense_), gossip_(context_) {}

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <utility>
 
 #include "fedrt/runtime/peer.h"
@@ -22,19 +21,21 @@ bool TakesCodec(PeerReduce reduce) { return reduce == PeerReduce::kCodec || redu
 Result<std::unique_ptr<PeerTrainer>> PeerTrainer::Create(Model& model, const PeerData& data,
                                                          CollectiveContext& context,
                                                          const PeerTrainerOptions& options) {
-  if ((data.pixels == nullptr) == (data.features == nullptr) || data.labels == nullptr) {
-    return InvalidArgument("peer data needs labels and either uint8 pixels or float features");
-  }
+  FEDRT_RETURN_IF_ERROR(data.set.Validate());
   if (data.share == nullptr || data.share_size == 0) return InvalidArgument("this peer's share of the data is empty");
   for (std::size_t i = 0; i < data.share_size; ++i) {
-    if (data.share[i] >= data.count) {
+    if (data.share[i] >= data.set.count) {
       return InvalidArgument("example " + std::to_string(data.share[i]) + " of this peer's share is not in a data set of " +
-                             std::to_string(data.count));
+                             std::to_string(data.set.count));
     }
   }
-  if (model.input_size() != data.example_size) {
+  if (model.input_size() != data.set.example_size) {
     return InvalidArgument("the model takes " + std::to_string(model.input_size()) + " inputs, the data has " +
-                           std::to_string(data.example_size) + " features per example");
+                           std::to_string(data.set.example_size) + " features per example");
+  }
+  if (model.num_classes() < data.set.num_classes) {
+    return InvalidArgument("the model has " + std::to_string(model.num_classes()) + " classes, the data has " +
+                           std::to_string(data.set.num_classes));
   }
   if (options.epochs < 1 || options.batch < 1 || options.evals_per_epoch < 1) {
     return InvalidArgument("epochs, batch and evaluations per epoch must be positive");
@@ -47,7 +48,7 @@ Result<std::unique_ptr<PeerTrainer>> PeerTrainer::Create(Model& model, const Pee
   }
   if (context.members().empty()) return Status(StatusCode::kFailedPrecondition, "the context is not formed yet");
   const std::size_t n = context.members().size();
-  const std::size_t steps_per_epoch = (data.count / n) / static_cast<std::size_t>(options.batch);
+  const std::size_t steps_per_epoch = (data.set.count / n) / static_cast<std::size_t>(options.batch);
   const std::size_t d = model.parameter_count();
 
   // IWP accumulating updates: the schedule scales what goes into the
@@ -103,11 +104,9 @@ PeerTrainer::PeerTrainer(Model& model, const PeerData& data, CollectiveContext& 
       sgd_(std::move(sgd)), steps_per_epoch_(steps_per_epoch), peer_count_(context.peer_count()),
       group_(std::make_unique<PeerGroup>(context, options.chunk_floats)),
       gossip_codec_(options.reduce == PeerReduce::kGossip ? GossipCodec(options.sgd.schedule.base_lr) : ""),
-      features_(static_cast<std::size_t>(options.batch) * data.example_size),
+      features_(static_cast<std::size_t>(options.batch) * data.set.example_size),
       labels_(static_cast<std::size_t>(options.batch)), batch_indices_(static_cast<std::size_t>(options.batch)),
-      saved_(model.parameter_count()) {
-  FeatureTable(data.normalization, feature_table_);
-}
+      saved_(model.parameter_count()) {}
 
 PeerTrainer::~PeerTrainer() = default;
 
@@ -131,20 +130,6 @@ void PeerTrainer::CountFp32Step() {
     fp32_bytes_ += model_bytes * static_cast<double>(context_.neighbours().size());
   } else {
     fp32_bytes_ += model_bytes * 2.0 * (p - 1.0) / p;
-  }
-}
-
-void PeerTrainer::GatherBatch(const uint32_t* indices) {
-  const std::size_t size = data_.example_size;
-  for (std::size_t n = 0; n < batch_indices_.size(); ++n) {
-    const std::size_t at = static_cast<std::size_t>(indices[n]) * size;
-    if (data_.pixels != nullptr) {
-      const uint8_t* src = data_.pixels + at;
-      for (std::size_t i = 0; i < size; ++i) features_[n * size + i] = feature_table_[src[i]];
-    } else {
-      std::memcpy(features_.data() + n * size, data_.features + at, size * sizeof(float));
-    }
-    labels_[n] = data_.labels[indices[n]];
   }
 }
 
@@ -262,7 +247,7 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
         FEDRT_RETURN_IF_ERROR(Report(observer, epoch, s, step, false, 0, 0, 0));
       }
       for (std::size_t b = 0; b < batch; ++b) batch_indices_[b] = data_.share[order[s * batch + b]];
-      GatherBatch(batch_indices_.data());
+      GatherBatch(data_.set, batch_indices_.data(), batch, features_.data(), labels_.data());
       auto loss = model_.ComputeGradients(features_.data(), labels_.data(), options_.batch);
       if (!loss.ok()) return loss.status();
       loss_sum += loss->loss;

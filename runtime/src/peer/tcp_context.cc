@@ -353,5 +353,12 @@ Result<std::unique_ptr<TcpPeerContext>> TcpPeerContext::Create(std::vector<PeerA
   return std::unique_ptr<TcpPeerContext>(std::move(context));
 }
 
+Result<std::unique_ptr<PeerGroup>> PeerGroup::Create(std::vector<PeerAddress> peers, uint32_t rank,
+                                                     const transport::KeyStore& keys, const PeerOptions& options) {
+  auto context = TcpPeerContext::Create(std::move(peers), rank, keys, options);
+  if (!context.ok()) return context.status();
+  return std::make_unique<PeerGroup>(std::unique_ptr<CollectiveContext>(std::move(*context)), options.chunk_floats);
+}
+
 }  // namespace peer
 }  // namespace fedrt

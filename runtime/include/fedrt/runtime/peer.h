@@ -24,9 +24,9 @@
 //   auto context = peer::TcpPeerContext::Create(peers, rank, keys, peer::PeerOptions()).value();
 //   if (!context->Form({}).ok()) return 1;                   // every peer of the list
 //   Model model = Model::Create("mlp:784-300-100-10", /*seed=*/1).value();  // the same seed everywhere
-//   peer::PeerData data;                                     // the application's memory
-//   data.pixels = pixels, data.labels = labels, data.count = count, data.example_size = 784;
-//   data.share = share.data(), data.share_size = share.size(), data.normalization = norm;
+//   peer::PeerData data;                                     // the application's memory:
+//   data.set = train;                                        //   a DataView of the whole set
+//   data.share = share.data(), data.share_size = share.size();  // this peer's examples
 //   peer::PeerTrainerOptions options;                        // dense all-reduce, 1 epoch
 //   options.sgd.schedule.base_lr = 0.05;
 //   options.repair = true;                                   // drop a failed peer, re-form, go on
@@ -80,7 +80,8 @@ struct PeerOptions : ContextOptions {
   transport::TlsConfig tls;
 };
 
-// The TCP binding of the collective context.
+// The TCP binding of the collective context (built with the Linux hosts:
+// FEDRT_WITH_ASIO and FEDRT_WITH_OPENSSL).
 class TcpPeerContext : public virtual CollectiveContext {
  public:
   // Binds peers[rank]'s address (port 0: a free port, see port()) and starts
@@ -99,7 +100,8 @@ class TcpPeerContext : public virtual CollectiveContext {
 // trainer) that call collectives by name. Owns the context or borrows it.
 class PeerGroup {
  public:
-  // A TCP context (TcpPeerContext::Create) in a group.
+  // A TCP context (TcpPeerContext::Create) in a group (Linux hosts only,
+  // like TcpPeerContext).
   static Result<std::unique_ptr<PeerGroup>> Create(std::vector<PeerAddress> peers, uint32_t rank,
                                                    const transport::KeyStore& keys, const PeerOptions& options);
   explicit PeerGroup(std::unique_ptr<CollectiveContext> context, uint32_t chunk_floats = 0);

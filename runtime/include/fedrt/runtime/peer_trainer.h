@@ -54,18 +54,12 @@ namespace peer {
 class PeerGroup;
 
 // The training data as the caller holds it: the whole training set (every
-// peer's share), of which this peer trains on `share`. Features are uint8
-// pixels read through `normalization` exactly as dataset.h reads them, or
-// floats used as they are (exactly one of the two).
+// peer's share, dataset.h's DataView, caller memory), of which this peer
+// trains on the examples `share` lists.
 struct PeerData {
-  const uint8_t* pixels = nullptr;  // count x example_size
-  const uint8_t* labels = nullptr;  // count class indices
-  std::size_t count = 0;            // examples in the whole set
-  std::size_t example_size = 0;
-  const uint32_t* share = nullptr;  // this peer's examples, indices below count
+  DataView set;
+  const uint32_t* share = nullptr;  // indices below set.count
   std::size_t share_size = 0;
-  Normalization normalization;      // pixels only
-  const float* features = nullptr;  // instead of pixels: count x example_size
 };
 
 enum class PeerReduce : uint8_t { kDense, kCodec, kIwp, kGossip, kLocal };
@@ -192,7 +186,6 @@ class PeerTrainer {
   // The gossip codec for a step at learning rate `lr`.
   std::string GossipCodec(double lr) const;
   void CountFp32Step();
-  void GatherBatch(const uint32_t* indices);
   Status Reform(PeerTrainerObserver& observer);
   Status Resync(uint32_t* step, bool* behind);
   Status Report(PeerTrainerObserver& observer, int epoch, std::size_t steps_done, uint32_t step, bool epoch_end,
@@ -210,7 +203,6 @@ class PeerTrainer {
   std::unique_ptr<PeerGroup> group_;
   std::unique_ptr<IwpAccumulator> accumulator_;
   std::string gossip_codec_;
-  float feature_table_[256];
   std::vector<float> features_;
   std::vector<uint8_t> labels_;
   std::vector<uint32_t> batch_indices_;

@@ -1,7 +1,7 @@
 // Aggregator intake benchmark: how many device updates per second the star
 // aggregator turns from received wire frames into its round sum, on one core.
 // Each update goes through the calls the aggregator makes for it, in its order
-// (runtime/src/star/aggregator.cc: OnUpdateFrame, CheckUpdate): the frame is
+// (runtime/src/star/aggregator_engine.cc: OnUpdateFrame, CheckUpdate): the frame is
 // copied into aligned storage and checked by the FlatBuffers Verifier
 // (ParseFrame), decoded as an Update, its announced size checked against the
 // codec, its chunks reassembled, the payload copied out, decoded by the codec,

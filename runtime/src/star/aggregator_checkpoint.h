@@ -22,33 +22,14 @@
 #ifndef FEDRT_RUNTIME_SRC_STAR_AGGREGATOR_CHECKPOINT_H_
 #define FEDRT_RUNTIME_SRC_STAR_AGGREGATOR_CHECKPOINT_H_
 
-#include <cstdint>
-#include <map>
-#include <set>
 #include <string>
-#include <vector>
 
 #include "fedrt/platform/status.h"
+#include "fedrt/runtime/aggregator_engine.h"
 
 namespace fedrt {
 
-struct AggregatorCheckpoint {
-  std::string model;
-  uint32_t round = 0;
-  std::vector<float> parameters;
-  std::vector<float> first_moment;
-  std::vector<float> second_moment;
-  // Codec state (version 2).
-  std::string codec;                      // empty: none recorded (version 1)
-  uint32_t level_table_version = 0;       // ALQ / AMQ: the table of the next round
-  std::vector<float> level_table;         // empty: none
-  std::map<std::string, int32_t> rho;     // NDQSG devices whose rho is not the codec's
-  std::set<std::string> forced_anchors;   // NDQSG devices told to send plain DQSG next
-  std::string downlink_codec;             // empty: full models down
-  int64_t device_model_round = -1;        // round of device_model (-1: none)
-  std::vector<float> device_model;        // the model the devices reconstructed
-  std::map<std::string, int64_t> synced;  // device -> last round whose model it acknowledged
-};
+// AggregatorCheckpoint (the state) is the engine's: fedrt/runtime/aggregator_engine.h.
 
 Status WriteAggregatorCheckpoint(const std::string& path, const AggregatorCheckpoint& checkpoint);
 // kNotFound only when there is no file; a file that cannot be read is

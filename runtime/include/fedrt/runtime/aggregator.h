@@ -3,9 +3,10 @@
 // NDQSG anchor role) and that combines the devices' compressed updates into
 // the next global model (transport/README.md, "Star protocol").
 //
-// One EventLoop (one Asio io_context) on the calling thread serves every
-// connection asynchronously: a slow device never blocks the others, and a
-// round closes at its quorum or at its deadline, whichever comes first. Every
+// The aggregator serves every connection asynchronously (RunAggregator: one
+// EventLoop, one Asio io_context, on the calling thread): a slow device never
+// blocks the others, and a round closes at its quorum or at its deadline,
+// whichever comes first. Every
 // received update is untrusted: its round, codec spec, announced size, payload
 // (checked by the codec's decoder) and decoded values (finite) are checked
 // before anything is added; a bad one closes that connection only, with the
@@ -35,106 +36,38 @@
 // give the same global model bit for bit (plain sums and NDQSG running means,
 // decodes, wrap counts and adaptation alike).
 //
+// This header is the Linux host: RunAggregator loads the key file, the test
+// set and the checkpoint, listens on TCP (TLS) and runs the protocol, which
+// lives in the engine, fedrt/runtime/aggregator_engine.h (class Aggregator:
+// a ConnectionHandler plus Tick(), on an injected clock, key store and test
+// set). An application that accepts its own connections, keeps its own
+// files, or runs devices in the same process (examples/03_embed.cc) drives
+// the engine directly.
+//
 // Ownership: RunAggregator owns everything it creates; the callbacks run on
 // the calling thread, between I/O handlers, and must not block for long.
-// Thread-safety: RequestStop() may be called from any thread.
+// Thread-safety: `stop` may be set from any thread.
 #ifndef FEDRT_RUNTIME_AGGREGATOR_H_
 #define FEDRT_RUNTIME_AGGREGATOR_H_
 
 #include <atomic>
-#include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
-#include <vector>
 
 #include "fedrt/platform/status.h"
-#include "fedrt/runtime/aggregation.h"
+#include "fedrt/runtime/aggregator_engine.h"
 #include "fedrt/transport/tls.h"
 
 namespace fedrt {
 
-struct AggregatorOptions {
+// The engine's config plus what the host loads and where it listens.
+struct AggregatorOptions : AggregatorConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 0;                   // 0: any free port (reported by on_listening)
   std::string key_file;                // every device's key (transport/README.md)
   std::string data_dir;                // MNIST-style directory: test set, normalisation; empty: no evaluation
-  std::string model = "mlp:784-300-100-10";
-  uint64_t model_seed = 1;             // initial global model
-  std::string codec = "fp32";          // what devices send; "ndqsg:..." runs anchors + nested
-  uint32_t rounds = 10;                // stop after this many rounds (counting resumed ones)
-  std::size_t min_devices = 1;         // joined devices before the first round starts
-  SamplingOptions sampling;            // devices per round
-  double quorum = 1.0;                 // fraction of the sampled devices that closes a round early
-  uint32_t round_deadline_ms = 120000; // a round closes at the deadline with what has arrived
-  uint32_t local_epochs = 1;
-  uint32_t local_steps = 0;            // 0: whole epochs
-  float learning_rate = 0.05f;         // devices' local SGD
-  ServerOptimizerOptions server_optimizer;
-  uint64_t session_seed = 1;           // codec randomness and sampling
-  double anchor_fraction = 0.25;       // NDQSG: share of the senders that are anchors
-  double wrap_threshold = 0.01;        // NDQSG: near-wraps / coordinates that raise a device's rho
-  float wrap_margin = 0.05f;           // NDQSG: CountNearWrap margin
-  int max_rho = 9;                     // NDQSG: largest rho adaptation raises a device to; then DQSG
-  int anchor_levels = 0;               // NDQSG: anchors' DQSG levels s (0: s1 of the codec)
-  // Downlink: empty or "fp32" sends the full model; a codec spec (e.g. "fp16",
-  // "dqsg:s=7") sends the delta between the global model and the model the
-  // devices hold, compressed. The aggregator keeps that device model (what the
-  // devices reconstruct) and sends the full fp32 device model to a device
-  // that missed the previous round's broadcast (a new join, not sampled).
-  std::string downlink_codec;
   std::string checkpoint;              // written atomically every round, resumed from; empty: none
-  uint32_t idle_timeout_ms = 30000;    // a connection that sends nothing for this long is closed
-  uint32_t join_timeout_ms = 10000;    // a connection must authenticate within this
-  uint32_t max_frame_bytes = 4u << 20;
   transport::TlsConfig tls;            // cert_file + key_file: devices connect over TLS; empty: plain TCP
-};
-
-// One sampled device's part in a round (NDQSG rounds fill rho and wraps).
-struct DeviceRoundReport {
-  std::string device_id;
-  bool anchor = false;                 // sent plain DQSG (NDQSG rounds)
-  int rho = 0;                         // nesting ratio it was told to use (0: not nested)
-  uint64_t near_wraps = 0;             // CountNearWrap of its nested update
-  int next_rho = 0;                    // what it is told next round (0: anchor / DQSG)
-  uint64_t bytes = 0;                  // payload bytes received
-};
-
-// What happened in one round, reported after it is applied.
-struct RoundReport {
-  uint32_t round = 0;                  // 1-based: rounds completed so far
-  std::size_t sampled = 0;
-  std::size_t updates = 0;             // aggregated
-  std::size_t rejected = 0;            // updates refused (connection closed)
-  double test_accuracy = -1;           // -1 without a test set
-  double test_loss = 0;
-  double train_loss = 0;               // sample-weighted mean of the devices' reports
-  uint64_t bytes_up = 0;               // update payload bytes received this round
-  uint64_t bytes_down = 0;             // model payload bytes sent this round (deltas or full models)
-  std::size_t full_models_down = 0;    // downlink codec set: devices sent the full model instead
-  uint64_t fp32_bytes_up = 0;          // what the same updates take as raw fp32
-  uint64_t near_wraps = 0;             // NDQSG nested decodes near the wrap boundary
-  std::size_t anchors = 0;
-  double seconds = 0;                  // wall time of the round
-  uint64_t anchor_bytes_up = 0;        // NDQSG: the anchors' share of bytes_up
-  std::size_t rho_raised = 0;          // NDQSG: devices given a larger rho for the next round
-  std::size_t rho_lowered = 0;         // NDQSG: devices stepped back down
-  std::size_t switched_to_dqsg = 0;    // NDQSG: devices past max_rho, anchors next round
-  std::vector<DeviceRoundReport> devices;  // the updates received, in decoding order
-  uint32_t level_table_version = 0;    // ALQ / AMQ: the table the next round uses
-  std::vector<float> level_table;      // its levels
-};
-
-struct AggregatorHooks {
-  std::function<void(uint16_t port)> on_listening;
-  std::function<void(const RoundReport&)> on_round;
-  // The round's mean decoded update before the server optimizer (tests).
-  std::function<void(uint32_t round, const std::vector<float>& mean)> on_aggregate;
-  // With a downlink codec: the model the devices hold for `round` (tests).
-  std::function<void(uint32_t round, const std::vector<float>& device_model)> on_broadcast;
-  // The instruction frames sent to a device for `round`, as wire bytes (tests).
-  std::function<void(uint32_t round, const std::string& device_id, const std::vector<uint8_t>& wire_bytes)>
-      on_instructions;
 };
 
 // Serves until `options.rounds` rounds are done (then tells the devices to

@@ -1,0 +1,229 @@
+// The star aggregator as an engine: the server side of the star protocol
+// (joins, round instructions, update intake, aggregation, the server
+// optimizer, NDQSG / ALQ / AMQ / downlink codec state) on what the
+// application gives it. It opens no file, listens on nothing, starts no
+// thread and reads the time only from the Clock it is given; the application
+// (`fedrt serve` through RunAggregator, a host service, a test) accepts
+// connections, moves bytes and keeps files. What the protocol does is
+// described in aggregator.h and transport/README.md ("Star protocol").
+//
+// Driving it, on one thread:
+//
+//   auto aggregator = Aggregator::Create(config, keys, crypto, clock, &test_set, hooks);
+//   (*aggregator)->Restore(std::move(saved));   // optional, before any connection
+//   // It is the ConnectionHandler of every device connection: give it to a
+//   // TcpListener, to StreamConnection::Create, or as one side of a MemoryPipe
+//   // (with connection_options()). It joins, instructs and aggregates from
+//   // OnOpen / OnFrame / OnClose.
+//   // After delivering frames or closes, and at the latest when the delay it
+//   // returned has passed:
+//   uint32_t wait_ms = (*aggregator)->Tick();
+//   // until finished(): every round is done and the devices were told to leave.
+//
+// Tick() is where time passes: it closes connections that did not join within
+// join_timeout_ms, starts a round once enough devices have joined, and closes
+// the round at its quorum, at its deadline, or when every sampled device has
+// answered or gone. Frames are handled as they arrive, but rounds start and
+// close only in Tick(), so a host that calls it on a timer sees the same
+// rounds whatever the I/O timing.
+//
+// Persistence: the aggregator restores from an AggregatorCheckpoint and hands
+// the same state to AggregatorHooks::on_checkpoint after every applied round
+// (before on_round); the host decides where it goes (RunAggregator writes it
+// atomically to a file).
+//
+// Ownership: `keys`, `crypto`, `clock` and the test set's memory must outlive
+// the aggregator. Connections hold the aggregator (their handler) until they
+// close, and the aggregator holds its open connections: Finish() or Abort()
+// closes them, which a host must do before it lets go of the aggregator.
+// Memory: the global model, the server optimizer's moments, one model-sized
+// round sum, two model-sized scratch vectors, with a downlink codec the
+// devices' model, and per round the payloads that arrive before their turn
+// (NDQSG rounds: the anchors' decoded vectors and the nested payloads).
+//
+// Thread-safety: none. Every call, and every connection callback, runs on one
+// thread (an EventLoop's, or the application's).
+#ifndef FEDRT_RUNTIME_AGGREGATOR_ENGINE_H_
+#define FEDRT_RUNTIME_AGGREGATOR_ENGINE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fedrt/platform/clock.h"
+#include "fedrt/platform/status.h"
+#include "fedrt/runtime/aggregation.h"
+#include "fedrt/runtime/dataset.h"
+#include "fedrt/runtime/model.h"
+#include "fedrt/transport/auth.h"
+#include "fedrt/transport/connection.h"
+#include "fedrt/transport/crypto.h"
+
+namespace fedrt {
+
+// The protocol and training decisions of an aggregator.
+struct AggregatorConfig {
+  std::string model = "mlp:784-300-100-10";
+  uint64_t model_seed = 1;             // initial global model
+  std::string codec = "fp32";          // what devices send; "ndqsg:..." runs anchors + nested
+  uint32_t rounds = 10;                // stop after this many rounds (counting resumed ones)
+  std::size_t min_devices = 1;         // joined devices before the first round starts
+  SamplingOptions sampling;            // devices per round
+  double quorum = 1.0;                 // fraction of the sampled devices that closes a round early
+  uint32_t round_deadline_ms = 120000; // a round closes at the deadline with what has arrived
+  uint32_t local_epochs = 1;
+  uint32_t local_steps = 0;            // 0: whole epochs
+  float learning_rate = 0.05f;         // devices' local SGD
+  ServerOptimizerOptions server_optimizer;
+  uint64_t session_seed = 1;           // codec randomness and sampling
+  double anchor_fraction = 0.25;       // NDQSG: share of the senders that are anchors
+  double wrap_threshold = 0.01;        // NDQSG: near-wraps / coordinates that raise a device's rho
+  float wrap_margin = 0.05f;           // NDQSG: CountNearWrap margin
+  int max_rho = 9;                     // NDQSG: largest rho adaptation raises a device to; then DQSG
+  int anchor_levels = 0;               // NDQSG: anchors' DQSG levels s (0: s1 of the codec)
+  // Downlink: empty or "fp32" sends the full model; a codec spec (e.g. "fp16",
+  // "dqsg:s=7") sends the delta between the global model and the model the
+  // devices hold, compressed. The aggregator keeps that device model (what the
+  // devices reconstruct) and sends the full fp32 device model to a device
+  // that missed the previous round's broadcast (a new join, not sampled).
+  std::string downlink_codec;
+  uint32_t idle_timeout_ms = 30000;    // connection_options(): a connection silent this long is closed
+  uint32_t join_timeout_ms = 10000;    // a connection must authenticate within this
+  uint32_t max_frame_bytes = 4u << 20;
+};
+
+// One sampled device's part in a round (NDQSG rounds fill rho and wraps).
+struct DeviceRoundReport {
+  std::string device_id;
+  bool anchor = false;                 // sent plain DQSG (NDQSG rounds)
+  int rho = 0;                         // nesting ratio it was told to use (0: not nested)
+  uint64_t near_wraps = 0;             // CountNearWrap of its nested update
+  int next_rho = 0;                    // what it is told next round (0: anchor / DQSG)
+  uint64_t bytes = 0;                  // payload bytes received
+};
+
+// What happened in one round, reported after it is applied.
+struct RoundReport {
+  uint32_t round = 0;                  // 1-based: rounds completed so far
+  std::size_t sampled = 0;
+  std::size_t updates = 0;             // aggregated
+  std::size_t rejected = 0;            // updates refused (connection closed)
+  double test_accuracy = -1;           // -1 without a test set
+  double test_loss = 0;
+  double train_loss = 0;               // sample-weighted mean of the devices' reports
+  uint64_t bytes_up = 0;               // update payload bytes received this round
+  uint64_t bytes_down = 0;             // model payload bytes sent this round (deltas or full models)
+  std::size_t full_models_down = 0;    // downlink codec set: devices sent the full model instead
+  uint64_t fp32_bytes_up = 0;          // what the same updates take as raw fp32
+  uint64_t near_wraps = 0;             // NDQSG nested decodes near the wrap boundary
+  std::size_t anchors = 0;
+  double seconds = 0;                  // time of the round (the engine's clock)
+  uint64_t anchor_bytes_up = 0;        // NDQSG: the anchors' share of bytes_up
+  std::size_t rho_raised = 0;          // NDQSG: devices given a larger rho for the next round
+  std::size_t rho_lowered = 0;         // NDQSG: devices stepped back down
+  std::size_t switched_to_dqsg = 0;    // NDQSG: devices past max_rho, anchors next round
+  std::vector<DeviceRoundReport> devices;  // the updates received, in decoding order
+  uint32_t level_table_version = 0;    // ALQ / AMQ: the table the next round uses
+  std::vector<float> level_table;      // its levels
+};
+
+// What an aggregator needs to resume where it was and send the instructions
+// it would have sent: global model, server optimizer state, completed rounds
+// and the codec state. RunAggregator keeps it in a file
+// (src/star/aggregator_checkpoint.h describes the format).
+struct AggregatorCheckpoint {
+  std::string model;
+  uint32_t round = 0;
+  std::vector<float> parameters;
+  std::vector<float> first_moment;
+  std::vector<float> second_moment;
+  // Codec state (version 2).
+  std::string codec;                      // empty: none recorded (version 1)
+  uint32_t level_table_version = 0;       // ALQ / AMQ: the table of the next round
+  std::vector<float> level_table;         // empty: none
+  std::map<std::string, int32_t> rho;     // NDQSG devices whose rho is not the codec's
+  std::set<std::string> forced_anchors;   // NDQSG devices told to send plain DQSG next
+  std::string downlink_codec;             // empty: full models down
+  int64_t device_model_round = -1;        // round of device_model (-1: none)
+  std::vector<float> device_model;        // the model the devices reconstructed
+  std::map<std::string, int64_t> synced;  // device -> last round whose model it acknowledged
+};
+
+// Callbacks run on the thread that drives the aggregator, inside Tick() or a
+// connection callback; they must not block for long.
+struct AggregatorHooks {
+  // RunAggregator only: the TCP port it listens on.
+  std::function<void(uint16_t port)> on_listening;
+  std::function<void(const RoundReport&)> on_round;
+  // The state to persist after every applied round (before on_round).
+  std::function<void(const AggregatorCheckpoint&)> on_checkpoint;
+  // The round's mean decoded update before the server optimizer (tests).
+  std::function<void(uint32_t round, const std::vector<float>& mean)> on_aggregate;
+  // With a downlink codec: the model the devices hold for `round` (tests).
+  std::function<void(uint32_t round, const std::vector<float>& device_model)> on_broadcast;
+  // The instruction frames sent to a device for `round`, as wire bytes (tests).
+  std::function<void(uint32_t round, const std::string& device_id, const std::vector<uint8_t>& wire_bytes)>
+      on_instructions;
+};
+
+class Aggregator final : public transport::ConnectionHandler {
+ public:
+  // Checks the config (model spec, codecs, NDQSG and downlink settings, frame
+  // limit) and the test set (null: no evaluation; it must fit the model) and
+  // builds the initial global model from model_seed. kInvalidArgument (or the
+  // parser's status) naming what is wrong.
+  static Result<std::shared_ptr<Aggregator>> Create(const AggregatorConfig& config, const transport::KeyStore& keys,
+                                                    transport::Crypto& crypto, const Clock& clock,
+                                                    const DataView* test_set, AggregatorHooks hooks = {});
+  ~Aggregator() override;
+  Aggregator(const Aggregator&) = delete;
+  Aggregator& operator=(const Aggregator&) = delete;
+
+  // Resumes from a saved state, before the first connection opens. The codec
+  // state is used where it belongs to this config's codecs (another update
+  // codec starts its table and rho afresh, another downlink codec starts
+  // from full models). kFailedPrecondition for another model ("holds model
+  // ...") or once a connection has opened; kCorrupt for a level table the
+  // codec refuses.
+  Status Restore(AggregatorCheckpoint checkpoint);
+
+  // Deadlines and round changes (see above). Returns the milliseconds until
+  // the next deadline it knows of (UINT32_MAX: none; it waits for frames).
+  uint32_t Tick();
+  // Tells every joined device that the training is over (a Leave) and closes
+  // every connection; finished() is then true. Tick() calls it once the last
+  // round is applied; a host may call it to end the training early.
+  void Finish();
+  // Closes every connection at once, without a Leave (the host is stopping).
+  void Abort(const Status& reason);
+
+  bool finished() const;
+  uint32_t round() const;                 // rounds completed (counting resumed ones)
+  std::size_t connected_devices() const;  // joined devices with an open connection
+  std::size_t open_connections() const;   // joined or not
+  const Model& model() const;             // the global model
+  const std::string& codec() const;       // the update codec's canonical spec
+  // Options for the connections of a binding: the frame limits (sized for
+  // the model), idle timeout and heartbeat interval. TLS is the binding's.
+  transport::ConnectionOptions connection_options() const;
+
+  // transport::ConnectionHandler.
+  void OnOpen(const std::shared_ptr<transport::Connection>& connection) override;
+  void OnFrame(transport::Connection& connection, transport::Frame frame) override;
+  void OnClose(transport::Connection& connection, const Status& reason) override;
+
+  struct State;  // private to the runtime
+
+ private:
+  explicit Aggregator(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace fedrt
+
+#endif  // FEDRT_RUNTIME_AGGREGATOR_ENGINE_H_

@@ -1,0 +1,1033 @@
+// The star aggregator engine (contract in fedrt/runtime/aggregator_engine.h;
+// what it does in fedrt/runtime/aggregator.h). Every connection reports to
+// one State on the driving thread; Tick() checks joins, round deadlines and
+// quorums between I/O events.
+#include "fedrt/runtime/aggregator_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "fedrt/codecs/adaptive.h"
+#include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/codec_spec.h"
+#include "fedrt/codecs/ndqsg.h"
+#include "fedrt/platform/log.h"
+#include "fedrt/runtime/device_client.h"
+#include "fedrt/runtime/trainer.h"
+#include "fedrt/transport/chunking.h"
+#include "fedrt/transport/join.h"
+#include "fedrt/transport/messages.h"
+
+namespace fedrt {
+
+using namespace transport;  // NOLINT: the aggregator speaks the transport's vocabulary throughout
+
+namespace {
+
+constexpr uint64_t kMaxSamplesPerUpdate = uint64_t{1} << 32;
+// The sender id of the aggregator's broadcast in the codec context.
+constexpr uint32_t kBroadcastSender = 0xFFFFFFu;
+
+// One connection's state.
+struct Peer {
+  std::shared_ptr<Connection> connection;
+  std::unique_ptr<JoinServer> join;
+  std::string device_id;  // once authenticated
+  bool authenticated = false;
+  uint64_t opened_ms = 0;
+  // The update being received.
+  std::unique_ptr<Reassembler> update;
+  uint64_t update_round = 0;
+  uint64_t num_samples = 0;
+  float loss = 0;
+  LevelStatistics levels;  // ALQ / AMQ: the statistics of the update being received
+};
+
+// What a device was told to send this round.
+struct Assignment {
+  std::string spec;
+  AnchorRole role = AnchorRole::kNone;
+  int rho = 0;  // nested: the nesting ratio in spec
+  uint32_t level_table_version = 0;  // ALQ / AMQ: the table it encodes with
+};
+
+// A received and checked update, waiting for the round to close.
+struct Received {
+  std::string device_id;
+  uint32_t sender_id = 0;
+  std::string spec;
+  AnchorRole role = AnchorRole::kNone;
+  int rho = 0;
+  uint64_t num_samples = 0;
+  float loss = 0;
+  std::vector<uint8_t> payload;  // kept for nested NDQSG decoding
+  std::vector<float> decoded;    // everything else is decoded on arrival
+  uint64_t wire_bytes = 0;       // payload size as received
+  bool added = true;             // plain rounds: false when the sum refused it
+  LevelStatistics levels;        // ALQ / AMQ: the statistics it carried
+};
+
+}  // namespace
+
+struct Aggregator::State {
+  State(const AggregatorConfig& config, const KeyStore& keys, Crypto& crypto, const Clock& clock,
+        AggregatorHooks hooks)
+      : config_(config), keys_(keys), crypto_(crypto), clock_(clock), hooks_(std::move(hooks)) {}
+
+  Status Init(const DataView* test_set);
+  Status Restore(AggregatorCheckpoint& saved);
+
+  void OnOpen(const std::shared_ptr<Connection>& connection);
+  void OnFrame(Connection& connection, const Frame& frame);
+  void OnClose(Connection& connection, const Status& reason);
+  uint32_t Tick();
+  void FinishAll();
+  void AbortAll(const Status& reason);
+
+  void Refuse(Connection& connection, const Status& reason);
+  void OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame);
+  void OnUpdateFrame(Peer& peer, Connection& connection, const Frame& frame);
+  Status CheckUpdate(Received& received);
+  void SumInOrder(bool closing);
+  CodecContext ContextFor(uint32_t sender_id) const;
+  void StartRound();
+  Status SendInstructions(Peer& peer);
+  Status EncodeInstructions(const Assignment& assignment, bool send_delta, std::vector<OutFrame>* frames);
+  void CloseRound();
+  Status PrepareBroadcast();
+  int Adapt(const std::string& device, int rho, std::size_t near_wraps, RoundReport& report);
+  Codec* CodecFor(const std::string& spec);
+  const std::string& NestedSpec(int rho);
+  int RhoOf(const std::string& device) const;
+  std::vector<std::string> ConnectedDevices() const;
+  Peer* PeerOf(const std::string& device_id);
+  Status CheckLevels(const UpdateMessage& m, const Assignment& assignment, LevelStatistics* levels) const;
+  void RefitLevels();
+  Status RestoreCodecState(AggregatorCheckpoint& saved);
+  AggregatorCheckpoint CheckpointState() const;
+
+  AggregatorConfig config_;
+  const KeyStore& keys_;
+  Crypto& crypto_;
+  const Clock& clock_;
+  AggregatorHooks hooks_;
+  FrameLimits limits_;
+  std::map<uint64_t, Peer> peers_;
+  std::size_t joining_ = 0;  // connections in peers_ that have not authenticated
+  bool opened_any_ = false;  // Restore() is too late after this
+  std::map<std::string, uint64_t> device_connection_;
+  std::map<std::string, std::unique_ptr<Codec>> codecs_;
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<ServerOptimizer> optimizer_;
+  DataView test_;
+  bool evaluate_ = false;
+  std::size_t d_ = 0;
+  bool nested_ = false;              // the codec is NDQSG
+  std::string anchor_spec_;
+  int base_rho_ = 0;                       // the codec's rho, where adaptation starts and returns
+  std::map<std::string, int> rho_;         // per device, when not base_rho_
+  std::map<int, std::string> nested_specs_;
+
+  uint32_t round_ = 0;               // rounds completed
+  bool in_round_ = false;
+  bool started_any_ = false;
+  bool finished_ = false;
+  uint64_t round_started_ms_ = 0;
+  uint64_t round_deadline_ms_ = 0;
+  std::vector<std::string> selected_;
+  std::map<std::string, Assignment> assigned_;
+  std::vector<Received> received_;
+  std::unique_ptr<UpdateAccumulator> sum_;  // this round's weighted sum
+  std::map<std::string, std::size_t> answered_;  // device -> its entry in received_ (O(log n) per event)
+  // Plain rounds sum the updates in the order of selected_ (sorted device
+  // ids), whatever order they arrive in: selected_[0, next_sum_) are summed.
+  std::size_t next_sum_ = 0;
+  // This round's instruction frames per (codec spec, anchor role, compressed
+  // delta or full model, level table version): encoded once and shared by
+  // every connection they go to.
+  std::map<std::tuple<std::string, AnchorRole, bool, uint32_t>, std::vector<OutFrame>> instruction_frames_;
+  // ALQ / AMQ: the codec holding the table of the current round (updates are
+  // decoded with it), and the statistics merged from this round's accepted
+  // updates, which the next table is fitted to when the round closes.
+  std::unique_ptr<AdaptiveCodec> levels_;
+  std::set<std::string> forced_anchors_;  // wrapped too often last round
+  std::size_t rejected_ = 0;
+  uint64_t bytes_down_ = 0;
+  std::size_t full_models_down_ = 0;
+  // Downlink compression: the model the devices hold, the round it belongs
+  // to, and this round's compressed delta from the previous one.
+  std::unique_ptr<Codec> downlink_;
+  std::vector<float> device_model_;
+  int64_t device_model_round_ = -1;     // round whose instructions carry device_model_
+  std::vector<uint8_t> broadcast_;      // compressed delta device_model_(round-1) -> device_model_(round)
+  std::map<std::string, int64_t> synced_;  // device -> last round whose model it acknowledged
+  std::vector<float> scratch_;
+  std::vector<float> zeros_;
+};
+
+Status Aggregator::State::Init(const DataView* test_set) {
+  limits_.max_frame_bytes = config_.max_frame_bytes;
+  FEDRT_RETURN_IF_ERROR(limits_.Validate());
+
+  Result<Model> model = Model::Create(config_.model, config_.model_seed);
+  if (!model.ok()) return model.status();
+  model_ = std::make_unique<Model>(std::move(*model));
+  d_ = model_->parameter_count();
+  limits_.max_payload_bytes = std::max<uint64_t>(uint64_t{1} << 20, uint64_t{d_} * 8 + (1u << 16));
+
+  Result<std::unique_ptr<Codec>> codec = MakeCodec(config_.codec);
+  if (!codec.ok()) return codec.status();
+  config_.codec = (*codec)->spec();
+  nested_ = (*codec)->needs_side_info() && config_.codec.rfind("ndqsg", 0) == 0;
+  if ((*codec)->needs_side_info() && !nested_) {
+    return InvalidArgument("codec '" + config_.codec + "' needs side information the star aggregator does not have");
+  }
+  if (nested_) {
+    Result<std::string> anchor = NdqsgAnchorSpec(config_.codec, config_.anchor_levels);
+    if (!anchor.ok()) return anchor.status();
+    Result<CodecSpec> parsed = CodecSpec::Parse(config_.codec);
+    if (!parsed.ok()) return parsed.status();
+    Result<int64_t> rho = parsed->GetInt("rho", 3, 2, 255);
+    if (!rho.ok()) return rho.status();
+    base_rho_ = static_cast<int>(*rho);
+    if (config_.max_rho < base_rho_ || config_.max_rho > 255) {
+      return InvalidArgument("max rho " + std::to_string(config_.max_rho) + " must be from the codec's rho (" +
+                             std::to_string(base_rho_) + ") to 255");
+    }
+    nested_specs_[base_rho_] = config_.codec;
+    Result<std::unique_ptr<Codec>> dqsg = MakeCodec(*anchor);
+    if (!dqsg.ok()) return dqsg.status();
+    anchor_spec_ = (*dqsg)->spec();
+  }
+  Result<std::unique_ptr<AdaptiveCodec>> adaptive = MakeAdaptiveCodec(config_.codec);
+  if (adaptive.ok()) levels_ = std::move(*adaptive);  // starts with the codec's initial table, version 0
+  optimizer_ = std::make_unique<ServerOptimizer>(config_.server_optimizer, d_);
+
+  if (test_set != nullptr) {
+    FEDRT_RETURN_IF_ERROR(test_set->Validate());
+    if (test_set->example_size != model_->input_size()) {
+      return InvalidArgument("model '" + config_.model + "' takes " + std::to_string(model_->input_size()) +
+                             " features, the test set has " + std::to_string(test_set->example_size));
+    }
+    if (test_set->num_classes > model_->num_classes()) {
+      return InvalidArgument("the test set has " + std::to_string(test_set->num_classes) + " classes, model '" +
+                             config_.model + "' predicts " + std::to_string(model_->num_classes()));
+    }
+    test_ = *test_set;
+    evaluate_ = true;
+  }
+
+  scratch_.assign(d_, 0.0f);
+  zeros_.assign(d_, 0.0f);
+  sum_ = std::make_unique<UpdateAccumulator>(d_);
+  if (!config_.downlink_codec.empty() && config_.downlink_codec != "fp32") {
+    Result<std::unique_ptr<Codec>> downlink = MakeCodec(config_.downlink_codec);
+    if (!downlink.ok()) return downlink.status();
+    if ((*downlink)->needs_side_info()) {
+      return InvalidArgument("downlink codec '" + config_.downlink_codec + "' needs side information");
+    }
+    downlink_ = std::move(*downlink);
+    device_model_.assign(model_->parameters(), model_->parameters() + d_);
+  }
+  return Status();
+}
+
+Status Aggregator::State::Restore(AggregatorCheckpoint& saved) {
+  if (opened_any_) return Status(StatusCode::kFailedPrecondition, "restore before the first connection opens");
+  if (saved.model != config_.model || saved.parameters.size() != d_) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "holds model '" + saved.model + "', not '" + config_.model + "'");
+  }
+  FEDRT_RETURN_IF_ERROR(optimizer_->Restore(std::move(saved.first_moment), std::move(saved.second_moment)));
+  std::memcpy(model_->parameters(), saved.parameters.data(), d_ * sizeof(float));
+  round_ = saved.round;
+  FEDRT_RETURN_IF_ERROR(RestoreCodecState(saved));
+  if (downlink_ && device_model_round_ < 0) device_model_.assign(model_->parameters(), model_->parameters() + d_);
+  return Status();
+}
+
+// The codec state of a checkpoint, where it belongs to the codecs of this
+// config: another update codec starts its table and rho afresh, another
+// downlink codec (or none) starts from full models.
+Status Aggregator::State::RestoreCodecState(AggregatorCheckpoint& saved) {
+  if (!saved.codec.empty() && saved.codec == config_.codec) {
+    if (levels_ && !saved.level_table.empty()) {
+      LevelTable table;
+      table.version = saved.level_table_version;
+      table.levels = std::move(saved.level_table);
+      const Status installed = levels_->SetLevelTable(table);
+      if (!installed.ok()) return Corrupt("level table: " + installed.message());
+    }
+    if (nested_) {
+      for (const auto& [device, rho] : saved.rho) {
+        if (rho < base_rho_ || rho > config_.max_rho) continue;  // the config changed: start over
+        rho_[device] = rho;
+      }
+      forced_anchors_ = std::move(saved.forced_anchors);
+    }
+  } else if (!saved.codec.empty()) {
+    Log(LogLevel::kInfo, "aggregator: the checkpoint holds the state of codec %s, not %s: its codec state is not used",
+        saved.codec.c_str(), config_.codec.c_str());
+  }
+  if (downlink_ && saved.downlink_codec == downlink_->spec() && saved.device_model.size() == d_ &&
+      saved.device_model_round >= 0 && CheckFinite(saved.device_model.data(), d_).ok()) {
+    device_model_ = std::move(saved.device_model);
+    device_model_round_ = saved.device_model_round;
+    synced_ = std::move(saved.synced);
+  }
+  return Status();
+}
+
+AggregatorCheckpoint Aggregator::State::CheckpointState() const {
+  AggregatorCheckpoint checkpoint;
+  checkpoint.model = config_.model;
+  checkpoint.round = round_;
+  checkpoint.parameters.assign(model_->parameters(), model_->parameters() + d_);
+  checkpoint.first_moment = optimizer_->first_moment();
+  checkpoint.second_moment = optimizer_->second_moment();
+  checkpoint.codec = config_.codec;
+  if (levels_) {
+    checkpoint.level_table_version = levels_->level_table().version;
+    checkpoint.level_table = levels_->level_table().levels;
+  }
+  for (const auto& [device, rho] : rho_) checkpoint.rho[device] = rho;
+  checkpoint.forced_anchors = forced_anchors_;
+  if (downlink_ && device_model_round_ >= 0) {
+    checkpoint.downlink_codec = downlink_->spec();
+    checkpoint.device_model_round = device_model_round_;
+    checkpoint.device_model = device_model_;
+    checkpoint.synced = synced_;
+  }
+  return checkpoint;
+}
+
+// Once per round id: compresses model - device_model_ and applies the decoded
+// delta to device_model_, exactly as every device will. What the codec loses
+// stays in model - device_model_ and goes out with the next delta.
+Status Aggregator::State::PrepareBroadcast() {
+  if (!downlink_ || device_model_round_ == static_cast<int64_t>(round_)) return Status();
+  std::vector<float> delta(d_);
+  const float* model = model_->parameters();
+  for (std::size_t i = 0; i < d_; ++i) delta[i] = model[i] - device_model_[i];
+  const CodecContext context = ContextFor(kBroadcastSender);
+  broadcast_.resize(downlink_->MaxEncodedSize(d_));
+  Result<std::size_t> size = downlink_->Encode(delta.data(), d_, context, broadcast_.data(), broadcast_.size());
+  if (!size.ok()) return size.status();
+  broadcast_.resize(*size);
+  FEDRT_RETURN_IF_ERROR(downlink_->DecodeAccumulate(broadcast_.data(), broadcast_.size(), context, 1.0f,
+                                                    device_model_.data(), d_));
+  device_model_round_ = round_;
+  if (hooks_.on_broadcast) hooks_.on_broadcast(round_, device_model_);
+  return Status();
+}
+
+const std::string& Aggregator::State::NestedSpec(int rho) {
+  auto it = nested_specs_.find(rho);
+  if (it != nested_specs_.end()) return it->second;
+  Result<std::string> spec = NdqsgSpecWithRho(config_.codec, rho);
+  // rho is always on the ladder between base_rho_ and max_rho, both checked.
+  return nested_specs_[rho] = spec.ok() ? *spec : config_.codec;
+}
+
+int Aggregator::State::RhoOf(const std::string& device) const {
+  auto it = rho_.find(device);
+  return it == rho_.end() ? base_rho_ : it->second;
+}
+
+Codec* Aggregator::State::CodecFor(const std::string& spec) {
+  if (levels_ && spec == levels_->spec()) return levels_.get();  // holds this round's table
+  auto it = codecs_.find(spec);
+  if (it != codecs_.end()) return it->second.get();
+  Result<std::unique_ptr<Codec>> codec = MakeCodec(spec);
+  if (!codec.ok()) return nullptr;
+  return (codecs_[spec] = std::move(*codec)).get();
+}
+
+void Aggregator::State::OnOpen(const std::shared_ptr<Connection>& connection) {
+  Peer& peer = peers_[connection->id()];
+  peer.connection = connection;
+  peer.join = std::make_unique<JoinServer>(keys_, crypto_, limits_);
+  peer.opened_ms = clock_.NowMs();
+  joining_++;
+  opened_any_ = true;
+}
+
+void Aggregator::State::OnClose(Connection& connection, const Status& reason) {
+  auto it = peers_.find(connection.id());
+  if (it == peers_.end()) return;
+  const std::string device = it->second.device_id;
+  if (!reason.ok() && !finished_) {
+    Log(LogLevel::kInfo, "aggregator: connection %s%s%s closed: %s", connection.peer().c_str(),
+        device.empty() ? "" : " of ", device.c_str(), reason.ToString().c_str());
+  }
+  if (!device.empty()) {
+    auto owner = device_connection_.find(device);
+    if (owner != device_connection_.end() && owner->second == connection.id()) device_connection_.erase(owner);
+  }
+  if (!it->second.authenticated) joining_--;
+  peers_.erase(it);
+}
+
+void Aggregator::State::Refuse(Connection& connection, const Status& reason) {
+  Log(LogLevel::kWarning, "aggregator: closing %s: %s", connection.peer().c_str(), reason.ToString().c_str());
+  connection.Abort(reason, /*notify_peer=*/true);
+}
+
+void Aggregator::State::OnFrame(Connection& connection, const Frame& frame) {
+  auto it = peers_.find(connection.id());
+  if (it == peers_.end()) return;
+  Peer& peer = it->second;
+  if (!peer.authenticated) {
+    OnJoinFrame(peer, connection, frame);
+    return;
+  }
+  switch (frame.kind()) {
+    case MessageKind::kUpdate:
+      OnUpdateFrame(peer, connection, frame);
+      break;
+    case MessageKind::kAck: {
+      Result<AckMessage> ack = DecodeAck(frame);
+      if (ack.ok() && ack->acked == MessageKind::kRoundInstructions && ack->round_id == round_) {
+        synced_[peer.device_id] = static_cast<int64_t>(ack->round_id);
+      }
+      break;
+    }
+    case MessageKind::kLeave:
+      connection.Close();
+      break;
+    case MessageKind::kError: {
+      Result<ErrorMessage> error = DecodeError(frame);
+      Log(LogLevel::kWarning, "aggregator: device %s reports %s", peer.device_id.c_str(),
+          error.ok() ? ToStatus(*error).ToString().c_str() : "an unreadable error");
+      break;
+    }
+    default:
+      Refuse(connection, Corrupt(std::string("unexpected ") + MessageKindName(frame.kind()) + " message"));
+  }
+}
+
+void Aggregator::State::OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame) {
+  JoinResult result;
+  result.current_round = round_;
+  result.max_frame_bytes = limits_.max_frame_bytes;
+  Result<OutFrame> reply = peer.join->OnFrame(frame, result);
+  if (!reply.ok()) return Refuse(connection, reply.status());
+  (void)connection.Send(*reply);
+  if (!peer.join->done()) return;  // the Challenge went out
+  peer.authenticated = true;
+  joining_--;
+  peer.device_id = peer.join->announcement().device_id;
+  const int64_t model_round = peer.join->announcement().model_round;  // the model round its Join names
+  peer.join.reset();
+  // A device that joins again replaces its old connection.
+  auto previous = device_connection_.find(peer.device_id);
+  if (previous != device_connection_.end() && previous->second != connection.id()) {
+    auto old = peers_.find(previous->second);
+    if (old != peers_.end()) old->second.connection->Abort(Status(StatusCode::kCancelled, "replaced by a new join"));
+  }
+  device_connection_[peer.device_id] = connection.id();
+  // A new connection gets the full model first, unless the device still
+  // holds the model of the round it last acknowledged (a reconnect, or the
+  // same device after this aggregator restarted from its checkpoint).
+  auto synced = synced_.find(peer.device_id);
+  if (synced != synced_.end() && synced->second != model_round) synced_.erase(synced);
+  Log(LogLevel::kInfo, "aggregator: device %s joined from %s (%zu connected)", peer.device_id.c_str(),
+      connection.peer().c_str(), device_connection_.size());
+  // Rejoined during a round it was sampled in and has not answered: resend.
+  if (in_round_ && assigned_.count(peer.device_id) != 0 && answered_.count(peer.device_id) == 0) {
+    const Status sent = SendInstructions(peer);
+    if (!sent.ok()) Refuse(connection, sent);
+  }
+}
+
+void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const Frame& frame) {
+  Result<UpdateMessage> update = DecodeUpdate(frame, limits_);
+  if (!update.ok()) return Refuse(connection, update.status());
+  const UpdateMessage& m = *update;
+  if (m.payload.index == 0) {
+    auto assignment = assigned_.find(peer.device_id);
+    if (!in_round_ || m.round_id != round_ || assignment == assigned_.end()) {
+      // A late update of a closed round is not an attack: drop it quietly.
+      Log(LogLevel::kInfo, "aggregator: dropping an update of round %llu from %s (round %u is %s)",
+          static_cast<unsigned long long>(m.round_id), peer.device_id.c_str(), round_,
+          in_round_ ? "open" : "closed");
+      peer.update.reset();
+      return;
+    }
+    if (m.codec_spec != assignment->second.spec) {
+      rejected_++;
+      return Refuse(connection, InvalidArgument("codec '" + std::string(m.codec_spec) + "' is not the instructed '" +
+                                                assignment->second.spec + "'"));
+    }
+    Codec* codec = CodecFor(assignment->second.spec);
+    if (codec == nullptr || m.payload.total_size > codec->MaxEncodedSize(d_)) {
+      rejected_++;
+      return Refuse(connection, Status(StatusCode::kResourceExhausted,
+                                       "an update of " + std::to_string(m.payload.total_size) +
+                                           " bytes is larger than the codec allows for this model"));
+    }
+    if (m.num_samples == 0 || m.num_samples > kMaxSamplesPerUpdate) {
+      rejected_++;
+      return Refuse(connection, InvalidArgument("an update must count 1 to 2^32 samples"));
+    }
+    if (codec == levels_.get()) {
+      const Status levels = CheckLevels(m, assignment->second, &peer.levels);
+      if (!levels.ok()) {
+        rejected_++;
+        return Refuse(connection, levels);
+      }
+    }
+    peer.update = std::make_unique<Reassembler>(codec->MaxEncodedSize(d_));
+    peer.update_round = m.round_id;
+    peer.num_samples = m.num_samples;
+    peer.loss = m.training_loss;
+  } else if (!peer.update || m.round_id != peer.update_round) {
+    return;  // rest of a dropped update
+  }
+  const Status added = peer.update->Add(m.payload);
+  if (!added.ok()) {
+    rejected_++;
+    return Refuse(connection, added);
+  }
+  if (!peer.update->complete()) return;
+
+  Received received;
+  received.device_id = peer.device_id;
+  received.sender_id = DeviceSenderId(peer.device_id);
+  received.spec = assigned_[peer.device_id].spec;
+  received.role = assigned_[peer.device_id].role;
+  received.rho = assigned_[peer.device_id].rho;
+  received.num_samples = peer.num_samples;
+  received.loss = peer.loss;
+  received.payload.assign(peer.update->data(), peer.update->data() + peer.update->size());
+  received.wire_bytes = received.payload.size();
+  peer.update.reset();
+  if (answered_.count(received.device_id) != 0) {
+    // A round that closed without updates runs again with the same id, so a
+    // device can answer both attempts: the first answer counts.
+    Log(LogLevel::kInfo, "aggregator: dropping a second update of round %u from %s", round_,
+        received.device_id.c_str());
+    return;
+  }
+  const Status checked = CheckUpdate(received);
+  if (!checked.ok()) {
+    rejected_++;
+    return Refuse(connection, checked);
+  }
+  if (levels_ && received.spec == levels_->spec()) received.levels = std::move(peer.levels);
+  answered_[received.device_id] = received_.size();
+  received_.push_back(std::move(received));
+  if (!nested_) SumInOrder(false);
+  AckMessage ack;
+  ack.round_id = round_;
+  ack.acked = MessageKind::kUpdate;
+  Result<OutFrame> out = Encode(ack, limits_);
+  if (out.ok()) (void)connection.Send(*out);
+}
+
+// ALQ / AMQ: the update must name the table version this round instructed
+// (updates of earlier rounds never get here: they are dropped by round, so a
+// round needs no older table) and carry statistics that pass
+// ValidateLevelStatistics for at most d coordinates.
+Status Aggregator::State::CheckLevels(const UpdateMessage& m, const Assignment& assignment, LevelStatistics* levels) const {
+  if (m.level_table_version != assignment.level_table_version) {
+    const bool stale = m.level_table_version < assignment.level_table_version;
+    return Status(StatusCode::kFailedPrecondition,
+                  "the update names level table version " + std::to_string(m.level_table_version) +
+                      (stale ? " (stale)" : " (unknown)") + ", round " + std::to_string(round_) +
+                      " uses version " + std::to_string(assignment.level_table_version));
+  }
+  const LevelStatisticsMessage& s = m.stats.level_statistics;
+  if (!s.present) return InvalidArgument("an " + assignment.spec + " update without level statistics");
+  *levels = LevelStatistics();
+  levels->count = s.count;
+  levels->sum = s.sum;
+  levels->sum_sq = s.sum_sq;
+  levels->bucket_norms = s.bucket_norms;
+  for (const BucketMomentsMessage& b : s.largest_buckets) {
+    levels->largest_buckets.push_back({b.norm, b.count, b.sum, b.sum_sq});
+  }
+  return ValidateLevelStatistics(*levels, static_cast<double>(d_));
+}
+
+// ALQ / AMQ, once a round is applied: the next table, version + 1, fitted to
+// the statistics of the round's accepted updates (deterministic, and the
+// merge does not depend on arrival order). Without statistics the table stays.
+void Aggregator::State::RefitLevels() {
+  if (!levels_) return;
+  // Merged in device order, like the sums: the double sums then do not depend
+  // on the order the updates arrived in.
+  LevelStatistics round_levels;
+  for (const auto& entry : answered_) round_levels.Merge(received_[entry.second].levels);
+  if (round_levels.count == 0) return;
+  const uint32_t next = levels_->level_table().version + 1;
+  Result<LevelTable> table = FitLevelTable(*levels_, round_levels, next);
+  const Status installed = table.ok() ? levels_->SetLevelTable(*table) : table.status();
+  if (!installed.ok()) {
+    Log(LogLevel::kWarning, "aggregator: level table %u not fitted, version %u stays: %s", next, next - 1,
+        installed.ToString().c_str());
+  }
+}
+
+// Decodes what can be decoded now and checks the result is finite. A nested
+// NDQSG payload is decoded against zeros here (which validates every count,
+// symbol and scale) and for real when the round closes.
+Status Aggregator::State::CheckUpdate(Received& received) {
+  Codec* codec = CodecFor(received.spec);
+  if (codec == nullptr) return InvalidArgument("unknown codec '" + received.spec + "'");
+  const CodecContext context = ContextFor(received.sender_id);
+  const bool nested = codec->needs_side_info();
+  received.decoded.assign(d_, 0.0f);
+  FEDRT_RETURN_IF_ERROR(codec->Decode(received.payload.data(), received.payload.size(), context,
+                                      received.decoded.data(), d_, nested ? zeros_.data() : nullptr));
+  FEDRT_RETURN_IF_ERROR(CheckFinite(received.decoded.data(), d_));
+  if (nested) {
+    received.decoded.clear();
+    received.decoded.shrink_to_fit();
+    return Status();
+  }
+  // NDQSG anchors keep the decoded vector for the running mean. A plain
+  // update whose turn it is keeps it too and is summed right away
+  // (SumInOrder); one that arrived before an earlier device's keeps only its
+  // payload, decoded again at its turn. So a round holds one model-sized sum
+  // plus the payloads of early arrivals, and its float sum does not depend on
+  // the arrival order.
+  const bool keep_decoded = nested_ || (next_sum_ < selected_.size() && selected_[next_sum_] == received.device_id);
+  if (keep_decoded) {
+    std::vector<uint8_t>().swap(received.payload);
+  } else {
+    std::vector<float>().swap(received.decoded);
+  }
+  return Status();
+}
+
+CodecContext Aggregator::State::ContextFor(uint32_t sender_id) const {
+  CodecContext context;
+  context.session_seed = config_.session_seed;
+  context.round = round_;
+  context.sender_id = sender_id;
+  return context;
+}
+
+// Adds the plain updates of selected_[next_sum_..] that have arrived, in that
+// order, stopping at the first device that has not answered; `closing`
+// skips the devices that never answered.
+void Aggregator::State::SumInOrder(bool closing) {
+  for (; next_sum_ < selected_.size(); ++next_sum_) {
+    auto it = answered_.find(selected_[next_sum_]);
+    if (it == answered_.end()) {
+      if (closing) continue;
+      return;
+    }
+    Received& r = received_[it->second];
+    const float weight = static_cast<float>(r.num_samples);
+    const Status added = r.decoded.empty() ? sum_->AddEncoded(*CodecFor(r.spec), r.payload.data(), r.payload.size(),
+                                                              ContextFor(r.sender_id), weight)
+                                           : sum_->AddDecoded(r.decoded.data(), weight);
+    if (!added.ok()) {
+      // Checked on arrival; cannot fail unless memory is corrupt.
+      Log(LogLevel::kError, "aggregator: update of %s not added: %s", r.device_id.c_str(), added.ToString().c_str());
+      r.added = false;
+    }
+    std::vector<uint8_t>().swap(r.payload);
+    std::vector<float>().swap(r.decoded);
+  }
+}
+
+std::vector<std::string> Aggregator::State::ConnectedDevices() const {
+  std::vector<std::string> devices;
+  for (const auto& entry : device_connection_) devices.push_back(entry.first);
+  return devices;  // sorted (map order)
+}
+
+Peer* Aggregator::State::PeerOf(const std::string& device_id) {
+  auto it = device_connection_.find(device_id);
+  if (it == device_connection_.end()) return nullptr;
+  auto peer = peers_.find(it->second);
+  return peer == peers_.end() ? nullptr : &peer->second;
+}
+
+Status Aggregator::State::SendInstructions(Peer& peer) {
+  const Assignment& assignment = assigned_[peer.device_id];
+  // A compressed delta only fits a device holding the previous round's device
+  // model; every other device gets the full model.
+  bool send_delta = false;
+  if (downlink_) {
+    auto synced = synced_.find(peer.device_id);
+    send_delta = synced != synced_.end() && synced->second + 1 == static_cast<int64_t>(round_);
+    if (!send_delta) full_models_down_++;
+  }
+  std::vector<OutFrame>& frames =
+      instruction_frames_[{assignment.spec, assignment.role, send_delta, assignment.level_table_version}];
+  if (frames.empty()) FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, send_delta, &frames));
+  if (hooks_.on_instructions) {  // before sending: a test may read it as soon as the frames arrive
+    std::vector<uint8_t> bytes;
+    for (const OutFrame& frame : frames) frame.AppendWireBytes(&bytes);
+    hooks_.on_instructions(round_, peer.device_id, bytes);
+  }
+  for (const OutFrame& frame : frames) FEDRT_RETURN_IF_ERROR(peer.connection->Send(frame));
+  bytes_down_ += send_delta ? broadcast_.size() : d_ * sizeof(float);
+  return Status();
+}
+
+Status Aggregator::State::EncodeInstructions(const Assignment& assignment, bool send_delta, std::vector<OutFrame>* frames) {
+  const uint8_t* model = reinterpret_cast<const uint8_t*>(model_->parameters());
+  std::size_t model_size = d_ * sizeof(float);
+  ModelEncoding encoding = ModelEncoding::kFullModelFp32;
+  if (send_delta) {
+    model = broadcast_.data();
+    model_size = broadcast_.size();
+    encoding = ModelEncoding::kCompressedDelta;
+  } else if (downlink_) {
+    model = reinterpret_cast<const uint8_t*>(device_model_.data());
+  }
+  RoundInstructionsMessage m;
+  m.round_id = round_;
+  m.model_encoding = encoding;
+  m.model_parameters = d_;
+  m.codec_spec = assignment.spec;
+  m.session_seed = config_.session_seed;
+  m.local_epochs = config_.local_epochs;
+  m.local_steps = config_.local_steps;
+  m.learning_rate = config_.learning_rate;
+  m.anchor_role = assignment.role;
+  if (levels_ && assignment.spec == levels_->spec()) {
+    m.level_table_version = assignment.level_table_version;
+    m.level_table = levels_->level_table().levels.data();
+    m.level_table_size = levels_->level_table().levels.size();
+  }
+  m.deadline_ms = config_.round_deadline_ms;
+  Result<std::vector<OutFrame>> encoded = EncodeChunked(m, model, model_size, limits_);
+  if (!encoded.ok()) return encoded.status();
+  *frames = std::move(*encoded);
+  return Status();
+}
+
+void Aggregator::State::StartRound() {
+  const std::vector<std::string> devices = ConnectedDevices();
+  std::vector<uint32_t> indices(devices.size());
+  for (uint32_t i = 0; i < indices.size(); ++i) indices[i] = i;
+  const std::vector<uint32_t> chosen = SampleDevices(indices, config_.sampling, config_.session_seed, round_);
+  selected_.clear();
+  assigned_.clear();
+  received_.clear();
+  sum_->Reset();
+  answered_.clear();
+  next_sum_ = 0;
+  instruction_frames_.clear();
+  rejected_ = 0;
+  bytes_down_ = 0;
+  full_models_down_ = 0;
+  const Status prepared = PrepareBroadcast();
+  if (!prepared.ok()) {
+    // Cannot happen with a finite model; fall back to full models this round.
+    Log(LogLevel::kError, "aggregator: downlink: %s", prepared.ToString().c_str());
+    device_model_.assign(model_->parameters(), model_->parameters() + d_);
+    device_model_round_ = round_;
+    synced_.clear();
+  }
+  for (uint32_t i : chosen) selected_.push_back(devices[i]);
+
+  std::set<uint32_t> anchors;
+  if (nested_) {
+    std::vector<uint32_t> senders;
+    for (const std::string& device : selected_) senders.push_back(DeviceSenderId(device));
+    for (uint32_t a : ChooseNdqsgAnchors(config_.session_seed, round_, senders,
+                                         NdqsgAnchorCount(senders.size(), config_.anchor_fraction))) {
+      anchors.insert(a);
+    }
+  }
+  for (const std::string& device : selected_) {
+    Assignment assignment;
+    assignment.spec = config_.codec;
+    if (levels_) assignment.level_table_version = levels_->level_table().version;
+    if (nested_) {
+      const bool anchor = anchors.count(DeviceSenderId(device)) != 0 || forced_anchors_.count(device) != 0;
+      assignment.rho = anchor ? 0 : RhoOf(device);
+      assignment.spec = anchor ? anchor_spec_ : NestedSpec(assignment.rho);
+      assignment.role = anchor ? AnchorRole::kAnchor : AnchorRole::kNested;
+    }
+    assigned_[device] = assignment;
+  }
+  in_round_ = true;
+  round_started_ms_ = clock_.NowMs();
+  round_deadline_ms_ = round_started_ms_ + config_.round_deadline_ms;
+  for (const std::string& device : selected_) {
+    Peer* peer = PeerOf(device);
+    if (peer == nullptr) continue;
+    const Status sent = SendInstructions(*peer);
+    if (!sent.ok()) Refuse(*peer->connection, sent);
+  }
+}
+
+// Wrap-driven adaptation of one device's nesting ratio after its nested
+// update was decoded with `rho`. Returns the rho of its next nested update,
+// 0 when it is switched to plain DQSG (an anchor) for the next round.
+int Aggregator::State::Adapt(const std::string& device, int rho, std::size_t near_wraps, RoundReport& report) {
+  const double limit = config_.wrap_threshold * static_cast<double>(d_);
+  const double count = static_cast<double>(near_wraps);
+  int next = rho;
+  if (count > limit) {
+    if (NdqsgNextRho(rho) <= config_.max_rho) {
+      next = NdqsgNextRho(rho);
+      report.rho_raised++;
+      Log(LogLevel::kInfo, "aggregator: %s came near the wrap boundary on %zu coordinates: rho %d -> %d",
+          device.c_str(), near_wraps, rho, next);
+    } else {
+      forced_anchors_.insert(device);
+      report.switched_to_dqsg++;
+      Log(LogLevel::kInfo, "aggregator: %s came near the wrap boundary on %zu coordinates at rho %d: dqsg next round",
+          device.c_str(), near_wraps, rho);
+    }
+  } else if (count * 4 < limit && rho > base_rho_) {
+    next = std::max(base_rho_, NdqsgPreviousRho(rho));
+    report.rho_lowered++;
+  }
+  if (next == base_rho_) {
+    rho_.erase(device);
+  } else {
+    rho_[device] = next;
+  }
+  return forced_anchors_.count(device) != 0 ? 0 : next;
+}
+
+void Aggregator::State::CloseRound() {
+  in_round_ = false;
+  UpdateAccumulator& accumulator = *sum_;  // plain rounds: filled as the updates arrived
+  RoundReport report;
+  report.round = round_ + 1;
+  report.sampled = selected_.size();
+  double loss_sum = 0;
+  double sample_sum = 0;
+  forced_anchors_.clear();
+  const auto count = [&](const Received& r) {
+    report.updates++;
+    loss_sum += static_cast<double>(r.loss) * static_cast<double>(r.num_samples);
+    sample_sum += static_cast<double>(r.num_samples);
+  };
+  const auto add = [&](const Received& r, const float* decoded) {
+    const Status added = accumulator.AddDecoded(decoded, static_cast<float>(r.num_samples));
+    if (!added.ok()) {
+      Log(LogLevel::kWarning, "aggregator: update of %s not added: %s", r.device_id.c_str(), added.ToString().c_str());
+      report.rejected++;
+      return;
+    }
+    count(r);
+  };
+  // Everything below goes in the order of selected_ (sorted device ids), not
+  // of arrival: float sums, the NDQSG running mean (and so the nested
+  // decodes and their wraps) are the same whatever the timing.
+  if (!nested_) SumInOrder(true);
+  std::vector<const Received*> ordered;
+  for (const std::string& device : selected_) {
+    auto it = answered_.find(device);
+    if (it != answered_.end()) ordered.push_back(&received_[it->second]);
+  }
+  if (nested_) {
+    NdqsgRunningMean mean(d_);
+    for (const Received* anchor : ordered) {
+      const Received& r = *anchor;
+      if (r.role == AnchorRole::kNested) continue;
+      mean.Add(r.decoded.data());
+      report.anchors++;
+      report.anchor_bytes_up += r.wire_bytes;
+      DeviceRoundReport device;
+      device.device_id = r.device_id;
+      device.anchor = true;
+      device.next_rho = RhoOf(r.device_id);
+      device.bytes = r.wire_bytes;
+      report.devices.push_back(device);
+      add(r, r.decoded.data());
+    }
+    for (const Received* nested : ordered) {
+      const Received& r = *nested;
+      if (r.role != AnchorRole::kNested) continue;
+      if (mean.count() == 0) {
+        Log(LogLevel::kWarning, "aggregator: round %u: no anchor arrived, the nested update of %s cannot be decoded",
+            round_, r.device_id.c_str());
+        report.rejected++;
+        forced_anchors_.insert(r.device_id);
+        continue;
+      }
+      NdqsgWrapReport wraps;
+      const Status status = mean.AddNested(*CodecFor(r.spec), r.payload.data(), r.payload.size(), ContextFor(r.sender_id),
+                                           scratch_.data(), config_.wrap_margin, &wraps);
+      if (!status.ok()) {
+        Log(LogLevel::kWarning, "aggregator: nested update of %s: %s", r.device_id.c_str(), status.ToString().c_str());
+        report.rejected++;
+        continue;
+      }
+      report.near_wraps += wraps.near_wrap;
+      DeviceRoundReport device;
+      device.device_id = r.device_id;
+      device.rho = r.rho;
+      device.near_wraps = wraps.near_wrap;
+      device.bytes = r.wire_bytes;
+      device.next_rho = Adapt(r.device_id, r.rho, wraps.near_wrap, report);
+      report.devices.push_back(device);
+      add(r, scratch_.data());
+    }
+  } else {
+    for (const Received* r : ordered) {
+      if (r->added) {
+        count(*r);
+      } else {
+        report.rejected++;
+      }
+    }
+  }
+  // Payload sizes of the decoded-on-arrival updates.
+  report.bytes_up = 0;
+  for (const Received& r : received_) report.bytes_up += r.wire_bytes;
+  report.fp32_bytes_up = static_cast<uint64_t>(report.updates) * d_ * sizeof(float);
+  report.rejected += rejected_;
+  report.bytes_down = bytes_down_;
+  report.full_models_down = full_models_down_;
+  if (accumulator.count() == 0) {
+    Log(LogLevel::kWarning, "aggregator: round %u closed without updates; running it again", round_ + 1);
+    return;
+  }
+  const std::vector<float> mean = accumulator.Mean();
+  if (hooks_.on_aggregate) hooks_.on_aggregate(round_, mean);
+  const Status applied = optimizer_->Apply(mean.data(), model_->parameters());
+  if (!applied.ok()) Log(LogLevel::kError, "aggregator: %s", applied.ToString().c_str());
+  report.train_loss = sample_sum > 0 ? loss_sum / sample_sum : 0;
+  round_++;
+  if (evaluate_) {
+    Result<Evaluation> eval = EvaluateModel(*model_, test_, 256);
+    if (eval.ok()) {
+      report.test_accuracy = eval->accuracy;
+      report.test_loss = eval->loss;
+    }
+  }
+  RefitLevels();
+  if (levels_) {
+    report.level_table_version = levels_->level_table().version;
+    report.level_table = levels_->level_table().levels;
+  }
+  if (hooks_.on_checkpoint) hooks_.on_checkpoint(CheckpointState());
+  report.seconds = static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0;
+  if (hooks_.on_round) hooks_.on_round(report);
+}
+
+uint32_t Aggregator::State::Tick() {
+  const uint64_t now = clock_.NowMs();
+  std::vector<std::shared_ptr<Connection>> late;
+  uint64_t next = std::numeric_limits<uint32_t>::max();
+  // Joined devices are not scanned every tick, only while someone is joining.
+  for (auto it = peers_.begin(); joining_ > 0 && it != peers_.end(); ++it) {
+    if (it->second.authenticated) continue;
+    const uint64_t deadline = it->second.opened_ms + config_.join_timeout_ms;
+    if (now > deadline) {
+      late.push_back(it->second.connection);
+    } else {
+      next = std::min<uint64_t>(next, deadline - now + 1);
+    }
+  }
+  for (const auto& connection : late) {
+    Refuse(*connection, Status(StatusCode::kDeadlineExceeded, "no join within " +
+                                                                  std::to_string(config_.join_timeout_ms) + " ms"));
+  }
+  if (finished_) return static_cast<uint32_t>(next);
+  if (!in_round_) {
+    if (round_ >= config_.rounds) {
+      FinishAll();
+      return static_cast<uint32_t>(next);
+    }
+    // The minimum gates the first round; later rounds go on with whoever is
+    // connected, so a lost device never stops the training.
+    const std::size_t needed = started_any_ ? 1 : std::max<std::size_t>(1, config_.min_devices);
+    if (device_connection_.size() < needed) return static_cast<uint32_t>(next);
+    started_any_ = true;
+    StartRound();
+    return static_cast<uint32_t>(std::min<uint64_t>(next, config_.round_deadline_ms));
+  }
+  const std::size_t quorum = std::max<std::size_t>(
+      1, static_cast<std::size_t>(std::ceil(config_.quorum * static_cast<double>(selected_.size()))));
+  // Sampled devices still able to answer (connected, not answered yet).
+  std::size_t waiting = 0;
+  for (const std::string& device : selected_) {
+    if (answered_.count(device) == 0 && device_connection_.count(device) != 0) waiting++;
+  }
+  if (received_.size() >= quorum || now >= round_deadline_ms_ || (waiting == 0 && !received_.empty())) {
+    CloseRound();
+    return 0;  // the next round can start at once
+  }
+  return static_cast<uint32_t>(std::min<uint64_t>(next, round_deadline_ms_ - now));
+}
+
+void Aggregator::State::FinishAll() {
+  if (finished_) return;
+  finished_ = true;
+  LeaveMessage leave;
+  leave.reason = "training finished";
+  Result<OutFrame> out = Encode(leave, limits_);
+  std::vector<std::pair<std::shared_ptr<Connection>, bool>> open;
+  for (auto& entry : peers_) open.emplace_back(entry.second.connection, entry.second.authenticated);
+  for (auto& [connection, authenticated] : open) {
+    if (out.ok() && authenticated) (void)connection->Send(*out);
+    connection->Close();
+  }
+  Log(LogLevel::kInfo, "aggregator: %u rounds done", round_);
+}
+
+void Aggregator::State::AbortAll(const Status& reason) {
+  // The map is let go of first: a binding may report the closes later (or,
+  // when its loop is gone, never), and the connections must not keep the
+  // aggregator alive through it.
+  std::map<uint64_t, Peer> peers;
+  peers.swap(peers_);
+  device_connection_.clear();
+  joining_ = 0;
+  for (auto& entry : peers) entry.second.connection->Abort(reason);
+}
+
+// ---- Aggregator -------------------------------------------------------------------
+
+Aggregator::Aggregator(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+Aggregator::~Aggregator() {
+  if (state_) state_->AbortAll(Status(StatusCode::kCancelled, "aggregator destroyed"));
+}
+
+Result<std::shared_ptr<Aggregator>> Aggregator::Create(const AggregatorConfig& config, const KeyStore& keys,
+                                                       Crypto& crypto, const Clock& clock, const DataView* test_set,
+                                                       AggregatorHooks hooks) {
+  auto state = std::make_unique<State>(config, keys, crypto, clock, std::move(hooks));
+  FEDRT_RETURN_IF_ERROR(state->Init(test_set));
+  return std::shared_ptr<Aggregator>(new Aggregator(std::move(state)));
+}
+
+Status Aggregator::Restore(AggregatorCheckpoint checkpoint) { return state_->Restore(checkpoint); }
+uint32_t Aggregator::Tick() { return state_->Tick(); }
+void Aggregator::Finish() { state_->FinishAll(); }
+void Aggregator::Abort(const Status& reason) { state_->AbortAll(reason); }
+bool Aggregator::finished() const { return state_->finished_; }
+uint32_t Aggregator::round() const { return state_->round_; }
+std::size_t Aggregator::connected_devices() const { return state_->device_connection_.size(); }
+std::size_t Aggregator::open_connections() const { return state_->peers_.size(); }
+const Model& Aggregator::model() const { return *state_->model_; }
+const std::string& Aggregator::codec() const { return state_->config_.codec; }
+
+ConnectionOptions Aggregator::connection_options() const {
+  ConnectionOptions options;
+  options.limits = state_->limits_;
+  options.idle_timeout_ms = state_->config_.idle_timeout_ms;
+  options.heartbeat_interval_ms = std::max<uint32_t>(100, state_->config_.idle_timeout_ms / 4);
+  return options;
+}
+
+void Aggregator::OnOpen(const std::shared_ptr<Connection>& connection) { state_->OnOpen(connection); }
+void Aggregator::OnFrame(Connection& connection, Frame frame) { state_->OnFrame(connection, frame); }
+void Aggregator::OnClose(Connection& connection, const Status& reason) { state_->OnClose(connection, reason); }
+
+}  // namespace fedrt

@@ -1,0 +1,455 @@
+// The aggregator engine without sockets: an Aggregator and DeviceClient
+// engines joined by MemoryPipes, driven step by step on one thread with a
+// ManualClock, on Gaussian blobs made here (16 features, 4 classes, a tiny
+// mlp). Nothing waits for real time: deadlines pass when the test moves the
+// clock.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fedrt/codecs/codec.h"
+#include "fedrt/platform/clock.h"
+#include "fedrt/runtime/aggregator_engine.h"
+#include "fedrt/runtime/device_client.h"
+#include "fedrt/runtime/model.h"
+#include "fedrt/transport/auth.h"
+#include "fedrt/transport/chunking.h"
+#include "fedrt/transport/crypto.h"
+#include "fedrt/transport/messages.h"
+#include "fedrt/transport/stream.h"
+#include "test_crypto.h"
+
+namespace fedrt {
+namespace {
+
+using namespace transport;  // NOLINT
+
+constexpr const char* kModel = "mlp:16-8-4";
+constexpr int kFeatures = 16;
+constexpr int kClasses = 4;
+constexpr uint32_t kDeadlineMs = 5000;
+
+std::string HexKey(int i) {
+  std::string key;
+  for (int b = 0; b < 16; ++b) key += "0123456789abcdef"[(i * 7 + b) % 16];
+  return key + key;
+}
+std::string DeviceId(int i) { return "dev-" + std::to_string(i); }
+
+// Four Gaussian blobs: class c is centred at +2.5 on features c, c+4, c+8,
+// c+12, with unit noise everywhere. Learnable, not trivially.
+struct Blobs {
+  std::vector<float> features;
+  std::vector<uint8_t> labels;
+  DataView view;
+
+  Blobs(std::size_t count, uint32_t seed) : features(count * kFeatures), labels(count) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> noise(0.0f, 1.0f);
+    for (std::size_t i = 0; i < count; ++i) {
+      const int c = static_cast<int>(i % kClasses);
+      labels[i] = static_cast<uint8_t>(c);
+      for (int j = 0; j < kFeatures; ++j) {
+        features[i * kFeatures + j] = noise(rng) + (j % kClasses == c ? 2.5f : 0.0f);
+      }
+    }
+    view.count = count;
+    view.example_size = kFeatures;
+    view.num_classes = kClasses;
+    view.features = features.data();
+    view.labels = labels.data();
+  }
+};
+
+// The device side of a pipe: frames go to the device engine; an error the
+// engine cannot go on from closes the connection, telling the aggregator.
+struct DeviceLink : ConnectionHandler {
+  DeviceClient* client = nullptr;
+  Status error;
+  bool closed = false;
+  Status close_reason;
+  void OnFrame(Connection& connection, Frame frame) override {
+    if (client == nullptr) return;  // a connection that never joins
+    const Status handled = client->OnFrame(connection, frame);
+    if (!handled.ok() && error.ok()) error = handled;
+    if (!handled.ok()) connection.Abort(handled, /*notify_peer=*/true);
+  }
+  void OnClose(Connection&, const Status& reason) override {
+    closed = true;
+    close_reason = reason;
+    if (client != nullptr) client->OnDisconnected();
+  }
+};
+
+struct Member {
+  std::string id;
+  std::vector<uint32_t> share;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<DeviceClient> client;
+  std::shared_ptr<DeviceLink> link;
+  std::unique_ptr<MemoryPipe> pipe;  // a: the aggregator's side, b: the device's
+  bool silent = false;               // receives, never trains or answers
+};
+
+// An aggregator and `devices` device engines over memory pipes.
+struct Federation {
+  ManualClock clock{1000000000};
+  KeyStore keys;
+  Blobs train{480, 1};
+  Blobs test{240, 2};
+  std::shared_ptr<Aggregator> aggregator;
+  std::deque<Member> members;  // references stay valid as devices are added
+  std::vector<RoundReport> reports;
+  std::vector<AggregatorCheckpoint> checkpoints;
+  std::map<std::pair<uint32_t, std::string>, int> instructions_sent;  // (round, device) -> times
+
+  Federation(AggregatorConfig config, int devices) {
+    std::string text;
+    for (int i = 0; i < 8; ++i) text += DeviceId(i) + " " + HexKey(i) + "\n";
+    keys = KeyStore::Parse(text).value();
+    AggregatorHooks hooks;
+    hooks.on_round = [this](const RoundReport& r) { reports.push_back(r); };
+    hooks.on_checkpoint = [this](const AggregatorCheckpoint& c) {
+      CHECK(c.round == reports.size() + 1);  // before the round's report
+      checkpoints.push_back(c);
+    };
+    hooks.on_instructions = [this](uint32_t round, const std::string& device, const std::vector<uint8_t>&) {
+      instructions_sent[{round, device}]++;
+    };
+    Result<std::shared_ptr<Aggregator>> created =
+        Aggregator::Create(config, keys, TestCrypto(), clock, &test.view, hooks);
+    REQUIRE_MESSAGE(created.ok(), created.status().ToString());
+    aggregator = std::move(*created);
+    for (int i = 0; i < devices; ++i) AddDevice(i, HexKey(i));
+  }
+  ~Federation() {
+    aggregator->Abort(Status(StatusCode::kCancelled, "test over"));
+    for (Member& m : members) {
+      if (m.pipe) m.pipe->Pump();
+    }
+  }
+
+  Member& AddDevice(int index, const std::string& hex_key, const std::string& id = "") {
+    members.emplace_back();  // first: the client keeps pointers to the share and the model
+    Member& m = members.back();
+    m.id = id.empty() ? DeviceId(index) : id;
+    // A quarter of the examples, every class in it (labels cycle).
+    const std::size_t quarter = train.view.count / 4;
+    for (std::size_t i = 0; i < quarter; ++i) m.share.push_back(static_cast<uint32_t>((index % 4) * quarter + i));
+    m.model = std::make_unique<Model>(Model::Create(kModel, 1).value());
+    DeviceClientConfig config;
+    config.device_id = m.id;
+    Result<KeyStore> own = KeyStore::Parse(m.id + " " + hex_key + "\n");
+    REQUIRE(own.ok());
+    config.key = *own->Find(m.id);
+    config.batch = 16;
+    config.shuffle_seed = 7 + static_cast<uint64_t>(index);
+    Result<std::unique_ptr<DeviceClient>> client =
+        DeviceClient::Create(config, *m.model, train.view, &m.share, TestCrypto());
+    REQUIRE_MESSAGE(client.ok(), client.status().ToString());
+    m.client = std::move(*client);
+    Connect(m);
+    return m;
+  }
+
+  // A fresh pipe to the aggregator and the device's Join on it.
+  void Connect(Member& m) {
+    m.link = std::make_shared<DeviceLink>();
+    m.link->client = m.client.get();
+    Result<std::unique_ptr<MemoryPipe>> pipe =
+        MemoryPipe::Create(aggregator, m.link, aggregator->connection_options(), clock);
+    REQUIRE(pipe.ok());
+    m.pipe = std::move(*pipe);
+    REQUIRE(m.client->Start(m.pipe->b()).ok());
+  }
+
+  Member& Find(const std::string& id) {
+    for (Member& m : members) {
+      if (m.id == id) return m;
+    }
+    FAIL("no member " << id);
+    return members.front();
+  }
+
+  // Moves bytes only (no training, no Tick).
+  void Pump(bool reverse = false) {
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      Member& m = members[reverse ? members.size() - 1 - k : k];
+      if (m.pipe) m.pipe->Pump();
+    }
+  }
+
+  // Moves bytes, trains and ticks until nothing changes (the time stands still).
+  void Settle(bool reverse = false) {
+    for (int guard = 0; guard < 100000; ++guard) {
+      bool moved = false;
+      for (std::size_t k = 0; k < members.size(); ++k) {
+        Member& m = members[reverse ? members.size() - 1 - k : k];
+        if (m.pipe && m.pipe->Pump()) moved = true;
+        if (!m.silent && m.pipe && m.client->has_work() && !m.pipe->b().closed()) {
+          const Status worked = m.client->Work(m.pipe->b(), 0);
+          REQUIRE_MESSAGE(worked.ok(), worked.ToString());
+          moved = true;
+        }
+      }
+      if (aggregator->Tick() == 0) moved = true;
+      for (Member& m : members) {
+        if (m.pipe && m.pipe->Pump()) moved = true;  // what Tick sent (a round's instructions)
+      }
+      if (!moved) return;
+    }
+    FAIL("the federation never settled");
+  }
+};
+
+AggregatorConfig Config(const std::string& codec, uint32_t rounds, std::size_t min_devices) {
+  AggregatorConfig c;
+  c.model = kModel;
+  c.codec = codec;
+  c.rounds = rounds;
+  c.min_devices = min_devices;
+  c.round_deadline_ms = kDeadlineMs;
+  c.local_epochs = 2;
+  c.learning_rate = 0.1f;
+  c.join_timeout_ms = 2000;
+  return c;
+}
+
+TEST_CASE("aggregator engine: rounds over memory pipes complete and report the test accuracy and loss") {
+  Federation f(Config("dqsg", 4, 3), 3);
+  f.Settle();
+  REQUIRE(f.aggregator->finished());
+  REQUIRE(f.reports.size() == 4);
+  for (std::size_t r = 0; r < f.reports.size(); ++r) {
+    CHECK(f.reports[r].round == r + 1);
+    CHECK(f.reports[r].sampled == 3);
+    CHECK(f.reports[r].updates == 3);
+    CHECK(f.reports[r].rejected == 0);
+    CHECK(f.reports[r].test_loss > 0);
+    CHECK(f.reports[r].train_loss > 0);
+    CHECK(f.reports[r].bytes_up > 0);
+    CHECK(f.reports[r].bytes_up < f.reports[r].fp32_bytes_up);  // dqsg compresses
+  }
+  // Chance is 25%; the blobs are learnable.
+  CHECK(f.reports.back().test_accuracy > 0.9);
+  CHECK(f.reports.back().test_loss < f.reports.front().test_loss);
+  CHECK(f.aggregator->round() == 4);
+  // The devices were told to leave, and every connection is closed.
+  for (const Member& m : f.members) CHECK(m.client->finished());
+  CHECK(f.aggregator->open_connections() == 0);
+  // One checkpoint per round, the last holding the final model.
+  REQUIRE(f.checkpoints.size() == 4);
+  const Model& model = f.aggregator->model();
+  CHECK(f.checkpoints.back().parameters ==
+        std::vector<float>(model.parameters(), model.parameters() + model.parameter_count()));
+}
+
+TEST_CASE("aggregator engine: the global model is the same bits whatever order the devices are served in") {
+  Federation forward(Config("dqsg", 3, 3), 3);
+  Federation backward(Config("dqsg", 3, 3), 3);
+  forward.Settle();
+  backward.Settle(/*reverse=*/true);
+  REQUIRE(forward.reports.size() == 3);
+  REQUIRE(backward.reports.size() == 3);
+  const Model& a = forward.aggregator->model();
+  const Model& b = backward.aggregator->model();
+  REQUIRE(a.parameter_count() == b.parameter_count());
+  CHECK(std::memcmp(a.parameters(), b.parameters(), a.parameter_count() * sizeof(float)) == 0);
+}
+
+TEST_CASE("aggregator engine: the round deadline closes a round without its silent device") {
+  Federation f(Config("fp32", 2, 3), 3);
+  Member& quiet = f.Find("dev-2");
+  quiet.silent = true;
+  f.Settle();
+  // Round 0 is open: two updates in, the third device connected and silent.
+  REQUIRE(f.reports.empty());
+  CHECK(f.instructions_sent.count({0, "dev-2"}) == 1);
+  CHECK(quiet.client->has_work());
+  // The round started at the clock's start; its deadline is kDeadlineMs later.
+  f.clock.AdvanceMs(kDeadlineMs - 1);
+  CHECK(f.aggregator->Tick() == 1);
+  f.Settle();
+  CHECK(f.reports.empty());
+  f.clock.AdvanceMs(1);
+  f.Settle();
+  REQUIRE(f.reports.size() == 1);
+  CHECK(f.reports[0].sampled == 3);
+  CHECK(f.reports[0].updates == 2);
+  // Round 1 instructs the silent device again; once it answers, the round
+  // closes at its quorum without waiting for the deadline.
+  CHECK(f.instructions_sent.count({1, "dev-2"}) == 1);
+  quiet.silent = false;
+  f.Settle();
+  REQUIRE(f.reports.size() == 2);
+  CHECK(f.reports[1].updates == 3);
+  CHECK(f.aggregator->finished());
+}
+
+TEST_CASE("aggregator engine: a connection that does not join in time is closed") {
+  Federation f(Config("fp32", 1, 2), 2);
+  auto silent = std::make_shared<DeviceLink>();
+  Result<std::unique_ptr<MemoryPipe>> pipe =
+      MemoryPipe::Create(f.aggregator, silent, f.aggregator->connection_options(), f.clock);
+  REQUIRE(pipe.ok());
+  f.Pump();
+  CHECK(f.aggregator->open_connections() == 3);
+  // The two devices joined and round 0 is open; only the join deadline is nearer.
+  CHECK(f.aggregator->Tick() == 2001);
+  f.clock.AdvanceMs(2001);
+  f.aggregator->Tick();
+  (*pipe)->Pump();
+  CHECK((*pipe)->a().closed());
+  CHECK(silent->closed);
+  CHECK(silent->close_reason.code() == StatusCode::kUnavailable);
+  CHECK(f.aggregator->open_connections() == 2);
+}
+
+TEST_CASE("aggregator engine: a device with a wrong key or an unknown id is refused and the others go on") {
+  Federation f(Config("fp32", 2, 2), 2);
+  Member& wrong = f.AddDevice(2, HexKey(5));
+  Member& stranger = f.AddDevice(3, HexKey(3), "dev-99");
+  f.Settle();
+  CHECK(wrong.link->error.code() == StatusCode::kUnauthenticated);
+  CHECK(stranger.link->error.code() == StatusCode::kUnauthenticated);
+  CHECK(wrong.pipe->a().closed());
+  CHECK(stranger.pipe->a().closed());
+  CHECK_FALSE(wrong.client->joined());
+  REQUIRE(f.reports.size() == 2);
+  for (const RoundReport& r : f.reports) {
+    CHECK(r.sampled == 2);
+    CHECK(r.updates == 2);
+  }
+  CHECK(f.aggregator->finished());
+}
+
+TEST_CASE("aggregator engine: a malformed frame or a bad update closes only that connection") {
+  Federation f(Config("fp32", 2, 4), 4);
+  Member& garbled = f.Find("dev-1");
+  Member& liar = f.Find("dev-2");
+  garbled.silent = true;
+  liar.silent = true;
+  f.Settle();
+  REQUIRE(f.reports.empty());
+  CHECK(f.aggregator->connected_devices() == 4);
+  // Bytes that are no frame, on dev-1's connection, as the aggregator reads them.
+  const uint8_t garbage[12] = {8, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8};
+  CHECK(garbled.pipe->a().Receive(garbage, sizeof(garbage)).code() == StatusCode::kCorrupt);
+  // A well-formed update from dev-2 whose payload is not a payload.
+  const std::vector<uint8_t> junk(64, 0x5a);
+  UpdateMessage update;
+  update.round_id = 0;
+  update.num_samples = 10;
+  update.codec_spec = f.aggregator->codec();
+  Result<std::vector<OutFrame>> frames = EncodeChunked(update, junk.data(), junk.size(), FrameLimits());
+  REQUIRE(frames.ok());
+  for (OutFrame& frame : *frames) REQUIRE(liar.pipe->b().Send(std::move(frame)).ok());
+  f.Settle();
+  CHECK(garbled.pipe->a().closed());
+  CHECK(liar.pipe->a().closed());
+  CHECK(garbled.link->closed);
+  CHECK(liar.link->closed);
+  CHECK(liar.link->close_reason.code() != StatusCode::kOk);
+  REQUIRE(f.reports.size() == 2);
+  CHECK(f.reports[0].sampled == 4);
+  CHECK(f.reports[0].updates == 2);
+  CHECK(f.reports[0].rejected == 1);
+  CHECK(f.reports[1].sampled == 2);
+  CHECK(f.reports[1].updates == 2);
+  CHECK(f.aggregator->finished());
+}
+
+TEST_CASE("aggregator engine: a device that rejoins mid-round gets the round's instructions again") {
+  Federation f(Config("dqsg", 2, 3), 3);
+  Member& roamer = f.Find("dev-0");
+  roamer.silent = true;
+  f.Settle();
+  REQUIRE(f.reports.empty());
+  REQUIRE(roamer.client->has_work());
+  CHECK(f.instructions_sent[{0, "dev-0"}] == 1);
+  // The link drops; the device reconnects before the aggregator's next Tick
+  // (which would close the round: the two others have answered).
+  roamer.pipe->b().Abort(Status(StatusCode::kUnavailable, "radio off"));
+  f.Pump();
+  CHECK(roamer.link->closed);
+  CHECK_FALSE(roamer.client->has_work());
+  CHECK(f.aggregator->connected_devices() == 2);
+  f.Connect(roamer);
+  f.Pump();
+  CHECK(roamer.client->joined());
+  CHECK(f.instructions_sent[{0, "dev-0"}] == 2);
+  CHECK(roamer.client->has_work());
+  CHECK(roamer.client->round() == 0);
+  roamer.silent = false;
+  f.Settle();
+  REQUIRE(f.reports.size() == 2);
+  CHECK(f.reports[0].updates == 3);
+  CHECK(f.reports[1].updates == 3);
+}
+
+TEST_CASE("aggregator engine: a restored aggregator carries on from the checkpoint state") {
+  Federation first(Config("alq:bits=3", 2, 2), 2);
+  first.Settle();
+  REQUIRE(first.checkpoints.size() == 2);
+  const AggregatorCheckpoint saved = first.checkpoints.back();
+  CHECK(saved.round == 2);
+  CHECK(saved.level_table_version == 2);  // refitted every round
+
+  AggregatorConfig config = Config("alq:bits=3", 4, 2);
+  KeyStore keys = KeyStore::Parse(DeviceId(0) + " " + HexKey(0) + "\n").value();
+  ManualClock clock;
+  Result<std::shared_ptr<Aggregator>> again = Aggregator::Create(config, keys, TestCrypto(), clock, nullptr);
+  REQUIRE(again.ok());
+  REQUIRE((*again)->Restore(saved).ok());
+  CHECK((*again)->round() == 2);
+  CHECK(std::memcmp((*again)->model().parameters(), saved.parameters.data(),
+                    saved.parameters.size() * sizeof(float)) == 0);
+
+  AggregatorCheckpoint other = saved;
+  other.model = "mlp:16-4";
+  Result<std::shared_ptr<Aggregator>> fresh = Aggregator::Create(config, keys, TestCrypto(), clock, nullptr);
+  REQUIRE(fresh.ok());
+  const Status refused = (*fresh)->Restore(other);
+  CHECK(refused.code() == StatusCode::kFailedPrecondition);
+  CHECK(refused.message().find("holds model 'mlp:16-4'") != std::string::npos);
+  // Once a connection has opened it is too late.
+  auto link = std::make_shared<DeviceLink>();
+  Result<std::unique_ptr<MemoryPipe>> pipe = MemoryPipe::Create(*fresh, link, (*fresh)->connection_options(), clock);
+  REQUIRE(pipe.ok());
+  CHECK((*fresh)->Restore(saved).code() == StatusCode::kFailedPrecondition);
+  (*fresh)->Abort(Status(StatusCode::kCancelled, "test over"));
+}
+
+TEST_CASE("aggregator engine: bad configs and test sets are refused") {
+  KeyStore keys = KeyStore::Parse(DeviceId(0) + " " + HexKey(0) + "\n").value();
+  ManualClock clock;
+  const auto create = [&](const AggregatorConfig& config, const DataView* test) {
+    return Aggregator::Create(config, keys, TestCrypto(), clock, test).status();
+  };
+  AggregatorConfig config = Config("fp32", 1, 1);
+  CHECK(create(config, nullptr).ok());
+  config.codec = "nosuchcodec";
+  CHECK_FALSE(create(config, nullptr).ok());
+  config = Config("ndqsg:rho=5", 1, 1);
+  config.max_rho = 3;
+  CHECK(create(config, nullptr).code() == StatusCode::kInvalidArgument);
+  config = Config("fp32", 1, 1);
+  config.downlink_codec = "ndqsg";
+  CHECK(create(config, nullptr).code() == StatusCode::kInvalidArgument);
+  Blobs blobs(8, 3);
+  config = Config("fp32", 1, 1);
+  config.model = "mlp:10-8-4";
+  const Status misfit = create(config, &blobs.view);
+  CHECK(misfit.code() == StatusCode::kInvalidArgument);
+  CHECK(misfit.message().find("takes 10 features, the test set has 16") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace fedrt

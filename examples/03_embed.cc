@@ -97,22 +97,11 @@ void MakeBlobs(int classes, int dims, std::size_t train_count, std::size_t test_
   }
 }
 
-// A device engine on its end of a pipe: frames in, and a connection that
-// closes when the engine cannot go on.
-struct DeviceLink : fedrt::transport::ConnectionHandler {
-  fedrt::DeviceClient* device = nullptr;
-  void OnFrame(fedrt::transport::Connection& connection, fedrt::transport::Frame frame) override {
-    const Status handled = device->OnFrame(connection, frame);
-    if (!handled.ok()) connection.Abort(handled, /*notify_peer=*/true);
-  }
-  void OnClose(fedrt::transport::Connection&, const Status&) override { device->OnDisconnected(); }
-};
-
 struct Device {
   std::vector<uint32_t> share;
   std::unique_ptr<fedrt::Model> model;
   std::unique_ptr<fedrt::DeviceClient> client;
-  std::shared_ptr<DeviceLink> link;
+  std::shared_ptr<fedrt::DeviceConnectionHandler> link;
   std::unique_ptr<fedrt::transport::MemoryPipe> pipe;  // a: the aggregator's end, b: the device's
 };
 
@@ -208,8 +197,7 @@ int main(int argc, char** argv) {
         fedrt::DeviceClient::Create(device_config, *d.model, train, &d.share, crypto);
     if (!client.ok()) return Fail(client.status());
     d.client = std::move(*client);
-    d.link = std::make_shared<DeviceLink>();
-    d.link->device = d.client.get();
+    d.link = std::make_shared<fedrt::DeviceConnectionHandler>(*d.client);
     fedrt::Result<std::unique_ptr<fedrt::transport::MemoryPipe>> pipe =
         fedrt::transport::MemoryPipe::Create(aggregator, d.link, aggregator->connection_options(), clock);
     if (!pipe.ok()) return Fail(pipe.status());

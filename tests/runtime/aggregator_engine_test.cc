@@ -68,23 +68,14 @@ struct Blobs {
   }
 };
 
-// The device side of a pipe: frames go to the device engine; an error the
-// engine cannot go on from closes the connection, telling the aggregator.
-struct DeviceLink : ConnectionHandler {
-  DeviceClient* client = nullptr;
-  Status error;
+// A connection that never joins: it only records its close.
+struct SilentLink : ConnectionHandler {
   bool closed = false;
   Status close_reason;
-  void OnFrame(Connection& connection, Frame frame) override {
-    if (client == nullptr) return;  // a connection that never joins
-    const Status handled = client->OnFrame(connection, frame);
-    if (!handled.ok() && error.ok()) error = handled;
-    if (!handled.ok()) connection.Abort(handled, /*notify_peer=*/true);
-  }
+  void OnFrame(Connection&, Frame) override {}
   void OnClose(Connection&, const Status& reason) override {
     closed = true;
     close_reason = reason;
-    if (client != nullptr) client->OnDisconnected();
   }
 };
 
@@ -93,7 +84,7 @@ struct Member {
   std::vector<uint32_t> share;
   std::unique_ptr<Model> model;
   std::unique_ptr<DeviceClient> client;
-  std::shared_ptr<DeviceLink> link;
+  std::shared_ptr<DeviceConnectionHandler> link;
   std::unique_ptr<MemoryPipe> pipe;  // a: the aggregator's side, b: the device's
   bool silent = false;               // receives, never trains or answers
 };
@@ -161,8 +152,7 @@ struct Federation {
 
   // A fresh pipe to the aggregator and the device's Join on it.
   void Connect(Member& m) {
-    m.link = std::make_shared<DeviceLink>();
-    m.link->client = m.client.get();
+    m.link = std::make_shared<DeviceConnectionHandler>(*m.client);
     Result<std::unique_ptr<MemoryPipe>> pipe =
         MemoryPipe::Create(aggregator, m.link, aggregator->connection_options(), clock);
     REQUIRE(pipe.ok());
@@ -295,7 +285,7 @@ TEST_CASE("aggregator engine: the round deadline closes a round without its sile
 
 TEST_CASE("aggregator engine: a connection that does not join in time is closed") {
   Federation f(Config("fp32", 1, 2), 2);
-  auto silent = std::make_shared<DeviceLink>();
+  auto silent = std::make_shared<SilentLink>();
   Result<std::unique_ptr<MemoryPipe>> pipe =
       MemoryPipe::Create(f.aggregator, silent, f.aggregator->connection_options(), f.clock);
   REQUIRE(pipe.ok());
@@ -317,8 +307,8 @@ TEST_CASE("aggregator engine: a device with a wrong key or an unknown id is refu
   Member& wrong = f.AddDevice(2, HexKey(5));
   Member& stranger = f.AddDevice(3, HexKey(3), "dev-99");
   f.Settle();
-  CHECK(wrong.link->error.code() == StatusCode::kUnauthenticated);
-  CHECK(stranger.link->error.code() == StatusCode::kUnauthenticated);
+  CHECK(wrong.link->error().code() == StatusCode::kUnauthenticated);
+  CHECK(stranger.link->error().code() == StatusCode::kUnauthenticated);
   CHECK(wrong.pipe->a().closed());
   CHECK(stranger.pipe->a().closed());
   CHECK_FALSE(wrong.client->joined());
@@ -354,9 +344,9 @@ TEST_CASE("aggregator engine: a malformed frame or a bad update closes only that
   f.Settle();
   CHECK(garbled.pipe->a().closed());
   CHECK(liar.pipe->a().closed());
-  CHECK(garbled.link->closed);
-  CHECK(liar.link->closed);
-  CHECK(liar.link->close_reason.code() != StatusCode::kOk);
+  CHECK(garbled.link->closed());
+  CHECK(liar.link->closed());
+  CHECK(liar.link->close_reason().code() != StatusCode::kOk);
   REQUIRE(f.reports.size() == 2);
   CHECK(f.reports[0].sampled == 4);
   CHECK(f.reports[0].updates == 2);
@@ -378,7 +368,7 @@ TEST_CASE("aggregator engine: a device that rejoins mid-round gets the round's i
   // (which would close the round: the two others have answered).
   roamer.pipe->b().Abort(Status(StatusCode::kUnavailable, "radio off"));
   f.Pump();
-  CHECK(roamer.link->closed);
+  CHECK(roamer.link->closed());
   CHECK_FALSE(roamer.client->has_work());
   CHECK(f.aggregator->connected_devices() == 2);
   f.Connect(roamer);
@@ -420,7 +410,7 @@ TEST_CASE("aggregator engine: a restored aggregator carries on from the checkpoi
   CHECK(refused.code() == StatusCode::kFailedPrecondition);
   CHECK(refused.message().find("holds model 'mlp:16-4'") != std::string::npos);
   // Once a connection has opened it is too late.
-  auto link = std::make_shared<DeviceLink>();
+  auto link = std::make_shared<SilentLink>();
   Result<std::unique_ptr<MemoryPipe>> pipe = MemoryPipe::Create(*fresh, link, (*fresh)->connection_options(), clock);
   REQUIRE(pipe.ok());
   CHECK((*fresh)->Restore(saved).code() == StatusCode::kFailedPrecondition);

@@ -22,6 +22,7 @@
 #include "fedrt/transport/connection.h"
 #include "fedrt/transport/crypto.h"
 #include "fedrt/transport/event_loop.h"
+#include "fedrt/transport/join.h"
 #include "fedrt/transport/messages.h"
 #include "fedrt/transport/tcp.h"
 #include "peer/link_context.h"
@@ -45,36 +46,29 @@ uint32_t Remaining(Deadline deadline) {
 // ---- The peer join ------------------------------------------------------------
 //
 // The only place the peer topology authenticates a link: the dialling side
-// (DialJoin) and the accepting side (AcceptJoin) of the star topology's
-// challenge-response join, with the formation's generation in
-// Join.resume_round. When the shared protocol core's join lands, these two
-// functions are what switches to it; nothing else here speaks the join.
+// (DialJoin) and the accepting side (AcceptJoin) run the same join as the
+// star topology (transport/join.h), with the formation's generation in
+// Join.resume_round. These two functions only move its frames and decide who
+// is admitted.
 
 // Dialling side: joins as `self` over a fresh connection whose frames arrive
 // in `link`. Errors are the peer's (unnamed).
 Status DialJoin(const std::string& self, const transport::Key& key, uint32_t generation, Connection& connection,
                 Signal& signal, Link& link, const transport::FrameLimits& limits, Deadline deadline) {
-  transport::ClientHandshake handshake(self, key, transport::SystemCrypto());
-  auto join = handshake.Start();
-  if (!join.ok()) return join.status();
-  join->resume_round = generation;
-  FEDRT_RETURN_IF_ERROR(connection.Send(Encode(*join, limits).value()));
-  auto frame = internal::PopFrom(signal, link, deadline);
-  if (!frame.ok()) return frame.status();
-  if (frame->kind() == MessageKind::kError) {
-    auto e = transport::DecodeError(*frame);
-    return e.ok() ? transport::ToStatus(*e) : e.status();
+  transport::JoinClient join(self, key, transport::SystemCrypto(), limits);
+  transport::JoinRequest request;
+  request.resume_round = generation;
+  Result<transport::OutFrame> out = join.Start(request);
+  if (!out.ok()) return out.status();
+  FEDRT_RETURN_IF_ERROR(connection.Send(*out));
+  while (!join.done()) {
+    auto frame = internal::PopFrom(signal, link, deadline);
+    if (!frame.ok()) return frame.status();
+    out = join.OnFrame(*frame);
+    if (!out.ok()) return out.status();
+    if (!out->empty()) FEDRT_RETURN_IF_ERROR(connection.Send(*out));
   }
-  auto challenge = transport::DecodeChallenge(*frame);
-  if (!challenge.ok()) return challenge.status();
-  auto auth = handshake.OnChallenge(*challenge);
-  if (!auth.ok()) return auth.status();
-  FEDRT_RETURN_IF_ERROR(connection.Send(Encode(*auth, limits).value()));
-  frame = internal::PopFrom(signal, link, deadline);
-  if (!frame.ok()) return frame.status();
-  auto response = transport::DecodeJoinResponse(*frame);
-  if (!response.ok()) return response.status();
-  return handshake.OnJoinResponse(*response);
+  return Status::Ok();
 }
 
 // What the accepting side makes of one join.
@@ -101,34 +95,35 @@ AcceptOutcome AcceptJoin(const transport::KeyStore& keys, const std::vector<std:
     out.kind = AcceptOutcome::kRefused;
     return out;
   };
+  transport::JoinServer join(keys, transport::SystemCrypto(), limits);
   auto frame = internal::PopFrom(signal, link, deadline);
   if (!frame.ok()) return out;
-  auto join = transport::DecodeJoin(*frame);
-  if (!join.ok()) return refuse(join.status());
+  Result<transport::OutFrame> challenge = join.OnFrame(*frame, transport::JoinResult());
+  if (!challenge.ok()) return refuse(challenge.status());
   std::size_t which = expected.size();
   for (std::size_t i = 0; i < expected.size(); ++i) {
-    if (!joined[i] && join->device_id == ids[expected[i]]) which = i;
+    if (!joined[i] && join.announcement().device_id == ids[expected[i]]) which = i;
   }
-  if (which == expected.size() || join->resume_round != generation) {
+  if (which == expected.size() || join.announcement().resume_round != generation) {
     return refuse(Status(StatusCode::kFailedPrecondition, "not this peer's neighbour in this ring"));
   }
-  transport::ServerHandshake handshake(keys, transport::SystemCrypto());
-  auto challenge = handshake.OnJoin(*join);
-  if (!challenge.ok()) return refuse(challenge.status());
-  (void)connection.Send(Encode(*challenge, limits).value());
+  (void)connection.Send(*challenge);
   frame = internal::PopFrom(signal, link, deadline);
   if (!frame.ok()) return out;
-  auto auth = transport::DecodeAuthenticate(*frame);
-  if (!auth.ok()) return refuse(auth.status());
-  auto response = handshake.OnAuthenticate(*auth);
+  if (frame->kind() != MessageKind::kAuthenticate) {
+    return refuse(Status(StatusCode::kUnauthenticated, std::string(transport::MessageKindName(frame->kind())) +
+                                                           " before the join completed"));
+  }
+  Result<transport::OutFrame> response = join.OnFrame(*frame, transport::JoinResult());
   if (!response.ok()) {
     refuse(response.status());
+    if (response.status().code() == StatusCode::kCorrupt) return out;  // a malformed frame, not a wrong key
     out.kind = AcceptOutcome::kFailed;
     out.which = which;
     out.status = response.status();
     return out;
   }
-  (void)connection.Send(Encode(*response, limits).value());
+  (void)connection.Send(*response);
   out.kind = AcceptOutcome::kJoined;
   out.which = which;
   return out;

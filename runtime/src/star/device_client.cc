@@ -427,40 +427,25 @@ Status DeviceClient::State::EncodeAndSend(Connection& link) {
   return Status::Ok();
 }
 
-namespace {
-
-// Hands the engine what the stream connection receives, and remembers the
-// first error and the close.
-class SessionHandler : public ConnectionHandler {
- public:
-  explicit SessionHandler(DeviceClient& device) : device_(device) {}
-  void OnFrame(Connection& connection, Frame frame) override {
-    if (!error_.ok()) return;
-    const Status handled = device_.OnFrame(connection, frame);
-    if (!handled.ok()) {
-      error_ = handled;
-      connection.Abort(handled, /*notify_peer=*/true);
-    }
+void DeviceConnectionHandler::OnFrame(Connection& connection, Frame frame) {
+  if (!error_.ok()) return;
+  const Status handled = device_.OnFrame(connection, frame);
+  if (!handled.ok()) {
+    error_ = handled;
+    connection.Abort(handled, /*notify_peer=*/true);
   }
-  void OnClose(Connection&, const Status& reason) override {
-    closed_ = true;
-    if (error_.ok()) error_ = reason.ok() ? Status(StatusCode::kUnavailable, "the connection closed") : reason;
-  }
-  const Status& error() const { return error_; }
-  bool closed() const { return closed_; }
+}
 
- private:
-  DeviceClient& device_;
-  Status error_;
-  bool closed_ = false;
-};
-
-}  // namespace
+void DeviceConnectionHandler::OnClose(Connection&, const Status& reason) {
+  closed_ = true;
+  close_reason_ = reason;
+  device_.OnDisconnected();
+}
 
 Status RunDeviceSession(DeviceClient& device, const DeviceIo& io, const Clock& clock,
                         const DeviceSessionOptions& options, const std::function<bool()>& stop) {
   if (!io.send || !io.receive) return InvalidArgument("a device session needs send and receive functions");
-  auto handler = std::make_shared<SessionHandler>(device);
+  auto handler = std::make_shared<DeviceConnectionHandler>(device);
   ConnectionOptions connection_options;
   connection_options.heartbeat_interval_ms = options.heartbeat_interval_ms;
   connection_options.idle_timeout_ms = options.idle_timeout_ms;
@@ -484,9 +469,13 @@ Status RunDeviceSession(DeviceClient& device, const DeviceIo& io, const Clock& c
       device.OnDisconnected();
       return Status::Ok();
     }
+    if (handler->closed()) {
+      const Status& reason = handler->close_reason();
+      return end(reason.ok() ? Status(StatusCode::kUnavailable, "the connection closed") : reason);
+    }
     if (stop && stop()) return end(Status(StatusCode::kCancelled, "stopped"));
     const uint32_t wait = link.Poll();
-    if (link.closed()) continue;  // the handler has the reason
+    if (link.closed()) continue;  // the handler has the reason, or the device finished
     if (!device.joined() && clock.NowMs() > join_deadline) {
       return end(Status(StatusCode::kDeadlineExceeded, "the join did not complete in time"));
     }

@@ -134,6 +134,30 @@ class DeviceClient {
   std::unique_ptr<State> state_;
 };
 
+// Binds a DeviceClient to a connection that calls a handler (a
+// StreamConnection or MemoryPipe side, an Asio TCP connection): frames go to
+// the engine; an error the engine cannot go on from aborts the connection,
+// telling the aggregator why, and is kept in error(); a close tells the engine
+// (OnDisconnected). Handler callbacks run on the connection's thread, which
+// must be the thread that drives the engine.
+class DeviceConnectionHandler : public transport::ConnectionHandler {
+ public:
+  explicit DeviceConnectionHandler(DeviceClient& device) : device_(device) {}
+  void OnFrame(transport::Connection& connection, transport::Frame frame) override;
+  void OnClose(transport::Connection& connection, const Status& reason) override;
+
+  // The engine's first error (OK: none).
+  const Status& error() const { return error_; }
+  bool closed() const { return closed_; }
+  const Status& close_reason() const { return close_reason_; }
+
+ private:
+  DeviceClient& device_;
+  Status error_;
+  bool closed_ = false;
+  Status close_reason_;
+};
+
 // The callback binding: a device session over a byte stream the
 // application owns (a POSIX socket in C, lwIP, Zephyr, a UART), without Asio
 // or threads. `send` writes every byte or fails; `receive` waits up to

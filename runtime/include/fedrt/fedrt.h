@@ -1,12 +1,15 @@
 /* fedrt.h: the C API of fedrt (C99), for firmware and for programs in any
  * language with a C foreign-function interface. It is a thin layer over the
- * C++ training core (fedrt/runtime/model.h, trainer.h) and the codecs
- * (fedrt/codecs/codec.h); what those headers say about results holds here.
+ * C++ training core (fedrt/runtime/model.h, trainer.h), the codecs
+ * (fedrt/codecs/codec.h) and the star device engine
+ * (fedrt/runtime/device_client.h); what those headers say about results
+ * holds here. Programs on a host with files may also use fedrt/fedrt_host.h
+ * (loading data sets, keys and state files; not for firmware).
  *
  * Conventions, for every function below:
  *
  *  - Names. Objects are opaque handles `fedrt_<object>_t` (fedrt_model_t,
- *    fedrt_codec_t); functions are `fedrt_<object>_<action>`; plain structs
+ *    fedrt_codec_t, fedrt_device_t); functions are `fedrt_<object>_<action>`; plain structs
  *    the caller fills or reads are `fedrt_<what>` without `_t`.
  *
  *  - Status. A call that can fail returns a fedrt_status; FEDRT_OK is 0. The
@@ -36,10 +39,13 @@
  *    and stays the caller's: destroy never frees it. A codec is created by
  *    fedrt_codec_create() on the heap, because the C++ codecs are made by
  *    factories that allocate them (a caller-memory variant would change
- *    every codec); fedrt_codec_destroy() frees it. Every array passed in
- *    (features, labels, vectors, payloads, side information) is only read
- *    during the call; every output array is the caller's and is written only
- *    during the call. Strings returned by getters (specs, names, tensor
+ *    every codec); fedrt_codec_destroy() frees it. A device client is
+ *    created on the heap too (the C++ engine keeps model-sized vectors of its
+ *    own); it uses the caller's model handle and reads the caller's data
+ *    view, which must both outlive it. Every other array passed in
+ *    (features, labels, vectors, payloads, side information, keys, share
+ *    indices) is only read during the call, or copied; every output array is
+ *    the caller's and is written only during the call. Strings returned by getters (specs, names, tensor
  *    names) belong to the handle and live as long as it does.
  *
  *  - Allocation. These calls allocate from the heap:
@@ -48,6 +54,15 @@
  *                              tensor table: a few hundred bytes per layer),
  *                              freed by fedrt_model_destroy;
  *      fedrt_codec_create      the codec object, freed by fedrt_codec_destroy;
+ *      fedrt_device_create     the client: its id, key, share indices, four
+ *                              model-sized vectors, the encoded update and one
+ *                              batch of features; freed by fedrt_device_destroy;
+ *      fedrt_device_run_session
+ *                              the session's connection state, and per round
+ *                              the instructed codec, the received model's
+ *                              bytes, the frames it sends and the training
+ *                              pass's example order (a device's round is not
+ *                              on the no-allocation path yet);
  *      fedrt_codec_decode,
  *      fedrt_codec_decode_accumulate
  *                              short-lived scratch, freed before they return,
@@ -71,7 +86,18 @@
  *  - Thread-safety. A handle is not synchronized: use it from one thread at a
  *    time. Distinct handles are independent and may be used concurrently
  *    from different threads. Functions without a handle (version, ISA, size
- *    queries, fedrt_last_error) may be called from any thread.
+ *    queries, fedrt_last_error) may be called from any thread. A device
+ *    client counts as using its model handle: between fedrt_device_create
+ *    and fedrt_device_destroy only the device trains or sets it.
+ *
+ *  - Callbacks. The device client reaches the application through function
+ *    pointers (fedrt_device_callbacks: the byte stream, the clock,
+ *    randomness, HMAC-SHA256, stop, the residual). They are called only
+ *    from inside fedrt_device_run_session, on the thread that called it,
+ *    each with the `user` pointer given at creation; pointers they receive
+ *    are valid during the call only. They must not call back into the same
+ *    device handle. The application owns the stream: it connects before a
+ *    session and closes it after, fedrt never opens or closes anything.
  *
  *  - Determinism. A model initialised from the same spec and seed has the
  *    same parameters as fedrt::Model::Create in C++ (bit for bit), and a
@@ -278,6 +304,172 @@ fedrt_status fedrt_codec_decode_accumulate(const fedrt_codec_t* codec, const uin
                                            size_t size, const fedrt_codec_context* context,
                                            const float* side_info, float weight,
                                            float* accumulator, size_t d);
+
+/* ---- Device client (star topology) -------------------------------------- */
+
+/* One device of the star topology (fedrt/runtime/device_client.h): it joins
+ * an aggregator (`fedrt serve`) with its id and pre-shared key, and for every
+ * round it is sampled in takes the global model, trains its examples on the
+ * model handle with plain SGD at the learning rate the round instructs (the
+ * model's own fedrt_sgd_options are not used), and sends the update
+ * compressed with the codec the aggregator names (error feedback, ALQ / AMQ
+ * level tables and NDQSG nesting included). The protocol, the training and
+ * the codecs run in the C++ engine; this layer only hands it the
+ * application's byte stream, clock and cryptography.
+ *
+ * The application's loop, one thread:
+ *
+ *   fedrt_device_create(...);             // once
+ *   for (;;) {
+ *     connect the stream (a socket, a UART link);
+ *     status = fedrt_device_run_session(device);
+ *     close the stream;
+ *     if (status == FEDRT_OK) break;      // the aggregator ended the training
+ *     if (status is FEDRT_UNAUTHENTICATED, FEDRT_FAILED_PRECONDITION or
+ *         FEDRT_CANCELLED) stop: retrying cannot help;
+ *     wait (back off), then reconnect: the device resumes at the
+ *     aggregator's current round;
+ *   }
+ *   fedrt_device_destroy(device);
+ */
+typedef struct fedrt_device fedrt_device_t;
+
+/* Labelled examples in caller memory, read in place (never copied) for as
+ * long as a device uses them. Exactly one of `pixels` and `features` is set. */
+typedef struct fedrt_data_view {
+  size_t count;           /* examples, > 0 */
+  size_t example_size;    /* features per example: the model's input size */
+  int num_classes;        /* 1..256; every label is below it */
+  /* [count x example_size] bytes, read as feature = (v / 255 - mean) / stddev
+   * (the normalisation of `fedrt serve`'s training set, which
+   * fedrt_host_dataset_view fills in); or NULL. */
+  const uint8_t* pixels;
+  float mean;             /* with pixels: finite */
+  float stddev;           /* with pixels: > 0 */
+  const float* features;  /* [count x example_size] floats, read as they are; or NULL */
+  const uint8_t* labels;  /* [count] class indices */
+} fedrt_data_view;
+
+/* How the device trains and talks; fedrt_device_options_default() fills the
+ * defaults, which are those of `fedrt device`. */
+typedef struct fedrt_device_options {
+  int batch;                      /* local SGD batch, 1..fedrt_model_max_batch(model); 32 */
+  uint64_t shuffle_seed;          /* with the round and epoch, orders the examples; 1 */
+  uint32_t heartbeat_interval_ms; /* heartbeats sent while training; 1000 */
+  uint32_t idle_timeout_ms;       /* end a session that hears nothing this long; 0: trust the
+                                     aggregator's heartbeats (its idle timeout closes dead links) */
+  uint32_t join_timeout_ms;       /* a session must have joined by then; 10000 */
+  uint32_t steps_per_slice;       /* SGD steps between two looks at the stream (heartbeats,
+                                     should_stop); 8; 0: a whole round at once */
+  uint32_t max_frame_bytes;       /* largest frame sent or accepted; 4 MiB, as the aggregator */
+} fedrt_device_options;
+
+fedrt_device_options fedrt_device_options_default(void);
+
+/* The lengths fedrt_device_create accepts (fedrt/transport/auth.h). */
+#define FEDRT_DEVICE_ID_MAX 64 /* characters of [A-Za-z0-9._-], at least 1 */
+#define FEDRT_KEY_MIN_BYTES 16
+#define FEDRT_KEY_MAX_BYTES 64
+#define FEDRT_MAC_BYTES 32     /* an HMAC-SHA256 */
+
+/* What the device needs from the platform. Every callback gets `user`. The
+ * statuses they return are this header's: FEDRT_OK, or the failure (a session
+ * ends with it). See "Callbacks" at the top for when they run. */
+typedef struct fedrt_device_callbacks {
+  void* user;
+  /* Writes all `size` bytes to the stream, waiting as long as it takes, or
+   * fails (FEDRT_UNAVAILABLE: the peer is gone). Required. */
+  fedrt_status (*send)(void* user, const uint8_t* data, size_t size);
+  /* Waits up to `timeout_ms` (0: not at all) for bytes from the stream, puts
+   * up to `capacity` of them in `buffer` and sets *received to how many (0:
+   * none came in time). FEDRT_UNAVAILABLE when the peer closed the stream,
+   * another status when it failed. Required. */
+  fedrt_status (*receive)(void* user, uint8_t* buffer, size_t capacity, uint32_t timeout_ms, size_t* received);
+  /* Milliseconds of a monotonic clock: never goes backwards. Required. */
+  uint64_t (*now_ms)(void* user);
+  /* Cryptographically secure random bytes (the join's nonces). Required. */
+  fedrt_status (*random_bytes)(void* user, uint8_t* out, size_t size);
+  /* HMAC-SHA256 of message[0 .. message_size) under key[0 .. key_size) into
+   * mac (FEDRT_MAC_BYTES). NULL: the system's, in builds that have one
+   * (fedrt_system_crypto_available()); required in builds without OpenSSL
+   * (firmware: mbedTLS, a secure element). */
+  fedrt_status (*hmac_sha256)(void* user, const uint8_t* key, size_t key_size, const uint8_t* message,
+                              size_t message_size, uint8_t* mac);
+  /* Non-zero ends the session with FEDRT_CANCELLED. Asked between training
+   * slices and while waiting for bytes, so it is seen within about
+   * steps_per_slice steps or a receive timeout (at most 200 ms). NULL: never. */
+  int (*should_stop)(void* user);
+  /* The error-feedback residual (count floats) after an update was encoded
+   * with a codec that keeps one (ef=on), before the update is sent: a
+   * device that persists it (fedrt_host_residual_save on a host, flash on
+   * firmware) gives it back to fedrt_device_restore_residual after a
+   * restart, so the error carried forward is not lost. NULL: not kept. */
+  void (*on_residual)(void* user, const float* residual, size_t count);
+} fedrt_device_callbacks;
+
+/* Non-zero when this build has its own HMAC-SHA256 and secure randomness
+ * (built with OpenSSL), so fedrt_device_callbacks.hmac_sha256 may be NULL. */
+int fedrt_system_crypto_available(void);
+
+/* Creates a device client on the heap. `device_id` and key[0 .. key_size) (16
+ * to 64 bytes) are copied; `model` (its input size equal to the data's
+ * example size, at least data->num_classes classes, batches of at least
+ * options->batch) and the memory `data` points to must outlive the device.
+ * share[0 .. share_count) are the indices of this device's examples in the
+ * data (copied; each below data->count); NULL: all of them. `options` NULL:
+ * the defaults. `callbacks` is copied.
+ * FEDRT_INVALID_ARGUMENT for a bad id, key, data view, options, a required
+ * callback that is NULL, or a model that does not fit the data;
+ * FEDRT_OUT_OF_RANGE for a batch the model's memory does not hold or a
+ * share index past the data; FEDRT_FAILED_PRECONDITION for an empty share. */
+fedrt_status fedrt_device_create(const char* device_id, const uint8_t* key, size_t key_size,
+                                 fedrt_model_t* model, const fedrt_data_view* data, const uint32_t* share,
+                                 size_t share_count, const fedrt_device_options* options,
+                                 const fedrt_device_callbacks* callbacks, fedrt_device_t** device);
+
+/* Frees the client; the model, data and stream stay the caller's. NULL is
+ * ignored. */
+void fedrt_device_destroy(fedrt_device_t* device);
+
+/* Runs one session on a freshly connected stream: the join, then rounds
+ * (instructions in, training in slices with heartbeats between them, the
+ * update out) until one of:
+ *   FEDRT_OK                   the aggregator ended the training
+ *                              (fedrt_device_finished is then non-zero);
+ *   FEDRT_UNAVAILABLE,
+ *   FEDRT_DEADLINE_EXCEEDED,
+ *   FEDRT_CORRUPT, ...         the stream closed or failed, the join timed
+ *                              out, or the aggregator sent something
+ *                              invalid: close the stream, reconnect and call
+ *                              again (the round in progress is dropped; the
+ *                              aggregator sends its current round after the
+ *                              next join);
+ *   FEDRT_UNAUTHENTICATED      the join was refused (wrong key or id), or
+ *   FEDRT_FAILED_PRECONDITION  the aggregator's model has another size, or
+ *                              the training has already ended: retrying
+ *                              cannot help;
+ *   FEDRT_CANCELLED            should_stop asked to stop.
+ * A session that fails while the stream still works sends the aggregator the
+ * reason first (not when cancelled); the stream is left for the caller to
+ * close. */
+fedrt_status fedrt_device_run_session(fedrt_device_t* device);
+
+/* Non-zero once the aggregator has ended the training. */
+int fedrt_device_finished(const fedrt_device_t* device);
+/* The round the device trains or trained last (0 before the first). */
+uint64_t fedrt_device_round(const fedrt_device_t* device);
+/* Joins completed since creation: a session that got this far reached the
+ * aggregator, so a host resets its reconnect backoff. */
+uint64_t fedrt_device_joins(const fedrt_device_t* device);
+/* The 24-bit id, derived from the device id, that its payloads carry. */
+uint32_t fedrt_device_sender_id(const fedrt_device_t* device);
+/* The examples this device trains on (its share, or the whole view). */
+size_t fedrt_device_examples(const fedrt_device_t* device);
+
+/* Starts from a residual on_residual gave before a restart: call it after
+ * create, before the first session. FEDRT_FAILED_PRECONDITION when `count`
+ * is not the model's parameter count, FEDRT_CORRUPT for a NaN or Inf. */
+fedrt_status fedrt_device_restore_residual(fedrt_device_t* device, const float* residual, size_t count);
 
 #ifdef __cplusplus
 }  /* extern "C" */

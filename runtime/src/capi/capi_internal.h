@@ -1,11 +1,22 @@
 // Shared by the C API's sources (include/fedrt/fedrt.h): turning a C++
-// Status into a pinned fedrt_status plus the per-thread message, and the
-// argument checks every entry point makes before it reaches the C++ core.
+// Status into a pinned fedrt_status plus the per-thread message, the
+// argument checks every entry point makes before it reaches the C++ core,
+// and the model handle (which the device client trains).
 #ifndef FEDRT_RUNTIME_CAPI_INTERNAL_H_
 #define FEDRT_RUNTIME_CAPI_INTERNAL_H_
 
 #include "fedrt/fedrt.h"
 #include "fedrt/platform/status.h"
+#include "fedrt/runtime/model.h"
+#include "fedrt/runtime/optimizer.h"
+
+// The model handle, placed in the caller's memory by fedrt_model_init
+// (capi_model.cc has the layout).
+struct fedrt_model {
+  fedrt::Model model;
+  fedrt::Sgd sgd;
+  int max_batch;
+};
 
 namespace fedrt::capi {
 

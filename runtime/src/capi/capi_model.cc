@@ -18,12 +18,6 @@
 #include "fedrt/runtime/optimizer.h"
 #include "fedrt/runtime/trainer.h"
 
-struct fedrt_model {
-  fedrt::Model model;
-  fedrt::Sgd sgd;
-  int max_batch;
-};
-
 namespace fedrt::capi {
 namespace {
 

@@ -60,20 +60,15 @@ class DeviceHost {
 };
 
 Status DeviceHost::Setup() {
-  Result<KeyStore> keys = KeyStore::LoadFile(options_.key_file);
-  if (!keys.ok()) return keys.status();
-  id_ = options_.device_id;
-  if (id_.empty() && keys->SingleDeviceId() != nullptr) id_ = *keys->SingleDeviceId();
-  if (!IsValidDeviceId(id_)) return InvalidArgument("device id '" + id_ + "' is not valid");
-  const Key* key = keys->Find(id_);
-  if (key == nullptr) return NotFound(options_.key_file + ": no key for device '" + id_ + "'");
+  Result<star::DeviceKey> key = star::LoadDeviceKey(options_.key_file, options_.device_id);
+  if (!key.ok()) return key.status();
+  id_ = key->device_id;
 
   int index = options_.index;
   if (index < 0) {
-    std::size_t digits = id_.size();
-    while (digits > 0 && id_[digits - 1] >= '0' && id_[digits - 1] <= '9') --digits;
-    if (digits == id_.size()) return InvalidArgument("give --index: the id '" + id_ + "' ends in no number");
-    index = std::atoi(id_.c_str() + digits) % std::max(1, options_.devices);
+    Result<int> from_id = star::ShareIndexFromId(id_, options_.devices);
+    if (!from_id.ok()) return from_id.status();
+    index = *from_id;
   }
   Result<TrainTestData> data = star::LoadNormalized(options_.data_dir);
   if (!data.ok()) return data.status();
@@ -93,9 +88,9 @@ Status DeviceHost::Setup() {
   }
   DeviceClientConfig config;
   config.device_id = id_;
-  config.key = *key;
+  config.key = key->key;
   config.batch = options_.batch;
-  config.shuffle_seed = options_.partition_seed * 1000003u + DeviceSenderId(id_);
+  config.shuffle_seed = star::DeviceShuffleSeed(options_.partition_seed, id_);
   DeviceHooks hooks = hooks_;
   if (!options_.state_file.empty()) {
     const std::string path = options_.state_file;

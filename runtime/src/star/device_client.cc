@@ -74,6 +74,7 @@ struct DeviceClient::State {
 
   std::unique_ptr<JoinClient> join;   // the join in progress on this connection
   bool joined = false;
+  uint64_t joins = 0;
   bool finished = false;
   uint64_t next_round = 0;            // the round the device expects next (announced when joining)
   int64_t model_round = -1;           // round whose global model `global` holds
@@ -102,6 +103,10 @@ Result<std::unique_ptr<DeviceClient>> DeviceClient::Create(const DeviceClientCon
                            std::to_string(kMaxKeyBytes) + " bytes");
   }
   if (config.batch <= 0) return InvalidArgument("the batch size must be positive");
+  if (model.uses_caller_buffers() && config.batch > model.batch_capacity()) {
+    return OutOfRange("a batch of " + std::to_string(config.batch) + " does not fit model '" + model.spec().text +
+                      "', whose buffers hold batches of up to " + std::to_string(model.batch_capacity()));
+  }
   FEDRT_RETURN_IF_ERROR(data.Validate());
   if (model.input_size() != data.example_size) {
     return InvalidArgument("model '" + model.spec().text + "' takes " + std::to_string(model.input_size()) +
@@ -129,6 +134,7 @@ Result<std::unique_ptr<DeviceClient>> DeviceClient::Create(const DeviceClientCon
 }
 
 bool DeviceClient::joined() const { return state_->joined; }
+uint64_t DeviceClient::joins() const { return state_->joins; }
 bool DeviceClient::has_work() const { return state_->round_ready; }
 bool DeviceClient::finished() const { return state_->finished; }
 uint64_t DeviceClient::round() const { return state_->plan.round; }
@@ -184,6 +190,7 @@ Status DeviceClient::OnFrame(Connection& link, const Frame& frame) {
     if (!reply.ok()) return reply.status();
     if (!reply->empty()) return link.Send(*reply);
     s.joined = true;
+    ++s.joins;
     Log(LogLevel::kInfo, "device %s: joined at round %llu", s.config.device_id.c_str(),
         static_cast<unsigned long long>(s.join->result().current_round));
     return Status::Ok();

@@ -111,6 +111,10 @@ Status DataView::Validate() const {
     return InvalidArgument("a data view sets exactly one of its byte and float features");
   }
   if (num_classes <= 0 || num_classes > 256) return InvalidArgument("the data view's class count is out of range");
+  if (pixels != nullptr && !(std::isfinite(normalization.mean) && std::isfinite(normalization.stddev) &&
+                             normalization.stddev > 0.0f)) {
+    return InvalidArgument("the data view's normalisation needs a finite mean and a positive standard deviation");
+  }
   for (std::size_t i = 0; i < count; ++i) {
     if (labels[i] >= num_classes) {
       return InvalidArgument("label " + std::to_string(labels[i]) + " of example " + std::to_string(i) +

@@ -79,8 +79,10 @@ struct DataView {
   const float* features = nullptr;   // [count x example_size], read as they are
   Normalization normalization;
   const uint8_t* labels = nullptr;   // [count], each < num_classes
-  // InvalidArgument when a pointer is missing, both feature kinds are set, or
-  // a label is not below num_classes (checked once, on entry to an engine).
+  // InvalidArgument when a pointer is missing, both feature kinds are set, a
+  // label is not below num_classes, or byte features have a normalisation
+  // without a finite mean and positive standard deviation (checked once, on
+  // entry to an engine).
   Status Validate() const;
 };
 

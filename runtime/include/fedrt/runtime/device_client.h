@@ -89,7 +89,8 @@ class DeviceClient {
   // `model` (its parameters are the local model), `data` and the examples of
   // `share` (indices into data; null: all of them) must outlive the client;
   // `crypto` gives the join's nonces and MACs. kInvalidArgument for a bad id,
-  // key, batch or data view, or a model that does not fit the data.
+  // key, batch or data view, or a model that does not fit the data;
+  // kOutOfRange for a batch larger than a model on caller buffers holds.
   static Result<std::unique_ptr<DeviceClient>> Create(const DeviceClientConfig& config, Model& model,
                                                       const DataView& data, const std::vector<uint32_t>* share,
                                                       transport::Crypto& crypto, DeviceHooks hooks = {});
@@ -114,6 +115,9 @@ class DeviceClient {
   void OnDisconnected();
 
   bool joined() const;
+  // Joins completed since Create (a host resets its reconnect backoff when a
+  // session got this far).
+  uint64_t joins() const;
   bool has_work() const;
   // The aggregator ended the training (a Leave).
   bool finished() const;

@@ -70,10 +70,15 @@ double FinalAccuracy(const ChildProcess& serve, int rounds) {
   return at == std::string::npos ? -1 : std::atof(serve.output().c_str() + at + 9);
 }
 
-// `fedrt serve` on the keys, then one device process per command; the
-// final accuracy once all have ended.
-double RunStar(const Keys& keys, const std::vector<std::string>& serve_flags,
-               const std::vector<std::vector<std::string>>& devices, int rounds) {
+struct StarRun {
+  double accuracy = -1;              // the final round's, in percent
+  std::vector<std::string> devices;  // what each device printed
+};
+
+// `fedrt serve` on the keys, then one device process per command, until all
+// have ended.
+StarRun RunStar(const Keys& keys, const std::vector<std::string>& serve_flags,
+                const std::vector<std::vector<std::string>>& devices, int rounds) {
   std::vector<std::string> serve_command = {FEDRT_CLI_PATH, "serve", "--key-file", keys.dir.File("keys.txt")};
   serve_command.insert(serve_command.end(), serve_flags.begin(), serve_flags.end());
   ChildProcess serve(serve_command);
@@ -95,7 +100,10 @@ double RunStar(const Keys& keys, const std::vector<std::string>& serve_flags,
     CHECK(device->Count("the aggregator ended the training") >= 1);
   }
   MESSAGE(serve.output());
-  return FinalAccuracy(serve, rounds);
+  StarRun run;
+  run.accuracy = FinalAccuracy(serve, rounds);
+  for (auto& device : running) run.devices.push_back(device->output());
+  return run;
 }
 
 // The device flags both programs take.
@@ -134,8 +142,15 @@ TEST_CASE("four 02_c_device processes train to the accuracy of four fedrt device
     }
   }
   if (!cross_command.empty()) MESSAGE("device 3 runs as: ", cross_command);
-  const double with_cli = RunStar(keys, serve_flags, cli_devices, rounds);
-  const double with_c = RunStar(keys, serve_flags, c_devices, rounds);
+  const double with_cli = RunStar(keys, serve_flags, cli_devices, rounds).accuracy;
+  const StarRun c_run = RunStar(keys, serve_flags, c_devices, rounds);
+  const double with_c = c_run.accuracy;
+  REQUIRE(c_run.devices.size() == kDevices);
+  // The C device's first line names the kernels it runs (neon under qemu-aarch64).
+  const std::string& last = c_run.devices.back();
+  MESSAGE("device 3: ", last.substr(0, last.find('\n')));
+  CHECK(last.find("02_c_device dev-3: 15000 examples (iid, share 3 of 4), model mlp:784-64-10, kernels ") !=
+        std::string::npos);
   MESSAGE("test accuracy after ", rounds, " rounds: fedrt device ", with_cli, "%, 02_c_device ", with_c, "%");
   REQUIRE(with_cli > 0);
   REQUIRE(with_c > 0);
@@ -152,7 +167,7 @@ TEST_CASE("02_c_device keeps its residual in the state file fedrt device reads a
       Concat({FEDRT_C_DEVICE_PATH}, Concat(DeviceFlags(keys, 0, FEDRT_TINY_IDX_DIR), {"--state-file", state}));
   const std::size_t d = 784 * 64 + 64 + 64 * 10 + 10;
 
-  CHECK(RunStar(keys, serve_flags, {device}, 2) > 0);
+  CHECK(RunStar(keys, serve_flags, {device}, 2).accuracy > 0);
   Result<std::vector<float>> saved = star::LoadResidual(state, d);
   REQUIRE_MESSAGE(saved.ok(), saved.status().ToString());
   float largest = 0;

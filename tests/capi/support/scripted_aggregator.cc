@@ -228,7 +228,7 @@ fedrt_status scripted_aggregator_write(scripted_aggregator* a, const uint8_t* da
 
 fedrt_status scripted_aggregator_read(scripted_aggregator* a, uint8_t* buffer, size_t capacity, size_t* size) {
   const std::size_t n = std::min(capacity, a->outbound.size() - a->read_at);
-  std::memcpy(buffer, a->outbound.data() + a->read_at, n);
+  if (n > 0) std::memcpy(buffer, a->outbound.data() + a->read_at, n);
   a->read_at += n;
   *size = n;
   if (n == 0 && a->closed) return FEDRT_UNAVAILABLE;

@@ -19,26 +19,37 @@
  * training (or on SIGINT / SIGTERM), 1 when the device stopped on an error
  * (the reason on stderr), 2 for bad arguments.
  *
- * Expected output, joining
+ * Expected output: with a key file per device (dev-0.key holds the line
+ * "dev-0 <32 to 128 hex digits>", mode 0600: transport/README.md) and
+ * keys.txt holding all four lines,
  *   fedrt serve --key-file keys.txt --model mlp:784-64-10 --codec ndqsg --rounds 5 --min-devices 4 --steps 20
- * as the first of four devices (the others `fedrt device` or 02_c_device),
- * with `02_c_device --server 127.0.0.1:PORT --key-file dev-0.key --model
- * mlp:784-64-10 --devices 4` (the library's log lines, on stderr, start
- * with "[fedrt"):
- *   02_c_device dev-0: 15000 examples (iid, share 0 of 4), model mlp:784-64-10, kernels avx2
- *   02_c_device dev-0: connected to 127.0.0.1:PORT
+ *   fedrt device --server 127.0.0.1:PORT --key-file dev-1.key --model mlp:784-64-10 --devices 4   (and dev-2, dev-3)
+ *   02_c_device  --server 127.0.0.1:PORT --key-file dev-0.key --model mlp:784-64-10 --devices 4
+ * this device prints (the "[fedrt info]" lines are the library's log, on
+ * stderr; the kernels are those of the CPU: scalar, avx2, avx512 or neon)
+ *   02_c_device dev-0: 15000 examples (iid, share 0 of 4), model mlp:784-64-10, kernels avx512
+ *   02_c_device dev-0: connected to 127.0.0.1:37283
  *   [fedrt info] device dev-0: joined at round 0
- *   [fedrt info] device dev-0: round 0 sent 7386 bytes (ndqsg), loss 1.2345
- *   ...
- *   [fedrt info] device dev-0: round 4 sent 7390 bytes (ndqsg), loss 0.6789
- *   [fedrt info] device dev-0: the aggregator ended the training (done)
+ *   [fedrt info] device dev-0: round 0 sent 3927 bytes (ndqsg:s1=3,rho=3,b=0,ef=off,ec=rans), loss 1.3870
+ *   [fedrt info] device dev-0: round 1 sent 3878 bytes (ndqsg:s1=3,rho=3,b=0,ef=off,ec=rans), loss 0.8329
+ *   [fedrt info] device dev-0: round 2 sent 2484 bytes (ndqsg:s1=3,rho=3,b=0,ef=off,ec=rans), loss 0.7249
+ *   [fedrt info] device dev-0: round 3 sent 4532 bytes (ndqsg:s1=3,rho=3,b=0,ef=off,ec=rans), loss 0.7512
+ *   [fedrt info] device dev-0: round 4 sent 3929 bytes (ndqsg:s1=3,rho=3,b=0,ef=off,ec=rans), loss 0.6529
+ *   [fedrt info] device dev-0: the aggregator ended the training (training finished)
  *   02_c_device dev-0: the aggregator ended the training after round 4
- * and `fedrt serve` prints per round the accuracy on the test set, the same
- * as with four `fedrt device` processes.
+ * and `fedrt serve` ends with
+ *   round 5/5  updates 4/4  test acc 78.00%  train loss 0.6604  up 0.018 MB  down 0.814 MB  x45.9 vs fp32  wraps 47  rho 3  0.1 s
+ * the same figures, to the digit, as with four `fedrt device` processes
+ * (capi_c_device_example_test checks it). When the aggregator is not there
+ * yet, or the link drops, it prints
+ *   02_c_device dev-0: link lost (connect: Connection refused), reconnecting in 77 ms
+ * and retries with backoff (100 ms doubling to 5 s, jittered) for up to
+ * --give-up-ms without reaching it.
  *
- * In a build of fedrt without OpenSSL the library has no HMAC-SHA256 of its
- * own and this program (which brings none) stops with that message; a
- * firmware device passes its platform's (mbedTLS, a secure element) in
+ * In a build of fedrt without OpenSSL (the core preset) the library has no
+ * HMAC-SHA256 of its own and this program, which brings none, stops with
+ * that message (without zlib it also reads only gunzipped data sets); a
+ * firmware device passes its platform's HMAC (mbedTLS, a secure element) in
  * fedrt_device_callbacks.hmac_sha256.
  */
 #define _POSIX_C_SOURCE 200809L

@@ -185,6 +185,17 @@ static void options_default_to_those_of_fedrt_device(void) {
   CHECK(o.max_frame_bytes == 4u << 20);
 }
 
+/* `c` with required callback `which` (send, receive, now_ms, random_bytes) NULL. */
+static fedrt_device_callbacks without_callback(fedrt_device_callbacks c, int which) {
+  switch (which) {
+    case 0: c.send = NULL; break;
+    case 1: c.receive = NULL; break;
+    case 2: c.now_ms = NULL; break;
+    default: c.random_bytes = NULL; break;
+  }
+  return c;
+}
+
 /* fedrt_device_create with one thing wrong: the status, a part of the
  * message, and the handle left alone. */
 static void expect_refused(const char* what, fedrt_status status, fedrt_status expected, const char* message,
@@ -210,6 +221,7 @@ static void creation_errors_have_their_pinned_status(void) {
   static const uint32_t share[] = {0, 1, 2, EXAMPLES};
   static const char* const long_id = "a234567890123456789012345678901234567890123456789012345678901234X";
   uint8_t long_key[FEDRT_KEY_MAX_BYTES + 1];
+  int k;
   memset(&session, 0, sizeof session);
   memset(long_key, 7, sizeof long_key);
   c = callbacks_for(&session);
@@ -232,26 +244,14 @@ static void creation_errors_have_their_pinned_status(void) {
                FEDRT_INVALID_ARGUMENT);
 
   /* Every required callback. */
-  missing = c;
-  missing.send = NULL;
-  expect_refused("no send", fedrt_device_create("board-7", kKey, sizeof kKey, m.model, &view, NULL, 0, &options,
-                                                &missing, &device),
-                 FEDRT_INVALID_ARGUMENT, "callbacks->send is NULL", device);
-  missing = c;
-  missing.receive = NULL;
-  expect_refused("no receive", fedrt_device_create("board-7", kKey, sizeof kKey, m.model, &view, NULL, 0, &options,
-                                                   &missing, &device),
-                 FEDRT_INVALID_ARGUMENT, "callbacks->receive is NULL", device);
-  missing = c;
-  missing.now_ms = NULL;
-  expect_refused("no clock", fedrt_device_create("board-7", kKey, sizeof kKey, m.model, &view, NULL, 0, &options,
-                                                 &missing, &device),
-                 FEDRT_INVALID_ARGUMENT, "callbacks->now_ms is NULL", device);
-  missing = c;
-  missing.random_bytes = NULL;
-  expect_refused("no randomness", fedrt_device_create("board-7", kKey, sizeof kKey, m.model, &view, NULL, 0, &options,
-                                                      &missing, &device),
-                 FEDRT_INVALID_ARGUMENT, "callbacks->random_bytes is NULL", device);
+  for (k = 0; k < 4; ++k) {
+    static const char* const messages[] = {"callbacks->send is NULL", "callbacks->receive is NULL",
+                                           "callbacks->now_ms is NULL", "callbacks->random_bytes is NULL"};
+    missing = without_callback(c, k);
+    expect_refused(messages[k], fedrt_device_create("board-7", kKey, sizeof kKey, m.model, &view, NULL, 0, &options,
+                                                    &missing, &device),
+                   FEDRT_INVALID_ARGUMENT, messages[k], device);
+  }
   /* The HMAC may be NULL only where the build has its own. */
   missing = c;
   missing.hmac_sha256 = NULL;

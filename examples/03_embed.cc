@@ -165,6 +165,10 @@ int main(int argc, char** argv) {
   double final_accuracy = 0;
   fedrt::AggregatorHooks hooks;
   hooks.on_round = [&final_accuracy](const fedrt::RoundReport& r) {
+    if (!r.applied) {  // nothing applied: the aggregator runs the round again
+      std::printf("round %u/%u  not applied: %s\n", r.round, kRounds, r.failure.c_str());
+      return;
+    }
     final_accuracy = r.test_accuracy;
     std::printf("round %u/%u  test accuracy %.2f%%  loss %.4f  up %.1f KB (fp32: %.1f KB)\n", r.round, kRounds,
                 100.0 * r.test_accuracy, r.test_loss, static_cast<double>(r.bytes_up) / 1024.0,

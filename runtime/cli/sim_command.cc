@@ -306,6 +306,13 @@ int RunSim(SimFlags flags) {
       std::fflush(stdout);
     };
     hooks.on_round = [&](const RoundReport& report) {
+      if (!report.applied) {  // the same round runs again: no point on the curves
+        series.bytes_up += report.bytes_up;
+        series.bytes_down += report.bytes_down;
+        std::printf("[%s] %s\n", codec.c_str(), FormatRound(report, flags.rounds).c_str());
+        std::fflush(stdout);
+        return;
+      }
       series.bytes_up += report.bytes_up;
       if (report.updates < report.sampled) short_rounds++;
       series.fp32_bytes_up += report.fp32_bytes_up;

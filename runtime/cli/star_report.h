@@ -44,7 +44,9 @@ inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) 
           {"anchors", r.anchors},     {"seconds", r.seconds},
           {"anchor_bytes_up", r.anchor_bytes_up}, {"rho_raised", r.rho_raised},
           {"rho_lowered", r.rho_lowered},         {"switched_to_dqsg", r.switched_to_dqsg},
-          {"full_models_down", r.full_models_down}, {"per_device", DevicesJson(r)}};
+          {"full_models_down", r.full_models_down}, {"per_device", DevicesJson(r)},
+          {"applied", r.applied}};
+  if (!r.applied) j["failure"] = r.failure;
   if (!r.level_table.empty()) {  // ALQ / AMQ: the table the next round uses
     j["level_table_version"] = r.level_table_version;
     j["level_table"] = r.level_table;
@@ -54,6 +56,11 @@ inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) 
 
 inline std::string FormatRound(const RoundReport& r, uint32_t rounds) {
   char line[256];
+  if (!r.applied) {
+    std::snprintf(line, sizeof(line), "round %u/%u  not applied: %s  updates %zu/%zu  rejected %zu  (running it again)",
+                  r.round, rounds, r.failure.c_str(), r.updates, r.sampled, r.rejected);
+    return line;
+  }
   const double ratio = r.bytes_up > 0 ? static_cast<double>(r.fp32_bytes_up) / static_cast<double>(r.bytes_up) : 0;
   std::snprintf(line, sizeof(line),
                 "round %u/%u  updates %zu/%zu  test acc %.2f%%  train loss %.4f  up %.3f MB  down %.3f MB  "

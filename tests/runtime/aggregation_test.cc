@@ -33,6 +33,34 @@ TEST_CASE("the accumulator computes the sample-weighted mean of encoded updates"
   CHECK(accumulator.count() == 2);
 }
 
+TEST_CASE("the accumulator sums in double so a huge finite update with a huge weight does not overflow the round") {
+  UpdateAccumulator accumulator(2);
+  const float honest[] = {1, -1};
+  const float huge[] = {3e38f, 0};  // finite; a float sum of it times any weight above 1.2 is Inf
+  REQUIRE(accumulator.AddDecoded(honest, 100).ok());
+  REQUIRE(accumulator.AddDecoded(huge, 4294967296.0).ok());
+  REQUIRE(accumulator.AddDecoded(honest, 100).ok());
+  const std::vector<float> mean = accumulator.Mean();
+  CHECK(std::isfinite(mean[0]));
+  CHECK(mean[0] == doctest::Approx(3e38 * 4294967296.0 / (4294967296.0 + 200)).epsilon(1e-6));
+  CHECK(mean[1] == doctest::Approx(-200 / (4294967296.0 + 200)));
+  CHECK(accumulator.total_weight() == 4294967296.0 + 200);
+}
+
+TEST_CASE("an update's norm is computed without overflow and checked against the bound") {
+  const std::vector<float> unit = {0.6f, 0.8f};
+  CHECK(UpdateNorm(unit.data(), 2) == doctest::Approx(1.0));
+  const std::vector<float> huge(4, 3e38f);  // the squares overflow a float, not a double
+  CHECK(UpdateNorm(huge.data(), 4) == doctest::Approx(6e38));
+  CHECK(CheckUpdateNorm(unit.data(), 2, 1.001).ok());
+  CHECK(CheckUpdateNorm(huge.data(), 4, 0).ok());  // 0: no bound
+  const Status refused = CheckUpdateNorm(huge.data(), 4, 1e4);
+  CHECK(refused.code() == StatusCode::kInvalidArgument);
+  CHECK(refused.message() == "update norm 6e+38 exceeds the limit of 10000");
+  const std::vector<float> over = {0.6f, 0.81f};
+  CHECK(CheckUpdateNorm(over.data(), 2, 1.0).code() == StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("a corrupt or non-finite update leaves the accumulator unchanged") {
   auto codec = MakeCodec("fp32");
   REQUIRE(codec.ok());

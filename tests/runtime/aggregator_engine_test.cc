@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -16,6 +17,7 @@
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/platform/clock.h"
+#include "fedrt/platform/log.h"
 #include "fedrt/runtime/aggregator_engine.h"
 #include "fedrt/runtime/device_client.h"
 #include "fedrt/runtime/model.h"
@@ -68,6 +70,22 @@ struct Blobs {
   }
 };
 
+// Collects what the library logs while it lives (the aggregator logs why it
+// closed a connection).
+struct LogCapture {
+  std::vector<std::string> lines;
+  LogCapture() { SetLogHook(&LogCapture::Hook, this); }
+  ~LogCapture() { SetLogHook(nullptr, nullptr); }
+  static void Hook(LogLevel, const char* message, void* self) {
+    static_cast<LogCapture*>(self)->lines.push_back(message);
+  }
+  std::size_t Count(const std::string& text) const {
+    std::size_t n = 0;
+    for (const std::string& line : lines) n += line.find(text) != std::string::npos ? 1 : 0;
+    return n;
+  }
+};
+
 // A connection that never joins: it only records its close.
 struct SilentLink : ConnectionHandler {
   bool closed = false;
@@ -108,7 +126,9 @@ struct Federation {
     AggregatorHooks hooks;
     hooks.on_round = [this](const RoundReport& r) { reports.push_back(r); };
     hooks.on_checkpoint = [this](const AggregatorCheckpoint& c) {
-      CHECK(c.round == reports.size() + 1);  // before the round's report
+      std::size_t applied = 0;
+    for (const RoundReport& r : reports) applied += r.applied ? 1 : 0;
+    CHECK(c.round == applied + 1);  // before the round's report
       checkpoints.push_back(c);
     };
     hooks.on_instructions = [this](uint32_t round, const std::string& device, const std::vector<uint8_t>&) {
@@ -356,6 +376,105 @@ TEST_CASE("aggregator engine: a malformed frame or a bad update closes only that
   CHECK(f.aggregator->finished());
 }
 
+// Sends a single-chunk update of `values` for `round` from a member's side of
+// its pipe, encoded with `codec` as a device would, claiming `samples`.
+void SendUpdate(Member& m, const std::string& codec, uint32_t round, const std::vector<float>& values,
+                uint64_t samples) {
+  std::unique_ptr<Codec> encoder = std::move(MakeCodec(codec).value());
+  CodecContext context;
+  context.session_seed = 1;
+  context.round = round;
+  context.sender_id = DeviceSenderId(m.id);
+  std::vector<uint8_t> payload(encoder->MaxEncodedSize(values.size()));
+  payload.resize(encoder->Encode(values.data(), values.size(), context, payload.data(), payload.size()).value());
+  UpdateMessage update;
+  update.round_id = round;
+  update.num_samples = samples;
+  update.codec_spec = encoder->spec();
+  Result<std::vector<OutFrame>> frames = EncodeChunked(update, payload.data(), payload.size(), FrameLimits());
+  REQUIRE(frames.ok());
+  for (OutFrame& frame : *frames) REQUIRE(m.pipe->b().Send(std::move(frame)).ok());
+}
+
+std::size_t Parameters() { return Model::Create(kModel, 1).value().parameter_count(); }
+
+TEST_CASE("aggregator engine: a huge coordinate or a claim of 2^32 samples is refused and the honest updates are applied") {
+  // The reference: the two honest devices alone.
+  Federation honest(Config("fp32", 1, 2), 2);
+  honest.Settle();
+  REQUIRE(honest.reports.size() == 1);
+
+  LogCapture log;
+  Federation f(Config("fp32", 1, 4), 4);
+  Member& huge = f.Find("dev-2");
+  Member& heavy = f.Find("dev-3");
+  huge.silent = true;
+  heavy.silent = true;
+  f.Settle();
+  REQUIRE(f.reports.empty());
+  // A finite coordinate that overflows a float sum once weighted, and a
+  // plain update that claims to stand for 2^32 samples.
+  std::vector<float> values(Parameters(), 0.001f);
+  values[7] = 3e38f;
+  SendUpdate(huge, f.aggregator->codec(), 0, values, 100);
+  SendUpdate(heavy, f.aggregator->codec(), 0, std::vector<float>(Parameters(), 0.001f), uint64_t{1} << 32);
+  f.Settle();
+  CHECK(huge.link->closed());
+  CHECK(heavy.link->closed());
+  CHECK(log.Count("update norm 3e+38 exceeds the limit of 10000") >= 1);
+  CHECK(log.Count("an update claims 4294967296 samples; allowed are 1 to 1048576 (max update samples)") >= 1);
+  REQUIRE(f.reports.size() == 1);
+  CHECK(f.reports[0].applied);
+  CHECK(f.reports[0].sampled == 4);
+  CHECK(f.reports[0].updates == 2);
+  CHECK(f.reports[0].rejected == 2);
+  CHECK(f.aggregator->round() == 1);
+  // Exactly the model the honest devices make on their own.
+  const Model& a = f.aggregator->model();
+  const Model& b = honest.aggregator->model();
+  REQUIRE(a.parameter_count() == b.parameter_count());
+  CHECK(std::memcmp(a.parameters(), b.parameters(), a.parameter_count() * sizeof(float)) == 0);
+}
+
+TEST_CASE("aggregator engine: a round whose every update is refused is reported as not applied and runs again") {
+  Federation f(Config("fp32", 1, 2), 2);
+  for (Member& m : f.members) m.silent = true;
+  f.Settle();
+  REQUIRE(f.reports.empty());
+  const std::vector<float> model_before(f.aggregator->model().parameters(),
+                                        f.aggregator->model().parameters() + Parameters());
+  std::vector<float> absurd = {1e9f};  // then zeros
+  absurd.resize(Parameters(), 0.0f);
+  for (Member& m : f.members) SendUpdate(m, f.aggregator->codec(), 0, absurd, 10);
+  f.Settle();
+  for (Member& m : f.members) CHECK(m.link->closed());
+  CHECK(f.reports.empty());  // the round waits for its deadline: the devices may come back
+  f.clock.AdvanceMs(kDeadlineMs);
+  f.Settle();
+  REQUIRE(f.reports.size() == 1);
+  CHECK_FALSE(f.reports[0].applied);
+  CHECK(f.reports[0].round == 1);
+  CHECK(f.reports[0].updates == 0);
+  CHECK(f.reports[0].rejected == 2);
+  CHECK(f.reports[0].failure == "every update was rejected (2)");
+  CHECK(f.checkpoints.empty());
+  CHECK(f.aggregator->round() == 0);
+  CHECK(std::memcmp(f.aggregator->model().parameters(), model_before.data(), model_before.size() * sizeof(float)) ==
+        0);
+  // The devices come back and behave: round 0 runs again and is applied.
+  for (Member& m : f.members) {
+    m.silent = false;
+    f.Connect(m);
+  }
+  f.Settle();
+  REQUIRE(f.reports.size() == 2);
+  CHECK(f.reports[1].applied);
+  CHECK(f.reports[1].round == 1);
+  CHECK(f.reports[1].updates == 2);
+  CHECK(f.checkpoints.size() == 1);
+  CHECK(f.aggregator->finished());
+}
+
 TEST_CASE("aggregator engine: a device that rejoins mid-round gets the round's instructions again") {
   Federation f(Config("dqsg", 2, 3), 3);
   Member& roamer = f.Find("dev-0");
@@ -432,6 +551,17 @@ TEST_CASE("aggregator engine: bad configs and test sets are refused") {
   CHECK(create(config, nullptr).code() == StatusCode::kInvalidArgument);
   config = Config("fp32", 1, 1);
   config.downlink_codec = "ndqsg";
+  CHECK(create(config, nullptr).code() == StatusCode::kInvalidArgument);
+  config = Config("fp32", 1, 1);
+  config.max_update_norm = -1;
+  CHECK(create(config, nullptr).code() == StatusCode::kInvalidArgument);
+  config.max_update_norm = std::numeric_limits<double>::infinity();
+  CHECK(create(config, nullptr).code() == StatusCode::kInvalidArgument);
+  config.max_update_norm = 0;  // no bound
+  CHECK(create(config, nullptr).ok());
+  config.max_update_samples = 0;
+  CHECK(create(config, nullptr).code() == StatusCode::kInvalidArgument);
+  config.max_update_samples = (uint64_t{1} << 32) + 1;
   CHECK(create(config, nullptr).code() == StatusCode::kInvalidArgument);
   Blobs blobs(8, 3);
   config = Config("fp32", 1, 1);

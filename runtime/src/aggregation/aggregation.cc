@@ -2,14 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "fedrt/codecs/philox.h"
 
 namespace fedrt {
 
 Status UpdateAccumulator::AddEncoded(const Codec& codec, const uint8_t* payload, std::size_t size,
-                                     const CodecContext& context, float weight, const float* side_info) {
-  if (!(weight > 0.0f) || !std::isfinite(weight)) return InvalidArgument("update weight must be positive");
+                                     const CodecContext& context, double weight, const float* side_info) {
+  if (!(weight > 0.0) || !std::isfinite(weight)) return InvalidArgument("update weight must be positive");
   // Decode into scratch first: a payload that fails half-way must not leave a
   // partial update in the sum.
   scratch_.resize(sum_.size());
@@ -17,10 +18,10 @@ Status UpdateAccumulator::AddEncoded(const Codec& codec, const uint8_t* payload,
   return AddDecoded(scratch_.data(), weight);
 }
 
-Status UpdateAccumulator::AddDecoded(const float* update, float weight) {
-  if (!(weight > 0.0f) || !std::isfinite(weight)) return InvalidArgument("update weight must be positive");
+Status UpdateAccumulator::AddDecoded(const float* update, double weight) {
+  if (!(weight > 0.0) || !std::isfinite(weight)) return InvalidArgument("update weight must be positive");
   FEDRT_RETURN_IF_ERROR(CheckFinite(update, sum_.size()));
-  for (std::size_t i = 0; i < sum_.size(); ++i) sum_[i] += weight * update[i];
+  for (std::size_t i = 0; i < sum_.size(); ++i) sum_[i] += weight * static_cast<double>(update[i]);
   ++count_;
   total_weight_ += weight;
   return Status::Ok();
@@ -29,15 +30,31 @@ Status UpdateAccumulator::AddDecoded(const float* update, float weight) {
 std::vector<float> UpdateAccumulator::Mean() const {
   std::vector<float> mean(sum_.size(), 0.0f);
   if (total_weight_ <= 0) return mean;
-  const float scale = static_cast<float>(1.0 / total_weight_);
-  for (std::size_t i = 0; i < sum_.size(); ++i) mean[i] = sum_[i] * scale;
+  for (std::size_t i = 0; i < sum_.size(); ++i) mean[i] = static_cast<float>(sum_[i] / total_weight_);
   return mean;
 }
 
 void UpdateAccumulator::Reset() {
-  std::fill(sum_.begin(), sum_.end(), 0.0f);
+  std::fill(sum_.begin(), sum_.end(), 0.0);
   count_ = 0;
   total_weight_ = 0;
+}
+
+double UpdateNorm(const float* update, std::size_t d) {
+  double sum_sq = 0;
+  for (std::size_t i = 0; i < d; ++i) sum_sq += static_cast<double>(update[i]) * static_cast<double>(update[i]);
+  return std::sqrt(sum_sq);
+}
+
+Status CheckUpdateNorm(const float* update, std::size_t d, double max_norm) {
+  if (max_norm <= 0) return Status::Ok();
+  const double norm = UpdateNorm(update, d);
+  if (!(norm <= max_norm)) {
+    char text[128];
+    std::snprintf(text, sizeof(text), "update norm %.6g exceeds the limit of %.6g", norm, max_norm);
+    return InvalidArgument(text);
+  }
+  return Status::Ok();
 }
 
 const char* ServerOptimizerName(ServerOptimizerKind kind) {

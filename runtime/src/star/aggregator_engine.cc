@@ -32,6 +32,7 @@ using namespace transport;  // NOLINT: the aggregator speaks the transport's voc
 
 namespace {
 
+// The largest max_update_samples a config may set.
 constexpr uint64_t kMaxSamplesPerUpdate = uint64_t{1} << 32;
 // The sender id of the aggregator's broadcast in the codec context.
 constexpr uint32_t kBroadcastSender = 0xFFFFFFu;
@@ -177,6 +178,13 @@ struct Aggregator::State {
 Status Aggregator::State::Init(const DataView* test_set) {
   limits_.max_frame_bytes = config_.max_frame_bytes;
   FEDRT_RETURN_IF_ERROR(limits_.Validate());
+  if (!(config_.max_update_norm >= 0) || !std::isfinite(config_.max_update_norm)) {
+    return InvalidArgument("max update norm must be finite and not negative (0: no bound)");
+  }
+  if (config_.max_update_samples < 1 || config_.max_update_samples > kMaxSamplesPerUpdate) {
+    return InvalidArgument("max update samples " + std::to_string(config_.max_update_samples) +
+                           " must be from 1 to 2^32");
+  }
 
   Result<Model> model = Model::Create(config_.model, config_.model_seed);
   if (!model.ok()) return model.status();
@@ -475,9 +483,11 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
                                        "an update of " + std::to_string(m.payload.total_size) +
                                            " bytes is larger than the codec allows for this model"));
     }
-    if (m.num_samples == 0 || m.num_samples > kMaxSamplesPerUpdate) {
+    if (m.num_samples == 0 || m.num_samples > config_.max_update_samples) {
       rejected_++;
-      return Refuse(connection, InvalidArgument("an update must count 1 to 2^32 samples"));
+      return Refuse(connection, InvalidArgument("an update claims " + std::to_string(m.num_samples) +
+                                                " samples; allowed are 1 to " +
+                                                std::to_string(config_.max_update_samples) + " (max update samples)"));
     }
     if (codec == levels_.get()) {
       const Status levels = CheckLevels(m, assignment->second, &peer.levels);
@@ -591,10 +601,12 @@ Status Aggregator::State::CheckUpdate(Received& received) {
                                       received.decoded.data(), d_, nested ? zeros_.data() : nullptr));
   FEDRT_RETURN_IF_ERROR(CheckFinite(received.decoded.data(), d_));
   if (nested) {
+    // Its real values exist only against the running mean: bounded at the close.
     received.decoded.clear();
     received.decoded.shrink_to_fit();
     return Status();
   }
+  FEDRT_RETURN_IF_ERROR(CheckUpdateNorm(received.decoded.data(), d_, config_.max_update_norm));
   // NDQSG anchors keep the decoded vector for the running mean. A plain
   // update whose turn it is keeps it too and is summed right away
   // (SumInOrder); one that arrived before an earlier device's keeps only its
@@ -629,7 +641,7 @@ void Aggregator::State::SumInOrder(bool closing) {
       return;
     }
     Received& r = received_[it->second];
-    const float weight = static_cast<float>(r.num_samples);
+    const double weight = static_cast<double>(r.num_samples);
     const Status added = r.decoded.empty() ? sum_->AddEncoded(*CodecFor(r.spec), r.payload.data(), r.payload.size(),
                                                               ContextFor(r.sender_id), weight)
                                            : sum_->AddDecoded(r.decoded.data(), weight);
@@ -815,7 +827,7 @@ void Aggregator::State::CloseRound() {
     sample_sum += static_cast<double>(r.num_samples);
   };
   const auto add = [&](const Received& r, const float* decoded) {
-    const Status added = accumulator.AddDecoded(decoded, static_cast<float>(r.num_samples));
+    const Status added = accumulator.AddDecoded(decoded, static_cast<double>(r.num_samples));
     if (!added.ok()) {
       Log(LogLevel::kWarning, "aggregator: update of %s not added: %s", r.device_id.c_str(), added.ToString().c_str());
       report.rejected++;
@@ -859,8 +871,9 @@ void Aggregator::State::CloseRound() {
         continue;
       }
       NdqsgWrapReport wraps;
-      const Status status = mean.AddNested(*CodecFor(r.spec), r.payload.data(), r.payload.size(), ContextFor(r.sender_id),
-                                           scratch_.data(), config_.wrap_margin, &wraps);
+      Status status = mean.AddNested(*CodecFor(r.spec), r.payload.data(), r.payload.size(), ContextFor(r.sender_id),
+                                     scratch_.data(), config_.wrap_margin, &wraps);
+      if (status.ok()) status = CheckUpdateNorm(scratch_.data(), d_, config_.max_update_norm);
       if (!status.ok()) {
         Log(LogLevel::kWarning, "aggregator: nested update of %s: %s", r.device_id.c_str(), status.ToString().c_str());
         report.rejected++;
@@ -892,14 +905,26 @@ void Aggregator::State::CloseRound() {
   report.rejected += rejected_;
   report.bytes_down = bytes_down_;
   report.full_models_down = full_models_down_;
+  // A round that applied nothing is reported as such and runs again: it
+  // never advances the round count or reaches the checkpoint as a success.
+  const auto fail = [&](std::string failure) {
+    report.applied = false;
+    report.failure = std::move(failure);
+    Log(LogLevel::kWarning, "aggregator: round %u not applied: %s; running it again", round_ + 1,
+        report.failure.c_str());
+    report.seconds = static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0;
+    if (hooks_.on_round) hooks_.on_round(report);
+  };
   if (accumulator.count() == 0) {
-    Log(LogLevel::kWarning, "aggregator: round %u closed without updates; running it again", round_ + 1);
-    return;
+    return fail(report.rejected == 0 ? "no update arrived"
+                                     : "every update was rejected (" + std::to_string(report.rejected) + ")");
   }
   const std::vector<float> mean = accumulator.Mean();
   if (hooks_.on_aggregate) hooks_.on_aggregate(round_, mean);
+  // Apply checks the mean before it changes anything: a refusal leaves the
+  // model and the optimizer state as they were.
   const Status applied = optimizer_->Apply(mean.data(), model_->parameters());
-  if (!applied.ok()) Log(LogLevel::kError, "aggregator: %s", applied.ToString().c_str());
+  if (!applied.ok()) return fail("the server optimizer refused the mean: " + applied.ToString());
   report.train_loss = sample_sum > 0 ? loss_sum / sample_sum : 0;
   round_++;
   if (evaluate_) {

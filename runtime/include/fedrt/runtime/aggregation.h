@@ -28,31 +28,48 @@
 namespace fedrt {
 
 // Sums weighted updates; Mean() divides by the total weight.
+//
+// The sum is kept in double: a finite float (at most 3.4e38) times a weight
+// of up to 2^32 samples, summed over any number of devices, cannot overflow
+// it, so one device with a huge but finite coordinate can no longer turn the
+// round's sum into Inf and void every other device's update. The mean is a
+// convex combination of finite floats and so fits a float again. Bounding
+// what one update may contribute (its norm, its weight) is the caller's
+// policy: CheckUpdateNorm below, and the aggregator's limits
+// (AggregatorConfig::max_update_norm, max_update_samples).
 class UpdateAccumulator {
  public:
-  explicit UpdateAccumulator(std::size_t d) : sum_(d, 0.0f) {}
+  explicit UpdateAccumulator(std::size_t d) : sum_(d, 0.0) {}
 
   // Decodes `payload` with `codec` and adds weight * decoded. On error
   // nothing is added (the sum is unchanged), so one bad device never spoils
   // the round.
   Status AddEncoded(const Codec& codec, const uint8_t* payload, std::size_t size,
-                    const CodecContext& context, float weight, const float* side_info = nullptr);
-  // Adds weight * update (already decoded, d floats). NaN/Inf is rejected.
-  Status AddDecoded(const float* update, float weight);
+                    const CodecContext& context, double weight, const float* side_info = nullptr);
+  // Adds weight * update (already decoded, d floats). NaN/Inf is rejected,
+  // and so is a weight that is not positive and finite.
+  Status AddDecoded(const float* update, double weight);
 
   std::size_t size() const { return sum_.size(); }
   std::size_t count() const { return count_; }
   double total_weight() const { return total_weight_; }
-  // sum / total_weight; zeros when nothing was added.
+  // sum / total_weight, rounded to float; zeros when nothing was added.
   std::vector<float> Mean() const;
   void Reset();
 
  private:
-  std::vector<float> sum_;
+  std::vector<double> sum_;
   std::vector<float> scratch_;
   std::size_t count_ = 0;
   double total_weight_ = 0;
 };
+
+// The L2 norm of d floats, accumulated in double (finite for every finite input).
+double UpdateNorm(const float* update, std::size_t d);
+// kInvalidArgument, naming the norm and the bound, when the L2 norm of the
+// update exceeds `max_norm` (0: no bound). An update with one absurd
+// coordinate has an absurd norm, so this bounds every coordinate too.
+Status CheckUpdateNorm(const float* update, std::size_t d, double max_norm);
 
 enum class ServerOptimizerKind { kFedAvg, kFedSgd, kFedAvgM, kFedAdam };
 

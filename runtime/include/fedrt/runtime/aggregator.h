@@ -7,10 +7,13 @@
 // EventLoop, one Asio io_context, on the calling thread): a slow device never
 // blocks the others, and a round closes at its quorum or at its deadline,
 // whichever comes first. Every
-// received update is untrusted: its round, codec spec, announced size, payload
-// (checked by the codec's decoder) and decoded values (finite) are checked
-// before anything is added; a bad one closes that connection only, with the
-// reason logged, and the round goes on without it.
+// received update is untrusted: its round, codec spec, announced size, sample
+// count (its weight, at most max_update_samples), payload (checked by the
+// codec's decoder) and decoded values (finite, L2 norm at most
+// max_update_norm) are checked before anything is added; a bad one closes
+// that connection only, with the reason logged, and the round goes on
+// without it. A round that applies nothing is reported as not applied and
+// runs again (RoundReport::applied).
 //
 // NDQSG rounds: the aggregator names the anchors (plain DQSG with s = s1) and
 // decodes them first, then decodes the nested updates against the running mean

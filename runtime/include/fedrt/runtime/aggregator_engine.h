@@ -37,9 +37,10 @@
 // close, and the aggregator holds its open connections: Finish() or Abort()
 // closes them, which a host must do before it lets go of the aggregator.
 // Memory: the global model, the server optimizer's moments, one model-sized
-// round sum, two model-sized scratch vectors, with a downlink codec the
-// devices' model, and per round the payloads that arrive before their turn
-// (NDQSG rounds: the anchors' decoded vectors and the nested payloads).
+// round sum (in double), two model-sized scratch vectors, with a downlink
+// codec the devices' model, and per round the payloads that arrive before
+// their turn (NDQSG rounds: the anchors' decoded vectors and the nested
+// payloads).
 //
 // Thread-safety: none. Every call, and every connection callback, runs on one
 // thread (an EventLoop's, or the application's).
@@ -92,6 +93,21 @@ struct AggregatorConfig {
   // devices reconstruct) and sends the full fp32 device model to a device
   // that missed the previous round's broadcast (a new join, not sampled).
   std::string downlink_codec;
+  // What one device can do to a round, checked on every update as it
+  // arrives (a failing update is refused: its connection is closed with the
+  // reason and it counts in RoundReport::rejected; the round goes on without
+  // it). Fixed numbers, derived from nothing a device sends.
+  //   max_update_norm: the largest L2 norm of a decoded update (0: no
+  //     bound). An honest delta is some SGD steps of a model on normalised
+  //     data (LeNet-300-100, a quarter of Fashion-MNIST, one epoch at lr
+  //     0.05: norm 3.4 in the first round, less later); a coordinate of
+  //     1e30 is not, and bounding the norm bounds every coordinate. The sum is kept in double (aggregation.h), so even an
+  //     unbounded update can no longer overflow it.
+  //   max_update_samples: the largest sample count an update may claim. The
+  //     count is the update's FedAvg weight; a device claiming 2^32 samples
+  //     would outweigh any fleet. 1 to 2^32.
+  double max_update_norm = 1e4;
+  uint64_t max_update_samples = uint64_t{1} << 20;
   uint32_t idle_timeout_ms = 30000;    // connection_options(): a connection silent this long is closed
   uint32_t join_timeout_ms = 10000;    // a connection must authenticate within this
   uint32_t max_frame_bytes = 4u << 20;
@@ -107,12 +123,18 @@ struct DeviceRoundReport {
   uint64_t bytes = 0;                  // payload bytes received
 };
 
-// What happened in one round, reported after it is applied.
+// What happened in one round, reported when it closes. A round that applied
+// nothing (no update arrived, every update was rejected, or the server
+// optimizer refused the mean) is reported with applied = false and the
+// reason in `failure`: the global model, the round count and the checkpoint
+// stay as they were, and the same round runs again (same round id).
 struct RoundReport {
-  uint32_t round = 0;                  // 1-based: rounds completed so far
+  uint32_t round = 0;                  // 1-based: the round closed (when applied: rounds completed so far)
+  bool applied = true;                 // false: nothing applied; the round runs again
+  std::string failure;                 // why nothing was applied (empty when applied)
   std::size_t sampled = 0;
   std::size_t updates = 0;             // aggregated
-  std::size_t rejected = 0;            // updates refused (connection closed)
+  std::size_t rejected = 0;            // updates refused (connection closed, or not decodable at the close)
   double test_accuracy = -1;           // -1 without a test set
   double test_loss = 0;
   double train_loss = 0;               // sample-weighted mean of the devices' reports

@@ -81,6 +81,8 @@ Status ApplyConfig(ServeFlags& flags, CLI::App& app) {
       else if (key == "metrics") flags.metrics = v.get<std::string>();
       else if (key == "idle-timeout-ms") o.idle_timeout_ms = v.get<uint32_t>();
       else if (key == "join-timeout-ms") o.join_timeout_ms = v.get<uint32_t>();
+      else if (key == "max-unjoined-connections") o.max_unjoined_connections = v.get<std::size_t>();
+      else if (key == "max-unjoined-per-address") o.max_unjoined_per_address = v.get<std::size_t>();
       else if (key == "max-update-norm") o.max_update_norm = v.get<double>();
       else if (key == "max-update-samples") o.max_update_samples = v.get<uint64_t>();
       else if (key == "tls-cert") o.tls.cert_file = v.get<std::string>();
@@ -231,6 +233,12 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
   serve->add_option("--idle-timeout-ms", o.idle_timeout_ms, "Close a connection silent for this long")
       ->capture_default_str();
   serve->add_option("--join-timeout-ms", o.join_timeout_ms, "Close a connection that has not joined by then")
+      ->capture_default_str();
+  serve->add_option("--max-unjoined-connections", o.max_unjoined_connections,
+                    "Close new connections at once while this many have not joined")
+      ->capture_default_str();
+  serve->add_option("--max-unjoined-per-address", o.max_unjoined_per_address,
+                    "The same, for the connections from one address")
       ->capture_default_str();
   serve->add_option("--max-update-norm", o.max_update_norm,
                     "Refuse an update whose decoded L2 norm is larger (0: no bound)")

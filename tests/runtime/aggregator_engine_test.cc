@@ -24,6 +24,7 @@
 #include "fedrt/transport/auth.h"
 #include "fedrt/transport/chunking.h"
 #include "fedrt/transport/crypto.h"
+#include "fedrt/transport/join.h"
 #include "fedrt/transport/messages.h"
 #include "fedrt/transport/stream.h"
 #include "test_crypto.h"
@@ -320,6 +321,65 @@ TEST_CASE("aggregator engine: a connection that does not join in time is closed"
   CHECK(silent->closed);
   CHECK(silent->close_reason.code() == StatusCode::kUnavailable);
   CHECK(f.aggregator->open_connections() == 2);
+}
+
+TEST_CASE("aggregator engine: unjoined connections are capped in total and per address and may send only small frames") {
+  AggregatorConfig config = Config("fp32", 1, 2);
+  config.max_unjoined_connections = 3;
+  config.max_unjoined_per_address = 2;
+  LogCapture log;
+  Federation f(config, 1);
+  f.Settle();
+  REQUIRE(f.aggregator->connected_devices() == 1);  // joined: it no longer counts
+  // Strangers that never join, each a stream connection from an address.
+  struct Stranger {
+    std::shared_ptr<SilentLink> link = std::make_shared<SilentLink>();
+    std::shared_ptr<StreamConnection> connection;  // the aggregator's side
+    std::vector<uint8_t> written;                  // what the aggregator sent it
+  };
+  std::deque<Stranger> strangers;
+  const auto open = [&](const std::string& peer) -> Stranger& {
+    Stranger& s = strangers.emplace_back();
+    s.connection = StreamConnection::Create(
+                       peer,
+                       [&s](const uint8_t* data, std::size_t size) {
+                         s.written.insert(s.written.end(), data, data + size);
+                         return Status::Ok();
+                       },
+                       f.aggregator, f.aggregator->connection_options(), f.clock)
+                       .value();
+    s.connection->Open();
+    return s;
+  };
+  Stranger& a1 = open("10.0.0.1:1001");
+  Stranger& a2 = open("10.0.0.1:1002");
+  Stranger& a3 = open("10.0.0.1:1003");  // a third from 10.0.0.1
+  CHECK_FALSE(a1.connection->closed());
+  CHECK_FALSE(a2.connection->closed());
+  CHECK(a3.connection->closed());
+  Stranger& b1 = open("10.0.0.2:2001");
+  Stranger& c1 = open("10.0.0.3:3001");  // a fourth in all
+  CHECK_FALSE(b1.connection->closed());
+  CHECK(c1.connection->closed());
+  CHECK(f.aggregator->open_connections() == 4);  // the device and three strangers
+  // The refused ones were told why, and the log has one line for the first refusal only.
+  Result<Frame> told = ParseFrame(c1.written.data(), c1.written.size(), FrameLimits());
+  REQUIRE(told.ok());
+  CHECK(ToStatus(DecodeError(*told).value()).code() == StatusCode::kResourceExhausted);
+  CHECK(log.Count("aggregator: refused 1 connection so far (the last from 10.0.0.1:1003): 2 connections from "
+                  "10.0.0.1 have not joined yet (max_unjoined_per_address)") == 1);
+  CHECK(log.Count("aggregator: refused 2 connections") == 0);
+  // Before it joins, a connection may not announce a frame larger than the join needs.
+  uint8_t prefix[kFramePrefixBytes];
+  WriteFramePrefix(kMaxJoinFrameBytes + 1, prefix);
+  CHECK(a1.connection->Receive(prefix, sizeof(prefix)).code() == StatusCode::kResourceExhausted);
+  CHECK(a1.connection->closed());
+  CHECK(log.Count("exceeds the limit of " + std::to_string(kMaxJoinFrameBytes)) == 1);
+  // Its place is free again: another stranger from 10.0.0.1 is let in.
+  Stranger& a4 = open("10.0.0.1:1004");
+  CHECK_FALSE(a4.connection->closed());
+  CHECK(f.aggregator->open_connections() == 4);
+  for (Stranger& s : strangers) s.connection->Abort(Status(StatusCode::kCancelled, "test over"));
 }
 
 TEST_CASE("aggregator engine: a device with a wrong key or an unknown id is refused and the others go on") {

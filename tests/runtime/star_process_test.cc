@@ -24,6 +24,7 @@
 #include "fedrt/codecs/payload.h"
 #include "fedrt/runtime/device.h"
 #include "fedrt/runtime/model.h"
+#include "fedrt/transport/join.h"
 #include "star/aggregator_checkpoint.h"
 #include "star_processes.h"
 #include "temp_dir.h"
@@ -470,6 +471,55 @@ TEST_CASE("one aggregator process holds 500 authenticated idle devices and keeps
   CHECK(extra.Join("idle-0", HexKey(0)).ok());
   CHECK(serve.WaitFor("replaced by a new join"));
   clients.front()->Close();
+  serve.Signal(SIGTERM);
+  CHECK(serve.Wait() == 0);
+}
+
+TEST_CASE("unjoined connections announcing full-size frames cost the aggregator process no frame memory and the caps close the rest at once") {
+  Served star({"--codec", "fp32", "--rounds", "1", "--min-devices", "8", "--max-unjoined-per-address", "32"});
+  ChildProcess& serve = *star.serve;
+  const uint16_t port = star.port;
+  const long before = ResidentKib(serve.pid());
+  // 300 strangers each announce a 4 MiB frame (the frame limit) and send a
+  // MiB of its body. Before the join only small frames are allowed: each is
+  // closed at its prefix (or at once, past the cap), so none of those
+  // megabytes is held; without the limit this is 300 MiB.
+  constexpr int kStrangers = 300;
+  const std::string body(1u << 20, 'x');
+  std::vector<std::unique_ptr<BlockingStarClient>> strangers;
+  for (int i = 0; i < kStrangers; ++i) {
+    strangers.push_back(std::make_unique<BlockingStarClient>());
+    REQUIRE(strangers.back()->Connect(port));
+    const std::string announced = Prefix(transport::kDefaultMaxFrameBytes) + body;
+    (void)strangers.back()->SendBytes(announced.data(), announced.size());  // fails once the server has closed
+  }
+  const long after = ResidentKib(serve.pid());
+  MESSAGE("aggregator RSS before the strangers: ", before, " KiB, with ", kStrangers, " of them: ", after, " KiB");
+  CHECK(before > 0);
+  CHECK(after - before < 16 * 1024);
+  for (auto& stranger : strangers) CHECK(stranger->ReadUntilClosed(nullptr));
+  strangers.clear();
+  CHECK(serve.WaitFor("exceeds the limit of " + std::to_string(transport::kMaxJoinFrameBytes)));
+
+  // Silent strangers: 32 from one address wait for their join, the next ones
+  // are closed at once and told why.
+  std::vector<std::unique_ptr<BlockingStarClient>> silent;
+  for (int i = 0; i < 40; ++i) {
+    silent.push_back(std::make_unique<BlockingStarClient>());
+    REQUIRE(silent.back()->Connect(port));
+  }
+  for (int i = 32; i < 40; ++i) {
+    std::string reason;
+    CHECK(silent[static_cast<std::size_t>(i)]->ReadUntilClosed(&reason));
+    CHECK(reason.find("too many connections waiting to join: 32 connections from 127.0.0.1 have not joined yet") !=
+          std::string::npos);
+  }
+  CHECK(serve.WaitFor("have not joined yet (max_unjoined_per_address)"));
+  // The ones let in are open: the first joins, and its place frees one.
+  CHECK(silent[0]->Join(Star::Id(0), HexKey(0)).ok());
+  BlockingStarClient another;
+  REQUIRE(another.Connect(port));
+  CHECK(another.Join(Star::Id(1), HexKey(1)).ok());
   serve.Signal(SIGTERM);
   CHECK(serve.Wait() == 0);
 }

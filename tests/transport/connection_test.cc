@@ -174,6 +174,53 @@ TEST_CASE("a tcp connection that announces an oversized frame is closed without 
   CHECK(ServerVerdictOn(bytes, false).code() == StatusCode::kResourceExhausted);
 }
 
+TEST_CASE("a tcp connection with an initial frame limit refuses a larger prefix until its owner lifts it") {
+  EventLoopThread loop;
+  ConnectionOptions options = FastOptions();
+  options.initial_max_frame_bytes = 512;
+  // The owner lifts the limit when a connection's first frame arrives and
+  // echoes every frame.
+  auto server = std::make_shared<Recorder>();
+  server->on_frame = [](Connection& connection, const Frame& frame) {
+    connection.LiftInitialFrameLimit();
+    (void)connection.Send(AckFrame(frame.size()));
+  };
+  Result<std::shared_ptr<TcpListener>> listener = TcpListener::Listen(loop.loop(), "127.0.0.1", 0, options, server);
+  REQUIRE(listener.ok());
+  LeaveMessage leave;
+  const std::string reason(1000, 'r');
+  leave.reason = reason;
+  const std::vector<uint8_t> large = WireBytes(Encode(leave, FrameLimits()).value());
+  REQUIRE(large.size() - kFramePrefixBytes > 512);
+
+  // A prefix above the initial limit closes the connection: nothing lifted it.
+  RawClient stranger((*listener)->port());
+  REQUIRE(stranger.connected());
+  REQUIRE(stranger.Write(std::vector<uint8_t>(large.begin(), large.begin() + kFramePrefixBytes)));
+  REQUIRE(Eventually([&] { return server->closes_count() == 1; }));
+  CHECK(server->closes()[0].code() == StatusCode::kResourceExhausted);
+  CHECK(server->closes()[0].message().find("exceeds the limit of 512") != std::string::npos);
+
+  // After a small first frame the owner lifted it: the same frame is taken.
+  auto client = std::make_shared<FrameQueue>();
+  Result<std::shared_ptr<Connection>> connection =
+      TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(), FastOptions(), client, kWait);
+  REQUIRE(connection.ok());
+  REQUIRE((*connection)->Send(AckFrame(1)).ok());
+  REQUIRE(client->Pop(kWait).ok());
+  REQUIRE((*connection)->Send(Encode(leave, FrameLimits()).value()).ok());
+  Result<Frame> echo = client->Pop(kWait);
+  REQUIRE(echo.ok());
+  CHECK(DecodeAck(*echo)->round_id == large.size() - kFramePrefixBytes);
+  CHECK(server->closes_count() == 1);
+  (*connection)->Close();
+  CHECK(client->WaitClosed(kWait));
+
+  options.initial_max_frame_bytes = options.limits.max_frame_bytes + 1;
+  CHECK(TcpListener::Listen(loop.loop(), "127.0.0.1", 0, options, server).status().code() ==
+        StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("a tcp connection closed in the middle of a frame is reported as corrupt") {
   std::vector<uint8_t> bytes = WireBytes(AckFrame(1));
   bytes.resize(bytes.size() - 3);

@@ -112,6 +112,34 @@ TEST_CASE("join server refuses frames out of order, and a spent join stays spent
   CHECK(wrong.status().code() == StatusCode::kCorrupt);
 }
 
+TEST_CASE("the largest frames of a join fit the pre-join frame limit") {
+  // A Join with every field at its longest.
+  const std::string id(kMaxDeviceIdBytes, 'd');
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < kMaxCodecs; ++i) {
+    names.push_back(std::string(kMaxCodecNameBytes - 2, 'c') + std::to_string(i % 10) + "x");
+  }
+  JoinMessage join;
+  join.device_id = id;
+  for (const std::string& name : names) join.codecs.push_back(name);
+  const std::string isa(kMaxIsaBytes, 'i');
+  join.isa = isa;
+  join.resume_round = UINT64_MAX;
+  join.model_round = INT64_MAX;
+  Result<OutFrame> largest_join = Encode(join, FrameLimits());
+  REQUIRE(largest_join.ok());
+  CHECK(largest_join->body_size() <= kMaxJoinFrameBytes);
+  CHECK(largest_join->body_size() > kMaxJoinFrameBytes / 2);  // the limit is not far above it
+  // An Error with the longest reason, an Authenticate, a heartbeat.
+  Result<OutFrame> error = EncodeStatus(Status(StatusCode::kUnauthenticated, std::string(5000, 'r')), FrameLimits());
+  REQUIRE(error.ok());
+  CHECK(error->body_size() <= kMaxJoinFrameBytes);
+  CHECK(Encode(AuthenticateMessage(), FrameLimits()).value().body_size() <= kMaxJoinFrameBytes);
+  HeartbeatMessage beat;
+  beat.sequence = UINT64_MAX;
+  CHECK(Encode(beat, FrameLimits()).value().body_size() <= kMaxJoinFrameBytes);
+}
+
 // Records what a connection delivers.
 class Recorder : public ConnectionHandler {
  public:
@@ -150,6 +178,61 @@ TEST_CASE("frame reader takes frames split at every byte and rejects an oversize
   const Status status = strict.Feed(huge, 4, [](Frame) {});
   CHECK(status.code() == StatusCode::kResourceExhausted);
   CHECK(strict.Feed(huge, 1, [](Frame) {}).code() == StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("stream connection with an initial frame limit refuses a larger prefix until its owner lifts it") {
+  ManualClock clock;
+  ConnectionOptions options;
+  // A Leave with a long reason, one byte above the initial limit.
+  std::vector<uint8_t> wire;
+  LeaveMessage leave;
+  leave.reason = std::string(1000, 'l');
+  OutFrame big = Encode(leave, FrameLimits()).value();
+  REQUIRE(big.body_size() > 1000);
+  options.initial_max_frame_bytes = static_cast<uint32_t>(big.body_size() - 1);
+  big.AppendWireBytes(&wire);
+
+  SUBCASE("refused before the lift, and nothing is allocated for the body") {
+    auto handler = std::make_shared<Recorder>();
+    auto connection = StreamConnection::Create("uart0", [](const uint8_t*, std::size_t) { return Status::Ok(); },
+                                               handler, options, clock)
+                          .value();
+    connection->Open();
+    const Status refused = connection->Receive(wire.data(), kFramePrefixBytes);  // the prefix alone
+    CHECK(refused.code() == StatusCode::kResourceExhausted);
+    CHECK(refused.message() == "frame of " + std::to_string(big.body_size()) + " bytes exceeds the limit of " +
+                                   std::to_string(options.initial_max_frame_bytes));
+    CHECK(handler->closed);
+  }
+  SUBCASE("accepted from the frame after the one whose handler lifts it, within one Receive") {
+    // The owner lifts the limit when the first (small) frame arrives; the
+    // large frame right behind it in the same bytes is then accepted.
+    struct Lifter : Recorder {
+      void OnFrame(Connection& connection, Frame frame) override {
+        connection.LiftInitialFrameLimit();
+        Recorder::OnFrame(connection, std::move(frame));
+      }
+    };
+    auto handler = std::make_shared<Lifter>();
+    auto connection = StreamConnection::Create("uart0", [](const uint8_t*, std::size_t) { return Status::Ok(); },
+                                               handler, options, clock)
+                          .value();
+    connection->Open();
+    std::vector<uint8_t> both;
+    Encode(AckMessage(), FrameLimits()).value().AppendWireBytes(&both);
+    both.insert(both.end(), wire.begin(), wire.end());
+    REQUIRE(connection->Receive(both.data(), both.size()).ok());
+    REQUIRE(handler->kinds.size() == 2);
+    CHECK(handler->kinds[1] == MessageKind::kLeave);
+    CHECK_FALSE(handler->closed);
+  }
+  SUBCASE("an initial limit above the frame limit is refused") {
+    options.initial_max_frame_bytes = options.limits.max_frame_bytes + 1;
+    CHECK(StreamConnection::Create("uart0", [](const uint8_t*, std::size_t) { return Status::Ok(); },
+                                   std::make_shared<Recorder>(), options, clock)
+              .status()
+              .code() == StatusCode::kInvalidArgument);
+  }
 }
 
 TEST_CASE("memory pipe delivers frames both ways in order and passes a close on") {

@@ -77,6 +77,8 @@ class LoopbackConnection final : public Connection,
   }
 
   void ShutdownForLoopExit() override { Finish(Status(StatusCode::kCancelled, "event loop destroyed")); }
+  // A loopback pair takes FrameLimits only: there is no initial limit to lift.
+  void LiftInitialFrameLimit() override {}
 
   uint64_t id() const override { return id_; }
   const std::string& peer() const override { return peer_; }

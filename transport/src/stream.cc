@@ -19,6 +19,15 @@ uint64_t NextConnectionId() {
   return next.fetch_add(1, std::memory_order_relaxed);
 }
 
+Status ConnectionOptions::Validate() const {
+  FEDRT_RETURN_IF_ERROR(limits.Validate());
+  if (initial_max_frame_bytes > limits.max_frame_bytes) {
+    return InvalidArgument("initial frame limit " + std::to_string(initial_max_frame_bytes) +
+                           " is above the frame limit " + std::to_string(limits.max_frame_bytes));
+  }
+  return Status::Ok();
+}
+
 // ---- FrameReader ----------------------------------------------------------------
 
 Status FrameReader::Feed(const uint8_t* data, std::size_t size, const std::function<void(Frame)>& on_frame) {
@@ -73,7 +82,7 @@ Result<std::shared_ptr<StreamConnection>> StreamConnection::Create(std::string p
                                                                    const Clock& clock) {
   if (!write) return InvalidArgument("a stream connection needs a write function");
   if (options.tls) return InvalidArgument("TLS over an application stream is the application's to provide");
-  FEDRT_RETURN_IF_ERROR(options.limits.Validate());
+  FEDRT_RETURN_IF_ERROR(options.Validate());
   return std::shared_ptr<StreamConnection>(
       new StreamConnection(std::move(peer), std::move(write), std::move(handler), options, clock));
 }
@@ -81,7 +90,11 @@ Result<std::shared_ptr<StreamConnection>> StreamConnection::Create(std::string p
 StreamConnection::StreamConnection(std::string peer, StreamWrite write, std::shared_ptr<ConnectionHandler> handler,
                                    const ConnectionOptions& options, const Clock& clock)
     : peer_(std::move(peer)), write_(std::move(write)), handler_(std::move(handler)), options_(options),
-      clock_(clock), reader_(options.limits), id_(NextConnectionId()) {}
+      clock_(clock), reader_(options.limits), id_(NextConnectionId()) {
+  if (options.initial_max_frame_bytes != 0) reader_.set_max_frame_bytes(options.initial_max_frame_bytes);
+}
+
+void StreamConnection::LiftInitialFrameLimit() { reader_.set_max_frame_bytes(options_.limits.max_frame_bytes); }
 
 void StreamConnection::Open() {
   if (opened_) return;
@@ -125,21 +138,22 @@ Status StreamConnection::Receive(const uint8_t* data, std::size_t size) {
   if (closed_) return Status(StatusCode::kUnavailable, "connection " + peer_ + " is closed");
   stats_.bytes_received += size;
   last_received_ms_ = clock_.NowMs();
-  // Frames are delivered after the reader is done with the bytes, so a
-  // handler that closes the connection does not cut the loop short.
-  std::vector<Frame> frames;
-  const Status fed = reader_.Feed(data, size, [&frames](Frame frame) { frames.push_back(std::move(frame)); });
-  for (Frame& frame : frames) {
-    if (closed_) break;
+  // Each frame goes to the handler as soon as it is complete, so what the
+  // handler does (LiftInitialFrameLimit) applies to the next prefix in these
+  // bytes. A handler that closes the connection, or lets go of it, ends the
+  // deliveries; the reader still takes the rest of the bytes.
+  const std::shared_ptr<StreamConnection> self = shared_from_this();
+  const Status fed = reader_.Feed(data, size, [this](Frame frame) {
+    if (closed_) return;
     ++stats_.frames_received;
     if (frame.kind() == MessageKind::kHeartbeat) {
       ++stats_.heartbeats_received;
-      continue;
+      return;
     }
     if (handler_) handler_->OnFrame(*this, std::move(frame));
-  }
+  });
   if (!fed.ok() && !closed_) {
-    Log(LogLevel::kWarning, "connection %s: %s", peer_.c_str(), fed.ToString().c_str());
+    if (options_.log_errors) Log(LogLevel::kWarning, "connection %s: %s", peer_.c_str(), fed.ToString().c_str());
     Abort(fed, /*notify_peer=*/true);
   }
   return fed;

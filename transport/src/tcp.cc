@@ -72,7 +72,9 @@ class TcpConnection final : public Connection,
         heartbeat_timer_(loop.io),
         options_(options),
         handler_(std::move(handler)),
-        id_(NextConnectionId()) {
+        id_(NextConnectionId()),
+        receive_limit_(options.initial_max_frame_bytes != 0 ? options.initial_max_frame_bytes
+                                                            : options.limits.max_frame_bytes) {
     // Buffers point at the prefixes stored inside the in-flight frames: the
     // vector must never reallocate while a write is pending.
     in_flight_.reserve(kMaxFramesPerWrite);
@@ -199,6 +201,8 @@ class TcpConnection final : public Connection,
     Finish(Status(StatusCode::kCancelled, "event loop destroyed"));
   }
 
+  void LiftInitialFrameLimit() override { receive_limit_.store(options_.limits.max_frame_bytes); }
+
   uint64_t id() const override { return id_; }
   const std::string& peer() const override { return peer_; }
   bool closed() const override { return state_.load() == State::kClosed; }
@@ -250,7 +254,9 @@ class TcpConnection final : public Connection,
     read_timer_.cancel();
     if (state_ == State::kClosed) return;
     if (ec) return OnReadError(ec, n == 0);
-    Result<uint32_t> size = ParseFramePrefix(header_, options_.limits);
+    FrameLimits limits = options_.limits;
+    limits.max_frame_bytes = receive_limit_.load();  // the initial limit until the owner lifts it
+    Result<uint32_t> size = ParseFramePrefix(header_, limits);
     if (!size.ok()) return Fail(size.status(), true);
     Result<FrameBytes> body = loop_.frame_pool->Allocate(*size);
     if (!body.ok()) return Fail(body.status(), true);
@@ -587,7 +593,9 @@ class TcpConnection final : public Connection,
 
   void Fail(Status reason, bool notify_peer) {
     if (state_ == State::kClosed) return;
-    Log(LogLevel::kWarning, "connection %s closed: %s", peer_.c_str(), reason.ToString().c_str());
+    if (options_.log_errors) {
+      Log(LogLevel::kWarning, "connection %s closed: %s", peer_.c_str(), reason.ToString().c_str());
+    }
     if (notify_peer && state_ == State::kOpen) {
       // Best effort, bounded: one synchronous write of a small frame on a
       // socket we are about to close anyway; never blocks (non-blocking mode).
@@ -650,6 +658,7 @@ class TcpConnection final : public Connection,
   const ConnectionOptions options_;
   std::shared_ptr<ConnectionHandler> handler_;
   const uint64_t id_;
+  std::atomic<uint32_t> receive_limit_;  // largest body accepted from the next prefix on
   std::string peer_;
   std::atomic<State> state_{State::kHandshake};
   std::atomic<bool> send_closed_{false};  // Close/Abort called: Send refuses at once
@@ -894,7 +903,7 @@ Status CheckTls(const ConnectionOptions& options, bool listening) {
 Result<std::shared_ptr<TcpListener>> TcpListener::Listen(EventLoop& loop, const std::string& host,
                                                          uint16_t port, const ConnectionOptions& options,
                                                          std::shared_ptr<ConnectionHandler> handler) {
-  FEDRT_RETURN_IF_ERROR(options.limits.Validate());
+  FEDRT_RETURN_IF_ERROR(options.Validate());
   FEDRT_RETURN_IF_ERROR(CheckTls(options, true));
   std::error_code ec;
   const asio::ip::address address = asio::ip::make_address(host, ec);
@@ -916,7 +925,7 @@ Result<std::shared_ptr<TcpListener>> TcpListener::Listen(EventLoop& loop, const 
 
 void TcpConnect(EventLoop& loop, const std::string& host, uint16_t port, const ConnectionOptions& options,
                 std::shared_ptr<ConnectionHandler> handler, uint32_t timeout_ms, ConnectCallback done) {
-  Status valid = options.limits.Validate();
+  Status valid = options.Validate();
   if (valid.ok()) valid = CheckTls(options, false);
   auto dial = std::make_shared<Dial>(internal::ImplAccess::Of(loop), options, std::move(handler), std::move(done));
   asio::dispatch(internal::ImplAccess::Of(loop).io, [dial, host, port, timeout_ms, valid]() {

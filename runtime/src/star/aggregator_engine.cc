@@ -37,9 +37,18 @@ constexpr uint64_t kMaxSamplesPerUpdate = uint64_t{1} << 32;
 // The sender id of the aggregator's broadcast in the codec context.
 constexpr uint32_t kBroadcastSender = 0xFFFFFFu;
 
+// The address a connection comes from, for the per-address cap: its peer()
+// text before the last ':' ("127.0.0.1:40312" -> "127.0.0.1", "::1:40312" ->
+// "::1").
+std::string AddressOf(const std::string& peer) {
+  const std::size_t colon = peer.rfind(':');
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
+}
+
 // One connection's state.
 struct Peer {
   std::shared_ptr<Connection> connection;
+  std::string address;                // AddressOf(peer()): counts against the cap until it joins
   std::unique_ptr<JoinServer> join;
   std::string device_id;  // once authenticated
   bool authenticated = false;
@@ -94,6 +103,8 @@ struct Aggregator::State {
   void AbortAll(const Status& reason);
 
   void Refuse(Connection& connection, const Status& reason);
+  void RefuseUnjoined(Connection& connection, const std::string& why);
+  void Joined(Peer& peer);
   void OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame);
   void OnUpdateFrame(Peer& peer, Connection& connection, const Frame& frame);
   Status CheckUpdate(Received& received);
@@ -123,6 +134,8 @@ struct Aggregator::State {
   FrameLimits limits_;
   std::map<uint64_t, Peer> peers_;
   std::size_t joining_ = 0;  // connections in peers_ that have not authenticated
+  std::map<std::string, std::size_t> joining_by_address_;  // the same, per address (no zero entries)
+  uint64_t refused_unjoined_ = 0;  // connections closed at once for the caps
   bool opened_any_ = false;  // Restore() is too late after this
   std::map<std::string, uint64_t> device_connection_;
   std::map<std::string, std::unique_ptr<Codec>> codecs_;
@@ -180,6 +193,9 @@ Status Aggregator::State::Init(const DataView* test_set) {
   FEDRT_RETURN_IF_ERROR(limits_.Validate());
   if (!(config_.max_update_norm >= 0) || !std::isfinite(config_.max_update_norm)) {
     return InvalidArgument("max update norm must be finite and not negative (0: no bound)");
+  }
+  if (config_.max_unjoined_connections < 1 || config_.max_unjoined_per_address < 1) {
+    return InvalidArgument("the caps on connections that have not joined must be at least 1");
   }
   if (config_.max_update_samples < 1 || config_.max_update_samples > kMaxSamplesPerUpdate) {
     return InvalidArgument("max update samples " + std::to_string(config_.max_update_samples) +
@@ -361,12 +377,48 @@ Codec* Aggregator::State::CodecFor(const std::string& spec) {
 }
 
 void Aggregator::State::OnOpen(const std::shared_ptr<Connection>& connection) {
+  opened_any_ = true;
+  std::string address = AddressOf(connection->peer());
+  auto from_address = joining_by_address_.find(address);
+  const std::size_t waiting = from_address == joining_by_address_.end() ? 0 : from_address->second;
+  if (joining_ >= config_.max_unjoined_connections) {
+    return RefuseUnjoined(*connection, std::to_string(joining_) +
+                                           " connections have not joined yet (max_unjoined_connections)");
+  }
+  if (waiting >= config_.max_unjoined_per_address) {
+    return RefuseUnjoined(*connection, std::to_string(waiting) + " connections from " + address +
+                                           " have not joined yet (max_unjoined_per_address)");
+  }
+  joining_by_address_[address]++;
   Peer& peer = peers_[connection->id()];
   peer.connection = connection;
+  peer.address = std::move(address);
   peer.join = std::make_unique<JoinServer>(keys_, crypto_, limits_);
   peer.opened_ms = clock_.NowMs();
   joining_++;
-  opened_any_ = true;
+}
+
+// Closed at once, before anything of it is read (the connection is not in
+// peers_, so OnClose ignores it). Logged at the 1st, 10th, 100th, ... refusal,
+// so a flood of connections cannot flood the log.
+void Aggregator::State::RefuseUnjoined(Connection& connection, const std::string& why) {
+  refused_unjoined_++;
+  uint64_t power = 1;
+  while (power * 10 <= refused_unjoined_) power *= 10;
+  if (refused_unjoined_ == power) {
+    Log(LogLevel::kWarning, "aggregator: refused %llu connection%s so far (the last from %s): %s",
+        static_cast<unsigned long long>(refused_unjoined_), refused_unjoined_ == 1 ? "" : "s",
+        connection.peer().c_str(), why.c_str());
+  }
+  connection.Abort(Status(StatusCode::kResourceExhausted, "too many connections waiting to join: " + why),
+                   /*notify_peer=*/true);
+}
+
+// A connection stops counting against the caps on unjoined connections.
+void Aggregator::State::Joined(Peer& peer) {
+  joining_--;
+  auto it = joining_by_address_.find(peer.address);
+  if (it != joining_by_address_.end() && --it->second == 0) joining_by_address_.erase(it);
 }
 
 void Aggregator::State::OnClose(Connection& connection, const Status& reason) {
@@ -381,7 +433,7 @@ void Aggregator::State::OnClose(Connection& connection, const Status& reason) {
     auto owner = device_connection_.find(device);
     if (owner != device_connection_.end() && owner->second == connection.id()) device_connection_.erase(owner);
   }
-  if (!it->second.authenticated) joining_--;
+  if (!it->second.authenticated) Joined(it->second);
   peers_.erase(it);
 }
 
@@ -429,10 +481,15 @@ void Aggregator::State::OnJoinFrame(Peer& peer, Connection& connection, const Fr
   result.max_frame_bytes = limits_.max_frame_bytes;
   Result<OutFrame> reply = peer.join->OnFrame(frame, result);
   if (!reply.ok()) return Refuse(connection, reply.status());
+  if (!peer.join->done()) {
+    (void)connection.Send(*reply);  // the Challenge
+    return;
+  }
+  // Authenticated: full-size frames (updates) from now on.
+  connection.LiftInitialFrameLimit();
   (void)connection.Send(*reply);
-  if (!peer.join->done()) return;  // the Challenge went out
   peer.authenticated = true;
-  joining_--;
+  Joined(peer);
   peer.device_id = peer.join->announcement().device_id;
   const int64_t model_round = peer.join->announcement().model_round;  // the model round its Join names
   peer.join.reset();
@@ -1013,6 +1070,7 @@ void Aggregator::State::AbortAll(const Status& reason) {
   peers.swap(peers_);
   device_connection_.clear();
   joining_ = 0;
+  joining_by_address_.clear();
   for (auto& entry : peers) entry.second.connection->Abort(reason);
 }
 
@@ -1048,6 +1106,8 @@ ConnectionOptions Aggregator::connection_options() const {
   options.limits = state_->limits_;
   options.idle_timeout_ms = state_->config_.idle_timeout_ms;
   options.heartbeat_interval_ms = std::max<uint32_t>(100, state_->config_.idle_timeout_ms / 4);
+  options.initial_max_frame_bytes = kMaxJoinFrameBytes;  // lifted once the device has joined
+  options.log_errors = false;  // OnClose logs each close with its reason
   return options;
 }
 

@@ -191,6 +191,10 @@ Status DeviceClient::OnFrame(Connection& link, const Frame& frame) {
     if (!reply->empty()) return link.Send(*reply);
     s.joined = true;
     ++s.joins;
+    // The aggregator has proved it holds the key: full-size frames from now
+    // on (a host that gave this side the aggregator's pre-join limit, such as
+    // a MemoryPipe, needs this).
+    link.LiftInitialFrameLimit();
     Log(LogLevel::kInfo, "device %s: joined at round %llu", s.config.device_id.c_str(),
         static_cast<unsigned long long>(s.join->result().current_round));
     return Status::Ok();

@@ -108,6 +108,15 @@ struct AggregatorConfig {
   //     would outweigh any fleet. 1 to 2^32.
   double max_update_norm = 1e4;
   uint64_t max_update_samples = uint64_t{1} << 20;
+  // Connections that have not joined yet prove nothing and cost memory: at
+  // most this many at once, in total and from one address (the text of
+  // Connection::peer() before its last ':', "127.0.0.1" for TCP). A
+  // connection beyond either is closed at once (an Error says why), before
+  // anything of it is read. Until it joins, a connection may send no frame
+  // larger than transport::kMaxJoinFrameBytes (connection_options()), so
+  // unjoined connections hold at most 8 KiB of frame buffer each.
+  std::size_t max_unjoined_connections = 1024;
+  std::size_t max_unjoined_per_address = 64;
   uint32_t idle_timeout_ms = 30000;    // connection_options(): a connection silent this long is closed
   uint32_t join_timeout_ms = 10000;    // a connection must authenticate within this
   uint32_t max_frame_bytes = 4u << 20;
@@ -231,7 +240,10 @@ class Aggregator final : public transport::ConnectionHandler {
   const Model& model() const;             // the global model
   const std::string& codec() const;       // the update codec's canonical spec
   // Options for the connections of a binding: the frame limits (sized for
-  // the model), idle timeout and heartbeat interval. TLS is the binding's.
+  // the model, and the small pre-join limit, which the aggregator lifts when
+  // a device has joined), idle timeout and heartbeat interval, and no
+  // transport log of close reasons (the aggregator logs each close once).
+  // TLS is the binding's.
   transport::ConnectionOptions connection_options() const;
 
   // transport::ConnectionHandler.

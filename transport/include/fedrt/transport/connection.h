@@ -48,11 +48,28 @@ class TlsContext;
 
 struct ConnectionOptions {
   FrameLimits limits;
+  // The largest frame body received until the owner calls
+  // Connection::LiftInitialFrameLimit(); 0: limits.max_frame_bytes from the
+  // start. A server sets it for peers that have not authenticated yet, so
+  // that a stranger's prefix cannot make it allocate a full-size frame (the
+  // join's frames are small: join.h's kMaxJoinFrameBytes). Checked where the
+  // prefix is parsed, before anything is allocated; a larger prefix closes
+  // the connection (kResourceExhausted). At most limits.max_frame_bytes.
+  // Frames the connection sends are not affected.
+  uint32_t initial_max_frame_bytes = 0;
   uint32_t io_timeout_ms = 10000;          // body of a started frame, each write
   uint32_t idle_timeout_ms = 30000;        // waiting for the next frame; 0: forever
   uint32_t heartbeat_interval_ms = 5000;   // send a Heartbeat after this much silence; 0: never
   std::size_t max_queued_bytes = 256u << 20;  // Send() beyond this fails with kResourceExhausted
   std::shared_ptr<const TlsContext> tls;   // TCP only: TLS on every connection (tls.h); null: plain TCP
+  // Whether the connection logs the reason when an error closes it. An owner
+  // that logs its OnClose reasons itself turns this off, so a dropped
+  // connection makes one line, not two.
+  bool log_errors = true;
+
+  // kInvalidArgument for limits that FrameLimits::Validate refuses or an
+  // initial frame limit above limits.max_frame_bytes.
+  Status Validate() const;
 };
 
 struct ConnectionStats {
@@ -179,6 +196,12 @@ class Connection {
   // Closes at once, discarding queued frames; OnClose reports `reason`. When
   // `notify_peer`, an Error message carrying `reason` is attempted first.
   virtual void Abort(Status reason, bool notify_peer = false) = 0;
+  // Ends ConnectionOptions::initial_max_frame_bytes: frames up to
+  // limits.max_frame_bytes are received from the next prefix the connection
+  // parses on. Called by the owner once the peer has authenticated,
+  // typically from OnFrame (before it replies); idempotent, and a no-op
+  // without an initial limit (loopback pairs have none).
+  virtual void LiftInitialFrameLimit() = 0;
 
   virtual uint64_t id() const = 0;            // unique within the process
   virtual const std::string& peer() const = 0;  // "127.0.0.1:40312", "loopback:3"

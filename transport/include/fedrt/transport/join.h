@@ -36,6 +36,14 @@
 namespace fedrt {
 namespace transport {
 
+// The largest frame body the join needs from either side: a Join naming
+// kMaxCodecs codecs of kMaxCodecNameBytes each with the longest id and ISA
+// (about 5 KiB), or an Error with the longest reason. A server receives
+// nothing larger from a connection that has not joined yet
+// (ConnectionOptions::initial_max_frame_bytes), so a stranger cannot make it
+// allocate a full-size frame.
+inline constexpr uint32_t kMaxJoinFrameBytes = 8u << 10;
+
 // What a client announces in its Join besides its id and nonce.
 struct JoinRequest {
   std::vector<std::string> codecs;  // codec names it can encode

@@ -56,6 +56,10 @@ class FrameReader {
 
   // True between frames (no partial prefix or body buffered).
   bool idle() const { return prefix_filled_ == 0 && !in_body_; }
+  // The largest body accepted from the next prefix on (at most the limit the
+  // reader was made with is the caller's business: StreamConnection keeps
+  // it within ConnectionOptions). Callable from `on_frame`.
+  void set_max_frame_bytes(uint32_t max_frame_bytes) { limits_.max_frame_bytes = max_frame_bytes; }
 
  private:
   FrameLimits limits_;
@@ -96,6 +100,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   Status Flush(uint32_t timeout_ms) override;
   void Close() override;
   void Abort(Status reason, bool notify_peer = false) override;
+  void LiftInitialFrameLimit() override;
   uint64_t id() const override { return id_; }
   const std::string& peer() const override { return peer_; }
   bool closed() const override { return closed_; }

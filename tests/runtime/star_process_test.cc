@@ -325,6 +325,101 @@ TEST_CASE("an aggregator process killed and restarted from its checkpoint is rej
   CHECK(last->round == 5);
 }
 
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+TEST_CASE("an aggregator process with every file descriptor taken by connections still saves each round's checkpoint") {
+  // The limit would bind the emulator of a cross build too.
+  if (!std::string(FEDRT_CLI_EMULATOR).empty()) return;
+  Star star;
+  const std::size_t d = ParameterCount();
+  const std::string checkpoint = star.dir.File("aggregator.ckpt");
+  // RLIMIT_NOFILE lowered for the child only: the shell lowers it, then execs fedrt.
+  std::vector<std::string> command = {"/bin/sh", "-c", "ulimit -n 32 && exec \"$@\"", "sh"};
+  for (const std::string& arg :
+       star.Serve({"--codec", "fp32", "--rounds", "3", "--min-devices", "1", "--checkpoint", checkpoint})) {
+    command.push_back(arg);
+  }
+  ChildProcess serve(command);
+  const uint16_t port = testing::ListeningPort(serve);
+  REQUIRE_MESSAGE(port != 0, serve.output());
+  Gatekeeper gate(port, 0, d);
+  REQUIRE(gate.Await() == 0);
+  // Connections that never join, until the process has no descriptor left
+  // and its listener backs off.
+  std::vector<std::unique_ptr<BlockingStarClient>> hogs;
+  for (int i = 0; i < 48; ++i) {
+    hogs.push_back(std::make_unique<BlockingStarClient>());
+    REQUIRE(hogs.back()->Connect(port));
+  }
+  REQUIRE_MESSAGE(serve.WaitFor(std::string(std::strerror(EMFILE)) + "; backing off"), serve.output());
+  for (uint64_t r = 0; r < 3; ++r) {
+    if (r > 0) REQUIRE(gate.Await() == r);
+    gate.Answer();
+    REQUIRE(serve.WaitFor("round " + std::to_string(r + 1) + "/3"));
+  }
+  CHECK(serve.Wait() == 0);
+  INFO(serve.output());
+  CHECK(serve.Count("not saved") == 0);
+  Result<AggregatorCheckpoint> last = ReadAggregatorCheckpoint(checkpoint);
+  REQUIRE_MESSAGE(last.ok(), last.status().ToString());
+  CHECK(last->round == 3);
+  CHECK_FALSE(Exists(checkpoint + ".tmp"));
+}
+
+TEST_CASE("an aggregator process whose checkpoint directory becomes a file logs the reason, retries, and exits non-zero when the final state is not saved") {
+  Star star;
+  const std::size_t d = ParameterCount();
+  const std::string state = star.dir.File("state");
+  const std::string moved = star.dir.File("state.moved");
+  REQUIRE(::mkdir(state.c_str(), 0755) == 0);
+  const std::string checkpoint = state + "/aggregator.ckpt";
+  std::unique_ptr<ChildProcess> serve;
+  const uint16_t port =
+      StartServe(star, {"--codec", "fp32", "--rounds", "3", "--min-devices", "1", "--checkpoint", checkpoint}, &serve);
+  REQUIRE(port != 0);
+  // The directory is moved away and a regular file takes its name (this
+  // fails for root too), or it is put back.
+  const auto break_directory = [&] {
+    REQUIRE(::rename(state.c_str(), moved.c_str()) == 0);
+    Star::Write(state, "not a directory");
+  };
+  const auto restore_directory = [&] {
+    REQUIRE(::unlink(state.c_str()) == 0);
+    REQUIRE(::rename(moved.c_str(), state.c_str()) == 0);
+  };
+  const std::string reason = checkpoint + ".tmp: cannot create: " + std::strerror(ENOTDIR);
+  Gatekeeper gate(port, 0, d);
+  REQUIRE(gate.Await() == 0);
+  gate.Answer();
+  REQUIRE(gate.Await() == 1);
+  REQUIRE(serve->WaitFor("round 1/3"));
+  CHECK(ReadAggregatorCheckpoint(checkpoint).value().round == 1);
+
+  break_directory();
+  gate.Answer();
+  REQUIRE(gate.Await() == 2);
+  CHECK_MESSAGE(serve->WaitFor("checkpoint of round 2 not saved: io_error: " + reason + "; retrying"), serve->output());
+  restore_directory();  // the next retry saves it
+  CHECK_MESSAGE(serve->WaitFor("checkpoint of round 2 saved after "), serve->output());
+  CHECK(ReadAggregatorCheckpoint(checkpoint).value().round == 2);
+
+  break_directory();
+  gate.Answer();
+  CHECK(serve->Wait() == 1);
+  INFO(serve->output());
+  CHECK(serve->Count("round 3/3  updates 1/1") == 1);  // the training went on
+  CHECK(serve->Count("checkpoint of round 3 not saved: io_error: " + reason) == 1);
+  CHECK(serve->output().find("fedrt serve: io_error: the state of round 3 could not be saved to " + checkpoint) !=
+        std::string::npos);
+  CHECK(serve->output().find("attempts): " + reason) != std::string::npos);
+  // Round 2's file is whole, and no partial file was left behind.
+  CHECK(ReadAggregatorCheckpoint(moved + "/aggregator.ckpt").value().round == 2);
+  CHECK_FALSE(Exists(moved + "/aggregator.ckpt.tmp"));
+}
+
 // Joins as device `index`, sends `bytes` raw after the join and reads until
 // the aggregator closes the connection.
 void SendRawAndExpectClose(uint16_t port, int index, const std::string& bytes, bool half_close = false) {

@@ -2,10 +2,18 @@
 // aggregator engine (aggregator_engine.h). It loads the key file, the test
 // set and the checkpoint, listens on TCP (TLS), runs the EventLoop on the
 // calling thread in 20 ms slices with a Tick() between them, and writes the
-// checkpoint the engine hands it after every round.
+// checkpoint the engine hands it after every round (CheckpointWriter: retried
+// until it is on disk, with descriptors kept in reserve for it).
 #include "fedrt/runtime/aggregator.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <memory>
+#include <optional>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -29,6 +37,118 @@ namespace {
 constexpr uint32_t kSliceMs = 20;
 // After the Leave, how long the devices get to close their connections.
 constexpr uint64_t kFinishGraceMs = 3000;
+
+// Descriptors held open on /dev/null and let go of just for a checkpoint
+// write: when connections have taken every other descriptor (EMFILE, with
+// the listener backing off), the write still gets the one it needs at a
+// time (the temporary file, then the directory to fsync). Nothing else opens
+// descriptors on this thread between the release and the refill.
+class DescriptorReserve {
+ public:
+  static constexpr int kCount = 4;
+  DescriptorReserve() { Refill(); }
+  ~DescriptorReserve() { Release(); }
+  DescriptorReserve(const DescriptorReserve&) = delete;
+  DescriptorReserve& operator=(const DescriptorReserve&) = delete;
+
+  void Release() {
+    for (int& fd : fds_) {
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+    }
+  }
+  void Refill() {
+    for (int& fd : fds_) {
+      if (fd < 0) fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+  }
+
+ private:
+  int fds_[kCount] = {-1, -1, -1, -1};
+};
+
+// Keeps the latest state the engine handed over until it is on disk. Each
+// state is written at once; while that fails, the host retries it between
+// slices (100 ms, doubling to 2 s; a newer state replaces it), logging the
+// reason once per round and again when it is saved. The persistence helper
+// removes a partial <path>.tmp on every failure. Finish() makes a few last
+// attempts and is the error when the latest state is still not saved.
+class CheckpointWriter {
+ public:
+  explicit CheckpointWriter(std::string path) : path_(std::move(path)) {}
+
+  void Save(const AggregatorCheckpoint& state) {
+    if (pending_) {
+      Log(LogLevel::kWarning, "aggregator: the state of round %u was never saved; round %u's replaces it",
+          pending_->round, state.round);
+    }
+    pending_.reset();
+    const Status written = Write(state);
+    if (written.ok()) return;
+    pending_ = state;
+    failures_ = 1;
+    last_error_ = written;
+    backoff_ms_ = kFirstBackoffMs;
+    next_attempt_ms_ = SystemClock().NowMs() + backoff_ms_;
+    Log(LogLevel::kError, "aggregator: checkpoint of round %u not saved: %s; retrying", state.round,
+        written.ToString().c_str());
+  }
+
+  // Between slices: another attempt once the backoff has passed.
+  void Retry() {
+    if (!pending_ || SystemClock().NowMs() < next_attempt_ms_) return;
+    Attempt();
+    backoff_ms_ = std::min(backoff_ms_ * 2, kMaxBackoffMs);
+    next_attempt_ms_ = SystemClock().NowMs() + backoff_ms_;
+  }
+
+  // Before the host returns: OK when the latest state is on disk.
+  Status Finish() {
+    for (uint32_t wait_ms = kFirstBackoffMs; pending_ && wait_ms <= 4 * kFirstBackoffMs; wait_ms *= 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+      Attempt();
+    }
+    if (!pending_) return Status();
+    return Status(last_error_.code(), "the state of round " + std::to_string(pending_->round) +
+                                          " could not be saved to " + path_ + " (" + std::to_string(failures_) +
+                                          " attempts): " + last_error_.message());
+  }
+
+ private:
+  static constexpr uint32_t kFirstBackoffMs = 100;
+  static constexpr uint32_t kMaxBackoffMs = 2000;
+
+  Status Write(const AggregatorCheckpoint& state) {
+    reserve_.Release();
+    const Status written = WriteAggregatorCheckpoint(path_, state);
+    reserve_.Refill();
+    return written;
+  }
+
+  void Attempt() {
+    const Status written = Write(*pending_);
+    if (written.ok()) {
+      Log(LogLevel::kInfo, "aggregator: checkpoint of round %u saved after %u failed attempts", pending_->round,
+          failures_);
+      pending_.reset();
+      return;
+    }
+    failures_++;
+    if (written.message() != last_error_.message()) {
+      Log(LogLevel::kError, "aggregator: checkpoint of round %u still not saved: %s", pending_->round,
+          written.ToString().c_str());
+    }
+    last_error_ = written;
+  }
+
+  const std::string path_;
+  DescriptorReserve reserve_;
+  std::optional<AggregatorCheckpoint> pending_;  // the latest state, not on disk yet
+  uint32_t failures_ = 0;
+  Status last_error_;
+  uint32_t backoff_ms_ = kFirstBackoffMs;
+  uint64_t next_attempt_ms_ = 0;
+};
 
 // Resumes from the saved state if the file exists; errors name the file.
 Status RestoreCheckpoint(const std::string& path, Aggregator& aggregator) {
@@ -59,10 +179,11 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
     test_set = data.test;
   }
   AggregatorHooks engine_hooks = hooks;
+  std::unique_ptr<CheckpointWriter> checkpoints;
   if (!options.checkpoint.empty()) {
-    engine_hooks.on_checkpoint = [path = options.checkpoint, also = hooks.on_checkpoint](const AggregatorCheckpoint& state) {
-      const Status saved = WriteAggregatorCheckpoint(path, state);
-      if (!saved.ok()) Log(LogLevel::kError, "aggregator: %s", saved.ToString().c_str());
+    checkpoints = std::make_unique<CheckpointWriter>(options.checkpoint);
+    engine_hooks.on_checkpoint = [writer = checkpoints.get(), also = hooks.on_checkpoint](const AggregatorCheckpoint& state) {
+      writer->Save(state);
       if (also) also(state);
     };
   }
@@ -91,6 +212,7 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
   while (stop == nullptr || !stop->load()) {
     loop.RunFor(kSliceMs);
     aggregator->Tick();
+    if (checkpoints) checkpoints->Retry();
     if (aggregator->finished()) {
       if (finished_at == 0) finished_at = SystemClock().NowMs();
       if (aggregator->open_connections() == 0 || SystemClock().NowMs() - finished_at > kFinishGraceMs) break;
@@ -99,6 +221,8 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
   (*listener)->Close();
   aggregator->Abort(Status(StatusCode::kCancelled, "aggregator stopped"));
   loop.RunFor(50);
+  // Training that went on while its state could not be saved ends as an error.
+  if (checkpoints) return checkpoints->Finish();
   return Status();
 }
 

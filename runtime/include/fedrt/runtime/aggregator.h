@@ -75,7 +75,13 @@ struct AggregatorOptions : AggregatorConfig {
 
 // Serves until `options.rounds` rounds are done (then tells the devices to
 // leave) or `stop` becomes true. Returns the first fatal error (bad options,
-// key file, data set, port in use, checkpoint unreadable).
+// key file, data set, port in use, checkpoint unreadable), or, with a
+// checkpoint, an error naming the round and the reason when the latest state
+// could not be saved by the end. A failed checkpoint write does not stop the
+// training: it is logged with the reason and retried (100 ms doubling to
+// 2 s, a newer state replacing it), a partial <path>.tmp is removed, and a
+// few descriptors are held in reserve for the write, so running out of them
+// to connections (EMFILE) does not stop it.
 Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& hooks,
                      const std::atomic<bool>* stop = nullptr);
 

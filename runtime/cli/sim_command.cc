@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -98,6 +99,12 @@ pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string
 }
 
 }  // namespace
+
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));
+  return "ended (wait status " + std::to_string(status) + ")";
+}
 
 std::string SimLabel(const std::string& codec) {
   std::string s = codec;
@@ -272,7 +279,19 @@ int RunSim(SimFlags flags) {
     ::mkdir(dir.c_str(), 0755);
     Series series;
     series.codec = codec;
-    std::vector<pid_t> children;
+    // The device processes, as the aggregator's thread starts them; a
+    // watcher thread reaps any that ends before the training does and stops
+    // the aggregator (which would otherwise wait for it forever, or for
+    // --deadline-ms every round).
+    struct Child {
+      pid_t pid;
+      int index;
+    };
+    std::mutex children_mutex;
+    std::vector<Child> children;
+    std::string early_exit;  // under children_mutex: why the run was stopped
+    std::atomic<bool> stop{false};
+    std::atomic<uint32_t> applied{0};
     std::size_t short_rounds = 0;  // closed by the deadline with fewer updates than sampled
     AggregatorOptions options;
     options.key_file = flags.out + "/keys.txt";
@@ -297,15 +316,17 @@ int RunSim(SimFlags flags) {
     const auto started = std::chrono::steady_clock::now();
     AggregatorHooks hooks;
     hooks.on_listening = [&](uint16_t port) {
+      std::lock_guard<std::mutex> lock(children_mutex);
       for (int i = 0; i < flags.devices; ++i) {
         const pid_t pid = SpawnDevice(flags, i, port, dir + "/dev-" + std::to_string(i) + ".log");
-        if (pid > 0) children.push_back(pid);
+        if (pid > 0) children.push_back({pid, i});
       }
       std::printf("[%s] aggregator on 127.0.0.1:%u, %zu device processes started\n", codec.c_str(), port,
                   children.size());
       std::fflush(stdout);
     };
     hooks.on_round = [&](const RoundReport& report) {
+      if (report.applied) applied++;
       if (!report.applied) {  // the same round runs again: no point on the curves
         series.bytes_up += report.bytes_up;
         series.bytes_down += report.bytes_down;
@@ -335,23 +356,47 @@ int RunSim(SimFlags flags) {
       line["elapsed_seconds"] = elapsed;
       metrics << line.dump() << "\n" << std::flush;
     };
-    const Status status = RunAggregator(options, hooks);
-    // Devices leave when told; give them a moment, then make sure.
-    for (int waited = 0; waited < 100; ++waited) {
+    std::atomic<bool> aggregator_done{false};
+    std::thread watcher([&] {
+      while (!aggregator_done.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::lock_guard<std::mutex> lock(children_mutex);
+        for (Child& child : children) {
+          int wait_status = 0;
+          if (child.pid <= 0 || ::waitpid(child.pid, &wait_status, WNOHANG) != child.pid) continue;
+          child.pid = -1;
+          // Devices leave when the aggregator tells them, after the last round.
+          if (applied.load() < flags.rounds && early_exit.empty()) {
+            early_exit = "device dev-" + std::to_string(child.index) + " " + DescribeExit(wait_status) +
+                         " before round " + std::to_string(applied.load() + 1) + " of " +
+                         std::to_string(flags.rounds) + " (its log: " + dir + "/dev-" +
+                         std::to_string(child.index) + ".log); stopping";
+            stop = true;
+          }
+        }
+      }
+    });
+    const Status status = RunAggregator(options, hooks, &stop);
+    aggregator_done = true;
+    watcher.join();
+    // Devices leave when told; give them a moment (none after an early
+    // stop: they were not told), then make sure.
+    for (int waited = 0; waited < 100 && early_exit.empty(); ++waited) {
       bool all_done = true;
-      for (pid_t& pid : children) {
-        if (pid > 0 && ::waitpid(pid, nullptr, WNOHANG) == pid) pid = -1;
-        if (pid > 0) all_done = false;
+      for (Child& child : children) {
+        if (child.pid > 0 && ::waitpid(child.pid, nullptr, WNOHANG) == child.pid) child.pid = -1;
+        if (child.pid > 0) all_done = false;
       }
       if (all_done) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    for (pid_t pid : children) {
-      if (pid > 0) {
-        ::kill(pid, SIGTERM);
-        ::waitpid(pid, nullptr, 0);
+    for (const Child& child : children) {
+      if (child.pid > 0) {
+        ::kill(child.pid, SIGTERM);
+        ::waitpid(child.pid, nullptr, 0);
       }
     }
+    if (!early_exit.empty()) return Fail(codec + ": " + early_exit);
     if (!status.ok()) return Fail(codec + ": " + status.ToString());
     series.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (short_rounds > 0) {

@@ -167,9 +167,14 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
   SimSeries series;
   series.codec = name;
   std::size_t next = 0;  // the next row index to report
+  // Without --repair the first peer to fail ends the run: the others would
+  // only wait for it until their step or join deadlines. A neighbour may fail
+  // because of it within the same poll, so every peer found failed is named.
+  std::string failures;
   for (;;) {
     bool running = false;
-    for (RankFeed& feed : feeds) {
+    for (std::size_t r = 0; r < feeds.size(); ++r) {
+      RankFeed& feed = feeds[r];
       feed.Poll();
       if (!feed.exited) {
         int status = 0;
@@ -177,6 +182,10 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
           feed.exited = true;
           feed.failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
           feed.Poll();  // its last lines
+          if (feed.failed && !flags.repair) {
+            failures += (failures.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " " +
+                        DescribeExit(status);
+          }
         } else {
           running = true;
         }
@@ -261,11 +270,26 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
       metrics << line.dump() << "\n" << std::flush;
       ++next;
     }
+    if (!failures.empty()) {
+      for (RankFeed& feed : feeds) {
+        if (!feed.exited) ::kill(feed.pid, SIGTERM);
+      }
+      for (RankFeed& feed : feeds) {
+        if (feed.exited) continue;
+        ::waitpid(feed.pid, nullptr, 0);
+        feed.exited = true;
+      }
+      break;
+    }
     if (!running) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   series.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   all->push_back(series);
+  if (!failures.empty()) {
+    return Status(StatusCode::kUnavailable, name + ": peer " + failures + " before the run ended (logs: " + dir +
+                                                "/rank-R.log); the other peers were stopped");
+  }
   int failed = 0;
   for (const RankFeed& feed : feeds) failed += feed.failed ? 1 : 0;
   // With --repair the run may lose peers and still finish; without, any

@@ -70,6 +70,8 @@ void PrintSimTable(const std::vector<SimSeries>& all, const char* name_header, c
 // Starts the `fedrt` binary with `args` (args[0] is its name), output to
 // `log_path`, OPENBLAS_NUM_THREADS=1; -1 when it cannot start.
 pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path);
+// "exited with status 1", "was killed by signal 9": a waitpid status.
+std::string DescribeExit(int status);
 // Directory-safe form of a codec spec.
 std::string SimLabel(const std::string& codec);
 

@@ -305,6 +305,7 @@ TEST_CASE("aggregator engine: the round deadline closes a round without its sile
 }
 
 TEST_CASE("aggregator engine: a connection that does not join in time is closed") {
+  LogCapture log;
   Federation f(Config("fp32", 1, 2), 2);
   auto silent = std::make_shared<SilentLink>();
   Result<std::unique_ptr<MemoryPipe>> pipe =
@@ -321,6 +322,9 @@ TEST_CASE("aggregator engine: a connection that does not join in time is closed"
   CHECK(silent->closed);
   CHECK(silent->close_reason.code() == StatusCode::kUnavailable);
   CHECK(f.aggregator->open_connections() == 2);
+  // One log line for the dropped connection, with the reason.
+  CHECK(log.Count("no join within 2000 ms") == 1);
+  CHECK(log.Count("aggregator: connection memory:a closed: deadline_exceeded: no join within 2000 ms") == 1);
 }
 
 TEST_CASE("aggregator engine: unjoined connections are capped in total and per address and may send only small frames") {
@@ -481,8 +485,10 @@ TEST_CASE("aggregator engine: a huge coordinate or a claim of 2^32 samples is re
   f.Settle();
   CHECK(huge.link->closed());
   CHECK(heavy.link->closed());
-  CHECK(log.Count("update norm 3e+38 exceeds the limit of 10000") >= 1);
-  CHECK(log.Count("an update claims 4294967296 samples; allowed are 1 to 1048576 (max update samples)") >= 1);
+  CHECK(log.Count("aggregator: connection memory:a of dev-2 closed: invalid_argument: update norm 3e+38 exceeds "
+                  "the limit of 10000") == 1);
+  CHECK(log.Count("aggregator: connection memory:a of dev-3 closed: invalid_argument: an update claims 4294967296 "
+                  "samples; allowed are 1 to 1048576 (max update samples)") == 1);
   REQUIRE(f.reports.size() == 1);
   CHECK(f.reports[0].applied);
   CHECK(f.reports[0].sampled == 4);
@@ -561,6 +567,64 @@ TEST_CASE("aggregator engine: a device that rejoins mid-round gets the round's i
   REQUIRE(f.reports.size() == 2);
   CHECK(f.reports[0].updates == 3);
   CHECK(f.reports[1].updates == 3);
+}
+
+TEST_CASE("aggregator engine: of two live devices with one id the established one is kept until it goes quiet") {
+  AggregatorConfig config = Config("fp32", 1, 3);  // two distinct devices: no round starts
+  config.idle_timeout_ms = 4000;                    // heartbeats every 1000 ms, stale after 2000 ms
+  LogCapture log;
+  Federation f(config, 2);
+  f.Settle();
+  Member& first = f.Find("dev-0");
+  Member& twin = f.AddDevice(0, HexKey(0));  // a second device configured as dev-0
+  // Every 250 ms: the connections heartbeat and check their deadlines, and
+  // the twin dials again whenever it was refused (a device's reconnect loop,
+  // faster than a real one).
+  bool first_beats = true;
+  const auto run_for = [&](int steps) {
+    for (int step = 0; step < steps; ++step) {
+      f.clock.AdvanceMs(250);
+      for (Member& m : f.members) {
+        if (!m.pipe) continue;
+        m.pipe->a().Poll();
+        if (&m != &first || first_beats) m.pipe->b().Poll();
+      }
+      f.Settle();
+      if (twin.link->closed()) f.Connect(twin);
+    }
+  };
+  run_for(40);  // 10 s
+  CHECK(log.Count("aggregator: device dev-0 joined") == 1);
+  CHECK_FALSE(first.link->closed());
+  CHECK_FALSE(twin.client->joined());
+  CHECK(log.Count("device dev-0 is already connected from memory:a; another connection is refused while that "
+                  "one is alive") >= 30);
+  // The established one goes quiet (its link died without a close): a join
+  // 2000 ms after it was last heard replaces it, before its idle timeout.
+  first_beats = false;
+  run_for(10);
+  CHECK(first.link->closed());
+  CHECK(twin.client->joined());
+  CHECK(log.Count("aggregator: device dev-0 joined") == 2);
+  CHECK(log.Count("replaced by a new join: nothing arrived on it for 2000 ms") == 1);
+  CHECK(log.Count("nothing received for 4000 ms") == 0);
+}
+
+TEST_CASE("aggregator engine: an update for a round that did not ask for it is refused at its first chunk") {
+  LogCapture log;
+  Federation f(Config("fp32", 1, 3), 3);
+  Member& stray = f.Find("dev-2");
+  stray.silent = true;
+  f.Settle();
+  REQUIRE(f.reports.empty());  // round 0 waits for dev-2
+  SendUpdate(stray, f.aggregator->codec(), 5, std::vector<float>(Parameters(), 0.0f), 10);
+  f.Settle();
+  // Refused at once; the round closes with the others, without its deadline.
+  CHECK(stray.link->closed());
+  CHECK(log.Count("an update for round 5, which has not started (round 0 is open)") >= 1);
+  REQUIRE(f.reports.size() == 1);
+  CHECK(f.reports[0].applied);
+  CHECK(f.reports[0].updates == 2);
 }
 
 TEST_CASE("aggregator engine: a restored aggregator carries on from the checkpoint state") {

@@ -1,7 +1,9 @@
 // `fedrt sim --topology ring|gossip` as users run it: peer processes on
 // 127.0.0.1 train a tiny generated data set; the run writes metrics.jsonl and
-// plot.svg, and `fedrt sim --compare` draws both runs on one plot. Native
-// builds only (real processes).
+// plot.svg, and `fedrt sim --compare` draws both runs on one plot. And both
+// simulations, star and ring, stop with the reason when a device or peer
+// process ends early instead of waiting for it. Native builds only (real
+// processes).
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -11,12 +13,14 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <dirent.h>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "run_cli.h"
+#include "child_process.h"
 #include "temp_dir.h"
 
 namespace fedrt {
@@ -208,6 +212,73 @@ TEST_CASE("an IWP ring with an exponential warm-up sends more in its first steps
   CHECK(extra < 3 * 1.2 * 4 * 25450);  // a constant warm-up at 50% would add about 1.8 of the model
   CHECK(b[0]["fp32_bytes"] == a[0]["fp32_bytes"]);
   CHECK(b[0]["test_accuracy_min"] == b[0]["test_accuracy_max"]);
+}
+
+TEST_CASE("fedrt sim stops with the reason when its device processes exit before the training ends") {
+  testing::TempDir dir;
+  const std::string data = TinyData(dir);
+  // More shards than examples: every device stops at its start; the
+  // aggregator would wait for them forever. `timeout` fails a hang.
+  Run run = testing::RunCommand("timeout 120 " + std::string(FEDRT_CLI_PATH) +
+                                " sim --devices 2 --rounds 2 --codec fp32 --partition shards:1000 --model "
+                                "mlp:784-32-10 --data " + data + " --out " + dir.File("out"));
+  INFO(run.output);
+  CHECK(run.exit_code == 1);
+  CHECK(run.output.find("fedrt sim: fp32: device dev-") != std::string::npos);
+  CHECK(run.output.find(" exited with status 1 before round 1 of 2 (its log: " + dir.File("out") + "/fp32/dev-") !=
+        std::string::npos);
+  CHECK(run.output.find("; stopping") != std::string::npos);
+}
+
+// The pid of the child of `parent` whose command line holds `word` then `next`.
+pid_t ChildWith(pid_t parent, const std::string& word, const std::string& next) {
+  DIR* proc = opendir("/proc");
+  REQUIRE(proc != nullptr);
+  pid_t found = -1;
+  while (dirent* entry = readdir(proc)) {
+    const pid_t pid = std::atoi(entry->d_name);
+    if (pid <= 0) continue;
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const std::size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    fields >> state >> ppid;
+    if (ppid != parent) continue;
+    std::ifstream cmdline("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+    std::vector<std::string> args;
+    for (std::string arg; std::getline(cmdline, arg, '\0');) args.push_back(arg);
+    for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[i] == word && args[i + 1] == next) found = pid;
+    }
+  }
+  closedir(proc);
+  return found;
+}
+
+TEST_CASE("fedrt sim stops a ring with the reason when one of its peers dies instead of waiting for its deadlines") {
+  testing::TempDir dir;
+  const std::string data = TinyData(dir);
+  // Steps may take ten minutes: the others would wait that long for the dead peer.
+  testing::ChildProcess sim({FEDRT_CLI_PATH, "sim", "--topology", "ring", "--peers", "3", "--codec", "fp32",
+                             "--epochs", "200", "--step-timeout-ms", "600000", "--data", data, "--model",
+                             "mlp:784-32-10", "--batch", "8", "--out", dir.File("out")});
+  REQUIRE(sim.WaitFor("peer processes started"));
+  const pid_t victim = ChildWith(sim.pid(), "--rank", "1");
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  CHECK(sim.Wait(120) == 1);
+  INFO(sim.output());
+  // A neighbour that failed because of it within the same poll is named too.
+  const std::string& out = sim.output();
+  CHECK(out.find("fedrt sim: unavailable: ring fp32: peer ") != std::string::npos);
+  CHECK(out.find("rank 1 was killed by signal 9") != std::string::npos);
+  CHECK(out.find(" before the run ended (logs: " + dir.File("out") +
+                 "/ring-fp32/rank-R.log); the other peers were stopped") != std::string::npos);
+  CHECK(ChildWith(sim.pid(), "--rank", "0") == -1);  // none left behind
 }
 
 TEST_CASE("fedrt sim refuses a codec its topology cannot run and a compare folder without metrics") {

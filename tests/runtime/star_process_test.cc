@@ -538,7 +538,7 @@ TEST_CASE("one aggregator process holds 500 authenticated idle devices and keeps
   constexpr int kIdle = 500;
   testing::TempDir dir;
   std::string keys;
-  for (int i = 0; i < kIdle; ++i) keys += "idle-" + std::to_string(i) + " " + HexKey(i % 97) + "\n";
+  for (int i = 0; i <= kIdle; ++i) keys += "idle-" + std::to_string(i) + " " + HexKey(i % 97) + "\n";
   Star::Write(dir.File("keys.txt"), keys);
   ChildProcess serve(Cli({"serve", "--key-file", dir.File("keys.txt"), "--data", "", "--model",
                           "mlp:784-300-100-10", "--codec", "dqsg", "--min-devices", std::to_string(kIdle + 1),
@@ -560,11 +560,16 @@ TEST_CASE("one aggregator process holds 500 authenticated idle devices and keeps
           (after - before) * 1024 / kIdle, " bytes per device)");
   CHECK(before > 0);
   CHECK(after > before);
-  // Another one still joins, and a client that leaves is forgotten.
+  // Another one still joins; a second connection of a connected device is
+  // refused while the first is alive; a client that leaves is forgotten.
   BlockingStarClient extra;
   REQUIRE(extra.Connect(port));
-  CHECK(extra.Join("idle-0", HexKey(0)).ok());
-  CHECK(serve.WaitFor("replaced by a new join"));
+  CHECK(extra.Join("idle-" + std::to_string(kIdle), HexKey(kIdle % 97)).ok());
+  CHECK(serve.WaitFor("(" + std::to_string(kIdle + 1) + " connected)"));
+  BlockingStarClient twin;
+  REQUIRE(twin.Connect(port));
+  CHECK_FALSE(twin.Join("idle-0", HexKey(0)).ok());  // an Error instead of the join response
+  CHECK(serve.WaitFor("device idle-0 is already connected from 127.0.0.1:"));
   clients.front()->Close();
   serve.Signal(SIGTERM);
   CHECK(serve.Wait() == 0);

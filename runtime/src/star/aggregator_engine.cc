@@ -53,6 +53,10 @@ struct Peer {
   std::string device_id;  // once authenticated
   bool authenticated = false;
   uint64_t opened_ms = 0;
+  // Joined: when its byte count was last seen to change (frames and
+  // heartbeats), for StillHeard().
+  uint64_t heard_ms = 0;
+  uint64_t heard_bytes = 0;
   // The update being received.
   std::unique_ptr<Reassembler> update;
   uint64_t update_round = 0;
@@ -105,6 +109,8 @@ struct Aggregator::State {
   void Refuse(Connection& connection, const Status& reason);
   void RefuseUnjoined(Connection& connection, const std::string& why);
   void Joined(Peer& peer);
+  bool StillHeard(Peer& peer);
+  uint64_t StaleAfterMs() const { return config_.idle_timeout_ms / 2; }
   void OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame);
   void OnUpdateFrame(Peer& peer, Connection& connection, const Frame& frame);
   Status CheckUpdate(Received& received);
@@ -414,6 +420,22 @@ void Aggregator::State::RefuseUnjoined(Connection& connection, const std::string
                    /*notify_peer=*/true);
 }
 
+// Whether a joined connection is alive: something (a frame, a heartbeat)
+// arrived on it within the last idle_timeout_ms / 2, as far as the engine
+// has seen. Its byte count is looked at on every frame and here, so a
+// connection that goes quiet is found stale by a join that comes
+// idle_timeout_ms / 2 after the last time it was seen to change. Without an
+// idle timeout a connection is alive until it closes.
+bool Aggregator::State::StillHeard(Peer& peer) {
+  const uint64_t now = clock_.NowMs();
+  const uint64_t bytes = peer.connection->stats().bytes_received;
+  if (bytes != peer.heard_bytes) {
+    peer.heard_bytes = bytes;
+    peer.heard_ms = now;
+  }
+  return config_.idle_timeout_ms == 0 || now - peer.heard_ms < StaleAfterMs();
+}
+
 // A connection stops counting against the caps on unjoined connections.
 void Aggregator::State::Joined(Peer& peer) {
   joining_--;
@@ -425,9 +447,13 @@ void Aggregator::State::OnClose(Connection& connection, const Status& reason) {
   auto it = peers_.find(connection.id());
   if (it == peers_.end()) return;
   const std::string device = it->second.device_id;
+  // The one line a dropped connection gets (the transport logs none for
+  // the aggregator's connections): a warning when the aggregator or the
+  // connection refused something, information when the device went away.
   if (!reason.ok() && !finished_) {
-    Log(LogLevel::kInfo, "aggregator: connection %s%s%s closed: %s", connection.peer().c_str(),
-        device.empty() ? "" : " of ", device.c_str(), reason.ToString().c_str());
+    const bool went_away = reason.code() == StatusCode::kUnavailable || reason.code() == StatusCode::kCancelled;
+    Log(went_away ? LogLevel::kInfo : LogLevel::kWarning, "aggregator: connection %s%s%s closed: %s",
+        connection.peer().c_str(), device.empty() ? "" : " of ", device.c_str(), reason.ToString().c_str());
   }
   if (!device.empty()) {
     auto owner = device_connection_.find(device);
@@ -437,8 +463,9 @@ void Aggregator::State::OnClose(Connection& connection, const Status& reason) {
   peers_.erase(it);
 }
 
+// Closes a connection in peers_, telling the device why. OnClose logs it,
+// with the reason: one line per dropped connection.
 void Aggregator::State::Refuse(Connection& connection, const Status& reason) {
-  Log(LogLevel::kWarning, "aggregator: closing %s: %s", connection.peer().c_str(), reason.ToString().c_str());
   connection.Abort(reason, /*notify_peer=*/true);
 }
 
@@ -450,6 +477,8 @@ void Aggregator::State::OnFrame(Connection& connection, const Frame& frame) {
     OnJoinFrame(peer, connection, frame);
     return;
   }
+  peer.heard_ms = clock_.NowMs();
+  peer.heard_bytes = connection.stats().bytes_received;
   switch (frame.kind()) {
     case MessageKind::kUpdate:
       OnUpdateFrame(peer, connection, frame);
@@ -485,19 +514,38 @@ void Aggregator::State::OnJoinFrame(Peer& peer, Connection& connection, const Fr
     (void)connection.Send(*reply);  // the Challenge
     return;
   }
-  // Authenticated: full-size frames (updates) from now on.
+  // Authenticated. One connection per device id: while the established one
+  // is alive, a second is refused (two devices configured with one id would
+  // otherwise displace each other in a loop); one that has gone quiet (a
+  // device whose link died without a close) gives way to the new join.
+  const std::string device = peer.join->announcement().device_id;
+  std::shared_ptr<Connection> replaced;
+  auto previous = device_connection_.find(device);
+  if (previous != device_connection_.end() && previous->second != connection.id()) {
+    auto old = peers_.find(previous->second);
+    if (old != peers_.end()) {
+      if (StillHeard(old->second)) {
+        return Refuse(connection, Status(StatusCode::kUnavailable,
+                                         "device " + device + " is already connected from " +
+                                             old->second.connection->peer() +
+                                             "; another connection is refused while that one is alive"));
+      }
+      replaced = old->second.connection;
+    }
+  }
+  // Full-size frames (updates) from now on.
   connection.LiftInitialFrameLimit();
   (void)connection.Send(*reply);
   peer.authenticated = true;
   Joined(peer);
-  peer.device_id = peer.join->announcement().device_id;
+  peer.device_id = device;
+  peer.heard_ms = clock_.NowMs();
+  peer.heard_bytes = connection.stats().bytes_received;
   const int64_t model_round = peer.join->announcement().model_round;  // the model round its Join names
   peer.join.reset();
-  // A device that joins again replaces its old connection.
-  auto previous = device_connection_.find(peer.device_id);
-  if (previous != device_connection_.end() && previous->second != connection.id()) {
-    auto old = peers_.find(previous->second);
-    if (old != peers_.end()) old->second.connection->Abort(Status(StatusCode::kCancelled, "replaced by a new join"));
+  if (replaced) {
+    replaced->Abort(Status(StatusCode::kCancelled, "replaced by a new join: nothing arrived on it for " +
+                                                       std::to_string(StaleAfterMs()) + " ms"));
   }
   device_connection_[peer.device_id] = connection.id();
   // A new connection gets the full model first, unless the device still
@@ -520,11 +568,23 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
   const UpdateMessage& m = *update;
   if (m.payload.index == 0) {
     auto assignment = assigned_.find(peer.device_id);
-    if (!in_round_ || m.round_id != round_ || assignment == assigned_.end()) {
-      // A late update of a closed round is not an attack: drop it quietly.
+    const bool current = in_round_ && m.round_id == round_;
+    if (m.round_id > round_ || (current && assignment == assigned_.end())) {
+      // No instructions ever asked for it: refused at its first chunk, so the
+      // round does not wait for this device.
+      rejected_ += current ? 1 : 0;
+      return Refuse(connection, Status(StatusCode::kFailedPrecondition,
+                                       "an update for round " + std::to_string(m.round_id) + ", which " +
+                                           (current ? "did not sample this device" : "has not started") +
+                                           " (round " + std::to_string(round_) + " is " +
+                                           (in_round_ ? "open" : "next") + ")"));
+    }
+    if (!current) {
+      // A late update of an earlier round (or of an attempt of this round
+      // that applied nothing) is not an attack: drop it quietly.
       Log(LogLevel::kInfo, "aggregator: dropping an update of round %llu from %s (round %u is %s)",
           static_cast<unsigned long long>(m.round_id), peer.device_id.c_str(), round_,
-          in_round_ ? "open" : "closed");
+          in_round_ ? "open" : "next");
       peer.update.reset();
       return;
     }

@@ -117,7 +117,11 @@ struct AggregatorConfig {
   // unjoined connections hold at most 8 KiB of frame buffer each.
   std::size_t max_unjoined_connections = 1024;
   std::size_t max_unjoined_per_address = 64;
-  uint32_t idle_timeout_ms = 30000;    // connection_options(): a connection silent this long is closed
+  // connection_options(): a connection silent this long is closed. A join
+  // for a device id whose connection was heard from within half of it is
+  // refused, the established connection kept; one quiet for longer is
+  // replaced by the new join (0: a connection is kept until it closes).
+  uint32_t idle_timeout_ms = 30000;
   uint32_t join_timeout_ms = 10000;    // a connection must authenticate within this
   uint32_t max_frame_bytes = 4u << 20;
 };

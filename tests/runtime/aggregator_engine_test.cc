@@ -189,6 +189,13 @@ struct Federation {
     return members.front();
   }
 
+  // A member that receives but never trains or answers (until told otherwise).
+  Member& Silence(const std::string& id) {
+    Member& m = Find(id);
+    m.silent = true;
+    return m;
+  }
+
   // Moves bytes only (no training, no Tick).
   void Pump(bool reverse = false) {
     for (std::size_t k = 0; k < members.size(); ++k) {
@@ -219,6 +226,12 @@ struct Federation {
     FAIL("the federation never settled");
   }
 };
+
+// Two models with the same parameters, bit for bit.
+bool SameBits(const Model& a, const Model& b) {
+  return a.parameter_count() == b.parameter_count() &&
+         std::memcmp(a.parameters(), b.parameters(), a.parameter_count() * sizeof(float)) == 0;
+}
 
 AggregatorConfig Config(const std::string& codec, uint32_t rounds, std::size_t min_devices) {
   AggregatorConfig c;
@@ -269,10 +282,7 @@ TEST_CASE("aggregator engine: the global model is the same bits whatever order t
   backward.Settle(/*reverse=*/true);
   REQUIRE(forward.reports.size() == 3);
   REQUIRE(backward.reports.size() == 3);
-  const Model& a = forward.aggregator->model();
-  const Model& b = backward.aggregator->model();
-  REQUIRE(a.parameter_count() == b.parameter_count());
-  CHECK(std::memcmp(a.parameters(), b.parameters(), a.parameter_count() * sizeof(float)) == 0);
+  CHECK(SameBits(forward.aggregator->model(), backward.aggregator->model()));
 }
 
 TEST_CASE("aggregator engine: the round deadline closes a round without its silent device") {
@@ -406,10 +416,8 @@ TEST_CASE("aggregator engine: a device with a wrong key or an unknown id is refu
 
 TEST_CASE("aggregator engine: a malformed frame or a bad update closes only that connection") {
   Federation f(Config("fp32", 2, 4), 4);
-  Member& garbled = f.Find("dev-1");
-  Member& liar = f.Find("dev-2");
-  garbled.silent = true;
-  liar.silent = true;
+  Member& garbled = f.Silence("dev-1");
+  Member& liar = f.Silence("dev-2");
   f.Settle();
   REQUIRE(f.reports.empty());
   CHECK(f.aggregator->connected_devices() == 4);
@@ -470,10 +478,8 @@ TEST_CASE("aggregator engine: a huge coordinate or a claim of 2^32 samples is re
 
   LogCapture log;
   Federation f(Config("fp32", 1, 4), 4);
-  Member& huge = f.Find("dev-2");
-  Member& heavy = f.Find("dev-3");
-  huge.silent = true;
-  heavy.silent = true;
+  Member& huge = f.Silence("dev-2");
+  Member& heavy = f.Silence("dev-3");
   f.Settle();
   REQUIRE(f.reports.empty());
   // A finite coordinate that overflows a float sum once weighted, and a
@@ -496,10 +502,7 @@ TEST_CASE("aggregator engine: a huge coordinate or a claim of 2^32 samples is re
   CHECK(f.reports[0].rejected == 2);
   CHECK(f.aggregator->round() == 1);
   // Exactly the model the honest devices make on their own.
-  const Model& a = f.aggregator->model();
-  const Model& b = honest.aggregator->model();
-  REQUIRE(a.parameter_count() == b.parameter_count());
-  CHECK(std::memcmp(a.parameters(), b.parameters(), a.parameter_count() * sizeof(float)) == 0);
+  CHECK(SameBits(f.aggregator->model(), honest.aggregator->model()));
 }
 
 TEST_CASE("aggregator engine: a round whose every update is refused is reported as not applied and runs again") {
@@ -613,8 +616,7 @@ TEST_CASE("aggregator engine: of two live devices with one id the established on
 TEST_CASE("aggregator engine: an update for a round that did not ask for it is refused at its first chunk") {
   LogCapture log;
   Federation f(Config("fp32", 1, 3), 3);
-  Member& stray = f.Find("dev-2");
-  stray.silent = true;
+  Member& stray = f.Silence("dev-2");
   f.Settle();
   REQUIRE(f.reports.empty());  // round 0 waits for dev-2
   SendUpdate(stray, f.aggregator->codec(), 5, std::vector<float>(Parameters(), 0.0f), 10);

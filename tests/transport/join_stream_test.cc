@@ -185,8 +185,9 @@ TEST_CASE("stream connection with an initial frame limit refuses a larger prefix
   ConnectionOptions options;
   // A Leave with a long reason, one byte above the initial limit.
   std::vector<uint8_t> wire;
+  const std::string reason(1000, 'l');  // outlives the message, which only views it
   LeaveMessage leave;
-  leave.reason = std::string(1000, 'l');
+  leave.reason = reason;
   OutFrame big = Encode(leave, FrameLimits()).value();
   REQUIRE(big.body_size() > 1000);
   options.initial_max_frame_bytes = static_cast<uint32_t>(big.body_size() - 1);

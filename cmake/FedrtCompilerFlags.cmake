@@ -10,7 +10,7 @@ target_compile_options(fedrt_internal_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor> -Wcast-align -Wnull-dereference
   -Wformat=2 -Wimplicit-fallthrough
   # Bit-identical results across ISAs: never fuse a*b+c into an FMA behind our
-  # back (GCC does by default on AArch64). See ../shared spec, "Floating point".
+  # back (GCC does by default on AArch64): the payload bytes are part of the format.
   -ffp-contract=off)
 if(FEDRT_WARNINGS_AS_ERRORS)
   target_compile_options(fedrt_internal_flags INTERFACE -Werror)

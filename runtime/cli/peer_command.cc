@@ -63,7 +63,7 @@ struct PeerFlags {
   // Gossip with a moniqua codec that names no theta: theta = this * lr.
   double moniqua_theta_per_lr = 0.02;
   float density = 1.0f / 64;
-  // IWP training integration (codec specification, section 4; defaults in runtime/README.md).
+  // IWP training integration (codecs/README.md; defaults in runtime/README.md).
   bool iwp_momentum_correction = true;  // momentum lives in the accumulator (DGC), the step is plain SGD
   // update: the accumulator holds lr * (velocity or gradient) and the reduced
   // mean is applied at rate 1; gradient: it holds raw gradients, applied at

@@ -1,4 +1,4 @@
-// DQSG's defining property (codec specification, section 3): with the
+// DQSG's defining property (codecs/README.md): with the
 // subtractive dither the error w' - w is uniform on [-scale/2, scale/2],
 // independent of w, with variance scale^2/12. Fixed seeds; each bound is
 // also checked to REJECT two wrong decoders (no dither subtraction, dither

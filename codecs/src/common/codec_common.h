@@ -12,7 +12,7 @@
 
 namespace fedrt::codec_internal {
 
-// Symbol coding requested with `ec=` (codec specification, section 7).
+// Symbol coding requested with `ec=` (codecs/README.md, "Codec reference").
 enum class SymbolCoding { kNone, kPack, kRans };
 const char* SymbolCodingName(SymbolCoding coding);
 

@@ -1,5 +1,5 @@
 // DQSG and NDQSG: subtractive dithered quantization, plain and nested
-// (codec specification, section 3; kernels in dqsg_kernels.h).
+// (codecs/README.md; kernels in dqsg_kernels.h).
 //
 // Body: the per-bucket scales (float32 LE, one per bucket of b coordinates,
 // b = 0: one bucket), then the symbol stream of every coordinate of every

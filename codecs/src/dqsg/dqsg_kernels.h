@@ -1,4 +1,4 @@
-// DQSG / NDQSG kernel family (codec specification, section 3): the hot loops
+// DQSG / NDQSG kernel family (codecs/README.md): the hot loops
 // of the subtractive-dither quantizers, one set per ISA, all giving the same
 // symbols and bit-identical floats. This file is the family's list: the
 // codecs, the tests and the benchmarks all go through DqsgKernelsFor().

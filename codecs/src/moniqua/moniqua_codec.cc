@@ -1,4 +1,4 @@
-// The `moniqua` codec (codec specification, section 5) and the functions of
+// The `moniqua` codec (codecs/README.md, "Moniqua") and the functions of
 // fedrt/codecs/moniqua.h.
 //
 // Body: the symbol stream of d symbols in [0, 2^b) (symbols/symbol_coding.h),

@@ -1,4 +1,4 @@
-// Moniqua kernel family (codec specification, section 5): modulo quantize
+// Moniqua kernel family (codecs/README.md, "Moniqua"): modulo quantize
 // and recover. This file is the family's list: the codec, the tests and the
 // benchmarks all go through MoniquaKernelsFor().
 //

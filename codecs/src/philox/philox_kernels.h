@@ -48,8 +48,8 @@ FEDRT_PHILOX_KERNEL_DECLS
 PhiloxBlocksFn PhiloxBlocksFor(Isa isa);
 PhiloxDitherBlocksFn PhiloxDitherBlocksFor(Isa isa);
 
-// A stream's key and the counter words after the block index (specification
-// section 1; philox.h): block b of the stream is philox({b, c1, c2, c3}, key).
+// A stream's key and the counter words after the block index (philox.h):
+// block b of the stream is philox({b, c1, c2, c3}, key).
 struct PhiloxStreamCounter {
   PhiloxKey key;
   uint32_t c1, c2, c3;
@@ -66,7 +66,7 @@ inline PhiloxStreamCounter StreamCounter(const RandomStream& s) {
 void PhiloxDitherWith(PhiloxDitherBlocksFn blocks_fn, const RandomStream& stream, uint64_t first,
                       std::size_t count, float* out);
 
-// Philox constants (codec specification, section 1).
+// Philox constants (codecs/README.md, "Randomness").
 inline constexpr uint32_t kPhiloxM0 = 0xD2511F53u;
 inline constexpr uint32_t kPhiloxM1 = 0xCD9E8D57u;
 inline constexpr uint32_t kPhiloxW0 = 0x9E3779B9u;

@@ -1,5 +1,5 @@
 // Factories of the normalized quantizers: qsgd, terngrad, sign, alq, amq
-// (codec specification, sections 3 and 7). Registered in common/registry.cc.
+// (codecs/README.md). Registered in common/registry.cc.
 #ifndef FEDRT_CODECS_QSGD_QSGD_CODECS_H_
 #define FEDRT_CODECS_QSGD_QSGD_CODECS_H_
 

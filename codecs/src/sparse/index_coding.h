@@ -1,4 +1,4 @@
-// Index coding for the sparsifiers (codec specification, section 4): a sorted
+// Index coding for the sparsifiers (codecs/README.md): a sorted
 // list of distinct coordinate indices, stored as gaps with whichever of three
 // variable-length codes is smallest for this list. Internal to fedrt_codecs.
 //

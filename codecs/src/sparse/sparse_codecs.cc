@@ -1,4 +1,4 @@
-// The sparsifiers topk, randk and rtopk (codec specification, section 4):
+// The sparsifiers topk, randk and rtopk (codecs/README.md):
 // one class, three selection rules. They send (index, value) pairs; error
 // feedback is on by default (the caller keeps the residual).
 //

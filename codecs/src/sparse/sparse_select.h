@@ -1,4 +1,4 @@
-// Selection for the sparsifiers (codec specification, section 4). Internal
+// Selection for the sparsifiers (codecs/README.md). Internal
 // to fedrt_codecs.
 //
 // Top-r by magnitude in O(d), never a sort: a radix select on the bit

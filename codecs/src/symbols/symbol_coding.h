@@ -1,5 +1,5 @@
 // Symbol streams: how quantizers store their symbols in a payload body
-// (codec specification, section 6). Internal to fedrt_codecs.
+// (codecs/README.md, "Symbol streams"). Internal to fedrt_codecs.
 //
 // A symbol is a small unsigned integer in [0, alphabet), alphabet <= 256
 // (DQSG's 2s+1 levels shifted to start at 0, NDQSG cosets, QSGD levels with

@@ -113,7 +113,7 @@ PeerTrainer::~PeerTrainer() = default;
 uint64_t PeerTrainer::total_bytes_sent() const { return group_->total_bytes_sent(); }
 
 // Moniqua's theta bounds the neighbours' distance, which scales with the
-// learning rate (codec specification, section 5): a codec spec without theta
+// learning rate (codecs/README.md, "Moniqua"): a codec spec without theta
 // gets theta = moniqua_theta_per_lr * lr. Every peer computes the same
 // schedule, so all use the same theta in a step.
 std::string PeerTrainer::GossipCodec(double lr) const {

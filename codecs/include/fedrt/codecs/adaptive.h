@@ -1,5 +1,5 @@
-// Codecs with an adaptive level table (ALQ, AMQ; codec specification,
-// section 3): the Codec interface plus a way to install a new table.
+// Codecs with an adaptive level table (ALQ, AMQ; codecs/README.md):
+// the Codec interface plus a way to install a new table.
 //
 // An `alq` or `amq` codec starts with its initial table, version 0 (ALQ:
 // uniform levels j/s; AMQ: exponential levels 0.5^(s-j)), with

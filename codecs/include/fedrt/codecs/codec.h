@@ -83,7 +83,7 @@ class Codec {
                                   std::size_t d, const float* side_info = nullptr) const;
 };
 
-// Creates a codec from its spec string (codec specification, section 7).
+// Creates a codec from its spec string (codecs/README.md, "Codec reference").
 // Unknown names, unknown keys and out-of-range values are kInvalidArgument
 // with a message that lists what is accepted.
 Result<std::unique_ptr<Codec>> MakeCodec(const std::string& spec);

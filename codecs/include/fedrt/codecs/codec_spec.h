@@ -1,5 +1,4 @@
-// Parsing of codec spec strings: "name:key=value,key=value" (codec
-// specification, section 7). Codec factories use the typed getters, which
+// Parsing of codec spec strings: "name:key=value,key=value" (codecs/README.md, "Codec reference"). Codec factories use the typed getters, which
 // report unknown keys and bad values with messages a user can act on.
 //
 // Thread-safety: a value type.

@@ -1,4 +1,4 @@
-// Error feedback (codec specification, section 1): a wrapper around any
+// Error feedback (codecs/README.md, "Randomness"): a wrapper around any
 // codec that keeps what compression lost and adds it to the next update.
 //
 //   p = g + e;   payload = encode(p);   e = p - decode(payload)

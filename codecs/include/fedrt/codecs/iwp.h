@@ -1,5 +1,5 @@
-// Importance-weighted pruning (IWP) for ring all-reduce (codec specification,
-// section 4; Cheng & Xu 2019): the per-tensor state and steps a ring node
+// Importance-weighted pruning (IWP) for ring all-reduce (codecs/README.md;
+// Cheng & Xu 2019): the per-tensor state and steps a ring node
 // needs so that every node reduces the SAME sparse index set each step.
 //
 // Per step t, on every node, for each tensor:

@@ -1,5 +1,5 @@
-// Adaptive quantization levels for ALQ and AMQ (codec specification,
-// section 3): what a device measures from its update, and the deterministic
+// Adaptive quantization levels for ALQ and AMQ (codecs/README.md):
+// what a device measures from its update, and the deterministic
 // optimiser that turns pooled measurements into a new LevelTable.
 //
 // Flow. A device calls ComputeLevelStatistics() on the vector it is about to

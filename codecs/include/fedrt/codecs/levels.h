@@ -1,5 +1,5 @@
 // Quantization level tables for QSGD-style codecs and their adaptation
-// (ALQ / AMQ, codec specification section 3).
+// (ALQ / AMQ, codecs/README.md).
 //
 // A level table is 0 = l_0 < l_1 < ... < l_s = 1 on normalized magnitudes.
 // ALQ and AMQ fit the table to the gradients' distribution: devices compute

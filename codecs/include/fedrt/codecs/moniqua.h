@@ -1,5 +1,4 @@
-// Moniqua: modulo-quantized communication for decentralized SGD (codec
-// specification, section 5; Lu & De Sa 2020), the parts the peer topology
+// Moniqua: modulo-quantized communication for decentralized SGD (codecs/README.md, "Moniqua"; Lu & De Sa 2020), the parts the peer topology
 // uses beside the `moniqua` codec itself.
 //
 // A node sends its MODEL x (not a gradient) as q = Q_delta(frac(x / B)), b

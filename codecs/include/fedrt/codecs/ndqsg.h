@@ -1,5 +1,5 @@
 // What an aggregator needs to run NDQSG (nested dithered quantization,
-// codec specification section 3) in the star topology.
+// codecs/README.md) in the star topology.
 //
 // In each round a few senders, the anchors, send plain DQSG with s = s1 and
 // are decoded first; every other sender sends NDQSG (`ndqsg:s1=..,rho=..`),

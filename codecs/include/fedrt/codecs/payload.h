@@ -1,4 +1,4 @@
-// The payload header shared by every codec (codec specification, section 2).
+// The payload header shared by every codec (codecs/README.md, "Payload format").
 //
 // Layout, little-endian, kPayloadHeaderSize = 44 bytes:
 //   offset size field

@@ -4,7 +4,7 @@
 // Counter-based means coordinate i's random word is a pure function of
 // (session seed, tensor, round, sender, purpose, i): a sender and a receiver
 // that share the seed draw the same dither without sending it, in any order,
-// in SIMD. The stream layout is fixed by the codec specification (section 1):
+// in SIMD. The stream layout is part of the payload format (codecs/README.md, "Randomness"):
 //   key     = {lo32(seed), hi32(seed)}
 //   counter = {i / 4, tensor_id, round, (sender_id << 8) | purpose}
 //   word i  = lane i % 4 of philox(counter, key)

@@ -10,7 +10,7 @@
 //                            owner of a reduced segment encodes it once and
 //                            every peer (the owner too) takes the decoded
 //                            value, so all peers end bit-identical.
-//   IwpAllReduce             IWP-sparse (codec specification, section 4): the
+//   IwpAllReduce             IWP-sparse (codecs/README.md): the
 //                            leader of the step sends its index set around
 //                            the ring; every peer all-reduces its accumulated
 //                            values at those indices.

@@ -72,7 +72,7 @@ struct PeerTrainerOptions {
   std::string codec;
   // kGossip with a moniqua codec that names no theta: theta = this times the
   // step's learning rate (the neighbours' distance scales with it; codec
-  // specification, section 5), so it follows a decaying schedule.
+  // codecs/README.md, "Moniqua"), so it follows a decaying schedule.
   double moniqua_theta_per_lr = 0.02;
   // The optimizer: learning-rate schedule (a cosine one without total_steps
   // runs over all epochs) and momentum.
@@ -85,7 +85,7 @@ struct PeerTrainerOptions {
   int evals_per_epoch = 1;      // PeerProgress reports per epoch, the last at its end
   uint32_t chunk_floats = 0;    // ring all-reduce pipelining (RingAllReduce; 0: automatic)
 
-  // IWP (codec specification, section 4; defaults in runtime/README.md).
+  // IWP (codecs/README.md; defaults in runtime/README.md).
   struct Iwp {
     float density = 1.0f / 64;     // share of coordinates per step
     // Momentum lives in the accumulator (DGC) and the step is plain SGD;

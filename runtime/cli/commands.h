@@ -22,6 +22,8 @@ void RegisterInfo(CLI::App& app, CommandList& commands);
 void RegisterCodec(CLI::App& app, CommandList& commands);
 void RegisterBench(CLI::App& app, CommandList& commands);
 void RegisterTrain(CLI::App& app, CommandList& commands);
+// `fedrt model info|export|import`.
+void RegisterModel(CLI::App& app, CommandList& commands);
 // `fedrt peer` and `fedrt bench allreduce` (after RegisterBench).
 void RegisterPeer(CLI::App& app, CommandList& commands);
 void RegisterServe(CLI::App& app, CommandList& commands);

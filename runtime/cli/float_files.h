@@ -12,7 +12,8 @@
 
 namespace fedrt::cli {
 
-// By extension: ".npy" is parsed as NumPy, anything else as raw float32.
+// By content: a file that starts like a .npy is parsed as NumPy (float32,
+// any shape, used flat), anything else is raw float32.
 Result<std::vector<float>> ReadFloatFile(const std::string& path);
 // ".npy" writes a 1-D float32 NumPy array, anything else raw float32.
 Status WriteFloatFile(const std::string& path, const std::vector<float>& values);

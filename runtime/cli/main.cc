@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   fedrt::cli::RegisterCodec(app, commands);
   fedrt::cli::RegisterBench(app, commands);
   fedrt::cli::RegisterTrain(app, commands);
+  fedrt::cli::RegisterModel(app, commands);
   fedrt::cli::RegisterPeer(app, commands);
   fedrt::cli::RegisterServe(app, commands);
   fedrt::cli::RegisterDevice(app, commands);

@@ -6,15 +6,18 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/model_files.h"
 #include "fedrt/platform/clock.h"
 #include "fedrt/runtime/checkpoint.h"
 #include "fedrt/runtime/dataset.h"
 #include "fedrt/runtime/gemm.h"
+#include "fedrt/runtime/model_file.h"
 #include "fedrt/runtime/trainer.h"
 
 namespace fedrt::cli {
@@ -32,6 +35,8 @@ struct TrainFlags {
   float clip_norm = 0.0f;
   std::string schedule = "cosine";
   std::string checkpoint;
+  std::string init_model;
+  std::string save_model;
   uint64_t seed = 1;
   std::string metrics;
 };
@@ -51,6 +56,14 @@ int RunTrain(const TrainFlags& flags, bool model_given) {
     if (!resume.ok() && resume.status().code() != StatusCode::kNotFound) return Fail(resume.status());
     if (resume.ok() && !model_given) spec = resume->spec;
     if (!resume.ok()) std::printf("no checkpoint at %s yet: starting at epoch 0\n", flags.checkpoint.c_str());
+  }
+
+  // A fresh start may begin from a model file; a resumed run continues its checkpoint.
+  Result<LoadedModel> init = Status(StatusCode::kNotFound, "");
+  if (!flags.init_model.empty() && !resume.ok()) {
+    init = LoadAnyModel(flags.init_model, model_given ? flags.model : "");
+    if (!init.ok()) return Fail(init.status());
+    spec = init->spec;
   }
 
   Stopwatch load_watch;
@@ -95,6 +108,13 @@ int RunTrain(const TrainFlags& flags, bool model_given) {
   if (!sgd.ok()) return Fail(sgd.status());
 
   uint64_t first_epoch = 0;
+  if (init.ok()) {
+    std::memcpy(model->parameters(), init->parameters.data(), init->parameters.size() * sizeof(float));
+    std::printf("starting from %s (%s)\n", flags.init_model.c_str(), init->kind.c_str());
+  } else if (resume.ok() && !flags.init_model.empty()) {
+    std::printf("resuming %s: --init-model %s was for the first start\n", flags.checkpoint.c_str(),
+                flags.init_model.c_str());
+  }
   if (resume.ok()) {
     const Status restored = RestoreCheckpoint(*resume, *model, *sgd);
     if (!restored.ok()) return Fail(restored);
@@ -157,6 +177,11 @@ int RunTrain(const TrainFlags& flags, bool model_given) {
     if (!eval.ok()) return Fail(eval.status());
     std::printf("test acc %.2f%%  test loss %.4f\n", 100.0 * eval->accuracy, eval->loss);
   }
+  if (!flags.save_model.empty()) {
+    const Status saved = WriteModelNpz(flags.save_model, *model);
+    if (!saved.ok()) return Fail(saved);
+    std::printf("saved the model to %s\n", flags.save_model.c_str());
+  }
   std::printf("test accuracy per class:");
   for (std::size_t c = 0; c < eval->class_examples.size(); ++c) std::printf(" %zu:%.1f%%", c, 100.0 * eval->ClassAccuracy(c));
   std::printf("\n");
@@ -184,6 +209,9 @@ void RegisterTrain(CLI::App& app, CommandList& commands) {
   train->add_option("--schedule", flags->schedule, "Learning-rate schedule")
       ->capture_default_str()->check(CLI::IsMember({"constant", "step", "cosine"}));
   train->add_option("--checkpoint", flags->checkpoint, "Checkpoint file: resumed from if it exists, written after every epoch");
+  train->add_option("--init-model", flags->init_model,
+                    "Start from this model (.npz, or a training or aggregator checkpoint) instead of a random one");
+  train->add_option("--save-model", flags->save_model, "Write the final model to this .npz (numpy.load reads it)");
   train->add_option("--seed", flags->seed, "Seed of initialisation and shuffling")->capture_default_str();
   train->add_option("--metrics", flags->metrics, "Write one JSON object per epoch to this file");
   commands.push_back({train, [flags, train] { return RunTrain(*flags, train->count("--model") > 0); }});

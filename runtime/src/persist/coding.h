@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fedrt/platform/status.h"
@@ -59,6 +60,9 @@ class Writer {
   std::size_t size() const { return bytes_.size(); }
   // Appends the CRC-32C of every byte so far and hands the bytes over.
   std::vector<uint8_t> Finish() &&;
+  // Hands the bytes over as they are: for formats with a checksum of their
+  // own (ZIP's CRC-32 in .npz).
+  std::vector<uint8_t> Take() && { return std::move(bytes_); }
 
  private:
   std::vector<uint8_t> bytes_;

@@ -131,6 +131,15 @@ int RunBenchCodecs(const BenchOptions& o) {
                                            : std::vector<std::size_t>{1u << 16, 1u << 20, 1u << 24};
   std::vector<std::string> specs;
   const std::vector<std::string> registered = CodecNames();
+  // Every --codec must name a codec or be a valid spec, before anything runs.
+  for (const std::string& wanted : o.codecs) {
+    if (std::find(registered.begin(), registered.end(), wanted) != registered.end()) continue;
+    auto codec = MakeCodec(wanted);
+    if (!codec.ok()) {
+      std::fprintf(stderr, "fedrt bench codecs: --codec %s: %s\n", wanted.c_str(), codec.status().ToString().c_str());
+      return 2;
+    }
+  }
   for (const char* spec : kBenchSpecs) {
     auto parsed = CodecSpec::Parse(spec);
     if (!parsed.ok() || std::find(registered.begin(), registered.end(), parsed->name()) == registered.end()) continue;

@@ -6,13 +6,17 @@
 // of a tool with many subcommands rely on.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/signals.h"
 #include "fedrt/platform/cpu.h"
 #include "fedrt/runtime/build_info.h"
 #include "fedrt/runtime/gemm.h"
@@ -32,6 +36,62 @@ void RestartWithBetterOpenBlasKernels(char** argv) {
   if (!cpu.avx2 || !cpu.fma) return;
   if (setenv("OPENBLAS_CORETYPE", "Haswell", 1) != 0) return;
   execv("/proc/self/exe", argv);  // returns only on failure: carry on as we are
+}
+
+// Exit codes (documented in runtime/README.md): 0 success, 1 a failure the
+// command reports, 2 a usage error, 128 + the signal number after a clean
+// stop on SIGINT (130) or SIGTERM (143).
+constexpr int kUsageError = 2;
+
+std::size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// "did you mean ...?" for the words CLI11 did not expect: the closest flag
+// of the subcommand that was being parsed, or the closest subcommand.
+std::string Suggestion(const CLI::App& app, const std::string& message) {
+  const CLI::App* current = &app;
+  for (;;) {
+    const auto parsed = current->get_subcommands();
+    if (parsed.empty()) break;
+    current = parsed.back();
+  }
+  std::vector<std::string> candidates;
+  for (const CLI::Option* option : current->get_options()) {
+    for (const std::string& name : option->get_lnames()) candidates.push_back("--" + name);
+  }
+  for (const CLI::App* sub : current->get_subcommands({})) candidates.push_back(sub->get_name());
+  const std::size_t colon = message.rfind(": ");
+  if (colon == std::string::npos) return "";
+  std::string words = message.substr(colon + 2);
+  std::string hints;
+  std::size_t at = 0;
+  while (at < words.size()) {
+    std::size_t end = words.find(' ', at);
+    if (end == std::string::npos) end = words.size();
+    std::string word = words.substr(at, end - at);
+    at = end + 1;
+    word = word.substr(0, word.find('='));
+    std::string best;
+    std::size_t best_distance = 3;  // at most two edits away, or a prefix
+    for (const std::string& c : candidates) {
+      const std::size_t d = c.compare(0, word.size(), word) == 0 && word.size() > 3 ? 1 : EditDistance(word, c);
+      if (d < best_distance) best_distance = d, best = c;
+    }
+    if (!best.empty() && best != word) hints += "fedrt: '" + word + "': did you mean '" + best + "'?\n";
+  }
+  return hints;
 }
 
 }  // namespace
@@ -57,10 +117,18 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+    // --help and --version are "errors" with exit code 0.
+    if (error.get_exit_code() == 0) return app.exit(error);
+    std::fprintf(stderr, "fedrt: %s\n%sRun with --help for more information.\n", error.what(),
+                 Suggestion(app, error.what()).c_str());
+    return kUsageError;
   }
   for (const fedrt::cli::Command& command : commands) {
-    if (command.app->parsed()) return command.run();
+    if (!command.app->parsed()) continue;
+    const int status = command.run();
+    // A command stopped by a signal never reports success.
+    const int signal = fedrt::cli::StopSignal();
+    return status == 0 && signal != 0 ? 128 + signal : status;
   }
   std::fputs(app.help().c_str(), stdout);
   return 0;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/signals.h"
 #include "cli/star_report.h"
 #include "cli/tls_flags.h"
 #include "fedrt/runtime/aggregator.h"
@@ -17,15 +18,6 @@
 
 namespace fedrt::cli {
 namespace {
-
-std::atomic<bool> g_stop{false};
-
-void OnSignal(int) { g_stop.store(true); }
-
-void CatchSignals() {
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-}
 
 struct ServeFlags {
   AggregatorOptions options;
@@ -106,7 +98,7 @@ int RunServe(ServeFlags& flags, CLI::App& app) {
   }
   if (flags.options.key_file.empty()) {
     std::fprintf(stderr, "fedrt serve: --key-file is required\n");
-    return 1;
+    return 2;
   }
   if (!flags.options.tls.ca_file.empty() && flags.options.tls.cert_file.empty()) {
     std::fprintf(stderr, "fedrt serve: --tls-client-ca needs --tls-cert and --tls-key\n");
@@ -122,7 +114,7 @@ int RunServe(ServeFlags& flags, CLI::App& app) {
   flags.options.sampling.fraction = flags.fraction;
   flags.options.sampling.minimum = flags.sample_minimum;
   flags.options.sampling.over_selection = flags.over_selection;
-  CatchSignals();
+  std::atomic<bool>* stop = CatchStopSignals();
   std::ofstream metrics;
   if (!flags.metrics.empty()) {
     metrics.open(flags.metrics, std::ios::app);
@@ -142,7 +134,7 @@ int RunServe(ServeFlags& flags, CLI::App& app) {
     std::fflush(stdout);
     if (metrics.is_open()) metrics << RoundJson(report, codec).dump() << "\n" << std::flush;
   };
-  const Status status = RunAggregator(flags.options, hooks, &g_stop);
+  const Status status = RunAggregator(flags.options, hooks, stop);
   if (!status.ok()) {
     std::fprintf(stderr, "fedrt serve: %s\n", status.ToString().c_str());
     return 1;
@@ -174,8 +166,8 @@ int RunDeviceCommand(DeviceFlags& flags) {
     return 2;
   }
   if (const int tls_status = CheckTlsFlags("device", flags.options.tls); tls_status != 0) return tls_status;
-  CatchSignals();
-  const Status status = RunDevice(flags.options, DeviceHooks(), &g_stop);
+  std::atomic<bool>* stop = CatchStopSignals();
+  const Status status = RunDevice(flags.options, DeviceHooks(), stop);
   if (!status.ok()) {
     std::fprintf(stderr, "fedrt device: %s\n", status.ToString().c_str());
     return status.code() == StatusCode::kCancelled ? 0 : 1;

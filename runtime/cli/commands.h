@@ -29,6 +29,8 @@ void RegisterPeer(CLI::App& app, CommandList& commands);
 void RegisterServe(CLI::App& app, CommandList& commands);
 void RegisterDevice(CLI::App& app, CommandList& commands);
 void RegisterSim(CLI::App& app, CommandList& commands);
+// `fedrt keygen`.
+void RegisterKeygen(CLI::App& app, CommandList& commands);
 // `fedrt bench train` (RegisterTrain calls it, after RegisterBench).
 void RegisterTrainBench(CLI::App& app, CommandList& commands);
 

@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
   fedrt::cli::RegisterServe(app, commands);
   fedrt::cli::RegisterDevice(app, commands);
   fedrt::cli::RegisterSim(app, commands);
+  fedrt::cli::RegisterKeygen(app, commands);
 
   try {
     app.parse(argc, argv);

@@ -18,6 +18,8 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/key_files.h"
+
 namespace fedrt::cli {
 namespace {
 
@@ -53,23 +55,16 @@ Result<LocalPeerFiles> WriteLocalPeerFiles(const std::string& dir, int peers, ui
     }
     ports.push_back(*port);
     list.push_back({{"id", "peer-" + std::to_string(i)}, {"host", "127.0.0.1"}, {"port", *port}});
-    unsigned char key[32];
-    std::ifstream random("/dev/urandom", std::ios::binary);
-    if (!random.read(reinterpret_cast<char*>(key), sizeof key)) return IoError("cannot read /dev/urandom");
-    char hex[65];
-    for (int b = 0; b < 32; ++b) std::snprintf(hex + 2 * b, 3, "%02x", key[b]);
-    keys += "peer-" + std::to_string(i) + " " + hex + "\n";
+    auto line = NewKeyLine("peer-" + std::to_string(i));
+    if (!line.ok()) return line.status();
+    keys += *line;
   }
   LocalPeerFiles files{dir + "/peers.json", dir + "/peer-keys.txt"};
   nlohmann::json doc = {{"peers", list}, {"step_timeout_ms", step_timeout_ms}, {"join_timeout_ms", 20000}};
   std::ofstream config(files.config, std::ios::trunc);
   if (!(config << doc.dump(1) << "\n")) return IoError(files.config + ": cannot write");
-  int fd = open(files.keys.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0) return IoError(files.keys + ": cannot create");
-  fchmod(fd, 0600);
-  const bool written = write(fd, keys.data(), keys.size()) == static_cast<ssize_t>(keys.size());
-  close(fd);
-  if (!written) return IoError(files.keys + ": cannot write");
+  const Status written = WritePrivateFile(files.keys, keys);
+  if (!written.ok()) return written;
   return files;
 }
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/key_files.h"
 #include "cli/sim_report.h"
 #include "cli/star_report.h"
 #include "fedrt/codecs/codec.h"
@@ -48,39 +49,12 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-std::string Hex(const uint8_t* bytes, std::size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  for (std::size_t i = 0; i < n; ++i) {
-    s += digits[bytes[i] >> 4];
-    s += digits[bytes[i] & 15];
-  }
-  return s;
-}
-
-bool WritePrivateFile(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return false;
-  const bool ok = ::fchmod(fd, 0600) == 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  return ::close(fd) == 0 && ok;
-}
-
 // Generates a key for every device: <out>/keys.txt (the aggregator's) and
 // <out>/keys/<id>.key (each device's own line).
 Status MakeKeys(const std::string& out, int devices) {
-  ::mkdir((out + "/keys").c_str(), 0700);
-  std::string all = "# fedrt sim: generated device keys\n";
-  for (int i = 0; i < devices; ++i) {
-    uint8_t key[32];
-    FEDRT_RETURN_IF_ERROR(transport::SystemCrypto().RandomBytes(key, sizeof(key)));
-    const std::string line = "dev-" + std::to_string(i) + " " + Hex(key, sizeof(key)) + "\n";
-    all += line;
-    if (!WritePrivateFile(out + "/keys/dev-" + std::to_string(i) + ".key", line)) {
-      return IoError(out + "/keys: cannot write a key file");
-    }
-  }
-  if (!WritePrivateFile(out + "/keys.txt", all)) return IoError(out + "/keys.txt: cannot write");
-  return Status();
+  std::vector<std::string> ids;
+  for (int i = 0; i < devices; ++i) ids.push_back("dev-" + std::to_string(i));
+  return WriteDeviceKeys(out, ids, /*overwrite=*/true);
 }
 
 pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string& log_path) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/json_config.h"
 #include "cli/signals.h"
 #include "fedrt/platform/cpu.h"
 #include "fedrt/runtime/build_info.h"
@@ -98,7 +99,7 @@ std::string Suggestion(const CLI::App& app, const std::string& message) {
 
 int main(int argc, char** argv) {
   RestartWithBetterOpenBlasKernels(argv);
-  CLI::App app{"fedrt: federated training on edge devices"};
+  CLI::App app{"fedrt: federated training on edge devices", "fedrt"};
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", std::string("fedrt ") + fedrt::VersionString());
   app.fallthrough(false);
@@ -115,8 +116,16 @@ int main(int argc, char** argv) {
   fedrt::cli::RegisterSim(app, commands);
   fedrt::cli::RegisterKeygen(app, commands);
 
+  // --config files become flags before parsing, so they are checked alike.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const fedrt::Status expanded = fedrt::cli::ExpandJsonConfig(&args, {"serve", "device"});
+  if (!expanded.ok()) {
+    std::fprintf(stderr, "fedrt: %s\n", expanded.ToString().c_str());
+    return kUsageError;
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& error) {
     // --help and --version are "errors" with exit code 0.
     if (error.get_exit_code() == 0) return app.exit(error);

@@ -1,6 +1,5 @@
 // `fedrt serve` (the star aggregator) and `fedrt device` (one device).
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <csignal>
@@ -20,8 +19,8 @@ namespace fedrt::cli {
 namespace {
 
 struct ServeFlags {
+  std::string config;  // expanded into flags before parsing (json_config.h)
   AggregatorOptions options;
-  std::string config;
   std::string metrics;
   std::string optimizer = "fedavg";
   double fraction = 1.0;
@@ -29,73 +28,7 @@ struct ServeFlags {
   double over_selection = 0.0;
 };
 
-// Fills options from a JSON object whose keys are the flag names without the
-// dashes; flags given on the command line win.
-Status ApplyConfig(ServeFlags& flags, CLI::App& app) {
-  std::ifstream in(flags.config);
-  if (!in) return NotFound(flags.config + ": cannot open");
-  nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object()) return Corrupt(flags.config + ": not a JSON object");
-  AggregatorOptions& o = flags.options;
-  for (auto it = config.begin(); it != config.end(); ++it) {
-    const std::string key = it.key();
-    if (app.get_option_no_throw("--" + key) == nullptr) {
-      return InvalidArgument(flags.config + ": unknown key '" + key + "'");
-    }
-    if (app.count("--" + key) > 0) continue;
-    const nlohmann::json& v = it.value();
-    try {
-      if (key == "host") o.host = v.get<std::string>();
-      else if (key == "port") o.port = v.get<uint16_t>();
-      else if (key == "key-file") o.key_file = v.get<std::string>();
-      else if (key == "data") o.data_dir = v.get<std::string>();
-      else if (key == "model") o.model = v.get<std::string>();
-      else if (key == "codec") o.codec = v.get<std::string>();
-      else if (key == "rounds") o.rounds = v.get<uint32_t>();
-      else if (key == "min-devices") o.min_devices = v.get<std::size_t>();
-      else if (key == "fraction") flags.fraction = v.get<double>();
-      else if (key == "sample-minimum") flags.sample_minimum = v.get<std::size_t>();
-      else if (key == "over-selection") flags.over_selection = v.get<double>();
-      else if (key == "quorum") o.quorum = v.get<double>();
-      else if (key == "deadline-ms") o.round_deadline_ms = v.get<uint32_t>();
-      else if (key == "epochs") o.local_epochs = v.get<uint32_t>();
-      else if (key == "steps") o.local_steps = v.get<uint32_t>();
-      else if (key == "lr") o.learning_rate = v.get<float>();
-      else if (key == "server-optimizer") flags.optimizer = v.get<std::string>();
-      else if (key == "server-lr") o.server_optimizer.learning_rate = v.get<float>();
-      else if (key == "seed") o.session_seed = v.get<uint64_t>();
-      else if (key == "anchor-fraction") o.anchor_fraction = v.get<double>();
-      else if (key == "wrap-threshold") o.wrap_threshold = v.get<double>();
-      else if (key == "max-rho") o.max_rho = v.get<int>();
-      else if (key == "downlink-codec") o.downlink_codec = v.get<std::string>();
-      else if (key == "anchor-levels") o.anchor_levels = v.get<int>();
-      else if (key == "checkpoint") o.checkpoint = v.get<std::string>();
-      else if (key == "metrics") flags.metrics = v.get<std::string>();
-      else if (key == "idle-timeout-ms") o.idle_timeout_ms = v.get<uint32_t>();
-      else if (key == "join-timeout-ms") o.join_timeout_ms = v.get<uint32_t>();
-      else if (key == "max-unjoined-connections") o.max_unjoined_connections = v.get<std::size_t>();
-      else if (key == "max-unjoined-per-address") o.max_unjoined_per_address = v.get<std::size_t>();
-      else if (key == "max-update-norm") o.max_update_norm = v.get<double>();
-      else if (key == "max-update-samples") o.max_update_samples = v.get<uint64_t>();
-      else if (key == "tls-cert") o.tls.cert_file = v.get<std::string>();
-      else if (key == "tls-key") o.tls.key_file = v.get<std::string>();
-      else if (key == "tls-client-ca") o.tls.ca_file = v.get<std::string>();
-      else return InvalidArgument(flags.config + ": key '" + key + "' cannot be set from a file");
-    } catch (const nlohmann::json::exception& error) {
-      return InvalidArgument(flags.config + ": key '" + key + "': " + error.what());
-    }
-  }
-  return Status();
-}
-
-int RunServe(ServeFlags& flags, CLI::App& app) {
-  if (!flags.config.empty()) {
-    const Status applied = ApplyConfig(flags, app);
-    if (!applied.ok()) {
-      std::fprintf(stderr, "fedrt serve: %s\n", applied.ToString().c_str());
-      return 1;
-    }
-  }
+int RunServe(ServeFlags& flags) {
   if (flags.options.key_file.empty()) {
     std::fprintf(stderr, "fedrt serve: --key-file is required\n");
     return 2;
@@ -143,6 +76,7 @@ int RunServe(ServeFlags& flags, CLI::App& app) {
 }
 
 struct DeviceFlags {
+  std::string config;  // expanded into flags before parsing (json_config.h)
   DeviceOptions options;
   std::string server;
 };
@@ -182,7 +116,8 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
   AggregatorOptions& o = flags->options;
   o.data_dir = "/usr/share/datasets/fashion-mnist";
   CLI::App* serve = app.add_subcommand("serve", "Run the star aggregator: devices join over TCP and train rounds");
-  serve->add_option("--config", flags->config, "JSON file with any of these options (keys without the dashes)");
+  serve->add_option("--config", flags->config,
+                    "JSON object of any of these options, keys without the dashes; the command line wins");
   serve->add_option("--host", o.host, "Address to listen on")->capture_default_str();
   serve->add_option("--port", o.port, "Port to listen on (0: any free one, printed)")->capture_default_str();
   serve->add_option("--key-file", o.key_file, "Every device's key, one '<id> <hex>' line each");
@@ -239,7 +174,7 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
                     "Refuse an update that claims more samples (its FedAvg weight; 1 to 2^32)")
       ->capture_default_str();
   AddTlsServerFlags(*serve, o.tls);
-  commands.push_back({serve, [flags, serve] { return RunServe(*flags, *serve); }});
+  commands.push_back({serve, [flags] { return RunServe(*flags); }});
 }
 
 void RegisterDevice(CLI::App& app, CommandList& commands) {
@@ -247,6 +182,8 @@ void RegisterDevice(CLI::App& app, CommandList& commands) {
   DeviceOptions& o = flags->options;
   o.data_dir = "/usr/share/datasets/fashion-mnist";
   CLI::App* device = app.add_subcommand("device", "Run one device: join an aggregator and train its rounds");
+  device->add_option("--config", flags->config,
+                     "JSON object of any of these options, keys without the dashes; the command line wins");
   device->add_option("--server", flags->server, "Aggregator HOST:PORT")->required();
   device->add_option("--id", o.device_id, "Device id (default: the key file's only entry)");
   device->add_option("--key-file", o.key_file, "This device's key file")->required();

@@ -33,7 +33,6 @@
 //   round 5/5  test accuracy 86.31%  loss 0.3799  up 22.0 KB (fp32: 1242.3 KB)
 //   final test accuracy 86.31% after 5 rounds (chance: 10.00%)
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -55,7 +54,7 @@
 #include "fedrt/transport/auth.h"
 #include "fedrt/transport/crypto.h"
 #include "fedrt/transport/stream.h"
-#include "port/hmac_sha256.h"
+#include "port/port_crypto.h"
 
 namespace {
 
@@ -110,32 +109,6 @@ struct Device {
   std::unique_ptr<fedrt::transport::MemoryPipe> pipe;  // a: the aggregator's end, b: the device's
 };
 
-#if !FEDRT_HAVE_OPENSSL
-// Without libcrypto the application brings the join's primitives: the
-// example port's HMAC-SHA256 and the C++ library's random device (the
-// kernel's randomness on Linux; a board's TRNG on firmware). One thread
-// uses it here (std::random_device is not thread-safe).
-class PortCrypto final : public fedrt::transport::Crypto {
- public:
-  Status RandomBytes(uint8_t* out, std::size_t size) override {
-    for (std::size_t i = 0; i < size; ++i) out[i] = static_cast<uint8_t>(device_());
-    return Status::Ok();
-  }
-  Status HmacSha256(const uint8_t* key, std::size_t key_size, const uint8_t* message, std::size_t message_size,
-                    std::array<uint8_t, fedrt::transport::kSha256Bytes>* mac) override {
-    port_hmac_sha256(key, key_size, message, message_size, mac->data());
-    return Status::Ok();
-  }
-  bool ConstantTimeEqual(const uint8_t* a, const uint8_t* b, std::size_t size) override {
-    uint8_t diff = 0;
-    for (std::size_t i = 0; i < size; ++i) diff = static_cast<uint8_t>(diff | (a[i] ^ b[i]));
-    return diff == 0;
-  }
-
- private:
-  std::random_device device_;
-};
-#endif
 
 int Fail(const Status& status) {
   std::fprintf(stderr, "03_embed: %s\n", status.ToString().c_str());
@@ -177,7 +150,8 @@ int main(int argc, char** argv) {
 #if FEDRT_HAVE_OPENSSL
   fedrt::transport::Crypto& crypto = fedrt::transport::SystemCrypto();
 #else
-  PortCrypto port_crypto;
+  // Without libcrypto the application brings the join's primitives.
+  fedrt_example::PortCrypto port_crypto;
   fedrt::transport::Crypto& crypto = port_crypto;
 #endif
   std::string key_text;

@@ -47,10 +47,12 @@
  * --give-up-ms without reaching it.
  *
  * In a build of fedrt without OpenSSL (the core preset) the library has no
- * HMAC-SHA256 of its own and this program, which brings none, stops with
- * that message (without zlib it also reads only gunzipped data sets); a
- * firmware device passes its platform's HMAC (mbedTLS, a secure element) in
- * fedrt_device_callbacks.hmac_sha256.
+ * HMAC-SHA256 of its own: this program then passes the example port's
+ * (examples/port/hmac_sha256.c) in fedrt_device_callbacks.hmac_sha256, as a
+ * firmware device passes its platform's (mbedTLS, a secure element). In a
+ * build without zlib it reads the data set's IDX files gunzipped
+ * (train-images-idx3-ubyte and train-labels-idx1-ubyte, e.g. made with
+ * `gunzip -k`); with zlib either form.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -72,6 +74,7 @@
 
 #include "fedrt/fedrt.h"
 #include "fedrt/fedrt_host.h"
+#include "port/hmac_sha256.h"
 
 #define PROGRAM "02_c_device"
 
@@ -289,6 +292,14 @@ static fedrt_status link_random_bytes(void* user, uint8_t* out, size_t size) {
   return fread(out, 1, size, link->urandom) == size ? FEDRT_OK : FEDRT_IO_ERROR;
 }
 
+/* Used only where fedrt has no HMAC of its own (fedrt_system_crypto_available). */
+static fedrt_status port_mac(void* user, const uint8_t* key, size_t key_size, const uint8_t* message,
+                             size_t message_size, uint8_t* mac) {
+  (void)user;
+  port_hmac_sha256(key, key_size, message, message_size, mac);
+  return FEDRT_OK;
+}
+
 static int link_should_stop(void* user) {
   (void)user;
   return g_stop != 0;
@@ -432,7 +443,8 @@ int main(int argc, char** argv) {
   callbacks.receive = link_receive;
   callbacks.now_ms = link_now_ms;
   callbacks.random_bytes = link_random_bytes;
-  callbacks.hmac_sha256 = NULL; /* the library's (OpenSSL); firmware passes its own */
+  /* The library's (OpenSSL) where it has one, else the example port's. */
+  callbacks.hmac_sha256 = fedrt_system_crypto_available() ? NULL : port_mac;
   callbacks.should_stop = link_should_stop;
   callbacks.on_residual = flags.state_file != NULL ? link_on_residual : NULL;
   if (fedrt_device_create(id, key, key_size, model, &view, share, share_count, &options, &callbacks, &device) !=

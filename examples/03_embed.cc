@@ -11,8 +11,10 @@
 //   (4,000 training examples shared IID by the devices, 2,000 to test),
 //   model mlp:32-16-8. With a directory (e.g. /usr/share/datasets/fashion-mnist):
 //   its four MNIST-style files, normalised, model mlp:784-100-10.
-//   Five rounds, one local epoch each, codec dqsg. Built where fedrt has
-//   libcrypto (FEDRT_WITH_OPENSSL, the default), whose HMAC the joins use.
+//   Five rounds, one local epoch each, codec dqsg. The joins' HMAC-SHA256 is
+//   libcrypto's where fedrt has it (FEDRT_WITH_OPENSSL, the default), else
+//   the example port's (examples/port/hmac_sha256.c, as firmware would bring
+//   its own), so every build of fedrt runs this program.
 //
 // Expected output (x86-64 release build; with another ISA or GEMM the last
 // digits may differ):
@@ -42,6 +44,7 @@
 #include <vector>
 
 #include "fedrt/platform/clock.h"
+#include "fedrt/platform/config.h"
 #include "fedrt/platform/log.h"
 #include "fedrt/runtime/aggregator_engine.h"
 #include "fedrt/runtime/dataset.h"
@@ -51,6 +54,7 @@
 #include "fedrt/transport/auth.h"
 #include "fedrt/transport/crypto.h"
 #include "fedrt/transport/stream.h"
+#include "port/port_crypto.h"
 
 namespace {
 
@@ -105,6 +109,7 @@ struct Device {
   std::unique_ptr<fedrt::transport::MemoryPipe> pipe;  // a: the aggregator's end, b: the device's
 };
 
+
 int Fail(const Status& status) {
   std::fprintf(stderr, "03_embed: %s\n", status.ToString().c_str());
   return 1;
@@ -142,7 +147,13 @@ int main(int argc, char** argv) {
   }
 
   // The keys: one random key per device, shared with the aggregator.
+#if FEDRT_HAVE_OPENSSL
   fedrt::transport::Crypto& crypto = fedrt::transport::SystemCrypto();
+#else
+  // Without libcrypto the application brings the join's primitives.
+  fedrt_example::PortCrypto port_crypto;
+  fedrt::transport::Crypto& crypto = port_crypto;
+#endif
   std::string key_text;
   for (int i = 0; i < kDevices; ++i) {
     uint8_t key[32];

@@ -194,6 +194,26 @@ TEST_CASE("an mnist-style directory loads, scales pixels to the unit interval an
   CHECK(missing.status().message().find("train-images-idx3-ubyte.gz") != std::string::npos);
 }
 
+TEST_CASE("an mnist-style directory of gunzipped files loads in every build, the build's form first") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  WritePlain(dir.File("train-images-idx3-ubyte"), Idx({6, 2, 2}));
+  WritePlain(dir.File("train-labels-idx1-ubyte"), Idx({6}, {0, 1, 2, 0, 1, 2}));
+  WritePlain(dir.File("t10k-images-idx3-ubyte"), Idx({2, 2, 2}));
+  WritePlain(dir.File("t10k-labels-idx1-ubyte"), Idx({2}, {3, 1}));
+  Result<TrainTestData> data = LoadMnistStyleDirectory(dir.path());
+  REQUIRE_MESSAGE(data.ok(), data.status().ToString());
+  CHECK(data->train.count == 6);
+  CHECK(data->test.count == 2);
+  // A second training set beside it, gzipped (gunzip -k leaves both): a
+  // build with zlib takes the .gz, one without the plain file.
+  WriteGzip(dir.File("train-images-idx3-ubyte.gz"), Idx({5, 2, 2}));
+  WriteGzip(dir.File("train-labels-idx1-ubyte.gz"), Idx({5}, {0, 1, 2, 0, 1}));
+  data = LoadMnistStyleDirectory(dir.path());
+  REQUIRE_MESSAGE(data.ok(), data.status().ToString());
+  CHECK(data->train.count == (FEDRT_HAVE_ZLIB ? 5u : 6u));
+}
+
 TEST_CASE("shuffled indices are a permutation that depends only on seed and epoch") {
   const std::vector<uint32_t> a = ShuffledIndices(1000, 5, 0);
   CHECK(a == ShuffledIndices(1000, 5, 0));

@@ -5,6 +5,7 @@
 // Inputs, references and tolerances: peer_checks.h, shared with the TCP tests.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/iwp.h"
 #include "fedrt/codecs/moniqua.h"
+#include "fedrt/platform/clock.h"
 #include "fedrt/runtime/collectives.h"
 #include "fedrt/runtime/peer.h"
 #include "peer_checks.h"
@@ -296,6 +298,36 @@ TEST_CASE("a stalled loopback rank is named by every other rank after the step d
     CHECK_FALSE(st[r].ok());
     CHECK(ring.groups[r]->FailedRank() == 2);
   }
+}
+
+TEST_CASE("a loopback ring step on a manual clock fails naming the silent peer once the clock passes the deadline") {
+  // An hour's step deadline: only the manual clock can reach it, so the step
+  // ends because the test moves the clock, not because real time passed.
+  ManualClock clock;
+  peer::ContextOptions options;
+  options.step_timeout_ms = 3600u * 1000u;
+  options.clock = &clock;
+  LoopbackRing ring(2, options);
+  ring.FormAll();
+  std::vector<float> data(1000, 1.0f);
+  std::atomic<bool> done{false};
+  Status status;
+  std::thread rank0([&] {
+    status = ring.groups[0]->AllReduce(data.data(), data.size(), "");  // rank 1 stays silent
+    done = true;
+  });
+  uint64_t advanced_ms = 0;
+  while (!done) {
+    clock.AdvanceMs(60000);
+    advanced_ms += 60000;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // lets rank 0 read the clock
+  }
+  rank0.join();
+  INFO(status.ToString());
+  CHECK(status.code() == StatusCode::kDeadlineExceeded);
+  CHECK(status.message().find("peer rank 1 (p1)") != std::string::npos);
+  CHECK(ring.groups[0]->FailedRank() == 1);
+  CHECK(advanced_ms >= options.step_timeout_ms);
 }
 
 }  // namespace

@@ -3,13 +3,17 @@
 #include "fedrt/transport/frame.h"
 
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "fedrt/platform/config.h"
 #include "fedrt/platform/memory.h"
 #include "wire.h"
+
+#if FEDRT_HAVE_THREADS
+#include <mutex>
+#endif
 
 namespace fedrt {
 namespace transport {
@@ -67,8 +71,28 @@ void internal::FrameBytesFree::operator()(uint8_t* p) const {
   }
 }
 
+namespace {
+
+// The pool's lock. In a build with threads a frame is released on whichever
+// thread holds it last (a collective's thread, the engine's, the event
+// loop's), not on the reader's, and frames outlive their connection, so one
+// pool per connection or per thread would not remove the sharing: the pool
+// locks. The core without threads (FEDRT_HAVE_THREADS 0: a Cortex-M build,
+// whose toolchain may have no <mutex>) has one thread and nothing to lock.
+#if FEDRT_HAVE_THREADS
+using PoolMutex = std::mutex;
+using PoolLock = std::lock_guard<std::mutex>;
+#else
+struct PoolMutex {};
+struct PoolLock {
+  explicit PoolLock(PoolMutex&) {}
+};
+#endif
+
+}  // namespace
+
 struct FrameBytesPool::State {
-  std::mutex mutex;
+  PoolMutex mutex;
   std::vector<std::pair<uint8_t*, std::size_t>> free;  // storage, capacity
   std::size_t kept = 0;
   std::size_t max_kept = 0;
@@ -87,7 +111,7 @@ FrameBytesPool::~FrameBytesPool() {
 }
 
 std::size_t FrameBytesPool::kept_bytes() const {
-  std::lock_guard<std::mutex> lock(state_->mutex);
+  PoolLock lock(state_->mutex);
   return state_->kept;
 }
 
@@ -96,7 +120,7 @@ Result<FrameBytes> FrameBytesPool::Allocate(std::size_t size) {
   FrameBytes bytes;
   {
     // The smallest kept buffer that fits.
-    std::lock_guard<std::mutex> lock(state_->mutex);
+    PoolLock lock(state_->mutex);
     auto best = state_->free.end();
     for (auto it = state_->free.begin(); it != state_->free.end(); ++it) {
       if (it->second >= size && (best == state_->free.end() || it->second < best->second)) best = it;
@@ -124,7 +148,7 @@ Result<FrameBytes> FrameBytesPool::Allocate(std::size_t size) {
 
 void FrameBytesPool::Return(uint8_t* p, std::size_t capacity) {
   {
-    std::lock_guard<std::mutex> lock(state_->mutex);
+    PoolLock lock(state_->mutex);
     if (state_->kept + capacity <= state_->max_kept) {
       state_->free.emplace_back(p, capacity);
       state_->kept += capacity;

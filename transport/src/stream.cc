@@ -90,7 +90,8 @@ Result<std::shared_ptr<StreamConnection>> StreamConnection::Create(std::string p
 StreamConnection::StreamConnection(std::string peer, StreamWrite write, std::shared_ptr<ConnectionHandler> handler,
                                    const ConnectionOptions& options, const Clock& clock)
     : peer_(std::move(peer)), write_(std::move(write)), handler_(std::move(handler)), options_(options),
-      clock_(clock), reader_(options.limits), id_(NextConnectionId()) {
+      clock_(clock), reader_(options.limits), id_(NextConnectionId()),
+      liveness_(options.heartbeat_interval_ms, options.idle_timeout_ms) {
   if (options.initial_max_frame_bytes != 0) reader_.set_max_frame_bytes(options.initial_max_frame_bytes);
 }
 
@@ -99,7 +100,7 @@ void StreamConnection::LiftInitialFrameLimit() { reader_.set_max_frame_bytes(opt
 void StreamConnection::Open() {
   if (opened_) return;
   opened_ = true;
-  last_sent_ms_ = last_received_ms_ = clock_.NowMs();
+  liveness_.Start(clock_.NowMs());
   if (handler_) handler_->OnOpen(shared_from_this());
 }
 
@@ -116,7 +117,7 @@ Status StreamConnection::Write(const OutFrame& frame) {
   ++stats_.frames_sent;
   stats_.bytes_sent += frame.wire_size();
   if (frame.kind() == MessageKind::kHeartbeat) ++stats_.heartbeats_sent;
-  last_sent_ms_ = clock_.NowMs();
+  liveness_.OnSent(clock_.NowMs());
   return Status::Ok();
 }
 
@@ -137,7 +138,7 @@ Status StreamConnection::Flush(uint32_t timeout_ms) {
 Status StreamConnection::Receive(const uint8_t* data, std::size_t size) {
   if (closed_) return Status(StatusCode::kUnavailable, "connection " + peer_ + " is closed");
   stats_.bytes_received += size;
-  last_received_ms_ = clock_.NowMs();
+  liveness_.OnReceived(clock_.NowMs());
   // Each frame goes to the handler as soon as it is complete, so what the
   // handler does (LiftInitialFrameLimit) applies to the next prefix in these
   // bytes. A handler that closes the connection, or lets go of it, ends the
@@ -166,27 +167,21 @@ void StreamConnection::OnStreamClosed(const Status& reason) {
 uint32_t StreamConnection::Poll() {
   if (closed_) return 0;
   const uint64_t now = clock_.NowMs();
-  if (options_.idle_timeout_ms != 0 && now - last_received_ms_ >= options_.idle_timeout_ms) {
-    Finish(Status(StatusCode::kDeadlineExceeded, "nothing received for " + std::to_string(options_.idle_timeout_ms) +
-                                                     " ms (" + peer_ + ")"));
-    return 0;
+  switch (liveness_.Poll(now)) {
+    case Liveness::Due::kIdle:
+      Finish(liveness_.IdleTimeout(peer_));
+      return 0;
+    case Liveness::Due::kHeartbeat: {
+      Result<OutFrame> frame = Encode(liveness_.NextHeartbeat(clock_.NowNanos()), options_.limits);
+      if (frame.ok() && !Write(*frame).ok()) return 0;
+      break;
+    }
+    case Liveness::Due::kNothing:
+      break;
   }
-  if (options_.heartbeat_interval_ms != 0 && now - last_sent_ms_ >= options_.heartbeat_interval_ms) {
-    HeartbeatMessage beat;
-    beat.sequence = ++heartbeat_sequence_;
-    beat.sent_ns = clock_.NowNanos();
-    Result<OutFrame> frame = Encode(beat, options_.limits);
-    if (frame.ok() && !Write(*frame).ok()) return 0;
-  }
-  uint64_t wait = std::numeric_limits<uint32_t>::max();
-  if (options_.heartbeat_interval_ms != 0) {
-    const uint64_t due = last_sent_ms_ + options_.heartbeat_interval_ms;
-    wait = std::min<uint64_t>(wait, due > now ? due - now : 0);
-  }
-  if (options_.idle_timeout_ms != 0) {
-    wait = std::min<uint64_t>(wait, last_received_ms_ + options_.idle_timeout_ms - now);
-  }
-  return static_cast<uint32_t>(std::max<uint64_t>(wait, 1));
+  const uint64_t wait = liveness_.NextDeadlineMs(now);
+  return wait == Liveness::kNever ? std::numeric_limits<uint32_t>::max()
+                                  : static_cast<uint32_t>(std::clamp<uint64_t>(wait, 1, UINT32_MAX - 1));
 }
 
 void StreamConnection::Close() { Finish(Status::Ok()); }

@@ -19,6 +19,7 @@
 #include "fedrt/platform/clock.h"
 #include "fedrt/platform/log.h"
 #include "fedrt/platform/memory.h"
+#include "fedrt/transport/liveness.h"
 #include "fedrt/transport/messages.h"
 #include "fedrt/transport/tls.h"
 #if FEDRT_WITH_TLS
@@ -55,6 +56,9 @@ struct Whole {
   static constexpr std::size_t kMaxTransferBytes = std::size_t{1} << 30;
 };
 
+// The liveness timer's time: the port's monotonic clock, in milliseconds.
+uint64_t NowMs() { return MonotonicNanos() / 1000000u; }
+
 std::string Describe(const tcp::endpoint& endpoint) {
   return endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
 }
@@ -69,12 +73,13 @@ class TcpConnection final : public Connection,
         socket_(std::move(socket)),
         read_timer_(loop.io),
         write_timer_(loop.io),
-        heartbeat_timer_(loop.io),
+        liveness_timer_(loop.io),
         options_(options),
         handler_(std::move(handler)),
         id_(NextConnectionId()),
         receive_limit_(options.initial_max_frame_bytes != 0 ? options.initial_max_frame_bytes
-                                                            : options.limits.max_frame_bytes) {
+                                                            : options.limits.max_frame_bytes),
+        liveness_(options.heartbeat_interval_ms, options.idle_timeout_ms) {
     // Buffers point at the prefixes stored inside the in-flight frames: the
     // vector must never reallocate while a write is pending.
     in_flight_.reserve(kMaxFramesPerWrite);
@@ -156,11 +161,11 @@ class TcpConnection final : public Connection,
   void Start() {
     AddToLoop();
     state_ = State::kOpen;
-    last_send_ns_ = MonotonicNanos();
+    liveness_.Start(NowMs());
     handler_->OnOpen(shared_from_this());
     if (state_ == State::kClosed) return;
     ReadHeader();
-    if (state_ == State::kOpen) ScheduleHeartbeat();
+    if (state_ == State::kOpen) ScheduleLiveness();
   }
 
   Status Send(OutFrame frame) override {
@@ -238,9 +243,12 @@ class TcpConnection final : public Connection,
   // ---- Reading: header -> body -> handler -> header ... ----------------------
 
   void ReadHeader() {
-    // While closing, the peer's end of stream is due within io_timeout_ms.
-    const uint32_t wait_ms = state_ == State::kClosing ? options_.io_timeout_ms : options_.idle_timeout_ms;
-    ArmTimer(read_timer_, wait_ms, ++read_sequence_, "no frame from the peer");
+    // While open, the liveness timer watches the idle deadline; while
+    // closing, the peer's end of stream is due within io_timeout_ms.
+    liveness_.set_receiving(false);
+    if (state_ == State::kClosing) {
+      ArmTimer(read_timer_, options_.io_timeout_ms, ++read_sequence_, "no frame from the peer");
+    }
     WithStream([this](auto& stream) {
       asio::async_read(stream, asio::buffer(header_),
                        [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
@@ -254,6 +262,9 @@ class TcpConnection final : public Connection,
     read_timer_.cancel();
     if (state_ == State::kClosed) return;
     if (ec) return OnReadError(ec, n == 0);
+    // The body's reads have io_timeout_ms each; meanwhile the peer is not idle.
+    liveness_.OnReceived(NowMs());
+    liveness_.set_receiving(true);
     FrameLimits limits = options_.limits;
     limits.max_frame_bytes = receive_limit_.load();  // the initial limit until the owner lifts it
     Result<uint32_t> size = ParseFramePrefix(header_, limits);
@@ -372,6 +383,7 @@ class TcpConnection final : public Connection,
     read_timer_.cancel();
     if (state_ == State::kClosed) return;
     if (ec) return OnReadError(ec, false);
+    liveness_.OnReceived(NowMs());
     bytes_received_.fetch_add(kFramePrefixBytes + body_.size(), std::memory_order_relaxed);
     frames_received_.fetch_add(1, std::memory_order_relaxed);
     Result<Frame> frame = VerifyFrame(std::move(body_), options_.limits);
@@ -526,30 +538,37 @@ class TcpConnection final : public Connection,
     in_flight_.clear();
     ResolveFlushes();
     if (handler_) handler_->OnSent(*this);
-    last_send_ns_ = MonotonicNanos();
+    liveness_.OnSent(NowMs());
     if (!queue_.empty()) return Write();
     if (state_ == State::kClosing) ShutdownSending();
   }
 
   // ---- Heartbeats and deadlines ------------------------------------------------
 
-  void ScheduleHeartbeat() {
-    if (options_.heartbeat_interval_ms == 0) return;
-    heartbeat_timer_.expires_after(std::chrono::milliseconds(options_.heartbeat_interval_ms));
-    heartbeat_timer_.async_wait([self = shared_from_this()](const std::error_code& ec) {
+  // One timer for both liveness deadlines (liveness.h), re-armed for the
+  // nearer one each time it fires.
+  void ScheduleLiveness() {
+    const uint64_t wait = liveness_.NextDeadlineMs(NowMs());
+    if (wait == Liveness::kNever) return;
+    liveness_timer_.expires_after(std::chrono::milliseconds(std::max<uint64_t>(wait, 1)));
+    liveness_timer_.async_wait([self = shared_from_this()](const std::error_code& ec) {
       if (ec || self->state_ != State::kOpen) return;
-      const uint64_t interval_ns = uint64_t{self->options_.heartbeat_interval_ms} * 1000000u;
-      if (!self->writing_ && MonotonicNanos() - self->last_send_ns_ >= interval_ns) {
-        HeartbeatMessage beat;
-        beat.sequence = ++self->heartbeat_sequence_;
-        beat.sent_ns = MonotonicNanos();
-        Result<OutFrame> frame = Encode(beat, self->options_.limits);
-        if (frame.ok()) {
-          self->queued_bytes_.fetch_add(frame->wire_size());
-          self->Enqueue(std::move(*frame));
-        }
+      switch (self->liveness_.Poll(NowMs())) {
+        case Liveness::Due::kIdle:
+          return self->Fail(self->liveness_.IdleTimeout(self->peer_), false);
+        case Liveness::Due::kHeartbeat:
+          if (!self->writing_) {  // a write under way keeps the peer hearing bytes
+            Result<OutFrame> frame = Encode(self->liveness_.NextHeartbeat(MonotonicNanos()), self->options_.limits);
+            if (frame.ok()) {
+              self->queued_bytes_.fetch_add(frame->wire_size());
+              self->Enqueue(std::move(*frame));
+            }
+          }
+          break;
+        case Liveness::Due::kNothing:
+          break;
       }
-      self->ScheduleHeartbeat();
+      self->ScheduleLiveness();
     });
   }
 
@@ -571,7 +590,7 @@ class TcpConnection final : public Connection,
   void BeginGracefulClose() {
     if (state_ != State::kOpen) return;
     state_ = State::kClosing;
-    heartbeat_timer_.cancel();
+    liveness_timer_.cancel();
     if (!writing_ && queue_.empty()) ShutdownSending();
   }
 
@@ -630,7 +649,7 @@ class TcpConnection final : public Connection,
     socket_.close(ec);
     read_timer_.cancel();
     write_timer_.cancel();
-    heartbeat_timer_.cancel();
+    liveness_timer_.cancel();
     for (const OutFrame& f : queue_) queued_bytes_.fetch_sub(f.wire_size());
     queue_.clear();
     // Frames still queued or in flight are lost (a write that completes
@@ -654,11 +673,12 @@ class TcpConnection final : public Connection,
   bool in_loop_ = false;
   asio::steady_timer read_timer_;
   asio::steady_timer write_timer_;
-  asio::steady_timer heartbeat_timer_;
+  asio::steady_timer liveness_timer_;
   const ConnectionOptions options_;
   std::shared_ptr<ConnectionHandler> handler_;
   const uint64_t id_;
   std::atomic<uint32_t> receive_limit_;  // largest body accepted from the next prefix on
+  Liveness liveness_;                     // heartbeats and the idle deadline, on the loop thread
   std::string peer_;
   std::atomic<State> state_{State::kHandshake};
   std::atomic<bool> send_closed_{false};  // Close/Abort called: Send refuses at once
@@ -685,8 +705,6 @@ class TcpConnection final : public Connection,
   std::vector<asio::const_buffer> buffers_;
   bool writing_ = false;
   std::atomic<std::size_t> queued_bytes_{0};
-  uint64_t last_send_ns_ = 0;
-  uint64_t heartbeat_sequence_ = 0;
 
   // Flush bookkeeping, on the loop thread.
   struct PendingFlush {

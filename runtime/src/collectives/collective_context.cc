@@ -16,9 +16,11 @@ uint32_t CollectiveContext::right() const {
   return m[(position() + 1) % m.size()];
 }
 
-Deadline CollectiveContext::StepDeadline() const {
-  return std::chrono::steady_clock::now() + std::chrono::milliseconds(step_timeout_ms());
+Deadline CollectiveContext::DeadlineAfterMs(uint32_t ms) const {
+  return clock().NowNanos() + uint64_t{ms} * 1000000u;
 }
+
+Deadline CollectiveContext::StepDeadline() const { return DeadlineAfterMs(step_timeout_ms()); }
 
 Status CollectiveContext::CheckUsable() const {
   if (failed_rank() < 0) return Status::Ok();

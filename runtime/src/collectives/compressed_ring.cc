@@ -5,7 +5,6 @@
 // the owner of a reduced segment encodes it once and takes the decoded values
 // itself, and the all-gather forwards that payload unchanged (re-encoding a
 // decoded fp16 chunk gives the same bytes), so every peer ends bit-identical.
-#include <chrono>
 
 #include "collectives/ring.h"
 #include "fedrt/runtime/collectives.h"
@@ -14,7 +13,6 @@ namespace fedrt {
 namespace peer {
 
 using transport::RingPhase;
-using Clock = std::chrono::steady_clock;
 
 CompressedRingAllReduce::CompressedRingAllReduce(CollectiveContext& context, uint32_t chunk_floats)
     : context_(context), chunk_floats_(chunk_floats) {}
@@ -22,8 +20,8 @@ CompressedRingAllReduce::CompressedRingAllReduce(CollectiveContext& context, uin
 CompressedRingAllReduce::~CompressedRingAllReduce() = default;
 
 Status CompressedRingAllReduce::Run(float* data, std::size_t n, const std::string& codec_spec) {
-  const Clock::time_point start = Clock::now();
-  const Deadline deadline = start + std::chrono::milliseconds(context_.step_timeout_ms());
+  const uint64_t start = context_.clock().NowNanos();
+  const Deadline deadline = context_.StepDeadline();
   stats_ = AllReduceStats{};
   const uint64_t collective = context_.NextCollectiveId();
   FEDRT_RETURN_IF_ERROR(internal::CheckRing(context_));
@@ -97,7 +95,7 @@ Status CompressedRingAllReduce::Run(float* data, std::size_t n, const std::strin
   };
 
   FEDRT_RETURN_IF_ERROR(internal::RunRing(shape, r, send, receive));
-  stats_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  stats_.seconds = static_cast<double>(context_.clock().NowNanos() - start) * 1e-9;
   total_bytes_sent_ += stats_.bytes_sent;
   return Status::Ok();
 }

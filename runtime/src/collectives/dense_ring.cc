@@ -6,7 +6,6 @@
 // by piece as they arrive and all-gather chunks are received straight into
 // it (registered buffers). Chunks the binding delivers whole (small ones, the
 // loopback) are added or copied from their frames.
-#include <chrono>
 #include <cstring>
 
 #include "collectives/ring.h"
@@ -18,7 +17,6 @@ namespace peer {
 namespace {
 
 using transport::RingPhase;
-using Clock = std::chrono::steady_clock;
 
 // A reduce-scatter piece: whole floats (pieces are multiples of 4 bytes
 // apart, and the piece buffer is 64-byte aligned), added into the vector.
@@ -35,8 +33,8 @@ RingAllReduce::RingAllReduce(CollectiveContext& context, uint32_t chunk_floats)
 RingAllReduce::~RingAllReduce() = default;
 
 Status RingAllReduce::Run(float* data, std::size_t n) {
-  const Clock::time_point start = Clock::now();
-  const Deadline deadline = start + std::chrono::milliseconds(context_.step_timeout_ms());
+  const uint64_t start = context_.clock().NowNanos();
+  const Deadline deadline = context_.StepDeadline();
   stats_ = AllReduceStats{};
   const uint64_t collective = context_.NextCollectiveId();
   FEDRT_RETURN_IF_ERROR(internal::CheckRing(context_));
@@ -115,7 +113,7 @@ Status RingAllReduce::Run(float* data, std::size_t n) {
   };
 
   FEDRT_RETURN_IF_ERROR(internal::RunRing(shape, r, send, receive));
-  stats_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  stats_.seconds = static_cast<double>(context_.clock().NowNanos() - start) * 1e-9;
   total_bytes_sent_ += stats_.bytes_sent;
   return Status::Ok();
 }

@@ -3,7 +3,6 @@
 #include "peer/link_context.h"
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <string_view>
 #include <utility>
@@ -18,7 +17,6 @@ namespace {
 using transport::Connection;
 using transport::Frame;
 using transport::MessageKind;
-using Clock = std::chrono::steady_clock;
 
 constexpr const char kFailurePrefix[] = "peer rank ";
 
@@ -171,9 +169,9 @@ Frame Link::TakeFrame() {
   return f;
 }
 
-Result<Frame> PopFrom(Signal& signal, Link& link, Deadline deadline) {
+Result<Frame> PopFrom(const Clock& clock, Signal& signal, Link& link, Deadline deadline) {
   std::unique_lock<std::mutex> lock(signal.mutex);
-  signal.changed.wait_until(lock, deadline, [&] { return link.has_frame() || link.closed(); });
+  WaitUntil(clock, signal.changed, lock, deadline, [&] { return link.has_frame() || link.closed(); });
   if (link.has_frame()) return link.TakeFrame();
   if (link.closed()) return link.close_reason();
   return Status(StatusCode::kDeadlineExceeded, "no answer within the join deadline");
@@ -183,7 +181,8 @@ Result<Frame> PopFrom(Signal& signal, Link& link, Deadline deadline) {
 
 LinkContext::LinkContext(std::vector<std::string> ids, uint32_t rank, const ContextOptions& options,
                          const transport::FrameLimits& limits)
-    : ids_(std::move(ids)), rank_(rank), options_(options), limits_(limits), signal_(std::make_shared<Signal>()) {}
+    : ids_(std::move(ids)), rank_(rank), options_(options), limits_(limits),
+      clock_(options.clock != nullptr ? *options.clock : SystemClock()), signal_(std::make_shared<Signal>()) {}
 
 LinkContext::~LinkContext() = default;
 
@@ -240,7 +239,7 @@ Status LinkContext::Form(const std::vector<uint32_t>& members) {
   collective_ = 0;
   const std::size_t p = members_.size();
   if (p == 1) return Status::Ok();
-  const Deadline deadline = Clock::now() + std::chrono::milliseconds(options_.join_timeout_ms);
+  const Deadline deadline = DeadlineAfterMs(options_.join_timeout_ms);
   std::vector<std::shared_ptr<Link>> dialled, accepted;
   if (options_.graph == GossipGraph::kRing) {
     // Gossip weights of the ring (Metropolis: 1/2 with one neighbour, 1/3 with two).
@@ -290,7 +289,7 @@ Status LinkContext::Close() {
   }
   DropLinks("peer group closed", /*graceful=*/true);
   std::unique_lock<std::mutex> lock(signal_->mutex);
-  const bool done = signal_->changed.wait_for(lock, std::chrono::seconds(5), [&] {
+  const bool done = Wait(lock, DeadlineAfterMs(5000), [&] {
     return std::all_of(all.begin(), all.end(), [](const std::shared_ptr<Link>& k) { return !k || k->closed(); });
   });
   return done ? Status::Ok() : Status(StatusCode::kDeadlineExceeded, "neighbours did not close within 5 s");
@@ -418,7 +417,7 @@ Result<transport::FrameSlot*> LinkContext::FreeSlot(uint32_t to, Deadline deadli
     }
     std::unique_lock<std::mutex> lock(signal_->mutex);
     signal_->waiting_for_sends = true;
-    const bool ready = signal_->changed.wait_until(lock, deadline, [&] {
+    const bool ready = Wait(lock, deadline, [&] {
       if (link->closed()) return true;
       for (const auto& slot : slots) {
         if (!slot->busy()) return true;
@@ -481,7 +480,7 @@ Result<Frame> LinkContext::NextFrom(bool want_right, Deadline deadline, bool lea
     bool left = false;
     {
       std::unique_lock<std::mutex> lock(signal_->mutex);
-      signal_->changed.wait_until(lock, wait_until, [&] {
+      Wait(lock, wait_until, [&] {
         return want->has_frame() || want->closed() || other->front_is_error() ||
                (other->closed() && !other->left_ring());
       });
@@ -534,7 +533,7 @@ Result<Frame> LinkContext::NextFrom(bool want_right, Deadline deadline, bool lea
                                kFailurePrefix + std::to_string(from);
       send_text(right_.get(), text);
       send_text(left_.get(), text);
-      wait_until = Clock::now() + std::chrono::milliseconds(GraceMs(options_.step_timeout_ms));
+      wait_until = DeadlineAfterMs(GraceMs(options_.step_timeout_ms));
       continue;
     }
     // The rank someone waits on that waits on nobody is the stalled one.
@@ -569,7 +568,7 @@ Result<Frame> LinkContext::NextFromNeighbour(std::size_t i, Deadline deadline) {
         }
         return false;
       };
-      signal_->changed.wait_until(lock, deadline, [&] {
+      Wait(lock, deadline, [&] {
         return want->has_frame() || want->closed() || want->left_ring() || other_event();
       });
       // Failure reports first, from any neighbour (they may sit behind data).
@@ -641,10 +640,9 @@ void LinkContext::ReleaseBuffers(Deadline deadline) {
   // A healthy neighbour takes the last chunks at once; a stalled one gets a
   // short grace past the step deadline, then its link is closed (the group
   // has failed by then anyway).
-  const Deadline until =
-      std::max(deadline, Clock::now() + std::chrono::milliseconds(GraceMs(options_.step_timeout_ms)));
+  const Deadline until = std::max(deadline, DeadlineAfterMs(GraceMs(options_.step_timeout_ms)));
   signal_->waiting_for_sends = true;
-  if (!signal_->changed.wait_until(lock, until, all_released)) {
+  if (!Wait(lock, until, all_released)) {
     std::vector<std::shared_ptr<Connection>> stalled;
     for (Link* link : links) {
       if (!released(link) && link->connection()) stalled.push_back(link->connection());
@@ -655,7 +653,7 @@ void LinkContext::ReleaseBuffers(Deadline deadline) {
     }
     lock.lock();
     // Once closed, the socket reads nothing more from the caller's memory.
-    signal_->changed.wait_for(lock, std::chrono::seconds(5), all_released);
+    Wait(lock, DeadlineAfterMs(5000), all_released);
   }
   signal_->waiting_for_sends = false;
 }
@@ -666,15 +664,14 @@ void LinkContext::ReleasePlaced(Link& link, Deadline deadline) {
   // A chunk is arriving into a registered buffer (only after a failure: on
   // success every registered chunk has been taken). Let it finish, or close
   // the link.
-  const Deadline until =
-      std::max(deadline, Clock::now() + std::chrono::milliseconds(GraceMs(options_.step_timeout_ms)));
-  if (!signal_->changed.wait_until(lock, until, [&] { return !link.placing(); })) {
+  const Deadline until = std::max(deadline, DeadlineAfterMs(GraceMs(options_.step_timeout_ms)));
+  if (!Wait(lock, until, [&] { return !link.placing(); })) {
     std::shared_ptr<Connection> c = link.connection();
     lock.unlock();
     if (c) c->Abort(Status(StatusCode::kDeadlineExceeded, "ring chunk not received within the step deadline"));
     lock.lock();
     // Once closed, the socket writes nothing more into the buffer.
-    signal_->changed.wait_for(lock, std::chrono::seconds(5), [&] { return !link.placing(); });
+    Wait(lock, DeadlineAfterMs(5000), [&] { return !link.placing(); });
   }
 }
 

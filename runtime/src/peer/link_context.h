@@ -19,7 +19,9 @@
 #ifndef FEDRT_RUNTIME_SRC_PEER_LINK_CONTEXT_H_
 #define FEDRT_RUNTIME_SRC_PEER_LINK_CONTEXT_H_
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "fedrt/platform/clock.h"
 #include "fedrt/runtime/collective_context.h"
 #include "fedrt/transport/connection.h"
 #include "fedrt/transport/messages.h"
@@ -47,6 +50,29 @@ struct Signal {
   // completions only wake it then.
   std::atomic<bool> waiting_for_sends{false};
 };
+
+// With a clock other than SystemClock() (a ManualClock in tests, a board's
+// tick counter), a wait cannot know how much real time the clock's deadline
+// is away, nor hear the clock move: it wakes at least this often to read it.
+inline constexpr uint64_t kForeignClockSliceMs = 1;
+
+// Waits on `changed` (with `lock` held) until `ready()` or until `clock`
+// reaches `deadline`; returns ready(). The deadline is the clock's: real
+// time only paces the wake-ups (the time left with SystemClock(), at most
+// kForeignClockSliceMs with another clock).
+template <typename Ready>
+bool WaitUntil(const Clock& clock, std::condition_variable& changed, std::unique_lock<std::mutex>& lock,
+               Deadline deadline, Ready ready) {
+  const bool system = &clock == &SystemClock();
+  for (;;) {
+    if (ready()) return true;
+    const uint64_t now = clock.NowNanos();
+    if (now >= deadline) return false;
+    uint64_t wait = deadline - now;
+    if (!system) wait = std::min<uint64_t>(wait, kForeignClockSliceMs * 1000000u);
+    changed.wait_for(lock, std::chrono::nanoseconds(wait));
+  }
+}
 
 // One connection's inbox (frames in arrival order) and its registered
 // buffers. Handler callbacks run on the binding's event loop thread.
@@ -115,7 +141,7 @@ class Link : public transport::ConnectionHandler {
 };
 
 // The next frame of one link (handshakes), or its close reason, or a deadline.
-Result<transport::Frame> PopFrom(Signal& signal, Link& link, Deadline deadline);
+Result<transport::Frame> PopFrom(const Clock& clock, Signal& signal, Link& link, Deadline deadline);
 
 // The CollectiveContext of a binding whose links are transport connections.
 // Virtual inheritance: a binding's public class (TcpPeerContext) is a
@@ -137,6 +163,7 @@ class LinkContext : public virtual CollectiveContext {
   GossipGraph graph() const override { return options_.graph; }
   const std::vector<Neighbour>& neighbours() const override { return neighbours_; }
   uint32_t step_timeout_ms() const override { return options_.step_timeout_ms; }
+  const Clock& clock() const override { return clock_; }
   const transport::FrameLimits& limits() const override { return limits_; }
   uint64_t NextCollectiveId() override { return ++collective_; }
   Result<transport::FrameSlot*> FreeSlot(uint32_t to, Deadline deadline, const char* what) override;
@@ -192,11 +219,17 @@ class LinkContext : public virtual CollectiveContext {
   void ListLinks();
   // Waits until `link`'s registered buffers are no longer written.
   void ReleasePlaced(Link& link, Deadline deadline);
+  // WaitUntil on this context's signal and clock.
+  template <typename Ready>
+  bool Wait(std::unique_lock<std::mutex>& lock, Deadline deadline, Ready ready) {
+    return WaitUntil(clock_, signal_->changed, lock, deadline, ready);
+  }
 
   const std::vector<std::string> ids_;
   const uint32_t rank_;
   const ContextOptions options_;
   const transport::FrameLimits limits_;
+  const Clock& clock_;
   std::shared_ptr<Signal> signal_;
 
   std::vector<uint32_t> members_;

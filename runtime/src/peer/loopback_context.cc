@@ -81,7 +81,7 @@ class LoopbackContext final : public LinkContext {
     Status accepted;
     for (std::size_t i = 0; i < accept.size(); ++i) {
       const auto key = std::make_tuple(rank(), accept[i], generation);
-      hub_->changed.wait_until(lock, deadline, [&] { return hub_->offers.count(key) != 0; });
+      WaitUntil(clock(), hub_->changed, lock, deadline, [&] { return hub_->offers.count(key) != 0; });
       auto it = hub_->offers.find(key);
       if (it == hub_->offers.end()) {
         accepted = Named(accept[i], Status(StatusCode::kDeadlineExceeded, "did not join within the deadline"));
@@ -98,7 +98,7 @@ class LoopbackContext final : public LinkContext {
     Status dialled;
     for (std::size_t i = 0; i < dial.size(); ++i) {
       const auto key = std::make_tuple(dial[i], rank(), generation);
-      hub_->changed.wait_until(lock, deadline, [&] {
+      WaitUntil(clock(), hub_->changed, lock, deadline, [&] {
         auto it = hub_->offers.find(key);
         return it == hub_->offers.end() || it->second.taken;
       });

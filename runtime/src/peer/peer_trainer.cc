@@ -2,7 +2,6 @@
 #include "fedrt/runtime/peer_trainer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <utility>
 
@@ -11,8 +10,6 @@
 namespace fedrt {
 namespace peer {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 bool TakesCodec(PeerReduce reduce) { return reduce == PeerReduce::kCodec || reduce == PeerReduce::kGossip; }
 
@@ -235,7 +232,7 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
     double loss_sum = 0;
     uint64_t wraps = 0;
     std::size_t steps_done = 0;
-    const Clock::time_point start = Clock::now();
+    const uint64_t start = context_.clock().NowNanos();
     for (std::size_t s = 0; s < steps_per_epoch_; ++s) {
       if (options_.max_steps > 0 && step >= options_.max_steps) break;
       if (skip_steps > 0) {
@@ -355,7 +352,7 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
       sgd_.Step(x, g);
       ++step;
     }
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const double seconds = static_cast<double>(context_.clock().NowNanos() - start) * 1e-9;
     FEDRT_RETURN_IF_ERROR(Report(observer, epoch, steps_done, step, true,
                                  loss_sum / static_cast<double>(std::max<std::size_t>(1, steps_done)), wraps, seconds));
   }

@@ -36,11 +36,10 @@ using internal::Signal;
 using transport::Connection;
 using transport::Frame;
 using transport::MessageKind;
-using Clock = std::chrono::steady_clock;
-
-uint32_t Remaining(Deadline deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left <= 0 ? 0 : static_cast<uint32_t>(left);
+// Milliseconds from now until `deadline` on `clock` (0 once it has passed).
+uint32_t Remaining(const Clock& clock, Deadline deadline) {
+  const uint64_t now = clock.NowNanos();
+  return deadline <= now ? 0 : static_cast<uint32_t>(std::min<uint64_t>((deadline - now) / 1000000u, UINT32_MAX));
 }
 
 // ---- The peer join ------------------------------------------------------------
@@ -54,7 +53,8 @@ uint32_t Remaining(Deadline deadline) {
 // Dialling side: joins as `self` over a fresh connection whose frames arrive
 // in `link`. Errors are the peer's (unnamed).
 Status DialJoin(const std::string& self, const transport::Key& key, uint32_t generation, Connection& connection,
-                Signal& signal, Link& link, const transport::FrameLimits& limits, Deadline deadline) {
+                const Clock& clock, Signal& signal, Link& link, const transport::FrameLimits& limits,
+                Deadline deadline) {
   transport::JoinClient join(self, key, transport::SystemCrypto(), limits);
   transport::JoinRequest request;
   request.resume_round = generation;
@@ -62,7 +62,7 @@ Status DialJoin(const std::string& self, const transport::Key& key, uint32_t gen
   if (!out.ok()) return out.status();
   FEDRT_RETURN_IF_ERROR(connection.Send(*out));
   while (!join.done()) {
-    auto frame = internal::PopFrom(signal, link, deadline);
+    auto frame = internal::PopFrom(clock, signal, link, deadline);
     if (!frame.ok()) return frame.status();
     out = join.OnFrame(*frame);
     if (!out.ok()) return out.status();
@@ -87,8 +87,8 @@ struct AcceptOutcome {
 // `expected` (ids[expected[i]]) not yet `joined`, for `generation`.
 AcceptOutcome AcceptJoin(const transport::KeyStore& keys, const std::vector<std::string>& ids,
                          const std::vector<uint32_t>& expected, const std::vector<bool>& joined,
-                         uint32_t generation, Connection& connection, Signal& signal, Link& link,
-                         const transport::FrameLimits& limits, Deadline deadline) {
+                         uint32_t generation, Connection& connection, const Clock& clock, Signal& signal,
+                         Link& link, const transport::FrameLimits& limits, Deadline deadline) {
   AcceptOutcome out;
   auto refuse = [&](const Status& why) {
     connection.Abort(why, /*notify_peer=*/true);
@@ -96,7 +96,7 @@ AcceptOutcome AcceptJoin(const transport::KeyStore& keys, const std::vector<std:
     return out;
   };
   transport::JoinServer join(keys, transport::SystemCrypto(), limits);
-  auto frame = internal::PopFrom(signal, link, deadline);
+  auto frame = internal::PopFrom(clock, signal, link, deadline);
   if (!frame.ok()) return out;
   Result<transport::OutFrame> challenge = join.OnFrame(*frame, transport::JoinResult());
   if (!challenge.ok()) return refuse(challenge.status());
@@ -108,7 +108,7 @@ AcceptOutcome AcceptJoin(const transport::KeyStore& keys, const std::vector<std:
     return refuse(Status(StatusCode::kFailedPrecondition, "not this peer's neighbour in this ring"));
   }
   (void)connection.Send(*challenge);
-  frame = internal::PopFrom(signal, link, deadline);
+  frame = internal::PopFrom(clock, signal, link, deadline);
   if (!frame.ok()) return out;
   if (frame->kind() != MessageKind::kAuthenticate) {
     return refuse(Status(StatusCode::kUnauthenticated, std::string(transport::MessageKindName(frame->kind())) +
@@ -260,16 +260,16 @@ class TcpContext final : public TcpPeerContext, public internal::LinkContext {
     const transport::Key* key = keys_.Find(peers_[rank()].id);
     if (key == nullptr) return InvalidArgument("no key for this peer's id '" + peers_[rank()].id + "'");
     Status last(StatusCode::kDeadlineExceeded, "not reachable within the join deadline");
-    while (Remaining(deadline) > 0) {
+    while (Remaining(clock(), deadline) > 0) {
       auto link = std::make_shared<Link>(signal());
       auto connection = transport::TcpConnectAndWait(loop_.loop(), address.host, address.port, connection_options_,
-                                                     link, std::min<uint32_t>(Remaining(deadline), 2000));
+                                                     link, std::min<uint32_t>(Remaining(clock(), deadline), 2000));
       if (!connection.ok()) {
         last = connection.status();
         std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the neighbour may start later
         continue;
       }
-      Status s = DialJoin(peers_[rank()].id, *key, generation, **connection, *signal(), *link,
+      Status s = DialJoin(peers_[rank()].id, *key, generation, **connection, clock(), *signal(), *link,
                           connection_options_.limits, deadline);
       if (!s.ok()) return Named(to, s);
       *out = link;
@@ -284,19 +284,20 @@ class TcpContext final : public TcpPeerContext, public internal::LinkContext {
     out->assign(expected.size(), nullptr);
     std::vector<bool> joined(expected.size(), false);
     std::size_t count = 0;
-    while (count < expected.size() && Remaining(deadline) > 0) {
+    while (count < expected.size() && Remaining(clock(), deadline) > 0) {
       std::shared_ptr<Link> link;
       std::shared_ptr<Connection> connection;
       {
         std::unique_lock<std::mutex> lock(signal()->mutex);
-        signal()->changed.wait_until(lock, deadline, [&] { return !acceptor_->pending().empty(); });
+        internal::WaitUntil(clock(), signal()->changed, lock, deadline,
+                            [&] { return !acceptor_->pending().empty(); });
         if (acceptor_->pending().empty()) break;
         link = acceptor_->pending().front();
         acceptor_->pending().pop_front();
         connection = link->connection();
       }
       if (!connection) continue;
-      AcceptOutcome o = AcceptJoin(keys_, ids(), expected, joined, generation, *connection, *signal(), *link,
+      AcceptOutcome o = AcceptJoin(keys_, ids(), expected, joined, generation, *connection, clock(), *signal(), *link,
                                    connection_options_.limits, deadline);
       if (o.kind == AcceptOutcome::kFailed) return Named(expected[o.which], o.status);
       if (o.kind != AcceptOutcome::kJoined) continue;

@@ -4,12 +4,30 @@
 #include <cstring>
 #include <numeric>
 
+#include <sys/stat.h>
+
+#include "fedrt/platform/config.h"
 #include "train/random.h"
 
 namespace fedrt {
 namespace {
 
 constexpr uint64_t kShuffleStream = 2;  // Rng stream of epoch shuffles
+
+// File `name` of an MNIST-style directory, gzipped (name.gz) or not (name):
+// the one that exists, the form this build reads first when both do (with
+// zlib the .gz, without it the plain file, which gunzip -k leaves beside
+// it). Neither: the .gz path, which the NotFound then names.
+std::string IdxPath(const std::string& dir, const char* name) {
+  const std::string gz = dir + name + ".gz";
+  const std::string plain = dir + name;
+  const std::string& first = FEDRT_HAVE_ZLIB ? gz : plain;
+  const std::string& second = FEDRT_HAVE_ZLIB ? plain : gz;
+  struct stat info {};
+  if (stat(first.c_str(), &info) == 0) return first;
+  if (stat(second.c_str(), &info) == 0) return second;
+  return gz;
+}
 
 }  // namespace
 
@@ -46,12 +64,14 @@ Result<Dataset> LoadIdxDataset(const std::string& images_path, const std::string
 Result<TrainTestData> LoadMnistStyleDirectory(const std::string& directory) {
   const std::string dir = directory.empty() || directory.back() == '/' ? directory : directory + "/";
   TrainTestData out;
-  Result<Dataset> train = LoadIdxDataset(dir + "train-images-idx3-ubyte.gz", dir + "train-labels-idx1-ubyte.gz");
+  Result<Dataset> train =
+      LoadIdxDataset(IdxPath(dir, "train-images-idx3-ubyte"), IdxPath(dir, "train-labels-idx1-ubyte"));
   if (!train.ok()) return train.status();
-  Result<Dataset> test = LoadIdxDataset(dir + "t10k-images-idx3-ubyte.gz", dir + "t10k-labels-idx1-ubyte.gz");
+  const std::string test_images = IdxPath(dir, "t10k-images-idx3-ubyte");
+  Result<Dataset> test = LoadIdxDataset(test_images, IdxPath(dir, "t10k-labels-idx1-ubyte"));
   if (!test.ok()) return test.status();
   if (test->height != train->height || test->width != train->width) {
-    return Corrupt(dir + "t10k-images-idx3-ubyte.gz: image size differs from the training images");
+    return Corrupt(test_images + ": image size differs from the training images");
   }
   out.train = std::move(train).value();
   out.test = std::move(test).value();

@@ -9,6 +9,11 @@
 
 #include <cstdint>
 
+#include "fedrt/platform/config.h"
+#if FEDRT_HAVE_THREADS
+#include <atomic>
+#endif
+
 namespace fedrt {
 
 // Nanoseconds since an unspecified fixed point (the port's monotonic clock).
@@ -26,8 +31,10 @@ class Clock {
 // The port's monotonic clock (MonotonicNanos).
 const Clock& SystemClock();
 
-// A clock that moves only when told to (tests, simulations). Not
-// synchronized: advance it on the thread that drives the engines.
+// A clock that moves only when told to (tests, simulations). With threads
+// (FEDRT_HAVE_THREADS) its time is atomic: a test may advance it while
+// engines on other threads read it (a collective's rank threads, say).
+// Without threads it is a plain counter for the one thread there is.
 class ManualClock final : public Clock {
  public:
   explicit ManualClock(uint64_t start_nanos = 0) : nanos_(start_nanos) {}
@@ -36,7 +43,11 @@ class ManualClock final : public Clock {
   void SetNanos(uint64_t nanos) { nanos_ = nanos; }
 
  private:
+#if FEDRT_HAVE_THREADS
+  std::atomic<uint64_t> nanos_;
+#else
   uint64_t nanos_;
+#endif
 };
 
 // Measures elapsed time from construction or the last Restart().

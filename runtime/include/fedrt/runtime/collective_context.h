@@ -30,6 +30,14 @@
 // waited on but waits on nobody: the stalled one. Peers agree without a vote.
 // Errors name the peer by rank and id ("peer rank 2 (p2): ...").
 //
+// Time: every deadline (join, step, grace, the waits for the last sends) is
+// a time on the Clock of ContextOptions (SystemClock() unless another is
+// given), so a test drives a collective with a ManualClock: a peer that stays
+// silent fails the step when the test advances the clock past the deadline,
+// with no real time slept. The threaded bindings still block on a condition
+// variable; with a clock other than SystemClock() they wake at least every
+// millisecond to read it (kForeignClockSliceMs, link_context.h).
+//
 // Thread-safety: a context is used by one thread (the training loop, which
 // runs the collectives one after the other); its connections run on the
 // binding's event loop thread. Ownership: the context owns its links and
@@ -37,13 +45,13 @@
 #ifndef FEDRT_RUNTIME_COLLECTIVE_CONTEXT_H_
 #define FEDRT_RUNTIME_COLLECTIVE_CONTEXT_H_
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "fedrt/platform/clock.h"
 #include "fedrt/platform/status.h"
 #include "fedrt/transport/connection.h"
 #include "fedrt/transport/frame.h"
@@ -56,7 +64,9 @@ class EventLoop;  // event_loop.h (the loopback binding's)
 
 namespace peer {
 
-using Deadline = std::chrono::steady_clock::time_point;
+// A time on the context's clock (CollectiveContext::clock()), in
+// nanoseconds: Clock::NowNanos() plus the time allowed.
+using Deadline = uint64_t;
 
 namespace internal {
 struct LoopbackHub;  // private to the runtime (loopback_context.cc)
@@ -104,6 +114,9 @@ struct ContextOptions {
   GossipGraph graph = GossipGraph::kRing;
   uint32_t join_timeout_ms = 10000;  // Form(): connect and join
   uint32_t step_timeout_ms = 10000;  // each collective
+  // Where every deadline's time comes from; null: SystemClock(). Must outlive
+  // the contexts (and the network) made with these options.
+  const Clock* clock = nullptr;
 };
 
 class CollectiveContext {
@@ -140,6 +153,10 @@ class CollectiveContext {
 
   // ---- Frames ----------------------------------------------------------------
   virtual uint32_t step_timeout_ms() const = 0;
+  // The clock of every deadline (ContextOptions::clock).
+  virtual const Clock& clock() const = 0;
+  // Now plus `ms`, and now plus the step timeout, on clock().
+  Deadline DeadlineAfterMs(uint32_t ms) const;
   Deadline StepDeadline() const;
   virtual const transport::FrameLimits& limits() const = 0;
   // Numbers the collectives of a formation (1, 2, ...; Form() restarts it).

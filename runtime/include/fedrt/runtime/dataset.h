@@ -95,7 +95,9 @@ struct TrainTestData {
   Dataset test;
 };
 // The four files of an MNIST-style directory: train-images-idx3-ubyte.gz,
-// train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz.
+// train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz,
+// each gzipped or not (without .gz: what a build without zlib reads; when
+// both are there, the form the build reads is taken).
 Result<TrainTestData> LoadMnistStyleDirectory(const std::string& directory);
 
 // Mean and standard deviation of the features as the data set reads them now.

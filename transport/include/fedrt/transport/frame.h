@@ -121,7 +121,9 @@ class FrameBytes {
 // application holds on to are simply not back yet, so the pool never grows
 // past what the application itself keeps alive plus that bound.
 // Thread-safety: Allocate and the release of its buffers are safe from any
-// thread (frames are often destroyed on another thread than the reader's).
+// thread (frames are often destroyed on another thread than the reader's) in
+// builds with threads (FEDRT_HAVE_THREADS); the core built without threads
+// has no lock and one thread.
 class FrameBytesPool : public std::enable_shared_from_this<FrameBytesPool> {
  public:
   static constexpr std::size_t kMinPooledBytes = 64u << 10;

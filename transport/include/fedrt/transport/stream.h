@@ -41,6 +41,7 @@
 #include "fedrt/platform/status.h"
 #include "fedrt/transport/connection.h"
 #include "fedrt/transport/frame.h"
+#include "fedrt/transport/liveness.h"
 
 namespace fedrt {
 namespace transport {
@@ -122,9 +123,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   bool opened_ = false;
   bool closed_ = false;
   Status close_reason_;
-  uint64_t last_sent_ms_ = 0;
-  uint64_t last_received_ms_ = 0;
-  uint64_t heartbeat_sequence_ = 0;
+  Liveness liveness_;  // heartbeats and the idle deadline
   ConnectionStats stats_;
 };
 

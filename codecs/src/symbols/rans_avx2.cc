@@ -1,5 +1,6 @@
-// Interleaved rANS, AVX2 (rans_kernels.h): the eight states in one register,
-// one group of eight symbols (one per state) per step.
+// Interleaved rANS, AVX2 (rans_kernels.h): the sixteen states in two
+// registers, one group of sixteen symbols (one per state) per step; the two
+// registers' steps are independent, so their latencies overlap.
 //
 // Encode (alphabets up to 16; larger ones run the scalar reference): the
 // per-symbol constants are looked up with vpermd (two and a blend above 8
@@ -7,7 +8,7 @@
 // low 16 bits are compressed, in lane order, into the top of a register by a
 // permutation chosen by the lane mask and stored as one 16-byte store ending
 // at the write pointer (the bytes below the words are scratch that later
-// words overwrite, so the loop stops 16 bytes above `floor`). The division
+// words overwrite, so the loop stops 32 bytes above `floor`). The division
 // is the reciprocal multiply of the reference on even and odd lanes. The
 // encoder runs backwards, so the partial group at the end goes first, to the
 // scalar reference.
@@ -16,7 +17,7 @@
 // and the symbol into one 32-bit word; the lanes whose state fell below 2^15
 // take the next words in lane order: eight words are loaded, widened, and
 // spread to those lanes by a permutation chosen by the lane mask. The loop
-// stops where fewer than 16 stream bytes remain and at the last partial group;
+// stops where fewer than 32 stream bytes remain and at the last partial group;
 // the scalar reference finishes (and does the bounds checks there).
 //
 // Histogram (alphabets up to 16; larger ones run the reference): for each
@@ -74,45 +75,83 @@ __m256i MulHigh(__m256i x, __m256i r) {
 }
 
 template <bool kWide>
+struct EncodeConstants {
+  explicit EncodeConstants(const RansEncodeTable& t)
+      : x_max_lo(LoadTable8(t.x_max)), x_max_hi(LoadTable8(t.x_max + 8)),
+        rcp_lo(LoadTable8(t.reciprocal)), rcp_hi(LoadTable8(t.reciprocal + 8)),
+        shift_lo(LoadTable8(t.shift)), shift_hi(LoadTable8(t.shift + 8)),
+        bias_lo(LoadTable8(t.bias)), bias_hi(LoadTable8(t.bias + 8)),
+        cmpl_lo(LoadTable8(t.complement)), cmpl_hi(LoadTable8(t.complement + 8)) {}
+  __m256i x_max_lo, x_max_hi, rcp_lo, rcp_hi, shift_lo, shift_hi, bias_lo, bias_hi, cmpl_lo, cmpl_hi;
+};
+
+// One step of eight states: renormalise (words stored ending at *ptr) and code
+// symbols[0..8).
+template <bool kWide>
+__m256i EncodeEight(const EncodeConstants<kWide>& c, __m256i x, const uint8_t* symbols, uint8_t** ptr) {
+  const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(symbols)));
+  const __m256i x_max = Lookup<kWide>(c.x_max_lo, c.x_max_hi, s);
+  // x >= x_max, unsigned.
+  const __m256i renorm = _mm256_cmpeq_epi32(_mm256_max_epu32(x, x_max), x);
+  const int mask = _mm256_movemask_ps(_mm256_castsi256_ps(renorm));
+  const __m256i order = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kPermutations.compress[mask]));
+  const __m256i words = _mm256_and_si256(_mm256_permutevar8x32_epi32(x, order), _mm256_set1_epi32(0xFFFF));
+  const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(*ptr - 16), packed);
+  *ptr -= 2 * __builtin_popcount(static_cast<unsigned>(mask));
+  x = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x), _mm256_castsi256_ps(_mm256_srli_epi32(x, 16)),
+                                           _mm256_castsi256_ps(renorm)));
+  const __m256i q = _mm256_srlv_epi32(MulHigh(x, Lookup<kWide>(c.rcp_lo, c.rcp_hi, s)),
+                                      Lookup<kWide>(c.shift_lo, c.shift_hi, s));
+  return _mm256_add_epi32(_mm256_add_epi32(x, Lookup<kWide>(c.bias_lo, c.bias_hi, s)),
+                          _mm256_mullo_epi32(q, Lookup<kWide>(c.cmpl_lo, c.cmpl_hi, s)));
+}
+
+template <bool kWide>
 uint8_t* EncodeGroups(const uint8_t* symbols, std::size_t groups, const RansEncodeTable& t, uint8_t* floor,
                       uint8_t* end, uint32_t* states) {
-  const __m256i x_max_lo = LoadTable8(t.x_max), x_max_hi = LoadTable8(t.x_max + 8);
-  const __m256i rcp_lo = LoadTable8(t.reciprocal), rcp_hi = LoadTable8(t.reciprocal + 8);
-  const __m256i shift_lo = LoadTable8(t.shift), shift_hi = LoadTable8(t.shift + 8);
-  const __m256i bias_lo = LoadTable8(t.bias), bias_hi = LoadTable8(t.bias + 8);
-  const __m256i cmpl_lo = LoadTable8(t.complement), cmpl_hi = LoadTable8(t.complement + 8);
-  const __m256i low16 = _mm256_set1_epi32(0xFFFF);
-  __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(states));
+  const EncodeConstants<kWide> c(t);
+  __m256i low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(states));
+  __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(states + 8));
   uint8_t* ptr = end;
   std::size_t g = groups;
-  for (; g > 0 && ptr - floor >= 16; --g) {
-    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(symbols + 8 * (g - 1)));
-    const __m256i s = _mm256_cvtepu8_epi32(bytes);
-    const __m256i x_max = Lookup<kWide>(x_max_lo, x_max_hi, s);
-    // x >= x_max, unsigned.
-    const __m256i renorm = _mm256_cmpeq_epi32(_mm256_max_epu32(x, x_max), x);
-    const int mask = _mm256_movemask_ps(_mm256_castsi256_ps(renorm));
-    if (mask != 0) {
-      const __m256i order =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kPermutations.compress[mask]));
-      const __m256i words = _mm256_and_si256(_mm256_permutevar8x32_epi32(x, order), low16);
-      const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(ptr - 16), packed);
-      ptr -= 2 * __builtin_popcount(static_cast<unsigned>(mask));
-      x = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x),
-                                               _mm256_castsi256_ps(_mm256_srli_epi32(x, 16)),
-                                               _mm256_castsi256_ps(renorm)));
-    }
-    const __m256i q = _mm256_srlv_epi32(MulHigh(x, Lookup<kWide>(rcp_lo, rcp_hi, s)),
-                                        Lookup<kWide>(shift_lo, shift_hi, s));
-    x = _mm256_add_epi32(_mm256_add_epi32(x, Lookup<kWide>(bias_lo, bias_hi, s)),
-                         _mm256_mullo_epi32(q, Lookup<kWide>(cmpl_lo, cmpl_hi, s)));
+  // Lanes 15..8 write their words before (above) lanes 7..0's.
+  for (; g > 0 && ptr - floor >= 32; --g) {
+    high = EncodeEight(c, high, symbols + kRansLanes * (g - 1) + 8, &ptr);
+    low = EncodeEight(c, low, symbols + kRansLanes * (g - 1), &ptr);
   }
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(states), x);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(states), low);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(states + 8), high);
   // Too close to `floor` for whole stores: the reference finishes (and says
   // whether the words fit).
-  if (g > 0) return scalar::RansEncodeLanes(symbols, 8 * g, 0, t, floor, ptr, states);
+  if (g > 0) return scalar::RansEncodeLanes(symbols, kRansLanes * g, 0, t, floor, ptr, states);
   return ptr;
+}
+
+// One step of eight states: decode into out[0..8), then refill from
+// stream + *pos (16 readable bytes).
+inline __m256i DecodeEight(const uint32_t* slots, __m256i x, __m256i mask, __m128i shift, const uint8_t* stream,
+                           std::size_t* pos, uint8_t* out) {
+  const __m256i low12 = _mm256_set1_epi32(0xFFF);
+  // Byte 0 of each 32-bit lane to bytes 0..3 of each 128-bit half.
+  const __m256i first_bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
+                                               0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i entry =
+      _mm256_i32gather_epi32(reinterpret_cast<const int*>(slots), _mm256_and_si256(x, mask), 4);
+  const __m256i freq = _mm256_and_si256(entry, low12);
+  const __m256i offset = _mm256_and_si256(_mm256_srli_epi32(entry, 12), low12);
+  x = _mm256_add_epi32(_mm256_mullo_epi32(freq, _mm256_srl_epi32(x, shift)), offset);
+  const __m256i sym = _mm256_shuffle_epi8(_mm256_srli_epi32(entry, 24), first_bytes);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out),
+                   _mm_unpacklo_epi32(_mm256_castsi256_si128(sym), _mm256_extracti128_si256(sym, 1)));
+  const __m256i renorm = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(kRansLow)), x);  // x < 2^31 always
+  const int lanes = _mm256_movemask_ps(_mm256_castsi256_ps(renorm));
+  const __m256i loaded = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(stream + *pos)));
+  const __m256i order = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kPermutations.spread[lanes]));
+  const __m256i refilled = _mm256_or_si256(_mm256_slli_epi32(x, 16), _mm256_permutevar8x32_epi32(loaded, order));
+  *pos += 2 * static_cast<std::size_t>(__builtin_popcount(static_cast<unsigned>(lanes)));
+  return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x), _mm256_castsi256_ps(refilled),
+                                              _mm256_castsi256_ps(renorm)));
 }
 
 // Counts of value v in an L1-sized block for v < alphabet.
@@ -168,34 +207,17 @@ std::size_t RansDecodeLanes(const uint8_t* stream, std::size_t size, std::size_t
     for (uint32_t k = 0; k < table.freq[s]; ++k) slots[table.start[s] + k] = table.freq[s] | k << 12 | s << 24;
   }
   const __m256i mask = _mm256_set1_epi32(static_cast<int>((1u << bits) - 1));
-  const __m256i low12 = _mm256_set1_epi32(0xFFF);
-  const __m256i low = _mm256_set1_epi32(static_cast<int>(kRansLow));
   const __m128i shift = _mm_cvtsi32_si128(bits);
-  // Byte 0 of each 32-bit lane to bytes 0..3 of each 128-bit half.
-  const __m256i first_bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
-                                               0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-  __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(states));
+  __m256i low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(states));
+  __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(states + 8));
   std::size_t pos = *at;
   std::size_t i = 0;
-  for (; count - i >= kRansLanes && size - pos >= 16; i += kRansLanes) {
-    const __m256i slot = _mm256_and_si256(x, mask);
-    const __m256i entry = _mm256_i32gather_epi32(reinterpret_cast<const int*>(slots), slot, 4);
-    const __m256i freq = _mm256_and_si256(entry, low12);
-    const __m256i offset = _mm256_and_si256(_mm256_srli_epi32(entry, 12), low12);
-    x = _mm256_add_epi32(_mm256_mullo_epi32(freq, _mm256_srl_epi32(x, shift)), offset);
-    const __m256i sym = _mm256_shuffle_epi8(_mm256_srli_epi32(entry, 24), first_bytes);
-    const __m128i sym8 = _mm_unpacklo_epi32(_mm256_castsi256_si128(sym), _mm256_extracti128_si256(sym, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(symbols + i), sym8);
-    const __m256i renorm = _mm256_cmpgt_epi32(low, x);  // x < 2^15 (x < 2^31 always)
-    const int lanes = _mm256_movemask_ps(_mm256_castsi256_ps(renorm));
-    const __m256i loaded = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(stream + pos)));
-    const __m256i order = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kPermutations.spread[lanes]));
-    const __m256i refilled = _mm256_or_si256(_mm256_slli_epi32(x, 16), _mm256_permutevar8x32_epi32(loaded, order));
-    x = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x), _mm256_castsi256_ps(refilled),
-                                             _mm256_castsi256_ps(renorm)));
-    pos += 2 * static_cast<std::size_t>(__builtin_popcount(static_cast<unsigned>(lanes)));
+  for (; count - i >= kRansLanes && size - pos >= 32; i += kRansLanes) {
+    low = DecodeEight(slots, low, mask, shift, stream, &pos, symbols + i);
+    high = DecodeEight(slots, high, mask, shift, stream, &pos, symbols + i + 8);
   }
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(states), x);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(states), low);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(states + 8), high);
   *at = pos;
   return i + scalar::RansDecodeLanes(stream, size, at, count - i, table, states, symbols + i);
 }

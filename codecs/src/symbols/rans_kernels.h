@@ -3,16 +3,17 @@
 // This file is the family's list: symbol_rans.cc, the tests and the
 // benchmarks go through RansKernelsFor().
 //
-// The coder: kRansLanes = 8 independent 32-bit states, symbol i coded by
-// state i % 8; each state lives in [2^15, 2^31) and renormalises by one
+// The coder: kRansLanes = 16 independent 32-bit states, symbol i coded by
+// state i % 16; each state lives in [2^15, 2^31) and renormalises by one
 // 16-bit word at most per symbol (scale bits <= 12 < 16). The encoder runs
 // over the symbols backwards from all states = 2^15 and writes the words
 // downwards; the decoder runs forwards and reads them upwards, so symbol i's
 // word (if it has one) follows symbol i - 1's in the stream whatever its
 // lane. That order is what lets an 8-lane vector decoder read the words of
-// one group of eight symbols with one load and a permutation, and a vector
-// encoder write them with one store: every variant produces the same words in
-// the same order.
+// eight symbols with one load and a permutation, and a vector encoder write
+// them with one store: every variant produces the same words in the same
+// order. Sixteen states rather than eight give a vector coder two independent
+// dependency chains (a step's latency, not its work, bounds one chain).
 //
 //   histogram  counts of symbols[0..count) into histogram[0..256) (all 256
 //              entries written), so a symbol >= alphabet shows up as a count
@@ -20,10 +21,10 @@
 //   encode     codes symbols[0..count) (each < alphabet, present in the table)
 //              into the words ending at `end`, never writing below `floor`;
 //              returns the first byte written, or nullptr when the words would
-//              pass `floor` (the caller then packs instead). states[0..8) start
+//              pass `floor` (the caller then packs instead). states[0..16) start
 //              at 2^15 and end as the encoder's final states.
 //   decode     decodes `count` symbols from stream[*at..size) starting from
-//              states[0..8) (each in [2^15, 2^31)), advancing *at; returns the
+//              states[0..16) (each in [2^15, 2^31)), advancing *at; returns the
 //              number decoded, less than `count` only if the stream ended
 //              early. Never reads outside stream[0..size); the caller checks
 //              the final states and that the stream is consumed.
@@ -41,7 +42,7 @@
 
 namespace fedrt {
 
-inline constexpr int kRansLanes = 8;
+inline constexpr int kRansLanes = 16;
 inline constexpr uint32_t kRansLow = 1u << 15;
 
 // Per-symbol encoding constants, one array per field (a vector variant looks
@@ -85,7 +86,7 @@ inline uint32_t LoadRansWord(const uint8_t* p) { return p[0] | uint32_t{p[1]} <<
 namespace scalar {
 FEDRT_RANS_KERNEL_DECLS
 }
-// AVX2 (also used under AVX-512): eight lanes in one register.
+// AVX2 (also used under AVX-512): the sixteen states in two registers.
 namespace avx2 {
 FEDRT_RANS_KERNEL_DECLS
 }

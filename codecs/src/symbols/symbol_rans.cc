@@ -2,7 +2,7 @@
 // table and dispatch to the interleaved coder kernels (rans_kernels.h).
 //
 // Stream layout (all inside the symbol stream, after the codec's scales):
-//   byte 0    0x80 | L: the 8-way interleaved format, frequencies summing to
+//   byte 0    0x80 | L: the 16-way interleaved format, frequencies summing to
 //             2^L, L in 1..kRansMaxScaleBits; or 0 for a stream of one
 //             repeated symbol: then byte 1 is that symbol and the stream
 //             ends (2 bytes in all). Bytes 1..12 named the single-state
@@ -11,7 +11,7 @@
 //   table     for symbols 0..last, its frequency as LEB128 (1 or 2 bytes);
 //             a zero frequency is followed by one byte r: r further symbols
 //             are also absent (runs of absent symbols cost 2 bytes).
-//   32 bytes  the encoder's final states, lanes 0..7, little-endian (the
+//   64 bytes  the encoder's final states, lanes 0..15, little-endian (the
 //             decoder's start).
 //   rest      16-bit little-endian renormalisation words in the order the
 //             decoder reads them.
@@ -23,6 +23,7 @@
 #include <string>
 
 #include "fedrt/codecs/payload.h"
+#include "fedrt/platform/config.h"
 #include "symbols/rans_kernels.h"
 #include "symbols/symbol_streams.h"
 
@@ -82,7 +83,7 @@ Result<std::size_t> ReadTable(const uint8_t* in, std::size_t size, uint32_t alph
   if (size < 2) return Corrupt("rANS stream shorter than its table header");
   if (in[0] >= 1 && in[0] <= kRansMaxScaleBits) {
     return Corrupt("rANS stream in the single-state format of earlier fedrt versions (first byte " +
-                   std::to_string(in[0]) + "); this version reads only the 8-way interleaved format");
+                   std::to_string(in[0]) + "); this version reads only the 16-way interleaved format");
   }
   if ((in[0] & kInterleavedFormat) == 0) {
     return Corrupt("rANS stream format byte " + std::to_string(in[0]) + " is not known");

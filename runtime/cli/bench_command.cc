@@ -90,31 +90,44 @@ struct Row {
   std::string failure;
 };
 
-Row Measure(Codec& codec, const Vector& vector, double min_seconds, bool cpu_time) {
-  const auto seconds_per_call = [cpu_time](auto work, double seconds, bool warm_up) {
-    return cpu_time ? CpuSecondsPerCall(work, seconds, warm_up) : SecondsPerCall(work, seconds, warm_up);
-  };
+// Seconds per call of `work` (after a warm-up call), wall-clock or thread CPU time.
+template <typename Work>
+double TimePerCall(Work work, double min_seconds, bool cpu_time) {
+  return cpu_time ? CpuSecondsPerCall(work, min_seconds, true) : SecondsPerCall(work, min_seconds, true);
+}
+
+// A row for `codec` on `vector`, and the context every measurement encodes with.
+Row NewRow(const std::string& codec, const Vector& vector) {
   Row row;
-  row.codec = codec.spec();
+  row.codec = codec;
   row.vector = vector.name;
   row.d = vector.values.size();
-  const std::size_t d = row.d;
+  return row;
+}
+CodecContext BenchContext() {
   CodecContext context;
   context.session_seed = 7;
+  return context;
+}
+
+Row Measure(Codec& codec, const Vector& vector, double min_seconds, bool cpu_time) {
+  Row row = NewRow(codec.spec(), vector);
+  const std::size_t d = row.d;
+  const CodecContext context = BenchContext();
   std::vector<uint8_t> payload(codec.MaxEncodedSize(d));
   std::vector<float> out(d);
   const float* side = codec.needs_side_info() ? vector.side_info.data() : nullptr;
   Status status;
   std::size_t size = 0;
-  const double enc = seconds_per_call([&] {
+  const double enc = TimePerCall([&] {
     auto r = codec.Encode(vector.values.data(), d, context, payload.data(), payload.size());
     if (r.ok()) size = *r; else status = r.status();
-  }, min_seconds, true);
+  }, min_seconds, cpu_time);
   if (status.ok()) {
-    const double dec = seconds_per_call([&] {
+    const double dec = TimePerCall([&] {
       Status s = codec.Decode(payload.data(), size, context, out.data(), d, side);
       if (!s.ok()) status = s;
-    }, min_seconds, true);
+    }, min_seconds, cpu_time);
     row.decode_gbs = 4.0 * static_cast<double>(d) / dec / 1e9;
   }
   if (!status.ok()) {
@@ -131,18 +144,11 @@ Row Measure(Codec& codec, const Vector& vector, double min_seconds, bool cpu_tim
 // The `ec=none` codec of `none` (see the file comment) with zstd at `level`
 // on its symbol bytes: the last `d` bytes of the payload.
 Row MeasureZstd(Codec& none, int level, const Vector& vector, double min_seconds, bool cpu_time) {
-  const auto seconds_per_call = [cpu_time](auto work, double seconds, bool warm_up) {
-    return cpu_time ? CpuSecondsPerCall(work, seconds, warm_up) : SecondsPerCall(work, seconds, warm_up);
-  };
-  Row row;
-  row.codec = none.spec();
+  Row row = NewRow(none.spec(), vector);
   const std::size_t at = row.codec.find("ec=none");
   if (at != std::string::npos) row.codec.replace(at, 7, "ec=zstd-" + std::to_string(level));
-  row.vector = vector.name;
-  row.d = vector.values.size();
   const std::size_t d = row.d;
-  CodecContext context;
-  context.session_seed = 7;
+  const CodecContext context = BenchContext();
   std::vector<uint8_t> payload(none.MaxEncodedSize(d));
   std::vector<uint8_t> compressed(ZSTD_compressBound(d));
   std::vector<float> out(d);
@@ -156,21 +162,21 @@ Row MeasureZstd(Codec& none, int level, const Vector& vector, double min_seconds
   ZSTD_CCtx* cctx = ZSTD_createCCtx();
   ZSTD_DCtx* dctx = ZSTD_createDCtx();
   std::size_t zsize = 0;
-  const double enc = seconds_per_call([&] {
+  const double enc = TimePerCall([&] {
     auto r = none.Encode(vector.values.data(), d, context, payload.data(), payload.size());
     if (!r.ok()) row.failure = r.status().ToString();
     zsize = ZSTD_compressCCtx(cctx, compressed.data(), compressed.size(), payload.data() + prefix, d, level);
     if (ZSTD_isError(zsize)) row.failure = ZSTD_getErrorName(zsize);
-  }, min_seconds, true);
+  }, min_seconds, cpu_time);
   // The prefix is in place (it comes before the symbols in any payload); the
   // timed part is decompression into place and the codec's decode.
   std::vector<uint8_t> restored(payload.begin(), payload.begin() + static_cast<std::ptrdiff_t>(*first));
-  const double dec = seconds_per_call([&] {
+  const double dec = TimePerCall([&] {
     const std::size_t n = ZSTD_decompressDCtx(dctx, restored.data() + prefix, d, compressed.data(), zsize);
     if (ZSTD_isError(n) || n != d) row.failure = "zstd: decompressed size differs";
     Status st = none.Decode(restored.data(), restored.size(), context, out.data(), d, side);
     if (!st.ok()) row.failure = st.ToString();
-  }, min_seconds, true);
+  }, min_seconds, cpu_time);
   ZSTD_freeCCtx(cctx);
   ZSTD_freeDCtx(dctx);
   if (!row.failure.empty()) return row;
@@ -189,7 +195,7 @@ double MemcpyGbs(std::size_t d, double min_seconds, bool cpu_time) {
     // Keep the copy observable so it is not optimised away.
     if (b[d / 2] != 1.0f) std::abort();
   };
-  const double s = cpu_time ? CpuSecondsPerCall(copy, min_seconds, true) : SecondsPerCall(copy, min_seconds, true);
+  const double s = TimePerCall(copy, min_seconds, cpu_time);
   return 4.0 * static_cast<double>(d) / s / 1e9;
 }
 

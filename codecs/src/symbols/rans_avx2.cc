@@ -128,10 +128,11 @@ uint8_t* EncodeGroups(const uint8_t* symbols, std::size_t groups, const RansEnco
   return ptr;
 }
 
-// One step of eight states: decode into out[0..8), then refill from
-// stream + *pos (16 readable bytes).
-inline __m256i DecodeEight(const uint32_t* slots, __m256i x, __m256i mask, __m128i shift, const uint8_t* stream,
-                           std::size_t* pos, uint8_t* out) {
+// One step of eight states: decode into out[0..8), then refill the lanes
+// that need it with words base, base + 1, ... of the sixteen in `words`
+// (words[0] holds 0..7, words[1] 8..15); adds the number taken to *base.
+inline __m256i DecodeEight(const uint32_t* slots, __m256i x, __m256i mask, __m128i shift, const __m256i* words,
+                           int* base, uint8_t* out) {
   const __m256i low12 = _mm256_set1_epi32(0xFFF);
   // Byte 0 of each 32-bit lane to bytes 0..3 of each 128-bit half.
   const __m256i first_bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
@@ -146,11 +147,13 @@ inline __m256i DecodeEight(const uint32_t* slots, __m256i x, __m256i mask, __m12
                    _mm_unpacklo_epi32(_mm256_castsi256_si128(sym), _mm256_extracti128_si256(sym, 1)));
   const __m256i renorm = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(kRansLow)), x);  // x < 2^31 always
   const int lanes = _mm256_movemask_ps(_mm256_castsi256_ps(renorm));
-  const __m256i loaded = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(stream + *pos)));
-  const __m256i order = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kPermutations.spread[lanes]));
-  const __m256i refilled = _mm256_or_si256(_mm256_slli_epi32(x, 16), _mm256_permutevar8x32_epi32(loaded, order));
-  *pos += 2 * static_cast<std::size_t>(__builtin_popcount(static_cast<unsigned>(lanes)));
-  return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x), _mm256_castsi256_ps(refilled),
+  // Word indices base + k: a 16-entry lookup in the two registers.
+  const __m256i order = _mm256_add_epi32(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kPermutations.spread[lanes])), _mm256_set1_epi32(*base));
+  const __m256i refill = Lookup<true>(words[0], words[1], order);
+  *base += __builtin_popcount(static_cast<unsigned>(lanes));
+  return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x),
+                                              _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(x, 16), refill)),
                                               _mm256_castsi256_ps(renorm)));
 }
 
@@ -212,9 +215,16 @@ std::size_t RansDecodeLanes(const uint8_t* stream, std::size_t size, std::size_t
   __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(states + 8));
   std::size_t pos = *at;
   std::size_t i = 0;
+  // The sixteen words a group can take are loaded once, so the high lanes'
+  // refill waits only for the count the low lanes took, not for a load.
   for (; count - i >= kRansLanes && size - pos >= 32; i += kRansLanes) {
-    low = DecodeEight(slots, low, mask, shift, stream, &pos, symbols + i);
-    high = DecodeEight(slots, high, mask, shift, stream, &pos, symbols + i + 8);
+    const __m256i words[2] = {
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(stream + pos))),
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(stream + pos + 16)))};
+    int taken = 0;
+    low = DecodeEight(slots, low, mask, shift, words, &taken, symbols + i);
+    high = DecodeEight(slots, high, mask, shift, words, &taken, symbols + i + 8);
+    pos += 2 * static_cast<std::size_t>(taken);
   }
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(states), low);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(states + 8), high);

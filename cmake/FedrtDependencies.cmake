@@ -96,6 +96,22 @@ if(FEDRT_WITH_ASIO AND FEDRT_WITH_OPENSSL)
 else()
   set(FEDRT_HAVE_HOSTS OFF)
 endif()
+# zstd: the yardstick beside rANS in `fedrt bench codecs` (the tool only; the
+# codecs never link it). On by default where the tool is built and libzstd
+# is found (Debian: libzstd-dev); off in the core and in cross builds whose
+# sysroot lacks it. Asking for it where it is missing is a configure error.
+find_package(zstd CONFIG QUIET)
+if(FEDRT_HAVE_HOSTS AND FEDRT_BUILD_CLI AND TARGET zstd::libzstd_shared)
+  set(fedrt_zstd_default ON)
+else()
+  set(fedrt_zstd_default OFF)
+endif()
+option(FEDRT_WITH_ZSTD "zstd levels 1 and 3 beside rANS in `fedrt bench codecs` (Debian: libzstd-dev)" ${fedrt_zstd_default})
+if(FEDRT_WITH_ZSTD AND NOT TARGET zstd::libzstd_shared)
+  message(FATAL_ERROR "FEDRT_WITH_ZSTD is ON but libzstd was not found (Debian: libzstd-dev; .ci/install-deps "
+                      "installs it), or configure with -DFEDRT_WITH_ZSTD=OFF")
+endif()
+
 foreach(flag ASIO OPENSSL ZLIB TLS THREADS)
   if(FEDRT_WITH_${flag})
     set(FEDRT_HAVE_${flag}_01 1)

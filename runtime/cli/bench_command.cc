@@ -2,6 +2,13 @@
 // normalized error of every registered codec on every ISA this CPU has, on
 // synthetic Gaussian and Laplace vectors (and a user's saved gradients), with
 // memcpy on the same machine as the ceiling. One core; a benchmark, not a test.
+//
+// With zstd in the build (FEDRT_WITH_ZSTD), every rANS row is followed by
+// zstd levels 1 and 3 on the same symbols, as a yardstick for rate and speed:
+// the codec with `ec=none` writes its symbols one byte each at the end of its
+// payload, zstd compresses those bytes, and the row's times are the codec's
+// plus zstd's (encode: quantize, then compress; decode: decompress, then
+// dequantize), so they compare with the rANS row's directly.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -9,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +27,10 @@
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
 #include "fedrt/platform/cpu.h"
+
+#if FEDRT_BENCH_ZSTD
+#include <zstd.h>
+#endif
 
 namespace fedrt::cli {
 namespace {
@@ -78,31 +90,44 @@ struct Row {
   std::string failure;
 };
 
-Row Measure(Codec& codec, const Vector& vector, double min_seconds, bool cpu_time) {
-  const auto seconds_per_call = [cpu_time](auto work, double seconds, bool warm_up) {
-    return cpu_time ? CpuSecondsPerCall(work, seconds, warm_up) : SecondsPerCall(work, seconds, warm_up);
-  };
+// Seconds per call of `work` (after a warm-up call), wall-clock or thread CPU time.
+template <typename Work>
+double TimePerCall(Work work, double min_seconds, bool cpu_time) {
+  return cpu_time ? CpuSecondsPerCall(work, min_seconds, true) : SecondsPerCall(work, min_seconds, true);
+}
+
+// A row for `codec` on `vector`, and the context every measurement encodes with.
+Row NewRow(const std::string& codec, const Vector& vector) {
   Row row;
-  row.codec = codec.spec();
+  row.codec = codec;
   row.vector = vector.name;
   row.d = vector.values.size();
-  const std::size_t d = row.d;
+  return row;
+}
+CodecContext BenchContext() {
   CodecContext context;
   context.session_seed = 7;
+  return context;
+}
+
+Row Measure(Codec& codec, const Vector& vector, double min_seconds, bool cpu_time) {
+  Row row = NewRow(codec.spec(), vector);
+  const std::size_t d = row.d;
+  const CodecContext context = BenchContext();
   std::vector<uint8_t> payload(codec.MaxEncodedSize(d));
   std::vector<float> out(d);
   const float* side = codec.needs_side_info() ? vector.side_info.data() : nullptr;
   Status status;
   std::size_t size = 0;
-  const double enc = seconds_per_call([&] {
+  const double enc = TimePerCall([&] {
     auto r = codec.Encode(vector.values.data(), d, context, payload.data(), payload.size());
     if (r.ok()) size = *r; else status = r.status();
-  }, min_seconds, true);
+  }, min_seconds, cpu_time);
   if (status.ok()) {
-    const double dec = seconds_per_call([&] {
+    const double dec = TimePerCall([&] {
       Status s = codec.Decode(payload.data(), size, context, out.data(), d, side);
       if (!s.ok()) status = s;
-    }, min_seconds, true);
+    }, min_seconds, cpu_time);
     row.decode_gbs = 4.0 * static_cast<double>(d) / dec / 1e9;
   }
   if (!status.ok()) {
@@ -115,6 +140,54 @@ Row Measure(Codec& codec, const Vector& vector, double min_seconds, bool cpu_tim
   return row;
 }
 
+#if FEDRT_BENCH_ZSTD
+// The `ec=none` codec of `none` (see the file comment) with zstd at `level`
+// on its symbol bytes: the last `d` bytes of the payload.
+Row MeasureZstd(Codec& none, int level, const Vector& vector, double min_seconds, bool cpu_time) {
+  Row row = NewRow(none.spec(), vector);
+  const std::size_t at = row.codec.find("ec=none");
+  if (at != std::string::npos) row.codec.replace(at, 7, "ec=zstd-" + std::to_string(level));
+  const std::size_t d = row.d;
+  const CodecContext context = BenchContext();
+  std::vector<uint8_t> payload(none.MaxEncodedSize(d));
+  std::vector<uint8_t> compressed(ZSTD_compressBound(d));
+  std::vector<float> out(d);
+  const float* side = none.needs_side_info() ? vector.side_info.data() : nullptr;
+  auto first = none.Encode(vector.values.data(), d, context, payload.data(), payload.size());
+  if (!first.ok() || *first < d) {
+    row.failure = first.ok() ? "payload shorter than its symbols" : first.status().ToString();
+    return row;
+  }
+  const std::size_t prefix = *first - d;  // header, spec and scales
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_DCtx* dctx = ZSTD_createDCtx();
+  std::size_t zsize = 0;
+  const double enc = TimePerCall([&] {
+    auto r = none.Encode(vector.values.data(), d, context, payload.data(), payload.size());
+    if (!r.ok()) row.failure = r.status().ToString();
+    zsize = ZSTD_compressCCtx(cctx, compressed.data(), compressed.size(), payload.data() + prefix, d, level);
+    if (ZSTD_isError(zsize)) row.failure = ZSTD_getErrorName(zsize);
+  }, min_seconds, cpu_time);
+  // The prefix is in place (it comes before the symbols in any payload); the
+  // timed part is decompression into place and the codec's decode.
+  std::vector<uint8_t> restored(payload.begin(), payload.begin() + static_cast<std::ptrdiff_t>(*first));
+  const double dec = TimePerCall([&] {
+    const std::size_t n = ZSTD_decompressDCtx(dctx, restored.data() + prefix, d, compressed.data(), zsize);
+    if (ZSTD_isError(n) || n != d) row.failure = "zstd: decompressed size differs";
+    Status st = none.Decode(restored.data(), restored.size(), context, out.data(), d, side);
+    if (!st.ok()) row.failure = st.ToString();
+  }, min_seconds, cpu_time);
+  ZSTD_freeCCtx(cctx);
+  ZSTD_freeDCtx(dctx);
+  if (!row.failure.empty()) return row;
+  row.encode_gbs = 4.0 * static_cast<double>(d) / enc / 1e9;
+  row.decode_gbs = 4.0 * static_cast<double>(d) / dec / 1e9;
+  row.bits = MakeCodecStats(prefix + zsize, d).bits_per_coordinate;
+  row.error = NormalizedError(out.data(), vector.values.data(), d);
+  return row;
+}
+#endif
+
 double MemcpyGbs(std::size_t d, double min_seconds, bool cpu_time) {
   std::vector<float> a(d, 1.0f), b(d);
   const auto copy = [&] {
@@ -122,7 +195,7 @@ double MemcpyGbs(std::size_t d, double min_seconds, bool cpu_time) {
     // Keep the copy observable so it is not optimised away.
     if (b[d / 2] != 1.0f) std::abort();
   };
-  const double s = cpu_time ? CpuSecondsPerCall(copy, min_seconds, true) : SecondsPerCall(copy, min_seconds, true);
+  const double s = TimePerCall(copy, min_seconds, cpu_time);
   return 4.0 * static_cast<double>(d) / s / 1e9;
 }
 
@@ -184,6 +257,10 @@ int RunBenchCodecs(const BenchOptions& o) {
   if (!o.json) {
     std::printf("memcpy: %.2f GB/s (%zu floats, one core, %s time): the ceiling for every row below\n\n", memcpy_gbs,
                 memcpy_d, o.cpu_time ? "thread CPU" : "wall-clock");
+#if FEDRT_BENCH_ZSTD
+    std::printf("ec=zstd-N rows: the ec=none codec plus zstd level N (%s) on its symbol bytes, beside the rANS\n"
+                "row above them: a yardstick, not a codec\n\n", ZSTD_versionString());
+#endif
     std::printf("%-34s %-6s %-15s %9s %9s %10s %12s\n", "codec", "isa", "vector", "enc GB/s", "dec GB/s",
                 "bits/coord", "norm. error");
   }
@@ -197,25 +274,43 @@ int RunBenchCodecs(const BenchOptions& o) {
       ++failures;
       continue;
     }
+    // The zstd yardstick of a rANS codec (see the file comment).
+    std::unique_ptr<Codec> none;
+#if FEDRT_BENCH_ZSTD
+    const std::size_t rans = (*codec)->spec().find("ec=rans");
+    if (rans != std::string::npos) {
+      std::string none_spec = (*codec)->spec();
+      none_spec.replace(rans, 7, "ec=none");
+      auto made = MakeCodec(none_spec);
+      if (made.ok()) none = std::move(*made);
+    }
+#endif
     for (const Vector& vector : vectors) {
       for (Isa isa : AvailableIsas()) {
         SetIsaOverride(isa);
-        Row row = Measure(**codec, vector, o.min_seconds, o.cpu_time);
-        row.isa = IsaName(isa);
-        if (!row.failure.empty()) ++failures;
-        if (o.json) {
-          results.push_back({{"codec", row.codec}, {"isa", row.isa}, {"vector", row.vector}, {"d", row.d},
-                             {"encode_gb_per_s", row.encode_gbs}, {"decode_gb_per_s", row.decode_gbs},
-                             {"bits_per_coordinate", row.bits}, {"normalized_error", row.error},
-                             {"error", row.failure}});
-        } else if (!row.failure.empty()) {
-          std::printf("%-34s %-6s %-15s failed: %s\n", row.codec.c_str(), row.isa.c_str(), row.vector.c_str(),
-                      row.failure.c_str());
-        } else {
-          std::printf("%-34s %-6s %-15s %9.3f %9.3f %10.4f %12.4g\n", row.codec.c_str(), row.isa.c_str(),
-                      row.vector.c_str(), row.encode_gbs, row.decode_gbs, row.bits, row.error);
+        std::vector<Row> rows = {Measure(**codec, vector, o.min_seconds, o.cpu_time)};
+#if FEDRT_BENCH_ZSTD
+        for (int level : {1, 3}) {
+          if (none) rows.push_back(MeasureZstd(*none, level, vector, o.min_seconds, o.cpu_time));
         }
-        std::fflush(stdout);
+#endif
+        for (Row& row : rows) {
+          row.isa = IsaName(isa);
+          if (!row.failure.empty()) ++failures;
+          if (o.json) {
+            results.push_back({{"codec", row.codec}, {"isa", row.isa}, {"vector", row.vector}, {"d", row.d},
+                               {"encode_gb_per_s", row.encode_gbs}, {"decode_gb_per_s", row.decode_gbs},
+                               {"bits_per_coordinate", row.bits}, {"normalized_error", row.error},
+                               {"error", row.failure}});
+          } else if (!row.failure.empty()) {
+            std::printf("%-34s %-6s %-15s failed: %s\n", row.codec.c_str(), row.isa.c_str(), row.vector.c_str(),
+                        row.failure.c_str());
+          } else {
+            std::printf("%-34s %-6s %-15s %9.3f %9.3f %10.4f %12.4g\n", row.codec.c_str(), row.isa.c_str(),
+                        row.vector.c_str(), row.encode_gbs, row.decode_gbs, row.bits, row.error);
+          }
+          std::fflush(stdout);
+        }
       }
     }
   }

@@ -46,7 +46,7 @@ TEST_CASE("golden payloads and decoded floats are identical on every ISA and pla
       {"rtopk:k=0.05,r=0.2", 1627697588u, 513559745u},
       {"moniqua:bits=1,theta=0.5", 3316564874u, 163904873u},
       {"moniqua:bits=3,theta=0.25,round=stochastic", 3510961968u, 3270725859u},
-      {"moniqua:bits=8,theta=2,ec=rans", 3104899358u, 3836826578u},
+      {"moniqua:bits=8,theta=2,ec=rans", 633000797u, 3836826578u},
   };
   const std::size_t d = 70001;
   const auto x = FixedInput(d);

@@ -234,8 +234,9 @@ TEST_CASE("truncated and extended streams are rejected for every coding") {
       extended.bytes.push_back(0);
       CHECK(Decode(extended, symbols.size(), alphabet, &out).code() == StatusCode::kCorrupt);
       // The count is part of the contract: one symbol more or less fails
-      // (packing can only tell when the size changes).
-      if (coding != SymbolCoding::kPack) {
+      // (packing can only tell when the size changes; `rans` packs streams
+      // it cannot make shorter, such as this one at alphabet 3).
+      if (coding != SymbolCoding::kPack && !IsPackedCoding(stream.flags, alphabet)) {
         CHECK_FALSE(Decode(stream, symbols.size() + 1, alphabet, &out).ok());
         CHECK_FALSE(Decode(stream, symbols.size() - 1, alphabet, &out).ok());
       }

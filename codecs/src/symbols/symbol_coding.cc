@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "symbols/rans_kernels.h"
 #include "symbols/symbol_streams.h"
 
 namespace fedrt::codec_internal {
@@ -28,29 +29,6 @@ uint32_t LargestSymbol(const uint8_t* symbols, std::size_t count) {
   uint8_t largest = 0;
   for (std::size_t i = 0; i < count; ++i) largest = symbols[i] > largest ? symbols[i] : largest;
   return largest;
-}
-
-// Four interleaved tables, so runs of one symbol (the common case after
-// quantization) do not serialize on one counter.
-void Histogram(const uint8_t* symbols, std::size_t count, uint64_t* histogram) {
-  uint32_t tables[4][256] = {};
-  for (int s = 0; s < 256; ++s) histogram[s] = 0;
-  std::size_t i = 0;
-  while (i < count) {
-    // Flush before a 32-bit counter could overflow.
-    const std::size_t end = count - i > (std::size_t{1} << 30) ? i + (std::size_t{1} << 30) : count;
-    for (; i + 4 <= end; i += 4) {
-      ++tables[0][symbols[i]];
-      ++tables[1][symbols[i + 1]];
-      ++tables[2][symbols[i + 2]];
-      ++tables[3][symbols[i + 3]];
-    }
-    for (; i < end; ++i) ++tables[0][symbols[i]];
-    for (int s = 0; s < 256; ++s) {
-      histogram[s] += uint64_t{tables[0][s]} + tables[1][s] + tables[2][s] + tables[3][s];
-      tables[0][s] = tables[1][s] = tables[2][s] = tables[3][s] = 0;
-    }
-  }
 }
 
 uint16_t PackedFlag(uint32_t alphabet) { return alphabet == 3 ? kFlagSymbolsBase3 : kFlagSymbolsPacked; }
@@ -73,7 +51,15 @@ Result<std::size_t> EncodeSymbols(const uint8_t* symbols, std::size_t count, uin
     return OutOfRange("symbol stream needs " + std::to_string(bound) + " bytes, capacity is " +
                       std::to_string(capacity));
   }
-  const uint32_t largest = LargestSymbol(symbols, count);
+  // rANS needs the histogram, which also finds the largest symbol: one pass.
+  uint64_t histogram[256];
+  uint32_t largest = 0;
+  if (coding == SymbolCoding::kRans && bound > 0) {
+    RansKernelsFor(ActiveIsa()).histogram(symbols, count, alphabet, histogram);
+    for (uint32_t s = 0; s < 256; ++s) largest = histogram[s] != 0 ? s : largest;
+  } else {
+    largest = LargestSymbol(symbols, count);
+  }
   if (count != 0 && largest >= alphabet) {
     return InvalidArgument("symbol " + std::to_string(largest) + " is outside the alphabet of " +
                            std::to_string(alphabet));
@@ -86,8 +72,6 @@ Result<std::size_t> EncodeSymbols(const uint8_t* symbols, std::size_t count, uin
     case SymbolCoding::kRans: {
       // Strictly shorter than packing, or not at all.
       if (bound > 0) {
-        uint64_t histogram[256];
-        Histogram(symbols, count, histogram);
         const std::size_t size = RansEncode(symbols, count, alphabet, histogram, out, bound - 1);
         if (size != 0) {
           *flags = kFlagSymbolsRans;

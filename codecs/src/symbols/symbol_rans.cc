@@ -1,30 +1,37 @@
-// Static-model rANS over byte symbols (scalar).
+// Static-model rANS over byte symbols: the stream format, the frequency
+// table and dispatch to the interleaved coder kernels (rans_kernels.h).
 //
 // Stream layout (all inside the symbol stream, after the codec's scales):
-//   byte 0    scale bits L in 1..kRansMaxScaleBits (frequencies sum to 2^L),
-//             or 0 for a stream of one repeated symbol: then byte 1 is that
-//             symbol and the stream ends (2 bytes in all).
+//   byte 0    0x80 | L: the 16-way interleaved format, frequencies summing to
+//             2^L, L in 1..kRansMaxScaleBits; or 0 for a stream of one
+//             repeated symbol: then byte 1 is that symbol and the stream
+//             ends (2 bytes in all). Bytes 1..12 named the single-state
+//             format of earlier versions, which is refused by name.
 //   byte 1    `last`, the highest symbol present (< alphabet).
 //   table     for symbols 0..last, its frequency as LEB128 (1 or 2 bytes);
 //             a zero frequency is followed by one byte r: r further symbols
 //             are also absent (runs of absent symbols cost 2 bytes).
-//   4 bytes   the encoder's final state, little-endian (the decoder's start).
-//   rest      renormalisation bytes in the order the decoder reads them.
+//   64 bytes  the encoder's final states, lanes 0..15, little-endian (the
+//             decoder's start).
+//   rest      16-bit little-endian renormalisation words in the order the
+//             decoder reads them.
 //
-// 32-bit state x in [2^23, 2^31), byte-wise renormalisation. The encoder
-// starts from x = 2^23 and runs over the symbols backwards, so the decoder
-// runs forwards and must end in exactly that state having consumed every
-// byte: a stream that decodes anything else is corrupt.
+// Every state starts at 2^15 (kRansLow) in the encoder, so the decoder must
+// end with every state there having consumed every byte: a stream that
+// decodes anything else is corrupt.
 #include <cstring>
 #include <string>
 
 #include "fedrt/codecs/payload.h"
+#include "fedrt/platform/config.h"
+#include "symbols/rans_kernels.h"
 #include "symbols/symbol_streams.h"
 
 namespace fedrt::codec_internal {
 namespace {
 
-constexpr uint32_t kRansLow = 1u << 23;
+constexpr uint8_t kInterleavedFormat = 0x80;
+constexpr std::size_t kStatesSize = 4 * kRansLanes;
 
 int CeilLog2(uint64_t v) {
   int bits = 0;
@@ -50,7 +57,7 @@ std::size_t WriteTable(const uint32_t* freqs, uint32_t last, int scale_bits, uin
     out[at++] = static_cast<uint8_t>(byte);
     return true;
   };
-  if (!put(static_cast<uint32_t>(scale_bits)) || !put(last)) return 0;
+  if (!put(kInterleavedFormat | static_cast<uint32_t>(scale_bits)) || !put(last)) return 0;
   for (uint32_t s = 0; s <= last;) {
     const uint32_t f = freqs[s];
     if (f == 0) {
@@ -74,7 +81,14 @@ std::size_t WriteTable(const uint32_t* freqs, uint32_t last, int scale_bits, uin
 Result<std::size_t> ReadTable(const uint8_t* in, std::size_t size, uint32_t alphabet, int* scale_bits,
                               uint32_t* freqs) {
   if (size < 2) return Corrupt("rANS stream shorter than its table header");
-  const int bits = in[0];
+  if (in[0] >= 1 && in[0] <= kRansMaxScaleBits) {
+    return Corrupt("rANS stream in the single-state format of earlier fedrt versions (first byte " +
+                   std::to_string(in[0]) + "); this version reads only the 16-way interleaved format");
+  }
+  if ((in[0] & kInterleavedFormat) == 0) {
+    return Corrupt("rANS stream format byte " + std::to_string(in[0]) + " is not known");
+  }
+  const int bits = in[0] & ~kInterleavedFormat;
   if (bits < 1 || bits > kRansMaxScaleBits) {
     return Corrupt("rANS scale of " + std::to_string(bits) + " bits is not in 1.." +
                    std::to_string(kRansMaxScaleBits));
@@ -117,33 +131,20 @@ Result<std::size_t> ReadTable(const uint8_t* in, std::size_t size, uint32_t alph
   return at;
 }
 
-// A symbol's encoding constants: the division x / f by multiplication with
-// a reciprocal rounded up (exact for x < 2^31 and f <= 2^12; for f = 1 the
-// quotient is x itself, folded into `bias`).
-struct EncoderSymbol {
-  uint32_t x_max;       // renormalise while x >= x_max
-  uint32_t reciprocal;  // ceil(2^(shift + 32) / f)
-  uint32_t bias;        // start, or start + 2^L - 1 for f = 1
-  uint32_t complement;  // 2^L - f
-  int shift;
-};
-
-EncoderSymbol MakeEncoderSymbol(uint32_t start, uint32_t freq, int scale_bits) {
-  EncoderSymbol c;
-  c.x_max = freq << (31 - scale_bits);
-  c.complement = (1u << scale_bits) - freq;
+void SetEncoderSymbol(uint32_t s, uint32_t start, uint32_t freq, int scale_bits, RansEncodeTable* t) {
+  t->x_max[s] = freq << (31 - scale_bits);
+  t->complement[s] = (1u << scale_bits) - freq;
   if (freq < 2) {
-    c.reciprocal = ~0u;
-    c.shift = 0;
-    c.bias = start + (1u << scale_bits) - 1;
+    t->reciprocal[s] = ~0u;
+    t->shift[s] = 0;
+    t->bias[s] = start + (1u << scale_bits) - 1;
   } else {
-    int shift = 0;
+    uint32_t shift = 0;
     while (freq > (1u << shift)) ++shift;
-    c.reciprocal = static_cast<uint32_t>(((uint64_t{1} << (shift + 31)) + freq - 1) / freq);
-    c.shift = shift - 1;
-    c.bias = start;
+    t->reciprocal[s] = static_cast<uint32_t>(((uint64_t{1} << (shift + 31)) + freq - 1) / freq);
+    t->shift[s] = shift - 1;
+    t->bias[s] = start;
   }
-  return c;
 }
 
 // Cheap upper estimate of the coded size in bits: sum of count * (L - log2 f)
@@ -228,35 +229,31 @@ std::size_t RansEncode(const uint8_t* symbols, std::size_t count, uint32_t alpha
     cumulative += freqs[s];
   }
   const std::size_t table = WriteTable(freqs, last, scale_bits, out, limit);
-  if (table == 0 || limit - table < 4) return 0;
-
+  if (table == 0 || limit - table < kStatesSize) return 0;
   if (EstimatedBits(histogram, freqs, alphabet, scale_bits) >= 8.0 * static_cast<double>(limit)) return 0;
-  EncoderSymbol coder[256];
-  for (uint32_t s = 0; s < alphabet; ++s) {
-    if (freqs[s] != 0) coder[s] = MakeEncoderSymbol(starts[s], freqs[s], scale_bits);
+  RansEncodeTable coder;
+  coder.scale_bits = scale_bits;
+  for (uint32_t s = 0; s < 256; ++s) {
+    // Absent symbols get harmless constants (a vector lookup may read them).
+    if (s < alphabet && freqs[s] != 0) {
+      SetEncoderSymbol(s, starts[s], freqs[s], scale_bits, &coder);
+    } else {
+      SetEncoderSymbol(s, 0, 1, scale_bits, &coder);
+    }
   }
 
-  // Code backwards from out + limit; give up when the bytes would reach the
+  // Code backwards from out + limit; give up when the words would reach the
   // table (the stream would not be shorter than the caller's fallback).
-  uint8_t* const floor = out + table + 4;
-  uint8_t* ptr = out + limit;
-  uint32_t x = kRansLow;
-  for (std::size_t i = count; i-- > 0;) {
-    const EncoderSymbol& c = coder[symbols[i]];
-    while (x >= c.x_max) {
-      if (ptr == floor) return 0;
-      *--ptr = static_cast<uint8_t>(x);
-      x >>= 8;
-    }
-    // x = (x / f) * 2^L + x % f + start, with the division done as a
-    // multiplication by a rounded-up reciprocal (exact for x < 2^31).
-    const uint32_t q = static_cast<uint32_t>((static_cast<uint64_t>(x) * c.reciprocal) >> 32) >> c.shift;
-    x = x + c.bias + q * c.complement;
-  }
-  const std::size_t coded = static_cast<std::size_t>(out + limit - ptr);
-  StoreLe32(out + table, x);
-  std::memmove(out + table + 4, ptr, coded);
-  return table + 4 + coded;
+  uint8_t* const floor = out + table + kStatesSize;
+  uint32_t states[kRansLanes];
+  for (uint32_t& x : states) x = kRansLow;
+  const uint8_t* words =
+      RansKernelsFor(ActiveIsa()).encode(symbols, count, alphabet, coder, floor, out + limit, states);
+  if (words == nullptr) return 0;
+  const std::size_t coded = static_cast<std::size_t>(out + limit - words);
+  for (int j = 0; j < kRansLanes; ++j) StoreLe32(out + table + 4 * j, states[j]);
+  std::memmove(out + table + kStatesSize, words, coded);
+  return table + kStatesSize + coded;
 }
 
 Status RansDecode(const uint8_t* stream, std::size_t size, std::size_t count, uint32_t alphabet,
@@ -274,33 +271,53 @@ Status RansDecode(const uint8_t* stream, std::size_t size, std::size_t count, ui
   FEDRT_RETURN_IF_ERROR(table.status());
   if (count == 0) return Corrupt("rANS stream for zero symbols");
   std::size_t at = *table;
-  if (size - at < 4) return Corrupt("rANS stream has no initial state");
-  uint32_t x = LoadLe32(stream + at);
-  at += 4;
-  if (x < kRansLow || x >= (kRansLow << 8)) return Corrupt("rANS initial state out of range");
-
-  uint32_t starts[256];
-  uint8_t slot_symbol[1u << kRansMaxScaleBits];
-  uint32_t cumulative = 0;
-  for (uint32_t s = 0; s < 256; ++s) {
-    starts[s] = cumulative;
-    if (freqs[s] != 0) std::memset(slot_symbol + cumulative, static_cast<int>(s), freqs[s]);
-    cumulative += freqs[s];
-  }
-  const uint32_t mask = (1u << scale_bits) - 1;
-  for (std::size_t i = 0; i < count; ++i) {
-    const uint32_t slot = x & mask;
-    const uint32_t s = slot_symbol[slot];
-    symbols[i] = static_cast<uint8_t>(s);
-    x = freqs[s] * (x >> scale_bits) + slot - starts[s];
-    while (x < kRansLow) {
-      if (at == size) return Corrupt("rANS stream ends early at symbol " + std::to_string(i));
-      x = (x << 8) | stream[at++];
+  if (size - at < kStatesSize) return Corrupt("rANS stream has no initial states");
+  uint32_t states[kRansLanes];
+  for (int j = 0; j < kRansLanes; ++j) {
+    states[j] = LoadLe32(stream + at + 4 * j);
+    if (states[j] < kRansLow || states[j] >= (kRansLow << 16)) {
+      return Corrupt("rANS initial state of lane " + std::to_string(j) + " out of range");
     }
   }
-  if (x != kRansLow) return Corrupt("rANS stream does not end in the initial state");
+  at += kStatesSize;
+  if ((size - at) % 2 != 0) return Corrupt("rANS stream has an odd number of word bytes");
+
+  RansDecodeTable decoder;
+  decoder.scale_bits = scale_bits;
+  uint32_t cumulative = 0;
+  for (uint32_t s = 0; s < 256; ++s) {
+    decoder.freq[s] = freqs[s];
+    decoder.start[s] = cumulative;
+    if (freqs[s] != 0) {
+      std::memset(decoder.slot_symbol + cumulative, static_cast<int>(s), freqs[s]);
+      decoder.alphabet = s + 1;
+    }
+    cumulative += freqs[s];
+  }
+  const std::size_t decoded = RansKernelsFor(ActiveIsa()).decode(stream, size, &at, count, decoder, states, symbols);
+  if (decoded != count) return Corrupt("rANS stream ends early at symbol " + std::to_string(decoded));
+  for (int j = 0; j < kRansLanes; ++j) {
+    if (states[j] != kRansLow) return Corrupt("rANS stream does not end in the initial states");
+  }
   if (at != size) return Corrupt("rANS stream has " + std::to_string(size - at) + " trailing bytes");
   return Status::Ok();
 }
 
 }  // namespace fedrt::codec_internal
+
+namespace fedrt {
+
+const RansKernels& RansKernelsFor(Isa requested) {
+  static const RansKernels kScalar = {&scalar::RansHistogram, &scalar::RansEncodeLanes, &scalar::RansDecodeLanes};
+  switch (Avx2ForAvx512(requested)) {
+#if FEDRT_HAVE_AVX2_KERNELS
+    case Isa::kAvx2: {
+      static const RansKernels kAvx2 = {&avx2::RansHistogram, &avx2::RansEncodeLanes, &avx2::RansDecodeLanes};
+      return kAvx2;
+    }
+#endif
+    default: return kScalar;
+  }
+}
+
+}  // namespace fedrt

@@ -24,6 +24,7 @@ struct ServeFlags {
   std::string config;
   std::string metrics;
   std::string optimizer = "fedavg";
+  std::string aggregation = "mean";
   double fraction = 1.0;
   std::size_t sample_minimum = 1;
   double over_selection = 0.0;
@@ -77,6 +78,13 @@ Status ApplyConfig(ServeFlags& flags, CLI::App& app) {
       else if (key == "max-unjoined-per-address") o.max_unjoined_per_address = v.get<std::size_t>();
       else if (key == "max-update-norm") o.max_update_norm = v.get<double>();
       else if (key == "max-update-samples") o.max_update_samples = v.get<uint64_t>();
+      else if (key == "aggregation") flags.aggregation = v.get<std::string>();
+      else if (key == "clip-update-norm") o.clip_update_norm = v.get<double>();
+      else if (key == "dp-noise-multiplier") o.dp.noise_multiplier = v.get<double>();
+      else if (key == "dp-clip") o.dp.clip = v.get<double>();
+      else if (key == "dp-delta") o.dp.delta = v.get<double>();
+      else if (key == "dp-epsilon-budget") o.dp.epsilon_budget = v.get<double>();
+      else if (key == "dp-noise-seed") o.dp.noise_seed = v.get<uint64_t>();
       else if (key == "tls-cert") o.tls.cert_file = v.get<std::string>();
       else if (key == "tls-key") o.tls.key_file = v.get<std::string>();
       else if (key == "tls-client-ca") o.tls.ca_file = v.get<std::string>();
@@ -111,6 +119,12 @@ int RunServe(ServeFlags& flags, CLI::App& app) {
     return 1;
   }
   flags.options.server_optimizer.kind = *kind;
+  Result<AggregationRule> rule = ParseAggregationRule(flags.aggregation);
+  if (!rule.ok()) {
+    std::fprintf(stderr, "fedrt serve: %s\n", rule.status().ToString().c_str());
+    return 1;
+  }
+  flags.options.aggregation = *rule;
   flags.options.sampling.fraction = flags.fraction;
   flags.options.sampling.minimum = flags.sample_minimum;
   flags.options.sampling.over_selection = flags.over_selection;
@@ -177,6 +191,24 @@ int RunDeviceCommand(DeviceFlags& flags) {
 
 }  // namespace
 
+void AddRobustFlags(CLI::App& command, std::string& aggregation, AggregatorConfig& o) {
+  command.add_option("--aggregation", aggregation,
+                     "How updates are combined: mean, median, trimmed-mean:F, krum:F or multi-krum:F")
+      ->capture_default_str();
+  command.add_option("--clip-update-norm", o.clip_update_norm,
+                     "Scale every decoded update down to this L2 norm (0: no clipping)")
+      ->capture_default_str();
+  command.add_option("--dp-noise-multiplier", o.dp.noise_multiplier,
+                     "DP-FedAvg: Gaussian noise std on the sum, in units of --dp-clip (0: no DP)")
+      ->capture_default_str();
+  command.add_option("--dp-clip", o.dp.clip, "DP-FedAvg: every update's L2 norm is clipped to this");
+  command.add_option("--dp-delta", o.dp.delta, "DP-FedAvg: the delta epsilon is reported at")->capture_default_str();
+  command.add_option("--dp-epsilon-budget", o.dp.epsilon_budget,
+                     "DP-FedAvg: stop before a round would spend more epsilon (0: no budget)");
+  command.add_option("--dp-noise-seed", o.dp.noise_seed,
+                     "DP-FedAvg: key of the noise, to reproduce a run (default: from the system's random source)");
+}
+
 void RegisterServe(CLI::App& app, CommandList& commands) {
   auto flags = std::make_shared<ServeFlags>();
   AggregatorOptions& o = flags->options;
@@ -238,6 +270,7 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
   serve->add_option("--max-update-samples", o.max_update_samples,
                     "Refuse an update that claims more samples (its FedAvg weight; 1 to 2^32)")
       ->capture_default_str();
+  AddRobustFlags(*serve, flags->aggregation, o);
   AddTlsServerFlags(*serve, o.tls);
   commands.push_back({serve, [flags, serve] { return RunServe(*flags, *serve); }});
 }
@@ -261,6 +294,9 @@ void RegisterDevice(CLI::App& app, CommandList& commands) {
   device->add_option("--state-file", o.state_file, "Keep the error-feedback residual here across restarts");
   device->add_option("--give-up-ms", o.give_up_ms, "Stop reconnecting after this long without the server")
       ->capture_default_str();
+  // For `fedrt sim --byzantine`: a misbehaving device (fedrt/runtime/byzantine.h).
+  device->add_option("--byzantine", o.byzantine, "Misbehave: signflip[:k], scaled[:k], random[:s] or stale")
+      ->group("");
   AddTlsClientFlags(*device, o.tls);
   commands.push_back({device, [flags] { return RunDeviceCommand(*flags); }});
 }

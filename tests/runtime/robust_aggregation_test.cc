@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "fedrt/runtime/byzantine.h"
 #include "fedrt/runtime/robust_aggregation.h"
 
 namespace fedrt {
@@ -135,6 +136,34 @@ TEST_CASE("clipping scales an update down to the norm and leaves a smaller one a
   std::vector<float> small = {0.3f, 0.4f};
   CHECK(ClipToNorm(small.data(), 2, 1.0) == 1.0);
   CHECK(small == std::vector<float>{0.3f, 0.4f});
+}
+
+TEST_CASE("byzantine behaviours parse and transform an update as documented") {
+  CHECK(ParseByzantine("signflip").value().factor == 1);
+  CHECK(ParseByzantine("signflip:4").value().factor == 4);
+  CHECK(ParseByzantine("scaled").value().factor == 10);
+  CHECK(ParseByzantine("random").value().kind == ByzantineKind::kRandom);
+  for (const char* bad : {"", "flip", "signflip:", "signflip:-1", "scaled:x", "stale:2", "random:0"}) {
+    CAPTURE(bad);
+    CHECK(ParseByzantine(bad).status().code() == StatusCode::kInvalidArgument);
+  }
+  const auto apply = [](const char*, uint32_t round, std::vector<float> delta, ByzantineUpdate* state) {
+    state->Apply(round, delta.data(), delta.size());
+    return delta;
+  };
+  ByzantineUpdate flip(ParseByzantine("signflip:2").value(), 1);
+  CHECK(apply("signflip:2", 0, {1, -3}, &flip) == std::vector<float>{-2, 6});
+  ByzantineUpdate scaled(ParseByzantine("scaled").value(), 1);
+  CHECK(apply("scaled", 0, {1, -3}, &scaled) == std::vector<float>{10, -30});
+  ByzantineUpdate stale(ParseByzantine("stale").value(), 1);
+  CHECK(apply("stale", 0, {1, 2}, &stale) == std::vector<float>{1, 2});
+  CHECK(apply("stale", 1, {5, 6}, &stale) == std::vector<float>{1, 2});
+  ByzantineUpdate random(ParseByzantine("random:0.5").value(), 9), again(ParseByzantine("random:0.5").value(), 9);
+  const std::vector<float> noise = apply("random", 3, std::vector<float>(1000, 1.0f), &random);
+  CHECK(noise == apply("random", 3, std::vector<float>(1000, 7.0f), &again));  // the update is not used
+  double sum_sq = 0;
+  for (float v : noise) sum_sq += static_cast<double>(v) * v;
+  CHECK(std::sqrt(sum_sq / 1000) == doctest::Approx(0.5).epsilon(0.1));
 }
 
 }  // namespace

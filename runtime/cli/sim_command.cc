@@ -386,8 +386,10 @@ int RunSim(SimFlags flags) {
           int wait_status = 0;
           if (child.pid <= 0 || ::waitpid(child.pid, &wait_status, WNOHANG) != child.pid) continue;
           child.pid = -1;
-          // Devices leave when the aggregator tells them, after the last round.
-          if (applied.load() < flags.rounds && early_exit.empty()) {
+          // Devices leave when the aggregator tells them (exit status 0), after
+          // the last round or when a DP budget ends the training early.
+          const bool told_to_leave = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+          if (applied.load() < flags.rounds && early_exit.empty() && !told_to_leave) {
             early_exit = "device dev-" + std::to_string(child.index) + " " + DescribeExit(wait_status) +
                          " before round " + std::to_string(applied.load() + 1) + " of " +
                          std::to_string(flags.rounds) + " (its log: " + dir + "/dev-" +

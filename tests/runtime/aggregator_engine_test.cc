@@ -830,6 +830,31 @@ TEST_CASE("aggregator engine: DP stops before a round would pass the epsilon bud
   for (const Member& m : f.members) CHECK(m.client->finished());
 }
 
+TEST_CASE("aggregator engine: DP rounds run with NDQSG and with FedAdam and report epsilon every round") {
+  for (const char* codec : {"ndqsg", "dqsg"}) {
+    CAPTURE(codec);
+    AggregatorConfig config = Config(codec, 3, 3);
+    config.dp.noise_multiplier = 0.01;
+    config.dp.clip = 10;
+    if (std::string(codec) == "dqsg") {
+      config.server_optimizer.kind = ServerOptimizerKind::kFedAdam;
+      config.server_optimizer.learning_rate = 0.05f;
+    }
+    Federation f(config, 3);
+    f.Settle();
+    REQUIRE(f.reports.size() == 3);
+    RdpAccountant accountant;
+    for (const RoundReport& r : f.reports) {
+      CHECK(r.applied);
+      CHECK(r.updates == 3);
+      accountant.Compose(1.0, 0.01);
+      CHECK(r.dp_epsilon == doctest::Approx(accountant.Epsilon(1e-5)));
+    }
+    CHECK(f.reports.back().test_loss < f.reports.front().test_loss);
+    CHECK(f.reports.back().test_accuracy > 0.8);
+  }
+}
+
 TEST_CASE("aggregator engine: DP and robust options that do not apply are refused") {
   KeyStore keys = KeyStore::Parse(DeviceId(0) + " " + HexKey(0) + "\n").value();
   ManualClock clock;

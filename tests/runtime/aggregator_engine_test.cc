@@ -120,6 +120,7 @@ struct Federation {
   std::vector<RoundReport> reports;
   std::vector<std::vector<float>> aggregates;  // the combined update of every round, before the optimizer
   std::vector<AggregatorCheckpoint> checkpoints;
+  uint32_t restored_rounds = 0;  // rounds of a checkpoint the test restored
   std::map<std::pair<uint32_t, std::string>, int> instructions_sent;  // (round, device) -> times
 
   Federation(AggregatorConfig config, int devices) {
@@ -132,7 +133,7 @@ struct Federation {
     hooks.on_checkpoint = [this](const AggregatorCheckpoint& c) {
       std::size_t applied = 0;
     for (const RoundReport& r : reports) applied += r.applied ? 1 : 0;
-    CHECK(c.round == applied + 1);  // before the round's report
+    CHECK(c.round == restored_rounds + applied + 1);  // before the round's report
       checkpoints.push_back(c);
     };
     hooks.on_instructions = [this](uint32_t round, const std::string& device, const std::vector<uint8_t>&) {
@@ -853,6 +854,49 @@ TEST_CASE("aggregator engine: DP rounds run with NDQSG and with FedAdam and repo
     CHECK(f.reports.back().test_loss < f.reports.front().test_loss);
     CHECK(f.reports.back().test_accuracy > 0.8);
   }
+}
+
+TEST_CASE("aggregator engine: a restored DP aggregator resumes its accountant from the checkpoint") {
+  AggregatorConfig config = Config("fp32", 2, 2);
+  config.dp.noise_multiplier = 1.0;
+  config.dp.clip = 1.0;
+  config.sampling.fraction = 0.5;  // q = 1/2
+  Federation first(config, 2);
+  first.Settle();
+  REQUIRE(first.reports.size() == 2);
+  CHECK(first.reports[1].dp_sampling_rate == 0.5);
+  const AggregatorCheckpoint saved = first.checkpoints.back();
+  REQUIRE(saved.dp_rdp.size() == RdpAccountant().rdp().size());
+
+  // Resumed for two more rounds: the epsilon goes on from the saved RDP.
+  config.rounds = 3;
+  Federation again(config, 0);
+  REQUIRE(again.aggregator->Restore(saved).ok());
+  again.restored_rounds = 2;
+  for (int i = 0; i < 2; ++i) again.AddDevice(i, HexKey(i));
+  again.Settle();
+  REQUIRE(again.reports.size() == 1);
+  RdpAccountant expected;
+  expected.Compose(0.5, 1.0, 3);
+  CHECK(again.reports[0].dp_epsilon == doctest::Approx(expected.Epsilon(1e-5)));
+
+  // Without the privacy state the restored rounds are charged at q = 1.
+  AggregatorCheckpoint bare = saved;
+  bare.dp_rdp.clear();
+  Federation charged(config, 0);
+  REQUIRE(charged.aggregator->Restore(bare).ok());
+  charged.restored_rounds = 2;
+  for (int i = 0; i < 2; ++i) charged.AddDevice(i, HexKey(i));
+  charged.Settle();
+  REQUIRE(charged.reports.size() == 1);
+  RdpAccountant upper;
+  upper.Compose(1.0, 1.0, 2);
+  upper.Compose(0.5, 1.0);
+  CHECK(charged.reports[0].dp_epsilon == doctest::Approx(upper.Epsilon(1e-5)));
+  // A privacy state of another size is refused.
+  bare.dp_rdp = {1.0};
+  Federation refused(config, 0);
+  CHECK(refused.aggregator->Restore(bare).code() == StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("aggregator engine: DP and robust options that do not apply are refused") {

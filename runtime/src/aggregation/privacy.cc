@@ -80,6 +80,18 @@ void RdpAccountant::Compose(double q, double sigma, uint64_t steps) {
   }
 }
 
+Status RdpAccountant::Restore(const std::vector<double>& rdp) {
+  if (rdp.size() != orders_.size()) {
+    return InvalidArgument("saved privacy state has " + std::to_string(rdp.size()) + " orders, not " +
+                           std::to_string(orders_.size()));
+  }
+  for (double r : rdp) {
+    if (!(r >= 0) || std::isnan(r)) return InvalidArgument("saved privacy state holds a negative or NaN RDP");
+  }
+  rdp_ = rdp;
+  return Status::Ok();
+}
+
 double RdpAccountant::Epsilon(double delta) const { return RdpToEpsilon(orders_, rdp_, delta); }
 
 double RdpAccountant::EpsilonAfter(double q, double sigma, double delta) const {

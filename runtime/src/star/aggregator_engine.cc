@@ -333,9 +333,12 @@ Status Aggregator::State::Restore(AggregatorCheckpoint& saved) {
   FEDRT_RETURN_IF_ERROR(optimizer_->Restore(std::move(saved.first_moment), std::move(saved.second_moment)));
   std::memcpy(model_->parameters(), saved.parameters.data(), d_ * sizeof(float));
   round_ = saved.round;
-  if (dp() && round_ > 0) {
-    // The checkpoint does not record the sampling rates of the rounds it
-    // holds: they are charged at q = 1, an upper bound.
+  if (dp() && !saved.dp_rdp.empty()) {
+    FEDRT_RETURN_IF_ERROR(accountant_.Restore(saved.dp_rdp));
+    Log(LogLevel::kInfo, "aggregator: DP: resumed at epsilon %.4g", accountant_.Epsilon(config_.dp.delta));
+  } else if (dp() && round_ > 0) {
+    // A checkpoint without privacy state (written without DP, or version 2):
+    // its rounds are charged at q = 1, an upper bound.
     accountant_.Compose(1.0, config_.dp.noise_multiplier, round_);
     Log(LogLevel::kWarning, "aggregator: DP: the %u restored rounds are charged at sampling rate 1 (epsilon %.4g)",
         round_, accountant_.Epsilon(config_.dp.delta));
@@ -391,6 +394,7 @@ AggregatorCheckpoint Aggregator::State::CheckpointState() const {
   }
   for (const auto& [device, rho] : rho_) checkpoint.rho[device] = rho;
   checkpoint.forced_anchors = forced_anchors_;
+  if (dp()) checkpoint.dp_rdp = accountant_.rdp();
   if (downlink_ && device_model_round_ >= 0) {
     checkpoint.downlink_codec = downlink_->spec();
     checkpoint.device_model_round = device_model_round_;

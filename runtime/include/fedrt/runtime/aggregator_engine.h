@@ -217,6 +217,8 @@ struct AggregatorCheckpoint {
   int64_t device_model_round = -1;        // round of device_model (-1: none)
   std::vector<float> device_model;        // the model the devices reconstructed
   std::map<std::string, int64_t> synced;  // device -> last round whose model it acknowledged
+  // DP (version 3): the accountant's RDP at orders 2..256 (empty: none).
+  std::vector<double> dp_rdp;
 };
 
 // Callbacks run on the thread that drives the aggregator, inside Tick() or a

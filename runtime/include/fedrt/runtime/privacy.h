@@ -69,6 +69,8 @@ class RdpAccountant {
   double EpsilonAfter(double q, double sigma, double delta) const;
   const std::vector<int>& orders() const { return orders_; }
   const std::vector<double>& rdp() const { return rdp_; }
+  // Resumes from a saved rdp(): one finite, non-negative value per order.
+  Status Restore(const std::vector<double>& rdp);
 
  private:
   std::vector<int> orders_;

@@ -868,31 +868,28 @@ TEST_CASE("aggregator engine: a restored DP aggregator resumes its accountant fr
   const AggregatorCheckpoint saved = first.checkpoints.back();
   REQUIRE(saved.dp_rdp.size() == RdpAccountant().rdp().size());
 
-  // Resumed for two more rounds: the epsilon goes on from the saved RDP.
+  // Resumed for one more round, the third.
   config.rounds = 3;
-  Federation again(config, 0);
-  REQUIRE(again.aggregator->Restore(saved).ok());
-  again.restored_rounds = 2;
-  for (int i = 0; i < 2; ++i) again.AddDevice(i, HexKey(i));
-  again.Settle();
-  REQUIRE(again.reports.size() == 1);
+  const auto resumed_epsilon = [&](const AggregatorCheckpoint& checkpoint) {
+    Federation again(config, 0);
+    REQUIRE(again.aggregator->Restore(checkpoint).ok());
+    again.restored_rounds = 2;
+    for (int i = 0; i < 2; ++i) again.AddDevice(i, HexKey(i));
+    again.Settle();
+    REQUIRE(again.reports.size() == 1);
+    return again.reports[0].dp_epsilon;
+  };
+  // The epsilon goes on from the saved RDP.
   RdpAccountant expected;
   expected.Compose(0.5, 1.0, 3);
-  CHECK(again.reports[0].dp_epsilon == doctest::Approx(expected.Epsilon(1e-5)));
-
+  CHECK(resumed_epsilon(saved) == doctest::Approx(expected.Epsilon(1e-5)));
   // Without the privacy state the restored rounds are charged at q = 1.
   AggregatorCheckpoint bare = saved;
   bare.dp_rdp.clear();
-  Federation charged(config, 0);
-  REQUIRE(charged.aggregator->Restore(bare).ok());
-  charged.restored_rounds = 2;
-  for (int i = 0; i < 2; ++i) charged.AddDevice(i, HexKey(i));
-  charged.Settle();
-  REQUIRE(charged.reports.size() == 1);
   RdpAccountant upper;
   upper.Compose(1.0, 1.0, 2);
   upper.Compose(0.5, 1.0);
-  CHECK(charged.reports[0].dp_epsilon == doctest::Approx(upper.Epsilon(1e-5)));
+  CHECK(resumed_epsilon(bare) == doctest::Approx(upper.Epsilon(1e-5)));
   // A privacy state of another size is refused.
   bare.dp_rdp = {1.0};
   Federation refused(config, 0);

@@ -34,6 +34,7 @@
 #include "fedrt/codecs/codec.h"
 #include "fedrt/platform/log.h"
 #include "fedrt/runtime/aggregator.h"
+#include "fedrt/runtime/byzantine.h"
 #include "fedrt/transport/crypto.h"
 #include "fedrt/transport/tls.h"
 
@@ -57,7 +58,23 @@ Status MakeKeys(const std::string& out, int devices) {
   return WriteDeviceKeys(out, ids, /*overwrite=*/true);
 }
 
-pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string& log_path) {
+// "N:KIND" of --byzantine: how many devices and what they do.
+Status ParseSimByzantine(const std::string& text, int devices, int* count, std::string* kind) {
+  const std::size_t colon = text.find(':');
+  const long n = colon == std::string::npos ? -1 : std::strtol(text.substr(0, colon).c_str(), nullptr, 10);
+  if (colon == std::string::npos || n < 1 || n > devices ||
+      text.substr(0, colon) != std::to_string(n)) {
+    return InvalidArgument("--byzantine " + text + ": expected N:KIND with N from 1 to the device count (" +
+                           std::to_string(devices) + ")");
+  }
+  *count = static_cast<int>(n);
+  *kind = text.substr(colon + 1);
+  Result<ByzantineBehaviour> behaviour = ParseByzantine(*kind);
+  return behaviour.ok() ? Status::Ok() : behaviour.status();
+}
+
+pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string& log_path,
+                  const std::string& byzantine) {
   const std::string id = "dev-" + std::to_string(i);
   std::vector<std::string> args = {"fedrt", "device", "--server", "127.0.0.1:" + std::to_string(port),
                                    "--id", id, "--key-file", flags.out + "/keys/" + id + ".key",
@@ -68,6 +85,10 @@ pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string
   if (!flags.tls_ca_file.empty()) {
     args.push_back("--tls-ca");
     args.push_back(flags.tls_ca_file);
+  }
+  if (!byzantine.empty()) {
+    args.push_back("--byzantine");
+    args.push_back(byzantine);
   }
   return SpawnLogged(std::move(args), log_path);
 }
@@ -225,7 +246,21 @@ int RunSim(SimFlags flags) {
     const Status written = WriteSimTlsFiles(&flags);
     if (!written.ok()) return Fail("--tls: " + written.ToString());
   }
-  if (flags.topology != "star") return RunPeerSim(flags);
+  if (flags.topology != "star") {
+    if (!flags.byzantine.empty() || flags.aggregation != "mean" || flags.star.clip_update_norm != 0 ||
+        flags.star.dp.noise_multiplier != 0 || flags.star.dp.clip != 0) {
+      return Fail("--byzantine, --aggregation, --clip-update-norm and --dp-* apply to --topology star only");
+    }
+    return RunPeerSim(flags);
+  }
+  Result<AggregationRule> rule = ParseAggregationRule(flags.aggregation);
+  if (!rule.ok()) return Fail(rule.status().ToString());
+  int byzantine_count = 0;
+  std::string byzantine_kind;
+  if (!flags.byzantine.empty()) {
+    const Status parsed = ParseSimByzantine(flags.byzantine, flags.devices, &byzantine_count, &byzantine_kind);
+    if (!parsed.ok()) return Fail(parsed.ToString());
+  }
   if (flags.codecs.empty()) flags.codecs = {"fp32", "ndqsg:s1=1,rho=2,b=1024,ec=pack"};
   for (std::string& codec : flags.codecs) {
     Result<std::unique_ptr<Codec>> made = MakeCodec(codec);
@@ -242,6 +277,12 @@ int RunSim(SimFlags flags) {
   std::printf("fedrt sim: %d devices, %u rounds, %s, %s partition, codecs:", flags.devices, flags.rounds,
               flags.model.c_str(), flags.partition.c_str());
   for (const std::string& c : flags.codecs) std::printf(" %s", c.c_str());
+  std::printf(", aggregation %s", AggregationRuleName(*rule).c_str());
+  if (byzantine_count > 0) std::printf(", %d byzantine devices (%s)", byzantine_count, byzantine_kind.c_str());
+  if (flags.star.dp.noise_multiplier > 0) {
+    std::printf(", DP-FedAvg z=%g C=%g delta=%g", flags.star.dp.noise_multiplier, flags.star.dp.clip,
+                flags.star.dp.delta);
+  }
   if (flags.tls) std::printf(", TLS (throwaway CA in %s/tls)", flags.out.c_str());
   std::printf("\n  output in %s/ (metrics.jsonl, plot.svg, one folder of device logs per codec)\n", flags.out.c_str());
   std::fflush(stdout);
@@ -268,6 +309,9 @@ int RunSim(SimFlags flags) {
     std::atomic<uint32_t> applied{0};
     std::size_t short_rounds = 0;  // closed by the deadline with fewer updates than sampled
     AggregatorOptions options;
+    options.aggregation = *rule;
+    options.clip_update_norm = flags.star.clip_update_norm;
+    options.dp = flags.star.dp;
     options.key_file = flags.out + "/keys.txt";
     options.data_dir = flags.data;
     options.model = flags.model;
@@ -279,11 +323,11 @@ int RunSim(SimFlags flags) {
     options.learning_rate = flags.lr;
     options.session_seed = flags.seed;
     options.model_seed = flags.seed;
-    options.anchor_fraction = flags.ndqsg.anchor_fraction;
-    options.wrap_threshold = flags.ndqsg.wrap_threshold;
-    options.max_rho = flags.ndqsg.max_rho;
-    options.anchor_levels = flags.ndqsg.anchor_levels;
-    options.downlink_codec = flags.ndqsg.downlink_codec;
+    options.anchor_fraction = flags.star.anchor_fraction;
+    options.wrap_threshold = flags.star.wrap_threshold;
+    options.max_rho = flags.star.max_rho;
+    options.anchor_levels = flags.star.anchor_levels;
+    options.downlink_codec = flags.star.downlink_codec;
     options.idle_timeout_ms = 60000;
     options.join_timeout_ms = 10000;
     options.tls = tls;
@@ -292,7 +336,8 @@ int RunSim(SimFlags flags) {
     hooks.on_listening = [&](uint16_t port) {
       std::lock_guard<std::mutex> lock(children_mutex);
       for (int i = 0; i < flags.devices; ++i) {
-        const pid_t pid = SpawnDevice(flags, i, port, dir + "/dev-" + std::to_string(i) + ".log");
+        const pid_t pid = SpawnDevice(flags, i, port, dir + "/dev-" + std::to_string(i) + ".log",
+                                      i < byzantine_count ? byzantine_kind : std::string());
         if (pid > 0) children.push_back({pid, i});
       }
       std::printf("[%s] aggregator on 127.0.0.1:%u, %zu device processes started\n", codec.c_str(), port,
@@ -325,6 +370,8 @@ int RunSim(SimFlags flags) {
       line["topology"] = "star";
       line["partition"] = flags.partition;
       line["devices"] = flags.devices;
+      line["aggregation"] = AggregationRuleName(options.aggregation);
+      if (byzantine_count > 0) line["byzantine"] = flags.byzantine;
       line["total_bytes_up"] = series.bytes_up;
       line["total_bytes_down"] = series.bytes_down;
       line["elapsed_seconds"] = elapsed;
@@ -339,8 +386,10 @@ int RunSim(SimFlags flags) {
           int wait_status = 0;
           if (child.pid <= 0 || ::waitpid(child.pid, &wait_status, WNOHANG) != child.pid) continue;
           child.pid = -1;
-          // Devices leave when the aggregator tells them, after the last round.
-          if (applied.load() < flags.rounds && early_exit.empty()) {
+          // Devices leave when the aggregator tells them (exit status 0), after
+          // the last round or when a DP budget ends the training early.
+          const bool told_to_leave = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+          if (applied.load() < flags.rounds && early_exit.empty() && !told_to_leave) {
             early_exit = "device dev-" + std::to_string(child.index) + " " + DescribeExit(wait_status) +
                          " before round " + std::to_string(applied.load() + 1) + " of " +
                          std::to_string(flags.rounds) + " (its log: " + dir + "/dev-" +
@@ -409,15 +458,15 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
       ->capture_default_str();
   sim->add_option("--partition-seed", flags->partition_seed, "Star: seed of the devices' shares and data order")
       ->capture_default_str();
-  sim->add_option("--anchor-fraction", flags->ndqsg.anchor_fraction, "NDQSG: share of anchors per round")
+  sim->add_option("--anchor-fraction", flags->star.anchor_fraction, "NDQSG: share of anchors per round")
       ->capture_default_str();
-  sim->add_option("--wrap-threshold", flags->ndqsg.wrap_threshold,
+  sim->add_option("--wrap-threshold", flags->star.wrap_threshold,
                   "NDQSG: near-wraps per coordinate that raise a device's rho")->capture_default_str();
-  sim->add_option("--max-rho", flags->ndqsg.max_rho, "NDQSG: largest rho; past it a device sends DQSG")
+  sim->add_option("--max-rho", flags->star.max_rho, "NDQSG: largest rho; past it a device sends DQSG")
       ->capture_default_str();
-  sim->add_option("--downlink-codec", flags->ndqsg.downlink_codec,
+  sim->add_option("--downlink-codec", flags->star.downlink_codec,
                   "Broadcast the model's delta with this codec (default: the full fp32 model)");
-  sim->add_option("--anchor-levels", flags->ndqsg.anchor_levels, "NDQSG: anchors' DQSG levels (0: s1)")
+  sim->add_option("--anchor-levels", flags->star.anchor_levels, "NDQSG: anchors' DQSG levels (0: s1)")
       ->capture_default_str();
   sim->add_option("--topology", flags->topology, "star (aggregator + devices), ring (all-reduce) or gossip (D-PSGD)")
       ->capture_default_str()->check(CLI::IsMember({"star", "ring", "gossip"}));
@@ -437,6 +486,9 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
       ->allow_extra_args(false);
   sim->add_option("--compare", flags->compare, "Only plot: earlier runs' --out directories, drawn on one plot in --out")
       ->expected(1, -1);
+  AddRobustFlags(*sim, flags->aggregation, flags->star);
+  sim->add_option("--byzantine", flags->byzantine,
+                  "Star: N:KIND, devices dev-0..dev-(N-1) misbehave (signflip[:k], scaled[:k], random[:s], stale)");
   sim->add_flag("--tls", flags->tls, "TLS on every connection, with a throwaway CA and certificate in <out>/tls");
   commands.push_back({sim, [flags] { return RunSim(*flags); }});
 }

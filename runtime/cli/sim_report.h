@@ -31,8 +31,12 @@ struct SimFlags {
   uint32_t deadline_ms = 300000;
   uint64_t seed = 1;             // star: codec randomness, sampling and the initial model
   uint64_t partition_seed = 7;   // star: the devices' shares and their local data order
-  // Star: anchor_fraction, wrap_threshold, max_rho, anchor_levels, downlink_codec.
-  AggregatorOptions ndqsg;
+  // Star: anchor_fraction, wrap_threshold, max_rho, anchor_levels,
+  // downlink_codec, and the robust aggregation and DP options.
+  AggregatorOptions star;
+  std::string aggregation = "mean";  // star: parsed into star.aggregation
+  // Star: "N:KIND": devices dev-0 .. dev-(N-1) misbehave (fedrt/runtime/byzantine.h).
+  std::string byzantine;
   // Ring and gossip.
   int evals_per_epoch = 1;
   uint32_t step_timeout_ms = 30000;

@@ -23,6 +23,7 @@ struct ServeFlags {
   AggregatorOptions options;
   std::string metrics;
   std::string optimizer = "fedavg";
+  std::string aggregation = "mean";
   double fraction = 1.0;
   std::size_t sample_minimum = 1;
   double over_selection = 0.0;
@@ -44,6 +45,12 @@ int RunServe(ServeFlags& flags) {
     return 1;
   }
   flags.options.server_optimizer.kind = *kind;
+  Result<AggregationRule> rule = ParseAggregationRule(flags.aggregation);
+  if (!rule.ok()) {
+    std::fprintf(stderr, "fedrt serve: %s\n", rule.status().ToString().c_str());
+    return 1;
+  }
+  flags.options.aggregation = *rule;
   flags.options.sampling.fraction = flags.fraction;
   flags.options.sampling.minimum = flags.sample_minimum;
   flags.options.sampling.over_selection = flags.over_selection;
@@ -111,6 +118,24 @@ int RunDeviceCommand(DeviceFlags& flags) {
 
 }  // namespace
 
+void AddRobustFlags(CLI::App& command, std::string& aggregation, AggregatorConfig& o) {
+  command.add_option("--aggregation", aggregation,
+                     "How updates are combined: mean, median, trimmed-mean:F, krum:F or multi-krum:F")
+      ->capture_default_str();
+  command.add_option("--clip-update-norm", o.clip_update_norm,
+                     "Scale every decoded update down to this L2 norm (0: no clipping)")
+      ->capture_default_str();
+  command.add_option("--dp-noise-multiplier", o.dp.noise_multiplier,
+                     "DP-FedAvg: Gaussian noise std on the sum, in units of --dp-clip (0: no DP)")
+      ->capture_default_str();
+  command.add_option("--dp-clip", o.dp.clip, "DP-FedAvg: every update's L2 norm is clipped to this");
+  command.add_option("--dp-delta", o.dp.delta, "DP-FedAvg: the delta epsilon is reported at")->capture_default_str();
+  command.add_option("--dp-epsilon-budget", o.dp.epsilon_budget,
+                     "DP-FedAvg: stop before a round would spend more epsilon (0: no budget)");
+  command.add_option("--dp-noise-seed", o.dp.noise_seed,
+                     "DP-FedAvg: key of the noise, to reproduce a run (default: from the system's random source)");
+}
+
 void RegisterServe(CLI::App& app, CommandList& commands) {
   auto flags = std::make_shared<ServeFlags>();
   AggregatorOptions& o = flags->options;
@@ -173,6 +198,7 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
   serve->add_option("--max-update-samples", o.max_update_samples,
                     "Refuse an update that claims more samples (its FedAvg weight; 1 to 2^32)")
       ->capture_default_str();
+  AddRobustFlags(*serve, flags->aggregation, o);
   AddTlsServerFlags(*serve, o.tls);
   commands.push_back({serve, [flags] { return RunServe(*flags); }});
 }
@@ -198,6 +224,9 @@ void RegisterDevice(CLI::App& app, CommandList& commands) {
   device->add_option("--state-file", o.state_file, "Keep the error-feedback residual here across restarts");
   device->add_option("--give-up-ms", o.give_up_ms, "Stop reconnecting after this long without the server")
       ->capture_default_str();
+  // For `fedrt sim --byzantine`: a misbehaving device (fedrt/runtime/byzantine.h).
+  device->add_option("--byzantine", o.byzantine, "Misbehave: signflip[:k], scaled[:k], random[:s] or stale")
+      ->group("");
   AddTlsClientFlags(*device, o.tls);
   commands.push_back({device, [flags] { return RunDeviceCommand(*flags); }});
 }

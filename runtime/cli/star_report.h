@@ -10,7 +10,14 @@
 
 #include "fedrt/runtime/aggregator.h"
 
+namespace CLI {
+class App;
+}
+
 namespace fedrt::cli {
+
+// --aggregation, --clip-update-norm and the --dp-* options (serve and sim).
+void AddRobustFlags(CLI::App& command, std::string& aggregation, AggregatorConfig& o);
 
 // Per device: role, nesting ratio used and next, near-wrap count, bytes.
 inline nlohmann::json DevicesJson(const RoundReport& r) {
@@ -47,6 +54,12 @@ inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) 
           {"full_models_down", r.full_models_down}, {"per_device", DevicesJson(r)},
           {"applied", r.applied}};
   if (!r.applied) j["failure"] = r.failure;
+  if (r.clipped > 0) j["clipped"] = r.clipped;
+  if (!r.selected.empty()) j["selected"] = r.selected;  // krum, multi-krum
+  if (r.dp_epsilon >= 0) {
+    j["dp_epsilon"] = r.dp_epsilon;
+    j["dp_sampling_rate"] = r.dp_sampling_rate;
+  }
   if (!r.level_table.empty()) {  // ALQ / AMQ: the table the next round uses
     j["level_table_version"] = r.level_table_version;
     j["level_table"] = r.level_table;
@@ -55,18 +68,25 @@ inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) 
 }
 
 inline std::string FormatRound(const RoundReport& r, uint32_t rounds) {
-  char line[256];
+  char line[320];
   if (!r.applied) {
     std::snprintf(line, sizeof(line), "round %u/%u  not applied: %s  updates %zu/%zu  rejected %zu  (running it again)",
                   r.round, rounds, r.failure.c_str(), r.updates, r.sampled, r.rejected);
     return line;
+  }
+  std::string extra = RhoSummary(r);
+  if (r.clipped > 0) extra += "  clipped " + std::to_string(r.clipped);
+  if (r.dp_epsilon >= 0) {
+    char eps[64];
+    std::snprintf(eps, sizeof(eps), "  DP epsilon %.3g", r.dp_epsilon);
+    extra += eps;
   }
   const double ratio = r.bytes_up > 0 ? static_cast<double>(r.fp32_bytes_up) / static_cast<double>(r.bytes_up) : 0;
   std::snprintf(line, sizeof(line),
                 "round %u/%u  updates %zu/%zu  test acc %.2f%%  train loss %.4f  up %.3f MB  down %.3f MB  "
                 "x%.1f vs fp32  wraps %llu%s  %.1f s",
                 r.round, rounds, r.updates, r.sampled, 100.0 * r.test_accuracy, r.train_loss, static_cast<double>(r.bytes_up) / 1e6,
-                static_cast<double>(r.bytes_down) / 1e6, ratio, static_cast<unsigned long long>(r.near_wraps), RhoSummary(r).c_str(), r.seconds);
+                static_cast<double>(r.bytes_down) / 1e6, ratio, static_cast<unsigned long long>(r.near_wraps), extra.c_str(), r.seconds);
   return line;
 }
 

@@ -1,6 +1,7 @@
 // The aggregator's checkpoint file: version 2 keeps the codec state (level
 // table, NDQSG rho and forced anchors, downlink device model and the devices'
-// acknowledged rounds) bit for bit; version 1 files still load; other
+// acknowledged rounds) bit for bit, version 3 the DP accountant's state;
+// version 1 and 2 files still load; other
 // versions, truncated files, damaged bytes and bad counts give typed errors;
 // a file that exists but cannot be read is an error, never "no checkpoint".
 #include <doctest/doctest.h>
@@ -83,8 +84,19 @@ TEST_CASE("a version 1 aggregator checkpoint still loads without codec state") {
   const std::string path = dir.File("agg.ckpt");
   AggregatorCheckpoint c = Sample();
   REQUIRE(WriteAggregatorCheckpoint(path, c).ok());
-  // Version 1 is version 2 without the codec state: cut it off, set the version.
+  // Version 2 is version 3 without the privacy state (an empty one: a u32
+  // count of 0), version 1 version 2 without the codec state: cut them off,
+  // set the version.
   std::vector<uint8_t> bytes = ReadBytes(path);
+  REQUIRE(LoadLe32(bytes.data() + bytes.size() - 8) == 0);
+  bytes.erase(bytes.end() - 8, bytes.end() - 4);
+  StoreLe32(bytes.data() + 8, 2);
+  Reseal(bytes);
+  WriteBytes(path, bytes);
+  Result<AggregatorCheckpoint> v2 = ReadAggregatorCheckpoint(path);
+  REQUIRE(v2.ok());
+  CHECK(v2->synced == c.synced);
+  CHECK(v2->dp_rdp.empty());
   AggregatorCheckpoint bare;
   bare.model = c.model;
   bare.round = c.round;
@@ -93,7 +105,7 @@ TEST_CASE("a version 1 aggregator checkpoint still loads without codec state") {
   REQUIRE(WriteAggregatorCheckpoint(path, bare).ok());
   std::vector<uint8_t> v1 = ReadBytes(path);
   // Empty codec state: 4 (codec) + 8 (table) + 4 + 4 (rho, anchors) + 4 + 8 + 8 (downlink) + 4 (synced).
-  const std::size_t empty_state = 44;
+  const std::size_t empty_state = 44 + 4;  // and the empty privacy state
   REQUIRE(v1.size() > empty_state + 4);
   v1.erase(v1.end() - 4 - empty_state, v1.end() - 4);
   StoreLe32(v1.data() + 8, 1);
@@ -108,12 +120,12 @@ TEST_CASE("a version 1 aggregator checkpoint still loads without codec state") {
   CHECK(back->device_model_round == -1);
 
   // A later version is refused by name; so are cut or padded codec states.
-  StoreLe32(bytes.data() + 8, 3);
+  StoreLe32(bytes.data() + 8, 4);
   Reseal(bytes);
   WriteBytes(path, bytes);
   back = ReadAggregatorCheckpoint(path);
   CHECK(back.status().code() == StatusCode::kUnsupported);
-  CHECK(back.status().message().find("version 3") != std::string::npos);
+  CHECK(back.status().message().find("version 4") != std::string::npos);
   StoreLe32(bytes.data() + 8, 2);
   std::vector<uint8_t> cut(bytes.begin(), bytes.end() - 12);
   cut.insert(cut.end(), 4, 0);
@@ -134,6 +146,30 @@ TEST_CASE("a version 1 aggregator checkpoint still loads without codec state") {
   Reseal(huge);
   WriteBytes(path, huge);
   CHECK(ReadAggregatorCheckpoint(path).status().code() == StatusCode::kCorrupt);
+}
+
+TEST_CASE("an aggregator checkpoint keeps the DP accountant's state bit for bit") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("agg.ckpt");
+  AggregatorCheckpoint c = Sample();
+  c.dp_rdp = {0.125, 1e-300, 3.5e10, 0.0};
+  REQUIRE(WriteAggregatorCheckpoint(path, c).ok());
+  Result<AggregatorCheckpoint> back = ReadAggregatorCheckpoint(path);
+  REQUIRE(back.ok());
+  CHECK(back->dp_rdp == c.dp_rdp);
+  CHECK(back->synced == c.synced);
+  // A count larger than the values in the file, and a count past the limit.
+  std::vector<uint8_t> bytes = ReadBytes(path);
+  const std::size_t count_at = bytes.size() - 4 - 4 * 8 - 4;
+  REQUIRE(LoadLe32(bytes.data() + count_at) == 4);
+  for (uint32_t count : {5u, 100000u}) {
+    std::vector<uint8_t> bad = bytes;
+    StoreLe32(bad.data() + count_at, count);
+    Reseal(bad);
+    WriteBytes(path, bad);
+    CHECK(ReadAggregatorCheckpoint(path).status().code() == StatusCode::kCorrupt);
+  }
 }
 
 TEST_CASE("a missing aggregator checkpoint is not found but an unreadable or damaged one is an error") {

@@ -21,6 +21,7 @@
 #include "fedrt/runtime/aggregator_engine.h"
 #include "fedrt/runtime/device_client.h"
 #include "fedrt/runtime/model.h"
+#include "fedrt/runtime/privacy.h"
 #include "fedrt/transport/auth.h"
 #include "fedrt/transport/chunking.h"
 #include "fedrt/transport/crypto.h"
@@ -117,7 +118,9 @@ struct Federation {
   std::shared_ptr<Aggregator> aggregator;
   std::deque<Member> members;  // references stay valid as devices are added
   std::vector<RoundReport> reports;
+  std::vector<std::vector<float>> aggregates;  // the combined update of every round, before the optimizer
   std::vector<AggregatorCheckpoint> checkpoints;
+  uint32_t restored_rounds = 0;  // rounds of a checkpoint the test restored
   std::map<std::pair<uint32_t, std::string>, int> instructions_sent;  // (round, device) -> times
 
   Federation(AggregatorConfig config, int devices) {
@@ -126,10 +129,11 @@ struct Federation {
     keys = KeyStore::Parse(text).value();
     AggregatorHooks hooks;
     hooks.on_round = [this](const RoundReport& r) { reports.push_back(r); };
+    hooks.on_aggregate = [this](uint32_t, const std::vector<float>& mean) { aggregates.push_back(mean); };
     hooks.on_checkpoint = [this](const AggregatorCheckpoint& c) {
       std::size_t applied = 0;
     for (const RoundReport& r : reports) applied += r.applied ? 1 : 0;
-    CHECK(c.round == applied + 1);  // before the round's report
+    CHECK(c.round == restored_rounds + applied + 1);  // before the round's report
       checkpoints.push_back(c);
     };
     hooks.on_instructions = [this](uint32_t round, const std::string& device, const std::vector<uint8_t>&) {
@@ -660,6 +664,263 @@ TEST_CASE("aggregator engine: a restored aggregator carries on from the checkpoi
   REQUIRE(pipe.ok());
   CHECK((*fresh)->Restore(saved).code() == StatusCode::kFailedPrecondition);
   (*fresh)->Abort(Status(StatusCode::kCancelled, "test over"));
+}
+
+// Seven devices whose updates the test writes: five honest ones (0.01 to
+// 0.05 in every coordinate) and dev-0, dev-1 sending -1 (a sign-flipped,
+// scaled update), 10 samples each. Returns the round's combined update.
+std::vector<float> CombineCrafted(const std::string& rule, RoundReport* report = nullptr) {
+  AggregatorConfig config = Config("fp32", 1, 7);
+  config.aggregation = ParseAggregationRule(rule).value();
+  Federation f(config, 7);
+  for (Member& m : f.members) m.silent = true;
+  f.Settle();
+  for (int i = 0; i < 7; ++i) {
+    const float value = i < 2 ? -1.0f : 0.01f * static_cast<float>(i - 1);
+    SendUpdate(f.members[static_cast<std::size_t>(i)], f.aggregator->codec(), 0,
+               std::vector<float>(Parameters(), value), 10);
+  }
+  f.Settle();
+  REQUIRE(f.reports.size() == 1);
+  REQUIRE(f.reports[0].applied);
+  CHECK(f.reports[0].updates == 7);
+  if (report != nullptr) *report = f.reports[0];
+  REQUIRE(f.aggregates.size() == 1);
+  return f.aggregates[0];
+}
+
+TEST_CASE("aggregator engine: median, trimmed mean and multi-krum leave out the updates that drag the mean") {
+  // mean: (0.01 + ... + 0.05 - 2) / 7.
+  CHECK(CombineCrafted("mean")[0] == doctest::Approx((0.15 - 2.0) / 7).epsilon(1e-6));
+  // median of -1, -1, 0.01, 0.02, 0.03, 0.04, 0.05.
+  for (float v : CombineCrafted("median")) CHECK(v == 0.02f);
+  // floor(0.3 * 7) = 2 trimmed per side: 0.01, 0.02, 0.03 kept.
+  for (float v : CombineCrafted("trimmed-mean:0.3")) CHECK(v == doctest::Approx(0.02).epsilon(1e-6));
+  // multi-krum:2: the n - f = 5 updates closest to their neighbours, the honest ones.
+  RoundReport report;
+  for (float v : CombineCrafted("multi-krum:2", &report)) CHECK(v == doctest::Approx(0.03).epsilon(1e-6));
+  CHECK(report.selected == std::vector<std::string>{"dev-2", "dev-3", "dev-4", "dev-5", "dev-6"});
+  // krum:2: one of the middle honest ones (0.02, 0.03 and 0.04 score alike
+  // but for rounding), sent as it is.
+  const std::vector<float> krum = CombineCrafted("krum:2", &report);
+  REQUIRE(report.selected.size() == 1);
+  const int chosen = report.selected[0].back() - '0';
+  CHECK(chosen >= 3);
+  CHECK(chosen <= 5);
+  for (float v : krum) CHECK(v == 0.01f * static_cast<float>(chosen - 1));
+}
+
+TEST_CASE("aggregator engine: krum refuses a config that samples too few devices and fails a round with too few") {
+  KeyStore keys = KeyStore::Parse(DeviceId(0) + " " + HexKey(0) + "\n").value();
+  ManualClock clock;
+  AggregatorConfig config = Config("fp32", 1, 4);
+  config.aggregation = ParseAggregationRule("krum:1").value();
+  const Status refused = Aggregator::Create(config, keys, TestCrypto(), clock, nullptr).status();
+  CHECK(refused.code() == StatusCode::kInvalidArgument);
+  CHECK(refused.message() == "aggregation krum:1 needs at least 5 updates per round (2F + 3); the first round "
+                             "samples 4 of 4 devices (raise min devices or the sampling)");
+  config.min_devices = 5;
+  config.sampling.fraction = 0.5;  // 3 of 5
+  CHECK(Aggregator::Create(config, keys, TestCrypto(), clock, nullptr).status().code() ==
+        StatusCode::kInvalidArgument);
+
+  // Five sampled, one never answers: the round closes at its deadline with
+  // four updates, which krum:1 cannot combine; it is not applied.
+  config.sampling.fraction = 1.0;
+  Federation f(config, 5);
+  f.Silence("dev-4");
+  f.Settle();
+  f.clock.AdvanceMs(kDeadlineMs);
+  f.Settle();
+  REQUIRE(!f.reports.empty());
+  CHECK_FALSE(f.reports[0].applied);
+  CHECK(f.reports[0].failure == "krum:1 needs at least 5 updates (2F + 3), got 4");
+  CHECK(f.aggregator->round() == 0);
+}
+
+TEST_CASE("aggregator engine: robust rules combine NDQSG and DQSG rounds, with FedAdam too") {
+  for (const char* codec : {"ndqsg", "dqsg"}) {
+    CAPTURE(codec);
+    AggregatorConfig config = Config(codec, 4, 3);
+    config.aggregation = ParseAggregationRule("median").value();
+    if (std::string(codec) == "dqsg") {
+      config.aggregation = ParseAggregationRule("trimmed-mean:0.34").value();
+      config.server_optimizer.kind = ServerOptimizerKind::kFedAdam;
+      config.server_optimizer.learning_rate = 0.05f;
+    }
+    Federation f(config, 3);
+    f.Settle();
+    REQUIRE(f.reports.size() == 4);
+    for (const RoundReport& r : f.reports) {
+      CHECK(r.applied);
+      CHECK(r.updates == 3);
+    }
+    CHECK(f.reports.back().test_loss < f.reports.front().test_loss);
+    CHECK(f.reports.back().test_accuracy > 0.8);  // chance is 0.25
+  }
+}
+
+TEST_CASE("aggregator engine: clipping scales the updates down before they are combined") {
+  AggregatorConfig config = Config("fp32", 1, 2);
+  config.clip_update_norm = 1.0;
+  Federation f(config, 2);
+  for (Member& m : f.members) m.silent = true;
+  f.Settle();
+  const double norm = std::sqrt(static_cast<double>(Parameters()));  // of an all-ones update
+  SendUpdate(f.members[0], f.aggregator->codec(), 0, std::vector<float>(Parameters(), 1.0f), 10);
+  SendUpdate(f.members[1], f.aggregator->codec(), 0, std::vector<float>(Parameters(), 0.001f), 30);
+  f.Settle();
+  REQUIRE(f.reports.size() == 1);
+  CHECK(f.reports[0].clipped == 1);
+  REQUIRE(f.aggregates.size() == 1);
+  CHECK(f.aggregates[0][0] == doctest::Approx((10 / norm + 30 * 0.001) / 40).epsilon(1e-5));
+}
+
+TEST_CASE("aggregator engine: DP rounds clip, add noise of z * C to the sum, divide by the devices sampled") {
+  AggregatorConfig config = Config("fp32", 1, 4);
+  config.dp.noise_multiplier = 0.5;
+  config.dp.clip = 1.0;
+  config.dp.delta = 1e-5;
+  config.dp.noise_seed = 99;
+  Federation f(config, 4);
+  for (Member& m : f.members) m.silent = true;
+  f.Settle();
+  // Three of the four sampled devices answer, with different sample counts
+  // (DP weighs every update 1); two are clipped.
+  const std::size_t d = Parameters();
+  SendUpdate(f.members[0], f.aggregator->codec(), 0, std::vector<float>(d, 1.0f), 10);
+  SendUpdate(f.members[1], f.aggregator->codec(), 0, std::vector<float>(d, -2.0f), 1000);
+  SendUpdate(f.members[2], f.aggregator->codec(), 0, std::vector<float>(d, 0.01f), 5);
+  f.Settle();
+  f.clock.AdvanceMs(kDeadlineMs);
+  f.Settle();
+  REQUIRE(f.reports.size() == 1);
+  const RoundReport& r = f.reports[0];
+  CHECK(r.applied);
+  CHECK(r.updates == 3);
+  CHECK(r.clipped == 2);
+  CHECK(r.dp_sampling_rate == 1.0);
+  RdpAccountant accountant;
+  accountant.Compose(1.0, 0.5);
+  CHECK(r.dp_epsilon == doctest::Approx(accountant.Epsilon(1e-5)));
+  // The expected estimate: (sum of clipped updates + N(0, (0.5 * 1)^2)) / 4.
+  const double unit = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<double> sum(d, unit - unit + 0.01);  // the clipped +1 and -2 updates cancel
+  AddGaussianNoise(99, 0, 0.5, sum.data(), d);
+  REQUIRE(f.aggregates.size() == 1);
+  for (std::size_t i = 0; i < d; ++i) CHECK(f.aggregates[0][i] == doctest::Approx(sum[i] / 4).epsilon(1e-5));
+}
+
+TEST_CASE("aggregator engine: DP stops before a round would pass the epsilon budget") {
+  AggregatorConfig config = Config("fp32", 10, 3);
+  config.dp.noise_multiplier = 1.0;
+  config.dp.clip = 1.0;
+  config.dp.delta = 1e-5;
+  RdpAccountant accountant;
+  accountant.Compose(1.0, 1.0, 2);
+  const double two = accountant.Epsilon(1e-5);
+  accountant.Compose(1.0, 1.0);
+  config.dp.epsilon_budget = (two + accountant.Epsilon(1e-5)) / 2;  // two rounds fit, three do not
+  Federation f(config, 3);
+  f.Settle();
+  REQUIRE(f.reports.size() == 2);
+  CHECK(f.reports[0].dp_epsilon < f.reports[1].dp_epsilon);
+  CHECK(f.reports[1].dp_epsilon == doctest::Approx(two));
+  CHECK(f.aggregator->finished());
+  CHECK(f.aggregator->round() == 2);
+  for (const Member& m : f.members) CHECK(m.client->finished());
+}
+
+TEST_CASE("aggregator engine: DP rounds run with NDQSG and with FedAdam and report epsilon every round") {
+  for (const char* codec : {"ndqsg", "dqsg"}) {
+    CAPTURE(codec);
+    AggregatorConfig config = Config(codec, 3, 3);
+    config.dp.noise_multiplier = 0.01;
+    config.dp.clip = 10;
+    if (std::string(codec) == "dqsg") {
+      config.server_optimizer.kind = ServerOptimizerKind::kFedAdam;
+      config.server_optimizer.learning_rate = 0.05f;
+    }
+    Federation f(config, 3);
+    f.Settle();
+    REQUIRE(f.reports.size() == 3);
+    RdpAccountant accountant;
+    for (const RoundReport& r : f.reports) {
+      CHECK(r.applied);
+      CHECK(r.updates == 3);
+      accountant.Compose(1.0, 0.01);
+      CHECK(r.dp_epsilon == doctest::Approx(accountant.Epsilon(1e-5)));
+    }
+    CHECK(f.reports.back().test_loss < f.reports.front().test_loss);
+    CHECK(f.reports.back().test_accuracy > 0.8);
+  }
+}
+
+TEST_CASE("aggregator engine: a restored DP aggregator resumes its accountant from the checkpoint") {
+  AggregatorConfig config = Config("fp32", 2, 2);
+  config.dp.noise_multiplier = 1.0;
+  config.dp.clip = 1.0;
+  config.sampling.fraction = 0.5;  // q = 1/2
+  Federation first(config, 2);
+  first.Settle();
+  REQUIRE(first.reports.size() == 2);
+  CHECK(first.reports[1].dp_sampling_rate == 0.5);
+  const AggregatorCheckpoint saved = first.checkpoints.back();
+  REQUIRE(saved.dp_rdp.size() == RdpAccountant().rdp().size());
+
+  // Resumed for one more round, the third.
+  config.rounds = 3;
+  const auto resumed_epsilon = [&](const AggregatorCheckpoint& checkpoint) {
+    Federation again(config, 0);
+    REQUIRE(again.aggregator->Restore(checkpoint).ok());
+    again.restored_rounds = 2;
+    for (int i = 0; i < 2; ++i) again.AddDevice(i, HexKey(i));
+    again.Settle();
+    REQUIRE(again.reports.size() == 1);
+    return again.reports[0].dp_epsilon;
+  };
+  // The epsilon goes on from the saved RDP.
+  RdpAccountant expected;
+  expected.Compose(0.5, 1.0, 3);
+  CHECK(resumed_epsilon(saved) == doctest::Approx(expected.Epsilon(1e-5)));
+  // Without the privacy state the restored rounds are charged at q = 1.
+  AggregatorCheckpoint bare = saved;
+  bare.dp_rdp.clear();
+  RdpAccountant upper;
+  upper.Compose(1.0, 1.0, 2);
+  upper.Compose(0.5, 1.0);
+  CHECK(resumed_epsilon(bare) == doctest::Approx(upper.Epsilon(1e-5)));
+  // A privacy state of another size is refused.
+  bare.dp_rdp = {1.0};
+  Federation refused(config, 0);
+  CHECK(refused.aggregator->Restore(bare).code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("aggregator engine: DP and robust options that do not apply are refused") {
+  KeyStore keys = KeyStore::Parse(DeviceId(0) + " " + HexKey(0) + "\n").value();
+  ManualClock clock;
+  const auto create = [&](const AggregatorConfig& config) {
+    return Aggregator::Create(config, keys, TestCrypto(), clock, nullptr).status();
+  };
+  AggregatorConfig dp = Config("fp32", 1, 1);
+  dp.dp.noise_multiplier = 1;
+  dp.dp.clip = 1;
+  CHECK(create(dp).ok());
+  AggregatorConfig c = dp;
+  c.aggregation = ParseAggregationRule("median").value();
+  CHECK(create(c).message().find("needs aggregation mean, not median") != std::string::npos);
+  c = dp;
+  c.clip_update_norm = 2;
+  CHECK(create(c).code() == StatusCode::kInvalidArgument);
+  c = dp;
+  c.dp.clip = 0;
+  CHECK(create(c).code() == StatusCode::kInvalidArgument);
+  c = Config("fp32", 1, 1);
+  c.dp.clip = 1;  // without a noise multiplier
+  CHECK(create(c).message() == "the DP clip, budget and noise seed apply only with a DP noise multiplier above 0");
+  c = Config("fp32", 1, 1);
+  c.clip_update_norm = -1;
+  CHECK(create(c).code() == StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("aggregator engine: bad configs and test sets are refused") {

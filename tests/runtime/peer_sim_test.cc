@@ -291,5 +291,42 @@ TEST_CASE("fedrt sim refuses a codec its topology cannot run and a compare folde
   CHECK(compare.output.find("absent/metrics.jsonl: cannot open") != std::string::npos);
 }
 
+TEST_CASE("fedrt sim runs byzantine devices against a robust rule, and DP stops at its epsilon budget") {
+  testing::TempDir dir;
+  const std::string data = TinyData(dir);
+  const std::string common = "timeout 120 " + std::string(FEDRT_CLI_PATH) +
+                             " sim --codec fp32 --model mlp:784-32-10 --data " + data;
+  Run robust = testing::RunCommand(common + " --devices 3 --rounds 2 --byzantine 1:signflip:4 --aggregation median "
+                                   "--out " + dir.File("robust"));
+  INFO(robust.output);
+  REQUIRE(robust.exit_code == 0);
+  CHECK(robust.output.find("aggregation median, 1 byzantine devices (signflip:4)") != std::string::npos);
+  const std::vector<nlohmann::json> rows = Lines(dir.File("robust") + "/metrics.jsonl");
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0]["aggregation"] == "median");
+  CHECK(rows[0]["byzantine"] == "1:signflip:4");
+  CHECK(Slurp(dir.File("robust") + "/fp32/dev-0.log").find("byzantine: every update is signflip:4") !=
+        std::string::npos);
+  CHECK(Slurp(dir.File("robust") + "/fp32/dev-1.log").find("byzantine") == std::string::npos);
+
+  // q = 1, z = 1, delta 1e-5: epsilon 4.75, 7.09, 9.09 after 1, 2, 3 rounds.
+  Run dp = testing::RunCommand(common + " --devices 2 --rounds 5 --dp-noise-multiplier 1 --dp-clip 1 "
+                               "--dp-epsilon-budget 8 --out " + dir.File("dp"));
+  INFO(dp.output);
+  REQUIRE(dp.exit_code == 0);
+  CHECK(dp.output.find("DP epsilon 7.09") != std::string::npos);
+  CHECK(dp.output.find("DP budget: round 3 would spend epsilon 9.088 > budget 8") != std::string::npos);
+  const std::vector<nlohmann::json> dp_rows = Lines(dir.File("dp") + "/metrics.jsonl");
+  REQUIRE(dp_rows.size() == 2);
+  CHECK(dp_rows[1]["dp_epsilon"].get<double>() == doctest::Approx(7.0879).epsilon(1e-3));
+
+  Run ring = testing::RunCommand(common + " --topology ring --peers 2 --byzantine 1:signflip --out " + dir.File("ring"));
+  CHECK(ring.exit_code == 1);
+  CHECK(ring.output.find("apply to --topology star only") != std::string::npos);
+  Run bad = testing::RunCommand(common + " --devices 2 --byzantine 3:signflip --out " + dir.File("bad"));
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.output.find("expected N:KIND with N from 1 to the device count (2)") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace fedrt

@@ -12,7 +12,8 @@ namespace fedrt {
 namespace {
 
 constexpr char kMagic[persist::kMagicSize] = {'F', 'E', 'D', 'R', 'T', 'A', 'G', 'G'};
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
+constexpr uint32_t kMaxRdpOrders = 4096;
 constexpr std::size_t kMaxSpecBytes = 4096;
 constexpr std::size_t kMaxDeviceIdBytes = 256;
 // Four model-sized arrays of up to 2^28 floats (4 GiB) and the rest: larger
@@ -59,7 +60,28 @@ bool ReadCodecState(persist::Reader& r, AggregatorCheckpoint* c) {
     std::string device = r.String(kMaxDeviceIdBytes);
     c->synced[device] = r.I64();
   }
-  return r.AtEnd();
+  return r.ok();
+}
+
+void PutPrivacyState(persist::Writer& w, const AggregatorCheckpoint& c) {
+  w.U32(static_cast<uint32_t>(c.dp_rdp.size()));
+  for (double v : c.dp_rdp) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(bits));
+    w.U64(bits);
+  }
+}
+
+bool ReadPrivacyState(persist::Reader& r, AggregatorCheckpoint* c) {
+  const uint32_t n = r.U32();
+  if (n > kMaxRdpOrders) return false;
+  for (uint32_t k = 0; r.ok() && k < n; ++k) {
+    const uint64_t bits = r.U64();
+    double v = 0;
+    std::memcpy(&v, &bits, sizeof(v));
+    c->dp_rdp.push_back(v);
+  }
+  return r.ok();
 }
 
 }  // namespace
@@ -75,6 +97,7 @@ Status WriteAggregatorCheckpoint(const std::string& path, const AggregatorCheckp
   w.F32s(checkpoint.first_moment);
   w.F32s(checkpoint.second_moment);
   PutCodecState(w, checkpoint);
+  PutPrivacyState(w, checkpoint);
   return persist::WriteFileAtomically(path, std::move(w).Finish());
 }
 
@@ -88,9 +111,9 @@ Result<AggregatorCheckpoint> ReadAggregatorCheckpoint(const std::string& path) {
   FEDRT_RETURN_IF_ERROR(
       persist::OpenFrame(bytes.data(), bytes.size(), kMagic, path, "an aggregator checkpoint", &version, &r));
   if (!persist::Crc32cTrailerMatches(bytes.data(), bytes.size())) return Corrupt(path + ": checksum mismatch");
-  if (version != 1 && version != 2) {
+  if (version < 1 || version > 3) {
     return Unsupported(path + ": checkpoint version " + std::to_string(version) +
-                       " (this build reads versions 1 and 2)");
+                       " (this build reads versions 1 to 3)");
   }
   AggregatorCheckpoint checkpoint;
   checkpoint.round = r.U32();
@@ -101,7 +124,9 @@ Result<AggregatorCheckpoint> ReadAggregatorCheckpoint(const std::string& path) {
   std::vector<float>* arrays[3] = {&checkpoint.parameters, &checkpoint.first_moment, &checkpoint.second_moment};
   for (int i = 0; i < 3; ++i) r.F32s(counts[i], arrays[i]);
   if (!r.ok() || (version == 1 && !r.AtEnd())) return Corrupt(path + ": array sizes do not match the file size");
-  if (version == 2 && !ReadCodecState(r, &checkpoint)) return Corrupt(path + ": bad codec state");
+  if (version >= 2 && !ReadCodecState(r, &checkpoint)) return Corrupt(path + ": bad codec state");
+  if (version >= 3 && !ReadPrivacyState(r, &checkpoint)) return Corrupt(path + ": bad privacy state");
+  if (!r.AtEnd()) return Corrupt(path + ": " + (version == 2 ? "bad codec state" : "bad privacy state"));
   return checkpoint;
 }
 

@@ -12,11 +12,13 @@
 //   u32 count, then per device: str id                (NDQSG devices sent plain DQSG next)
 //   str downlink codec spec, i64 device model round, u64 count, the device model (f32)
 //   u32 count, then per device: str id, i64 round     (last round whose model it acknowledged)
+// and version 3 the privacy state:
+//   u32 count, then count f64 (as u64 bits)           (DP: the accountant's RDP at orders 2..)
 // where str is a u32 length and the bytes. Then the CRC-32C of all bytes
 // before it. Written atomically (persist/file.h: <path>.tmp, fsync, rename,
 // fsync of the directory). Reading checks the magic, the checksum, the
 // version and every count against the bytes left before using anything;
-// version 1 files still load (with no codec state).
+// version 1 and 2 files still load (with no codec or privacy state).
 //
 // Thread-safety: plain functions; one writer per file.
 #ifndef FEDRT_RUNTIME_SRC_STAR_AGGREGATOR_CHECKPOINT_H_

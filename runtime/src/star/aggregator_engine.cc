@@ -114,6 +114,10 @@ struct Aggregator::State {
   void OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame);
   void OnUpdateFrame(Peer& peer, Connection& connection, const Frame& frame);
   Status CheckUpdate(Received& received);
+  Status Contribute(const Received& received, const float* decoded);
+  Status Combine(std::vector<float>* mean, RoundReport& report);
+  bool dp() const { return config_.dp.noise_multiplier > 0; }
+  bool BudgetAllowsRound();
   void SumInOrder(bool closing);
   CodecContext ContextFor(uint32_t sender_id) const;
   void StartRound();
@@ -192,6 +196,18 @@ struct Aggregator::State {
   std::map<std::string, int64_t> synced_;  // device -> last round whose model it acknowledged
   std::vector<float> scratch_;
   std::vector<float> zeros_;
+  // Robust rules: this round's decoded (clipped) updates and their weights,
+  // in the order of selected_; mean sums into sum_ instead.
+  std::vector<std::vector<float>> held_;
+  std::vector<double> held_weights_;
+  std::vector<std::string> held_devices_;
+  std::vector<float> contribution_;  // the update being clipped
+  std::size_t clipped_ = 0;
+  // DP: the accountant, the noise key and the devices connected when the
+  // round was sampled (q = sampled / connected).
+  RdpAccountant accountant_;
+  uint64_t dp_noise_seed_ = 0;
+  std::size_t population_ = 0;
 };
 
 Status Aggregator::State::Init(const DataView* test_set) {
@@ -206,6 +222,42 @@ Status Aggregator::State::Init(const DataView* test_set) {
   if (config_.max_update_samples < 1 || config_.max_update_samples > kMaxSamplesPerUpdate) {
     return InvalidArgument("max update samples " + std::to_string(config_.max_update_samples) +
                            " must be from 1 to 2^32");
+  }
+
+  if (!(config_.clip_update_norm >= 0) || !std::isfinite(config_.clip_update_norm)) {
+    return InvalidArgument("clip update norm must be finite and not negative (0: no clipping)");
+  }
+  if (HoldsUpdates(config_.aggregation) || MinimumUpdates(config_.aggregation) > 1) {
+    // The first round samples from the min_devices that joined; a rule that
+    // cannot combine that many could never apply a round.
+    const std::size_t joined = std::max<std::size_t>(1, config_.min_devices);
+    std::vector<uint32_t> indices(joined);
+    for (uint32_t i = 0; i < indices.size(); ++i) indices[i] = i;
+    const std::size_t sampled = SampleDevices(indices, config_.sampling, config_.session_seed, 0).size();
+    if (sampled < MinimumUpdates(config_.aggregation)) {
+      return InvalidArgument("aggregation " + AggregationRuleName(config_.aggregation) + " needs at least " +
+                             std::to_string(MinimumUpdates(config_.aggregation)) +
+                             " updates per round (2F + 3); the first round samples " + std::to_string(sampled) +
+                             " of " + std::to_string(joined) + " devices (raise min devices or the sampling)");
+    }
+  }
+  if (dp()) {
+    FEDRT_RETURN_IF_ERROR(ValidateDpOptions(config_.dp));
+    if (config_.aggregation.kind != AggregationKind::kMean) {
+      return InvalidArgument("DP-FedAvg calibrates its noise to the sum of clipped updates: it needs aggregation "
+                             "mean, not " + AggregationRuleName(config_.aggregation));
+    }
+    if (config_.clip_update_norm > 0) {
+      return InvalidArgument("DP rounds clip every update to the DP clip norm; clip update norm must be 0");
+    }
+    dp_noise_seed_ = config_.dp.noise_seed;
+    if (dp_noise_seed_ == 0) {
+      uint8_t bytes[8];
+      FEDRT_RETURN_IF_ERROR(crypto_.RandomBytes(bytes, sizeof(bytes)));
+      for (uint8_t b : bytes) dp_noise_seed_ = dp_noise_seed_ << 8 | b;
+    }
+  } else if (config_.dp.clip != 0 || config_.dp.epsilon_budget != 0 || config_.dp.noise_seed != 0) {
+    return InvalidArgument("the DP clip, budget and noise seed apply only with a DP noise multiplier above 0");
   }
 
   Result<Model> model = Model::Create(config_.model, config_.model_seed);
@@ -258,6 +310,7 @@ Status Aggregator::State::Init(const DataView* test_set) {
 
   scratch_.assign(d_, 0.0f);
   zeros_.assign(d_, 0.0f);
+  contribution_.assign(d_, 0.0f);
   sum_ = std::make_unique<UpdateAccumulator>(d_);
   if (!config_.downlink_codec.empty() && config_.downlink_codec != "fp32") {
     Result<std::unique_ptr<Codec>> downlink = MakeCodec(config_.downlink_codec);
@@ -280,6 +333,16 @@ Status Aggregator::State::Restore(AggregatorCheckpoint& saved) {
   FEDRT_RETURN_IF_ERROR(optimizer_->Restore(std::move(saved.first_moment), std::move(saved.second_moment)));
   std::memcpy(model_->parameters(), saved.parameters.data(), d_ * sizeof(float));
   round_ = saved.round;
+  if (dp() && !saved.dp_rdp.empty()) {
+    FEDRT_RETURN_IF_ERROR(accountant_.Restore(saved.dp_rdp));
+    Log(LogLevel::kInfo, "aggregator: DP: resumed at epsilon %.4g", accountant_.Epsilon(config_.dp.delta));
+  } else if (dp() && round_ > 0) {
+    // A checkpoint without privacy state (written without DP, or version 2):
+    // its rounds are charged at q = 1, an upper bound.
+    accountant_.Compose(1.0, config_.dp.noise_multiplier, round_);
+    Log(LogLevel::kWarning, "aggregator: DP: the %u restored rounds are charged at sampling rate 1 (epsilon %.4g)",
+        round_, accountant_.Epsilon(config_.dp.delta));
+  }
   FEDRT_RETURN_IF_ERROR(RestoreCodecState(saved));
   if (downlink_ && device_model_round_ < 0) device_model_.assign(model_->parameters(), model_->parameters() + d_);
   return Status();
@@ -331,6 +394,7 @@ AggregatorCheckpoint Aggregator::State::CheckpointState() const {
   }
   for (const auto& [device, rho] : rho_) checkpoint.rho[device] = rho;
   checkpoint.forced_anchors = forced_anchors_;
+  if (dp()) checkpoint.dp_rdp = accountant_.rdp();
   if (downlink_ && device_model_round_ >= 0) {
     checkpoint.downlink_codec = downlink_->spec();
     checkpoint.device_model_round = device_model_round_;
@@ -758,10 +822,14 @@ void Aggregator::State::SumInOrder(bool closing) {
       return;
     }
     Received& r = received_[it->second];
-    const double weight = static_cast<double>(r.num_samples);
-    const Status added = r.decoded.empty() ? sum_->AddEncoded(*CodecFor(r.spec), r.payload.data(), r.payload.size(),
-                                                              ContextFor(r.sender_id), weight)
-                                           : sum_->AddDecoded(r.decoded.data(), weight);
+    Status added;
+    if (r.decoded.empty()) {
+      added = CodecFor(r.spec)->Decode(r.payload.data(), r.payload.size(), ContextFor(r.sender_id), scratch_.data(),
+                                       d_, nullptr);
+      if (added.ok()) added = Contribute(r, scratch_.data());
+    } else {
+      added = Contribute(r, r.decoded.data());
+    }
     if (!added.ok()) {
       // Checked on arrival; cannot fail unless memory is corrupt.
       Log(LogLevel::kError, "aggregator: update of %s not added: %s", r.device_id.c_str(), added.ToString().c_str());
@@ -770,6 +838,69 @@ void Aggregator::State::SumInOrder(bool closing) {
     std::vector<uint8_t>().swap(r.payload);
     std::vector<float>().swap(r.decoded);
   }
+}
+
+// One decoded update into the round, at its turn (the order of selected_):
+// clipped (clip_update_norm, or dp.clip with weight 1 in DP rounds), then
+// summed (mean) or held for the rule.
+Status Aggregator::State::Contribute(const Received& received, const float* decoded) {
+  FEDRT_RETURN_IF_ERROR(CheckFinite(decoded, d_));
+  double weight = static_cast<double>(received.num_samples);
+  const double clip = dp() ? config_.dp.clip : config_.clip_update_norm;
+  if (dp()) weight = 1.0;
+  const float* update = decoded;
+  if (clip > 0) {
+    std::copy(decoded, decoded + d_, contribution_.begin());
+    if (ClipToNorm(contribution_.data(), d_, clip) < 1.0) clipped_++;
+    update = contribution_.data();
+  }
+  if (!HoldsUpdates(config_.aggregation)) return sum_->AddDecoded(update, weight);
+  if (!(weight > 0.0) || !std::isfinite(weight)) return InvalidArgument("update weight must be positive");
+  held_.emplace_back(update, update + d_);
+  held_weights_.push_back(weight);
+  held_devices_.push_back(received.device_id);
+  return Status::Ok();
+}
+
+// The round's combined update: the running mean, a robust rule over the
+// held updates, or the DP-FedAvg estimate (noised sum / devices sampled).
+Status Aggregator::State::Combine(std::vector<float>* mean, RoundReport& report) {
+  if (dp()) {
+    std::vector<double> noised = sum_->sum();
+    AddGaussianNoise(dp_noise_seed_, round_, config_.dp.noise_multiplier * config_.dp.clip, noised.data(), d_);
+    const double denominator = static_cast<double>(std::max<std::size_t>(1, selected_.size()));
+    mean->resize(d_);
+    for (std::size_t i = 0; i < d_; ++i) (*mean)[i] = static_cast<float>(noised[i] / denominator);
+    return Status::Ok();
+  }
+  if (!HoldsUpdates(config_.aggregation)) {
+    *mean = sum_->Mean();
+    return Status::Ok();
+  }
+  std::vector<const float*> updates;
+  for (const std::vector<float>& held : held_) updates.push_back(held.data());
+  mean->resize(d_);
+  AggregationDetail detail;
+  FEDRT_RETURN_IF_ERROR(Aggregate(config_.aggregation, updates, held_weights_, d_, mean->data(), &detail));
+  for (std::size_t k : detail.selected) report.selected.push_back(held_devices_[k]);
+  return Status::Ok();
+}
+
+// DP with a budget: whether the next round, sampled as StartRound will
+// sample it, keeps epsilon within the budget.
+bool Aggregator::State::BudgetAllowsRound() {
+  if (!dp() || config_.dp.epsilon_budget <= 0) return true;
+  const std::size_t connected = device_connection_.size();
+  std::vector<uint32_t> indices(connected);
+  for (uint32_t i = 0; i < indices.size(); ++i) indices[i] = i;
+  const std::size_t sampled = SampleDevices(indices, config_.sampling, config_.session_seed, round_).size();
+  const double q = connected > 0 ? static_cast<double>(sampled) / static_cast<double>(connected) : 1.0;
+  const double next = accountant_.EpsilonAfter(q, config_.dp.noise_multiplier, config_.dp.delta);
+  if (next <= config_.dp.epsilon_budget) return true;
+  Log(LogLevel::kWarning,
+      "aggregator: DP budget: round %u would spend epsilon %.4g > budget %.4g at delta %g (spent %.4g); stopping",
+      round_ + 1, next, config_.dp.epsilon_budget, config_.dp.delta, accountant_.Epsilon(config_.dp.delta));
+  return false;
 }
 
 std::vector<std::string> Aggregator::State::ConnectedDevices() const {
@@ -850,6 +981,11 @@ void Aggregator::State::StartRound() {
   assigned_.clear();
   received_.clear();
   sum_->Reset();
+  held_.clear();
+  held_weights_.clear();
+  held_devices_.clear();
+  clipped_ = 0;
+  population_ = devices.size();
   answered_.clear();
   next_sum_ = 0;
   instruction_frames_.clear();
@@ -944,7 +1080,7 @@ void Aggregator::State::CloseRound() {
     sample_sum += static_cast<double>(r.num_samples);
   };
   const auto add = [&](const Received& r, const float* decoded) {
-    const Status added = accumulator.AddDecoded(decoded, static_cast<double>(r.num_samples));
+    const Status added = Contribute(r, decoded);
     if (!added.ok()) {
       Log(LogLevel::kWarning, "aggregator: update of %s not added: %s", r.device_id.c_str(), added.ToString().c_str());
       report.rejected++;
@@ -1032,17 +1168,28 @@ void Aggregator::State::CloseRound() {
     report.seconds = static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0;
     if (hooks_.on_round) hooks_.on_round(report);
   };
-  if (accumulator.count() == 0) {
+  report.clipped = clipped_;
+  const std::size_t contributed = HoldsUpdates(config_.aggregation) ? held_.size() : accumulator.count();
+  if (contributed == 0) {
     return fail(report.rejected == 0 ? "no update arrived"
                                      : "every update was rejected (" + std::to_string(report.rejected) + ")");
   }
-  const std::vector<float> mean = accumulator.Mean();
+  std::vector<float> mean;
+  const Status combined = Combine(&mean, report);
+  if (!combined.ok()) return fail(combined.message());
   if (hooks_.on_aggregate) hooks_.on_aggregate(round_, mean);
   // Apply checks the mean before it changes anything: a refusal leaves the
   // model and the optimizer state as they were.
   const Status applied = optimizer_->Apply(mean.data(), model_->parameters());
   if (!applied.ok()) return fail("the server optimizer refused the mean: " + applied.ToString());
   report.train_loss = sample_sum > 0 ? loss_sum / sample_sum : 0;
+  if (dp()) {
+    report.dp_sampling_rate = population_ > 0 ? static_cast<double>(selected_.size()) / static_cast<double>(population_) : 1.0;
+    accountant_.Compose(report.dp_sampling_rate, config_.dp.noise_multiplier);
+    report.dp_epsilon = accountant_.Epsilon(config_.dp.delta);
+    Log(LogLevel::kInfo, "aggregator: round %u: DP epsilon %.4g at delta %g (q %.3g, z %g)", round_ + 1,
+        report.dp_epsilon, config_.dp.delta, report.dp_sampling_rate, config_.dp.noise_multiplier);
+  }
   round_++;
   if (evaluate_) {
     Result<Evaluation> eval = EvaluateModel(*model_, test_, 256);
@@ -1089,6 +1236,10 @@ uint32_t Aggregator::State::Tick() {
     // connected, so a lost device never stops the training.
     const std::size_t needed = started_any_ ? 1 : std::max<std::size_t>(1, config_.min_devices);
     if (device_connection_.size() < needed) return static_cast<uint32_t>(next);
+    if (!BudgetAllowsRound()) {
+      FinishAll();
+      return static_cast<uint32_t>(next);
+    }
     started_any_ = true;
     StartRound();
     return static_cast<uint32_t>(std::min<uint64_t>(next, config_.round_deadline_ms));

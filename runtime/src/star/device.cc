@@ -15,6 +15,7 @@
 
 #include "fedrt/platform/clock.h"
 #include "fedrt/platform/log.h"
+#include "fedrt/runtime/byzantine.h"
 #include "fedrt/runtime/device_client.h"
 #include "fedrt/runtime/model.h"
 #include "fedrt/transport/auth.h"
@@ -98,6 +99,15 @@ Status DeviceHost::Setup() {
     hooks.on_residual = [path, id](const float* residual, std::size_t d) {
       const Status saved = star::SaveResidual(path, residual, d);
       if (!saved.ok()) Log(LogLevel::kWarning, "device %s: %s", id.c_str(), saved.ToString().c_str());
+    };
+  }
+  if (!options_.byzantine.empty()) {
+    Result<ByzantineBehaviour> behaviour = ParseByzantine(options_.byzantine);
+    if (!behaviour.ok()) return behaviour.status();
+    auto misbehave = std::make_shared<ByzantineUpdate>(*behaviour, config.shuffle_seed);
+    Log(LogLevel::kWarning, "device %s: byzantine: every update is %s", id_.c_str(), options_.byzantine.c_str());
+    hooks.transform_update = [misbehave](uint32_t round, float* delta, std::size_t d) {
+      misbehave->Apply(round, delta, d);
     };
   }
   Result<std::unique_ptr<DeviceClient>> client =

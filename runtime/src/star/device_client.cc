@@ -395,6 +395,7 @@ Status DeviceClient::State::EncodeAndSend(Connection& link) {
     for (std::size_t i = 0; i < d(); ++i) delta[i] += restored_residual[i];
     restored_residual.clear();
   }
+  if (hooks.transform_update) hooks.transform_update(static_cast<uint32_t>(plan.round), delta.data(), d());
   LevelStatisticsMessage statistics;
   uint32_t table_version = 0;
   Result<std::unique_ptr<Codec>> codec = InstructedCodec(&statistics, &table_version);

@@ -32,6 +32,7 @@ enum class RandomPurpose : uint8_t {
   kStochasticRounding = 2,
   kRandomSubset = 3,
   kLeaderChoice = 4,
+  kGaussianNoise = 5,  // the aggregator's DP noise (runtime/privacy.h), keyed by a seed devices do not know
 };
 
 struct RandomStream {

@@ -53,6 +53,8 @@ class UpdateAccumulator {
   std::size_t size() const { return sum_.size(); }
   std::size_t count() const { return count_; }
   double total_weight() const { return total_weight_; }
+  // The weighted sum itself (DP-FedAvg adds noise to it).
+  const std::vector<double>& sum() const { return sum_; }
   // sum / total_weight, rounded to float; zeros when nothing was added.
   std::vector<float> Mean() const;
   void Reset();

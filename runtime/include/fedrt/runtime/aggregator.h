@@ -13,7 +13,10 @@
 // max_update_norm) are checked before anything is added; a bad one closes
 // that connection only, with the reason logged, and the round goes on
 // without it. A round that applies nothing is reported as not applied and
-// runs again (RoundReport::applied).
+// runs again (RoundReport::applied). The accepted updates are combined by
+// the configured rule (mean, median, trimmed mean, Krum, multi-Krum:
+// robust_aggregation.h), optionally clipped, or by DP-FedAvg with its
+// privacy accountant (privacy.h); AggregatorConfig says how.
 //
 // NDQSG rounds: the aggregator names the anchors (plain DQSG with s = s1) and
 // decodes them first, then decodes the nested updates against the running mean

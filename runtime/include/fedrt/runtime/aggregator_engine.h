@@ -37,10 +37,11 @@
 // close, and the aggregator holds its open connections: Finish() or Abort()
 // closes them, which a host must do before it lets go of the aggregator.
 // Memory: the global model, the server optimizer's moments, one model-sized
-// round sum (in double), two model-sized scratch vectors, with a downlink
+// round sum (in double), three model-sized scratch vectors, with a downlink
 // codec the devices' model, and per round the payloads that arrive before
 // their turn (NDQSG rounds: the anchors' decoded vectors and the nested
-// payloads).
+// payloads); with an aggregation rule other than mean, every decoded update
+// of the round (AggregatorConfig::aggregation).
 //
 // Thread-safety: none. Every call, and every connection callback, runs on one
 // thread (an EventLoop's, or the application's).
@@ -61,6 +62,8 @@
 #include "fedrt/runtime/aggregation.h"
 #include "fedrt/runtime/dataset.h"
 #include "fedrt/runtime/model.h"
+#include "fedrt/runtime/privacy.h"
+#include "fedrt/runtime/robust_aggregation.h"
 #include "fedrt/transport/auth.h"
 #include "fedrt/transport/connection.h"
 #include "fedrt/transport/crypto.h"
@@ -115,6 +118,29 @@ struct AggregatorConfig {
   // anything of it is read. Until it joins, a connection may send no frame
   // larger than transport::kMaxJoinFrameBytes (connection_options()), so
   // unjoined connections hold at most 8 KiB of frame buffer each.
+  // How a round's decoded updates are combined (robust_aggregation.h).
+  // mean keeps a running sum; every other rule holds the round's decoded
+  // updates until it closes: n * d floats (8 devices of LeNet-300-100,
+  // 266,610 parameters: 8.5 MB). krum:F and multi-krum:F need 2F + 3
+  // updates: Create refuses a config whose first round (min_devices joined,
+  // sampled as configured) would sample fewer, and a later round that
+  // closes with fewer is reported as not applied (the reason in
+  // RoundReport::failure) and runs again. With NDQSG the rule combines the
+  // decoded updates, but the nested updates are decoded against the plain
+  // mean of the anchors (the side information), which the rule does not
+  // protect: a hostile anchor can spoil the decoding of the nested ones.
+  AggregationRule aggregation;
+  // Every decoded update is scaled down to this L2 norm when larger (0: no
+  // clipping), before it is combined; max_update_norm still refuses the
+  // absurd ones first. DP rounds clip to dp.clip instead (then it must be 0).
+  double clip_update_norm = 0;
+  // Client-level DP-FedAvg (privacy.h; off while dp.noise_multiplier is 0):
+  // updates clipped to dp.clip and summed with weight 1, Gaussian noise of
+  // std dp.noise_multiplier * dp.clip added to the sum, divided by the number
+  // of devices sampled. Needs aggregation mean. RoundReport::dp_epsilon is
+  // the privacy spent after each applied round; with a budget, a round that
+  // would pass it is not started and the training finishes.
+  DpOptions dp;
   std::size_t max_unjoined_connections = 1024;
   std::size_t max_unjoined_per_address = 64;
   // connection_options(): a connection silent this long is closed. A join
@@ -162,6 +188,10 @@ struct RoundReport {
   std::size_t rho_raised = 0;          // NDQSG: devices given a larger rho for the next round
   std::size_t rho_lowered = 0;         // NDQSG: devices stepped back down
   std::size_t switched_to_dqsg = 0;    // NDQSG: devices past max_rho, anchors next round
+  std::size_t clipped = 0;             // updates scaled down to clip_update_norm (or dp.clip)
+  std::vector<std::string> selected;   // krum, multi-krum: the devices whose updates were chosen
+  double dp_epsilon = -1;              // DP: epsilon spent so far at dp.delta (-1: DP off)
+  double dp_sampling_rate = 0;         // DP: devices sampled / connected this round
   std::vector<DeviceRoundReport> devices;  // the updates received, in decoding order
   uint32_t level_table_version = 0;    // ALQ / AMQ: the table the next round uses
   std::vector<float> level_table;      // its levels
@@ -187,6 +217,8 @@ struct AggregatorCheckpoint {
   int64_t device_model_round = -1;        // round of device_model (-1: none)
   std::vector<float> device_model;        // the model the devices reconstructed
   std::map<std::string, int64_t> synced;  // device -> last round whose model it acknowledged
+  // DP (version 3): the accountant's RDP at orders 2..256 (empty: none).
+  std::vector<double> dp_rdp;
 };
 
 // Callbacks run on the thread that drives the aggregator, inside Tick() or a

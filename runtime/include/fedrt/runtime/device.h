@@ -48,6 +48,9 @@ struct DeviceOptions {
   uint32_t max_backoff_ms = 5000;
   uint32_t give_up_ms = 60000;       // stop reconnecting after this long without the server
   transport::TlsConfig tls;          // ca_file (+ server_name): connect over TLS; empty: plain TCP
+  // Misbehave (tests of robust aggregation): a fedrt/runtime/byzantine.h
+  // behaviour applied to every update before encoding; empty: honest.
+  std::string byzantine;
 };
 
 // Runs until the aggregator says the training is over (OK), `stop` becomes

@@ -63,6 +63,9 @@ struct DeviceHooks {
   std::function<void(uint32_t round, const std::string& codec_spec, const uint8_t* payload,
                      std::size_t size, uint64_t num_samples)>
       on_update;
+  // Replaces the update (delta = local model - global model, d floats) before
+  // it is encoded: a misbehaving device for tests (fedrt/runtime/byzantine.h).
+  std::function<void(uint32_t round, float* delta, std::size_t d)> transform_update;
   // Training is done for `round` (before encoding); an application may stop here.
   std::function<void(uint32_t round)> on_trained;
   // The global model this device starts `round` from (after a delta is applied).

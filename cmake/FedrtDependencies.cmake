@@ -13,7 +13,19 @@ option(FEDRT_WITH_THREADS "The core's shared objects lock (std::mutex, 64-bit at
 if(FEDRT_WITH_ASIO AND NOT FEDRT_WITH_THREADS)
   message(FATAL_ERROR "FEDRT_WITH_ASIO needs FEDRT_WITH_THREADS (its connections run on an event loop thread)")
 endif()
-if(FEDRT_WITH_ASIO)
+option(FEDRT_STATIC_CLI "Link the fedrt tool with static libstdc++ and libgcc and the static archives of OpenSSL, zlib and OpenBLAS, so that a board needs glibc alone (toolchains/README.md)" OFF)
+if(FEDRT_STATIC_CLI)
+  # Debian's -dev packages ship the .a next to the .so; prefer it. A missing
+  # archive is a configure error below (find_package/find_library fail), not
+  # a silently dynamic build.
+  set(OPENSSL_USE_STATIC_LIBS TRUE)
+  set(ZLIB_USE_STATIC_LIBS ON)
+  set(fedrt_openblas_names libopenblas.a)
+else()
+  set(fedrt_openblas_names openblas)
+endif()
+
+if(FEDRT_WITH_ASIO OR FEDRT_STATIC_CLI)
   find_package(Threads REQUIRED)
 endif()
 # zlib: gzip-compressed data sets (fedrt::train).
@@ -28,7 +40,7 @@ if(FEDRT_WITH_OPENBLAS)
   find_path(FEDRT_CBLAS_INCLUDE_DIR cblas.h
             PATH_SUFFIXES openblas openblas-pthread ${CMAKE_LIBRARY_ARCHITECTURE}
                           ${CMAKE_LIBRARY_ARCHITECTURE}/openblas-pthread)
-  find_library(FEDRT_OPENBLAS_LIBRARY NAMES openblas
+  find_library(FEDRT_OPENBLAS_LIBRARY NAMES ${fedrt_openblas_names}
                PATH_SUFFIXES openblas-pthread ${CMAKE_LIBRARY_ARCHITECTURE}/openblas-pthread)
   if(NOT FEDRT_CBLAS_INCLUDE_DIR OR NOT FEDRT_OPENBLAS_LIBRARY)
     message(FATAL_ERROR
@@ -112,6 +124,17 @@ if(FEDRT_WITH_ZSTD AND NOT TARGET zstd::libzstd_shared)
                       "installs it), or configure with -DFEDRT_WITH_ZSTD=OFF")
 endif()
 
+# The static archives, checked once more: a cache filled by an earlier dynamic
+# configure would otherwise keep the shared libraries.
+if(FEDRT_STATIC_CLI)
+  foreach(lib IN LISTS ZLIB_LIBRARIES OPENSSL_CRYPTO_LIBRARY OPENSSL_SSL_LIBRARY FEDRT_OPENBLAS_LIBRARY)
+    if(lib AND NOT lib MATCHES "\\.a$")
+      message(FATAL_ERROR "FEDRT_STATIC_CLI is ON but ${lib} is not a static archive: install the -dev package "
+                          "that ships the .a (for cross builds toolchains/make-sysroot), or configure a fresh "
+                          "build directory (the cache holds the shared library)")
+    endif()
+  endforeach()
+endif()
 foreach(flag ASIO OPENSSL ZLIB TLS THREADS)
   if(FEDRT_WITH_${flag})
     set(FEDRT_HAVE_${flag}_01 1)

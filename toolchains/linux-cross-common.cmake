@@ -28,3 +28,10 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
+
+# The sysroot's libraries need others of their own (libopenblas: libgfortran,
+# libssl: libcrypto); the linker finds those through -rpath-link, which
+# records nothing in the binaries (they carry no RUNPATH: see CMakeLists.txt).
+set(_fedrt_rpath_link "-Wl,-rpath-link,${FEDRT_SYSROOT}/usr/lib/${FEDRT_TARGET_TRIPLET}:${FEDRT_SYSROOT}/lib/${FEDRT_TARGET_TRIPLET}")
+set(CMAKE_EXE_LINKER_FLAGS_INIT "${_fedrt_rpath_link}")
+set(CMAKE_SHARED_LINKER_FLAGS_INIT "${_fedrt_rpath_link}")

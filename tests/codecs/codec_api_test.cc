@@ -247,5 +247,23 @@ TEST_CASE("every codec's canonical spec creates an identical codec") {
   }
 }
 
+// On a 32-bit board a size_t bound that wraps would let Encode write past a
+// buffer it believed large enough. Up to the largest vector a 32-bit process
+// can hold (2^30 floats), every codec's bound grows with d (random-k sends
+// no indices, so its bound may stay below d bytes).
+TEST_CASE("every codec's MaxEncodedSize grows with d without wrapping, up to 2^30 coordinates") {
+  for (const std::string& name : CodecNames()) {
+    std::unique_ptr<Codec> codec = Make(name);
+    std::size_t previous = 0;
+    for (std::size_t d : {std::size_t{1}, std::size_t{1} << 20, std::size_t{1} << 28, std::size_t{1} << 29,
+                          (std::size_t{1} << 30) - 1}) {
+      INFO(name << " d=" << d);
+      const std::size_t bound = codec->MaxEncodedSize(d);
+      CHECK(bound > previous);
+      previous = bound;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fedrt

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -81,6 +82,65 @@ TEST_CASE("every built-in gemm variant matches the reference loop bit for bit on
   for (Isa isa : AvailableIsas()) {
     const GemmMicroKernel kernel = GemmMicroKernelFor(isa);
     CheckVariant(IsaName(isa), &Blocked, &kernel);
+  }
+}
+
+// ARMv7 NEON always flushes subnormal inputs and results to zero, where the
+// scalar (VFP) path keeps them: training on tiny gradients then differed in
+// every element. Inputs here are subnormal themselves, or normal with
+// subnormal products (2^-66 x 2^-66 = 2^-132), or cancel to subnormal sums;
+// each variant must give the reference's bytes (memcmp: +0 and -0 and every
+// subnormal bit count).
+TEST_CASE("every built-in gemm variant keeps subnormal inputs, products and sums like the reference") {
+  const float tiny = std::ldexp(1.0f, -66);
+  const float subnormal = std::numeric_limits<float>::denorm_min() * 12345.0f;
+  auto scaled = [](std::vector<float> v, float scale) {
+    for (float& f : v) f *= scale;
+    return v;
+  };
+  for (Isa isa : AvailableIsas()) {
+    const GemmMicroKernel kernel = GemmMicroKernelFor(isa);
+    for (const Shape& s : {Shape{4, 8, 16}, Shape{7, 13, 5}, Shape{12, 24, 300}, Shape{1, 1, 1}}) {
+      for (int kind = 0; kind < 4; ++kind) {
+        INFO(std::string(IsaName(isa)) << " m=" << s.m << " n=" << s.n << " k=" << s.k << " kind=" << kind);
+        const std::size_t a_size = static_cast<std::size_t>(s.m) * s.k;
+        const std::size_t b_size = static_cast<std::size_t>(s.k) * s.n;
+        const std::size_t c_size = static_cast<std::size_t>(s.m) * s.n;
+        std::vector<float> a = Values(a_size, 8), b = Values(b_size, 9), c = Values(c_size, 10);
+        if (kind == 0) {  // subnormal products of normal inputs, C zero
+          a = scaled(a, tiny);
+          b = scaled(b, tiny);
+          c.assign(c_size, 0.0f);
+        } else if (kind == 1) {  // subnormal inputs in A and C
+          a = scaled(a, subnormal);
+          c = scaled(c, subnormal);
+        } else if (kind == 2) {  // subnormal products added to subnormal C
+          a = scaled(a, tiny);
+          b = scaled(b, tiny * 64.0f);
+          c = scaled(c, subnormal);
+        } else {  // normal terms that cancel into the subnormal range
+          a = scaled(a, std::ldexp(1.0f, -63));
+          b = scaled(b, std::ldexp(1.0f, -63));
+        }
+        std::vector<float> expected = c, actual = c;
+        for (float beta : {0.0f, 1.0f}) {
+          expected = c;
+          actual = c;
+          ReferenceGemm(Transpose::kNo, Transpose::kNo, s.m, s.n, s.k, a.data(), s.k, b.data(), s.n, beta,
+                        expected.data(), s.n);
+          BlockedGemm(kernel, Transpose::kNo, Transpose::kNo, s.m, s.n, s.k, a.data(), s.k, b.data(), s.n, beta,
+                      actual.data(), s.n);
+          std::size_t differ = 0, subnormals = 0;
+          for (std::size_t i = 0; i < c_size; ++i) {
+            differ += std::memcmp(&actual[i], &expected[i], sizeof(float)) != 0;
+            subnormals += std::fpclassify(expected[i]) == FP_SUBNORMAL;
+          }
+          INFO("beta=" << beta << ": " << differ << " of " << c_size << " elements differ, the reference has "
+                       << subnormals << " subnormal");
+          CHECK(differ == 0);
+        }
+      }
+    }
   }
 }
 

@@ -57,6 +57,51 @@ TEST_CASE("malformed model specs are rejected with the offending part named") {
   }
 }
 
+// On a 32-bit board size_t products wrap: 65536 x 65536 weights used to come
+// out as 0 and the model as 720,906 parameters, whose buffers training then
+// overran. Sizes are computed in 64 bits and refused past the runtime's limits
+// on every platform; the armv7 preset runs this in a 32-bit process.
+TEST_CASE("a model whose sizes do not fit 32 bits is refused with its count, not wrapped") {
+  Result<Model> wide = Model::Create("mlp:65536-65536-10", 1);
+  REQUIRE_FALSE(wide.ok());
+  CHECK(wide.status().code() == StatusCode::kOutOfRange);
+  INFO(wide.status().message());
+  CHECK(wide.status().message().find("4295032832 parameters") != std::string::npos);
+  Result<ModelBufferSizes> sizes = QueryModelBufferSizes("mlp:65536-65536-10", 1);
+  CHECK(sizes.status().code() == StatusCode::kOutOfRange);
+
+  // A convolution's activations (65536 filters x 256 x 256 = 2^32 per example)
+  // and its im2col block are checked the same way before the layer is built.
+  Result<Model> conv = Model::Create("cnn:256x256x1-c65536k1-10", 1);
+  CHECK(conv.status().code() == StatusCode::kOutOfRange);
+  CHECK(conv.status().message().find("activations per example") != std::string::npos);
+  Result<Model> im2col = Model::Create("cnn:64x64x16-c1k513-10", 1);
+  CHECK(im2col.status().code() == StatusCode::kOutOfRange);
+  // A kernel of 65535: a fan-in of almost 2^32 per filter.
+  Result<Model> huge = Model::Create("cnn:1x1x1-c65536k65535-c65536k65535-10", 1);
+  CHECK(huge.status().code() == StatusCode::kOutOfRange);
+}
+
+TEST_CASE("a workspace beyond what the platform addresses is refused, on 32 and 64 bits") {
+  // Under the parameter limit, but a batch of 65536 needs 2^30 + floats of
+  // activations: more than a 32-bit size_t holds in bytes.
+  Result<ModelBufferSizes> big = QueryModelBufferSizes("mlp:4096-4096-10", 65536);
+  if (sizeof(std::size_t) == 4) {
+    CHECK(big.status().code() == StatusCode::kOutOfRange);
+    CHECK(big.status().message().find("more than this platform can address") != std::string::npos);
+  } else {
+    REQUIRE(big.ok());
+    CHECK(big->workspace > (std::size_t{1} << 30));
+  }
+  // Beyond the activation limit everywhere, with the batch named.
+  Result<ModelBufferSizes> huge = QueryModelBufferSizes("mlp:4096-4096-10", 1 << 30);
+  CHECK(huge.status().code() == StatusCode::kOutOfRange);
+  CHECK(huge.status().message().find("batch of 1073741824") != std::string::npos);
+  Result<Model> model = Model::Create("mlp:4096-4096-10", 1);
+  REQUIRE(model.ok());
+  CHECK(model->Reserve(1 << 30).code() == StatusCode::kOutOfRange);
+}
+
 TEST_CASE("the same seed gives the same initial parameters and another seed does not") {
   Result<Model> a = Model::Create("cnn:8x8x2-c3k3-p2-d5-4", 7);
   Result<Model> b = Model::Create("cnn:8x8x2-c3k3-p2-d5-4", 7);

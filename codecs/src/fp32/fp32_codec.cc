@@ -1,6 +1,8 @@
 // fp32: the identity codec (the uncompressed baseline). Body: d floats, little-endian.
 #include "fp32/fp32_codec.h"
 
+#include <cstdint>
+
 #include "common/codec_common.h"
 
 namespace fedrt {
@@ -17,11 +19,18 @@ class Fp32Codec final : public Codec {
   const std::string& spec() const override { return spec_; }
   bool wants_error_feedback() const override { return options_.error_feedback; }
 
-  std::size_t MaxEncodedSize(std::size_t d) const override { return BodyOffset(spec_) + 4 * d; }
+  // Saturates rather than wraps where size_t is 32 bits (Encode then
+  // refuses every buffer).
+  std::size_t MaxEncodedSize(std::size_t d) const override {
+    const uint64_t bound = uint64_t{BodyOffset(spec_)} + 4 * uint64_t{d};
+    return bound > SIZE_MAX ? SIZE_MAX : static_cast<std::size_t>(bound);
+  }
 
   Result<std::size_t> Encode(const float* input, std::size_t d, const CodecContext& context, uint8_t* out,
                              std::size_t capacity) override {
-    if (capacity < MaxEncodedSize(d)) return OutOfRange("fp32: output buffer too small");
+    if (capacity < MaxEncodedSize(d) || MaxEncodedSize(d) == SIZE_MAX) {
+      return OutOfRange("fp32: output buffer too small");
+    }
     if (4 * uint64_t{d} > UINT32_MAX) return OutOfRange("fp32: vector too long for one payload");
     FEDRT_RETURN_IF_ERROR(CheckFinite(input, d));
     uint8_t* body = out + BodyOffset(spec_);
@@ -34,7 +43,7 @@ class Fp32Codec final : public Codec {
                 std::size_t d, const float* /*side_info*/) const override {
     auto view = OpenPayload(payload, size, CodecId::kFp32, spec_, context, d);
     FEDRT_RETURN_IF_ERROR(view.status());
-    if (view->body_size != 4 * d) return Corrupt("fp32: body size does not match d");
+    if (view->body_size != 4 * uint64_t{d}) return Corrupt("fp32: body size does not match d");
     LoadFloatsLe(view->body, d, out);
     // A finite encoder never produces NaN or Inf; one in a payload is an attack or a bug.
     return CheckFinite(out, d);

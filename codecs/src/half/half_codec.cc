@@ -101,7 +101,7 @@ class HalfCodec final : public Codec {
                       Sink sink) const {
     auto view = OpenPayload(payload, size, id(), spec_, context, d);
     FEDRT_RETURN_IF_ERROR(view.status());
-    if (view->body_size != 2 * d) return Corrupt(Name() + ": body size does not match d");
+    if (view->body_size != 2 * uint64_t{d}) return Corrupt(Name() + ": body size does not match d");
     const bool fp16 = format_ == HalfFormat::kFp16;
     for (std::size_t i = 0; i < d; ++i) {
       const uint16_t h = static_cast<uint16_t>(view->body[2 * i] | (view->body[2 * i + 1] << 8));

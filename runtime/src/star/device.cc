@@ -53,8 +53,8 @@ class DeviceHost {
   DeviceHooks hooks_;
   const std::atomic<bool>* stop_;
   std::string id_;
-  TrainTestData data_;
-  std::vector<uint32_t> share_;
+  Dataset train_;                  // this device's share of the training set
+  std::vector<uint32_t> share_;    // 0 .. n-1 over train_
   std::unique_ptr<Model> model_;
   std::unique_ptr<DeviceClient> client_;
   std::shared_ptr<const TlsContext> tls_;  // null: plain TCP
@@ -71,20 +71,18 @@ Status DeviceHost::Setup() {
     if (!from_id.ok()) return from_id.status();
     index = *from_id;
   }
-  Result<TrainTestData> data = star::LoadNormalized(options_.data_dir);
+  // Only this device's share is kept (the aggregator evaluates on the test set).
+  Result<star::DeviceData> data =
+      star::LoadDeviceShare(options_.data_dir, options_.partition, options_.devices, index, options_.partition_seed);
   if (!data.ok()) return data.status();
-  data_ = std::move(*data);
-  data_.test = Dataset();  // the aggregator evaluates
-  Result<std::vector<uint32_t>> share =
-      star::DeviceShare(data_.train, options_.partition, options_.devices, index, options_.partition_seed);
-  if (!share.ok()) return share.status();
-  share_ = std::move(*share);
+  train_ = std::move(data->data);
+  share_ = std::move(data->share);
   if (share_.empty()) return Status(StatusCode::kFailedPrecondition, "device '" + id_ + "' got no examples");
 
   Result<Model> model = Model::Create(options_.model, 1);
   if (!model.ok()) return model.status();
   model_ = std::make_unique<Model>(std::move(*model));
-  if (model_->input_size() != data_.train.example_size()) {
+  if (model_->input_size() != train_.example_size()) {
     return InvalidArgument("model '" + options_.model + "' does not fit the data");
   }
   DeviceClientConfig config;
@@ -111,7 +109,7 @@ Status DeviceHost::Setup() {
     };
   }
   Result<std::unique_ptr<DeviceClient>> client =
-      DeviceClient::Create(config, *model_, data_.train, &share_, SystemCrypto(), std::move(hooks));
+      DeviceClient::Create(config, *model_, train_, &share_, SystemCrypto(), std::move(hooks));
   if (!client.ok()) return client.status();
   client_ = std::move(*client);
   if (!options_.state_file.empty()) {

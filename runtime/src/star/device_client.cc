@@ -47,7 +47,7 @@ struct DeviceClient::State {
   State(const DeviceClientConfig& c, Model& m, const DataView& d, const std::vector<uint32_t>* s, Crypto& cr,
         DeviceHooks h)
       : config(c), model(m), data(d), share(s), crypto(cr), hooks(std::move(h)),
-        sender_id(DeviceSenderId(c.device_id)), feedback(m.parameter_count()) {}
+        sender_id(DeviceSenderId(c.device_id)) {}
 
   Status OnInstructions(Connection& link, const Frame& frame);
   Status ApplyModel();
@@ -55,6 +55,12 @@ struct DeviceClient::State {
   Status EncodeAndSend(Connection& link);
   Result<std::unique_ptr<Codec>> InstructedCodec(LevelStatisticsMessage* statistics, uint32_t* version);
   std::size_t d() const { return global.size(); }
+  // The residual exists once a codec asks for error feedback (two model-sized
+  // vectors a device without it never needs).
+  ErrorFeedback& Feedback() {
+    if (!feedback) feedback = std::make_unique<ErrorFeedback>(d());
+    return *feedback;
+  }
 
   DeviceClientConfig config;
   Model& model;
@@ -65,11 +71,16 @@ struct DeviceClient::State {
   const uint32_t sender_id;
   FrameLimits limits;
 
+  // Model-sized memory: the model's parameters and gradients and `global`;
+  // the gradients hold the delta once training is done, and the parameters
+  // are the scratch of an incoming global model until it is checked. The
+  // payload lives from encoding to sending (the wire's frames and the
+  // reassembly of the next model are the transport's), the error-feedback
+  // vectors only with a codec that uses them.
   std::vector<float> global;          // the global model of model_round
-  std::vector<float> delta;
   std::vector<float> measured;        // delta + residual, whose statistics ALQ / AMQ send
   std::vector<uint8_t> payload;
-  ErrorFeedback feedback;
+  std::unique_ptr<ErrorFeedback> feedback;
   std::vector<float> restored_residual;  // added to the first delta after a restart
 
   std::unique_ptr<JoinClient> join;   // the join in progress on this connection
@@ -129,7 +140,6 @@ Result<std::unique_ptr<DeviceClient>> DeviceClient::Create(const DeviceClientCon
   state->limits = limits;
   const std::size_t d = model.parameter_count();
   state->global.assign(d, 0.0f);
-  state->delta.assign(d, 0.0f);
   return std::unique_ptr<DeviceClient>(new DeviceClient(std::move(state)));
 }
 
@@ -274,11 +284,14 @@ Status DeviceClient::State::OnInstructions(Connection& link, const Frame& frame)
 // compressed with the codec its payload names, added to the previous round's
 // model exactly as the aggregator adds it to its copy.
 Status DeviceClient::State::ApplyModel() {
-  std::vector<float> next;
+  // The next model is built in the model's parameters (training copies
+  // `global` into them before it starts anyway) and becomes `global` only
+  // once it is complete and finite; a bad one leaves the previous global
+  // model in both.
+  float* next = model.parameters();
   if (model_encoding == ModelEncoding::kFullModelFp32) {
     if (model_bytes->size() != d() * sizeof(float)) return Corrupt("the global model has the wrong size");
-    next.resize(d());
-    std::memcpy(next.data(), model_bytes->data(), d() * sizeof(float));
+    std::memcpy(next, model_bytes->data(), d() * sizeof(float));
   } else {
     if (model_round < 0 || model_round + 1 != static_cast<int64_t>(plan.round)) {
       return Status(StatusCode::kFailedPrecondition, "a model delta for round " + std::to_string(plan.round) +
@@ -295,11 +308,18 @@ Status DeviceClient::State::ApplyModel() {
     context.session_seed = plan.session_seed;
     context.round = static_cast<uint32_t>(plan.round);
     context.sender_id = 0xFFFFFFu;  // the aggregator's broadcast
-    next = global;
-    FEDRT_RETURN_IF_ERROR((*codec)->DecodeAccumulate(model_bytes->data(), delta_size, context, 1.0f, next.data(), d()));
+    std::memcpy(next, global.data(), d() * sizeof(float));
+    const Status decoded = (*codec)->DecodeAccumulate(model_bytes->data(), delta_size, context, 1.0f, next, d());
+    if (!decoded.ok()) {
+      std::memcpy(next, global.data(), d() * sizeof(float));
+      return decoded;
+    }
   }
-  if (!CheckFinite(next.data(), d()).ok()) return Corrupt("the global model is not finite");
-  global = std::move(next);
+  if (!CheckFinite(next, d()).ok()) {
+    std::memcpy(next, global.data(), d() * sizeof(float));
+    return Corrupt("the global model is not finite");
+  }
+  std::memcpy(global.data(), next, d() * sizeof(float));
   model_round = static_cast<int64_t>(plan.round);
   if (hooks.on_model) hooks.on_model(static_cast<uint32_t>(plan.round), global.data(), d());
   return Status::Ok();
@@ -368,10 +388,11 @@ Result<std::unique_ptr<Codec>> DeviceClient::State::InstructedCodec(LevelStatist
                    " without the table");
   }
   *version = codec.level_table().version;
-  const float* vector = delta.data();
+  const float* delta = model.gradients();
+  const float* vector = delta;
   if (codec.wants_error_feedback()) {
     measured.resize(d());
-    const float* residual = feedback.residual();
+    const float* residual = Feedback().residual();
     for (std::size_t i = 0; i < d(); ++i) measured[i] = delta[i] + residual[i];
     vector = measured.data();
   }
@@ -389,7 +410,9 @@ Result<std::unique_ptr<Codec>> DeviceClient::State::InstructedCodec(LevelStatist
 }
 
 Status DeviceClient::State::EncodeAndSend(Connection& link) {
+  // Training is over: its gradient buffer holds the delta.
   const float* local = model.parameters();
+  float* delta = model.gradients();
   for (std::size_t i = 0; i < d(); ++i) delta[i] = local[i] - global[i];
   if (!restored_residual.empty()) {
     for (std::size_t i = 0; i < d(); ++i) delta[i] += restored_residual[i];
@@ -407,10 +430,10 @@ Status DeviceClient::State::EncodeAndSend(Connection& link) {
   context.sender_id = sender_id;
   const bool with_feedback = (*codec)->wants_error_feedback();
   Result<std::size_t> size =
-      with_feedback ? feedback.Encode(**codec, delta.data(), d(), context, payload.data(), payload.size())
-                    : (*codec)->Encode(delta.data(), d(), context, payload.data(), payload.size());
+      with_feedback ? Feedback().Encode(**codec, delta, d(), context, payload.data(), payload.size())
+                    : (*codec)->Encode(delta, d(), context, payload.data(), payload.size());
   if (!size.ok()) return size.status();
-  if (with_feedback && hooks.on_residual) hooks.on_residual(feedback.residual(), d());
+  if (with_feedback && hooks.on_residual) hooks.on_residual(feedback->residual(), d());
   const uint64_t num_samples = share != nullptr ? share->size() : data.count;
   if (hooks.on_update) {
     hooks.on_update(static_cast<uint32_t>(plan.round), plan.codec_spec, payload.data(), *size, num_samples);
@@ -426,6 +449,9 @@ Status DeviceClient::State::EncodeAndSend(Connection& link) {
   update.stats.encoded_bytes = *size;
   update.stats.raw_bytes = d() * sizeof(float);
   Result<std::vector<OutFrame>> frames = EncodeChunked(update, payload.data(), *size, limits);
+  // The frames hold the bytes now; the payload is not kept beside the next
+  // round's incoming model.
+  payload = std::vector<uint8_t>();
   if (!frames.ok()) return frames.status();
   for (OutFrame& frame : *frames) FEDRT_RETURN_IF_ERROR(link.Send(std::move(frame)));
   // Send may only queue the frames: "sent" is said once they have left the

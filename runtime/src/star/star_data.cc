@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <utility>
 
 #include "fedrt/runtime/device_client.h"
 #include "fedrt/runtime/partition.h"
@@ -28,6 +29,74 @@ Result<std::vector<uint32_t>> DeviceShare(const Dataset& train, const std::strin
   Result<Partition> parts = PartitionBySpec(partition, train.labels, train.num_classes, devices, seed);
   if (!parts.ok()) return parts.status();
   return std::move((*parts)[static_cast<std::size_t>(index)]);
+}
+
+Result<DeviceData> LoadDeviceShare(const std::string& directory, const std::string& partition, int devices,
+                                   int index, uint64_t seed) {
+  const std::string dir = directory.empty() || directory.back() == '/' ? directory : directory + "/";
+  const std::string images_path = dir + "train-images-idx3-ubyte.gz";
+  const std::string labels_path = dir + "train-labels-idx1-ubyte.gz";
+  Result<IdxArray> labels = ReadIdxFile(labels_path);
+  if (!labels.ok()) return labels.status();
+  if (labels->dims.size() != 1) return Corrupt(labels_path + ": labels must have 1 dimension");
+  Result<IdxArray> test_labels = ReadIdxFile(dir + "t10k-labels-idx1-ubyte.gz");
+  if (!test_labels.ok()) return test_labels.status();
+  // The class count as LoadMnistStyleDirectory has it: the largest label of both sets.
+  int max_label = -1;
+  for (uint8_t label : labels->data) max_label = std::max<int>(max_label, label);
+  for (uint8_t label : test_labels->data) max_label = std::max<int>(max_label, label);
+
+  DeviceData out;
+  Dataset& data = out.data;
+  data.count = labels->data.size();
+  data.labels = std::move(labels->data);
+  data.num_classes = max_label + 1;
+  Result<std::vector<uint32_t>> share = DeviceShare(data, partition, devices, index, seed);
+  if (!share.ok()) return share.status();
+  // Where each kept example goes: (file row, position in the share), by row.
+  std::vector<std::pair<uint32_t, uint32_t>> wanted;
+  wanted.reserve(share->size());
+  for (std::size_t i = 0; i < share->size(); ++i) wanted.emplace_back((*share)[i], static_cast<uint32_t>(i));
+  std::sort(wanted.begin(), wanted.end());
+
+  std::vector<uint32_t> dims;
+  std::size_t example_size = 0, next = 0;
+  NormalizationAccumulator sums;
+  const Status streamed = StreamIdxRows(images_path, &dims, [&](std::size_t row, const uint8_t* bytes) {
+    if (row == 0) {  // the checks of LoadIdxDataset, before anything is kept
+      if (dims.size() != 3) return Corrupt(images_path + ": images must have 3 dimensions");
+      if (dims[0] != data.count) {
+        return Corrupt(labels_path + ": " + std::to_string(data.count) + " labels for " + std::to_string(dims[0]) +
+                       " images in " + images_path);
+      }
+      if (dims[1] == 0 || dims[2] == 0 || dims[1] > 65536 || dims[2] > 65536) {
+        return Corrupt(images_path + ": image size out of range");
+      }
+      data.height = static_cast<int>(dims[1]);
+      data.width = static_cast<int>(dims[2]);
+      example_size = data.example_size();
+      data.pixels.resize(wanted.size() * example_size);
+    }
+    sums.Add(bytes, example_size);
+    for (; next < wanted.size() && wanted[next].first == row; ++next) {
+      std::copy(bytes, bytes + example_size, data.pixels.begin() + static_cast<std::ptrdiff_t>(wanted[next].second * example_size));
+    }
+    return Status::Ok();
+  });
+  if (!streamed.ok()) return streamed;
+  if (dims.empty() || dims[0] != data.count || (data.count > 0 && example_size == 0)) {
+    return Corrupt(images_path + ": " + std::to_string(dims.empty() ? 0 : dims[0]) + " images for " +
+                   std::to_string(data.count) + " labels in " + labels_path);
+  }
+  // Keep the share's labels only, in share order; the share becomes 0 .. n-1.
+  std::vector<uint8_t> kept(share->size());
+  for (std::size_t i = 0; i < share->size(); ++i) kept[i] = data.labels[(*share)[i]];
+  data.labels = std::move(kept);
+  data.count = share->size();
+  Normalize(data, sums.Result());
+  out.share.resize(share->size());
+  for (std::size_t i = 0; i < out.share.size(); ++i) out.share[i] = static_cast<uint32_t>(i);
+  return out;
 }
 
 Result<int> ShareIndexFromId(const std::string& device_id, int devices) {

@@ -25,6 +25,21 @@ Result<TrainTestData> LoadNormalized(const std::string& directory);
 Result<std::vector<uint32_t>> DeviceShare(const Dataset& train, const std::string& partition, int devices,
                                           int index, uint64_t seed);
 
+// A device's share of the training set of an MNIST-style directory, loaded
+// without the rest: the labels of both sets are read (the partition and the
+// class count need them), the training images are streamed once, and only
+// the share's examples are kept, in share order, with the whole training
+// set's normalisation (the same bits as LoadNormalized). The test set's
+// images are not read. Training over `data` with `share` (0 .. n-1) visits
+// the same examples in the same order as the full set with DeviceShare's
+// indices. Memory: the share, not the data set.
+struct DeviceData {
+  Dataset data;
+  std::vector<uint32_t> share;
+};
+Result<DeviceData> LoadDeviceShare(const std::string& directory, const std::string& partition, int devices,
+                                   int index, uint64_t seed);
+
 // The share a device takes when none is given: the number its id ends in,
 // modulo `devices` ("dev-7" of 4 devices: share 3). kInvalidArgument when
 // the id ends in no number.

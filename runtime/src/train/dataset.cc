@@ -88,25 +88,34 @@ void FeatureTable(const Normalization& n, float table[256]) {
   }
 }
 
-Normalization ComputeNormalization(const Dataset& data) {
-  Normalization n;
-  if (data.pixels.empty()) return n;
-  float table[256];
-  FeatureTable(data.normalization, table);
+NormalizationAccumulator::NormalizationAccumulator(const Normalization& current) { FeatureTable(current, table_); }
+
+void NormalizationAccumulator::Add(const uint8_t* bytes, std::size_t count) {
   // Summed in file order, as over a float copy: the same mean and deviation
   // bits as before the bytes were kept.
-  double sum = 0.0, sum2 = 0.0;
-  for (uint8_t v : data.pixels) {
-    const float x = table[v];
-    sum += x;
-    sum2 += static_cast<double>(x) * x;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float x = table_[bytes[i]];
+    sum_ += x;
+    sum2_ += static_cast<double>(x) * x;
   }
-  const double count = static_cast<double>(data.pixels.size());
-  const double mean = sum / count;
-  const double var = sum2 / count - mean * mean;
+  count_ += count;
+}
+
+Normalization NormalizationAccumulator::Result() const {
+  Normalization n;
+  if (count_ == 0) return n;
+  const double count = static_cast<double>(count_);
+  const double mean = sum_ / count;
+  const double var = sum2_ / count - mean * mean;
   n.mean = static_cast<float>(mean);
   n.stddev = var > 1e-12 ? static_cast<float>(std::sqrt(var)) : 1.0f;
   return n;
+}
+
+Normalization ComputeNormalization(const Dataset& data) {
+  NormalizationAccumulator sums(data.normalization);
+  sums.Add(data.pixels.data(), data.pixels.size());
+  return sums.Result();
 }
 
 void Normalize(Dataset& data, const Normalization& n) { data.normalization = n; }

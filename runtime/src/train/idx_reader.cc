@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <utility>
 
 #include "fedrt/platform/config.h"
@@ -173,6 +174,47 @@ Result<IdxArray> ReadIdxFile(const std::string& path) {
   bytes.erase(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(4 + 4 * array.dims.size()));
   array.data = std::move(bytes);
   return array;
+}
+
+Status StreamIdxRows(const std::string& path, std::vector<uint32_t>* dims,
+                     const std::function<Status(std::size_t row, const uint8_t* bytes)>& visit) {
+  IdxSource source;
+  FEDRT_RETURN_IF_ERROR(source.Open(path));
+  // The header first (at most 4 + 4 * kMaxIdxDims bytes), read a byte range at a time.
+  uint8_t header[4 + 4 * kMaxIdxDims];
+  std::size_t have = 0, need = 4;
+  while (have < need) {
+    Result<std::size_t> got = source.Read(header + have, need - have);
+    if (!got.ok()) return got.status();
+    if (*got == 0) break;
+    have += *got;
+    if (have == 4 && header[3] >= 1 && header[3] <= kMaxIdxDims) need = 4 + 4 * static_cast<std::size_t>(header[3]);
+  }
+  Result<std::size_t> total = ParseIdxHeader(header, have, path, dims);
+  if (!total.ok()) return total.status();
+  const std::size_t rows = (*dims)[0];
+  const std::size_t payload = *total - have;
+  const std::size_t row_bytes = rows == 0 ? 0 : payload / rows;
+  // One row at a time through a row buffer (a 28 x 28 image: 784 bytes).
+  std::vector<uint8_t> row(row_bytes);
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::size_t filled = 0;
+    while (filled < row_bytes) {
+      Result<std::size_t> got = source.Read(row.data() + filled, row_bytes - filled);
+      if (!got.ok()) return got.status();
+      if (*got == 0) {
+        return Corrupt(path + ": IDX payload has " + std::to_string(r * row_bytes + filled) +
+                       " bytes, the header announces " + std::to_string(payload) + " (truncated)");
+      }
+      filled += *got;
+    }
+    FEDRT_RETURN_IF_ERROR(visit(r, row.data()));
+  }
+  uint8_t extra = 0;
+  Result<std::size_t> more = source.Read(&extra, 1);
+  if (!more.ok()) return more.status();
+  if (*more != 0) return Corrupt(path + ": IDX payload is longer than the header announces");
+  return source.Close();
 }
 
 }  // namespace fedrt

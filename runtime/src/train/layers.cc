@@ -133,8 +133,9 @@ class Conv2d final : public WeightBiasLayer {
     fan_in_ = ckk_;
     weight_shape_ = {filters, in.c, kernel, kernel};
   }
-  std::size_t ScratchFloats(int batch) const override {
-    return static_cast<std::size_t>(ckk_ + filters_) * hw_ * static_cast<std::size_t>(batch);
+  uint64_t ScratchFloats(int batch) const override {
+    return (static_cast<uint64_t>(ckk_) + static_cast<uint64_t>(filters_)) * static_cast<uint64_t>(hw_) *
+           static_cast<uint64_t>(batch);
   }
   std::size_t GemmScratchFloats(int batch) const override {
     const int cols = batch * hw_;

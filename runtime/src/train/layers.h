@@ -10,6 +10,7 @@
 #define FEDRT_RUNTIME_TRAIN_LAYERS_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,8 +43,9 @@ class Layer {
   virtual std::vector<TensorInfo> Tensors(const std::string& name) const { (void)name; return {}; }
   virtual void Bind(float* parameters, float* gradients) { (void)parameters; (void)gradients; }
   virtual void Init(Rng& rng) { (void)rng; }
-  // Scratch floats Forward/Backward need for batches of up to `batch`.
-  virtual std::size_t ScratchFloats(int batch) const { (void)batch; return 0; }
+  // Scratch floats Forward/Backward need for batches of up to `batch`, in 64
+  // bits: the model checks it against size_t before sizing the workspace.
+  virtual uint64_t ScratchFloats(int batch) const { (void)batch; return 0; }
   // Packing scratch its Gemm() calls need for batches of up to `batch`.
   virtual std::size_t GemmScratchFloats(int batch) const { (void)batch; return 0; }
 

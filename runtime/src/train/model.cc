@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "train/layers.h"
 #include "train/random.h"
@@ -11,13 +13,61 @@ namespace fedrt {
 namespace {
 
 // Parameters are addressed with int GEMM dimensions; keep far from 2^31.
-constexpr std::size_t kMaxParameters = std::size_t{1} << 28;
-constexpr std::size_t kMaxActivationFloats = std::size_t{1} << 28;
+// Every size below is computed in 64 bits and checked against these limits
+// before it becomes a size_t: on a 32-bit board a product of two dimensions
+// wraps (65536 x 65536 is 0), and a wrapped count would size the buffers too
+// small for the loops that use them.
+constexpr uint64_t kMaxParameters = uint64_t{1} << 28;
+constexpr uint64_t kMaxActivationFloats = uint64_t{1} << 28;
+// One example's activations in one layer (and its im2col block).
+constexpr uint64_t kMaxExampleFloats = kMaxActivationFloats / 64;
+// The whole workspace: also its bytes must fit this platform's size_t.
+constexpr uint64_t kMaxWorkspaceFloats =
+    std::min<uint64_t>(uint64_t{1} << 32, std::numeric_limits<std::size_t>::max() / sizeof(float));
 constexpr uint64_t kInitStream = 1;  // Rng stream of parameter initialisation
 
 // Workspace pieces start on 64-byte boundaries (relative to the buffer).
 constexpr std::size_t kPieceFloats = kSimdAlignment / sizeof(float);
-std::size_t Padded(std::size_t floats) { return (floats + kPieceFloats - 1) / kPieceFloats * kPieceFloats; }
+uint64_t Padded(uint64_t floats) { return (floats + kPieceFloats - 1) / kPieceFloats * kPieceFloats; }
+
+// a * b, or false when it does not fit 64 bits.
+bool Mul(uint64_t a, uint64_t b, uint64_t* product) { return !__builtin_mul_overflow(a, b, product); }
+
+// The sizes a layer will have, computed in 64 bits from its spec before the
+// layer (which keeps int dimensions and size_t counts) is built.
+struct LayerSizes {
+  uint64_t parameters = 0;
+  uint64_t out = 0;      // floats per example
+  uint64_t im2col = 0;   // floats per example (conv)
+  uint64_t fan_in = 0;   // columns of the weight matrix
+};
+LayerSizes SizesOf(const LayerSpec& s, uint64_t c, uint64_t h, uint64_t w) {
+  LayerSizes z;
+  // The input has at most 2^24 values (the parser) and every layer's output
+  // at most kMaxExampleFloats (Build), so c * h * w and c * k * k (k <= 2^16)
+  // cannot wrap; products with a layer's units are checked.
+  const uint64_t in = c * h * w;
+  const uint64_t units = static_cast<uint64_t>(s.units), k = static_cast<uint64_t>(s.kernel);
+  const uint64_t kNoFit = std::numeric_limits<uint64_t>::max();
+  switch (s.kind) {
+    case LayerKind::kDense:
+      z.fan_in = in;
+      if (!Mul(units, in, &z.parameters)) z.parameters = kNoFit;
+      else z.parameters += units;
+      z.out = units;
+      break;
+    case LayerKind::kConv2d:
+      z.fan_in = c * k * k;  // <= 2^48
+      if (!Mul(units, z.fan_in, &z.parameters)) z.parameters = kNoFit;
+      else z.parameters += units;
+      if (!Mul(units, h * w, &z.out)) z.out = kNoFit;
+      if (!Mul(z.fan_in, h * w, &z.im2col)) z.im2col = kNoFit;
+      break;
+    case LayerKind::kRelu: z.out = in; break;
+    case LayerKind::kMaxPool: z.out = c * (h / k) * (w / k); break;
+  }
+  return z;
+}
 
 }  // namespace
 
@@ -34,8 +84,23 @@ Result<Model> Model::Build(const std::string& text) {
   Shape3 shape{model.spec_.channels, model.spec_.height, model.spec_.width};
   model.input_size_ = shape.size();
   int dense = 0, conv = 0;
-  std::size_t offset = 0;
+  uint64_t offset = 0;
   for (const LayerSpec& s : model.spec_.layers) {
+    // Checked before the layer exists: its constructor multiplies in int and size_t.
+    const LayerSizes sizes = SizesOf(s, static_cast<uint64_t>(shape.c), static_cast<uint64_t>(shape.h),
+                                     static_cast<uint64_t>(shape.w));
+    if (sizes.parameters > kMaxParameters - offset) {
+      const bool countable = sizes.parameters <= std::numeric_limits<uint64_t>::max() - offset;
+      return OutOfRange("model spec '" + text + "' has " +
+                        (countable ? std::to_string(offset + sizes.parameters) : std::string("more than 2^64")) +
+                        " parameters by layer " + std::to_string(model.layers_.size() + 1) +
+                        ", more than this runtime's limit of " + std::to_string(kMaxParameters));
+    }
+    if (sizes.out > kMaxExampleFloats || sizes.im2col > kMaxExampleFloats || sizes.fan_in > kMaxExampleFloats) {
+      return OutOfRange("model spec '" + text + "': layer " + std::to_string(model.layers_.size() + 1) +
+                        " has more than " + std::to_string(kMaxExampleFloats) +
+                        " activations per example (the limit of this runtime)");
+    }
     std::unique_ptr<Layer> layer;
     std::string name;
     switch (s.kind) {
@@ -50,19 +115,16 @@ Result<Model> Model::Build(const std::string& text) {
         break;
       case LayerKind::kMaxPool: layer = MakeMaxPool(shape, s.kernel); break;
     }
-    const std::size_t layer_offset = offset;
+    const std::size_t layer_offset = static_cast<std::size_t>(offset);
     for (TensorInfo t : layer->Tensors(name)) {
       t.offset += layer_offset;
-      offset += t.size;
       model.tensors_.push_back(t);
     }
-    if (offset > kMaxParameters || layer->out_shape().size() > kMaxActivationFloats / 64) {
-      return OutOfRange("model spec '" + text + "' is too large for this runtime");
-    }
+    offset += sizes.parameters;
     shape = layer->out_shape();
     model.layers_.push_back(std::move(layer));
   }
-  model.parameter_count_ = offset;
+  model.parameter_count_ = static_cast<std::size_t>(offset);
   return model;
 }
 
@@ -70,20 +132,28 @@ Result<Model> Model::Build(const std::string& text) {
 // layers' scratch, the GEMM packing scratch; each piece padded to 64 bytes.
 Result<std::size_t> Model::WorkspaceFloats(int batch) const {
   if (batch <= 0) return InvalidArgument("batch size must be positive");
-  const std::size_t b = static_cast<std::size_t>(batch);
-  std::size_t widest = input_size_;
-  for (const auto& layer : layers_) widest = std::max(widest, layer->out_shape().size());
-  if (b > kMaxActivationFloats / widest) return OutOfRange("batch too large for this model");
-  std::size_t outputs = 0, scratch = 0, gemm = 0;
+  const uint64_t b = static_cast<uint64_t>(batch);
+  // Build() bounded every per-example size by kMaxExampleFloats (2^22), so
+  // the products with b (< 2^31) and the sums below stay far inside 64 bits.
+  uint64_t widest = input_size_;
+  for (const auto& layer : layers_) widest = std::max<uint64_t>(widest, layer->out_shape().size());
+  const Status too_large =
+      OutOfRange("a batch of " + std::to_string(batch) + " is too large for model '" + spec_.text + "'");
+  if (b * widest > kMaxActivationFloats) return too_large;
+  uint64_t outputs = 0, scratch = 0, gemm = 0;
   for (const auto& layer : layers_) {
     outputs += Padded(layer->out_shape().size() * b);
     scratch = std::max(scratch, layer->ScratchFloats(batch));
-    gemm = std::max(gemm, layer->GemmScratchFloats(batch));
+    gemm = std::max<uint64_t>(gemm, layer->GemmScratchFloats(batch));
   }
-  if (scratch > kMaxActivationFloats || gemm > kMaxActivationFloats) {
-    return OutOfRange("batch too large for this model");
+  if (scratch > kMaxActivationFloats || gemm > kMaxActivationFloats) return too_large;
+  const uint64_t total = outputs + 2 * Padded(widest * b) + Padded(scratch) + Padded(gemm);
+  if (total > kMaxWorkspaceFloats) {
+    return OutOfRange("model '" + spec_.text + "' needs " + std::to_string(total) +
+                      " workspace floats for a batch of " + std::to_string(batch) +
+                      ", more than this platform can address");
   }
-  return outputs + 2 * Padded(widest * b) + Padded(scratch) + Padded(gemm);
+  return static_cast<std::size_t>(total);
 }
 
 void Model::BindParameters(float* parameters, float* gradients, uint64_t seed) {
@@ -100,6 +170,7 @@ void Model::BindParameters(float* parameters, float* gradients, uint64_t seed) {
 }
 
 void Model::BindWorkspace(float* workspace, int batch) {
+  // WorkspaceFloats(batch) checked every size here against size_t.
   const std::size_t b = static_cast<std::size_t>(batch);
   std::size_t widest = input_size_, scratch = 0, gemm = 0;
   float* at = workspace;
@@ -107,7 +178,7 @@ void Model::BindWorkspace(float* workspace, int batch) {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const std::size_t size = layers_[i]->out_shape().size();
     widest = std::max(widest, size);
-    scratch = std::max(scratch, layers_[i]->ScratchFloats(batch));
+    scratch = std::max(scratch, static_cast<std::size_t>(layers_[i]->ScratchFloats(batch)));
     gemm = std::max(gemm, layers_[i]->GemmScratchFloats(batch));
     outputs_[i] = at;
     at += Padded(size * b);

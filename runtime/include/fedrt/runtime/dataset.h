@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,13 @@ Result<IdxArray> ParseIdx(const uint8_t* bytes, std::size_t size, const std::str
 // Reads a file (gzip-compressed or plain) and parses it. NotFound / IoError
 // when it cannot be read, Corrupt when the bytes are not a valid IDX file.
 Result<IdxArray> ReadIdxFile(const std::string& path);
+// Reads a file as ReadIdxFile does, but hands its rows (slices of the first
+// dimension) to `visit` one at a time, in order, instead of keeping them:
+// memory is one row, whatever the file's size. `dims` is filled before the
+// first row. A truncated or overlong payload is Corrupt (rows already
+// visited stay visited); an error from `visit` stops the reading.
+Status StreamIdxRows(const std::string& path, std::vector<uint32_t>* dims,
+                     const std::function<Status(std::size_t row, const uint8_t* bytes)>& visit);
 
 // Feature mean and standard deviation of a data set (over all values).
 struct Normalization {
@@ -102,6 +110,20 @@ Result<TrainTestData> LoadMnistStyleDirectory(const std::string& directory);
 
 // Mean and standard deviation of the features as the data set reads them now.
 Normalization ComputeNormalization(const Dataset& data);
+// The same figures over bytes that arrive in pieces (a streamed file): Add
+// the bytes in file order, then Result() has ComputeNormalization's bits for
+// a data set of those bytes under `current` (the default: none yet).
+class NormalizationAccumulator {
+ public:
+  explicit NormalizationAccumulator(const Normalization& current = Normalization());
+  void Add(const uint8_t* bytes, std::size_t count);
+  Normalization Result() const;
+
+ private:
+  float table_[256];
+  double sum_ = 0.0, sum2_ = 0.0;
+  std::size_t count_ = 0;
+};
 // From now on features read x = (v / 255 - mean) / stddev (use the training
 // set's figures for the test set too). Replaces an earlier normalisation
 // rather than adding to it; the bytes are not touched.

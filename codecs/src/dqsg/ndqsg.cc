@@ -104,6 +104,26 @@ Result<std::size_t> CountNearWrap(const Codec& codec, const uint8_t* payload, st
   return near;
 }
 
+Result<std::size_t> CountNearWrap(const TensorSetCodec& codec, const uint8_t* payload, std::size_t size,
+                                  const CodecContext& context, const float* decoded, const float* side_info,
+                                  std::size_t d, float margin) {
+  if (d != codec.total()) return InvalidArgument("a vector of " + std::to_string(d) + " for a tensor set of " +
+                                                 std::to_string(codec.total()));
+  Result<std::vector<TensorPart>> parts = codec.Split(payload, size);
+  if (!parts.ok()) return parts.status();
+  std::size_t near = 0;
+  for (std::size_t t = 0; t < parts->size(); ++t) {
+    const TensorPart& p = (*parts)[t];
+    CodecContext part = context;
+    part.tensor_id = context.tensor_id + static_cast<uint32_t>(t);
+    Result<std::size_t> count =
+        CountNearWrap(codec.inner(), p.payload, p.size, part, decoded + p.offset, side_info + p.offset, p.d, margin);
+    if (!count.ok()) return count.status();
+    near += *count;
+  }
+  return near;
+}
+
 NdqsgRunningMean::NdqsgRunningMean(std::size_t d) : mean_(d, 0.0f) {}
 
 void NdqsgRunningMean::Reset() {
@@ -126,6 +146,22 @@ Status NdqsgRunningMean::AddAnchor(const Codec& dqsg, const uint8_t* payload, st
 }
 
 Status NdqsgRunningMean::AddNested(const Codec& ndqsg, const uint8_t* payload, std::size_t size,
+                                   const CodecContext& context, float* scratch, float margin,
+                                   NdqsgWrapReport* report) {
+  if (count_ == 0) {
+    return Status(StatusCode::kFailedPrecondition, "ndqsg: no anchor decoded yet in this round (no side information)");
+  }
+  FEDRT_RETURN_IF_ERROR(ndqsg.Decode(payload, size, context, scratch, d(), mean_.data()));
+  if (report != nullptr) {
+    auto near = CountNearWrap(ndqsg, payload, size, context, scratch, mean_.data(), d(), margin);
+    FEDRT_RETURN_IF_ERROR(near.status());
+    report->near_wrap = *near;
+  }
+  Add(scratch);
+  return Status::Ok();
+}
+
+Status NdqsgRunningMean::AddNested(const TensorSetCodec& ndqsg, const uint8_t* payload, std::size_t size,
                                    const CodecContext& context, float* scratch, float margin,
                                    NdqsgWrapReport* report) {
   if (count_ == 0) {

@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/flag_scope.h"
 #include "cli/star_report.h"
 #include "cli/tls_flags.h"
 #include "fedrt/runtime/aggregator.h"
@@ -35,6 +37,7 @@ struct ServeFlags {
   double fraction = 1.0;
   std::size_t sample_minimum = 1;
   double over_selection = 0.0;
+  std::set<std::string> config_flags;  // "--KEY" for every key the config file set
 };
 
 // Fills options from a JSON object whose keys are the flag names without the
@@ -51,6 +54,7 @@ Status ApplyConfig(ServeFlags& flags, CLI::App& app) {
       return InvalidArgument(flags.config + ": unknown key '" + key + "'");
     }
     if (app.count("--" + key) > 0) continue;
+    flags.config_flags.insert("--" + key);
     const nlohmann::json& v = it.value();
     try {
       if (key == "host") o.host = v.get<std::string>();
@@ -106,6 +110,18 @@ int RunServe(ServeFlags& flags, CLI::App& app) {
   }
   if (flags.options.key_file.empty()) {
     std::fprintf(stderr, "fedrt serve: --key-file is required\n");
+    return 1;
+  }
+  // The NDQSG options configure the anchors and nesting ratios of an ndqsg codec.
+  const bool ndqsg = flags.options.codec.rfind("ndqsg", 0) == 0;
+  const Status scoped = CheckFlagScopes(app,
+                                        {{"--anchor-fraction", ndqsg, "an ndqsg --codec"},
+                                         {"--wrap-threshold", ndqsg, "an ndqsg --codec"},
+                                         {"--max-rho", ndqsg, "an ndqsg --codec"},
+                                         {"--anchor-levels", ndqsg, "an ndqsg --codec"}},
+                                        "--codec " + flags.options.codec, flags.config_flags);
+  if (!scoped.ok()) {
+    std::fprintf(stderr, "fedrt serve: %s\n", scoped.ToString().c_str());
     return 1;
   }
   if (!flags.options.tls.ca_file.empty() && flags.options.tls.cert_file.empty()) {

@@ -1,0 +1,22 @@
+#include "cli/flag_scope.h"
+
+#include <CLI/CLI.hpp>
+
+namespace fedrt::cli {
+
+bool FlagGiven(const CLI::App& app, const std::string& flag) {
+  const CLI::Option* option = app.get_option_no_throw(flag);
+  return option != nullptr && option->count() > 0;
+}
+
+Status CheckFlagScopes(const CLI::App& app, const std::vector<FlagScope>& scopes, const std::string& run,
+                       const std::set<std::string>& also_given) {
+  for (const FlagScope& scope : scopes) {
+    if (scope.applies) continue;
+    const bool given = FlagGiven(app, scope.flag) || also_given.count(scope.flag) != 0;
+    if (given) return InvalidArgument(scope.flag + " applies to " + scope.where + " only; this run is " + run);
+  }
+  return Status::Ok();
+}
+
+}  // namespace fedrt::cli

@@ -145,9 +145,11 @@ Status NdqsgRunningMean::AddAnchor(const Codec& dqsg, const uint8_t* payload, st
   return Status::Ok();
 }
 
-Status NdqsgRunningMean::AddNested(const Codec& ndqsg, const uint8_t* payload, std::size_t size,
-                                   const CodecContext& context, float* scratch, float margin,
-                                   NdqsgWrapReport* report) {
+// Both forms: the codec decodes against the mean, CountNearWrap of its kind counts.
+template <typename NdqsgCodec>
+Status NdqsgRunningMean::AddNestedWith(const NdqsgCodec& ndqsg, const uint8_t* payload, std::size_t size,
+                                       const CodecContext& context, float* scratch, float margin,
+                                       NdqsgWrapReport* report) {
   if (count_ == 0) {
     return Status(StatusCode::kFailedPrecondition, "ndqsg: no anchor decoded yet in this round (no side information)");
   }
@@ -161,20 +163,16 @@ Status NdqsgRunningMean::AddNested(const Codec& ndqsg, const uint8_t* payload, s
   return Status::Ok();
 }
 
+Status NdqsgRunningMean::AddNested(const Codec& ndqsg, const uint8_t* payload, std::size_t size,
+                                   const CodecContext& context, float* scratch, float margin,
+                                   NdqsgWrapReport* report) {
+  return AddNestedWith(ndqsg, payload, size, context, scratch, margin, report);
+}
+
 Status NdqsgRunningMean::AddNested(const TensorSetCodec& ndqsg, const uint8_t* payload, std::size_t size,
                                    const CodecContext& context, float* scratch, float margin,
                                    NdqsgWrapReport* report) {
-  if (count_ == 0) {
-    return Status(StatusCode::kFailedPrecondition, "ndqsg: no anchor decoded yet in this round (no side information)");
-  }
-  FEDRT_RETURN_IF_ERROR(ndqsg.Decode(payload, size, context, scratch, d(), mean_.data()));
-  if (report != nullptr) {
-    auto near = CountNearWrap(ndqsg, payload, size, context, scratch, mean_.data(), d(), margin);
-    FEDRT_RETURN_IF_ERROR(near.status());
-    report->near_wrap = *near;
-  }
-  Add(scratch);
-  return Status::Ok();
+  return AddNestedWith(ndqsg, payload, size, context, scratch, margin, report);
 }
 
 }  // namespace fedrt

@@ -109,6 +109,10 @@ class NdqsgRunningMean {
                    const CodecContext& context, float* scratch, float margin, NdqsgWrapReport* report);
 
  private:
+  template <typename NdqsgCodec>
+  Status AddNestedWith(const NdqsgCodec& ndqsg, const uint8_t* payload, std::size_t size, const CodecContext& context,
+                       float* scratch, float margin, NdqsgWrapReport* report);
+
   std::vector<float> mean_;
   std::size_t count_ = 0;
 };

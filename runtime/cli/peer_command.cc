@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/flag_scope.h"
 #include "cli/peer_launch.h"
 #include "cli/tls_flags.h"
 #include "fedrt/runtime/dataset.h"
@@ -60,8 +61,9 @@ struct PeerFlags {
   std::string partition = "iid";  // iid | dirichlet:<alpha> | shards:<k>
   std::string codec;             // gossip: empty (fp32) or e.g. moniqua:bits=1,theta=0.5
   bool print_wraps = false;
-  // Gossip with a moniqua codec that names no theta: theta = this * lr.
-  double moniqua_theta_per_lr = 0.02;
+  // Gossip with a moniqua codec that names no theta: theta = this * lr
+  // instead of Moniqua's bound (0).
+  double moniqua_theta_per_lr = 0;
   float density = 1.0f / 64;
   // IWP training integration (codecs/README.md; defaults in runtime/README.md).
   bool iwp_momentum_correction = true;  // momentum lives in the accumulator (DGC), the step is plain SGD
@@ -146,6 +148,7 @@ class PeerPrinter : public peer::PeerTrainerObserver {
           {"fp32_bytes", p.fp32_bytes},
           {"near_wraps", p.wraps},
           {"near_wraps_per_step", p.step_wraps},
+          {"moniqua_theta", p.moniqua_theta},
           {"elapsed_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()}};
       *metrics_ << line.dump() << "\n" << std::flush;
     }
@@ -153,10 +156,12 @@ class PeerPrinter : public peer::PeerTrainerObserver {
       // The epoch's time includes its closing evaluation, as it always did.
       const double seconds =
           p.epoch_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
-      std::printf("peer rank %d epoch %d/%d  loss %.4f  test acc %.2f%%  sent %.1f MB  wraps %llu  %.1f s\n",
+      char theta[48] = "";
+      if (p.moniqua_theta > 0) std::snprintf(theta, sizeof theta, "  theta %.4g", p.moniqua_theta);
+      std::printf("peer rank %d epoch %d/%d  loss %.4f  test acc %.2f%%  sent %.1f MB  wraps %llu%s  %.1f s\n",
                   flags_.rank, p.epoch + 1, flags_.epochs, p.epoch_loss, 100.0 * eval->accuracy,
                   static_cast<double>(p.total_bytes_sent) / 1e6, static_cast<unsigned long long>(p.epoch_wraps),
-                  seconds);
+                  theta, seconds);
       std::fflush(stdout);
     }
     return Status::Ok();
@@ -203,13 +208,35 @@ Result<peer::PeerReduce> ReduceOf(const std::string& reduce) {
   return InvalidArgument("unknown --reduce '" + reduce + "'");
 }
 
-int RunPeer(const PeerFlags& flags) {
+// Every option that configures one mode only is refused in the others.
+Status CheckPeerFlags(const PeerFlags& flags, const CLI::App& app) {
+  const bool gossip = flags.reduce == "gossip";
+  const bool iwp = flags.reduce == "iwp";
+  const bool moniqua = gossip && flags.codec.rfind("moniqua", 0) == 0;
+  std::vector<FlagScope> scopes = {
+      {"--codec", gossip, "--reduce gossip"},
+      {"--moniqua-theta-per-lr", moniqua && flags.codec.find("theta=") == std::string::npos,
+       "--reduce gossip with a moniqua --codec that names no theta"},
+      {"--print-wraps", moniqua, "--reduce gossip with a moniqua --codec"},
+      {"--graph", gossip || flags.reduce == "local", "--reduce gossip and local"},
+      // Gossip and local take plain SGD steps (the mixing step applies the gradient).
+      {"--momentum", !gossip && flags.reduce != "local", "--reduce dense, fp16 and iwp"},
+      {"--repair", flags.reduce != "local", "peers that communicate (not --reduce local)"},
+  };
+  for (const char* option : {"--density", "--iwp-momentum-correction", "--iwp-accumulate", "--iwp-per-tensor",
+                             "--iwp-dense-below", "--iwp-warmup-steps", "--iwp-warmup-density", "--iwp-warmup-shape",
+                             "--iwp-eps", "--iwp-clip"}) {
+    scopes.push_back({option, iwp, "--reduce iwp"});
+  }
+  return CheckFlagScopes(app, scopes, "--reduce " + flags.reduce);
+}
+
+int RunPeer(const PeerFlags& flags, const CLI::App& app) {
   if (const int tls_status = CheckTlsFlags("peer", flags.tls); tls_status != 0) return tls_status;
   auto reduce = ReduceOf(flags.reduce);
   if (!reduce.ok()) return Fail("peer", reduce.status());
-  if (!flags.codec.empty() && *reduce != peer::PeerReduce::kGossip) {
-    return Fail("peer", InvalidArgument("--codec applies to --reduce gossip only"));
-  }
+  const Status scoped = CheckPeerFlags(flags, app);
+  if (!scoped.ok()) return Fail("peer", scoped);
   // The graph of gossip, and of the no-communication baseline (whose "vs
   // fp32" figure counts the graph's neighbours).
   const bool graph_applies = *reduce == peer::PeerReduce::kGossip || *reduce == peer::PeerReduce::kLocal;
@@ -268,7 +295,11 @@ int RunPeer(const PeerFlags& flags) {
               (*trainer)->steps_per_epoch(), flags.reduce.c_str());
   std::fflush(stdout);
   const std::string& gossip_codec = (*trainer)->gossip_codec();
-  if (!gossip_codec.empty()) {
+  if (const uint32_t t_mix = (*trainer)->moniqua_mixing_time(); t_mix != 0) {
+    std::printf("gossip codec %s, theta from Moniqua's bound: 2 * lr * max|g| * t_mix, t_mix %u, agreed every %u steps, "
+                "%u coordinates checked for wraps per payload\n",
+                flags.codec.c_str(), t_mix, options.moniqua_refresh_steps, options.moniqua_check);
+  } else if (!gossip_codec.empty()) {
     const bool derived = gossip_codec != flags.codec;
     std::printf("gossip codec %s%s\n", gossip_codec.c_str(),
                 derived && flags.schedule != "constant" ? " (theta follows the learning rate)" : "");
@@ -431,8 +462,9 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--codec", flags->codec, "Gossip: codec of the models sent (empty: fp32), e.g. moniqua:bits=1,theta=0.5, or replica gossip "
                  "choco[:gamma=G]+CODEC, e.g. choco:gamma=0.75+sign:b=512");
   p->add_option("--moniqua-theta-per-lr", flags->moniqua_theta_per_lr,
-                 "Gossip: theta of a moniqua codec that names none, as a multiple of --lr")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+                 "Gossip: theta of a moniqua codec that names none, as a multiple of --lr (default: from Moniqua's "
+                 "bound, 2 * lr * max|gradient| * the gossip matrix's mixing time, widened on detected wraps)")
+      ->check(CLI::PositiveNumber);
   p->add_flag("--print-wraps", flags->print_wraps, "Gossip: print the Moniqua wrap count of every step");
   p->add_option("--density", flags->density, "IWP share of coordinates per step")->capture_default_str()->check(CLI::Range(1e-6, 1.0));
   p->add_option("--iwp-momentum-correction", flags->iwp_momentum_correction,
@@ -470,7 +502,7 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--evals-per-epoch", flags->evals_per_epoch, "Test-set evaluations per epoch")
       ->capture_default_str()->check(CLI::Range(1, 1000));
   AddTlsPeerFlags(*p, flags->tls);
-  commands.push_back({p, [flags] { return RunPeer(*flags); }});
+  commands.push_back({p, [flags, p] { return RunPeer(*flags, *p); }});
 
   CLI::App* bench = app.get_subcommand("bench");
   auto bf = std::make_shared<BenchFlags>();

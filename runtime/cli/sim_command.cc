@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/flag_scope.h"
 #include "cli/key_files.h"
 #include "cli/sim_report.h"
 #include "cli/star_report.h"
@@ -240,7 +241,48 @@ Status WriteSimTlsFiles(SimFlags* flags) {
   return Status::Ok();
 }
 
-int RunSim(SimFlags flags) {
+// Every option that configures one topology (or one codec) only is refused
+// in the others; --compare only plots, so it takes only --out.
+Status CheckSimFlags(const SimFlags& flags, const CLI::App& app) {
+  if (FlagGiven(app, "--compare")) {
+    for (const CLI::Option* option : app.get_options()) {
+      const std::string name = option->get_name();
+      if (option->count() > 0 && name != "--compare" && name != "--out" && name != "--help") {
+        return InvalidArgument(name + " does not apply to --compare, which only plots earlier runs (with --out)");
+      }
+    }
+    return Status::Ok();
+  }
+  const bool star = flags.topology == "star";
+  const bool peers = !star;
+  bool ndqsg = star && flags.codecs.empty();  // the default star codecs include ndqsg
+  for (const std::string& codec : flags.codecs) ndqsg = ndqsg || (star && codec.rfind("ndqsg", 0) == 0);
+  const std::vector<FlagScope> scopes = {
+      {"--devices", star, "--topology star"},
+      {"--rounds", star, "--topology star"},
+      {"--deadline-ms", star, "--topology star"},
+      {"--partition-seed", star, "--topology star"},
+      {"--downlink-codec", star, "--topology star"},
+      {"--anchor-fraction", ndqsg, "--topology star with an ndqsg --codec"},
+      {"--wrap-threshold", ndqsg, "--topology star with an ndqsg --codec"},
+      {"--max-rho", ndqsg, "--topology star with an ndqsg --codec"},
+      {"--anchor-levels", ndqsg, "--topology star with an ndqsg --codec"},
+      {"--peers", peers, "--topology ring and gossip"},
+      {"--evals-per-epoch", peers, "--topology ring and gossip"},
+      {"--step-timeout-ms", peers, "--topology ring and gossip"},
+      {"--repair", peers, "--topology ring and gossip"},
+      {"--schedule", peers, "--topology ring and gossip"},
+      {"--peer-arg", peers, "--topology ring and gossip"},
+      {"--graph", flags.topology == "gossip", "--topology gossip"},
+      // Gossip takes plain SGD steps; star devices train with plain SGD.
+      {"--momentum", flags.topology == "ring", "--topology ring"},
+  };
+  return CheckFlagScopes(app, scopes, "--topology " + flags.topology);
+}
+
+int RunSim(SimFlags flags, const CLI::App& app) {
+  const Status scoped = CheckSimFlags(flags, app);
+  if (!scoped.ok()) return Fail(scoped.ToString());
   if (!flags.compare.empty()) return RunSimCompare(flags);
   if (flags.tls) {
     const Status written = WriteSimTlsFiles(&flags);
@@ -490,7 +532,7 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   sim->add_option("--byzantine", flags->byzantine,
                   "Star: N:KIND, devices dev-0..dev-(N-1) misbehave (signflip[:k], scaled[:k], random[:s], stale)");
   sim->add_flag("--tls", flags->tls, "TLS on every connection, with a throwaway CA and certificate in <out>/tls");
-  commands.push_back({sim, [flags] { return RunSim(*flags); }});
+  commands.push_back({sim, [flags, sim] { return RunSim(*flags, *sim); }});
 }
 
 }  // namespace fedrt::cli

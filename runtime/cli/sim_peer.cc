@@ -140,11 +140,17 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
     std::vector<std::string> args = {"fedrt", "peer", "--config", files->config, "--keys", files->keys,
                                      "--rank", std::to_string(r), "--data", flags.data, "--model", flags.model,
                                      "--epochs", std::to_string(flags.epochs), "--batch", std::to_string(flags.batch),
-                                     "--lr", std::to_string(flags.lr), "--momentum", std::to_string(flags.momentum),
-                                     "--seed", std::to_string(flags.seed), "--partition", flags.partition,
+                                     "--lr", std::to_string(flags.lr), "--seed", std::to_string(flags.seed), "--partition", flags.partition,
                                      "--metrics", feed.path,
                                      "--evals-per-epoch", std::to_string(flags.evals_per_epoch)};
     args.insert(args.end(), mode->args.begin(), mode->args.end());
+    // Momentum configures the ring's all-reduce modes; gossip and the local
+    // baseline take plain SGD steps (fedrt peer refuses it there).
+    const std::string& reduce = mode->args[1];
+    if (reduce == "dense" || reduce == "fp16" || reduce == "iwp") {
+      args.push_back("--momentum");
+      args.push_back(std::to_string(flags.momentum));
+    }
     if (flags.schedule != "constant") {
       args.push_back("--schedule");
       args.push_back(flags.schedule);

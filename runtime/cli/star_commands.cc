@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/flag_scope.h"
 #include "cli/signals.h"
 #include "cli/star_report.h"
 #include "cli/tls_flags.h"
@@ -29,9 +30,21 @@ struct ServeFlags {
   double over_selection = 0.0;
 };
 
-int RunServe(ServeFlags& flags) {
+int RunServe(ServeFlags& flags, const CLI::App& app) {
   if (flags.options.key_file.empty()) {
     std::fprintf(stderr, "fedrt serve: --key-file is required\n");
+    return 2;
+  }
+  // The NDQSG options configure the anchors and nesting ratios of an ndqsg codec.
+  const bool ndqsg = flags.options.codec.rfind("ndqsg", 0) == 0;
+  const Status scoped = CheckFlagScopes(app,
+                                        {{"--anchor-fraction", ndqsg, "an ndqsg --codec"},
+                                         {"--wrap-threshold", ndqsg, "an ndqsg --codec"},
+                                         {"--max-rho", ndqsg, "an ndqsg --codec"},
+                                         {"--anchor-levels", ndqsg, "an ndqsg --codec"}},
+                                        "--codec " + flags.options.codec);
+  if (!scoped.ok()) {
+    std::fprintf(stderr, "fedrt serve: %s\n", scoped.ToString().c_str());
     return 2;
   }
   if (!flags.options.tls.ca_file.empty() && flags.options.tls.cert_file.empty()) {
@@ -200,7 +213,7 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
       ->capture_default_str();
   AddRobustFlags(*serve, flags->aggregation, o);
   AddTlsServerFlags(*serve, o.tls);
-  commands.push_back({serve, [flags] { return RunServe(*flags); }});
+  commands.push_back({serve, [flags, serve] { return RunServe(*flags, *serve); }});
 }
 
 void RegisterDevice(CLI::App& app, CommandList& commands) {

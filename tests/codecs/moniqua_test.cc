@@ -182,6 +182,94 @@ TEST_CASE("just outside the bound the coordinate wraps by B as predicted and is 
 // to zero, where nearest rounding keeps one fixed error per x. Tolerance: the
 // mean of N uniform errors has standard deviation delta B / sqrt(3 N); 5 of
 // them is the bound.
+// Side information y and a model x with x - y within 0.9 theta everywhere,
+// except at the coordinates of `wrapped`, which are k B + r away (k of 1, 2
+// or -3, |r| <= 0.2 B): far enough that recovery is off by exactly k B.
+struct WrapCase {
+  std::vector<float> x, y;
+  std::vector<bool> wrapped;
+};
+WrapCase MakeWrapCase(const MoniquaParameters& p, std::size_t d, std::size_t every) {
+  WrapCase c;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> base(-2.0f, 2.0f), near(-0.9f, 0.9f), r(-0.2f, 0.2f);
+  const int ks[] = {1, 2, -3};
+  for (std::size_t i = 0; i < d; ++i) {
+    const float y = base(rng);
+    const bool wrap = every != 0 && i % every == 0;
+    const float offset = wrap ? (static_cast<float>(ks[(i / every) % 3]) + r(rng)) * p.modulus : near(rng) * p.theta;
+    c.y.push_back(y);
+    c.x.push_back(y + offset);
+    c.wrapped.push_back(wrap);
+  }
+  return c;
+}
+
+TEST_CASE("the moniqua wrap check counts every wrapped checked coordinate and nothing else") {
+  for (const char* spec : {"moniqua:bits=1,theta=0.05,check=64", "moniqua:bits=3,theta=0.05,check=64",
+                           "moniqua:bits=2,round=stochastic,theta=0.05,check=64",
+                           "moniqua:bits=1,round=dither,theta=0.05,check=64"}) {
+    INFO(spec);
+    auto codec = Make(spec);
+    const MoniquaParameters p = *GetMoniquaParameters(*codec);
+    CHECK(p.check == 64);
+    const std::size_t d = 1000;
+    for (std::size_t every : {std::size_t{0}, std::size_t{3}}) {
+      const WrapCase c = MakeWrapCase(p, d, every);
+      const std::vector<uint8_t> payload = EncodeOk(*codec, c.x);
+      std::vector<float> out(d);
+      std::size_t near = 0;
+      MoniquaWraps wraps;
+      REQUIRE(MoniquaDecode(*codec, payload.data(), payload.size(), Context(), c.y.data(), out.data(), d, -1.0f, &near,
+                            &wraps)
+                  .ok());
+      std::size_t expected = 0;
+      for (uint32_t k = 0; k < 64; ++k) {
+        const std::size_t i = MoniquaCheckedIndex(Context(), d, k);
+        REQUIRE(i < d);
+        // The construction says which coordinates wrapped; recovery agrees.
+        CHECK((std::fabs(out[i] - c.x[i]) > 0.5f * p.modulus) == c.wrapped[i]);
+        expected += c.wrapped[i] ? 1 : 0;
+      }
+      CHECK(wraps.checked == 64);
+      CHECK(wraps.wrapped == expected);
+      if (every == 0) {
+        CHECK(wraps.wrapped == 0);
+      } else {
+        CHECK(expected > 5);  // about a third of 64
+      }
+    }
+  }
+  // At 1 bit with nothing wrapped the heuristic still flags coordinates;
+  // the check does not.
+  auto codec = Make("moniqua:bits=1,theta=0.05,check=64");
+  const WrapCase c = MakeWrapCase(*GetMoniquaParameters(*codec), 1000, 0);
+  const std::vector<uint8_t> payload = EncodeOk(*codec, c.x);
+  std::vector<float> out(1000);
+  std::size_t near = 0;
+  MoniquaWraps wraps;
+  REQUIRE(MoniquaDecode(*codec, payload.data(), payload.size(), Context(), c.y.data(), out.data(), 1000, -1.0f, &near,
+                        &wraps)
+              .ok());
+  CHECK(near > 50);
+  CHECK(wraps.wrapped == 0);
+}
+
+TEST_CASE("moniqua check=N carries N values after the symbols and refuses a payload without them") {
+  auto plain = Make("moniqua:bits=1,theta=0.5");
+  auto checked = Make("moniqua:bits=1,theta=0.5,check=8");
+  CHECK(checked->spec().find("check=8") != std::string::npos);
+  CHECK(plain->spec().find("check") == std::string::npos);
+  std::vector<float> x(100, 0.25f);
+  const std::vector<uint8_t> a = EncodeOk(*plain, x), b = EncodeOk(*checked, x);
+  CHECK(b.size() == a.size() + 32 + (checked->spec().size() - plain->spec().size()));
+  std::vector<float> out(100);
+  CHECK(checked->Decode(b.data(), b.size(), Context(), out.data(), 100, x.data()).ok());
+  // A payload of the plain codec is not one of check=8 (the spec differs).
+  CHECK_FALSE(checked->Decode(a.data(), a.size(), Context(), out.data(), 100, x.data()).ok());
+  CHECK(MakeCodec("moniqua:bits=1,theta=0.5,check=5000").status().code() == StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("1-bit moniqua with dither recovers without bias where nearest rounding is biased") {
   auto dither = Make("moniqua:theta=0.25,round=dither");
   auto nearest = Make("moniqua:theta=0.25");

@@ -213,7 +213,7 @@ TEST_CASE("gossip on a torus survives a killed peer and re-forms the graph over 
   KillOneOfFour({"--reduce", "gossip", "--graph", "torus"}, false, true);
 }
 
-TEST_CASE("fedrt peer gossip with a moniqua codec that names no theta derives theta from the learning rate") {
+TEST_CASE("fedrt peer gossip with a moniqua codec that names no theta derives theta from Moniqua's bound") {
   testing::TempDir dir;
   const int n = 3;
   const LocalRing files = MakeLocalRing(dir, n, "g", 5000);
@@ -229,7 +229,10 @@ TEST_CASE("fedrt peer gossip with a moniqua codec that names no theta derives th
     INFO("rank ", r, ":\n", children[r].text);
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
-    CHECK(children[r].text.find("gossip codec moniqua:bits=1,theta=0.001") != std::string::npos);
+    // A ring of 3 with weights 1/3 mixes in one step: lambda 0, t_mix ceil(ln 6) = 2.
+    CHECK(children[r].text.find("gossip codec moniqua:bits=1, theta from Moniqua's bound") != std::string::npos);
+    CHECK(children[r].text.find("t_mix 2,") != std::string::npos);
+    CHECK(children[r].text.find("  theta ") != std::string::npos);
     CHECK(children[r].text.find("epoch 2/2") != std::string::npos);
   }
 }

@@ -236,3 +236,63 @@ TEST_CASE("a ring gossip neighbour that finished and left is skipped, not report
 
 }  // namespace
 }  // namespace fedrt
+
+namespace fedrt {
+namespace {
+
+// Gossip of `models` (one step, no gradient) with `spec` on a fresh ring of
+// n peers, each given `table` (empty: none).
+std::vector<std::vector<float>> GossipOnce(std::vector<std::vector<float>> models, const std::string& spec,
+                                           const std::vector<std::size_t>& table) {
+  const int n = static_cast<int>(models.size());
+  const std::size_t d = models[0].size();
+  testing::PeerRing ring(n);
+  ring.FormAll();
+  for (int r = 0; r < n; ++r) ring.groups[r]->SetTensorTable(table);
+  std::vector<float> grad(d, 0.0f);
+  std::vector<peer::GossipStats> stats(static_cast<std::size_t>(n));
+  auto st = ring.Each(ring.All(), [&](uint32_t r) {
+    return ring.groups[r]->GossipStep(models[r].data(), grad.data(), d, 0.0f, spec, 2, &stats[r]);
+  });
+  for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  return models;
+}
+
+TEST_CASE("gossip with a tensor table sends one dqsg scale per tensor, so a small tensor keeps its precision") {
+  const int n = 3;
+  const std::vector<std::size_t> table = {2000, 50, 500};
+  std::size_t d = 0;
+  for (std::size_t t : table) d += t;
+  auto models = testing::Models(n, d, 0.1f);
+  // The middle tensor is 1000 times smaller than the others (a bias, say).
+  for (auto& m : models) {
+    for (std::size_t i = 2000; i < 2050; ++i) m[i] *= 1e-3f;
+  }
+  const auto exact = GossipOnce(models, "", {});
+  const auto per_tensor = GossipOnce(models, "dqsg:s=2", table);
+  const auto one_scale = GossipOnce(models, "dqsg:s=2", {});
+  double norm = 0, e_tensor = 0, e_one = 0;
+  for (int r = 0; r < n; ++r) {
+    for (std::size_t i = 2000; i < 2050; ++i) {
+      norm += std::pow(static_cast<double>(exact[r][i]), 2);
+      e_tensor += std::pow(static_cast<double>(per_tensor[r][i]) - exact[r][i], 2);
+      e_one += std::pow(static_cast<double>(one_scale[r][i]) - exact[r][i], 2);
+    }
+  }
+  MESSAGE("small tensor, error / norm: per tensor " << e_tensor / norm << ", one scale " << e_one / norm);
+  CHECK(e_tensor < 0.1 * norm);
+  CHECK(e_one > 10 * norm);
+}
+
+TEST_CASE("gossip refuses a model whose size is not its tensor table's") {
+  testing::PeerRing ring(2);
+  ring.FormAll();
+  std::vector<float> model(10, 0.0f), grad(10, 0.0f);
+  ring.groups[0]->SetTensorTable({4, 5});
+  peer::GossipStats stats;
+  CHECK(ring.groups[0]->GossipStep(model.data(), grad.data(), 10, 0.0f, "dqsg", 1, &stats).code() ==
+        StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace fedrt

@@ -91,6 +91,29 @@ std::vector<std::vector<float>> Targets(int n, std::size_t d) {
   return b;
 }
 
+TEST_CASE("the mixing time of Moniqua's bound follows the gossip matrix's second eigenvalue") {
+  using peer::GossipGraph;
+  const auto slem = [](GossipGraph graph, uint32_t n) {
+    return peer::SecondLargestEigenvalueModulus(peer::MetropolisWeights(peer::GraphNeighbours(graph, n)), n);
+  };
+  // Ring with weights 1/3: eigenvalues 1/3 + 2/3 cos(2 pi k / n).
+  const double pi = std::acos(-1.0);
+  CHECK(slem(GossipGraph::kRing, 8) == doctest::Approx(1.0 / 3 + 2.0 / 3 * std::cos(2 * pi / 8)).epsilon(1e-12));
+  CHECK(slem(GossipGraph::kRing, 4) == doctest::Approx(1.0 / 3).epsilon(1e-12));
+  // 3 x 3 torus, weights 1/5: 1/5 + 2/5 (cos(2 pi a / 3) + cos(2 pi b / 3)); largest non-trivial modulus 0.4.
+  CHECK(slem(GossipGraph::kTorus, 9) == doctest::Approx(0.4).epsilon(1e-12));
+  CHECK(slem(GossipGraph::kRing, 2) == doctest::Approx(0.0).epsilon(1e-12));
+  // t_mix = ceil(ln(2n) / (1 - lambda)).
+  CHECK(peer::MixingTime(slem(GossipGraph::kRing, 8), 8) == 15);  // ln 16 / 0.1953 = 14.2
+  CHECK(peer::MixingTime(1.0 / 3, 4) == 4);                          // ln 8 / (2/3) = 3.1
+  CHECK(peer::MixingTime(0.5, 1) == 1);
+  CHECK(peer::MixingTime(1.0, 8) == UINT32_MAX);  // a graph that never mixes
+  // theta = c * lr * G * t_mix.
+  CHECK(peer::MoniquaTheta(2.0, 0.05, 3.0, 15) == doctest::Approx(4.5));
+  // A larger ring mixes more slowly, so its bound is wider.
+  CHECK(peer::MixingTime(slem(GossipGraph::kRing, 16), 16) > peer::MixingTime(slem(GossipGraph::kRing, 8), 8));
+}
+
 TEST_CASE("one full-precision torus gossip step applies the Metropolis mixing matrix") {
   const int n = 6;  // 2 x 3: degree 3, weight 1/4
   const std::size_t d = 257;

@@ -84,6 +84,8 @@ struct RankResult {
   std::vector<float> parameters;
   std::vector<double> epoch_losses;
   std::vector<std::size_t> members;  // at each epoch's end
+  std::vector<double> thetas;        // Moniqua's agreed theta at each epoch's end
+  std::string gossip_codec;          // at the end
   uint64_t bytes_sent = 0;
 };
 
@@ -108,11 +110,13 @@ std::vector<RankResult> Train(LoopbackRing& ring, const Synthetic& data, const p
       if (!p.epoch_end) return Status::Ok();
       out.epoch_losses.push_back(p.epoch_loss);
       out.members.push_back(p.members);
+      out.thetas.push_back(p.moniqua_theta);
       if (static_cast<int>(r) == stop_rank) return Status(StatusCode::kCancelled, "this rank stops here");
       return Status::Ok();
     });
     out.parameters.assign(model->parameters(), model->parameters() + model->parameter_count());
     out.bytes_sent = (*trainer)->total_bytes_sent();
+    out.gossip_codec = (*trainer)->gossip_codec();
     if (static_cast<int>(r) == stop_rank) ring.groups[r].reset();  // its links close: the others lose it
     return out.status;
   });
@@ -185,6 +189,31 @@ TEST_CASE("the peer trainer with gossip, Moniqua gossip and the local baseline b
     CheckLossFalls(results);
     if (mode.first == peer::PeerReduce::kLocal) CHECK(results[0].bytes_sent == 0);
   }
+}
+
+TEST_CASE("moniqua gossip without theta agrees on theta from the bound on every rank and checks for wraps") {
+  const Synthetic data = MakeData(480);
+  LoopbackRing ring(4);
+  ring.FormAll();
+  peer::PeerTrainerOptions options = Options(peer::PeerReduce::kGossip, "moniqua:bits=1");
+  options.epochs = 2;
+  options.moniqua_refresh_steps = 4;
+  auto results = Train(ring, data, options, /*pixels=*/false);
+  for (auto& r : results) REQUIRE_MESSAGE(r.status.ok(), r.status.ToString());
+  for (std::size_t epoch = 0; epoch < 2; ++epoch) {
+    for (std::size_t r = 0; r < results.size(); ++r) {
+      INFO("rank ", r, " epoch ", epoch);
+      REQUIRE(results[r].thetas.size() == 2);
+      CHECK(results[r].thetas[epoch] > 0);
+      CHECK(results[r].thetas[epoch] == results[0].thetas[epoch]);  // agreed, bit for bit
+    }
+  }
+  // theta = 2 lr G t_mix (times 2 per widening) with t_mix = 4 on a ring of
+  // 4 (lambda 1/3) and G >= the mean |gradient coordinate| > 0: at least
+  // a small multiple of lr, at most lr times a bound on G.
+  CHECK(results[0].thetas[1] >= 2 * 0.1 * 4 * 1e-4);
+  CHECK(results[0].gossip_codec.find("moniqua:bits=1,theta=") == 0);
+  CHECK(results[0].gossip_codec.find(",check=32") != std::string::npos);
 }
 
 // Rank 2 stops after its first epoch and its context goes: the others'

@@ -22,6 +22,7 @@
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/payload.h"
+#include "fedrt/runtime/aggregation.h"
 #include "fedrt/runtime/device.h"
 #include "fedrt/runtime/model.h"
 #include "fedrt/transport/join.h"
@@ -121,7 +122,12 @@ struct Served : Star {
 // A valid payload of `values` for `round` with the instructed codec, as the
 // device `id` would send it.
 std::vector<uint8_t> EncodeFor(const ReceivedRound& round, const std::string& id, const std::vector<float>& values) {
+  // Over the model's tensor table as devices encode (a vector of another
+  // size: one plain payload).
   std::unique_ptr<Codec> codec = std::move(MakeCodec(round.codec_spec).value());
+  if (values.size() == ParameterCount()) {
+    codec = std::move(MakeUpdateCodec(std::move(codec), ModelTensorSizes(Model::Create(kModel, 1).value())).value());
+  }
   CodecContext context;
   context.session_seed = round.session_seed;
   context.round = static_cast<uint32_t>(round.round);

@@ -28,6 +28,8 @@
 #include "fedrt/codecs/adaptive.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/payload.h"
+#include "fedrt/codecs/tensor_set.h"
+#include "fedrt/runtime/aggregation.h"
 #include "fedrt/runtime/aggregator.h"
 #include "fedrt/runtime/device.h"
 #include "fedrt/transport/auth.h"
@@ -213,6 +215,15 @@ struct RawDevice {
 
 std::string CanonicalSpec(const std::string& spec) { return (*MakeCodec(spec))->spec(); }
 
+// `codec` over kModel's tensor table, as devices encode and the aggregator
+// decodes updates (MakeUpdateCodec).
+std::unique_ptr<TensorSetCodec> UpdateCodec(std::unique_ptr<Codec> codec) {
+  return std::move(MakeUpdateCodec(std::move(codec), ModelTensorSizes(Model::Create(kModel, 1).value())).value());
+}
+std::unique_ptr<TensorSetCodec> UpdateCodec(AdaptiveCodec& codec) {
+  return std::move(BorrowUpdateCodec(codec, ModelTensorSizes(Model::Create(kModel, 1).value())).value());
+}
+
 TEST_CASE("four devices over five rounds improve the global model and the aggregate is the mean of their decoded updates") {
   Workspace ws;
   AggregatorThread aggregator(Options(ws, "dqsg", 5, 4));
@@ -260,7 +271,7 @@ TEST_CASE("four devices over five rounds improve the global model and the aggreg
     double weight = 0;
     for (const SentUpdate& u : updates) {
       CHECK(u.spec == CanonicalSpec("dqsg"));
-      std::unique_ptr<Codec> codec = std::move(MakeCodec(u.spec).value());
+      std::unique_ptr<TensorSetCodec> codec = UpdateCodec(std::move(MakeCodec(u.spec).value()));
       CodecContext context;
       context.session_seed = 1;
       context.round = round;
@@ -676,8 +687,9 @@ void CheckLevelRounds(const std::string& spec) {
     std::vector<double> sum(server.size(), 0.0);
     double weight = 0;
     for (const SentUpdate& u : updates) {
-      std::unique_ptr<AdaptiveCodec> codec = std::move(MakeAdaptiveCodec(u.spec).value());
-      REQUIRE(codec->SetLevelTable(tables[r]).ok());
+      std::unique_ptr<AdaptiveCodec> adaptive = std::move(MakeAdaptiveCodec(u.spec).value());
+      std::unique_ptr<TensorSetCodec> codec = UpdateCodec(*adaptive);
+      REQUIRE(adaptive->SetLevelTable(tables[r]).ok());
       CodecContext context;
       context.session_seed = 1;
       context.round = r;
@@ -686,7 +698,7 @@ void CheckLevelRounds(const std::string& spec) {
       REQUIRE(codec->Decode(u.payload.data(), u.payload.size(), context, decoded.data(), decoded.size()).ok());
       for (std::size_t i = 0; i < decoded.size(); ++i) sum[i] += static_cast<double>(u.samples) * decoded[i];
       weight += static_cast<double>(u.samples);
-      REQUIRE(codec->SetLevelTable(tables[r + 1]).ok());
+      REQUIRE(adaptive->SetLevelTable(tables[r + 1]).ok());
       CHECK(codec->Decode(u.payload.data(), u.payload.size(), context, decoded.data(), decoded.size()).code() ==
             StatusCode::kFailedPrecondition);
     }
@@ -738,12 +750,13 @@ TEST_CASE("an alq update naming another table version or bad level statistics cl
     std::unique_ptr<AdaptiveCodec> codec = std::move(MakeAdaptiveCodec(spec).value());
     std::vector<float> values(d);
     for (std::size_t i = 0; i < d; ++i) values[i] = std::sin(static_cast<float>(i)) * 1e-3f;
-    std::vector<uint8_t> payload(codec->MaxEncodedSize(d));
+    std::unique_ptr<TensorSetCodec> tensors = UpdateCodec(*codec);
+    std::vector<uint8_t> payload(tensors->MaxEncodedSize(d));
     CodecContext context;
     context.session_seed = 1;
     context.round = static_cast<uint32_t>(*round);
     context.sender_id = DeviceSenderId(id);
-    payload.resize(*codec->Encode(values.data(), d, context, payload.data(), payload.size()));
+    payload.resize(*tensors->Encode(values.data(), d, context, payload.data(), payload.size()));
     const LevelStatistics measured = *codec->MeasureLevelStatistics(values.data(), d);
     UpdateMessage update;
     update.round_id = *round;
@@ -983,7 +996,7 @@ OrderedRound RunOneRoundInOrder(const std::string& codec, const std::vector<std:
     specs[i] = instructed->second;
   }
   for (int i : order) {
-    std::unique_ptr<Codec> encoder = std::move(MakeCodec(specs[i]).value());
+    std::unique_ptr<TensorSetCodec> encoder = UpdateCodec(std::move(MakeCodec(specs[i]).value()));
     const std::vector<float>& v = values[i];
     CodecContext context;
     context.session_seed = 1;

@@ -104,6 +104,26 @@ Result<std::size_t> CountNearWrap(const Codec& codec, const uint8_t* payload, st
   return near;
 }
 
+Result<std::size_t> CountNearWrap(const TensorSetCodec& codec, const uint8_t* payload, std::size_t size,
+                                  const CodecContext& context, const float* decoded, const float* side_info,
+                                  std::size_t d, float margin) {
+  if (d != codec.total()) return InvalidArgument("a vector of " + std::to_string(d) + " for a tensor set of " +
+                                                 std::to_string(codec.total()));
+  Result<std::vector<TensorPart>> parts = codec.Split(payload, size);
+  if (!parts.ok()) return parts.status();
+  std::size_t near = 0;
+  for (std::size_t t = 0; t < parts->size(); ++t) {
+    const TensorPart& p = (*parts)[t];
+    CodecContext part = context;
+    part.tensor_id = context.tensor_id + static_cast<uint32_t>(t);
+    Result<std::size_t> count =
+        CountNearWrap(codec.inner(), p.payload, p.size, part, decoded + p.offset, side_info + p.offset, p.d, margin);
+    if (!count.ok()) return count.status();
+    near += *count;
+  }
+  return near;
+}
+
 NdqsgRunningMean::NdqsgRunningMean(std::size_t d) : mean_(d, 0.0f) {}
 
 void NdqsgRunningMean::Reset() {
@@ -125,9 +145,11 @@ Status NdqsgRunningMean::AddAnchor(const Codec& dqsg, const uint8_t* payload, st
   return Status::Ok();
 }
 
-Status NdqsgRunningMean::AddNested(const Codec& ndqsg, const uint8_t* payload, std::size_t size,
-                                   const CodecContext& context, float* scratch, float margin,
-                                   NdqsgWrapReport* report) {
+// Both forms: the codec decodes against the mean, CountNearWrap of its kind counts.
+template <typename NdqsgCodec>
+Status NdqsgRunningMean::AddNestedWith(const NdqsgCodec& ndqsg, const uint8_t* payload, std::size_t size,
+                                       const CodecContext& context, float* scratch, float margin,
+                                       NdqsgWrapReport* report) {
   if (count_ == 0) {
     return Status(StatusCode::kFailedPrecondition, "ndqsg: no anchor decoded yet in this round (no side information)");
   }
@@ -139,6 +161,18 @@ Status NdqsgRunningMean::AddNested(const Codec& ndqsg, const uint8_t* payload, s
   }
   Add(scratch);
   return Status::Ok();
+}
+
+Status NdqsgRunningMean::AddNested(const Codec& ndqsg, const uint8_t* payload, std::size_t size,
+                                   const CodecContext& context, float* scratch, float margin,
+                                   NdqsgWrapReport* report) {
+  return AddNestedWith(ndqsg, payload, size, context, scratch, margin, report);
+}
+
+Status NdqsgRunningMean::AddNested(const TensorSetCodec& ndqsg, const uint8_t* payload, std::size_t size,
+                                   const CodecContext& context, float* scratch, float margin,
+                                   NdqsgWrapReport* report) {
+  return AddNestedWith(ndqsg, payload, size, context, scratch, margin, report);
 }
 
 }  // namespace fedrt

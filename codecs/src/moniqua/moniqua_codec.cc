@@ -2,7 +2,9 @@
 // fedrt/codecs/moniqua.h.
 //
 // Body: the symbol stream of d symbols in [0, 2^b) (symbols/symbol_coding.h),
-// nothing else: Moniqua sends no scale. Default coding `pack` (exactly b bits
+// then, with `check=N`, the float32 values of N coordinates sampled with
+// Philox purpose 3 (index = word * d >> 32, word k for sample k), so the
+// receiver can see every wrap among them. Moniqua sends no scale. Default coding `pack` (exactly b bits
 // a coordinate, as the paper's wire); `rans` is accepted but rarely helps,
 // since the fractional parts of a model are close to uniform. The flags say
 // which coding was used. Stochastic rounding draws Philox purpose 2.
@@ -17,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/codec_common.h"
@@ -66,7 +69,8 @@ class MoniquaCodec final : public Codec {
   MoniquaCodec(const MoniquaParameters& p, CommonOptions common) : p_(p), common_(common) {
     spec_ = "moniqua:bits=" + std::to_string(p.bits) + ",theta=" + FormatFloat(p.theta) +
             ",round=" + (p.stochastic ? "stochastic" : p.dither ? "dither" : "nearest") +
-            (p.gamma != 1.0f ? ",gamma=" + FormatFloat(p.gamma) : std::string()) + "," +
+            (p.gamma != 1.0f ? ",gamma=" + FormatFloat(p.gamma) : std::string()) +
+            (p.check != 0 ? ",check=" + std::to_string(p.check) : std::string()) + "," +
             CommonOptionsSuffix(common, true);
   }
 
@@ -77,7 +81,7 @@ class MoniquaCodec final : public Codec {
   const MoniquaParameters& parameters() const { return p_; }
 
   std::size_t MaxEncodedSize(std::size_t d) const override {
-    return BodyOffset(spec_) + MaxSymbolStreamSize(d, Alphabet(), common_.coding) +
+    return BodyOffset(spec_) + MaxSymbolStreamSize(d, Alphabet(), common_.coding) + CheckBytes(d) +
            (common_.coding == SymbolCoding::kRans ? d : 0);
   }
 
@@ -116,6 +120,14 @@ class MoniquaCodec final : public Codec {
         at += n;
       } while (at < d);
     }
+    if (d > 0) {
+      // The sampled coordinates at full precision, after the stream (moved
+      // over the rANS working space, which is no longer needed).
+      for (uint32_t k = 0; k < p_.check; ++k) {
+        StoreFloatLe(body + body_size + 4 * k, input[CheckedIndex(context, d, k)]);
+      }
+      body_size += CheckBytes(d);
+    }
     FinishPayload(MakeHeader(id(), context, d, 0, flags, body_size), spec_, out);
     return BodyOffset(spec_) + body_size;
   }
@@ -145,6 +157,18 @@ class MoniquaCodec final : public Codec {
     return Status::Ok();
   }
 
+  // The payload's sampled full-precision coordinates (check=N): index and
+  // value of each; empty without. The payload must have been validated
+  // (Decode succeeded).
+  void CheckedCoordinates(const uint8_t* payload, std::size_t size, const CodecContext& context, std::size_t d,
+                          std::vector<std::pair<std::size_t, float>>* out) const {
+    out->clear();
+    const std::size_t bytes = CheckBytes(d);
+    for (uint32_t k = 0; k < p_.check && d > 0; ++k) {
+      out->push_back({CheckedIndex(context, d, k), LoadFloatLe(payload + size - bytes + 4 * k)});
+    }
+  }
+
   // Validates the payload, then recovers it chunk by chunk: into out[0..d)
   // when `out` is given, else into a stack chunk; then calls sink(at, values, n).
   template <typename Sink>
@@ -153,6 +177,10 @@ class MoniquaCodec final : public Codec {
 
  private:
   uint32_t Alphabet() const { return 1u << p_.bits; }
+  std::size_t CheckBytes(std::size_t d) const { return d == 0 ? 0 : std::size_t{4} * p_.check; }
+  static std::size_t CheckedIndex(const CodecContext& context, std::size_t d, uint32_t k) {
+    return MoniquaCheckedIndex(context, d, k);
+  }
 
   // Coordinates [at, at + n) of the input at `x`; `words` is room for kChunk words.
   void Quantize(const MoniquaKernels& kernels, const RandomStream& stochastic, const RandomStream& dither,
@@ -196,13 +224,19 @@ Status MoniquaCodec::Recover(const uint8_t* payload, std::size_t size, const Cod
                            : common_.coding == SymbolCoding::kPack ? flags == kFlagSymbolsPacked
                                                                    : flags != 0;
   if (!flags_match) return Corrupt("moniqua: symbol coding flags do not match the codec's ec");
+  const std::size_t check_bytes = CheckBytes(d);
+  if (view->body_size < check_bytes) return Corrupt("moniqua: payload shorter than its checked coordinates");
+  const std::size_t stream_size = view->body_size - check_bytes;
+  for (std::size_t k = 0; k < check_bytes; k += 4) {
+    if (!std::isfinite(LoadFloatLe(view->body + stream_size + k))) return Corrupt("moniqua: a checked value is not finite");
+  }
   const MoniquaKernels& kernels = MoniquaKernelsFor(ActiveIsa());
   const RandomStream dither = StreamFor(context, RandomPurpose::kDither);
   float values[kChunk];
   *near = 0;
   if ((flags & kFlagSymbolsRans) != 0) {
     std::vector<uint8_t> symbols(d);  // rANS needs the whole stream decoded first
-    FEDRT_RETURN_IF_ERROR(DecodeSymbols(view->body, view->body_size, d, Alphabet(), flags, symbols.data()));
+    FEDRT_RETURN_IF_ERROR(DecodeSymbols(view->body, stream_size, d, Alphabet(), flags, symbols.data()));
     for (std::size_t at = 0; at < d; at += kChunk) {
       const std::size_t n = d - at < kChunk ? d - at : kChunk;
       float* dst = out != nullptr ? out + at : values;
@@ -215,7 +249,7 @@ Status MoniquaCodec::Recover(const uint8_t* payload, std::size_t size, const Cod
   // hold padding, so check it before producing any output.
   const bool packed = (flags & kFlagSymbolsPacked) != 0;
   const SymbolCoding coding = packed ? SymbolCoding::kPack : SymbolCoding::kNone;
-  if (view->body_size != MaxSymbolStreamSize(d, Alphabet(), coding)) {
+  if (stream_size != MaxSymbolStreamSize(d, Alphabet(), coding)) {
     return Corrupt("moniqua: symbol stream size does not match d");
   }
   const std::size_t per_chunk = MaxSymbolStreamSize(kChunk, Alphabet(), coding);
@@ -228,13 +262,13 @@ Status MoniquaCodec::Recover(const uint8_t* payload, std::size_t size, const Cod
   const std::size_t last = d == 0 ? 0 : (d - 1) / kChunk * kChunk;
   if (d > 0) {
     FEDRT_RETURN_IF_ERROR(DecodeSymbols(view->body + last / kChunk * per_chunk,
-                                        view->body_size - last / kChunk * per_chunk, d - last, Alphabet(),
+                                        stream_size - last / kChunk * per_chunk, d - last, Alphabet(),
                                         flags, symbols));
   }
   for (std::size_t at = 0; at < d; at += kChunk) {
     const std::size_t n = d - at < kChunk ? d - at : kChunk;
     const uint8_t* chunk = view->body + at / kChunk * per_chunk;
-    FEDRT_RETURN_IF_ERROR(DecodeSymbols(chunk, at == last ? view->body_size - at / kChunk * per_chunk : per_chunk,
+    FEDRT_RETURN_IF_ERROR(DecodeSymbols(chunk, at == last ? stream_size - at / kChunk * per_chunk : per_chunk,
                                         n, Alphabet(), flags, symbols));
     float* dst = out != nullptr ? out + at : values;
     *near += RecoverChunk(kernels, dither, symbols, at, n, side_info + at, near_limit, dst);
@@ -245,13 +279,20 @@ Status MoniquaCodec::Recover(const uint8_t* payload, std::size_t size, const Cod
 
 }  // namespace
 
+std::size_t MoniquaCheckedIndex(const CodecContext& context, std::size_t d, uint32_t k) {
+  uint32_t word = 0;
+  PhiloxWords(codec_internal::StreamFor(context, RandomPurpose::kRandomSubset), k, 1, &word);
+  return static_cast<std::size_t>((static_cast<uint64_t>(word) * d) >> 32);
+}
+
 Result<MoniquaParameters> GetMoniquaParameters(const Codec& codec) {
   if (codec.id() != CodecId::kMoniqua) return InvalidArgument("not a moniqua codec: " + codec.spec());
   return static_cast<const MoniquaCodec&>(codec).parameters();
 }
 
 Status MoniquaDecode(const Codec& codec, const uint8_t* payload, std::size_t size, const CodecContext& context,
-                     const float* side_info, float* out, std::size_t d, float margin, std::size_t* near_wrap) {
+                     const float* side_info, float* out, std::size_t d, float margin, std::size_t* near_wrap,
+                     MoniquaWraps* checked) {
   if (codec.id() != CodecId::kMoniqua) return InvalidArgument("not a moniqua codec: " + codec.spec());
   const auto& moniqua = static_cast<const MoniquaCodec&>(codec);
   const MoniquaParameters& p = moniqua.parameters();
@@ -261,6 +302,18 @@ Status MoniquaDecode(const Codec& codec, const uint8_t* payload, std::size_t siz
   // The diagnostic path can afford a separate overflow check.
   for (std::size_t i = 0; i < d; ++i) {
     if (!std::isfinite(out[i])) return Corrupt("moniqua: recovery overflowed (side information too far from the model)");
+  }
+  if (checked != nullptr) {
+    // A recovery within the bound is off by at most delta * B <= B/4; a
+    // wrapped one by a non-zero multiple of B, so at least 3B/4: B/2
+    // separates them, and every wrap at a checked coordinate is counted.
+    std::vector<std::pair<std::size_t, float>> sample;
+    moniqua.CheckedCoordinates(payload, size, context, d, &sample);
+    *checked = MoniquaWraps{};
+    checked->checked = sample.size();
+    for (const auto& [index, value] : sample) {
+      if (std::fabs(static_cast<double>(out[index]) - value) > 0.5 * static_cast<double>(p.modulus)) ++checked->wrapped;
+    }
   }
   return Status::Ok();
 }
@@ -277,7 +330,7 @@ void MoniquaMixStep(float* model, const float* own_recovered, const MoniquaNeigh
 }
 
 Result<std::unique_ptr<Codec>> MakeMoniquaCodec(const CodecSpec& spec) {
-  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"bits", "theta", "round", "gamma", "ef", "ec"}));
+  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"bits", "theta", "round", "gamma", "check", "ef", "ec"}));
   MoniquaParameters p;
   auto bits = spec.GetInt("bits", 1, 1, 8);
   FEDRT_RETURN_IF_ERROR(bits.status());
@@ -290,6 +343,9 @@ Result<std::unique_ptr<Codec>> MakeMoniquaCodec(const CodecSpec& spec) {
   FEDRT_RETURN_IF_ERROR(round.status());
   p.stochastic = *round == "stochastic";
   p.dither = *round == "dither";
+  auto check = spec.GetInt("check", 0, 0, kMaxMoniquaCheck);
+  FEDRT_RETURN_IF_ERROR(check.status());
+  p.check = static_cast<uint32_t>(*check);
   auto gamma = spec.GetDouble("gamma", 1.0, 1e-6, 1.0);
   FEDRT_RETURN_IF_ERROR(gamma.status());
   p.gamma = static_cast<float>(*gamma);

@@ -8,6 +8,30 @@
 
 namespace fedrt {
 
+std::vector<std::size_t> UpdateTensorSizes(const Codec& codec, const std::vector<std::size_t>& model_tensors) {
+  if (EncodesPerTensor(codec) && !model_tensors.empty()) return model_tensors;
+  std::size_t d = 0;
+  for (std::size_t size : model_tensors) d += size;
+  return {d};
+}
+
+std::vector<std::size_t> ModelTensorSizes(const Model& model) {
+  std::vector<std::size_t> sizes;
+  for (const TensorInfo& tensor : model.tensors()) sizes.push_back(tensor.size);
+  return sizes;
+}
+
+Result<std::unique_ptr<TensorSetCodec>> MakeUpdateCodec(std::unique_ptr<Codec> codec,
+                                                        const std::vector<std::size_t>& model_tensors) {
+  if (codec == nullptr) return InvalidArgument("no codec");
+  std::vector<std::size_t> sizes = UpdateTensorSizes(*codec, model_tensors);
+  return TensorSetCodec::Create(std::move(codec), std::move(sizes));
+}
+
+Result<std::unique_ptr<TensorSetCodec>> BorrowUpdateCodec(Codec& codec, const std::vector<std::size_t>& model_tensors) {
+  return TensorSetCodec::Borrow(codec, UpdateTensorSizes(codec, model_tensors));
+}
+
 Status UpdateAccumulator::AddEncoded(const Codec& codec, const uint8_t* payload, std::size_t size,
                                      const CodecContext& context, double weight, const float* side_info) {
   if (!(weight > 0.0) || !std::isfinite(weight)) return InvalidArgument("update weight must be positive");

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "fedrt/codecs/codec_spec.h"
+#include "fedrt/codecs/tensor_set.h"
 #include "fedrt/runtime/collectives.h"
 
 namespace fedrt {
@@ -97,6 +98,11 @@ Status Gossip::Receive(uint32_t from, Deadline deadline, uint64_t step, std::siz
   return Status::Ok();
 }
 
+void Gossip::SetTensorTable(std::vector<std::size_t> tensor_sizes) {
+  tensor_sizes_ = std::move(tensor_sizes);
+  codec_.reset();  // made again, over the new table, by the next Step
+}
+
 Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, const std::string& codec_spec,
                     uint64_t step, GossipStats* stats) {
   const Deadline deadline = context_.StepDeadline();
@@ -122,6 +128,19 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
                                "': replica gossip needs a codec that decodes without side information");
       }
       codec_ = std::move(*made);
+      if (!tensor_sizes_.empty() && EncodesPerTensor(*codec_)) {
+        auto tensors = TensorSetCodec::Create(std::move(codec_), tensor_sizes_);
+        if (!tensors.ok()) return tensors.status();
+        codec_ = std::move(*tensors);
+      }
+    }
+  }
+  if (!tensor_sizes_.empty()) {
+    std::size_t total = 0;
+    for (std::size_t size : tensor_sizes_) total += size;
+    if (d != total) {
+      return InvalidArgument("a model of " + std::to_string(d) + " parameters for a tensor table of " +
+                             std::to_string(total));
     }
   }
   Codec* codec = codec_.get();
@@ -199,9 +218,13 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
       c.sender_id = from;
       if (moniqua) {
         std::size_t near_wrap = 0;
+        MoniquaWraps checked;
         s = MoniquaDecode(*codec, received_[i].data(), received_[i].size(), c, model, recovered_[i].data(), d,
-                          -1.0f, &near_wrap);
-        stats->wrap_count += near_wrap;
+                          -1.0f, &near_wrap, &checked);
+        // With check=N the exact count over the checked coordinates, else
+        // the near-boundary heuristic.
+        stats->wrap_count += checked.checked > 0 ? checked.wrapped : near_wrap;
+        stats->wrap_checked += checked.checked;
       } else {
         s = codec->Decode(received_[i].data(), received_[i].size(), c, recovered_[i].data(), d,
                           codec->needs_side_info() ? model : nullptr);

@@ -2,9 +2,12 @@
 #include "fedrt/runtime/peer_trainer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
+#include "fedrt/runtime/aggregation.h"
 #include "fedrt/runtime/peer.h"
 
 namespace fedrt {
@@ -98,12 +101,22 @@ PeerTrainer::PeerTrainer(Model& model, const PeerData& data, CollectiveContext& 
     : model_(model), data_(data), context_(context), options_(options),
       derived_theta_(options.reduce == PeerReduce::kGossip && options.codec.rfind("moniqua", 0) == 0 &&
                      options.codec.find("theta=") == std::string::npos),
+      bound_theta_(derived_theta_ && !(options.moniqua_theta_per_lr > 0)),
       sgd_(std::move(sgd)), steps_per_epoch_(steps_per_epoch), peer_count_(context.peer_count()),
       group_(std::make_unique<PeerGroup>(context, options.chunk_floats)),
       gossip_codec_(options.reduce == PeerReduce::kGossip ? GossipCodec(options.sgd.schedule.base_lr) : ""),
       features_(static_cast<std::size_t>(options.batch) * data.set.example_size),
       labels_(static_cast<std::size_t>(options.batch)), batch_indices_(static_cast<std::size_t>(options.batch)),
-      saved_(model.parameter_count()) {}
+      saved_(model.parameter_count()) {
+  // Gossip codecs that encode per tensor send one stream per tensor.
+  group_->SetTensorTable(ModelTensorSizes(model));
+  if (bound_theta_) {
+    const uint32_t n = static_cast<uint32_t>(context.members().size());
+    const std::vector<double> w = MetropolisWeights(GraphNeighbours(context.graph(), n));
+    mixing_time_ = MixingTime(SecondLargestEigenvalueModulus(w, n), n);
+    gossip_codec_.clear();  // set by the first refresh
+  }
+}
 
 PeerTrainer::~PeerTrainer() = default;
 
@@ -115,9 +128,60 @@ uint64_t PeerTrainer::total_bytes_sent() const { return group_->total_bytes_sent
 // schedule, so all use the same theta in a step.
 std::string PeerTrainer::GossipCodec(double lr) const {
   if (!derived_theta_) return options_.codec;
+  if (bound_theta_) return "";  // RefreshTheta sets it
   char theta[40];
   std::snprintf(theta, sizeof theta, "theta=%.6g", options_.moniqua_theta_per_lr * lr);
   return options_.codec + (options_.codec.find(':') == std::string::npos ? ":" : ",") + theta;
+}
+
+// Moniqua's theta from its bound (PeerTrainerOptions::moniqua_theta_per_lr
+// says the rule): this peer's candidate is c * lr * G * t_mix, doubled per
+// widening; the peers take the largest (max-flooding of its float bits,
+// which order like the values for positive floats).
+Status PeerTrainer::RefreshTheta(double lr) {
+  if (wraps_since_refresh_ > 0) {
+    ++widen_;
+    quiet_refreshes_ = 0;
+  } else if (widen_ > 0 && ++quiet_refreshes_ >= 4) {
+    --widen_;
+    quiet_refreshes_ = 0;
+  }
+  double candidate = std::ldexp(MoniquaTheta(options_.moniqua_c, lr, grad_bound_, mixing_time_), widen_);
+  if (!(candidate >= 1e-30)) candidate = 1e-30;  // a zero gradient: any theta does
+  if (!(candidate <= 1e30)) candidate = 1e30;
+  const float value = static_cast<float>(candidate);
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  Result<uint64_t> agreed = AgreeStep(context_, bits);
+  if (!agreed.ok()) return agreed.status();
+  const uint32_t agreed_bits = static_cast<uint32_t>(*agreed);
+  float theta = 0;
+  std::memcpy(&theta, &agreed_bits, sizeof theta);
+  theta_ = theta;
+  char text[64];
+  std::snprintf(text, sizeof text, "theta=%.9g", static_cast<double>(theta));
+  std::string spec = options_.codec + (options_.codec.find(':') == std::string::npos ? ":" : ",") + text;
+  if (options_.moniqua_check > 0 && options_.codec.find("check=") == std::string::npos) {
+    spec += ",check=" + std::to_string(options_.moniqua_check);
+  }
+  gossip_codec_ = spec;
+  grad_bound_ = 0;
+  wraps_since_refresh_ = 0;
+  theta_agreed_ = true;
+  return Status::Ok();
+}
+
+Status PeerTrainer::MoniquaGossipStep(float* x, const float* g, std::size_t d, float lr, uint32_t step,
+                                      GossipStats* gossip) {
+  if (bound_theta_) {
+    for (std::size_t i = 0; i < d; ++i) grad_bound_ = std::max(grad_bound_, std::fabs(g[i]));
+    if (!theta_agreed_ || step % std::max<uint32_t>(1, options_.moniqua_refresh_steps) == 0) {
+      FEDRT_RETURN_IF_ERROR(RefreshTheta(lr));
+    }
+  }
+  Status mixed = group_->GossipStep(x, g, d, lr, gossip_codec_, step, gossip);
+  if (mixed.ok() && bound_theta_) wraps_since_refresh_ += gossip->wrap_count;
+  return mixed;
 }
 
 void PeerTrainer::CountFp32Step() {
@@ -189,6 +253,7 @@ Status PeerTrainer::Report(PeerTrainerObserver& observer, int epoch, std::size_t
   progress.total_bytes_sent = group_->total_bytes_sent();
   progress.fp32_bytes = static_cast<uint64_t>(fp32_bytes_);
   progress.wraps = interval_wraps_;
+  progress.moniqua_theta = theta_;
   progress.step_wraps = interval_step_wraps_;
   progress.epoch_loss = epoch_loss;
   progress.epoch_wraps = epoch_wraps;
@@ -265,10 +330,10 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
         // D-PSGD: the mixing step applies the plain SGD step itself.
         GossipStats gossip;
         const float lr = static_cast<float>(sgd_.current_lr());
-        if (derived_theta_ && options_.sgd.schedule.kind != LrScheduleKind::kConstant) {
+        if (derived_theta_ && !bound_theta_ && options_.sgd.schedule.kind != LrScheduleKind::kConstant) {
           gossip_codec_ = GossipCodec(sgd_.current_lr());
         }
-        Status mixed = group_->GossipStep(x, g, d, lr, gossip_codec_, step, &gossip);
+        Status mixed = MoniquaGossipStep(x, g, d, lr, step, &gossip);
         bool done_elsewhere = false;
         while (!mixed.ok()) {
           // A failed step leaves the model as it was: re-form, agree with the
@@ -292,7 +357,8 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
             done_elsewhere = true;
             break;
           }
-          mixed = group_->GossipStep(x, g, d, lr, gossip_codec_, step, &gossip);
+          theta_agreed_ = false;  // the survivors agree again
+          mixed = MoniquaGossipStep(x, g, d, lr, step, &gossip);
         }
         if (done_elsewhere) continue;
         CountFp32Step();

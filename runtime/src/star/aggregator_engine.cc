@@ -126,7 +126,7 @@ struct Aggregator::State {
   void CloseRound();
   Status PrepareBroadcast();
   int Adapt(const std::string& device, int rho, std::size_t near_wraps, RoundReport& report);
-  Codec* CodecFor(const std::string& spec);
+  TensorSetCodec* CodecFor(const std::string& spec);
   const std::string& NestedSpec(int rho);
   int RhoOf(const std::string& device) const;
   std::vector<std::string> ConnectedDevices() const;
@@ -148,7 +148,9 @@ struct Aggregator::State {
   uint64_t refused_unjoined_ = 0;  // connections closed at once for the caps
   bool opened_any_ = false;  // Restore() is too late after this
   std::map<std::string, uint64_t> device_connection_;
-  std::map<std::string, std::unique_ptr<Codec>> codecs_;
+  // Update codecs by spec, each over the model's tensor table (MakeUpdateCodec).
+  std::map<std::string, std::unique_ptr<TensorSetCodec>> codecs_;
+  std::vector<std::size_t> tensor_sizes_;  // the model's tensor table (lengths)
 
   std::unique_ptr<Model> model_;
   std::unique_ptr<ServerOptimizer> optimizer_;
@@ -183,6 +185,7 @@ struct Aggregator::State {
   // decoded with it), and the statistics merged from this round's accepted
   // updates, which the next table is fitted to when the round closes.
   std::unique_ptr<AdaptiveCodec> levels_;
+  std::unique_ptr<TensorSetCodec> levels_tensors_;  // levels_ over the tensor table
   std::set<std::string> forced_anchors_;  // wrapped too often last round
   std::size_t rejected_ = 0;
   uint64_t bytes_down_ = 0;
@@ -264,6 +267,7 @@ Status Aggregator::State::Init(const DataView* test_set) {
   if (!model.ok()) return model.status();
   model_ = std::make_unique<Model>(std::move(*model));
   d_ = model_->parameter_count();
+  tensor_sizes_ = ModelTensorSizes(*model_);
   limits_.max_payload_bytes = std::max<uint64_t>(uint64_t{1} << 20, uint64_t{d_} * 8 + (1u << 16));
 
   Result<std::unique_ptr<Codec>> codec = MakeCodec(config_.codec);
@@ -291,7 +295,12 @@ Status Aggregator::State::Init(const DataView* test_set) {
     anchor_spec_ = (*dqsg)->spec();
   }
   Result<std::unique_ptr<AdaptiveCodec>> adaptive = MakeAdaptiveCodec(config_.codec);
-  if (adaptive.ok()) levels_ = std::move(*adaptive);  // starts with the codec's initial table, version 0
+  if (adaptive.ok()) {
+    levels_ = std::move(*adaptive);  // starts with the codec's initial table, version 0
+    Result<std::unique_ptr<TensorSetCodec>> tensors = BorrowUpdateCodec(*levels_, tensor_sizes_);
+    if (!tensors.ok()) return tensors.status();
+    levels_tensors_ = std::move(*tensors);
+  }
   optimizer_ = std::make_unique<ServerOptimizer>(config_.server_optimizer, d_);
 
   if (test_set != nullptr) {
@@ -437,13 +446,15 @@ int Aggregator::State::RhoOf(const std::string& device) const {
   return it == rho_.end() ? base_rho_ : it->second;
 }
 
-Codec* Aggregator::State::CodecFor(const std::string& spec) {
-  if (levels_ && spec == levels_->spec()) return levels_.get();  // holds this round's table
+TensorSetCodec* Aggregator::State::CodecFor(const std::string& spec) {
+  if (levels_ && spec == levels_->spec()) return levels_tensors_.get();  // holds this round's table
   auto it = codecs_.find(spec);
   if (it != codecs_.end()) return it->second.get();
   Result<std::unique_ptr<Codec>> codec = MakeCodec(spec);
   if (!codec.ok()) return nullptr;
-  return (codecs_[spec] = std::move(*codec)).get();
+  Result<std::unique_ptr<TensorSetCodec>> tensors = MakeUpdateCodec(std::move(*codec), tensor_sizes_);
+  if (!tensors.ok()) return nullptr;
+  return (codecs_[spec] = std::move(*tensors)).get();
 }
 
 void Aggregator::State::OnOpen(const std::shared_ptr<Connection>& connection) {
@@ -670,7 +681,7 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
                                                 " samples; allowed are 1 to " +
                                                 std::to_string(config_.max_update_samples) + " (max update samples)"));
     }
-    if (codec == levels_.get()) {
+    if (codec == levels_tensors_.get()) {
       const Status levels = CheckLevels(m, assignment->second, &peer.levels);
       if (!levels.ok()) {
         rejected_++;

@@ -11,6 +11,7 @@
 #include "fedrt/codecs/payload.h"
 #include "fedrt/platform/cpu.h"
 #include "fedrt/platform/log.h"
+#include "fedrt/runtime/aggregation.h"
 #include "fedrt/runtime/optimizer.h"
 #include "fedrt/runtime/trainer.h"
 #include "fedrt/transport/chunking.h"
@@ -47,13 +48,14 @@ struct DeviceClient::State {
   State(const DeviceClientConfig& c, Model& m, const DataView& d, const std::vector<uint32_t>* s, Crypto& cr,
         DeviceHooks h)
       : config(c), model(m), data(d), share(s), crypto(cr), hooks(std::move(h)),
-        sender_id(DeviceSenderId(c.device_id)) {}
+        sender_id(DeviceSenderId(c.device_id)), tensor_sizes(ModelTensorSizes(m)) {}
 
   Status OnInstructions(Connection& link, const Frame& frame);
   Status ApplyModel();
   Status Train(uint32_t max_steps);
   Status EncodeAndSend(Connection& link);
   Result<std::unique_ptr<Codec>> InstructedCodec(LevelStatisticsMessage* statistics, uint32_t* version);
+  Result<std::size_t> EncodeUpdate(std::unique_ptr<Codec> codec, const float* delta, const CodecContext& context);
   std::size_t d() const { return global.size(); }
   // The residual exists once a codec asks for error feedback (two model-sized
   // vectors a device without it never needs).
@@ -69,6 +71,7 @@ struct DeviceClient::State {
   Crypto& crypto;
   DeviceHooks hooks;
   const uint32_t sender_id;
+  const std::vector<std::size_t> tensor_sizes;  // the model's tensor table (lengths)
   FrameLimits limits;
 
   // Model-sized memory: the model's parameters and gradients and `global`;
@@ -396,8 +399,16 @@ Result<std::unique_ptr<Codec>> DeviceClient::State::InstructedCodec(LevelStatist
     for (std::size_t i = 0; i < d(); ++i) measured[i] = delta[i] + residual[i];
     vector = measured.data();
   }
-  Result<LevelStatistics> stats = codec.MeasureLevelStatistics(vector, d());
-  if (!stats.ok()) return stats.status();
+  // Measured tensor by tensor, as the update is encoded (buckets never span
+  // two tensors); the merge is exact.
+  Result<LevelStatistics> stats = LevelStatistics();
+  std::size_t offset = 0;
+  for (std::size_t size : UpdateTensorSizes(codec, tensor_sizes)) {
+    Result<LevelStatistics> tensor = codec.MeasureLevelStatistics(vector + offset, size);
+    if (!tensor.ok()) return tensor.status();
+    stats->Merge(*tensor);
+    offset += size;
+  }
   statistics->present = true;
   statistics->count = stats->count;
   statistics->sum = stats->sum;
@@ -409,6 +420,24 @@ Result<std::unique_ptr<Codec>> DeviceClient::State::InstructedCodec(LevelStatist
   return std::unique_ptr<Codec>(std::move(*adaptive));
 }
 
+// Encodes `delta` into `payload` with `codec` tensor by tensor along the
+// model's tensor table (MakeUpdateCodec: one stream, with its own scales, per
+// tensor for the quantizers), through the error-feedback residual when the
+// codec asks for one.
+Result<std::size_t> DeviceClient::State::EncodeUpdate(std::unique_ptr<Codec> codec, const float* delta,
+                                                     const CodecContext& context) {
+  Result<std::unique_ptr<TensorSetCodec>> tensors = MakeUpdateCodec(std::move(codec), tensor_sizes);
+  if (!tensors.ok()) return tensors.status();
+  TensorSetCodec& update_codec = **tensors;
+  payload.resize(update_codec.MaxEncodedSize(d()));
+  const bool with_feedback = update_codec.wants_error_feedback();
+  Result<std::size_t> size =
+      with_feedback ? Feedback().Encode(update_codec, delta, d(), context, payload.data(), payload.size())
+                    : update_codec.Encode(delta, d(), context, payload.data(), payload.size());
+  if (size.ok() && with_feedback && hooks.on_residual) hooks.on_residual(feedback->residual(), d());
+  return size;
+}
+
 Status DeviceClient::State::EncodeAndSend(Connection& link) {
   // Training is over: its gradient buffer holds the delta.
   const float* local = model.parameters();
@@ -418,22 +447,17 @@ Status DeviceClient::State::EncodeAndSend(Connection& link) {
     for (std::size_t i = 0; i < d(); ++i) delta[i] += restored_residual[i];
     restored_residual.clear();
   }
-  if (hooks.transform_update) hooks.transform_update(static_cast<uint32_t>(plan.round), delta.data(), d());
+  if (hooks.transform_update) hooks.transform_update(static_cast<uint32_t>(plan.round), delta, d());
   LevelStatisticsMessage statistics;
   uint32_t table_version = 0;
   Result<std::unique_ptr<Codec>> codec = InstructedCodec(&statistics, &table_version);
   if (!codec.ok()) return codec.status();
-  payload.resize((*codec)->MaxEncodedSize(d()));
   CodecContext context;
   context.session_seed = plan.session_seed;
   context.round = static_cast<uint32_t>(plan.round);
   context.sender_id = sender_id;
-  const bool with_feedback = (*codec)->wants_error_feedback();
-  Result<std::size_t> size =
-      with_feedback ? Feedback().Encode(**codec, delta, d(), context, payload.data(), payload.size())
-                    : (*codec)->Encode(delta, d(), context, payload.data(), payload.size());
+  Result<std::size_t> size = EncodeUpdate(std::move(*codec), delta, context);
   if (!size.ok()) return size.status();
-  if (with_feedback && hooks.on_residual) hooks.on_residual(feedback->residual(), d());
   const uint64_t num_samples = share != nullptr ? share->size() : data.count;
   if (hooks.on_update) {
     hooks.on_update(static_cast<uint32_t>(plan.round), plan.codec_spec, payload.data(), *size, num_samples);

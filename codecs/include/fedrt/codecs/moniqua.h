@@ -31,17 +31,40 @@ struct MoniquaParameters {
   float gamma = 1.0f;       // consensus step size of the mixing step (the runtime scales W_ji by it)
   float delta = 0.25f;      // worst-case rounding error on the unit circle
   float modulus = 0;        // B = 2 theta / (1 - 2 delta), in float32
+  uint32_t check = 0;       // check=N: coordinates sent at full precision too, for the wrap check
+};
+
+// Largest check=N.
+inline constexpr int kMaxMoniquaCheck = 4096;
+
+// The wrap check of one payload (check=N): which of the N sampled
+// coordinates (Philox purpose 3 of the payload's context, the same on both
+// ends) were recovered off by a multiple of B. A recovery within the bound is
+// off by at most delta * B <= B/4, a wrapped one by at least 3B/4, so a wrap
+// at a checked coordinate is never missed and never imagined; wrapped /
+// checked estimates the share of wrapped coordinates in the payload.
+struct MoniquaWraps {
+  std::size_t checked = 0;
+  std::size_t wrapped = 0;
 };
 
 // The parameters of a codec made with MakeCodec("moniqua:..."); kInvalidArgument
 // for any other codec.
 Result<MoniquaParameters> GetMoniquaParameters(const Codec& codec);
 
-// Codec::Decode plus the wrap diagnostic: *near_wrap = the number of
-// coordinates with |(B q - y) mod_c B| >= B/2 - margin. margin < 0 means the
-// default, delta * B (so the count is of |recovered - y| >= theta).
+// The index of checked coordinate k (0 <= k < N) of a payload of d > 0
+// coordinates made in `context`: word k of Philox purpose 3, times d, >> 32.
+std::size_t MoniquaCheckedIndex(const CodecContext& context, std::size_t d, uint32_t k);
+
+// Codec::Decode plus two wrap diagnostics. *near_wrap = the number of
+// coordinates with |(B q - y) mod_c B| >= B/2 - margin (margin < 0: delta *
+// B, so the count is of |recovered - y| >= theta): a heuristic that misses
+// wraps beyond B/2 (they land anywhere) and, at 1 bit, counts coordinates
+// that did not wrap. *checked (may be null): the exact check of a codec
+// with check=N (zero counts without).
 Status MoniquaDecode(const Codec& codec, const uint8_t* payload, std::size_t size, const CodecContext& context,
-                     const float* side_info, float* out, std::size_t d, float margin, std::size_t* near_wrap);
+                     const float* side_info, float* out, std::size_t d, float margin, std::size_t* near_wrap,
+                     MoniquaWraps* checked = nullptr);
 
 // One neighbour's contribution to the mixing step.
 struct MoniquaNeighbour {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/tensor_set.h"
 #include "fedrt/platform/status.h"
 
 namespace fedrt {
@@ -71,6 +72,11 @@ double IdealFixedLengthBits(uint64_t coordinates, uint64_t scales, uint32_t alph
 Result<std::size_t> CountNearWrap(const Codec& codec, const uint8_t* payload, std::size_t size,
                                   const CodecContext& context, const float* decoded, const float* side_info,
                                   std::size_t d, float margin);
+// The same over a multi-tensor update of an ndqsg tensor set: the sum over
+// its tensors, each against its own coarse steps (`d` is the whole vector).
+Result<std::size_t> CountNearWrap(const TensorSetCodec& codec, const uint8_t* payload, std::size_t size,
+                                  const CodecContext& context, const float* decoded, const float* side_info,
+                                  std::size_t d, float margin);
 
 struct NdqsgWrapReport {
   std::size_t near_wrap = 0;  // CountNearWrap of the last nested update
@@ -98,8 +104,15 @@ class NdqsgRunningMean {
   // kFailedPrecondition when no update has been added yet (no side information).
   Status AddNested(const Codec& ndqsg, const uint8_t* payload, std::size_t size, const CodecContext& context,
                    float* scratch, float margin, NdqsgWrapReport* report);
+  // The same for a multi-tensor update (tensor_set.h) of the whole vector.
+  Status AddNested(const TensorSetCodec& ndqsg, const uint8_t* payload, std::size_t size,
+                   const CodecContext& context, float* scratch, float margin, NdqsgWrapReport* report);
 
  private:
+  template <typename NdqsgCodec>
+  Status AddNestedWith(const NdqsgCodec& ndqsg, const uint8_t* payload, std::size_t size, const CodecContext& context,
+                       float* scratch, float margin, NdqsgWrapReport* report);
+
   std::vector<float> mean_;
   std::size_t count_ = 0;
 };

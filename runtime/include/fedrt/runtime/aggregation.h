@@ -19,11 +19,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/tensor_set.h"
 #include "fedrt/platform/status.h"
+#include "fedrt/runtime/model.h"
 
 namespace fedrt {
 
@@ -65,6 +68,19 @@ class UpdateAccumulator {
   std::size_t count_ = 0;
   double total_weight_ = 0;
 };
+
+// The tensor table a model's updates travel in with `codec`: one entry per
+// tensor of the model (in order) when EncodesPerTensor(codec), so each
+// tensor gets its own scales and streams; otherwise one entry for the whole
+// vector. Every sender and receiver of an update (device and aggregator,
+// gossip neighbours) derives it the same way from the model spec.
+std::vector<std::size_t> UpdateTensorSizes(const Codec& codec, const std::vector<std::size_t>& model_tensors);
+// The lengths of the model's tensors, in the order of its tensor table.
+std::vector<std::size_t> ModelTensorSizes(const Model& model);
+// `codec` over that table (tensor_set.h), owned or borrowed.
+Result<std::unique_ptr<TensorSetCodec>> MakeUpdateCodec(std::unique_ptr<Codec> codec,
+                                                        const std::vector<std::size_t>& model_tensors);
+Result<std::unique_ptr<TensorSetCodec>> BorrowUpdateCodec(Codec& codec, const std::vector<std::size_t>& model_tensors);
 
 // The L2 norm of d floats, accumulated in double (finite for every finite input).
 double UpdateNorm(const float* update, std::size_t d);

@@ -154,7 +154,12 @@ bool IsChocoSpec(const std::string& spec);
 Result<ChocoSpec> ParseChocoSpec(const std::string& spec);
 
 struct GossipStats {
-  uint64_t wrap_count = 0;  // Moniqua: coordinates recovered near the wrap boundary, all neighbours
+  // Moniqua, all neighbours: with check=N, the checked coordinates that
+  // wrapped (exact: MoniquaWraps); without, the coordinates recovered near
+  // the wrap boundary (a heuristic that misses wraps beyond B/2 and, at 1
+  // bit, counts some that did not wrap).
+  uint64_t wrap_count = 0;
+  uint64_t wrap_checked = 0;  // Moniqua with check=N: coordinates checked
   uint64_t bytes_sent = 0;  // payload bytes sent this step
 };
 
@@ -179,6 +184,12 @@ class Gossip {
 
   Status Step(float* model, const float* grad, std::size_t d, float lr, const std::string& codec_spec,
               uint64_t step, GossipStats* stats);
+  // The model's tensor table (lengths, in order): a codec that encodes per
+  // tensor (EncodesPerTensor: dqsg, ndqsg, qsgd, ...) then sends one stream
+  // with its own scales per tensor (tensor_set.h) instead of one for the
+  // whole model; Step refuses a d that is not the table's total. Empty (the
+  // default): one vector. Every peer sets the same table.
+  void SetTensorTable(std::vector<std::size_t> tensor_sizes);
   // What every successful Step sent.
   uint64_t total_bytes_sent() const { return total_bytes_sent_; }
 
@@ -190,8 +201,9 @@ class Gossip {
               uint64_t* sent, Deadline deadline);
 
   CollectiveContext& context_;
-  std::unique_ptr<Codec> codec_;
+  std::unique_ptr<Codec> codec_;  // over tensor_sizes_ when it encodes per tensor
   std::string spec_;
+  std::vector<std::size_t> tensor_sizes_;
   std::vector<uint8_t> encoded_;
   std::vector<float> own_recovered_;
   std::vector<std::vector<float>> recovered_;

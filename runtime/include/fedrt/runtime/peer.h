@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fedrt/codecs/iwp.h"
@@ -122,6 +123,8 @@ class PeerGroup {
                       std::vector<uint32_t>* indices, std::vector<float>* sums);
   Status GossipStep(float* model, const float* grad, std::size_t d, float lr, const std::string& codec_spec,
                     uint64_t step, GossipStats* stats);
+  // The model's tensor table for the gossip codec (Gossip::SetTensorTable).
+  void SetTensorTable(std::vector<std::size_t> tensor_sizes) { gossip_.SetTensorTable(std::move(tensor_sizes)); }
   Result<uint64_t> AgreeStep(uint64_t step) { return peer::AgreeStep(context_, step); }
   Status Close() { return context_.Close(); }
 

@@ -52,6 +52,7 @@ namespace fedrt {
 namespace peer {
 
 class PeerGroup;
+struct GossipStats;
 
 // The training data as the caller holds it: the whole training set (every
 // peer's share, dataset.h's DataView, caller memory), of which this peer
@@ -70,10 +71,21 @@ struct PeerTrainerOptions {
   // (empty: fp32; "moniqua:bits=1,theta=0.5"; "choco:gamma=G+CODEC").
   // Another reduce takes none.
   std::string codec;
-  // kGossip with a moniqua codec that names no theta: theta = this times the
-  // step's learning rate (the neighbours' distance scales with it; codec
-  // codecs/README.md, "Moniqua"), so it follows a decaying schedule.
-  double moniqua_theta_per_lr = 0.02;
+  // kGossip with a moniqua codec that names no theta: theta from Moniqua's
+  // bound on the neighbours' distance, theta = moniqua_c * lr * G * t_mix
+  // (MoniquaTheta), with G the largest |gradient coordinate| any peer saw
+  // since the last refresh and t_mix the gossip matrix's mixing time
+  // (MixingTime of its SecondLargestEigenvalueModulus). Every
+  // moniqua_refresh_steps steps (and at the first) the peers agree on theta
+  // (max-flooding, AgreeStep), doubling it for every refresh after which a
+  // peer saw a wrap among the moniqua_check coordinates each payload carries
+  // at full precision (check=N: exact), and halving it again after four
+  // quiet refreshes, down to the bound. moniqua_theta_per_lr > 0 replaces
+  // the bound by theta = that times the step's learning rate.
+  double moniqua_theta_per_lr = 0;
+  double moniqua_c = 2.0;
+  uint32_t moniqua_refresh_steps = 16;
+  uint32_t moniqua_check = 32;
   // The optimizer: learning-rate schedule (a cosine one without total_steps
   // runs over all epochs) and momentum.
   SgdOptions sgd;
@@ -118,7 +130,8 @@ struct PeerProgress {
   // What a dense fp32 exchange of the same steps would have sent: the ring's
   // 2 (p - 1) / p of the model per all-reduce, gossip's model once per neighbour.
   uint64_t fp32_bytes = 0;
-  uint64_t wraps = 0;               // gossip: Moniqua wrap counts since the last report
+  uint64_t wraps = 0;               // gossip: Moniqua wrap counts since the last report (GossipStats)
+  double moniqua_theta = 0;         // gossip, theta from Moniqua's bound: the one in use (0: another rule)
   std::vector<uint64_t> step_wraps; //   and per step
   // At the epoch's end: its mean batch loss, wrap count and wall time.
   double epoch_loss = 0;
@@ -177,6 +190,9 @@ class PeerTrainer {
   std::size_t steps_per_epoch() const { return steps_per_epoch_; }
   // The gossip codec of the first step (with a derived theta).
   const std::string& gossip_codec() const { return gossip_codec_; }
+  // Gossip with theta from Moniqua's bound: the gossip matrix's mixing time
+  // (0: another rule; the codec then names its theta from the start).
+  uint32_t moniqua_mixing_time() const { return bound_theta_ ? mixing_time_ : 0; }
   const Sgd& optimizer() const { return sgd_; }
   uint64_t total_bytes_sent() const;
 
@@ -185,6 +201,10 @@ class PeerTrainer {
               Sgd sgd, std::size_t steps_per_epoch);
   // The gossip codec for a step at learning rate `lr`.
   std::string GossipCodec(double lr) const;
+  // Moniqua's bound: agrees on the next theta (RefreshTheta) when due, then
+  // gossips.
+  Status MoniquaGossipStep(float* x, const float* g, std::size_t d, float lr, uint32_t step, GossipStats* gossip);
+  Status RefreshTheta(double lr);
   void CountFp32Step();
   Status Reform(PeerTrainerObserver& observer);
   Status Resync(uint32_t* step, bool* behind);
@@ -196,6 +216,14 @@ class PeerTrainer {
   CollectiveContext& context_;
   const PeerTrainerOptions options_;
   const bool derived_theta_;
+  const bool bound_theta_;       // derived_theta_ from Moniqua's bound (not per lr)
+  uint32_t mixing_time_ = 1;     // t_mix of the gossip matrix (bound_theta_)
+  float grad_bound_ = 0;         // max |g_i| since the last refresh
+  uint64_t wraps_since_refresh_ = 0;
+  int widen_ = 0;                // theta doublings after detected wraps
+  int quiet_refreshes_ = 0;      // refreshes without a wrap since the last change of widen_
+  bool theta_agreed_ = false;    // a refresh happened since Run started (or the last re-formation)
+  double theta_ = 0;             // the agreed theta
   Sgd sgd_;
   LrSchedule schedule_;  // the learning rate of IWP updates (the optimizer's is 1 then)
   const std::size_t steps_per_epoch_;

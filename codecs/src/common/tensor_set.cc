@@ -1,0 +1,188 @@
+// Multi-tensor updates (contract and framing in fedrt/codecs/tensor_set.h).
+#include "fedrt/codecs/tensor_set.h"
+
+#include <cstring>
+#include <utility>
+
+#include "fedrt/codecs/payload.h"
+
+namespace fedrt {
+
+bool EncodesPerTensor(const Codec& codec) {
+  switch (codec.id()) {
+    case CodecId::kDqsg:
+    case CodecId::kNdqsg:
+    case CodecId::kQsgd:
+    case CodecId::kTernGrad:
+    case CodecId::kSign:
+    case CodecId::kAlq:
+    case CodecId::kAmq:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+Status CheckTable(const std::vector<std::size_t>& sizes, std::size_t* total) {
+  if (sizes.empty()) return InvalidArgument("a tensor set needs at least one tensor");
+  if (sizes.size() > kMaxTensorSetTensors) {
+    return InvalidArgument("a tensor set holds at most " + std::to_string(kMaxTensorSetTensors) + " tensors, not " +
+                           std::to_string(sizes.size()));
+  }
+  *total = 0;
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    if (sizes[t] == 0) return InvalidArgument("tensor " + std::to_string(t) + " of the set is empty");
+    *total += sizes[t];
+  }
+  return Status::Ok();
+}
+
+std::size_t FramingSize(std::size_t tensors) { return kTensorSetHeaderSize + kTensorSetEntrySize * tensors; }
+
+// The part of tensor t: its context, and an error that names it.
+CodecContext PartContext(const CodecContext& context, std::size_t t) {
+  CodecContext c = context;
+  c.tensor_id = context.tensor_id + static_cast<uint32_t>(t);
+  return c;
+}
+
+Status NameTensor(const Status& status, std::size_t t) {
+  return Status(status.code(), "tensor " + std::to_string(t) + ": " + status.message());
+}
+
+}  // namespace
+
+TensorSetCodec::TensorSetCodec(Codec* inner, std::unique_ptr<Codec> owned, std::vector<std::size_t> sizes,
+                               std::size_t total)
+    : inner_(inner), owned_(std::move(owned)), sizes_(std::move(sizes)), total_(total) {}
+
+Result<std::unique_ptr<TensorSetCodec>> TensorSetCodec::Create(std::unique_ptr<Codec> inner,
+                                                               std::vector<std::size_t> tensor_sizes) {
+  if (inner == nullptr) return InvalidArgument("a tensor set needs a codec");
+  std::size_t total = 0;
+  FEDRT_RETURN_IF_ERROR(CheckTable(tensor_sizes, &total));
+  Codec* raw = inner.get();
+  return std::unique_ptr<TensorSetCodec>(new TensorSetCodec(raw, std::move(inner), std::move(tensor_sizes), total));
+}
+
+Result<std::unique_ptr<TensorSetCodec>> TensorSetCodec::Borrow(Codec& inner, std::vector<std::size_t> tensor_sizes) {
+  std::size_t total = 0;
+  FEDRT_RETURN_IF_ERROR(CheckTable(tensor_sizes, &total));
+  return std::unique_ptr<TensorSetCodec>(new TensorSetCodec(&inner, nullptr, std::move(tensor_sizes), total));
+}
+
+std::size_t TensorSetCodec::MaxEncodedSize(std::size_t d) const {
+  if (sizes_.size() == 1) return inner_->MaxEncodedSize(d);
+  if (d != total_) return inner_->MaxEncodedSize(d) + FramingSize(sizes_.size());
+  std::size_t bound = FramingSize(sizes_.size());
+  for (std::size_t size : sizes_) bound += inner_->MaxEncodedSize(size);
+  return bound;
+}
+
+Result<std::size_t> TensorSetCodec::Encode(const float* input, std::size_t d, const CodecContext& context,
+                                           uint8_t* out, std::size_t capacity) {
+  if (d != total_) {
+    return InvalidArgument("a vector of " + std::to_string(d) + " floats for a tensor table of " +
+                           std::to_string(total_));
+  }
+  if (sizes_.size() == 1) return inner_->Encode(input, d, context, out, capacity);
+  if (capacity < MaxEncodedSize(d)) {
+    return OutOfRange("a tensor-set payload needs up to " + std::to_string(MaxEncodedSize(d)) + " bytes, not " +
+                      std::to_string(capacity));
+  }
+  const std::size_t n = sizes_.size();
+  std::size_t at = FramingSize(n);
+  std::size_t offset = 0;
+  for (std::size_t t = 0; t < n; ++t) {
+    Result<std::size_t> size = inner_->Encode(input + offset, sizes_[t], PartContext(context, t), out + at,
+                                              capacity - at);
+    if (!size.ok()) return NameTensor(size.status(), t);
+    uint8_t* entry = out + kTensorSetHeaderSize + kTensorSetEntrySize * t;
+    StoreLe64(entry, sizes_[t]);
+    StoreLe32(entry + 8, static_cast<uint32_t>(*size));
+    at += *size;
+    offset += sizes_[t];
+  }
+  StoreLe32(out, kTensorSetMagic);
+  out[4] = kTensorSetVersion;
+  out[5] = out[6] = out[7] = 0;
+  StoreLe32(out + 8, static_cast<uint32_t>(n));
+  uint32_t crc = Crc32c(out, 12);
+  crc = Crc32c(out + kTensorSetHeaderSize, kTensorSetEntrySize * n, crc);
+  StoreLe32(out + 12, crc);
+  return at;
+}
+
+Result<std::vector<TensorPart>> TensorSetCodec::Split(const uint8_t* payload, std::size_t size) const {
+  std::vector<TensorPart> parts;
+  if (sizes_.size() == 1) {
+    parts.push_back({payload, size, 0, total_});
+    return parts;
+  }
+  const std::size_t n = sizes_.size();
+  if (payload == nullptr || size < kTensorSetHeaderSize) return Corrupt("tensor set: truncated header");
+  if (LoadLe32(payload) != kTensorSetMagic) {
+    return Corrupt("not a tensor-set payload (this model's updates have " + std::to_string(n) + " tensors)");
+  }
+  if (payload[4] != kTensorSetVersion) {
+    return Unsupported("tensor set format version " + std::to_string(payload[4]));
+  }
+  if (payload[5] != 0 || payload[6] != 0 || payload[7] != 0) return Corrupt("tensor set: reserved bytes are not zero");
+  const uint32_t count = LoadLe32(payload + 8);
+  if (count != n) {
+    return Corrupt("tensor set of " + std::to_string(count) + " tensors; the model has " + std::to_string(n));
+  }
+  if (size < FramingSize(n)) return Corrupt("tensor set: truncated table");
+  uint32_t crc = Crc32c(payload, 12);
+  crc = Crc32c(payload + kTensorSetHeaderSize, kTensorSetEntrySize * n, crc);
+  if (crc != LoadLe32(payload + 12)) return Corrupt("tensor set: table CRC mismatch");
+  std::size_t at = FramingSize(n);
+  std::size_t offset = 0;
+  parts.reserve(n);
+  for (std::size_t t = 0; t < n; ++t) {
+    const uint8_t* entry = payload + kTensorSetHeaderSize + kTensorSetEntrySize * t;
+    const uint64_t d = LoadLe64(entry);
+    const uint32_t part = LoadLe32(entry + 8);
+    if (d != sizes_[t]) {
+      return Corrupt("tensor set: tensor " + std::to_string(t) + " has " + std::to_string(d) +
+                     " coordinates; the model's has " + std::to_string(sizes_[t]));
+    }
+    if (part > size - at) return Corrupt("tensor set: tensor " + std::to_string(t) + "'s payload runs past the end");
+    parts.push_back({payload + at, part, offset, sizes_[t]});
+    at += part;
+    offset += sizes_[t];
+  }
+  if (at != size) return Corrupt("tensor set: " + std::to_string(size - at) + " trailing bytes");
+  return parts;
+}
+
+Status TensorSetCodec::Decode(const uint8_t* payload, std::size_t size, const CodecContext& context, float* out,
+                              std::size_t d, const float* side_info) const {
+  if (d != total_) {
+    return InvalidArgument("a vector of " + std::to_string(d) + " floats for a tensor table of " +
+                           std::to_string(total_));
+  }
+  if (sizes_.size() == 1) return inner_->Decode(payload, size, context, out, d, side_info);
+  Result<std::vector<TensorPart>> parts = Split(payload, size);
+  if (!parts.ok()) return parts.status();
+  for (std::size_t t = 0; t < parts->size(); ++t) {
+    const TensorPart& p = (*parts)[t];
+    const Status decoded = inner_->Decode(p.payload, p.size, PartContext(context, t), out + p.offset, p.d,
+                                          side_info != nullptr ? side_info + p.offset : nullptr);
+    if (!decoded.ok()) return NameTensor(decoded, t);
+  }
+  return Status::Ok();
+}
+
+Status TensorSetCodec::DecodeAccumulate(const uint8_t* payload, std::size_t size, const CodecContext& context,
+                                        float weight, float* accumulator, std::size_t d,
+                                        const float* side_info) const {
+  if (sizes_.size() == 1 && d == total_) {
+    return inner_->DecodeAccumulate(payload, size, context, weight, accumulator, d, side_info);
+  }
+  return Codec::DecodeAccumulate(payload, size, context, weight, accumulator, d, side_info);
+}
+
+}  // namespace fedrt

@@ -1,0 +1,69 @@
+// An option given for a run it does not configure is an error naming why,
+// in `fedrt peer`, `fedrt sim` and `fedrt serve` (cli/flag_scope.h). The
+// checks run before any file is read or socket opened, so the files named
+// here need not exist.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <string>
+
+#include "run_cli.h"
+
+namespace fedrt {
+namespace {
+
+using testing::RunCli;
+
+// `fedrt ARGS` fails with exit status 1 and prints `message`.
+void Refused(const std::string& args, const std::string& message) {
+  const testing::CliRun run = RunCli(args);
+  INFO(args << "\n" << run.output);
+  CHECK(run.exit_code == 1);
+  CHECK(run.output.find(message) != std::string::npos);
+}
+
+const std::string kPeer = "peer --config /nonexistent/peers.json --keys /nonexistent/keys --rank 0 ";
+
+TEST_CASE("fedrt peer refuses options of another reduce mode") {
+  Refused(kPeer + "--reduce dense --codec alq:bits=3", "--codec applies to --reduce gossip only; this run is --reduce dense");
+  Refused(kPeer + "--reduce fp16 --density 0.01", "--density applies to --reduce iwp only; this run is --reduce fp16");
+  Refused(kPeer + "--reduce gossip --iwp-clip 5", "--iwp-clip applies to --reduce iwp only; this run is --reduce gossip");
+  Refused(kPeer + "--reduce dense --graph torus", "--graph applies to --reduce gossip and local only");
+  Refused(kPeer + "--reduce gossip --momentum 0.5", "--momentum applies to --reduce dense, fp16 and iwp only");
+  Refused(kPeer + "--reduce local --repair", "--repair applies to peers that communicate");
+  Refused(kPeer + "--reduce gossip --codec moniqua:bits=1,theta=0.5 --moniqua-theta-per-lr 0.1",
+          "--moniqua-theta-per-lr applies to --reduce gossip with a moniqua --codec that names no theta");
+  Refused(kPeer + "--reduce gossip --codec sign --print-wraps", "--print-wraps applies to --reduce gossip with a moniqua --codec");
+}
+
+TEST_CASE("fedrt peer accepts the options of its mode and goes on to read its files") {
+  // Past the option checks: the missing peer list is the error.
+  const testing::CliRun run = RunCli(kPeer + "--reduce iwp --density 0.01 --iwp-clip 5 --momentum 0.5");
+  INFO(run.output);
+  CHECK(run.exit_code == 1);
+  CHECK(run.output.find("applies to") == std::string::npos);
+  CHECK(run.output.find("/nonexistent/peers.json") != std::string::npos);
+}
+
+TEST_CASE("fedrt sim refuses options of another topology, of an absent codec, and beside --compare") {
+  Refused("sim --topology ring --devices 4", "--devices applies to --topology star only; this run is --topology ring");
+  Refused("sim --topology gossip --rounds 3", "--rounds applies to --topology star only");
+  Refused("sim --topology star --peers 4", "--peers applies to --topology ring and gossip only; this run is --topology star");
+  Refused("sim --topology ring --graph torus", "--graph applies to --topology gossip only");
+  Refused("sim --topology gossip --momentum 0.5", "--momentum applies to --topology ring only");
+  Refused("sim --codec fp32 --codec dqsg --max-rho 7", "--max-rho applies to --topology star with an ndqsg --codec only");
+  Refused("sim --compare a b --devices 3", "--devices does not apply to --compare");
+}
+
+TEST_CASE("fedrt serve refuses the ndqsg options with another codec, from flags and from its config file") {
+  Refused("serve --key-file /nonexistent/keys --codec dqsg --max-rho 7",
+          "--max-rho applies to an ndqsg --codec only; this run is --codec dqsg");
+  const std::string config = "/tmp/fedrt-cli-flags-test-" + std::to_string(::getpid()) + ".json";
+  REQUIRE(testing::RunCommand("printf '{\"codec\": \"qsgd\", \"anchor-fraction\": 0.25}' > " + config).exit_code == 0);
+  Refused("serve --key-file /nonexistent/keys --config " + config, "--anchor-fraction applies to an ndqsg --codec only");
+  testing::RunCommand("rm -f " + config);
+}
+
+}  // namespace
+}  // namespace fedrt

@@ -41,7 +41,7 @@ fedrt_status fedrt_codec_create(const char* spec, fedrt_codec_t** codec) {
   if (!made.ok()) return Fail(made.status());
   fedrt::Result<fedrt::CodecSpec> canonical = fedrt::CodecSpec::Parse((*made)->spec());
   if (!canonical.ok()) return Fail(canonical.status());
-  fedrt_codec_t* handle = new (std::nothrow) fedrt_codec{std::move(made).value(), canonical->name()};
+  fedrt_codec_t* handle = new (std::nothrow) fedrt_codec{std::move(made).value(), std::string(canonical->name())};
   if (handle == nullptr) {
     return Fail(fedrt::Status(fedrt::StatusCode::kResourceExhausted, "fedrt_codec_create: out of memory"));
   }

@@ -288,9 +288,9 @@ Status DeviceClient::State::ApplyModel() {
     const std::size_t delta_size = static_cast<std::size_t>(model_bytes->size());
     Result<PayloadView> view = ParsePayload(model_bytes->data(), delta_size);
     if (!view.ok()) return view.status();
-    Result<std::unique_ptr<Codec>> codec = MakeCodec(view->spec);
+    Result<std::unique_ptr<Codec>> codec = MakeCodec(std::string(view->spec));
     if (!codec.ok()) return codec.status();
-    if ((*codec)->needs_side_info()) return InvalidArgument("a model delta in '" + view->spec + "'");
+    if ((*codec)->needs_side_info()) return InvalidArgument("a model delta in '" + std::string(view->spec) + "'");
     CodecContext context;
     context.session_seed = plan.session_seed;
     context.round = static_cast<uint32_t>(plan.round);

@@ -37,9 +37,9 @@
  *    for batches up to max_batch in it (any alignment; it is aligned inside).
  *    The memory must stay valid and untouched until fedrt_model_destroy(),
  *    and stays the caller's: destroy never frees it. A codec is created by
- *    fedrt_codec_create() on the heap, because the C++ codecs are made by
- *    factories that allocate them (a caller-memory variant would change
- *    every codec); fedrt_codec_destroy() frees it. A device client is
+ *    fedrt_codec_create() on the heap (the C++ core can build a codec in
+ *    caller storage, CodecFootprintFor + ConstructCodec, which this API does
+ *    not offer yet); fedrt_codec_destroy() frees it. A device client is
  *    created on the heap too (the C++ engine keeps model-sized vectors of its
  *    own); it uses the caller's model handle and reads the caller's data
  *    view, which must both outlive it. Every other array passed in
@@ -58,17 +58,19 @@
  *                              model-sized vectors, the encoded update and one
  *                              batch of features; freed by fedrt_device_destroy;
  *      fedrt_device_run_session
- *                              the session's connection state, and per round
- *                              the instructed codec, the received model's
- *                              bytes, the frames it sends and the training
- *                              pass's example order (a device's round is not
- *                              on the no-allocation path yet);
+ *                              the session's connection state, the
+ *                              instructed codecs' storage when their spec
+ *                              changes (kept across rounds), and per round
+ *                              the received model's bytes, the frames it
+ *                              sends and, per epoch, the training pass's
+ *                              example order and batch buffers (a device's
+ *                              round is not on the no-allocation path yet);
  *      fedrt_codec_decode,
  *      fedrt_codec_decode_accumulate
  *                              short-lived scratch, freed before they return,
- *                              in most codecs (the payload's spec string,
- *                              per-bucket scales, staged symbols; today only
- *                              fp16 and bf16 decode without any);
+ *                              in the quantizers (per-bucket scales, staged
+ *                              symbols; fp32, fp16, bf16 and the sparsifiers
+ *                              decode without any);
  *      any call that fails     its message (the C++ core builds it as a
  *                              string) before it is copied into the per-thread
  *                              buffer;

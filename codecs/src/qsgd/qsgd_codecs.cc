@@ -332,6 +332,16 @@ Result<QuantizerConfig> AdaptiveLevelConfig(const CodecSpec& spec, CodecId id) {
   return c;
 }
 
+// Builds a codec whose spec has only b, ef and ec: "name:b=512,ef=off,ec=rans".
+Status EmplaceBucketCodec(const char* name, QuantizerConfig c, CodecSlot* slot) {
+  c.spec += name;
+  c.spec += ":b=";
+  AppendInt(c.bucket, &c.spec);
+  c.spec += ",";
+  AppendCommonOptions(c.options, true, &c.spec);
+  return Emplace<NormalizedQuantizer>(slot, std::move(c));
+}
+
 }  // namespace
 
 Status MakeQsgdCodec(const CodecSpec& spec, CodecSlot* slot) {
@@ -373,11 +383,7 @@ Status MakeTernGradCodec(const CodecSpec& spec, CodecSlot* slot) {
   c.bucket = *bucket;
   c.s = 1;
   c.options = *options;
-  c.spec += "terngrad:b=";
-  AppendInt(c.bucket, &c.spec);
-  c.spec += ",";
-  AppendCommonOptions(c.options, true, &c.spec);
-  return Emplace<NormalizedQuantizer>(slot, std::move(c));
+  return EmplaceBucketCodec("terngrad", std::move(c), slot);
 }
 
 Status MakeSignCodec(const CodecSpec& spec, CodecSlot* slot) {
@@ -395,11 +401,7 @@ Status MakeSignCodec(const CodecSpec& spec, CodecSlot* slot) {
   c.sign_only = true;
   c.bucket = *bucket;
   c.options = *options;
-  c.spec += "sign:b=";
-  AppendInt(c.bucket, &c.spec);
-  c.spec += ",";
-  AppendCommonOptions(c.options, true, &c.spec);
-  return Emplace<NormalizedQuantizer>(slot, std::move(c));
+  return EmplaceBucketCodec("sign", std::move(c), slot);
 }
 
 Status MakeAlqCodec(const CodecSpec& spec, CodecSlot* slot) {

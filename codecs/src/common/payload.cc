@@ -48,7 +48,9 @@ void LoadFloatsLe(const uint8_t* p, std::size_t count, float* values) {
 
 void FinishPayload(PayloadHeader header, std::string_view spec, uint8_t* out) {
   header.spec_size = static_cast<uint32_t>(spec.size());
-  std::memcpy(out + kPayloadHeaderSize, spec.data(), spec.size());
+  // memmove: the spec may be a view of this very payload (re-sealing a
+  // parsed payload after an edit).
+  std::memmove(out + kPayloadHeaderSize, spec.data(), spec.size());
   StoreLe32(out + 0, kPayloadMagic);
   out[4] = kPayloadVersion;
   out[5] = static_cast<uint8_t>(header.codec);

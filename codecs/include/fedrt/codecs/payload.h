@@ -80,7 +80,8 @@ struct PayloadHeader {
   uint32_t crc = 0;
 };
 
-// A validated view of a payload: header, spec and body inside the caller's bytes.
+// A validated view of a payload: header, spec and body inside the caller's
+// bytes (valid while they are).
 struct PayloadView {
   PayloadHeader header;
   std::string_view spec;  // inside the caller's bytes

@@ -80,7 +80,7 @@ int RunDecode(const DecodeOptions& o) {
   if (!payload.ok()) return Fail(payload.status());
   auto view = ParsePayload(payload->data(), payload->size());
   if (!view.ok()) return Fail(view.status());
-  auto codec = MakeCodec(view->spec);
+  auto codec = MakeCodec(std::string(view->spec));
   if (!codec.ok()) return Fail(codec.status());
   if (view->header.d > (uint64_t{1} << 32)) return Fail(OutOfRange("payload claims more than 2^32 coordinates"));
   const std::size_t d = static_cast<std::size_t>(view->header.d);
@@ -97,7 +97,7 @@ int RunDecode(const DecodeOptions& o) {
   if (!decoded.ok()) return Fail(decoded);
   Status written = WriteFloatFile(o.output, output);
   if (!written.ok()) return Fail(written);
-  std::printf("%s: %zu bytes -> %zu floats\n", view->spec.c_str(), payload->size(), d);
+  std::printf("%s: %zu bytes -> %zu floats\n", std::string(view->spec).c_str(), payload->size(), d);
   return 0;
 }
 

@@ -81,6 +81,36 @@ TEST_CASE("training on caller memory and encoding allocate nothing after init") 
   fedrt_model_destroy(model);
 }
 
+TEST_CASE("a codec in caller memory allocates nothing from init to destroy") {
+  const std::size_t d = 5000;
+  std::vector<float> input(d), side(d, 0.5f), out(d);
+  for (std::size_t i = 0; i < d; ++i) input[i] = static_cast<float>(i % 17) * 0.25f - 2.0f;
+  fedrt_codec_context context{7, 2, 1, 3};
+  (void)fedrt_isa_name();  // the CPU is detected once per process
+  for (const char* spec : {"fp32", "fp16", "dqsg", "dqsg:ec=pack", "ndqsg", "topk:k=0.01", "rtopk:k=0.01", "qsgd"}) {
+    CAPTURE(std::string(spec));
+    std::size_t bytes = 0;
+    REQUIRE(fedrt_codec_size(spec, d, &bytes) == FEDRT_OK);
+    std::vector<unsigned char> memory(bytes);
+    std::vector<uint8_t> payload(2 * d * sizeof(float) + 65536);
+    bool ok = true;
+    const long allocations = AllocationsDuring([&] {
+      fedrt_codec_t* codec = nullptr;
+      ok &= fedrt_codec_init(memory.data(), bytes, spec, d, &codec) == FEDRT_OK;
+      if (!ok) return;
+      std::size_t written = 0;
+      ok &= fedrt_codec_max_encoded_size(codec, d) <= payload.size();
+      ok &= fedrt_codec_encode(codec, input.data(), d, &context, payload.data(), payload.size(), &written) == FEDRT_OK;
+      ok &= fedrt_codec_decode(codec, payload.data(), written, &context, side.data(), out.data(), d) == FEDRT_OK;
+      ok &= fedrt_codec_decode_accumulate(codec, payload.data(), written, &context, side.data(), 0.5f, out.data(), d) ==
+            FEDRT_OK;
+      fedrt_codec_destroy(codec);
+    });
+    CHECK(ok);
+    CHECK(allocations == 0);
+  }
+}
+
 TEST_CASE("fedrt_last_error is kept per thread") {
   fedrt_codec_t* codec = nullptr;
   REQUIRE(fedrt_codec_create("nosuch", &codec) == FEDRT_INVALID_ARGUMENT);

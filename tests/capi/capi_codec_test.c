@@ -202,9 +202,49 @@ static void errors_return_their_pinned_status(void) {
   fedrt_codec_destroy(codec);
 }
 
+/* fedrt_codec_size then fedrt_codec_init at an odd address: the same
+ * payload bytes and decoded floats as the heap codec; too little memory is
+ * FEDRT_OUT_OF_RANGE. */
+static void codecs_in_caller_memory(void) {
+  static const char* const specs[] = {"fp32", "fp16", "dqsg", "ndqsg:ec=pack", "topk:k=0.1", "rtopk:k=0.1",
+                                      "qsgd"};
+  static float heap_decoded[D];
+  size_t i;
+  for (i = 0; i < sizeof specs / sizeof specs[0]; ++i) {
+    fedrt_codec_t* heap = create(specs[i]);
+    fedrt_codec_t* placed = NULL;
+    const fedrt_codec_context context = context_for(9);
+    const size_t capacity = fedrt_codec_max_encoded_size(heap, D);
+    uint8_t* expected = (uint8_t*)malloc(capacity);
+    uint8_t* payload = (uint8_t*)malloc(capacity);
+    size_t bytes = 0, size = 0, expected_size = 0;
+    unsigned char* memory;
+    REQUIRE_OK(fedrt_codec_size(specs[i], D, &bytes));
+    memory = (unsigned char*)malloc(bytes + 1);
+    REQUIRE(memory != NULL && expected != NULL && payload != NULL);
+    CHECK_STATUS(fedrt_codec_init(memory + 1, 40, specs[i], D, &placed), FEDRT_OUT_OF_RANGE);
+    REQUIRE_OK(fedrt_codec_init(memory + 1, bytes, specs[i], D, &placed));
+    CHECK(strcmp(fedrt_codec_spec(placed), fedrt_codec_spec(heap)) == 0);
+    CHECK(strcmp(fedrt_codec_name(placed), fedrt_codec_name(heap)) == 0);
+    REQUIRE_OK(fedrt_codec_encode(heap, input, D, &context, expected, capacity, &expected_size));
+    REQUIRE_OK(fedrt_codec_encode(placed, input, D, &context, payload, capacity, &size));
+    CHECK(size == expected_size && memcmp(payload, expected, size) == 0);
+    REQUIRE_OK(fedrt_codec_decode(heap, payload, size, &context, side_info, heap_decoded, D));
+    REQUIRE_OK(fedrt_codec_decode(placed, payload, size, &context, side_info, decoded, D));
+    CHECK(memcmp(decoded, heap_decoded, sizeof decoded) == 0);
+    fedrt_codec_destroy(placed);
+    fedrt_codec_destroy(heap);
+    free(memory);
+    free(payload);
+    free(expected);
+  }
+  CHECK_STATUS(fedrt_codec_size("dqgs", D, NULL), FEDRT_INVALID_ARGUMENT);
+}
+
 int main(void) {
   make_vectors();
   codecs_round_trip();
+  codecs_in_caller_memory();
   decode_accumulate_adds_weighted_values();
   errors_return_their_pinned_status();
   return check_finish();

@@ -378,13 +378,14 @@ StatusCode DecodeEdited(const Codec& codec, std::vector<uint8_t> payload, std::s
   auto view = ParsePayload(payload.data(), payload.size());
   REQUIRE(view.ok());
   PayloadHeader header = view->header;
-  const std::size_t body_at = kPayloadHeaderSize + view->spec.size();
+  const std::string spec(view->spec);  // the view dies with the bytes resized below
+  const std::size_t body_at = kPayloadHeaderSize + spec.size();
   std::vector<uint8_t> body(payload.begin() + static_cast<long>(body_at), payload.end());
   edit(header, body);
   payload.resize(body_at);
   payload.insert(payload.end(), body.begin(), body.end());
   header.body_size = static_cast<uint32_t>(body.size());
-  FinishPayload(header, view->spec, payload.data());
+  FinishPayload(header, spec, payload.data());
   std::vector<float> out(d);
   return codec.Decode(payload.data(), payload.size(), Context(), out.data(), d).code();
 }

@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     std::printf("%-6s topk select k=1%%, one pass over candidates: %8.1f M floats/s%s\n", IsaName(isa),
                 static_cast<double>(d) / candidates / 1e6, one_pass ? "" : " (fell back)");
     const SparseKernels& kernels = SparseKernelsFor(isa);
-    std::vector<uint32_t> hist(kMagnitudeBins);
+    std::vector<uint32_t> hist(4 * kMagnitudeBins);
     const double h1 = BestSeconds([&] { kernels.magnitude_histogram(x.data(), d, hist.data()); });
     const double h2 = BestSeconds([&] { kernels.prefix_histogram(x.data(), d, 0x402, 9, 11, hist.data()); });
     const double ha = BestSeconds([&] { kernels.histogram_above(x.data(), d, 0x40200000u, hist.data()); });

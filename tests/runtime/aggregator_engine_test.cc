@@ -28,6 +28,7 @@
 #include "fedrt/transport/join.h"
 #include "fedrt/transport/messages.h"
 #include "fedrt/transport/stream.h"
+#include "allocation_counter.h"
 #include "test_crypto.h"
 
 namespace fedrt {
@@ -956,6 +957,50 @@ TEST_CASE("aggregator engine: bad configs and test sets are refused") {
   const Status misfit = create(config, &blobs.view);
   CHECK(misfit.code() == StatusCode::kInvalidArgument);
   CHECK(misfit.message().find("takes 10 features, the test set has 16") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace fedrt
+
+namespace fedrt {
+namespace {
+
+// What a device's round path still allocates, measured Work() slice by slice
+// over several rounds (the aggregator and the pipes are not counted). The
+// codecs live in the client's storage and the optimizer state is sized at
+// Create, so a training slice inside an epoch allocates nothing; what is left
+// is an epoch's start (the shuffled order and the batch buffers of
+// TrainingPass) and the encode-and-send slice (the update's frames).
+TEST_CASE("aggregator engine: a device's training slices allocate nothing between epoch starts") {
+  Federation f(Config("ndqsg", 4, 1), 1);
+  Member& m = f.members.front();
+  m.silent = true;  // trained here, one step per Work()
+  long mid_epoch_slices = 0, allocating_slices = 0, rounds = 0;
+  for (int guard = 0; guard < 100000 && !f.aggregator->finished(); ++guard) {
+    bool moved = m.pipe->Pump();
+    if (m.client->has_work() && !m.pipe->b().closed()) {
+      const uint64_t round = m.client->round();
+      while (m.client->has_work() && m.client->round() == round) {
+        Status worked;
+        const long allocations = testing::AllocationsDuring([&] { worked = m.client->Work(m.pipe->b(), 1); });
+        REQUIRE_MESSAGE(worked.ok(), worked.ToString());
+        if (allocations > 0) ++allocating_slices;
+        if (round >= 2 && allocations == 0) ++mid_epoch_slices;
+      }
+      ++rounds;
+      moved = true;
+    }
+    if (f.aggregator->Tick() == 0) moved = true;
+    if (m.pipe->Pump()) moved = true;
+    if (!moved) break;
+  }
+  REQUIRE(f.aggregator->finished());
+  CHECK(rounds == 4);
+  // Per round: 2 epochs (Config) start a TrainingPass each, and one slice encodes and sends.
+  CHECK(allocating_slices <= rounds * 3);
+  // 120 examples in batches of 16, two epochs: most slices of rounds 2..4 are free.
+  CHECK(mid_epoch_slices >= 3 * 6);
+  MESSAGE("allocating slices: " << allocating_slices << " of " << rounds << " rounds");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "common/codec_common.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -9,10 +10,27 @@ namespace fedrt {
 Status Codec::DecodeAccumulate(const uint8_t* payload, std::size_t size, const CodecContext& context,
                                float weight, float* accumulator, std::size_t d,
                                const float* side_info) const {
-  std::vector<float> decoded(d);
-  FEDRT_RETURN_IF_ERROR(Decode(payload, size, context, decoded.data(), d, side_info));
+  std::vector<float> heap;
+  float* decoded = static_cast<float*>(Workspace(d * sizeof(float)));
+  if (decoded == nullptr) {
+    heap.resize(d);
+    decoded = heap.data();
+  }
+  FEDRT_RETURN_IF_ERROR(Decode(payload, size, context, decoded, d, side_info));
   for (std::size_t i = 0; i < d; ++i) accumulator[i] += weight * decoded[i];
   return Status::Ok();
+}
+
+Codec::~Codec() {
+  if (owns_workspace_) ::operator delete(workspace_);
+}
+
+CodecSpecText& CodecSpecText::operator+=(std::string_view part) {
+  const std::size_t n = part.size() < kMaxCodecSpecSize - size_ ? part.size() : kMaxCodecSpecSize - size_;
+  std::memcpy(text_ + size_, part.data(), n);
+  size_ += n;
+  text_[size_] = '\0';
+  return *this;
 }
 
 Status CheckFinite(const float* values, std::size_t d) {
@@ -70,13 +88,28 @@ std::string CommonOptionsSuffix(const CommonOptions& options, bool has_symbols) 
   return suffix;
 }
 
+void AppendCommonOptions(const CommonOptions& options, bool has_symbols, CodecSpecText* spec) {
+  *spec += options.error_feedback ? "ef=on" : "ef=off";
+  if (has_symbols) {
+    *spec += ",ec=";
+    *spec += SymbolCodingName(options.coding);
+  }
+}
+
+void AppendInt(int64_t value, CodecSpecText* spec) {
+  char digits[24];
+  const int n = std::snprintf(digits, sizeof digits, "%lld", static_cast<long long>(value));
+  *spec += std::string_view(digits, static_cast<std::size_t>(n));
+}
+
 Result<PayloadView> OpenPayload(const uint8_t* data, std::size_t size, CodecId codec,
-                                const std::string& spec, const CodecContext& context, std::size_t d) {
+                                std::string_view spec, const CodecContext& context, std::size_t d) {
   auto view = ParsePayload(data, size);
   FEDRT_RETURN_IF_ERROR(view.status());
   const PayloadHeader& h = view->header;
   if (h.codec != codec || view->spec != spec) {
-    return InvalidArgument("payload was encoded with '" + view->spec + "', this decoder is '" + spec + "'");
+    return InvalidArgument("payload was encoded with '" + std::string(view->spec) + "', this decoder is '" +
+                           std::string(spec) + "'");
   }
   if (h.d != d) {
     return InvalidArgument("payload has " + std::to_string(h.d) + " coordinates, expected " + std::to_string(d));

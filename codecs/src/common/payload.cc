@@ -46,9 +46,11 @@ void LoadFloatsLe(const uint8_t* p, std::size_t count, float* values) {
 #endif
 }
 
-void FinishPayload(PayloadHeader header, const std::string& spec, uint8_t* out) {
+void FinishPayload(PayloadHeader header, std::string_view spec, uint8_t* out) {
   header.spec_size = static_cast<uint32_t>(spec.size());
-  std::memcpy(out + kPayloadHeaderSize, spec.data(), spec.size());
+  // memmove: the spec may be a view of this very payload (re-sealing a
+  // parsed payload after an edit).
+  std::memmove(out + kPayloadHeaderSize, spec.data(), spec.size());
   StoreLe32(out + 0, kPayloadMagic);
   out[4] = kPayloadVersion;
   out[5] = static_cast<uint8_t>(header.codec);
@@ -105,7 +107,7 @@ Result<PayloadView> ParsePayload(const uint8_t* data, std::size_t size) {
   }
   const uint32_t crc = Crc32c(data + kPayloadHeaderSize, h.spec_size + std::size_t{h.body_size}, Crc32c(data, 40));
   if (crc != h.crc) return Corrupt("payload CRC32C mismatch (corrupted in transit?)");
-  view.spec.assign(reinterpret_cast<const char*>(data + kPayloadHeaderSize), h.spec_size);
+  view.spec = std::string_view(reinterpret_cast<const char*>(data + kPayloadHeaderSize), h.spec_size);
   view.body = data + kPayloadHeaderSize + h.spec_size;
   view.body_size = h.body_size;
   return view;

@@ -1,10 +1,14 @@
 // The codec registry: the one list of every codec MakeCodec knows. A new codec
 // adds its factory here (one line) and nowhere else; the CLI, the benchmarks
 // and the registry tests iterate this list.
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <new>
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
+#include "common/codec_common.h"
 #include "dqsg/dqsg_codec.h"
 #include "fp32/fp32_codec.h"
 #include "qsgd/qsgd_codecs.h"
@@ -15,7 +19,10 @@
 namespace fedrt {
 namespace {
 
-using CodecFactory = Result<std::unique_ptr<Codec>> (*)(const CodecSpec& spec);
+using codec_internal::CodecSlot;
+
+// Builds the codec for `spec` where `slot` says (see codec_common.h).
+using CodecFactory = Status (*)(const CodecSpec& spec, CodecSlot* slot);
 
 struct RegisteredCodec {
   const char* name;
@@ -39,17 +46,75 @@ constexpr RegisteredCodec kCodecs[] = {
     {"moniqua", &MakeMoniquaCodec},
 };
 
+// Parses `text` and builds its codec in `slot`.
+Status Build(std::string_view text, CodecSlot* slot) {
+  auto spec = CodecSpec::Parse(text);
+  FEDRT_RETURN_IF_ERROR(spec.status());
+  for (const RegisteredCodec& codec : kCodecs) {
+    if (spec->name() == codec.name) return codec.factory(*spec, slot);
+  }
+  std::string names;
+  for (const RegisteredCodec& codec : kCodecs) names += (names.empty() ? "" : ", ") + std::string(codec.name);
+  return InvalidArgument("unknown codec '" + std::string(spec->name()) + "' (known: " + names + ")");
+}
+
+// The working space starts at the first max_align_t boundary after the object.
+std::size_t WorkspaceOffset(std::size_t object_size) {
+  constexpr std::size_t kAlign = alignof(std::max_align_t);
+  return (object_size + kAlign - 1) / kAlign * kAlign;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Codec>> MakeCodec(const std::string& text) {
-  auto spec = CodecSpec::Parse(text);
-  FEDRT_RETURN_IF_ERROR(spec.status());
-  std::string names;
-  for (const RegisteredCodec& codec : kCodecs) {
-    if (spec->name() == codec.name) return codec.factory(*spec);
-    names += (names.empty() ? "" : ", ") + std::string(codec.name);
+  CodecSlot slot;
+  FEDRT_RETURN_IF_ERROR(Build(text, &slot));
+  std::unique_ptr<Codec> codec(slot.made);
+  // A fixed (d-independent) working space, e.g. topk's selection histograms,
+  // is allocated once here so that Encode never allocates.
+  const std::size_t fixed = codec->WorkspaceSize(0);
+  if (fixed > 0) codec_internal::CodecAccess::Bind(codec.get(), ::operator new(fixed), fixed, true);
+  return codec;
+}
+
+Result<CodecFootprint> CodecFootprintFor(std::string_view spec, std::size_t max_d) {
+  // Build the codec in a stack buffer to ask it for its working space.
+  alignas(std::max_align_t) unsigned char probe[codec_internal::kMaxCodecObjectSize];
+  CodecSlot slot;
+  slot.storage = probe;
+  slot.capacity = sizeof probe;
+  FEDRT_RETURN_IF_ERROR(Build(spec, &slot));
+  const std::size_t workspace = slot.made->WorkspaceSize(max_d);
+  slot.made->~Codec();
+  CodecFootprint footprint;
+  footprint.size = WorkspaceOffset(slot.size) + workspace;
+  footprint.alignment = alignof(std::max_align_t);
+  return footprint;
+}
+
+Result<Codec*> ConstructCodec(std::string_view spec, std::size_t max_d, void* storage, std::size_t size) {
+  if (storage == nullptr) return InvalidArgument("codec storage is null");
+  if (reinterpret_cast<uintptr_t>(storage) % alignof(std::max_align_t) != 0) {
+    return InvalidArgument("codec storage is not aligned to " + std::to_string(alignof(std::max_align_t)) +
+                           " bytes");
   }
-  return InvalidArgument("unknown codec '" + spec->name() + "' (known: " + names + ")");
+  CodecSlot slot;
+  slot.storage = storage;
+  slot.capacity = size;
+  FEDRT_RETURN_IF_ERROR(Build(spec, &slot));
+  const std::size_t offset = WorkspaceOffset(slot.size);
+  const std::size_t workspace = slot.made->WorkspaceSize(max_d);
+  if (size < offset + workspace) {
+    slot.made->~Codec();
+    return OutOfRange("codec storage of " + std::to_string(size) + " bytes is smaller than the " +
+                      std::to_string(offset + workspace) + " CodecFootprintFor asks for");
+  }
+  codec_internal::CodecAccess::Bind(slot.made, static_cast<unsigned char*>(storage) + offset, workspace, false);
+  return slot.made;
+}
+
+void DestroyCodec(Codec* codec) {
+  if (codec != nullptr) codec->~Codec();
 }
 
 std::vector<std::string> CodecNames() {

@@ -44,13 +44,20 @@ class DitherCodec final : public Codec {
   // rho == 0: plain DQSG with `levels` = s; otherwise NDQSG with s1 = levels.
   DitherCodec(int levels, int rho, uint32_t bucket, CommonOptions options)
       : levels_(levels), rho_(rho), bucket_(bucket), options_(options) {
-    spec_ = rho == 0 ? "dqsg:s=" + std::to_string(levels)
-                     : "ndqsg:s1=" + std::to_string(levels) + ",rho=" + std::to_string(rho);
-    spec_ += ",b=" + std::to_string(bucket) + "," + CommonOptionsSuffix(options, true);
+    spec_ += rho == 0 ? "dqsg:s=" : "ndqsg:s1=";
+    AppendInt(levels, &spec_);
+    if (rho != 0) {
+      spec_ += ",rho=";
+      AppendInt(rho, &spec_);
+    }
+    spec_ += ",b=";
+    AppendInt(bucket, &spec_);
+    spec_ += ",";
+    AppendCommonOptions(options, true, &spec_);
   }
 
   CodecId id() const override { return nested() ? CodecId::kNdqsg : CodecId::kDqsg; }
-  const std::string& spec() const override { return spec_; }
+  const CodecSpecText& spec() const override { return spec_; }
   bool needs_side_info() const override { return nested(); }
   bool wants_error_feedback() const override { return options_.error_feedback; }
 
@@ -130,22 +137,30 @@ class DitherCodec final : public Codec {
     return DecodeInto(payload, size, context, d, side_info, accumulator, weight, true);
   }
 
+  // Decoding: the bucket scales, then (codings other than pack) one byte per
+  // coordinate for the decoded symbols.
+  std::size_t WorkspaceSize(std::size_t d) const override { return 4 * Buckets(d) + d; }
+
   // Validates the payload's header and scales; fills `scales` (one per bucket).
   Status OpenScales(const uint8_t* payload, std::size_t size, const CodecContext& context, std::size_t d,
                     PayloadView* view, std::vector<float>* scales) const {
+    scales->resize(Buckets(d));
+    return OpenScales(payload, size, context, d, view, scales->data());
+  }
+  Status OpenScales(const uint8_t* payload, std::size_t size, const CodecContext& context, std::size_t d,
+                    PayloadView* view, float* scales) const {
     auto opened = OpenPayload(payload, size, id(), spec_, context, d);
     FEDRT_RETURN_IF_ERROR(opened.status());
     *view = std::move(*opened);
     if (view->header.bucket != bucket_) return Corrupt(Name() + ": header bucket size differs from the spec");
     const std::size_t buckets = Buckets(d);
     if (view->body_size < 4 * buckets) return Corrupt(Name() + ": body too short for the bucket scales");
-    scales->resize(buckets);
     for (std::size_t k = 0; k < buckets; ++k) {
       const float scale = LoadFloatLe(view->body + 4 * k);
       if (!(scale >= 0.0f) || std::signbit(scale) || !ReconstructionFinite(scale)) {
         return Corrupt(Name() + ": invalid scale in bucket " + std::to_string(k));
       }
-      (*scales)[k] = scale;
+      scales[k] = scale;
     }
     return Status::Ok();
   }
@@ -194,10 +209,19 @@ class DitherCodec final : public Codec {
       // accumulator already updated.
       if (accumulate) FEDRT_RETURN_IF_ERROR(CheckFinite(side_info, d));
     }
+    // Scales and symbols in the caller's working space, or on the heap for
+    // a codec from MakeCodec.
+    const std::size_t buckets = Buckets(d);
+    std::vector<float> heap_scales;
+    std::vector<uint8_t> heap_symbols;
+    auto* workspace = static_cast<uint8_t*>(Workspace(WorkspaceSize(d)));
+    float* scales = reinterpret_cast<float*>(workspace);
+    if (workspace == nullptr) {
+      heap_scales.resize(buckets);
+      scales = heap_scales.data();
+    }
     PayloadView view;
-    std::vector<float> scales;
-    FEDRT_RETURN_IF_ERROR(OpenScales(payload, size, context, d, &view, &scales));
-    const std::size_t buckets = scales.size();
+    FEDRT_RETURN_IF_ERROR(OpenScales(payload, size, context, d, &view, scales));
     std::size_t count = 0;
     for (std::size_t k = 0; k < buckets; ++k) {
       if (scales[k] != 0.0f) count += BucketLength(d, k);
@@ -208,14 +232,17 @@ class DitherCodec final : public Codec {
     // to their use; other codings are decoded into one vector first.
     const bool packed = count > 0 && IsPackedCoding(view.header.flags, alphabet());
     PackedSymbolReader reader(stream, count, alphabet());
-    std::vector<uint8_t> symbols;
+    uint8_t* symbols = workspace == nullptr ? nullptr : workspace + 4 * buckets;
     if (count == 0) {
       if (stream_size != 0) return Corrupt(Name() + ": symbols present for all-zero buckets");
     } else if (packed) {
       FEDRT_RETURN_IF_ERROR(reader.Validate(stream_size));
     } else {
-      symbols.resize(count);
-      FEDRT_RETURN_IF_ERROR(DecodeSymbols(stream, stream_size, count, alphabet(), view.header.flags, symbols.data()));
+      if (symbols == nullptr) {
+        heap_symbols.resize(count);
+        symbols = heap_symbols.data();
+      }
+      FEDRT_RETURN_IF_ERROR(DecodeSymbols(stream, stream_size, count, alphabet(), view.header.flags, symbols));
     }
     // Everything is validated: from here on nothing fails except a nested
     // decode whose side information drives the result out of float range.
@@ -223,7 +250,7 @@ class DitherCodec final : public Codec {
     const RandomStream dither = DitherStream(context);
     float u[kChunk];
     float decoded[kChunk];
-    const uint8_t* sym = symbols.data();
+    const uint8_t* sym = symbols;
     for (std::size_t k = 0; k < buckets; ++k) {
       const std::size_t start = k * BucketSize(d), length = BucketLength(d, k);
       const float scale = scales[k];
@@ -266,7 +293,7 @@ class DitherCodec final : public Codec {
   int rho_;
   uint32_t bucket_;
   CommonOptions options_;
-  std::string spec_;
+  CodecSpecText spec_;
 };
 
 Result<uint32_t> ParseBucket(const CodecSpec& spec) {
@@ -277,7 +304,7 @@ Result<uint32_t> ParseBucket(const CodecSpec& spec) {
 
 }  // namespace
 
-Result<std::unique_ptr<Codec>> MakeDqsgCodec(const CodecSpec& spec) {
+Status MakeDqsgCodec(const CodecSpec& spec, CodecSlot* slot) {
   FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"s", "b", "ef", "ec"}));
   auto s = spec.GetInt("s", 2, 1, 127);
   FEDRT_RETURN_IF_ERROR(s.status());
@@ -285,10 +312,10 @@ Result<std::unique_ptr<Codec>> MakeDqsgCodec(const CodecSpec& spec) {
   FEDRT_RETURN_IF_ERROR(b.status());
   auto options = ParseCommonOptions(spec, false, SymbolCoding::kRans);
   FEDRT_RETURN_IF_ERROR(options.status());
-  return std::unique_ptr<Codec>(new DitherCodec(static_cast<int>(*s), 0, *b, *options));
+  return Emplace<DitherCodec>(slot, static_cast<int>(*s), 0, *b, *options);
 }
 
-Result<std::unique_ptr<Codec>> MakeNdqsgCodec(const CodecSpec& spec) {
+Status MakeNdqsgCodec(const CodecSpec& spec, CodecSlot* slot) {
   FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"s1", "rho", "b", "ef", "ec"}));
   auto s1 = spec.GetInt("s1", 3, 1, 127);
   FEDRT_RETURN_IF_ERROR(s1.status());
@@ -298,7 +325,7 @@ Result<std::unique_ptr<Codec>> MakeNdqsgCodec(const CodecSpec& spec) {
   FEDRT_RETURN_IF_ERROR(b.status());
   auto options = ParseCommonOptions(spec, false, SymbolCoding::kRans);
   FEDRT_RETURN_IF_ERROR(options.status());
-  return std::unique_ptr<Codec>(new DitherCodec(static_cast<int>(*s1), static_cast<int>(*rho), *b, *options));
+  return Emplace<DitherCodec>(slot, static_cast<int>(*s1), static_cast<int>(*rho), *b, *options);
 }
 
 namespace codec_internal {

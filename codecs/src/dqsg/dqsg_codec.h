@@ -7,11 +7,12 @@
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
+#include "common/codec_common.h"
 
 namespace fedrt {
 
-Result<std::unique_ptr<Codec>> MakeDqsgCodec(const CodecSpec& spec);
-Result<std::unique_ptr<Codec>> MakeNdqsgCodec(const CodecSpec& spec);
+Status MakeDqsgCodec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
+Status MakeNdqsgCodec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
 
 namespace codec_internal {
 

@@ -49,7 +49,7 @@ Result<std::string> NdqsgAnchorSpec(const std::string& ndqsg_spec) {
   auto b = spec->GetInt("b", 0, 0, INT32_MAX);
   auto ef = spec->GetChoice("ef", "off", {"on", "off"});
   auto ec = spec->GetChoice("ec", "rans", {"none", "pack", "rans"});
-  return "dqsg:s=" + std::to_string(*s1) + ",b=" + std::to_string(*b) + ",ef=" + *ef + ",ec=" + *ec;
+  return "dqsg:s=" + std::to_string(*s1) + ",b=" + std::to_string(*b) + ",ef=" + std::string(*ef) + ",ec=" + std::string(*ec);
 }
 
 Result<std::string> NdqsgAnchorSpec(const std::string& ndqsg_spec, int levels) {
@@ -72,9 +72,9 @@ Result<std::string> NdqsgSpecWithRho(const std::string& ndqsg_spec, int rho) {
   auto ef = spec->GetChoice("ef", "off", {"on", "off"});
   auto ec = spec->GetChoice("ec", "rans", {"none", "pack", "rans"});
   auto made = MakeCodec("ndqsg:s1=" + std::to_string(*s1) + ",rho=" + std::to_string(rho) +
-                        ",b=" + std::to_string(*b) + ",ef=" + *ef + ",ec=" + *ec);
+                        ",b=" + std::to_string(*b) + ",ef=" + std::string(*ef) + ",ec=" + std::string(*ec));
   FEDRT_RETURN_IF_ERROR(made.status());
-  return (*made)->spec();
+  return std::string((*made)->spec());
 }
 
 int NdqsgNextRho(int rho) { return rho < 3 ? 3 : rho + 2 - (rho % 2 == 0 ? 1 : 0); }

@@ -1,6 +1,7 @@
 // fp32: the identity codec (the uncompressed baseline). Body: d floats, little-endian.
 #include "fp32/fp32_codec.h"
 
+#include <cmath>
 #include <cstdint>
 
 #include "common/codec_common.h"
@@ -13,10 +14,13 @@ using namespace codec_internal;
 class Fp32Codec final : public Codec {
  public:
   explicit Fp32Codec(CommonOptions options)
-      : options_(options), spec_("fp32:" + CommonOptionsSuffix(options, false)) {}
+      : options_(options) {
+    spec_ += "fp32:";
+    AppendCommonOptions(options, false, &spec_);
+  }
 
   CodecId id() const override { return CodecId::kFp32; }
-  const std::string& spec() const override { return spec_; }
+  const CodecSpecText& spec() const override { return spec_; }
   bool wants_error_feedback() const override { return options_.error_feedback; }
 
   // Saturates rather than wraps where size_t is 32 bits (Encode then
@@ -49,18 +53,44 @@ class Fp32Codec final : public Codec {
     return CheckFinite(out, d);
   }
 
+  // Fused, so it needs no d-float scratch: the payload is validated whole
+  // (CRC, sizes, finiteness) before the accumulator is touched.
+  Status DecodeAccumulate(const uint8_t* payload, std::size_t size, const CodecContext& context, float weight,
+                          float* accumulator, std::size_t d, const float* /*side_info*/) const override {
+    auto view = OpenPayload(payload, size, CodecId::kFp32, spec_, context, d);
+    FEDRT_RETURN_IF_ERROR(view.status());
+    if (view->body_size != 4 * d) return Corrupt("fp32: body size does not match d");
+    constexpr std::size_t kChunk = 256;
+    float values[kChunk];
+    for (std::size_t at = 0; at < d; at += kChunk) {
+      const std::size_t n = d - at < kChunk ? d - at : kChunk;
+      LoadFloatsLe(view->body + 4 * at, n, values);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(values[i])) {
+          return InvalidArgument("fp32: non-finite value at coordinate " + std::to_string(at + i));
+        }
+      }
+    }
+    for (std::size_t at = 0; at < d; at += kChunk) {
+      const std::size_t n = d - at < kChunk ? d - at : kChunk;
+      LoadFloatsLe(view->body + 4 * at, n, values);
+      for (std::size_t i = 0; i < n; ++i) accumulator[at + i] += weight * values[i];
+    }
+    return Status::Ok();
+  }
+
  private:
   CommonOptions options_;
-  std::string spec_;
+  CodecSpecText spec_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<Codec>> MakeFp32Codec(const CodecSpec& spec) {
+Status MakeFp32Codec(const CodecSpec& spec, CodecSlot* slot) {
   FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"ef", "ec"}));
   auto options = ParseCommonOptions(spec, false, SymbolCoding::kNone);
   FEDRT_RETURN_IF_ERROR(options.status());
-  return std::unique_ptr<Codec>(new Fp32Codec(*options));
+  return Emplace<Fp32Codec>(slot, *options);
 }
 
 }  // namespace fedrt

@@ -5,9 +5,10 @@
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
+#include "common/codec_common.h"
 
 namespace fedrt {
-Result<std::unique_ptr<Codec>> MakeFp32Codec(const CodecSpec& spec);
+Status MakeFp32Codec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
 }
 
 #endif  // FEDRT_CODECS_FP32_FP32_CODEC_H_

@@ -42,11 +42,13 @@ class HalfCodec final : public Codec {
  public:
   HalfCodec(HalfFormat format, CommonOptions options)
       : format_(format),
-        options_(options),
-        spec_(std::string(format == HalfFormat::kFp16 ? "fp16:" : "bf16:") + CommonOptionsSuffix(options, false)) {}
+        options_(options) {
+    spec_ += format == HalfFormat::kFp16 ? "fp16:" : "bf16:";
+    AppendCommonOptions(options, false, &spec_);
+  }
 
   CodecId id() const override { return format_ == HalfFormat::kFp16 ? CodecId::kFp16 : CodecId::kBf16; }
-  const std::string& spec() const override { return spec_; }
+  const CodecSpecText& spec() const override { return spec_; }
   bool wants_error_feedback() const override { return options_.error_feedback; }
 
   std::size_t MaxEncodedSize(std::size_t d) const override { return BodyOffset(spec_) + 2 * d; }
@@ -123,19 +125,19 @@ class HalfCodec final : public Codec {
 
   HalfFormat format_;
   CommonOptions options_;
-  std::string spec_;
+  CodecSpecText spec_;
 };
 
-Result<std::unique_ptr<Codec>> MakeHalfCodec(HalfFormat format, const CodecSpec& spec) {
+Status MakeHalfCodec(HalfFormat format, const CodecSpec& spec, CodecSlot* slot) {
   FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"ef", "ec"}));
   auto options = ParseCommonOptions(spec, false, SymbolCoding::kNone);
   FEDRT_RETURN_IF_ERROR(options.status());
-  return std::unique_ptr<Codec>(new HalfCodec(format, *options));
+  return Emplace<HalfCodec>(slot, format, *options);
 }
 
 }  // namespace
 
-Result<std::unique_ptr<Codec>> MakeFp16Codec(const CodecSpec& spec) { return MakeHalfCodec(HalfFormat::kFp16, spec); }
-Result<std::unique_ptr<Codec>> MakeBf16Codec(const CodecSpec& spec) { return MakeHalfCodec(HalfFormat::kBf16, spec); }
+Status MakeFp16Codec(const CodecSpec& spec, CodecSlot* slot) { return MakeHalfCodec(HalfFormat::kFp16, spec, slot); }
+Status MakeBf16Codec(const CodecSpec& spec, CodecSlot* slot) { return MakeHalfCodec(HalfFormat::kBf16, spec, slot); }
 
 }  // namespace fedrt

@@ -5,10 +5,11 @@
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
+#include "common/codec_common.h"
 
 namespace fedrt {
-Result<std::unique_ptr<Codec>> MakeFp16Codec(const CodecSpec& spec);
-Result<std::unique_ptr<Codec>> MakeBf16Codec(const CodecSpec& spec);
+Status MakeFp16Codec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
+Status MakeBf16Codec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
 }  // namespace fedrt
 
 #endif  // FEDRT_CODECS_HALF_HALF_CODEC_H_

@@ -67,15 +67,15 @@ std::string FormatFloat(float v) {
 class MoniquaCodec final : public Codec {
  public:
   MoniquaCodec(const MoniquaParameters& p, CommonOptions common) : p_(p), common_(common) {
-    spec_ = "moniqua:bits=" + std::to_string(p.bits) + ",theta=" + FormatFloat(p.theta) +
-            ",round=" + (p.stochastic ? "stochastic" : p.dither ? "dither" : "nearest") +
-            (p.gamma != 1.0f ? ",gamma=" + FormatFloat(p.gamma) : std::string()) +
-            (p.check != 0 ? ",check=" + std::to_string(p.check) : std::string()) + "," +
-            CommonOptionsSuffix(common, true);
+    spec_ += "moniqua:bits=" + std::to_string(p.bits) + ",theta=" + FormatFloat(p.theta) +
+             ",round=" + (p.stochastic ? "stochastic" : p.dither ? "dither" : "nearest") +
+             (p.gamma != 1.0f ? ",gamma=" + FormatFloat(p.gamma) : std::string()) +
+             (p.check != 0 ? ",check=" + std::to_string(p.check) : std::string()) + "," +
+             CommonOptionsSuffix(common, true);
   }
 
   CodecId id() const override { return CodecId::kMoniqua; }
-  const std::string& spec() const override { return spec_; }
+  const CodecSpecText& spec() const override { return spec_; }
   bool needs_side_info() const override { return true; }
   bool wants_error_feedback() const override { return common_.error_feedback; }
   const MoniquaParameters& parameters() const { return p_; }
@@ -206,7 +206,7 @@ class MoniquaCodec final : public Codec {
 
   MoniquaParameters p_;
   CommonOptions common_;
-  std::string spec_;
+  CodecSpecText spec_;
 };
 
 template <typename Sink>
@@ -329,7 +329,7 @@ void MoniquaMixStep(float* model, const float* own_recovered, const MoniquaNeigh
   }
 }
 
-Result<std::unique_ptr<Codec>> MakeMoniquaCodec(const CodecSpec& spec) {
+Status MakeMoniquaCodec(const CodecSpec& spec, CodecSlot* slot) {
   FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"bits", "theta", "round", "gamma", "check", "ef", "ec"}));
   MoniquaParameters p;
   auto bits = spec.GetInt("bits", 1, 1, 8);
@@ -354,7 +354,7 @@ Result<std::unique_ptr<Codec>> MakeMoniquaCodec(const CodecSpec& spec) {
   p.modulus = 2.0f * p.theta / (1.0f - 2.0f * p.delta);
   auto common = ParseCommonOptions(spec, false, SymbolCoding::kPack);
   FEDRT_RETURN_IF_ERROR(common.status());
-  return std::unique_ptr<Codec>(new MoniquaCodec(p, *common));
+  return Emplace<MoniquaCodec>(slot, p, *common);
 }
 
 }  // namespace fedrt

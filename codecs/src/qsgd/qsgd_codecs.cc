@@ -40,13 +40,13 @@ enum class ScaleKind { kL2, kMax, kMeanAbs };
 
 struct QuantizerConfig {
   CodecId id = CodecId::kQsgd;
-  std::string spec;
+  CodecSpecText spec;
   ScaleKind scale = ScaleKind::kL2;
   bool sign_only = false;  // scaled sign: no levels, no randomness
   bool adaptive = false;   // alq, amq: the body names the table version
   uint32_t bucket = 512;
   int s = 1;
-  LevelTable table;
+  LevelTable table;  // alq, amq only: qsgd and terngrad keep their uniform levels inline
   LevelModel model = LevelModel::kPooled;  // alq, amq: model=pooled|norm
   CommonOptions options;
 };
@@ -58,10 +58,18 @@ constexpr std::size_t kDecodeChunk = 2048;
 
 class NormalizedQuantizer final : public AdaptiveCodec {
  public:
-  explicit NormalizedQuantizer(QuantizerConfig config) : c_(std::move(config)) {}
+  explicit NormalizedQuantizer(QuantizerConfig config) : c_(std::move(config)) {
+    if (c_.adaptive) {
+      CopyLevels();
+    } else {  // UniformLevels(s), without its vector
+      for (int j = 0; j <= c_.s; ++j) levels_[j] = static_cast<float>(j) / static_cast<float>(c_.s);
+    }
+  }
 
   CodecId id() const override { return c_.id; }
-  const std::string& spec() const override { return c_.spec; }
+  const CodecSpecText& spec() const override { return c_.spec; }
+  // DecodeAccumulate of a coding other than pack: one byte per coordinate.
+  std::size_t WorkspaceSize(std::size_t d) const override { return d; }
   bool wants_error_feedback() const override { return c_.options.error_feedback; }
 
   Status SetLevelTable(const LevelTable& table) override {
@@ -71,6 +79,7 @@ class NormalizedQuantizer final : public AdaptiveCodec {
                              " levels, this codec needs " + std::to_string(c_.s + 1));
     }
     c_.table = table;
+    CopyLevels();
     return Status::Ok();
   }
   const LevelTable& level_table() const override { return c_.table; }
@@ -124,7 +133,7 @@ class NormalizedQuantizer final : public AdaptiveCodec {
         } else if (scale == 0.0f) {
           std::memset(out_symbols, c_.s, m);
         } else {
-          k.quantize_levels_stream(v + at, m, scale, c_.table.levels.data(), c_.s, random, begin + at, out_symbols);
+          k.quantize_levels_stream(v + at, m, scale, levels_, c_.s, random, begin + at, out_symbols);
         }
         if (packed) writer.Commit(m);
       }
@@ -218,8 +227,11 @@ class NormalizedQuantizer final : public AdaptiveCodec {
       FEDRT_RETURN_IF_ERROR(reader.Validate(stream_size));
     } else {
       if (accumulate) {
-        staging.resize(d);
-        symbols = staging.data();
+        symbols = static_cast<uint8_t*>(Workspace(d));
+        if (symbols == nullptr) {
+          staging.resize(d);
+          symbols = staging.data();
+        }
       } else {
         symbols = reinterpret_cast<uint8_t*>(target) + 3 * d;
       }
@@ -238,9 +250,9 @@ class NormalizedQuantizer final : public AdaptiveCodec {
             k.sign_dequantize(chunk, m, scale, dst);
           }
         } else if (accumulate) {
-          k.dequantize_levels_accumulate(chunk, m, scale, c_.table.levels.data(), c_.s, weight, dst);
+          k.dequantize_levels_accumulate(chunk, m, scale, levels_, c_.s, weight, dst);
         } else {
-          k.dequantize_levels(chunk, m, scale, c_.table.levels.data(), c_.s, dst);
+          k.dequantize_levels(chunk, m, scale, levels_, c_.s, dst);
         }
       }
     });
@@ -274,7 +286,15 @@ class NormalizedQuantizer final : public AdaptiveCodec {
     return view;
   }
 
+  void CopyLevels() {
+    for (std::size_t j = 0; j < c_.table.levels.size() && j < kMaxLevels; ++j) levels_[j] = c_.table.levels[j];
+  }
+
+  // The levels the kernels read (s + 1 <= 128 entries): a copy of the table
+  // inside the object, so qsgd and terngrad hold no heap memory.
+  static constexpr std::size_t kMaxLevels = 128;
   QuantizerConfig c_;
+  float levels_[kMaxLevels] = {};
 };
 
 Result<uint32_t> ParseBucket(const CodecSpec& spec, int64_t default_bucket) {
@@ -283,12 +303,9 @@ Result<uint32_t> ParseBucket(const CodecSpec& spec, int64_t default_bucket) {
   return static_cast<uint32_t>(*b);
 }
 
-std::unique_ptr<NormalizedQuantizer> MakeLevelCodec(QuantizerConfig config) {
-  return std::unique_ptr<NormalizedQuantizer>(new NormalizedQuantizer(std::move(config)));
-}
 
 // alq and amq: bits (3), b (1024); s = 2^(bits-1) - 1 levels per sign.
-Result<std::unique_ptr<NormalizedQuantizer>> MakeAdaptiveLevelCodec(const CodecSpec& spec, CodecId id) {
+Result<QuantizerConfig> AdaptiveLevelConfig(const CodecSpec& spec, CodecId id) {
   FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"bits", "b", "ef", "ec", "model"}));
   auto bits = spec.GetInt("bits", 3, 2, 8);
   FEDRT_RETURN_IF_ERROR(bits.status());
@@ -309,15 +326,25 @@ Result<std::unique_ptr<NormalizedQuantizer>> MakeAdaptiveLevelCodec(const CodecS
   c.model = *model == "norm" ? LevelModel::kNormWeighted : LevelModel::kPooled;
   // model=pooled (the default) is left out of the canonical spec, so payloads
   // of the pooled codecs keep their bytes.
-  c.spec = std::string(id == CodecId::kAlq ? "alq" : "amq") + ":bits=" + std::to_string(*bits) +
-           ",b=" + std::to_string(c.bucket) + (c.model == LevelModel::kNormWeighted ? ",model=norm" : "") + "," +
-           CommonOptionsSuffix(c.options, true);
-  return MakeLevelCodec(std::move(c));
+  c.spec += std::string(id == CodecId::kAlq ? "alq" : "amq") + ":bits=" + std::to_string(*bits) +
+            ",b=" + std::to_string(c.bucket) + (c.model == LevelModel::kNormWeighted ? ",model=norm" : "") + "," +
+            CommonOptionsSuffix(c.options, true);
+  return c;
+}
+
+// Builds a codec whose spec has only b, ef and ec: "name:b=512,ef=off,ec=rans".
+Status EmplaceBucketCodec(const char* name, QuantizerConfig c, CodecSlot* slot) {
+  c.spec += name;
+  c.spec += ":b=";
+  AppendInt(c.bucket, &c.spec);
+  c.spec += ",";
+  AppendCommonOptions(c.options, true, &c.spec);
+  return Emplace<NormalizedQuantizer>(slot, std::move(c));
 }
 
 }  // namespace
 
-Result<std::unique_ptr<Codec>> MakeQsgdCodec(const CodecSpec& spec) {
+Status MakeQsgdCodec(const CodecSpec& spec, CodecSlot* slot) {
   FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"s", "b", "norm", "ef", "ec"}));
   auto s = spec.GetInt("s", 4, 1, 127);
   FEDRT_RETURN_IF_ERROR(s.status());
@@ -332,14 +359,19 @@ Result<std::unique_ptr<Codec>> MakeQsgdCodec(const CodecSpec& spec) {
   c.scale = *norm == "l2" ? ScaleKind::kL2 : ScaleKind::kMax;
   c.bucket = *bucket;
   c.s = static_cast<int>(*s);
-  c.table = UniformLevels(c.s);
   c.options = *options;
-  c.spec = "qsgd:s=" + std::to_string(c.s) + ",b=" + std::to_string(c.bucket) + ",norm=" + *norm + "," +
-           CommonOptionsSuffix(c.options, true);
-  return std::unique_ptr<Codec>(MakeLevelCodec(std::move(c)));
+  c.spec += "qsgd:s=";
+  AppendInt(c.s, &c.spec);
+  c.spec += ",b=";
+  AppendInt(c.bucket, &c.spec);
+  c.spec += ",norm=";
+  c.spec += *norm;
+  c.spec += ",";
+  AppendCommonOptions(c.options, true, &c.spec);
+  return Emplace<NormalizedQuantizer>(slot, std::move(c));
 }
 
-Result<std::unique_ptr<Codec>> MakeTernGradCodec(const CodecSpec& spec) {
+Status MakeTernGradCodec(const CodecSpec& spec, CodecSlot* slot) {
   FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"b", "ef", "ec"}));
   auto bucket = ParseBucket(spec, 512);
   FEDRT_RETURN_IF_ERROR(bucket.status());
@@ -350,13 +382,11 @@ Result<std::unique_ptr<Codec>> MakeTernGradCodec(const CodecSpec& spec) {
   c.scale = ScaleKind::kMax;
   c.bucket = *bucket;
   c.s = 1;
-  c.table = UniformLevels(1);
   c.options = *options;
-  c.spec = "terngrad:b=" + std::to_string(c.bucket) + "," + CommonOptionsSuffix(c.options, true);
-  return std::unique_ptr<Codec>(MakeLevelCodec(std::move(c)));
+  return EmplaceBucketCodec("terngrad", std::move(c), slot);
 }
 
-Result<std::unique_ptr<Codec>> MakeSignCodec(const CodecSpec& spec) {
+Status MakeSignCodec(const CodecSpec& spec, CodecSlot* slot) {
   FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"b", "ef", "ec"}));
   auto bucket = ParseBucket(spec, 512);
   FEDRT_RETURN_IF_ERROR(bucket.status());
@@ -371,20 +401,19 @@ Result<std::unique_ptr<Codec>> MakeSignCodec(const CodecSpec& spec) {
   c.sign_only = true;
   c.bucket = *bucket;
   c.options = *options;
-  c.spec = "sign:b=" + std::to_string(c.bucket) + "," + CommonOptionsSuffix(c.options, true);
-  return std::unique_ptr<Codec>(MakeLevelCodec(std::move(c)));
+  return EmplaceBucketCodec("sign", std::move(c), slot);
 }
 
-Result<std::unique_ptr<Codec>> MakeAlqCodec(const CodecSpec& spec) {
-  auto codec = MakeAdaptiveLevelCodec(spec, CodecId::kAlq);
-  FEDRT_RETURN_IF_ERROR(codec.status());
-  return std::unique_ptr<Codec>(std::move(*codec));
+Status MakeAlqCodec(const CodecSpec& spec, CodecSlot* slot) {
+  auto config = AdaptiveLevelConfig(spec, CodecId::kAlq);
+  FEDRT_RETURN_IF_ERROR(config.status());
+  return Emplace<NormalizedQuantizer>(slot, std::move(*config));
 }
 
-Result<std::unique_ptr<Codec>> MakeAmqCodec(const CodecSpec& spec) {
-  auto codec = MakeAdaptiveLevelCodec(spec, CodecId::kAmq);
-  FEDRT_RETURN_IF_ERROR(codec.status());
-  return std::unique_ptr<Codec>(std::move(*codec));
+Status MakeAmqCodec(const CodecSpec& spec, CodecSlot* slot) {
+  auto config = AdaptiveLevelConfig(spec, CodecId::kAmq);
+  FEDRT_RETURN_IF_ERROR(config.status());
+  return Emplace<NormalizedQuantizer>(slot, std::move(*config));
 }
 
 Result<std::unique_ptr<AdaptiveCodec>> MakeAdaptiveCodec(const std::string& text) {
@@ -396,11 +425,11 @@ Result<std::unique_ptr<AdaptiveCodec>> MakeAdaptiveCodec(const std::string& text
   } else if (spec->name() == "amq") {
     id = CodecId::kAmq;
   } else {
-    return InvalidArgument("'" + spec->name() + "' has no adaptive level table (adaptive codecs: alq, amq)");
+    return InvalidArgument("'" + std::string(spec->name()) + "' has no adaptive level table (adaptive codecs: alq, amq)");
   }
-  auto codec = MakeAdaptiveLevelCodec(*spec, id);
-  FEDRT_RETURN_IF_ERROR(codec.status());
-  return std::unique_ptr<AdaptiveCodec>(std::move(*codec));
+  auto config = AdaptiveLevelConfig(*spec, id);
+  FEDRT_RETURN_IF_ERROR(config.status());
+  return std::unique_ptr<AdaptiveCodec>(new NormalizedQuantizer(std::move(*config)));
 }
 
 Result<LevelTable> FitLevelTable(const AdaptiveCodec& codec, const LevelStatistics& stats, uint32_t next_version) {

@@ -8,14 +8,15 @@
 #include "fedrt/codecs/adaptive.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
+#include "common/codec_common.h"
 
 namespace fedrt {
 
-Result<std::unique_ptr<Codec>> MakeQsgdCodec(const CodecSpec& spec);
-Result<std::unique_ptr<Codec>> MakeTernGradCodec(const CodecSpec& spec);
-Result<std::unique_ptr<Codec>> MakeSignCodec(const CodecSpec& spec);
-Result<std::unique_ptr<Codec>> MakeAlqCodec(const CodecSpec& spec);
-Result<std::unique_ptr<Codec>> MakeAmqCodec(const CodecSpec& spec);
+Status MakeQsgdCodec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
+Status MakeTernGradCodec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
+Status MakeSignCodec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
+Status MakeAlqCodec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
+Status MakeAmqCodec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
 
 }  // namespace fedrt
 

@@ -9,6 +9,8 @@
 // Tails (< 8 coordinates): the scalar kernels.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "sparse/sparse_kernels.h"
 
 namespace fedrt::avx2 {
@@ -38,7 +40,7 @@ constexpr CompressTable kCompress = MakeCompressTable();
 }  // namespace
 
 void MagnitudeHistogram(const float* x, std::size_t n, uint32_t* hist) {
-  uint32_t sub[3][kMagnitudeBins] = {};
+  uint32_t* sub[3] = {hist + kMagnitudeBins, hist + 2 * kMagnitudeBins, hist + 3 * kMagnitudeBins};
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
   alignas(32) uint32_t bins[8];
   std::size_t i = 0;
@@ -54,7 +56,11 @@ void MagnitudeHistogram(const float* x, std::size_t n, uint32_t* hist) {
     ++sub[1][bins[6]];
     ++sub[2][bins[7]];
   }
-  scalar::MagnitudeHistogram(x + i, n - i, hist);
+  for (; i < n; ++i) {  // tail (the scalar kernel would reuse the sub-histograms)
+    uint32_t bits;
+    std::memcpy(&bits, x + i, 4);
+    ++hist[(bits & 0x7fffffffu) >> 20];
+  }
   for (std::size_t b = 0; b < kMagnitudeBins; ++b) hist[b] += sub[0][b] + sub[1][b] + sub[2][b];
 }
 

@@ -44,18 +44,22 @@ struct Amount {
   }
 };
 
-// Shortest decimal that reads back as the same double (canonical specs).
-std::string FormatNumber(double v) {
+// Shortest decimal that reads back as the same double (canonical specs), in
+// a value: building a codec's spec allocates nothing.
+struct Number {
   char text[40];
+};
+Number FormatNumber(double v) {
+  Number n;
   if (v >= 1 && v < 1e15 && v == std::floor(v)) {
-    std::snprintf(text, sizeof text, "%.0f", v);
-    return text;
+    std::snprintf(n.text, sizeof n.text, "%.0f", v);
+    return n;
   }
   for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(text, sizeof text, "%.*g", precision, v);
-    if (std::strtod(text, nullptr) == v) break;
+    std::snprintf(n.text, sizeof n.text, "%.*g", precision, v);
+    if (std::strtod(n.text, nullptr) == v) break;
   }
-  return text;
+  return n;
 }
 
 Result<Amount> ParseAmount(const CodecSpec& spec, const char* key, double default_value) {
@@ -63,7 +67,7 @@ Result<Amount> ParseAmount(const CodecSpec& spec, const char* key, double defaul
   FEDRT_RETURN_IF_ERROR(value.status());
   if (!(*value > 0)) return InvalidArgument(std::string(key) + " must be > 0 (a count, or a fraction below 1)");
   if (*value >= 1 && *value != std::floor(*value)) {
-    return InvalidArgument(std::string(key) + " must be a whole count when >= 1, got " + FormatNumber(*value));
+    return InvalidArgument(std::string(key) + " must be a whole count when >= 1, got " + std::string(FormatNumber(*value).text));
   }
   Amount amount;
   amount.value = *value;
@@ -83,18 +87,24 @@ class SparseCodec final : public Codec {
  public:
   explicit SparseCodec(const SparseOptions& o) : o_(o) {
     const char* name = o.rule == Rule::kTop ? "topk" : o.rule == Rule::kRandom ? "randk" : "rtopk";
-    spec_ = std::string(name) + ":k=" + FormatNumber(o.k.value);
-    if (o.rule == Rule::kRandomOfTop) spec_ += ",r=" + FormatNumber(o.r.value);
-    spec_ += std::string(",v=") + (o.fp16 ? "fp16" : "fp32");
-    if (o.rule == Rule::kRandom) spec_ += std::string(",idx=") + (o.implicit_indices ? "seed" : "list");
-    if (o.rule == Rule::kRandomOfTop) spec_ += std::string(",rescale=") + (o.rescale ? "on" : "off");
-    spec_ += "," + CommonOptionsSuffix(o.common, false);
+    spec_ += name;
+    spec_ += ":k=";
+    spec_ += FormatNumber(o.k.value).text;
+    if (o.rule == Rule::kRandomOfTop) {
+      spec_ += ",r=";
+      spec_ += FormatNumber(o.r.value).text;
+    }
+    spec_ += o.fp16 ? ",v=fp16" : ",v=fp32";
+    if (o.rule == Rule::kRandom) spec_ += o.implicit_indices ? ",idx=seed" : ",idx=list";
+    if (o.rule == Rule::kRandomOfTop) spec_ += o.rescale ? ",rescale=on" : ",rescale=off";
+    spec_ += ",";
+    AppendCommonOptions(o.common, false, &spec_);
   }
 
   CodecId id() const override {
     return o_.rule == Rule::kTop ? CodecId::kTopK : o_.rule == Rule::kRandom ? CodecId::kRandK : CodecId::kRTopK;
   }
-  const std::string& spec() const override { return spec_; }
+  const CodecSpecText& spec() const override { return spec_; }
   bool wants_error_feedback() const override { return o_.common.error_feedback; }
 
   std::size_t MaxEncodedSize(std::size_t d) const override {
@@ -108,6 +118,13 @@ class SparseCodec final : public Codec {
                 std::size_t d, const float* side_info) const override;
   Status DecodeAccumulate(const uint8_t* payload, std::size_t size, const CodecContext& context, float weight,
                           float* accumulator, std::size_t d, const float* side_info) const override;
+
+  // Encoding's selection histograms (topk, rtopk), whatever d; decoding
+  // needs none. MakeCodec gives a heap codec this too, so encoding never
+  // allocates and keeps about 2 KB of stack.
+  std::size_t WorkspaceSize(std::size_t /*d*/) const override {
+    return o_.rule == Rule::kRandom ? 0 : kSelectWorkspaceWords * sizeof(uint32_t);
+  }
 
  private:
   std::size_t ValueBytes() const { return o_.fp16 ? 2 : 4; }
@@ -140,7 +157,7 @@ class SparseCodec final : public Codec {
                      Prepare prepare, Apply apply) const;
 
   SparseOptions o_;
-  std::string spec_;
+  CodecSpecText spec_;
 };
 
 Result<std::size_t> SparseCodec::Encode(const float* input, std::size_t d, const CodecContext& context,
@@ -169,6 +186,7 @@ Result<std::size_t> SparseCodec::Encode(const float* input, std::size_t d, const
   scratch_bytes += (4 - reinterpret_cast<uintptr_t>(scratch_bytes) % 4) % 4;
   uint32_t* indices = reinterpret_cast<uint32_t*>(static_cast<void*>(scratch_bytes));
   float scale = 1.0f;
+  auto* histograms = static_cast<uint32_t*>(Workspace(WorkspaceSize(d)));
   if (o_.rule == Rule::kRandom) {
     FEDRT_RETURN_IF_ERROR(CheckFinite(input, d));
     SubsetSampler sampler(StreamFor(context, RandomPurpose::kRandomSubset), d, k);
@@ -181,19 +199,20 @@ Result<std::size_t> SparseCodec::Encode(const float* input, std::size_t d, const
     // (values, index stream and index list are all written afterwards).
     uint8_t* work_bytes = values + (4 - reinterpret_cast<uintptr_t>(values) % 4) % 4;
     uint32_t* work = reinterpret_cast<uint32_t*>(static_cast<void*>(work_bytes));
-    auto fast = SelectTopByCandidates(input, d, k, work, static_cast<std::size_t>(out + MaxEncodedSize(d) - work_bytes) / 4);
+    auto fast = SelectTopByCandidates(input, d, k, work, static_cast<std::size_t>(out + MaxEncodedSize(d) - work_bytes) / 4,
+                                      histograms);
     FEDRT_RETURN_IF_ERROR(fast.status());
     if (*fast) {
       std::memmove(indices, work, k * sizeof(uint32_t));
     } else {
-      auto threshold = FindMagnitudeThreshold(input, d, k, indices, k);
+      auto threshold = FindMagnitudeThreshold(input, d, k, indices, k, histograms);
       FEDRT_RETURN_IF_ERROR(threshold.status());
       CollectTop(input, d, *threshold, indices);
     }
   } else {
     std::size_t r = o_.r.For(d);
     if (r < k) r = k;
-    auto threshold = FindMagnitudeThreshold(input, d, r, indices, k);
+    auto threshold = FindMagnitudeThreshold(input, d, r, indices, k, histograms);
     FEDRT_RETURN_IF_ERROR(threshold.status());
     SubsetSampler sampler(StreamFor(context, RandomPurpose::kRandomSubset), r, k);
     std::size_t j = 0;
@@ -279,13 +298,14 @@ Status SparseCodec::DecodeAccumulate(const uint8_t* payload, std::size_t size, c
 Result<SparseOptions> ParseSparse(const CodecSpec& spec, Rule rule) {
   SparseOptions o;
   o.rule = rule;
-  std::vector<std::string> keys = {"k", "v", "ef", "ec"};
-  if (rule == Rule::kRandom) keys.push_back("idx");
+  std::string_view keys[6] = {"k", "v", "ef", "ec"};
+  std::size_t key_count = 4;
+  if (rule == Rule::kRandom) keys[key_count++] = "idx";
   if (rule == Rule::kRandomOfTop) {
-    keys.push_back("r");
-    keys.push_back("rescale");
+    keys[key_count++] = "r";
+    keys[key_count++] = "rescale";
   }
-  FEDRT_RETURN_IF_ERROR(spec.CheckKeys(keys));
+  FEDRT_RETURN_IF_ERROR(spec.CheckKeys(keys, key_count));
   auto k = ParseAmount(spec, "k", 0.01);
   FEDRT_RETURN_IF_ERROR(k.status());
   o.k = *k;
@@ -316,16 +336,16 @@ Result<SparseOptions> ParseSparse(const CodecSpec& spec, Rule rule) {
   return o;
 }
 
-Result<std::unique_ptr<Codec>> Make(const CodecSpec& spec, Rule rule) {
+Status Make(const CodecSpec& spec, Rule rule, CodecSlot* slot) {
   auto options = ParseSparse(spec, rule);
   FEDRT_RETURN_IF_ERROR(options.status());
-  return std::unique_ptr<Codec>(new SparseCodec(*options));
+  return Emplace<SparseCodec>(slot, *options);
 }
 
 }  // namespace
 
-Result<std::unique_ptr<Codec>> MakeTopKCodec(const CodecSpec& spec) { return Make(spec, Rule::kTop); }
-Result<std::unique_ptr<Codec>> MakeRandKCodec(const CodecSpec& spec) { return Make(spec, Rule::kRandom); }
-Result<std::unique_ptr<Codec>> MakeRTopKCodec(const CodecSpec& spec) { return Make(spec, Rule::kRandomOfTop); }
+Status MakeTopKCodec(const CodecSpec& spec, CodecSlot* slot) { return Make(spec, Rule::kTop, slot); }
+Status MakeRandKCodec(const CodecSpec& spec, CodecSlot* slot) { return Make(spec, Rule::kRandom, slot); }
+Status MakeRTopKCodec(const CodecSpec& spec, CodecSlot* slot) { return Make(spec, Rule::kRandomOfTop, slot); }
 
 }  // namespace fedrt

@@ -5,11 +5,12 @@
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
+#include "common/codec_common.h"
 
 namespace fedrt {
-Result<std::unique_ptr<Codec>> MakeTopKCodec(const CodecSpec& spec);
-Result<std::unique_ptr<Codec>> MakeRandKCodec(const CodecSpec& spec);
-Result<std::unique_ptr<Codec>> MakeRTopKCodec(const CodecSpec& spec);
+Status MakeTopKCodec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
+Status MakeRandKCodec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
+Status MakeRTopKCodec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
 }  // namespace fedrt
 
 #endif  // FEDRT_CODECS_SPARSE_SPARSE_CODECS_H_

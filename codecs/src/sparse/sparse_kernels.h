@@ -9,6 +9,9 @@
 // which the caller checks.
 //
 // MagnitudeHistogram  hist[m >> 20] += 1 for every coordinate (2048 bins).
+//                     hist holds 4 * 2048 words, the last 3 * 2048 zero on
+//                     entry: sub-histograms that leave the stack small
+//                     (unspecified on return).
 // PrefixHistogram     for coordinates with (m >> (shift + width)) == prefix:
 //                     hist[(m >> shift) & (2^width - 1)] += 1.
 // HistogramAbove      hist[m >> 20] += 1 for coordinates with m >= low.

@@ -17,7 +17,7 @@ inline uint32_t MagnitudeBits(const float* x, std::size_t i) {
 }  // namespace
 
 void MagnitudeHistogram(const float* x, std::size_t n, uint32_t* hist) {
-  uint32_t sub[3][kMagnitudeBins] = {};
+  uint32_t* sub[3] = {hist + kMagnitudeBins, hist + 2 * kMagnitudeBins, hist + 3 * kMagnitudeBins};
   std::size_t i = 0;
   for (; i + 4 <= n; i += 4) {
     ++hist[MagnitudeBits(x, i) >> 20];

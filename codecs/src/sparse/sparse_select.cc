@@ -60,9 +60,8 @@ uint32_t FindBin(const uint32_t* hist, std::size_t bins, std::size_t* need, bool
 // between r and about 2r + 32 d / 4096 coordinates above it: the rank-scaled
 // order statistic of a strided sample. Only speed depends on the guess; the
 // caller checks the count and falls back to the full histogram.
-uint32_t SampledLowerBound(const float* x, std::size_t d, std::size_t r) {
+uint32_t SampledLowerBound(const float* x, std::size_t d, std::size_t r, uint32_t* sample) {
   constexpr std::size_t kSamples = 4096;
-  uint32_t sample[kSamples];
   const std::size_t stride = d / kSamples;
   for (std::size_t j = 0; j < kSamples; ++j) {
     std::memcpy(&sample[j], x + j * stride, 4);
@@ -75,24 +74,36 @@ uint32_t SampledLowerBound(const float* x, std::size_t d, std::size_t r) {
 }
 
 Result<MagnitudeThreshold> FindMagnitudeThreshold(const float* x, std::size_t d, std::size_t r,
-                                                  uint32_t* scratch, std::size_t scratch_size) {
+                                                  uint32_t* scratch, std::size_t scratch_size,
+                                                  uint32_t* histograms) {
   MagnitudeThreshold t;
   const SparseKernels& kernels = SparseKernelsFor(ActiveIsa());
-  uint32_t hist[kMagnitudeBins] = {};
+  std::vector<uint32_t> heap;
+  if (histograms == nullptr) {
+    heap.resize(kSelectWorkspaceWords);
+    histograms = heap.data();
+  }
+  // histograms: the first pass's bins, then its sub-histograms (or the
+  // sample); the later passes reuse the words after the first pass's bins.
+  uint32_t* hist = histograms;
+  std::memset(hist, 0, kMagnitudeBins * sizeof(uint32_t));
   bool filled = false;
   // Large vectors, small r: count only the coordinates above a sampled lower
   // bound (a filter pass, far cheaper than histogramming everything).
   if (r > 0 && d >= (std::size_t{1} << 16) && r <= d / 16) {
-    const uint32_t low = SampledLowerBound(x, d, r);
+    const uint32_t low = SampledLowerBound(x, d, r, histograms + kMagnitudeBins);
     if (low > 0) {
       kernels.histogram_above(x, d, low, hist);
       std::size_t total = 0;
-      for (uint32_t count : hist) total += count;
+      for (std::size_t b = 0; b < kMagnitudeBins; ++b) total += hist[b];
       filled = total >= r;
-      if (!filled) std::memset(hist, 0, sizeof hist);
+      if (!filled) std::memset(hist, 0, kMagnitudeBins * sizeof(uint32_t));
     }
   }
-  if (!filled) kernels.magnitude_histogram(x, d, hist);
+  if (!filled) {
+    std::memset(hist + kMagnitudeBins, 0, 3 * kMagnitudeBins * sizeof(uint32_t));
+    kernels.magnitude_histogram(x, d, hist);
+  }
   for (std::size_t b = 0x7f8; b < kMagnitudeBins; ++b) {
     if (hist[b] != 0) return CheckFinite(x, d);  // names the coordinate
   }
@@ -121,7 +132,8 @@ Result<MagnitudeThreshold> FindMagnitudeThreshold(const float* x, std::size_t d,
     t.ties = need - above;
     return t;
   }
-  uint32_t hist2[kMagnitudeBins] = {};
+  uint32_t* hist2 = histograms + kMagnitudeBins;
+  std::memset(hist2, 0, kMagnitudeBins * sizeof(uint32_t));
   kernels.prefix_histogram(x, d, b1, 9, 11, hist2);
   const uint32_t b2 = FindBin(hist2, kMagnitudeBins, &need, &whole);
   if (whole) {
@@ -129,7 +141,8 @@ Result<MagnitudeThreshold> FindMagnitudeThreshold(const float* x, std::size_t d,
     t.ties = SIZE_MAX;
     return t;
   }
-  uint32_t hist3[512] = {};
+  uint32_t* hist3 = histograms + 2 * kMagnitudeBins;
+  std::memset(hist3, 0, 512 * sizeof(uint32_t));
   kernels.prefix_histogram(x, d, (b1 << 11) | b2, 0, 9, hist3);
   const uint32_t b3 = FindBin(hist3, 512, &need, &whole);
   t.bits = (b1 << 20) | (b2 << 9) | b3;
@@ -138,7 +151,7 @@ Result<MagnitudeThreshold> FindMagnitudeThreshold(const float* x, std::size_t d,
 }
 
 Result<bool> SelectTopByCandidates(const float* x, std::size_t d, std::size_t r, uint32_t* work,
-                                   std::size_t work_words) {
+                                   std::size_t work_words, uint32_t* histograms) {
   if (r == 0 || d < (std::size_t{1} << 16) || r > d / 16) return false;
   // Sample: every stride-th coordinate. With np = r * samples / d expected
   // sample points above the true threshold, the bound is the sample's
@@ -178,7 +191,7 @@ Result<bool> SelectTopByCandidates(const float* x, std::size_t d, std::size_t r,
   }
   // Every coordinate with a magnitude >= the r-th largest is a candidate, in
   // index order: the candidates' own top r is the vector's.
-  auto t = FindMagnitudeThreshold(reinterpret_cast<const float*>(mag), n, r);
+  auto t = FindMagnitudeThreshold(reinterpret_cast<const float*>(mag), n, r, nullptr, 0, histograms);
   FEDRT_RETURN_IF_ERROR(t.status());
   std::size_t ties = t->ties;
   std::size_t out = 0;

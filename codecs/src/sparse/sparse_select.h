@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "fedrt/codecs/philox.h"
 #include "fedrt/platform/status.h"
@@ -36,11 +37,18 @@ struct MagnitudeThreshold {
   std::size_t ties = 0;
 };
 
+// Words of `histograms` working space the selection needs (the histograms
+// of the three passes and the sample): 32 KB, whatever d.
+inline constexpr std::size_t kSelectWorkspaceWords = 4 * kMagnitudeBins;
+
 // kInvalidArgument (naming the coordinate) when x holds NaN or Inf. r <= d.
 // Optional working space (scratch_size uint32) lets large vectors skip two
 // passes: the values of the bin holding T are gathered and selected there.
+// `histograms` (kSelectWorkspaceWords, any content) keeps the stack small;
+// without it the call allocates them.
 Result<MagnitudeThreshold> FindMagnitudeThreshold(const float* x, std::size_t d, std::size_t r,
-                                                  uint32_t* scratch = nullptr, std::size_t scratch_size = 0);
+                                                  uint32_t* scratch = nullptr, std::size_t scratch_size = 0,
+                                                  uint32_t* histograms = nullptr);
 
 // The top r in one pass over x, for large vectors and small r (d >= 2^16,
 // 0 < r <= d / 16): a lower bound for the r-th largest magnitude is estimated
@@ -53,7 +61,7 @@ Result<MagnitudeThreshold> FindMagnitudeThreshold(const float* x, std::size_t d,
 // than fit); the caller then uses FindMagnitudeThreshold + CollectTop, which
 // choose the same set. kInvalidArgument as FindMagnitudeThreshold.
 Result<bool> SelectTopByCandidates(const float* x, std::size_t d, std::size_t r, uint32_t* work,
-                                   std::size_t work_words);
+                                   std::size_t work_words, uint32_t* histograms = nullptr);
 
 // Writes the indices of the top r (as chosen by `threshold`) to out[0..r).
 void CollectTop(const float* x, std::size_t d, MagnitudeThreshold threshold, uint32_t* out);
@@ -62,7 +70,7 @@ void CollectTop(const float* x, std::size_t d, MagnitudeThreshold threshold, uin
 // in index order, a chunk at a time (no memory beyond a stack chunk).
 template <typename Sink>
 void ForEachTop(const float* x, std::size_t d, MagnitudeThreshold threshold, Sink sink) {
-  constexpr std::size_t kChunk = 1024;
+  constexpr std::size_t kChunk = 256;  // 1 KB of stack
   const SparseKernels& kernels = SparseKernelsFor(ActiveIsa());
   uint32_t chunk[kChunk];
   std::size_t ties = threshold.ties;

@@ -37,9 +37,10 @@
  *    for batches up to max_batch in it (any alignment; it is aligned inside).
  *    The memory must stay valid and untouched until fedrt_model_destroy(),
  *    and stays the caller's: destroy never frees it. A codec is created by
- *    fedrt_codec_create() on the heap, because the C++ codecs are made by
- *    factories that allocate them (a caller-memory variant would change
- *    every codec); fedrt_codec_destroy() frees it. A device client is
+ *    fedrt_codec_create() on the heap and freed by fedrt_codec_destroy(), or
+ *    placed in caller memory the same way as a model: fedrt_codec_size(),
+ *    then fedrt_codec_init() (any alignment; destroy leaves the memory to
+ *    the caller). A device client is
  *    created on the heap too (the C++ engine keeps model-sized vectors of its
  *    own); it uses the caller's model handle and reads the caller's data
  *    view, which must both outlive it. Every other array passed in
@@ -58,17 +59,21 @@
  *                              model-sized vectors, the encoded update and one
  *                              batch of features; freed by fedrt_device_destroy;
  *      fedrt_device_run_session
- *                              the session's connection state, and per round
- *                              the instructed codec, the received model's
- *                              bytes, the frames it sends and the training
- *                              pass's example order (a device's round is not
- *                              on the no-allocation path yet);
+ *                              the session's connection state, the
+ *                              instructed codecs' storage when their spec
+ *                              changes (kept across rounds), and per round
+ *                              the received model's bytes, the frames it
+ *                              sends and, per epoch, the training pass's
+ *                              example order and batch buffers (a device's
+ *                              round is not on the no-allocation path yet);
  *      fedrt_codec_decode,
  *      fedrt_codec_decode_accumulate
+ *                              of a codec from fedrt_codec_create:
  *                              short-lived scratch, freed before they return,
- *                              in most codecs (the payload's spec string,
- *                              per-bucket scales, staged symbols; today only
- *                              fp16 and bf16 decode without any);
+ *                              in the quantizers (per-bucket scales, staged
+ *                              symbols; fp32, fp16, bf16 and the sparsifiers
+ *                              decode without any); a codec from
+ *                              fedrt_codec_init decodes in its own memory;
  *      any call that fails     its message (the C++ core builds it as a
  *                              string) before it is copied into the per-thread
  *                              buffer;
@@ -77,7 +82,8 @@
  *                              and keeps its description.
  *    Nothing else allocates: after init, the training round path
  *    (fedrt_model_train_step, fedrt_model_evaluate, get and set parameters)
- *    and fedrt_codec_encode run on caller memory only. (Host builds whose
+ *    fedrt_codec_encode, and every codec call on a codec from
+ *    fedrt_codec_init run on caller memory only. (Host builds whose
  *    GEMM is OpenBLAS let OpenBLAS keep its own buffers, set up on first use;
  *    firmware and ARMv7 builds use the built-in GEMM.) fedrt is built without
  *    exceptions: if the heap is exhausted inside a call that allocates, the
@@ -267,7 +273,21 @@ typedef struct fedrt_codec_context {
 /* Creates a codec on the heap. FEDRT_INVALID_ARGUMENT for an unknown name,
  * key or out-of-range value; the message lists what is accepted. */
 fedrt_status fedrt_codec_create(const char* spec, fedrt_codec_t** codec);
-/* NULL is ignored. */
+/* Bytes of caller memory fedrt_codec_init needs for `spec` with working
+ * space for vectors of up to `max_d` floats. FEDRT_INVALID_ARGUMENT as
+ * fedrt_codec_create. Allocates nothing (unless it fails). */
+fedrt_status fedrt_codec_size(const char* spec, size_t max_d, size_t* bytes);
+/* Builds the codec in `memory` (`bytes` at least what fedrt_codec_size says,
+ * any alignment); on success *codec points into `memory`, which must stay
+ * valid and untouched until fedrt_codec_destroy and stays the caller's.
+ * Allocates nothing, and neither do encode, decode and decode_accumulate of
+ * such a codec for vectors of up to `max_d` floats (longer ones work and
+ * allocate their scratch). It decodes in its memory: one thread at a time
+ * for every call. FEDRT_OUT_OF_RANGE when `bytes` is too small. */
+fedrt_status fedrt_codec_init(void* memory, size_t bytes, const char* spec, size_t max_d,
+                              fedrt_codec_t** codec);
+/* Frees a codec from fedrt_codec_create, or ends one from fedrt_codec_init
+ * (its memory stays the caller's). NULL is ignored. */
 void fedrt_codec_destroy(fedrt_codec_t* codec);
 
 /* Canonical spec with every key spelled out ("dqsg:s=2,b=0,ef=off,ec=rans"),

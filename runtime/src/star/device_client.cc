@@ -44,6 +44,38 @@ struct RoundPlan {
   std::vector<float> level_table;    // empty: the codec's initial table (version 0)
 };
 
+// A codec built in storage the client keeps (ConstructCodec), rebuilt only
+// when the instructed spec changes: a device whose aggregator keeps its codec
+// makes no codec allocation after the first round.
+class CachedCodec {
+ public:
+  CachedCodec() = default;
+  CachedCodec(const CachedCodec&) = delete;
+  CachedCodec& operator=(const CachedCodec&) = delete;
+  ~CachedCodec() { DestroyCodec(codec_); }
+
+  // The codec for `spec` with working space for `d` coordinates.
+  Result<Codec*> For(std::string_view spec, std::size_t d) {
+    if (codec_ != nullptr && spec == spec_) return codec_;
+    DestroyCodec(codec_);
+    codec_ = nullptr;
+    Result<CodecFootprint> footprint = CodecFootprintFor(spec, d);
+    if (!footprint.ok()) return footprint.status();
+    const std::size_t words = (footprint->size + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t);
+    if (storage_.size() < words) storage_.resize(words);
+    Result<Codec*> made = ConstructCodec(spec, d, storage_.data(), storage_.size() * sizeof(std::max_align_t));
+    if (!made.ok()) return made.status();
+    codec_ = *made;
+    spec_.assign(spec.data(), spec.size());
+    return codec_;
+  }
+
+ private:
+  std::vector<std::max_align_t> storage_;
+  std::string spec_;  // as instructed (the cache key)
+  Codec* codec_ = nullptr;
+};
+
 struct DeviceClient::State {
   State(const DeviceClientConfig& c, Model& m, const DataView& d, const std::vector<uint32_t>* s, Crypto& cr,
         DeviceHooks h)
@@ -54,8 +86,8 @@ struct DeviceClient::State {
   Status ApplyModel();
   Status Train(uint32_t max_steps);
   Status EncodeAndSend(Connection& link);
-  Result<std::unique_ptr<Codec>> InstructedCodec(LevelStatisticsMessage* statistics, uint32_t* version);
-  Result<std::size_t> EncodeUpdate(std::unique_ptr<Codec> codec, const float* delta, const CodecContext& context);
+  Result<Codec*> InstructedCodec(LevelStatisticsMessage* statistics, uint32_t* version);
+  Result<std::size_t> EncodeUpdate(Codec& codec, const float* delta, const CodecContext& context);
   std::size_t d() const { return global.size(); }
   // The residual exists once a codec asks for error feedback (two model-sized
   // vectors a device without it never needs).
@@ -100,6 +132,10 @@ struct DeviceClient::State {
   bool round_ready = false;           // instructions complete: training to do
   bool trained = false;               // training done: the update is to be sent
   std::unique_ptr<Sgd> sgd;
+  std::vector<float> sgd_state;       // the optimizer's velocity (momentum), sized at Create
+  CachedCodec update_codec;           // the instructed codec (not ALQ / AMQ)
+  CachedCodec delta_codec;            // the codec of the aggregator's compressed model deltas
+  std::unique_ptr<AdaptiveCodec> adaptive_codec;  // ALQ / AMQ: made per round with its table
   std::unique_ptr<TrainingPass> pass;
   uint32_t epoch = 0;
   double loss = 0;
@@ -143,6 +179,7 @@ Result<std::unique_ptr<DeviceClient>> DeviceClient::Create(const DeviceClientCon
   state->limits = limits;
   const std::size_t d = model.parameter_count();
   state->global.assign(d, 0.0f);
+  state->sgd_state.assign(Sgd::StateFloats(SgdOptions(), d), 0.0f);
   return std::unique_ptr<DeviceClient>(new DeviceClient(std::move(state)));
 }
 
@@ -250,7 +287,7 @@ Status DeviceClient::State::OnInstructions(Connection& link, const Frame& frame)
     const bool full = model_encoding == ModelEncoding::kFullModelFp32;
     model_bytes = std::make_unique<Reassembler>(d() * sizeof(float) * (full ? 1 : 2) + (full ? 0 : 65536));
     plan.round = m->round_id;
-    plan.codec_spec = std::string(m->codec_spec);
+    plan.codec_spec.assign(m->codec_spec.data(), m->codec_spec.size());  // keeps its capacity
     plan.session_seed = m->session_seed;
     plan.epochs = std::max<uint32_t>(1, m->local_epochs);
     plan.steps = m->local_steps;
@@ -304,9 +341,9 @@ Status DeviceClient::State::ApplyModel() {
     const std::size_t delta_size = static_cast<std::size_t>(model_bytes->size());
     Result<PayloadView> view = ParsePayload(model_bytes->data(), delta_size);
     if (!view.ok()) return view.status();
-    Result<std::unique_ptr<Codec>> codec = MakeCodec(view->spec);
+    Result<Codec*> codec = delta_codec.For(view->spec, d());
     if (!codec.ok()) return codec.status();
-    if ((*codec)->needs_side_info()) return InvalidArgument("a model delta in '" + view->spec + "'");
+    if ((*codec)->needs_side_info()) return InvalidArgument("a model delta in '" + std::string(view->spec) + "'");
     CodecContext context;
     context.session_seed = plan.session_seed;
     context.round = static_cast<uint32_t>(plan.round);
@@ -340,7 +377,7 @@ Status DeviceClient::State::Train(uint32_t max_steps) {
     std::memcpy(model.parameters(), global.data(), d() * sizeof(float));
     SgdOptions sgd_options;
     sgd_options.schedule.base_lr = plan.lr;
-    Result<Sgd> created = Sgd::Create(sgd_options, d());
+    Result<Sgd> created = Sgd::CreateInBuffer(sgd_options, d(), {sgd_state.data(), sgd_state.size()});
     if (!created.ok()) return created.status();
     sgd = std::make_unique<Sgd>(std::move(*created));
   }
@@ -375,10 +412,11 @@ Status DeviceClient::State::Train(uint32_t max_steps) {
 // installed, its version in *version, and the statistics of the vector about
 // to be encoded (delta, plus the residual with error feedback) in
 // *statistics, for the aggregator's next fit.
-Result<std::unique_ptr<Codec>> DeviceClient::State::InstructedCodec(LevelStatisticsMessage* statistics,
-                                                                    uint32_t* version) {
+Result<Codec*> DeviceClient::State::InstructedCodec(LevelStatisticsMessage* statistics, uint32_t* version) {
+  const std::string_view name = std::string_view(plan.codec_spec).substr(0, plan.codec_spec.find(':'));
+  if (name != "alq" && name != "amq") return update_codec.For(plan.codec_spec, d());
   Result<std::unique_ptr<AdaptiveCodec>> adaptive = MakeAdaptiveCodec(plan.codec_spec);
-  if (!adaptive.ok()) return MakeCodec(plan.codec_spec);
+  if (!adaptive.ok()) return adaptive.status();
   AdaptiveCodec& codec = **adaptive;
   if (!plan.level_table.empty()) {
     LevelTable table;
@@ -417,16 +455,16 @@ Result<std::unique_ptr<Codec>> DeviceClient::State::InstructedCodec(LevelStatist
   for (const BucketMoments& b : stats->largest_buckets) {
     statistics->largest_buckets.push_back({b.norm, b.count, b.sum, b.sum_sq});
   }
-  return std::unique_ptr<Codec>(std::move(*adaptive));
+  adaptive_codec = std::move(*adaptive);
+  return static_cast<Codec*>(adaptive_codec.get());
 }
 
 // Encodes `delta` into `payload` with `codec` tensor by tensor along the
-// model's tensor table (MakeUpdateCodec: one stream, with its own scales, per
+// model's tensor table (BorrowUpdateCodec: one stream, with its own scales, per
 // tensor for the quantizers), through the error-feedback residual when the
 // codec asks for one.
-Result<std::size_t> DeviceClient::State::EncodeUpdate(std::unique_ptr<Codec> codec, const float* delta,
-                                                     const CodecContext& context) {
-  Result<std::unique_ptr<TensorSetCodec>> tensors = MakeUpdateCodec(std::move(codec), tensor_sizes);
+Result<std::size_t> DeviceClient::State::EncodeUpdate(Codec& codec, const float* delta, const CodecContext& context) {
+  Result<std::unique_ptr<TensorSetCodec>> tensors = BorrowUpdateCodec(codec, tensor_sizes);
   if (!tensors.ok()) return tensors.status();
   TensorSetCodec& update_codec = **tensors;
   payload.resize(update_codec.MaxEncodedSize(d()));
@@ -450,13 +488,13 @@ Status DeviceClient::State::EncodeAndSend(Connection& link) {
   if (hooks.transform_update) hooks.transform_update(static_cast<uint32_t>(plan.round), delta, d());
   LevelStatisticsMessage statistics;
   uint32_t table_version = 0;
-  Result<std::unique_ptr<Codec>> codec = InstructedCodec(&statistics, &table_version);
+  Result<Codec*> codec = InstructedCodec(&statistics, &table_version);
   if (!codec.ok()) return codec.status();
   CodecContext context;
   context.session_seed = plan.session_seed;
   context.round = static_cast<uint32_t>(plan.round);
   context.sender_id = sender_id;
-  Result<std::size_t> size = EncodeUpdate(std::move(*codec), delta, context);
+  Result<std::size_t> size = EncodeUpdate(**codec, delta, context);
   if (!size.ok()) return size.status();
   const uint64_t num_samples = share != nullptr ? share->size() : data.count;
   if (hooks.on_update) {

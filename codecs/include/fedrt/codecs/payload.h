@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "fedrt/platform/status.h"
 
@@ -79,10 +80,11 @@ struct PayloadHeader {
   uint32_t crc = 0;
 };
 
-// A validated view of a payload: header, spec and body inside the caller's bytes.
+// A validated view of a payload: header, spec and body inside the caller's
+// bytes (valid while they are).
 struct PayloadView {
   PayloadHeader header;
-  std::string spec;
+  std::string_view spec;  // inside the caller's bytes
   const uint8_t* body = nullptr;
   std::size_t body_size = 0;
 };
@@ -95,7 +97,7 @@ Result<PayloadView> ParsePayload(const uint8_t* data, std::size_t size);
 // Writes the header for `spec` + body already placed at
 // out + kPayloadHeaderSize + spec.size(); computes the CRC over both.
 // `out` must hold kPayloadHeaderSize + spec.size() + header.body_size bytes.
-void FinishPayload(PayloadHeader header, const std::string& spec, uint8_t* out);
+void FinishPayload(PayloadHeader header, std::string_view spec, uint8_t* out);
 
 // CRC32C (Castagnoli polynomial, reflected, init and xor-out 0xFFFFFFFF).
 uint32_t Crc32c(const uint8_t* data, std::size_t size, uint32_t crc = 0);

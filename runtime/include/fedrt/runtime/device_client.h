@@ -33,8 +33,13 @@
 // Memory: the model and the data are the caller's and must outlive the
 // client; the client keeps four model-sized float vectors (global model,
 // delta, error-feedback residual, the vector measured for ALQ / AMQ), the
-// encoded update, and one batch of features, allocated at Create. A round
-// allocates its codec, the received model's bytes and the frames it sends.
+// encoded update, the optimizer state and one batch of features, allocated at
+// Create. The instructed codecs are built in storage the client keeps
+// (ConstructCodec) and rebuilt only when their spec changes (ALQ / AMQ: made
+// per round with the round's level table). A round still allocates the
+// received model's bytes and the frames it sends, and each epoch its
+// training pass (example order, batch buffers); training steps inside an
+// epoch allocate nothing (runtime_aggregator_engine_test counts them).
 //
 // Thread-safety: none; one thread drives the client and its connection.
 #ifndef FEDRT_RUNTIME_DEVICE_CLIENT_H_

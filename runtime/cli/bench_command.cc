@@ -277,7 +277,7 @@ int RunBenchCodecs(const BenchOptions& o) {
     // The zstd yardstick of a rANS codec (see the file comment).
     std::unique_ptr<Codec> none;
 #if FEDRT_BENCH_ZSTD
-    const std::size_t rans = (*codec)->spec().find("ec=rans");
+    const std::size_t rans = (*codec)->spec().view().find("ec=rans");
     if (rans != std::string::npos) {
       std::string none_spec = (*codec)->spec();
       none_spec.replace(rans, 7, "ec=none");

@@ -236,7 +236,10 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
   auto reduce = ReduceOf(flags.reduce);
   if (!reduce.ok()) return Fail("peer", reduce.status());
   const Status scoped = CheckPeerFlags(flags, app);
-  if (!scoped.ok()) return Fail("peer", scoped);
+  if (!scoped.ok()) {
+    Fail("peer", scoped);
+    return 2;  // a usage error
+  }
   // The graph of gossip, and of the no-communication baseline (whose "vs
   // fp32" figure counts the graph's neighbours).
   const bool graph_applies = *reduce == peer::PeerReduce::kGossip || *reduce == peer::PeerReduce::kLocal;

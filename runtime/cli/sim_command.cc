@@ -282,7 +282,10 @@ Status CheckSimFlags(const SimFlags& flags, const CLI::App& app) {
 
 int RunSim(SimFlags flags, const CLI::App& app) {
   const Status scoped = CheckSimFlags(flags, app);
-  if (!scoped.ok()) return Fail(scoped.ToString());
+  if (!scoped.ok()) {
+    Fail(scoped.ToString());
+    return 2;  // a usage error
+  }
   if (!flags.compare.empty()) return RunSimCompare(flags);
   if (flags.tls) {
     const Status written = WriteSimTlsFiles(&flags);

@@ -258,8 +258,8 @@ TEST_CASE("the moniqua wrap check counts every wrapped checked coordinate and no
 TEST_CASE("moniqua check=N carries N values after the symbols and refuses a payload without them") {
   auto plain = Make("moniqua:bits=1,theta=0.5");
   auto checked = Make("moniqua:bits=1,theta=0.5,check=8");
-  CHECK(checked->spec().find("check=8") != std::string::npos);
-  CHECK(plain->spec().find("check") == std::string::npos);
+  CHECK(checked->spec().view().find("check=8") != std::string::npos);
+  CHECK(plain->spec().view().find("check") == std::string::npos);
   std::vector<float> x(100, 0.25f);
   const std::vector<uint8_t> a = EncodeOk(*plain, x), b = EncodeOk(*checked, x);
   CHECK(b.size() == a.size() + 32 + (checked->spec().size() - plain->spec().size()));

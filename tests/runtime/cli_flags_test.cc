@@ -15,11 +15,11 @@ namespace {
 
 using testing::RunCli;
 
-// `fedrt ARGS` fails with exit status 1 and prints `message`.
+// `fedrt ARGS` fails as a usage error (exit status 2) and prints `message`.
 void Refused(const std::string& args, const std::string& message) {
   const testing::CliRun run = RunCli(args);
   INFO(args << "\n" << run.output);
-  CHECK(run.exit_code == 1);
+  CHECK(run.exit_code == 2);
   CHECK(run.output.find(message) != std::string::npos);
 }
 

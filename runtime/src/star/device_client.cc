@@ -466,12 +466,12 @@ Result<Codec*> DeviceClient::State::InstructedCodec(LevelStatisticsMessage* stat
 Result<std::size_t> DeviceClient::State::EncodeUpdate(Codec& codec, const float* delta, const CodecContext& context) {
   Result<std::unique_ptr<TensorSetCodec>> tensors = BorrowUpdateCodec(codec, tensor_sizes);
   if (!tensors.ok()) return tensors.status();
-  TensorSetCodec& update_codec = **tensors;
-  payload.resize(update_codec.MaxEncodedSize(d()));
-  const bool with_feedback = update_codec.wants_error_feedback();
+  TensorSetCodec& per_tensor = **tensors;
+  payload.resize(per_tensor.MaxEncodedSize(d()));
+  const bool with_feedback = per_tensor.wants_error_feedback();
   Result<std::size_t> size =
-      with_feedback ? Feedback().Encode(update_codec, delta, d(), context, payload.data(), payload.size())
-                    : update_codec.Encode(delta, d(), context, payload.data(), payload.size());
+      with_feedback ? Feedback().Encode(per_tensor, delta, d(), context, payload.data(), payload.size())
+                    : per_tensor.Encode(delta, d(), context, payload.data(), payload.size());
   if (size.ok() && with_feedback && hooks.on_residual) hooks.on_residual(feedback->residual(), d());
   return size;
 }

@@ -71,7 +71,7 @@ class TensorSetCodec final : public Codec {
   static Result<std::unique_ptr<TensorSetCodec>> Borrow(Codec& inner, std::vector<std::size_t> tensor_sizes);
 
   CodecId id() const override { return inner_->id(); }
-  const std::string& spec() const override { return inner_->spec(); }
+  const CodecSpecText& spec() const override { return inner_->spec(); }
   bool needs_side_info() const override { return inner_->needs_side_info(); }
   bool wants_error_feedback() const override { return inner_->wants_error_feedback(); }
   // For d = total(): the framing plus every tensor's bound; for another d,

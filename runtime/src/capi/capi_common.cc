@@ -34,7 +34,10 @@ FEDRT_C_PINNED(FEDRT_CANCELLED, kCancelled);
 // A fixed buffer per thread (one buffer on a board without threads):
 // recording a message allocates nothing more than the Status that carries it
 // already did.
-FEDRT_THREAD_LOCAL char last_error[FEDRT_ERROR_MESSAGE_SIZE];
+#if FEDRT_HAVE_THREADS
+thread_local
+#endif
+    char last_error[FEDRT_ERROR_MESSAGE_SIZE];
 
 }  // namespace
 

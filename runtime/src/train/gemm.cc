@@ -155,7 +155,11 @@ void BlockedGemm(const GemmMicroKernel& kernel, Transpose trans_a, Transpose tra
   float* pack_a = scratch;
   float* pack_b = scratch != nullptr ? scratch + sizes.a : nullptr;
   if (scratch == nullptr && k > 0) {
-    FEDRT_THREAD_LOCAL PackScratch owned;
+#if FEDRT_HAVE_THREADS
+    thread_local PackScratch owned;
+#else
+    static PackScratch owned;  // one thread (and no thread-local storage on bare metal)
+#endif
     if (!EnsureScratch(owned, sizes.a, sizes.b)) {
       ReferenceGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
       return;

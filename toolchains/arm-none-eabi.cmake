@@ -1,9 +1,8 @@
 # Cross-compiling for Cortex-M4F microcontrollers (bare metal, no operating
-# system) with Debian's gcc-arm-none-eabi and newlib-nano.
+# system) with Debian's gcc-arm-none-eabi and newlib.
 #
 # Facts about the target: ARMv7E-M, Thumb-2, single-precision FPU
-# (fpv4-sp-d16), hard-float calling convention, newlib-nano for the C library
-# (small printf, no locale). No NEON on Cortex-M: the NEON kernels are not
+# (fpv4-sp-d16), hard-float calling convention, newlib for the C library. No NEON on Cortex-M: the NEON kernels are not
 # compiled (cmake/FedrtKernels.cmake only enables them for ARM *Linux*).
 #
 # ctest runs the cross-built tests on QEMU's MPS2 AN386 board (a Cortex-M4
@@ -26,10 +25,13 @@ set(_fedrt_cpu_flags "-mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard
 set(CMAKE_C_FLAGS_INIT "${_fedrt_cpu_flags} -ffunction-sections -fdata-sections")
 set(CMAKE_CXX_FLAGS_INIT "${_fedrt_cpu_flags} -ffunction-sections -fdata-sections")
 set(CMAKE_ASM_FLAGS_INIT "${_fedrt_cpu_flags}")
-# -u _printf_float: newlib-nano leaves floating point out of printf unless
-# asked, and the codecs write their canonical spec (k=0.05) into every
-# payload header with snprintf("%g"): without it the header would read "k=".
-set(CMAKE_EXE_LINKER_FLAGS_INIT "--specs=nano.specs -u _printf_float -Wl,--gc-sections")
+# The full newlib, not newlib-nano (--specs=nano.specs): nano's printf knows
+# neither %llu / %zu, which the core's log lines use, nor floating point
+# unless linked with -u _printf_float, and the codecs write their canonical
+# spec (k=0.05) into every payload header with snprintf("%g") -- under nano
+# the logs come out garbled and a topk payload header reads "k=". Full newlib
+# costs about 20 KiB of flash more (README, "Firmware").
+set(CMAKE_EXE_LINKER_FLAGS_INIT "-Wl,--gc-sections")
 
 # Without a board's startup code and linker script nothing links, so the
 # compiler checks build a static library instead of a program.

@@ -119,7 +119,10 @@ int main(void) {
   board_uart_init();
   const char* spec = "mlp:784-16-10";
   fedrt_device_options options = fedrt_device_options_default();
-  options.batch = 32;
+#ifndef FIRMWARE_BATCH
+#define FIRMWARE_BATCH 32
+#endif
+  options.batch = FIRMWARE_BATCH;
   size_t model_bytes = 0;
   if (fedrt_model_size(spec, NULL, options.batch, &model_bytes) != FEDRT_OK) {
     printf("firmware: %s\n", fedrt_last_error());
@@ -135,7 +138,7 @@ int main(void) {
   }
   const fedrt_data_view data = {FASHION_COUNT, FASHION_PIXELS, FASHION_CLASSES, kFashionPixels,
                                 kFashionMean,  kFashionStddev, NULL,            kFashionLabels};
-  Port port = {NULL, 0, 0};
+  Port port = {NULL, UINT64_MAX, 0};
   fedrt_device_callbacks callbacks;
   memset(&callbacks, 0, sizeof callbacks);
   callbacks.user = &port;
@@ -150,9 +153,11 @@ int main(void) {
     printf("firmware: %s\n", fedrt_last_error());
     return 1;
   }
-  printf("firmware: %s, %u examples, model %u bytes of parameters\n", DEVICE_ID,
+  printf("firmware: %s, %u examples, model %u bytes of parameters, batch %d\n", DEVICE_ID,
          (unsigned)fedrt_device_examples(port.device),
-         (unsigned)(fedrt_model_parameter_count(model) * sizeof(float)));
+         (unsigned)(fedrt_model_parameter_count(model) * sizeof(float)), options.batch);
+  printf("firmware: heap after the model (%u bytes) and the device: %u bytes\n", (unsigned)model_bytes,
+         (unsigned)board_heap_high_water());
 
   /* One UART link, so a failed session is tried again on the same stream
    * (QEMU reconnects its socket: -chardev socket,...,reconnect=1). */

@@ -3,7 +3,8 @@
 // build: this file runs on the host (x86-64, AArch64, ARMv7) and on the
 // Cortex-M4 under QEMU, and each checks the CRC-32C and size of the payload
 // and of the decoded floats against the one list below. The input and the
-// context are those of tests/codecs/dqsg_golden_test.cc, whose golden files
+// context (tests/codecs/support/golden_input.h) are those of
+// tests/codecs/dqsg_golden_test.cc, whose golden files
 // hold the same payloads (dqsg, ndqsg, fp16) as bytes.
 #include <cstdint>
 #include <cstdio>
@@ -13,26 +14,10 @@
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/payload.h"
+#include "golden_input.h"
 #include "mini_test.h"
 
 namespace {
-
-// Integer arithmetic only, so the same on every target: a spread of
-// magnitudes, zeros and subnormals (as in dqsg_golden_test.cc).
-std::vector<float> GoldenInput(std::size_t d) {
-  std::vector<float> v(d);
-  uint32_t state = 12345;
-  for (std::size_t i = 0; i < d; ++i) {
-    state = state * 1664525u + 1013904223u;
-    const int32_t mantissa = static_cast<int32_t>(state) >> 8;  // [-2^23, 2^23)
-    float x = static_cast<float>(mantissa) * 0x1p-23f;
-    if (i % 17 == 0) x *= 8.0f;
-    if (i % 29 == 0) x = 0.0f;
-    if (i % 31 == 0) x *= 0x1p-130f;  // subnormal
-    v[i] = x;
-  }
-  return v;
-}
 
 struct Expected {
   const char* spec;
@@ -55,7 +40,7 @@ constexpr Expected kExpected[] = {
 
 void CheckCodec(const Expected& expected) {
   const std::size_t d = 3001;
-  const std::vector<float> input = GoldenInput(d);
+  const std::vector<float> input = fedrt::testing::GoldenInput(d);
   std::vector<float> side(d);
   for (std::size_t i = 0; i < d; ++i) side[i] = input[i] * 0.75f;
   fedrt::CodecContext context;

@@ -350,7 +350,7 @@ Status Aggregator::State::Restore(AggregatorCheckpoint& saved) {
     // A checkpoint without privacy state (written without DP, or version 2):
     // its rounds are charged at q = 1, an upper bound.
     accountant_.Compose(1.0, config_.dp.noise_multiplier, round_);
-    Log(LogLevel::kWarning, "aggregator: DP: the %u restored rounds are charged at sampling rate 1 (epsilon %.4g)",
+    Log(LogLevel::kWarning, "aggregator: DP: the %" PRIu32 " restored rounds are charged at sampling rate 1 (epsilon %.4g)",
         round_, accountant_.Epsilon(config_.dp.delta));
   }
   FEDRT_RETURN_IF_ERROR(RestoreCodecState(saved));
@@ -910,7 +910,7 @@ bool Aggregator::State::BudgetAllowsRound() {
   const double next = accountant_.EpsilonAfter(q, config_.dp.noise_multiplier, config_.dp.delta);
   if (next <= config_.dp.epsilon_budget) return true;
   Log(LogLevel::kWarning,
-      "aggregator: DP budget: round %u would spend epsilon %.4g > budget %.4g at delta %g (spent %.4g); stopping",
+      "aggregator: DP budget: round %" PRIu32 " would spend epsilon %.4g > budget %.4g at delta %g (spent %.4g); stopping",
       round_ + 1, next, config_.dp.epsilon_budget, config_.dp.delta, accountant_.Epsilon(config_.dp.delta));
   return false;
 }
@@ -1199,7 +1199,7 @@ void Aggregator::State::CloseRound() {
     report.dp_sampling_rate = population_ > 0 ? static_cast<double>(selected_.size()) / static_cast<double>(population_) : 1.0;
     accountant_.Compose(report.dp_sampling_rate, config_.dp.noise_multiplier);
     report.dp_epsilon = accountant_.Epsilon(config_.dp.delta);
-    Log(LogLevel::kInfo, "aggregator: round %u: DP epsilon %.4g at delta %g (q %.3g, z %g)", round_ + 1,
+    Log(LogLevel::kInfo, "aggregator: round %" PRIu32 ": DP epsilon %.4g at delta %g (q %.3g, z %g)", round_ + 1,
         report.dp_epsilon, config_.dp.delta, report.dp_sampling_rate, config_.dp.noise_multiplier);
   }
   round_++;

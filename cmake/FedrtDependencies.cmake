@@ -66,6 +66,19 @@ find_package(doctest CONFIG QUIET)
 # Transport: FlatBuffers (headers from the target, flatc from the host: the
 # cross toolchains search programs on the host only), standalone Asio, and
 # libcrypto for HMAC-SHA256 and random nonces.
+if(CMAKE_SYSTEM_NAME STREQUAL "Generic")
+  # Bare metal: the toolchain has no system include directory of the host,
+  # and adding the host's /usr/include to a newlib build would mix two C
+  # libraries. FlatBuffers' runtime is header-only and target-neutral, so
+  # its headers alone are linked into the build tree and searched there.
+  find_path(FEDRT_HOST_FLATBUFFERS_DIR flatbuffers/flatbuffers.h
+            PATHS /usr/include /usr/local/include NO_DEFAULT_PATH NO_CMAKE_FIND_ROOT_PATH)
+  if(FEDRT_HOST_FLATBUFFERS_DIR)
+    file(MAKE_DIRECTORY ${PROJECT_BINARY_DIR}/host-headers)
+    file(CREATE_LINK ${FEDRT_HOST_FLATBUFFERS_DIR}/flatbuffers ${PROJECT_BINARY_DIR}/host-headers/flatbuffers SYMBOLIC)
+    set(FEDRT_FLATBUFFERS_INCLUDE_DIR ${PROJECT_BINARY_DIR}/host-headers CACHE PATH "FlatBuffers' headers" FORCE)
+  endif()
+endif()
 find_path(FEDRT_FLATBUFFERS_INCLUDE_DIR flatbuffers/flatbuffers.h)
 find_program(FEDRT_FLATC flatc)
 if(FEDRT_WITH_OPENSSL)

@@ -34,7 +34,9 @@ elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64)$")
   if(FEDRT_ENABLE_NEON)
     list(APPEND FEDRT_KERNEL_ISAS neon)   # part of the AArch64 baseline: no flag
   endif()
-elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^arm")
+elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^arm" AND NOT CMAKE_SYSTEM_NAME STREQUAL "Generic")
+  # ARMv7-A Linux boards. Bare-metal ARM (CMAKE_SYSTEM_NAME Generic: Cortex-M,
+  # toolchains/arm-none-eabi.cmake) has no NEON and stays scalar.
   if(FEDRT_ENABLE_NEON)
     list(APPEND FEDRT_KERNEL_ISAS neon)
     set(FEDRT_NEON_FLAGS -mfpu=neon)

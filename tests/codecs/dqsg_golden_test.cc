@@ -13,30 +13,14 @@
 #include "fedrt/codecs/codec.h"
 #include "fedrt/platform/cpu.h"
 #include "golden_files.h"
+#include "golden_input.h"
 
 namespace fedrt {
 namespace {
 
-// Input built with integer arithmetic only, so it is the same on every target:
-// a spread of magnitudes, zeros and subnormals.
-std::vector<float> GoldenInput(std::size_t d) {
-  std::vector<float> v(d);
-  uint32_t state = 12345;
-  for (std::size_t i = 0; i < d; ++i) {
-    state = state * 1664525u + 1013904223u;
-    const int32_t mantissa = static_cast<int32_t>(state) >> 8;  // [-2^23, 2^23)
-    float x = static_cast<float>(mantissa) * 0x1p-23f;
-    if (i % 17 == 0) x *= 8.0f;
-    if (i % 29 == 0) x = 0.0f;
-    if (i % 31 == 0) x *= 0x1p-130f;  // subnormal
-    v[i] = x;
-  }
-  return v;
-}
-
 TEST_CASE("golden payloads from the x86-64 build encode and decode identically on this build") {
   const std::size_t d = 3001;
-  const auto input = GoldenInput(d);
+  const auto input = testing::GoldenInput(d);
   std::vector<float> side(d);
   for (std::size_t i = 0; i < d; ++i) side[i] = input[i] * 0.75f;
   const bool write = std::getenv("FEDRT_WRITE_GOLDEN") != nullptr;

@@ -1,12 +1,23 @@
 // ReadFileText (contract in file_text.h).
 #include "file_text.h"
 
+#if defined(__unix__) || defined(__APPLE__)
 #include <sys/stat.h>
+#define FEDRT_HAVE_FILES 1
+#else
+#define FEDRT_HAVE_FILES 0  // bare metal: the application holds keys in memory
+#endif
 
 #include <cstdio>
 
 namespace fedrt {
 namespace transport {
+
+#if !FEDRT_HAVE_FILES
+Result<std::string> ReadFileText(const std::string& path, const char* what, bool, std::size_t) {
+  return Unsupported(std::string(what) + " " + path + ": this build has no files");
+}
+#else
 
 Result<std::string> ReadFileText(const std::string& path, const char* what, bool secret, std::size_t max_bytes) {
   const std::string named = std::string(what) + " " + path;
@@ -36,6 +47,8 @@ Result<std::string> ReadFileText(const std::string& path, const char* what, bool
   if (failed) return IoError("cannot read " + named);
   return text;
 }
+
+#endif  // FEDRT_HAVE_FILES
 
 }  // namespace transport
 }  // namespace fedrt

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "connection_id.h"
+#include "fedrt/platform/config.h"
 #include "fedrt/platform/log.h"
 #include "fedrt/transport/messages.h"
 
@@ -15,8 +16,14 @@ namespace fedrt {
 namespace transport {
 
 uint64_t NextConnectionId() {
+#if FEDRT_HAVE_THREADS
   static std::atomic<uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);
+#else
+  // One thread; and ARMv7-M has no 64-bit atomics (no __atomic_fetch_add_8).
+  static uint64_t next = 1;
+  return next++;
+#endif
 }
 
 Status ConnectionOptions::Validate() const {

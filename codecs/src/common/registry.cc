@@ -1,6 +1,11 @@
 // The codec registry: the one list of every codec MakeCodec knows. A new codec
-// adds its factory here (one line) and nowhere else; the CLI, the benchmarks
-// and the registry tests iterate this list.
+// adds its factory here (one line, and its name to FEDRT_ALL_CODECS in
+// codecs/CMakeLists.txt) and nowhere else; the CLI, the benchmarks and the
+// registry tests iterate this list.
+//
+// FEDRT_CODECS (configure time) chooses which entries exist: each name is
+// compiled in when FEDRT_CODEC_<NAME> is 1, so a firmware image links only
+// the factories (and through them the kernels) of the codecs it asks for.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -29,21 +34,54 @@ struct RegisteredCodec {
   CodecFactory factory;
 };
 
+// Every codec name fedrt has, built here or not: a spec naming one this build
+// left out gets a message that says so rather than "unknown codec".
+constexpr const char* kAllCodecNames[] = {"fp32", "qsgd", "terngrad", "sign", "alq", "amq", "fp16",
+                                          "bf16", "dqsg", "ndqsg", "topk", "randk", "rtopk", "moniqua"};
+
 constexpr RegisteredCodec kCodecs[] = {
+#if FEDRT_CODEC_FP32
     {"fp32", &MakeFp32Codec},
+#endif
+#if FEDRT_CODEC_QSGD
     {"qsgd", &MakeQsgdCodec},
+#endif
+#if FEDRT_CODEC_TERNGRAD
     {"terngrad", &MakeTernGradCodec},
+#endif
+#if FEDRT_CODEC_SIGN
     {"sign", &MakeSignCodec},
+#endif
+#if FEDRT_CODEC_ALQ
     {"alq", &MakeAlqCodec},
+#endif
+#if FEDRT_CODEC_AMQ
     {"amq", &MakeAmqCodec},
+#endif
+#if FEDRT_CODEC_FP16
     {"fp16", &MakeFp16Codec},
+#endif
+#if FEDRT_CODEC_BF16
     {"bf16", &MakeBf16Codec},
+#endif
+#if FEDRT_CODEC_DQSG
     {"dqsg", &MakeDqsgCodec},
+#endif
+#if FEDRT_CODEC_NDQSG
     {"ndqsg", &MakeNdqsgCodec},
+#endif
+#if FEDRT_CODEC_TOPK
     {"topk", &MakeTopKCodec},
+#endif
+#if FEDRT_CODEC_RANDK
     {"randk", &MakeRandKCodec},
+#endif
+#if FEDRT_CODEC_RTOPK
     {"rtopk", &MakeRTopKCodec},
+#endif
+#if FEDRT_CODEC_MONIQUA
     {"moniqua", &MakeMoniquaCodec},
+#endif
 };
 
 // Parses `text` and builds its codec in `slot`.
@@ -55,6 +93,12 @@ Status Build(std::string_view text, CodecSlot* slot) {
   }
   std::string names;
   for (const RegisteredCodec& codec : kCodecs) names += (names.empty() ? "" : ", ") + std::string(codec.name);
+  for (const char* name : kAllCodecNames) {
+    if (spec->name() == name) {
+      return Unsupported("codec '" + std::string(spec->name()) + "' is not in this build (configured with FEDRT_CODECS=" +
+                         names + ")");
+    }
+  }
   return InvalidArgument("unknown codec '" + std::string(spec->name()) + "' (known: " + names + ")");
 }
 

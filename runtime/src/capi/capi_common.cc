@@ -31,9 +31,13 @@ FEDRT_C_PINNED(FEDRT_INTERNAL, kInternal);
 FEDRT_C_PINNED(FEDRT_CANCELLED, kCancelled);
 #undef FEDRT_C_PINNED
 
-// A fixed buffer per thread: recording a message allocates nothing more than
-// the Status that carries it already did.
-thread_local char last_error[FEDRT_ERROR_MESSAGE_SIZE];
+// A fixed buffer per thread (one buffer on a board without threads):
+// recording a message allocates nothing more than the Status that carries it
+// already did.
+#if FEDRT_HAVE_THREADS
+thread_local
+#endif
+    char last_error[FEDRT_ERROR_MESSAGE_SIZE];
 
 }  // namespace
 

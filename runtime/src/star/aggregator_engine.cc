@@ -5,6 +5,7 @@
 #include "fedrt/runtime/aggregator_engine.h"
 
 #include <algorithm>
+#include <cinttypes>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -349,7 +350,7 @@ Status Aggregator::State::Restore(AggregatorCheckpoint& saved) {
     // A checkpoint without privacy state (written without DP, or version 2):
     // its rounds are charged at q = 1, an upper bound.
     accountant_.Compose(1.0, config_.dp.noise_multiplier, round_);
-    Log(LogLevel::kWarning, "aggregator: DP: the %u restored rounds are charged at sampling rate 1 (epsilon %.4g)",
+    Log(LogLevel::kWarning, "aggregator: DP: the %" PRIu32 " restored rounds are charged at sampling rate 1 (epsilon %.4g)",
         round_, accountant_.Epsilon(config_.dp.delta));
   }
   FEDRT_RETURN_IF_ERROR(RestoreCodecState(saved));
@@ -657,7 +658,7 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
     if (!current) {
       // A late update of an earlier round (or of an attempt of this round
       // that applied nothing) is not an attack: drop it quietly.
-      Log(LogLevel::kInfo, "aggregator: dropping an update of round %llu from %s (round %u is %s)",
+      Log(LogLevel::kInfo, "aggregator: dropping an update of round %llu from %s (round %" PRIu32 " is %s)",
           static_cast<unsigned long long>(m.round_id), peer.device_id.c_str(), round_,
           in_round_ ? "open" : "next");
       peer.update.reset();
@@ -716,7 +717,7 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
   if (answered_.count(received.device_id) != 0) {
     // A round that closed without updates runs again with the same id, so a
     // device can answer both attempts: the first answer counts.
-    Log(LogLevel::kInfo, "aggregator: dropping a second update of round %u from %s", round_,
+    Log(LogLevel::kInfo, "aggregator: dropping a second update of round %" PRIu32 " from %s", round_,
         received.device_id.c_str());
     return;
   }
@@ -775,7 +776,7 @@ void Aggregator::State::RefitLevels() {
   Result<LevelTable> table = FitLevelTable(*levels_, round_levels, next);
   const Status installed = table.ok() ? levels_->SetLevelTable(*table) : table.status();
   if (!installed.ok()) {
-    Log(LogLevel::kWarning, "aggregator: level table %u not fitted, version %u stays: %s", next, next - 1,
+    Log(LogLevel::kWarning, "aggregator: level table %" PRIu32 " not fitted, version %" PRIu32 " stays: %s", next, next - 1,
         installed.ToString().c_str());
   }
 }
@@ -909,7 +910,7 @@ bool Aggregator::State::BudgetAllowsRound() {
   const double next = accountant_.EpsilonAfter(q, config_.dp.noise_multiplier, config_.dp.delta);
   if (next <= config_.dp.epsilon_budget) return true;
   Log(LogLevel::kWarning,
-      "aggregator: DP budget: round %u would spend epsilon %.4g > budget %.4g at delta %g (spent %.4g); stopping",
+      "aggregator: DP budget: round %" PRIu32 " would spend epsilon %.4g > budget %.4g at delta %g (spent %.4g); stopping",
       round_ + 1, next, config_.dp.epsilon_budget, config_.dp.delta, accountant_.Epsilon(config_.dp.delta));
   return false;
 }
@@ -1128,7 +1129,7 @@ void Aggregator::State::CloseRound() {
       const Received& r = *nested;
       if (r.role != AnchorRole::kNested) continue;
       if (mean.count() == 0) {
-        Log(LogLevel::kWarning, "aggregator: round %u: no anchor arrived, the nested update of %s cannot be decoded",
+        Log(LogLevel::kWarning, "aggregator: round %" PRIu32 ": no anchor arrived, the nested update of %s cannot be decoded",
             round_, r.device_id.c_str());
         report.rejected++;
         forced_anchors_.insert(r.device_id);
@@ -1174,7 +1175,7 @@ void Aggregator::State::CloseRound() {
   const auto fail = [&](std::string failure) {
     report.applied = false;
     report.failure = std::move(failure);
-    Log(LogLevel::kWarning, "aggregator: round %u not applied: %s; running it again", round_ + 1,
+    Log(LogLevel::kWarning, "aggregator: round %" PRIu32 " not applied: %s; running it again", round_ + 1,
         report.failure.c_str());
     report.seconds = static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0;
     if (hooks_.on_round) hooks_.on_round(report);
@@ -1198,7 +1199,7 @@ void Aggregator::State::CloseRound() {
     report.dp_sampling_rate = population_ > 0 ? static_cast<double>(selected_.size()) / static_cast<double>(population_) : 1.0;
     accountant_.Compose(report.dp_sampling_rate, config_.dp.noise_multiplier);
     report.dp_epsilon = accountant_.Epsilon(config_.dp.delta);
-    Log(LogLevel::kInfo, "aggregator: round %u: DP epsilon %.4g at delta %g (q %.3g, z %g)", round_ + 1,
+    Log(LogLevel::kInfo, "aggregator: round %" PRIu32 ": DP epsilon %.4g at delta %g (q %.3g, z %g)", round_ + 1,
         report.dp_epsilon, config_.dp.delta, report.dp_sampling_rate, config_.dp.noise_multiplier);
   }
   round_++;
@@ -1281,7 +1282,7 @@ void Aggregator::State::FinishAll() {
     if (out.ok() && authenticated) (void)connection->Send(*out);
     connection->Close();
   }
-  Log(LogLevel::kInfo, "aggregator: %u rounds done", round_);
+  Log(LogLevel::kInfo, "aggregator: %" PRIu32 " rounds done", round_);
 }
 
 void Aggregator::State::AbortAll(const Status& reason) {

@@ -25,9 +25,23 @@ extern "C" int openblas_get_num_threads(void);
 namespace fedrt {
 namespace {
 
-constexpr int kKc = 256;  // depth of a packed block: panels stay in L1/L2
-constexpr int kMc = 120;  // rows of a packed A block (a multiple of every mr)
-constexpr int kNc = 512;  // columns of a packed B block (a multiple of every nr)
+// Blocking, set at configure time (FEDRT_GEMM_BLOCKING): the packing scratch
+// of one product is at most kKc * (kMc + kNc) floats (0.5 MiB with the host's
+// 256;120;512, 20 KiB with the Cortex-M preset's 64;16;64).
+constexpr int kKc = FEDRT_GEMM_KC;  // depth of a packed block: panels stay in L1/L2
+constexpr int kMc = FEDRT_GEMM_MC;  // rows of a packed A block (a multiple of every mr)
+constexpr int kNc = FEDRT_GEMM_NC;  // columns of a packed B block (a multiple of every nr)
+static_assert(kKc > 0 && kMc > 0 && kNc > 0, "FEDRT_GEMM_BLOCKING: sizes must be positive");
+static_assert(kMc % scalar::kGemmMr == 0 && kNc % scalar::kGemmNr == 0,
+              "FEDRT_GEMM_BLOCKING: MC and NC must be multiples of the scalar kernel's tile");
+#if FEDRT_HAVE_AVX2_KERNELS
+static_assert(kMc % avx2::kGemmMr == 0 && kNc % avx2::kGemmNr == 0,
+              "FEDRT_GEMM_BLOCKING: MC and NC must be multiples of the AVX2 kernel's tile (6 x 16)");
+#endif
+#if FEDRT_HAVE_NEON_KERNELS
+static_assert(kMc % neon::kGemmMr == 0 && kNc % neon::kGemmNr == 0,
+              "FEDRT_GEMM_BLOCKING: MC and NC must be multiples of the NEON kernel's tile");
+#endif
 
 inline float ElementA(Transpose t, const float* a, int lda, int i, int p) {
   return t == Transpose::kNo ? a[static_cast<std::size_t>(i) * lda + p]
@@ -46,7 +60,8 @@ void ScaleC(int m, int n, float beta, float* c, int ldc) {
   }
 }
 
-// Packing scratch, one per thread, grown on demand and kept.
+// Packing scratch, one per thread (one in all without threads), grown on
+// demand and kept.
 struct PackScratch {
   AlignedArray<float> a;
   AlignedArray<float> b;
@@ -140,7 +155,11 @@ void BlockedGemm(const GemmMicroKernel& kernel, Transpose trans_a, Transpose tra
   float* pack_a = scratch;
   float* pack_b = scratch != nullptr ? scratch + sizes.a : nullptr;
   if (scratch == nullptr && k > 0) {
+#if FEDRT_HAVE_THREADS
     thread_local PackScratch owned;
+#else
+    static PackScratch owned;  // one thread (and no thread-local storage on bare metal)
+#endif
     if (!EnsureScratch(owned, sizes.a, sizes.b)) {
       ReferenceGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
       return;

@@ -1,0 +1,14 @@
+# QEMU's MPS2 AN386 (Cortex-M4F): what a program for this board links.
+#
+# fedrt::board is an object library, so its vector table and handlers reach
+# every program that links it (a static archive member nobody references
+# would be dropped). Programs link it and get the linker script.
+set(FEDRT_BOARD_PORT ${CMAKE_CURRENT_LIST_DIR}/port_mps2_an386.cc)
+add_library(fedrt_board OBJECT ${CMAKE_CURRENT_LIST_DIR}/startup.c)
+add_library(fedrt::board ALIAS fedrt_board)
+target_include_directories(fedrt_board PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+# -nostartfiles: startup.c is the whole start-up (newlib's crt0 would be a
+# second, unused one).
+target_link_options(fedrt_board INTERFACE
+  -T${CMAKE_CURRENT_LIST_DIR}/mps2-an386.ld -nostartfiles)
+fedrt_target_defaults(fedrt_board)

@@ -86,7 +86,12 @@ void Log(LogLevel level, const char* format, ...) {
   const char* printed = kRewriteSizeFormats ? WithoutSizeModifiers(format, rewritten, sizeof rewritten) : format;
   va_list args;
   va_start(args, format);
+  // The format is the caller's, checked at each call site (Log's format
+  // attribute); `printed` is that format with size modifiers removed.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
   std::vsnprintf(line, sizeof line, printed, args);
+#pragma GCC diagnostic pop
   va_end(args);
   const HookBinding* binding = g_binding.load(std::memory_order_acquire);
   if (binding != nullptr) {

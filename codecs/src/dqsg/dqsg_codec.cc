@@ -214,8 +214,11 @@ class DitherCodec final : public Codec {
     const std::size_t buckets = Buckets(d);
     std::vector<float> heap_scales;
     std::vector<uint8_t> heap_symbols;
-    auto* workspace = static_cast<uint8_t*>(Workspace(WorkspaceSize(d)));
-    float* scales = reinterpret_cast<float*>(workspace);
+    // The working space is aligned for any type (ConstructCodec), so the
+    // scales may start there.
+    void* workspace_start = Workspace(WorkspaceSize(d));
+    auto* workspace = static_cast<uint8_t*>(workspace_start);
+    float* scales = static_cast<float*>(workspace_start);
     if (workspace == nullptr) {
       heap_scales.resize(buckets);
       scales = heap_scales.data();

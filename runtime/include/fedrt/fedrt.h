@@ -25,7 +25,8 @@
  *
  *  - Error messages. A failing call also leaves a message ("out_of_range:
  *    batch of 65 does not fit ...") for fedrt_last_error(), kept per thread in
- *    a fixed buffer (so storing it allocates nothing; longer messages are
+ *    a fixed buffer (one buffer in all in a build without threads,
+ *    FEDRT_WITH_THREADS=OFF; storing it allocates nothing; longer messages are
  *    truncated at FEDRT_ERROR_MESSAGE_SIZE - 1 bytes). One slot per thread
  *    rather than per handle, because the calls that fail most often (size
  *    queries, init, create) have no handle yet. Successful calls leave the

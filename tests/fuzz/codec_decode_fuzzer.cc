@@ -62,7 +62,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     context.round = view->header.round;
     context.tensor_id = view->header.tensor_id;
     context.sender_id = view->header.sender_id;
-    auto made = fedrt::MakeCodec(view->spec);
+    auto made = fedrt::MakeCodec(std::string(view->spec));
     if (made.ok()) {
       named = std::move(*made);
       codec_ptr = named.get();

@@ -1,5 +1,6 @@
 #include "cli/float_files.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -49,13 +50,16 @@ std::vector<uint8_t> FloatsToLe(const std::vector<float>& values) {
 
 }  // namespace
 
-Result<std::vector<uint8_t>> ReadBytes(const std::string& path) {
+Result<std::vector<uint8_t>> ReadBytes(const std::string& path, std::size_t max_bytes) {
   File file(std::fopen(path.c_str(), "rb"));
   if (!file) return ErrnoStatus("cannot open", path);
   std::vector<uint8_t> bytes;
   uint8_t buffer[1 << 16];
   std::size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) bytes.insert(bytes.end(), buffer, buffer + n);
+  while (bytes.size() < max_bytes &&
+         (n = std::fread(buffer, 1, std::min(sizeof buffer, max_bytes - bytes.size()), file.get())) > 0) {
+    bytes.insert(bytes.end(), buffer, buffer + n);
+  }
   if (std::ferror(file.get())) return ErrnoStatus("cannot read", path);
   return bytes;
 }

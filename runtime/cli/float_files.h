@@ -4,6 +4,7 @@
 #ifndef FEDRT_RUNTIME_CLI_FLOAT_FILES_H_
 #define FEDRT_RUNTIME_CLI_FLOAT_FILES_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,7 +19,8 @@ Result<std::vector<float>> ReadFloatFile(const std::string& path);
 // ".npy" writes a 1-D float32 NumPy array, anything else raw float32.
 Status WriteFloatFile(const std::string& path, const std::vector<float>& values);
 
-Result<std::vector<uint8_t>> ReadBytes(const std::string& path);
+// The file's bytes, at most `max_bytes` of them (its start, e.g. a magic).
+Result<std::vector<uint8_t>> ReadBytes(const std::string& path, std::size_t max_bytes = SIZE_MAX);
 Status WriteBytes(const std::string& path, const uint8_t* data, std::size_t size);
 
 }  // namespace fedrt::cli

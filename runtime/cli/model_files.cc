@@ -18,11 +18,12 @@ bool StartsWith(const std::vector<uint8_t>& bytes, const char* magic) {
 }  // namespace
 
 Result<LoadedModel> LoadAnyModel(const std::string& path, const std::string& spec_hint) {
-  auto head = ReadBytes(path);
+  // The magic decides; each format's reader then reads the file once.
+  auto head = ReadBytes(path, 8);
   FEDRT_RETURN_IF_ERROR(head.status());
   LoadedModel loaded;
   if (StartsWith(*head, "FEDRTCKP")) {
-    auto checkpoint = DecodeCheckpoint(head->data(), head->size(), path);
+    auto checkpoint = ReadCheckpointFile(path);
     FEDRT_RETURN_IF_ERROR(checkpoint.status());
     loaded.kind = "training checkpoint";
     loaded.spec = checkpoint->spec;

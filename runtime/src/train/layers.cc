@@ -11,6 +11,14 @@
 namespace fedrt {
 namespace {
 
+// Im2col copies image rows of a few dozen floats, thousands per example; GCC
+// turns each such loop into a call to memmove, which costs more than the copy.
+#if defined(__GNUC__) && !defined(__clang__)
+#define FEDRT_INLINE_COPIES __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define FEDRT_INLINE_COPIES
+#endif
+
 void InitUniform(Rng& rng, float* values, std::size_t count, int fan_in) {
   // He-uniform: variance 2 / fan_in keeps ReLU activations at scale.
   const double limit = std::sqrt(6.0 / fan_in);
@@ -116,10 +124,15 @@ class Relu final : public Layer {
   }
 };
 
-// ---- Conv2d: out[F x (batch * HW)] = W[F x CKK] * col[CKK x (batch * HW)] + b --
-// One im2col matrix for the whole batch (example n owns columns
-// [n * HW, (n + 1) * HW)), so each pass is one large GEMM rather than one
-// small GEMM per example.
+// ---- Conv2d: out_n[F x HW] = W[F x CKK] * col_n[CKK x HW] + b, per example ---
+// One im2col block per example, not one for the whole batch: the block stays
+// in cache between im2col and the GEMM that reads it (one for the batch was
+// 10 MB for the second layer of the LeNet-like CNN and ran at memory speed),
+// the GEMM writes each example's output in place (F x HW is its NCHW layout)
+// and the backward pass reads d_out where it lies. The weight gradient
+// accumulates over examples with beta = 1, which adds the products in the
+// same order as one GEMM over the batch's columns, so the built-in GEMM's
+// results are the bits they were.
 class Conv2d final : public WeightBiasLayer {
  public:
   Conv2d(Shape3 in, int filters, int kernel) {
@@ -133,117 +146,131 @@ class Conv2d final : public WeightBiasLayer {
     fan_in_ = ckk_;
     weight_shape_ = {filters, in.c, kernel, kernel};
   }
-  uint64_t ScratchFloats(int batch) const override {
-    return (static_cast<uint64_t>(ckk_) + static_cast<uint64_t>(filters_)) * static_cast<uint64_t>(hw_) *
-           static_cast<uint64_t>(batch);
+  // One example's im2col block, then its padded input planes (no larger:
+  // H + K - 1 <= K * H).
+  uint64_t ScratchFloats(int) const override {
+    return static_cast<uint64_t>(ckk_) * static_cast<uint64_t>(hw_) + PaddedFloats();
   }
-  std::size_t GemmScratchFloats(int batch) const override {
-    const int cols = batch * hw_;
-    return std::max({fedrt::GemmScratchFloats(filters_, cols, ckk_),
-                     fedrt::GemmScratchFloats(filters_, ckk_, cols),
-                     fedrt::GemmScratchFloats(ckk_, cols, filters_)});
+  std::size_t GemmScratchFloats(int) const override {
+    return std::max({fedrt::GemmScratchFloats(filters_, hw_, ckk_),
+                     fedrt::GemmScratchFloats(filters_, ckk_, hw_),
+                     fedrt::GemmScratchFloats(ckk_, hw_, filters_)});
   }
 
   void Forward(const float* in, float* out, int batch, const LayerWorkspace& ws) override {
-    const int cols = batch * hw_;
     float* col = ws.floats;
-    float* y = col + static_cast<std::size_t>(ckk_) * cols;
-    for (int n = 0; n < batch; ++n) Im2Col(in + static_cast<std::size_t>(n) * in_.size(), col, cols, n * hw_);
-    Gemm(Transpose::kNo, Transpose::kNo, filters_, cols, ckk_, w_, ckk_, col, cols, 0.0f, y, cols, ws.gemm);
+    float* padded = col + static_cast<std::size_t>(ckk_) * hw_;
     for (int n = 0; n < batch; ++n) {
+      float* y = out + static_cast<std::size_t>(n) * out_.size();
+      Im2Col(in + static_cast<std::size_t>(n) * in_.size(), col, padded);
+      Gemm(Transpose::kNo, Transpose::kNo, filters_, hw_, ckk_, w_, ckk_, col, hw_, 0.0f, y, hw_, ws.gemm);
       for (int f = 0; f < filters_; ++f) {
-        const float* src = y + static_cast<std::size_t>(f) * cols + static_cast<std::size_t>(n) * hw_;
-        float* dst = out + static_cast<std::size_t>(n) * out_.size() + static_cast<std::size_t>(f) * hw_;
-        for (int i = 0; i < hw_; ++i) dst[i] = src[i] + b_[f];
+        float* row = y + static_cast<std::size_t>(f) * hw_;
+        const float bias = b_[f];
+        for (int i = 0; i < hw_; ++i) row[i] += bias;
       }
     }
   }
   void Backward(const float* in, const float*, const float* d_out, float* d_in, int batch,
                 const LayerWorkspace& ws) override {
-    const int cols = batch * hw_;
     float* col = ws.floats;
-    float* dy = col + static_cast<std::size_t>(ckk_) * cols;
+    float* padded = col + static_cast<std::size_t>(ckk_) * hw_;
+    for (int f = 0; f < filters_; ++f) db_[f] = 0.0f;
     for (int n = 0; n < batch; ++n) {
-      Im2Col(in + static_cast<std::size_t>(n) * in_.size(), col, cols, n * hw_);
-      for (int f = 0; f < filters_; ++f) {
-        const float* src = d_out + static_cast<std::size_t>(n) * out_.size() + static_cast<std::size_t>(f) * hw_;
-        float* dst = dy + static_cast<std::size_t>(f) * cols + static_cast<std::size_t>(n) * hw_;
-        for (int i = 0; i < hw_; ++i) dst[i] = src[i];
-      }
+      const float* dy = d_out + static_cast<std::size_t>(n) * out_.size();
+      // db = row sums of dY over the batch, example by example (per filter
+      // the same order of additions as one pass over the batch's columns).
+      AddRowSums(dy);
+      // dW += dY_n col_n^T.
+      Im2Col(in + static_cast<std::size_t>(n) * in_.size(), col, padded);
+      Gemm(Transpose::kNo, Transpose::kYes, filters_, ckk_, hw_, dy, hw_, col, hw_, n == 0 ? 0.0f : 1.0f, dw_,
+           ckk_, ws.gemm);
+      if (d_in == nullptr) continue;
+      // d col = W^T dY_n, into the col buffer (no longer needed), then col2im.
+      Gemm(Transpose::kYes, Transpose::kNo, ckk_, hw_, filters_, w_, ckk_, dy, hw_, 0.0f, col, hw_, ws.gemm);
+      Col2Im(col, d_in + static_cast<std::size_t>(n) * in_.size(), padded);
     }
-    // dW = dY col^T, db = row sums of dY.
-    Gemm(Transpose::kNo, Transpose::kYes, filters_, ckk_, cols, dy, cols, col, cols, 0.0f, dw_, ckk_, ws.gemm);
-    for (int f = 0; f < filters_; ++f) {
-      const float* row = dy + static_cast<std::size_t>(f) * cols;
-      float sum = 0.0f;
-      for (int i = 0; i < cols; ++i) sum += row[i];
-      db_[f] = sum;
-    }
-    if (d_in == nullptr) return;
-    // d col = W^T dY, into the col buffer (no longer needed), then col2im.
-    Gemm(Transpose::kYes, Transpose::kNo, ckk_, cols, filters_, w_, ckk_, dy, cols, 0.0f, col, cols, ws.gemm);
-    for (int n = 0; n < batch; ++n) Col2Im(col, cols, n * hw_, d_in + static_cast<std::size_t>(n) * in_.size());
+    if (batch <= 0) std::memset(dw_, 0, sizeof(float) * static_cast<std::size_t>(filters_) * ckk_);
   }
 
  private:
-  // For kernel column kx, output columns x in [lo, hi) read input column
-  // x + kx - K/2 inside the image; the rest read the zero padding.
-  void ValidColumns(int kx, int* lo, int* hi) const {
-    const int shift = kx - kernel_ / 2;
-    *lo = std::max(0, -shift);
-    *hi = std::min(in_.w, in_.w - shift);
-    if (*hi < *lo) *hi = *lo;
+  // The input planes with K/2 zeros around each (the "same" padding made
+  // explicit), so that im2col and col2im move whole rows without bounds
+  // checks: padded[c][py][px], py < H + K - 1, px < W + K - 1.
+  int PaddedHeight() const { return in_.h + kernel_ - 1; }
+  int PaddedWidth() const { return in_.w + kernel_ - 1; }
+  std::size_t PaddedFloats() const {
+    return static_cast<std::size_t>(in_.c) * PaddedHeight() * PaddedWidth();
   }
 
-  // col[(c*K + ky)*K + kx][first + y*W + x] = in[c][y + ky - K/2][x + kx - K/2]
-  // (0 outside the image); `ld` is the row length of col.
-  void Im2Col(const float* x, float* col, int ld, int first) const {
+  // col[(c*K + ky)*K + kx][y*W + x] = in[c][y + ky - K/2][x + kx - K/2]
+  // (0 outside the image), through the padded planes.
+  FEDRT_INLINE_COPIES void Im2Col(const float* x, float* __restrict col, float* __restrict padded) const {
     const int pad = kernel_ / 2;
+    const std::size_t pw = static_cast<std::size_t>(PaddedWidth());
+    const std::size_t w = static_cast<std::size_t>(in_.w);
+    std::memset(padded, 0, sizeof(float) * PaddedFloats());
     for (int c = 0; c < in_.c; ++c) {
-      const float* plane = x + static_cast<std::size_t>(c) * in_.h * in_.w;
+      const float* plane = x + static_cast<std::size_t>(c) * in_.h * w;
+      float* padded_plane = padded + static_cast<std::size_t>(c) * PaddedHeight() * pw;
+      for (int y = 0; y < in_.h; ++y) {
+        std::memcpy(padded_plane + (static_cast<std::size_t>(y + pad)) * pw + pad, plane + y * w, sizeof(float) * w);
+      }
       for (int ky = 0; ky < kernel_; ++ky) {
         for (int kx = 0; kx < kernel_; ++kx) {
-          float* row = col + static_cast<std::size_t>((c * kernel_ + ky) * kernel_ + kx) * ld + first;
-          int lo, hi;
-          ValidColumns(kx, &lo, &hi);
-          const int shift = kx - pad;
-          for (int y = 0; y < in_.h; ++y) {
-            float* dst = row + y * in_.w;
-            const int sy = y + ky - pad;
-            if (sy < 0 || sy >= in_.h) {
-              std::memset(dst, 0, sizeof(float) * static_cast<std::size_t>(in_.w));
-              continue;
-            }
-            const float* src = plane + static_cast<std::size_t>(sy) * in_.w;
-            for (int xx = 0; xx < lo; ++xx) dst[xx] = 0.0f;
-            for (int xx = lo; xx < hi; ++xx) dst[xx] = src[xx + shift];
-            for (int xx = hi; xx < in_.w; ++xx) dst[xx] = 0.0f;
+          float* __restrict row = col + static_cast<std::size_t>((c * kernel_ + ky) * kernel_ + kx) * hw_;
+          const float* __restrict src = padded_plane + static_cast<std::size_t>(ky) * pw + kx;
+          for (int y = 0; y < in_.h; ++y, row += w, src += pw) {
+            for (std::size_t xx = 0; xx < w; ++xx) row[xx] = src[xx];
           }
         }
       }
     }
   }
   // The adjoint of Im2Col: overwrites dx with the sums of its col entries.
-  void Col2Im(const float* d_col, int ld, int first, float* dx) const {
-    std::memset(dx, 0, sizeof(float) * in_.size());
+  // Each element receives its terms in the order (c, ky, kx) from zero, as
+  // a scatter straight into dx would add them; the padding's sums are dropped.
+  void Col2Im(const float* d_col, float* __restrict dx, float* __restrict padded) const {
     const int pad = kernel_ / 2;
+    const std::size_t pw = static_cast<std::size_t>(PaddedWidth());
+    const std::size_t w = static_cast<std::size_t>(in_.w);
+    std::memset(padded, 0, sizeof(float) * PaddedFloats());
     for (int c = 0; c < in_.c; ++c) {
-      float* plane = dx + static_cast<std::size_t>(c) * in_.h * in_.w;
+      float* padded_plane = padded + static_cast<std::size_t>(c) * PaddedHeight() * pw;
       for (int ky = 0; ky < kernel_; ++ky) {
         for (int kx = 0; kx < kernel_; ++kx) {
-          const float* row = d_col + static_cast<std::size_t>((c * kernel_ + ky) * kernel_ + kx) * ld + first;
-          int lo, hi;
-          ValidColumns(kx, &lo, &hi);
-          const int shift = kx - pad;
-          for (int y = 0; y < in_.h; ++y) {
-            const int sy = y + ky - pad;
-            if (sy < 0 || sy >= in_.h) continue;
-            const float* src = row + y * in_.w;
-            float* dst = plane + static_cast<std::size_t>(sy) * in_.w;
-            for (int xx = lo; xx < hi; ++xx) dst[xx + shift] += src[xx];
+          const float* __restrict row = d_col + static_cast<std::size_t>((c * kernel_ + ky) * kernel_ + kx) * hw_;
+          float* __restrict dst = padded_plane + static_cast<std::size_t>(ky) * pw + kx;
+          for (int y = 0; y < in_.h; ++y, row += w, dst += pw) {
+            for (std::size_t xx = 0; xx < w; ++xx) dst[xx] += row[xx];
           }
         }
       }
+      float* plane = dx + static_cast<std::size_t>(c) * in_.h * w;
+      for (int y = 0; y < in_.h; ++y) {
+        std::memcpy(plane + y * w, padded_plane + (static_cast<std::size_t>(y + pad)) * pw + pad, sizeof(float) * w);
+      }
+    }
+  }
+
+  // db[f] += the sum of row f of dY (F x HW), each filter's terms in order.
+  // The filters' sums are independent chains, run eight at a time so the
+  // additions overlap instead of waiting on each other.
+  void AddRowSums(const float* dy) const {
+    constexpr int kChains = 8;
+    for (int f0 = 0; f0 < filters_; f0 += kChains) {
+      const int count = std::min(kChains, filters_ - f0);
+      float sum[kChains];
+      const float* rows[kChains];
+      for (int j = 0; j < kChains; ++j) {
+        const int f = f0 + std::min(j, count - 1);
+        sum[j] = db_[f];
+        rows[j] = dy + static_cast<std::size_t>(f) * hw_;
+      }
+      for (int i = 0; i < hw_; ++i) {
+        for (int j = 0; j < kChains; ++j) sum[j] += rows[j][i];
+      }
+      for (int j = 0; j < count; ++j) db_[f0 + j] = sum[j];
     }
   }
 
@@ -259,33 +286,61 @@ class MaxPool final : public Layer {
     s_ = window;
   }
   void Forward(const float* in, float* out, int batch, const LayerWorkspace&) override {
-    ForEachWindow(in, batch, [&](std::size_t out_index, std::size_t arg) { out[out_index] = in[arg]; });
+    ForEachWindow(in, batch, [&](std::size_t o, std::size_t, std::size_t best) { out[o] = in[best]; });
   }
   void Backward(const float* in, const float*, const float* d_out, float* d_in, int batch,
                 const LayerWorkspace&) override {
     if (d_in == nullptr) return;
-    std::memset(d_in, 0, sizeof(float) * in_.size() * static_cast<std::size_t>(batch));
-    // The gradient goes to the first maximum of each window (as in Forward).
-    ForEachWindow(in, batch, [&](std::size_t out_index, std::size_t arg) { d_in[arg] += d_out[out_index]; });
+    // Windows do not overlap, so each element inside one is written once: the
+    // gradient at the window's first maximum (as in Forward), zero elsewhere.
+    // Only the rows and columns no window covers need clearing first.
+    if (out_.h * s_ != in_.h || out_.w * s_ != in_.w) {
+      std::memset(d_in, 0, sizeof(float) * in_.size() * static_cast<std::size_t>(batch));
+    }
+    const std::size_t w = static_cast<std::size_t>(in_.w);
+    ForEachWindow(in, batch, [&](std::size_t o, std::size_t origin, std::size_t best) {
+      const float g = 0.0f + d_out[o];  // what adding into zeroed memory gave: -0 becomes +0
+      for (int dy = 0; dy < s_; ++dy) {
+        float* row = d_in + origin + static_cast<std::size_t>(dy) * w;
+        for (int dx = 0; dx < s_; ++dx) row[dx] = 0.0f;
+      }
+      d_in[best] = g;
+    });
   }
 
  private:
+  // Calls visit(output index, window origin, first maximum) for every window
+  // in output order; the maximum is the first in row-major order that no
+  // later element exceeds (NaN never wins, as a comparison it fails).
   template <typename Visit>
   void ForEachWindow(const float* in, int batch, Visit visit) const {
+    if (s_ == 2) {
+      ForEachWindowOf<2>(in, batch, visit);
+    } else {
+      ForEachWindowOf<0>(in, batch, visit);
+    }
+  }
+  // kS is the window when known at compile time (0: s_).
+  template <int kS, typename Visit>
+  void ForEachWindowOf(const float* in, int batch, Visit visit) const {
+    const int s = kS != 0 ? kS : s_;
+    const std::size_t w = static_cast<std::size_t>(in_.w);
     std::size_t o = 0;
     for (int n = 0; n < batch; ++n) {
       for (int c = 0; c < in_.c; ++c) {
-        const std::size_t plane = (static_cast<std::size_t>(n) * in_.c + c) * in_.h * in_.w;
+        const std::size_t plane = (static_cast<std::size_t>(n) * in_.c + c) * in_.h * w;
         for (int oy = 0; oy < out_.h; ++oy) {
+          const std::size_t top = plane + static_cast<std::size_t>(oy * s) * w;
           for (int ox = 0; ox < out_.w; ++ox, ++o) {
-            std::size_t best = plane + static_cast<std::size_t>(oy * s_) * in_.w + ox * s_;
-            for (int dy = 0; dy < s_; ++dy) {
-              for (int dx = 0; dx < s_; ++dx) {
-                const std::size_t at = plane + static_cast<std::size_t>(oy * s_ + dy) * in_.w + (ox * s_ + dx);
+            const std::size_t origin = top + static_cast<std::size_t>(ox * s);
+            std::size_t best = origin;
+            for (int dy = 0; dy < s; ++dy) {
+              for (int dx = 0; dx < s; ++dx) {
+                const std::size_t at = origin + static_cast<std::size_t>(dy) * w + static_cast<std::size_t>(dx);
                 if (in[at] > in[best]) best = at;
               }
             }
-            visit(o, best);
+            visit(o, origin, best);
           }
         }
       }

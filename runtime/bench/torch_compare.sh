@@ -1,54 +1,60 @@
 #!/bin/bash
 # Training step time, fedrt against PyTorch on this machine: `fedrt bench
 # train` and torch_step.py run alternately (the order swaps every round), ROUNDS
-# rounds at 1 and then 2 threads, same model, batch, optimizer and OpenBLAS
-# kernels (OPENBLAS_CORETYPE, Haswell unless set). Prints every run as JSON
-# with the load average before it, then per implementation and thread count
-# the median over rounds of the p50 step time and of the CPU time per step.
+# rounds at 1 and then 2 threads for each model, same model, batch, optimizer
+# and OpenBLAS kernels (OPENBLAS_CORETYPE, Haswell unless set). Prints every
+# run as JSON with the load average before it, then per model, implementation
+# and thread count the median over rounds of the p50 step time and of the CPU
+# time per step.
 #
-# Usage: runtime/bench/torch_compare.sh [FEDRT] [ROUNDS] [STEPS] [MODEL] [BATCH]
-#   defaults: build/release/runtime/fedrt 5 300 mlp:784-300-100-10 64
+# Usage: runtime/bench/torch_compare.sh [FEDRT] [ROUNDS] [STEPS] [MODELS] [BATCH] [THREADS]
+#   defaults: build/release/runtime/fedrt 5 300
+#             "mlp:784-300-100-10 cnn:28x28x1-c8k5-p2-c16k5-p2-d128-10" 64 "1 2"
+#   MODELS and THREADS are space-separated lists.
 # Needs Debian's python3-torch (a benchmark tool, not a fedrt dependency).
 # Expected output (numbers depend on the machine):
 #   # round 1 threads 1 load 0.52 0.60 0.71
 #   {"impl":"fedrt",...,"p50_ms":1.2,...}
 #   {"impl": "torch", ..., "p50_ms": 2.1, ...}
 #   ...
-#   fedrt threads 1: median p50 1.234 ms, median cpu 1.200 ms/step (5 runs)
-#   torch threads 1: median p50 2.100 ms, median cpu 2.050 ms/step (5 runs)
+#   mlp:784-300-100-10 fedrt threads 1: median p50 1.234 ms, median cpu 1.200 ms/step (5 runs)
+#   mlp:784-300-100-10 torch threads 1: median p50 2.100 ms, median cpu 2.050 ms/step (5 runs)
 set -euo pipefail
 fedrt=${1:-build/release/runtime/fedrt}
 rounds=${2:-5}
 steps=${3:-300}
-model=${4:-mlp:784-300-100-10}
+models=${4:-mlp:784-300-100-10 cnn:28x28x1-c8k5-p2-c16k5-p2-d128-10}
 batch=${5:-64}
+thread_counts=${6:-1 2}
 here=$(cd "$(dirname "$0")" && pwd)
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
-run_fedrt() { "$fedrt" bench train --model "$model" --batch "$batch" --threads "$1" --steps "$steps" --json; }
-run_torch() { /usr/bin/python3 "$here/torch_step.py" --model "$model" --batch "$batch" --threads "$1" --steps "$steps" --json; }
+run_fedrt() { "$fedrt" bench train --model "$1" --batch "$batch" --threads "$2" --steps "$steps" --json; }
+run_torch() { /usr/bin/python3 "$here/torch_step.py" --model "$1" --batch "$batch" --threads "$2" --steps "$steps" --json; }
 
-for threads in 1 2; do
-  for round in $(seq 1 "$rounds"); do
-    echo "# round $round threads $threads load $(cut -d' ' -f1-3 /proc/loadavg)"
-    if (( round % 2 )); then
-      run_fedrt "$threads" | tee -a "$out"
-      run_torch "$threads" | tee -a "$out"
-    else
-      run_torch "$threads" | tee -a "$out"
-      run_fedrt "$threads" | tee -a "$out"
-    fi
+for model in $models; do
+  for threads in $thread_counts; do
+    for round in $(seq 1 "$rounds"); do
+      echo "# $model round $round threads $threads load $(cut -d' ' -f1-3 /proc/loadavg)"
+      if (( round % 2 )); then
+        run_fedrt "$model" "$threads" | tee -a "$out"
+        run_torch "$model" "$threads" | tee -a "$out"
+      else
+        run_torch "$model" "$threads" | tee -a "$out"
+        run_fedrt "$model" "$threads" | tee -a "$out"
+      fi
+    done
   done
 done
 echo "# end load $(cut -d' ' -f1-3 /proc/loadavg)"
 /usr/bin/python3 - "$out" <<'PY'
 import json, statistics, sys
 runs = [json.loads(line) for line in open(sys.argv[1])]
-for key in sorted({(r["threads"], r["impl"]) for r in runs}):
-    mine = [r for r in runs if (r["threads"], r["impl"]) == key]
-    print("%s threads %d: median p50 %.3f ms, median cpu %.3f ms/step (%d runs)" % (
-        key[1], key[0], statistics.median(r["p50_ms"] for r in mine),
+for key in sorted({(r["model"], r["threads"], r["impl"]) for r in runs}):
+    mine = [r for r in runs if (r["model"], r["threads"], r["impl"]) == key]
+    print("%s %s threads %d: median p50 %.3f ms, median cpu %.3f ms/step (%d runs)" % (
+        key[0], key[2], key[1], statistics.median(r["p50_ms"] for r in mine),
         statistics.median(r["cpu_ms_per_step"] for r in mine), len(mine)))
 PY

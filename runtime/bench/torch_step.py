@@ -3,8 +3,10 @@
 
 A step is what fedrt's TrainStep does: forward, softmax cross-entropy,
 backward and an SGD update with momentum 0.9, weight decay 5e-4, lr 0.05, for
-an MLP spec like fedrt's (`mlp:784-300-100-10`: Linear + ReLU, last layer
-without ReLU) on batches prepared before timing (random bytes normalised like
+a model spec like fedrt's: `mlp:784-300-100-10` (Linear + ReLU, last layer
+without ReLU) or `cnn:28x28x1-c8k5-p2-c16k5-p2-d128-10` (c<filters>k<kernel>:
+Conv2d with "same" zero padding + ReLU; p<window>: MaxPool2d; d<units>:
+Linear + ReLU; then a Linear to the classes), on batches prepared before timing (random bytes normalised like
 Fashion-MNIST, a pool of distinct batches the steps cycle through). Gradients
 are released between steps (zero_grad(set_to_none=True)); fedrt overwrites
 them in place.
@@ -20,7 +22,7 @@ Python-only benchmark tool: needs Debian's python3-torch, which is not a
 dependency of fedrt. Run it with the system interpreter:
 
 Usage: /usr/bin/python3 runtime/bench/torch_step.py [--threads 1] [--batch 64]
-           [--model mlp:784-300-100-10] [--steps 300] [--warmup 20] [--json]
+           [--model mlp:784-300-100-10 | cnn:...] [--steps 300] [--warmup 20] [--json]
 Expected output (numbers depend on the machine):
   torch  mlp:784-300-100-10 batch 64 threads 1: p50 2.345 ms  p10 ...  p90 ...
          mean ...  cpu ... ms/step  (300 steps; torch 1.13.0a0, OpenBLAS Haswell kernels)
@@ -67,6 +69,44 @@ def percentile(values, q):
     return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
+def build_model(torch, family, parts):
+    """The layers of a fedrt model spec, and the shape of one example."""
+    nn = torch.nn
+    layers = []
+    if family == "mlp":
+        dims = [int(d) for d in parts]
+        for i in range(len(dims) - 1):
+            layers.append(nn.Linear(dims[i], dims[i + 1]))
+            if i + 2 < len(dims):
+                layers.append(nn.ReLU())
+        return nn.Sequential(*layers), (dims[0],)
+    h, w, c = (int(d) for d in parts[0].split("x"))
+    shape = (c, h, w)
+    features = None  # inputs of the next dense layer, once flat
+    for part in parts[1:-1]:
+        if part[0] == "c":
+            filters, kernel = (int(d) for d in part[1:].split("k"))
+            layers += [nn.Conv2d(c, filters, kernel, padding=kernel // 2), nn.ReLU()]
+            c = filters
+        elif part[0] == "p":
+            window = int(part[1:])
+            layers.append(nn.MaxPool2d(window))
+            h, w = h // window, w // window
+        elif part[0] == "d":
+            if features is None:
+                layers.append(nn.Flatten())
+                features = c * h * w
+            layers += [nn.Linear(features, int(part[1:])), nn.ReLU()]
+            features = int(part[1:])
+        else:
+            sys.exit("torch_step.py: unknown layer '%s'" % part)
+    if features is None:
+        layers.append(nn.Flatten())
+        features = c * h * w
+    layers.append(nn.Linear(features, int(parts[-1])))
+    return nn.Sequential(*layers), shape
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="mlp:784-300-100-10")
@@ -77,9 +117,10 @@ def main():
     parser.add_argument("--pool", type=int, default=16)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if not args.model.startswith("mlp:"):
-        sys.exit("torch_step.py: only mlp: specs")
-    dims = [int(d) for d in args.model[4:].split("-")]
+    family, _, body = args.model.partition(":")
+    parts = body.split("-")
+    if family not in ("mlp", "cnn") or len(parts) < 2:
+        sys.exit("torch_step.py: expected an mlp: or cnn: spec, got '%s'" % args.model)
 
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)
@@ -89,19 +130,15 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
-    layers = []
-    for i in range(len(dims) - 1):
-        layers.append(torch.nn.Linear(dims[i], dims[i + 1]))
-        if i + 2 < len(dims):
-            layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers)
+    model, input_shape = build_model(torch, family, parts)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     loss_fn = torch.nn.CrossEntropyLoss()
 
     generator = torch.Generator().manual_seed(1)
-    pixels = torch.randint(0, 256, (args.pool, args.batch, dims[0]), generator=generator, dtype=torch.uint8)
+    pixels = torch.randint(0, 256, (args.pool, args.batch) + input_shape, generator=generator, dtype=torch.uint8)
     inputs = ((pixels.float() * (1.0 / 255.0)) - 0.2860) / 0.3530
-    labels = (torch.arange(args.pool * args.batch) % dims[-1]).reshape(args.pool, args.batch)
+    classes = int(parts[-1])
+    labels = (torch.arange(args.pool * args.batch) % classes).reshape(args.pool, args.batch)
 
     seconds, cpu = [], 0.0
     for s in range(args.warmup + args.steps):

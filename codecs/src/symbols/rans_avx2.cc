@@ -13,8 +13,12 @@
 // encoder runs backwards, so the partial group at the end goes first, to the
 // scalar reference.
 //
-// Decode (any alphabet): a gather from a slot table packing freq, slot - start
-// and the symbol into one 32-bit word; the lanes whose state fell below 2^15
+// Decode (any alphabet): the symbol of each slot, with its frequency and
+// start, comes from a gather from a slot table packing freq, slot - start and
+// the symbol into one 32-bit word; for alphabets up to 8 (the quantizers'
+// usual ones), from counting the symbols' starts at or below the slot (a few
+// compares) and two vpermd lookups, which is shorter than a gather on the
+// step's dependency chain. The lanes whose state fell below 2^15
 // take the next words in lane order: eight words are loaded, widened, and
 // spread to those lanes by a permutation chosen by the lane mask. The loop
 // stops where fewer than 32 stream bytes remain and at the last partial group;
@@ -128,21 +132,54 @@ uint8_t* EncodeGroups(const uint8_t* symbols, std::size_t groups, const RansEnco
   return ptr;
 }
 
+// Alphabets up to 8: the tables as vectors, and each start from symbol 1 on
+// broadcast (a slot at or above start[s] has a symbol of at least s; an
+// absent symbol's start equals the next one's, so counting it is harmless).
+struct SmallAlphabet {
+  explicit SmallAlphabet(const RansDecodeTable& t) : symbols(t.alphabet) {
+    uint32_t freq8[8] = {}, start8[8] = {};
+    for (uint32_t s = 0; s < t.alphabet; ++s) freq8[s] = t.freq[s], start8[s] = t.start[s];
+    freq = LoadTable8(freq8);
+    start = LoadTable8(start8);
+    for (uint32_t s = 1; s < 8; ++s) above[s] = _mm256_set1_epi32(static_cast<int>(start8[s]) - 1);
+  }
+  uint32_t symbols;
+  __m256i freq, start;
+  __m256i above[8];  // start[s] - 1, for slot > start[s] - 1 (slots and starts are < 2^12)
+};
+
+// Each lane's symbol, frequency and slot - start, from `slot`.
+struct SlotEntry {
+  __m256i symbol, freq, offset;
+};
+template <bool kSmall>
+inline SlotEntry LookUpSlots(const uint32_t* slots, const SmallAlphabet* small, __m256i slot) {
+  const __m256i low12 = _mm256_set1_epi32(0xFFF);
+  if (!kSmall) {
+    const __m256i entry = _mm256_i32gather_epi32(reinterpret_cast<const int*>(slots), slot, 4);
+    return {_mm256_srli_epi32(entry, 24), _mm256_and_si256(entry, low12),
+            _mm256_and_si256(_mm256_srli_epi32(entry, 12), low12)};
+  }
+  __m256i symbol = _mm256_setzero_si256();
+  for (uint32_t s = 1; s < small->symbols; ++s) {
+    symbol = _mm256_sub_epi32(symbol, _mm256_cmpgt_epi32(slot, small->above[s]));
+  }
+  return {symbol, _mm256_permutevar8x32_epi32(small->freq, symbol),
+          _mm256_sub_epi32(slot, _mm256_permutevar8x32_epi32(small->start, symbol))};
+}
+
 // One step of eight states: decode into out[0..8), then refill the lanes
 // that need it with words base, base + 1, ... of the sixteen in `words`
 // (words[0] holds 0..7, words[1] 8..15); adds the number taken to *base.
-inline __m256i DecodeEight(const uint32_t* slots, __m256i x, __m256i mask, __m128i shift, const __m256i* words,
-                           int* base, uint8_t* out) {
-  const __m256i low12 = _mm256_set1_epi32(0xFFF);
+template <bool kSmall>
+inline __m256i DecodeEight(const uint32_t* slots, const SmallAlphabet* small, __m256i x, __m256i mask,
+                           __m128i shift, const __m256i* words, int* base, uint8_t* out) {
   // Byte 0 of each 32-bit lane to bytes 0..3 of each 128-bit half.
   const __m256i first_bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
                                                0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-  const __m256i entry =
-      _mm256_i32gather_epi32(reinterpret_cast<const int*>(slots), _mm256_and_si256(x, mask), 4);
-  const __m256i freq = _mm256_and_si256(entry, low12);
-  const __m256i offset = _mm256_and_si256(_mm256_srli_epi32(entry, 12), low12);
-  x = _mm256_add_epi32(_mm256_mullo_epi32(freq, _mm256_srl_epi32(x, shift)), offset);
-  const __m256i sym = _mm256_shuffle_epi8(_mm256_srli_epi32(entry, 24), first_bytes);
+  const SlotEntry e = LookUpSlots<kSmall>(slots, small, _mm256_and_si256(x, mask));
+  x = _mm256_add_epi32(_mm256_mullo_epi32(e.freq, _mm256_srl_epi32(x, shift)), e.offset);
+  const __m256i sym = _mm256_shuffle_epi8(e.symbol, first_bytes);
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out),
                    _mm_unpacklo_epi32(_mm256_castsi256_si128(sym), _mm256_extracti128_si256(sym, 1)));
   const __m256i renorm = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(kRansLow)), x);  // x < 2^31 always
@@ -155,6 +192,35 @@ inline __m256i DecodeEight(const uint32_t* slots, __m256i x, __m256i mask, __m12
   return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x),
                                               _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(x, 16), refill)),
                                               _mm256_castsi256_ps(renorm)));
+}
+
+// The vector loop: whole groups while 32 stream bytes remain; returns the
+// symbols decoded and leaves states and *at where it stopped.
+template <bool kSmall>
+std::size_t DecodeGroups(const uint8_t* stream, std::size_t size, std::size_t* at, std::size_t count,
+                         const uint32_t* slots, const SmallAlphabet* small, int bits, uint32_t* states,
+                         uint8_t* symbols) {
+  const __m256i mask = _mm256_set1_epi32(static_cast<int>((1u << bits) - 1));
+  const __m128i shift = _mm_cvtsi32_si128(bits);
+  __m256i low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(states));
+  __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(states + 8));
+  std::size_t pos = *at;
+  std::size_t i = 0;
+  // The sixteen words a group can take are loaded once, so the high lanes'
+  // refill waits only for the count the low lanes took, not for a load.
+  for (; count - i >= kRansLanes && size - pos >= 32; i += kRansLanes) {
+    const __m256i words[2] = {
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(stream + pos))),
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(stream + pos + 16)))};
+    int taken = 0;
+    low = DecodeEight<kSmall>(slots, small, low, mask, shift, words, &taken, symbols + i);
+    high = DecodeEight<kSmall>(slots, small, high, mask, shift, words, &taken, symbols + i + 8);
+    pos += 2 * static_cast<std::size_t>(taken);
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(states), low);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(states + 8), high);
+  *at = pos;
+  return i;
 }
 
 // Counts of value v in an L1-sized block for v < alphabet.
@@ -203,32 +269,18 @@ uint8_t* RansEncodeLanes(const uint8_t* symbols, std::size_t count, uint32_t alp
 
 std::size_t RansDecodeLanes(const uint8_t* stream, std::size_t size, std::size_t* at, std::size_t count,
                             const RansDecodeTable& table, uint32_t* states, uint8_t* symbols) {
-  const int bits = table.scale_bits;
-  // freq (< 2^12) | (slot - start) << 12 | symbol << 24 for every slot.
-  alignas(32) uint32_t slots[1u << codec_internal::kRansMaxScaleBits];
-  for (uint32_t s = 0; s < table.alphabet; ++s) {
-    for (uint32_t k = 0; k < table.freq[s]; ++k) slots[table.start[s] + k] = table.freq[s] | k << 12 | s << 24;
-  }
-  const __m256i mask = _mm256_set1_epi32(static_cast<int>((1u << bits) - 1));
-  const __m128i shift = _mm_cvtsi32_si128(bits);
-  __m256i low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(states));
-  __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(states + 8));
-  std::size_t pos = *at;
   std::size_t i = 0;
-  // The sixteen words a group can take are loaded once, so the high lanes'
-  // refill waits only for the count the low lanes took, not for a load.
-  for (; count - i >= kRansLanes && size - pos >= 32; i += kRansLanes) {
-    const __m256i words[2] = {
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(stream + pos))),
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(stream + pos + 16)))};
-    int taken = 0;
-    low = DecodeEight(slots, low, mask, shift, words, &taken, symbols + i);
-    high = DecodeEight(slots, high, mask, shift, words, &taken, symbols + i + 8);
-    pos += 2 * static_cast<std::size_t>(taken);
+  if (table.alphabet <= 8) {
+    const SmallAlphabet small(table);
+    i = DecodeGroups<true>(stream, size, at, count, nullptr, &small, table.scale_bits, states, symbols);
+  } else {
+    // freq (< 2^12) | (slot - start) << 12 | symbol << 24 for every slot.
+    alignas(32) uint32_t slots[1u << codec_internal::kRansMaxScaleBits];
+    for (uint32_t s = 0; s < table.alphabet; ++s) {
+      for (uint32_t k = 0; k < table.freq[s]; ++k) slots[table.start[s] + k] = table.freq[s] | k << 12 | s << 24;
+    }
+    i = DecodeGroups<false>(stream, size, at, count, slots, nullptr, table.scale_bits, states, symbols);
   }
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(states), low);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(states + 8), high);
-  *at = pos;
   return i + scalar::RansDecodeLanes(stream, size, at, count - i, table, states, symbols + i);
 }
 

@@ -111,7 +111,7 @@ TEST_CASE("every ISA decodes small alphabets with absent symbols between, before
   };
   const Case cases[] = {{5, {0, 2, 4}}, {8, {1, 3, 5, 7}}, {8, {2, 6}}, {7, {0, 1, 6}}, {3, {0, 2}}};
   for (const Case& c : cases) {
-    for (std::size_t count : {std::size_t{47}, std::size_t{4099}, std::size_t{65539}}) {
+    for (std::size_t count : {std::size_t{1000}, std::size_t{4099}, std::size_t{65539}}) {
       INFO("alphabet " << c.alphabet << " present " << c.present.size() << " count " << count);
       std::mt19937 rng(static_cast<uint32_t>(count) + c.alphabet);
       std::vector<uint8_t> symbols(count);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "acceptor.h"
 #include "impl_access.h"
 #include "event_loop_impl.h"
 #include "fedrt/platform/clock.h"
@@ -721,11 +722,6 @@ class TcpConnection final : public Connection,
   std::atomic<uint64_t> heartbeats_sent_{0}, heartbeats_received_{0};
 };
 
-bool IsDescriptorExhaustion(const std::error_code& ec) {
-  return ec == asio::error::no_descriptors || ec == std::errc::too_many_files_open_in_system ||
-         ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
-}
-
 class TcpListenerImpl final : public TcpListener,
                               public LoopMember,
                               public std::enable_shared_from_this<TcpListenerImpl> {
@@ -918,24 +914,34 @@ Status CheckTls(const ConnectionOptions& options, bool listening) {
 
 }  // namespace
 
+Status OpenAcceptor(const std::string& host, uint16_t port, tcp::acceptor* acceptor) {
+  std::error_code ec;
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (ec) return InvalidArgument("listen address '" + host + "' is not an IP address");
+  const tcp::endpoint endpoint(address, port);
+  acceptor->open(endpoint.protocol(), ec);
+  if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor->bind(endpoint, ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Status(StatusCode::kIoError,
+                  "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
+  }
+  return Status::Ok();
+}
+
+bool IsDescriptorExhaustion(const std::error_code& ec) {
+  return ec == asio::error::no_descriptors || ec == std::errc::too_many_files_open_in_system ||
+         ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
+}
+
 Result<std::shared_ptr<TcpListener>> TcpListener::Listen(EventLoop& loop, const std::string& host,
                                                          uint16_t port, const ConnectionOptions& options,
                                                          std::shared_ptr<ConnectionHandler> handler) {
   FEDRT_RETURN_IF_ERROR(options.Validate());
   FEDRT_RETURN_IF_ERROR(CheckTls(options, true));
-  std::error_code ec;
-  const asio::ip::address address = asio::ip::make_address(host, ec);
-  if (ec) return InvalidArgument("listen address '" + host + "' is not an IP address");
   tcp::acceptor acceptor(internal::ImplAccess::Of(loop).io);
-  const tcp::endpoint endpoint(address, port);
-  acceptor.open(endpoint.protocol(), ec);
-  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor.bind(endpoint, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return Status(StatusCode::kIoError,
-                  "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
-  }
+  FEDRT_RETURN_IF_ERROR(OpenAcceptor(host, port, &acceptor));
   auto listener = std::make_shared<TcpListenerImpl>(internal::ImplAccess::Of(loop), std::move(acceptor), options, std::move(handler));
   listener->Start();
   return std::shared_ptr<TcpListener>(listener);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/console.h"
 #include "cli/flag_scope.h"
 #include "cli/signals.h"
 #include "cli/star_report.h"
@@ -105,8 +106,21 @@ int RunServe(ServeFlags& flags, const CLI::App& app) {
     std::printf("metrics on port %u\n", port);
     std::fflush(stdout);
   };
+  std::unique_ptr<Progress> progress;  // of the open round (a terminal only)
+  uint32_t progress_round = 0;
+  hooks.on_round_progress = [&](const RoundProgress& p) {
+    if (!progress || p.round != progress_round) {
+      progress = std::make_unique<Progress>("round " + std::to_string(p.round) + "/" +
+                                            std::to_string(flags.options.rounds));
+      progress_round = p.round;
+    }
+    progress->Update(static_cast<double>(p.received) / static_cast<double>(p.quorum),
+                     std::to_string(p.received) + "/" + std::to_string(p.sampled) + " updates, deadline in " +
+                         std::to_string(p.deadline_in_ms / 1000) + " s");
+  };
   const std::string codec = flags.options.codec;
   hooks.on_round = [&](const RoundReport& report) {
+    progress.reset();
     std::printf("%s\n", FormatRound(report, flags.options.rounds).c_str());
     std::fflush(stdout);
     if (metrics.is_open()) metrics << RoundJson(report, codec).dump() << "\n" << std::flush;
@@ -138,7 +152,18 @@ int RunDeviceCommand(DeviceFlags& flags) {
   }
   if (const int tls_status = CheckTlsFlags("device", flags.options.tls); tls_status != 0) return tls_status;
   std::atomic<bool>* stop = CatchStopSignals();
-  const Status status = RunDevice(flags.options, DeviceHooks(), stop);
+  DeviceHooks hooks;
+  std::unique_ptr<Progress> progress;  // of the round being trained (a terminal only)
+  uint32_t progress_round = 0;
+  hooks.on_progress = [&](uint32_t round, double fraction) {
+    if (!progress || round != progress_round) {
+      progress = std::make_unique<Progress>("round " + std::to_string(round) + " training");
+      progress_round = round;
+    }
+    progress->Update(fraction);
+  };
+  hooks.on_trained = [&](uint32_t) { progress.reset(); };
+  const Status status = RunDevice(flags.options, hooks, stop);
   if (!status.ok()) {
     std::fprintf(stderr, "fedrt device: %s\n", status.ToString().c_str());
     return status.code() == StatusCode::kCancelled ? 0 : 1;

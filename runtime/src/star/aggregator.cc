@@ -305,6 +305,10 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
     loop.RunFor(kSliceMs);
     aggregator->Tick();
     if (checkpoints) checkpoints->Retry();
+    if (hooks.on_round_progress) {
+      const RoundProgress progress = aggregator->round_progress();
+      if (progress.open) hooks.on_round_progress(progress);
+    }
     if (aggregator->finished()) {
       if (finished_at == 0) finished_at = SystemClock().NowMs();
       if (aggregator->open_connections() == 0 || SystemClock().NowMs() - finished_at > kFinishGraceMs) break;

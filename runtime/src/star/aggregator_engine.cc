@@ -112,6 +112,11 @@ struct Aggregator::State {
   void Joined(Peer& peer);
   bool StillHeard(Peer& peer);
   uint64_t StaleAfterMs() const { return config_.idle_timeout_ms / 2; }
+  // Updates that close the open round before its deadline.
+  std::size_t Quorum() const {
+    return std::max<std::size_t>(
+        1, static_cast<std::size_t>(std::ceil(config_.quorum * static_cast<double>(selected_.size()))));
+  }
   void OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame);
   void OnUpdateFrame(Peer& peer, Connection& connection, const Frame& frame);
   Status CheckUpdate(Received& received);
@@ -1285,8 +1290,7 @@ uint32_t Aggregator::State::Tick() {
     StartRound();
     return static_cast<uint32_t>(std::min<uint64_t>(next, config_.round_deadline_ms));
   }
-  const std::size_t quorum = std::max<std::size_t>(
-      1, static_cast<std::size_t>(std::ceil(config_.quorum * static_cast<double>(selected_.size()))));
+  const std::size_t quorum = Quorum();
   // Sampled devices still able to answer (connected, not answered yet).
   std::size_t waiting = 0;
   for (const std::string& device : selected_) {
@@ -1354,6 +1358,21 @@ const Model& Aggregator::model() const { return *state_->model_; }
 const std::string& Aggregator::codec() const { return state_->config_.codec; }
 const AggregatorConfig& Aggregator::config() const { return state_->config_; }
 const AggregatorCounters& Aggregator::counters() const { return state_->counters_; }
+
+RoundProgress Aggregator::round_progress() const {
+  const State& s = *state_;
+  RoundProgress progress;
+  if (!s.in_round_) return progress;
+  const uint64_t now = s.clock_.NowMs();
+  progress.open = true;
+  progress.round = s.round_ + 1;
+  progress.sampled = s.selected_.size();
+  progress.received = s.received_.size();
+  progress.quorum = s.Quorum();
+  progress.elapsed_ms = now - s.round_started_ms_;
+  progress.deadline_in_ms = s.round_deadline_ms_ > now ? s.round_deadline_ms_ - now : 0;
+  return progress;
+}
 
 const char* UpdateRejectionName(UpdateRejection reason) {
   switch (reason) {

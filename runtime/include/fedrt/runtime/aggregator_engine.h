@@ -233,6 +233,17 @@ struct AggregatorCounters {
   double dp_epsilon = -1;              // DP: spent so far (-1: DP off or no round yet)
 };
 
+// The round in progress, for a host's display (Aggregator::round_progress).
+struct RoundProgress {
+  bool open = false;             // a round is running
+  uint32_t round = 0;            // 1-based, as RoundReport::round
+  std::size_t sampled = 0;
+  std::size_t received = 0;      // updates in
+  std::size_t quorum = 0;        // updates that close it before its deadline
+  uint64_t elapsed_ms = 0;
+  uint64_t deadline_in_ms = 0;   // until it closes with what has arrived
+};
+
 // What an aggregator needs to resume where it was and send the instructions
 // it would have sent: global model, server optimizer state, completed rounds
 // and the codec state. RunAggregator keeps it in a file
@@ -264,6 +275,9 @@ struct AggregatorHooks {
   // monitoring endpoint (AggregatorOptions::http_host).
   std::function<void(uint16_t port)> on_listening;
   std::function<void(uint16_t port)> on_http_listening;
+  // RunAggregator only: between slices of its loop (every 20 ms) while a
+  // round is open.
+  std::function<void(const RoundProgress&)> on_round_progress;
   std::function<void(const RoundReport&)> on_round;
   // The state to persist after every applied round (before on_round).
   std::function<void(const AggregatorCheckpoint&)> on_checkpoint;
@@ -315,6 +329,7 @@ class Aggregator final : public transport::ConnectionHandler {
   const std::string& codec() const;       // the update codec's canonical spec
   const AggregatorConfig& config() const;
   const AggregatorCounters& counters() const;
+  RoundProgress round_progress() const;
   // Options for the connections of a binding: the frame limits (sized for
   // the model, and the small pre-join limit, which the aggregator lifts when
   // a device has joined), idle timeout and heartbeat interval, and no

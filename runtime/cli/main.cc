@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
 
   // --config files become flags before parsing, so they are checked alike.
   std::vector<std::string> args(argv + 1, argv + argc);
-  const fedrt::Status expanded = fedrt::cli::ExpandJsonConfig(&args, {"serve", "device"});
+  const fedrt::Status expanded = fedrt::cli::ExpandJsonConfig(&args, {"serve", "device", "peer"});
   if (!expanded.ok()) {
     std::fprintf(stderr, "fedrt: %s\n", expanded.ToString().c_str());
     return kUsageError;

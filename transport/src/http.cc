@@ -164,27 +164,14 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   bool ended_ = false;
 };
 
-class HttpListenerImpl final : public HttpListener,
-                               public LoopMember,
-                               public std::enable_shared_from_this<HttpListenerImpl> {
+class HttpListenerImpl final : public HttpListener, public AcceptLoop {
  public:
   HttpListenerImpl(EventLoop::Impl& loop, tcp::acceptor acceptor, HttpHandler handler, const HttpOptions& options)
-      : loop_(loop), acceptor_(std::move(acceptor)), backoff_(loop.io), handler_(std::move(handler)),
-        options_(options) {
-    std::error_code ec;
-    port_ = acceptor_.local_endpoint(ec).port();
-  }
+      : AcceptLoop(loop, std::move(acceptor)), handler_(std::move(handler)), options_(options) {}
 
-  void Start() {
-    loop_.AddMember(shared_from_this());
-    asio::dispatch(loop_.io, [self = shared_from_this()] { self->Accept(); });
-  }
-
-  uint16_t port() const override { return port_; }
-  void Close() override {
-    asio::dispatch(loop_.io, [self = shared_from_this()] { self->Stop(); });
-  }
-  void ShutdownForLoopExit() override { Stop(); }
+  void Start() { StartAccepting(); }
+  uint16_t port() const override { return bound_port(); }
+  void Close() override { CloseFromAnyThread(); }
 
   const HttpOptions& options() const { return options_; }
   asio::io_context& io() { return loop_.io; }
@@ -192,53 +179,26 @@ class HttpListenerImpl final : public HttpListener,
   void Ended(const std::shared_ptr<HttpExchange>& exchange) { open_.erase(exchange); }
 
  private:
-  void Accept() {
-    if (closed_) return;
-    acceptor_.async_accept([self = shared_from_this()](const std::error_code& ec, tcp::socket socket) {
-      self->OnAccept(ec, std::move(socket));
-    });
-  }
-
-  void OnAccept(const std::error_code& ec, tcp::socket socket) {
-    if (closed_ || ec == asio::error::operation_aborted) return;
-    if (ec) {
-      // Out of descriptors: the aggregator's listener logs this; this one
-      // waits a little and tries again.
-      backoff_.expires_after(std::chrono::milliseconds(IsDescriptorExhaustion(ec) ? 200 : 10));
-      backoff_.async_wait([self = shared_from_this()](const std::error_code& timer_ec) {
-        if (!timer_ec) self->Accept();
-      });
-      return;
-    }
+  void OnAccepted(tcp::socket socket) override {
     if (open_.size() >= options_.max_connections) {
       std::error_code ignored;
       socket.close(ignored);
-    } else {
-      auto exchange = std::make_shared<HttpExchange>(std::move(socket), shared_from_this());
-      open_.insert(exchange);
-      exchange->Start();
+      return;
     }
-    Accept();
+    auto exchange = std::make_shared<HttpExchange>(
+        std::move(socket), std::static_pointer_cast<HttpListenerImpl>(shared_from_this()));
+    open_.insert(exchange);
+    exchange->Start();
   }
 
-  void Stop() {
-    if (closed_) return;
-    closed_ = true;
-    std::error_code ec;
-    acceptor_.close(ec);
-    backoff_.cancel();
+  void OnStopped() override {
     std::set<std::shared_ptr<HttpExchange>> open;
     open.swap(open_);
     for (const auto& exchange : open) exchange->Stop();
   }
 
-  EventLoop::Impl& loop_;
-  tcp::acceptor acceptor_;
-  asio::steady_timer backoff_;
   HttpHandler handler_;
   const HttpOptions options_;
-  uint16_t port_ = 0;
-  bool closed_ = false;
   std::set<std::shared_ptr<HttpExchange>> open_;
 };
 

@@ -33,3 +33,27 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/fedrtConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/fedrtConfig.cmake ${PROJECT_BINARY_DIR}/fedrtConfigVersion.cmake
         DESTINATION ${FEDRT_CMAKE_INSTALL_DIR})
+
+# Deployment files for users of the tool: the license where Debian keeps it,
+# the example systemd units (examples/systemd/README.md).
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} RENAME copyright)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/examples/systemd/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples/systemd)
+
+# A Debian package of everything installed above (the tool, the libraries,
+# the headers and the CMake package): `cpack -G DEB` in a build directory
+# (build/release) writes fedrt_<version>_<arch>.deb. dpkg-shlibdeps fills in
+# the shared libraries the tool needs (OpenBLAS, OpenSSL, zlib, zstd).
+set(CPACK_PACKAGE_NAME fedrt)
+set(CPACK_PACKAGE_VENDOR "fedrt")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "Federated training on edge devices: the fedrt tool, libraries and headers")
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_CONTACT "fedrt maintainers <fedrt@localhost>")
+set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SECTION science)
+if(NOT CMAKE_CROSSCOMPILING)
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+endif()
+include(CPack)

@@ -31,7 +31,11 @@ Status Append(const std::string& path, const std::string& key, const nlohmann::j
     flags->push_back(flag + "=" + v.dump());
   } else if (v.is_array()) {
     for (const nlohmann::json& e : v) {
-      if (e.is_array() || e.is_object()) return InvalidArgument(path + ": key '" + key + "': arrays hold values only");
+      if (e.is_array() || e.is_object()) {
+        // fedrt peer's --config was once the peer list, which --peers takes now.
+        const std::string hint = key == "peers" ? " (a peer list? give it with --peers " + path + ")" : "";
+        return InvalidArgument(path + ": key '" + key + "': arrays hold values only" + hint);
+      }
       FEDRT_RETURN_IF_ERROR(Append(path, key, e, flags));
     }
   } else {

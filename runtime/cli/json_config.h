@@ -1,4 +1,5 @@
-// JSON option files for the tool's long-running commands (`--config F`):
+// JSON option files for the tool's long-running commands (`fedrt serve`,
+// `device` and `peer --config F`):
 // a JSON object whose keys are the command's flag names without the dashes
 // ("key-file", "max-update-norm"), with strings, numbers, booleans (flags)
 // or arrays (repeatable options) as values. Every flag of the command can be

@@ -13,9 +13,13 @@
 #include <string>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/console.h"
 #include "cli/json_config.h"
 #include "cli/signals.h"
 #include "fedrt/platform/cpu.h"
@@ -29,14 +33,29 @@ namespace {
 // one) it settles for SSE3 "Prescott" kernels, about 3x slower for training.
 // The only way to change that is OPENBLAS_CORETYPE before the library loads,
 // so the tool sets it and starts itself again, once. Users who set the
-// variable themselves keep their choice.
+// variable themselves keep their choice. FEDRT_OPENBLAS_RESTART=force
+// restarts on any CPU: the test hook of the process name below.
 void RestartWithBetterOpenBlasKernels(char** argv) {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
-  if (std::strcmp(fedrt::OpenBlasCoreName(), "Prescott") != 0) return;
-  const fedrt::CpuFeatures& cpu = fedrt::DetectCpu();
-  if (!cpu.avx2 || !cpu.fma) return;
+  const char* force = std::getenv("FEDRT_OPENBLAS_RESTART");
+  if (force == nullptr || std::strcmp(force, "force") != 0) {
+    if (std::strcmp(fedrt::OpenBlasCoreName(), "Prescott") != 0) return;
+    const fedrt::CpuFeatures& cpu = fedrt::DetectCpu();
+    if (!cpu.avx2 || !cpu.fma) return;
+  }
   if (setenv("OPENBLAS_CORETYPE", "Haswell", 1) != 0) return;
   execv("/proc/self/exe", argv);  // returns only on failure: carry on as we are
+}
+
+// The kernel names a process after the file it executed: "exe" after the
+// restart above. ps, top, pgrep and systemd show that name, so it is set
+// back to the one the user started (argv[0]'s last part, at most 15 bytes).
+void KeepProcessName(const char* argv0) {
+  const char* slash = std::strrchr(argv0, '/');
+  const char* name = slash != nullptr ? slash + 1 : argv0;
+#if defined(__linux__)
+  if (*name != '\0') prctl(PR_SET_NAME, name, 0, 0, 0);
+#endif
 }
 
 // Exit codes (documented in runtime/README.md): 0 success, 1 a failure the
@@ -99,6 +118,7 @@ std::string Suggestion(const CLI::App& app, const std::string& message) {
 
 int main(int argc, char** argv) {
   RestartWithBetterOpenBlasKernels(argv);
+  if (argc > 0) KeepProcessName(argv[0]);
   CLI::App app{"fedrt: federated training on edge devices", "fedrt"};
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", std::string("fedrt ") + fedrt::VersionString());
@@ -115,10 +135,13 @@ int main(int argc, char** argv) {
   fedrt::cli::RegisterDevice(app, commands);
   fedrt::cli::RegisterSim(app, commands);
   fedrt::cli::RegisterKeygen(app, commands);
+  // The long-running commands log with timestamps at a chosen level.
+  const std::vector<std::string> long_running = {"serve", "device", "peer", "sim", "train"};
+  for (const std::string& name : long_running) fedrt::cli::AddLogLevelFlag(*app.get_subcommand(name));
 
   // --config files become flags before parsing, so they are checked alike.
   std::vector<std::string> args(argv + 1, argv + argc);
-  const fedrt::Status expanded = fedrt::cli::ExpandJsonConfig(&args, {"serve", "device"});
+  const fedrt::Status expanded = fedrt::cli::ExpandJsonConfig(&args, {"serve", "device", "peer"});
   if (!expanded.ok()) {
     std::fprintf(stderr, "fedrt: %s\n", expanded.ToString().c_str());
     return kUsageError;
@@ -135,6 +158,9 @@ int main(int argc, char** argv) {
   }
   for (const fedrt::cli::Command& command : commands) {
     if (!command.app->parsed()) continue;
+    if (std::find(long_running.begin(), long_running.end(), command.app->get_name()) != long_running.end()) {
+      fedrt::cli::StartLogging(*command.app);
+    }
     const int status = command.run();
     // A command stopped by a signal never reports success.
     const int signal = fedrt::cli::StopSignal();

@@ -1,7 +1,7 @@
 // `fedrt peer`: one peer of a ring that trains without an aggregator, and
 // `fedrt bench allreduce`: N local processes timing the ring all-reduce.
 //
-// fedrt peer --config peers.json --keys peer-keys.txt --rank R
+// fedrt peer --peers peers.json --keys peer-keys.txt --rank R
 //   trains on its partition of the data (as a device does; --partition iid,
 //   dirichlet:A or shards:K); every step all-reduces the gradients (dense
 //   fp32, fp16 hops, or IWP-sparse) and applies their mean, so every peer
@@ -47,7 +47,8 @@ namespace fedrt::cli {
 namespace {
 
 struct PeerFlags {
-  std::string config;
+  std::string options_file;  // --config: expanded into flags before parsing (json_config.h)
+  std::string config;        // --peers: the peer list
   std::string keys;
   int rank = 0;
   std::string data = "/usr/share/datasets/fashion-mnist";
@@ -407,7 +408,7 @@ int RunBenchAllreduce(const BenchFlags& flags) {
     std::vector<std::string> c = {"/proc/self/exe", "bench", "allreduce", "--peers", std::to_string(flags.peers),
                                   "--size", std::to_string(flags.size), "--iterations",
                                   std::to_string(flags.iterations), "--worker-rank", std::to_string(r),
-                                  "--config", files->config, "--keys", files->keys};
+                                  "--peer-list", files->config, "--keys", files->keys};
     if (!flags.codec.empty()) {
       c.push_back("--codec");
       c.push_back(flags.codec);
@@ -448,7 +449,9 @@ int RunBenchAllreduce(const BenchFlags& flags) {
 void RegisterPeer(CLI::App& app, CommandList& commands) {
   auto flags = std::make_shared<PeerFlags>();
   CLI::App* p = app.add_subcommand("peer", "Run one peer of a ring that trains without an aggregator");
-  p->add_option("--config", flags->config, "Peer list (JSON: peers [{id, host, port}], step_timeout_ms)")->required();
+  p->add_option("--config", flags->options_file,
+                "JSON object of any of these options, keys without the dashes; the command line wins");
+  p->add_option("--peers", flags->config, "Peer list (JSON: peers [{id, host, port}], step_timeout_ms)")->required();
   p->add_option("--keys", flags->keys, "Key file with this peer's key and its neighbours' (transport/README.md)")->required();
   p->add_option("--rank", flags->rank, "This peer's position in the list")->required()->check(CLI::NonNegativeNumber);
   p->add_option("--data", flags->data, "MNIST-style data directory")->capture_default_str();
@@ -517,7 +520,7 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   ar->add_option("--chunk-bytes", bf->chunk_bytes, "Pipelining granularity (default: the peer default, chunk_floats in the peer config)")
       ->check(CLI::Range(uint64_t{4096}, uint64_t{64} << 20));
   ar->add_option("--worker-rank", bf->worker_rank)->group("");
-  ar->add_option("--config", bf->config)->group("");
+  ar->add_option("--peer-list", bf->config)->group("");
   ar->add_option("--keys", bf->keys)->group("");
   commands.push_back({ar, [bf] { return RunBenchAllreduce(*bf); }});
 }

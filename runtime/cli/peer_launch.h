@@ -2,14 +2,14 @@
 // `fedrt bench allreduce` and of a `fedrt sim --topology ring` launcher.
 //
 // WriteLocalPeerFiles picks N free ports, writes `<dir>/peers.json` (the
-// config `fedrt peer --config` reads) and `<dir>/peer-keys.txt` (a fresh
+// config `fedrt peer --peers` reads) and `<dir>/peer-keys.txt` (a fresh
 // random key per peer, mode 0600). SpawnAndWait starts one process per
 // argument vector and waits for all of them (bounded: after `timeout_s` the
 // stragglers are killed by pid); it returns the number that failed.
 //
 // A simulation launcher runs, for example:
 //   auto files = WriteLocalPeerFiles(dir, n, 5000);
-//   for r in 0..n-1: {"/proc/self/exe", "peer", "--config", files->config,
+//   for r in 0..n-1: {"/proc/self/exe", "peer", "--peers", files->config,
 //                     "--keys", files->keys, "--rank", r, ...training flags}
 //   SpawnAndWait(argvs, 3600);
 #ifndef FEDRT_RUNTIME_CLI_PEER_LAUNCH_H_

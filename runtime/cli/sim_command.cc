@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/console.h"
 #include "cli/flag_scope.h"
 #include "cli/key_files.h"
 #include "cli/sim_report.h"
@@ -331,7 +332,7 @@ int RunSim(SimFlags flags, const CLI::App& app) {
   if (flags.tls) std::printf(", TLS (throwaway CA in %s/tls)", flags.out.c_str());
   std::printf("\n  output in %s/ (metrics.jsonl, plot.svg, one folder of device logs per codec)\n", flags.out.c_str());
   std::fflush(stdout);
-  SetLogLevel(LogLevel::kWarning);
+  if (!LogLevelGiven()) SetLogLevel(LogLevel::kWarning);  // the devices' and peers' own lines go to their logs
 
   std::vector<Series> all;
   for (const std::string& codec : flags.codecs) {

@@ -137,7 +137,7 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
     RankFeed& feed = feeds[static_cast<std::size_t>(r)];
     feed.path = dir + "/rank-" + std::to_string(r) + ".jsonl";
     std::remove(feed.path.c_str());
-    std::vector<std::string> args = {"fedrt", "peer", "--config", files->config, "--keys", files->keys,
+    std::vector<std::string> args = {"fedrt", "peer", "--peers", files->config, "--keys", files->keys,
                                      "--rank", std::to_string(r), "--data", flags.data, "--model", flags.model,
                                      "--epochs", std::to_string(flags.epochs), "--batch", std::to_string(flags.batch),
                                      "--lr", std::to_string(flags.lr), "--seed", std::to_string(flags.seed), "--partition", flags.partition,

@@ -4,11 +4,13 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/console.h"
 #include "cli/flag_scope.h"
 #include "cli/signals.h"
 #include "cli/star_report.h"
@@ -19,9 +21,22 @@
 namespace fedrt::cli {
 namespace {
 
+// "HOST:PORT" (the port 1 to 65535, or 0 where `any_port`).
+bool ParseHostPort(const std::string& text, bool any_port, std::string* host, uint16_t* port) {
+  const std::size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) return false;
+  char* end = nullptr;
+  const long value = std::strtol(text.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || value < (any_port ? 0 : 1) || value > 65535) return false;
+  *host = text.substr(0, colon);
+  *port = static_cast<uint16_t>(value);
+  return true;
+}
+
 struct ServeFlags {
   std::string config;  // expanded into flags before parsing (json_config.h)
   AggregatorOptions options;
+  std::string http;
   std::string metrics;
   std::string optimizer = "fedavg";
   std::string aggregation = "mean";
@@ -52,6 +67,12 @@ int RunServe(ServeFlags& flags, const CLI::App& app) {
     return 2;
   }
   if (const int tls_status = CheckTlsFlags("serve", flags.options.tls); tls_status != 0) return tls_status;
+  if (!flags.http.empty() &&
+      !ParseHostPort(flags.http, /*any_port=*/true, &flags.options.http_host, &flags.options.http_port)) {
+    std::fprintf(stderr, "fedrt serve: --http must be HOST:PORT (an IP address; port 0: any free one), not '%s'\n",
+                 flags.http.c_str());
+    return 2;
+  }
   Result<ServerOptimizerKind> kind = ParseServerOptimizer(flags.optimizer);
   if (!kind.ok()) {
     std::fprintf(stderr, "fedrt serve: %s\n", kind.status().ToString().c_str());
@@ -81,8 +102,25 @@ int RunServe(ServeFlags& flags, const CLI::App& app) {
     std::printf("listening on port %u\n", port);
     std::fflush(stdout);
   };
+  hooks.on_http_listening = [](uint16_t port) {
+    std::printf("metrics on port %u\n", port);
+    std::fflush(stdout);
+  };
+  std::unique_ptr<Progress> progress;  // of the open round (a terminal only)
+  uint32_t progress_round = 0;
+  hooks.on_round_progress = [&](const RoundProgress& p) {
+    if (!progress || p.round != progress_round) {
+      progress = std::make_unique<Progress>("round " + std::to_string(p.round) + "/" +
+                                            std::to_string(flags.options.rounds));
+      progress_round = p.round;
+    }
+    progress->Update(static_cast<double>(p.received) / static_cast<double>(p.quorum),
+                     std::to_string(p.received) + "/" + std::to_string(p.sampled) + " updates, deadline in " +
+                         std::to_string(p.deadline_in_ms / 1000) + " s");
+  };
   const std::string codec = flags.options.codec;
   hooks.on_round = [&](const RoundReport& report) {
+    progress.reset();
     std::printf("%s\n", FormatRound(report, flags.options.rounds).c_str());
     std::fflush(stdout);
     if (metrics.is_open()) metrics << RoundJson(report, codec).dump() << "\n" << std::flush;
@@ -102,18 +140,11 @@ struct DeviceFlags {
 };
 
 int RunDeviceCommand(DeviceFlags& flags) {
-  const std::size_t colon = flags.server.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    std::fprintf(stderr, "fedrt device: --server must be HOST:PORT\n");
+  if (!ParseHostPort(flags.server, /*any_port=*/false, &flags.options.host, &flags.options.port)) {
+    std::fprintf(stderr, "fedrt device: --server must be HOST:PORT (port 1 to 65535), not '%s'\n",
+                 flags.server.c_str());
     return 1;
   }
-  flags.options.host = flags.server.substr(0, colon);
-  const long port = std::strtol(flags.server.c_str() + colon + 1, nullptr, 10);
-  if (port < 1 || port > 65535) {
-    std::fprintf(stderr, "fedrt device: bad port in --server %s\n", flags.server.c_str());
-    return 1;
-  }
-  flags.options.port = static_cast<uint16_t>(port);
   if (flags.options.tls.ca_file.empty() &&
       (!flags.options.tls.server_name.empty() || !flags.options.tls.cert_file.empty())) {
     std::fprintf(stderr, "fedrt device: TLS flags need --tls-ca (the CA that verifies the server)\n");
@@ -121,7 +152,18 @@ int RunDeviceCommand(DeviceFlags& flags) {
   }
   if (const int tls_status = CheckTlsFlags("device", flags.options.tls); tls_status != 0) return tls_status;
   std::atomic<bool>* stop = CatchStopSignals();
-  const Status status = RunDevice(flags.options, DeviceHooks(), stop);
+  DeviceHooks hooks;
+  std::unique_ptr<Progress> progress;  // of the round being trained (a terminal only)
+  uint32_t progress_round = 0;
+  hooks.on_progress = [&](uint32_t round, double fraction) {
+    if (!progress || round != progress_round) {
+      progress = std::make_unique<Progress>("round " + std::to_string(round) + " training");
+      progress_round = round;
+    }
+    progress->Update(fraction);
+  };
+  hooks.on_trained = [&](uint32_t) { progress.reset(); };
+  const Status status = RunDevice(flags.options, hooks, stop);
   if (!status.ok()) {
     std::fprintf(stderr, "fedrt device: %s\n", status.ToString().c_str());
     return status.code() == StatusCode::kCancelled ? 0 : 1;
@@ -195,6 +237,8 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
                     "Send the model's delta compressed with this codec (empty or fp32: the full model)");
   serve->add_option("--checkpoint", o.checkpoint, "Written every round and resumed from");
   serve->add_option("--metrics", flags->metrics, "Append one JSON object per round to this file");
+  serve->add_option("--http", flags->http,
+                    "Serve GET /metrics (Prometheus text) and /healthz on HOST:PORT (port 0: any free one, printed)");
   serve->add_option("--idle-timeout-ms", o.idle_timeout_ms, "Close a connection silent for this long")
       ->capture_default_str();
   serve->add_option("--join-timeout-ms", o.join_timeout_ms, "Close a connection that has not joined by then")

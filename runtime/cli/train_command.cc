@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/console.h"
 #include "cli/model_files.h"
 #include "fedrt/platform/clock.h"
 #include "fedrt/runtime/checkpoint.h"
@@ -40,6 +41,9 @@ struct TrainFlags {
   uint64_t seed = 1;
   std::string metrics;
 };
+
+// Updates between two looks at the progress line.
+constexpr std::size_t kProgressSteps = 16;
 
 int Fail(const Status& status) {
   std::fprintf(stderr, "fedrt train: %s\n", status.ToString().c_str());
@@ -140,8 +144,21 @@ int RunTrain(const TrainFlags& flags, bool model_given) {
   train_options.seed = flags.seed;
   Result<Evaluation> eval = Status(StatusCode::kNotFound, "no epoch ran");
   for (uint64_t epoch = first_epoch; epoch < static_cast<uint64_t>(flags.epochs); ++epoch) {
-    Result<EpochStats> stats = TrainEpoch(*model, *sgd, data->train, epoch, train_options);
-    if (!stats.ok()) return Fail(stats.status());
+    // TrainEpoch's updates, a slice at a time for the progress line.
+    Result<TrainingPass> pass = TrainingPass::Start(*model, data->train, epoch, train_options);
+    if (!pass.ok()) return Fail(pass.status());
+    const std::string title = "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(flags.epochs);
+    Progress progress(title);
+    while (!pass->done()) {
+      const Status ran = pass->Run(*model, *sgd, kProgressSteps);
+      if (!ran.ok()) return Fail(ran);
+      const std::size_t done = pass->stats().steps;
+      progress.Update(static_cast<double>(done) / static_cast<double>(pass->total_steps()),
+                      std::to_string(done) + "/" + std::to_string(pass->total_steps()) + " steps");
+    }
+    progress.Done();
+    const EpochStats stats_value = pass->stats();
+    const EpochStats* stats = &stats_value;
     eval = EvaluateModel(*model, data->test, 256);
     if (!eval.ok()) return Fail(eval.status());
     const double samples_per_second = static_cast<double>(stats->examples) / stats->seconds;

@@ -23,7 +23,7 @@ void Refused(const std::string& args, const std::string& message) {
   CHECK(run.output.find(message) != std::string::npos);
 }
 
-const std::string kPeer = "peer --config /nonexistent/peers.json --keys /nonexistent/keys --rank 0 ";
+const std::string kPeer = "peer --peers /nonexistent/peers.json --keys /nonexistent/keys --rank 0 ";
 
 TEST_CASE("fedrt peer refuses options of another reduce mode") {
   Refused(kPeer + "--reduce dense --codec alq:bits=3", "--codec applies to --reduce gossip only; this run is --reduce dense");

@@ -1,4 +1,4 @@
-// `--config F` for serve and device: every flag can come from a JSON file,
+// `--config F` for serve, device and peer: every flag can come from a JSON file,
 // the command line wins, unknown keys and wrong values are usage errors.
 #include <doctest/doctest.h>
 
@@ -60,6 +60,31 @@ TEST_CASE("device takes its required flags from its JSON config") {
   CHECK(run.exit_code == 1);
   CHECK(run.output.find(dir.File("none.key")) != std::string::npos);
   CHECK(run.output.find("is required") == std::string::npos);
+}
+
+TEST_CASE("peer takes any flag from its JSON config, the peer list included, and names --peers for an old peer list") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  // Scope checks run before any file is read: a gossip-only flag in a dense
+  // run from the file is refused like a typed one, so the file was read.
+  std::ofstream(dir.File("peer.json")) << "{\"peers\": \"" + dir.File("none.json") + "\", \"keys\": \"k\", \"rank\": 0,\n"
+                                          " \"reduce\": \"dense\", \"graph\": \"torus\"}\n";
+  const CliRun scoped = RunCli("peer --config " + dir.File("peer.json"));
+  INFO(scoped.output);
+  CHECK(scoped.exit_code == 2);
+  CHECK(scoped.output.find("--graph applies to --reduce gossip and local only") != std::string::npos);
+  // The command line wins: gossip makes --graph torus apply; the run then
+  // fails on the peer list the file names.
+  const CliRun gossip = RunCli("peer --config " + dir.File("peer.json") + " --reduce gossip");
+  INFO(gossip.output);
+  CHECK(gossip.exit_code == 1);
+  CHECK(gossip.output.find(dir.File("none.json")) != std::string::npos);
+  CHECK(gossip.output.find("is required") == std::string::npos);
+  // A peer list where the option file goes: the error says where it belongs.
+  std::ofstream(dir.File("list.json")) << "{\"peers\": [{\"id\": \"p0\", \"host\": \"127.0.0.1\", \"port\": 1}]}\n";
+  const CliRun old = RunCli("peer --config " + dir.File("list.json") + " --keys k --rank 0");
+  CHECK(old.exit_code == 2);
+  CHECK(old.output.find("give it with --peers " + dir.File("list.json")) != std::string::npos);
 }
 
 }  // namespace

@@ -146,7 +146,7 @@ void KillOneOfFour(const std::vector<std::string>& mode, bool same_model, bool s
 
   std::vector<Child> children;
   for (int r = 0; r < n; ++r) {
-    std::vector<std::string> args = {FEDRT_CLI_PATH, "peer", "--config", config, "--keys", key_file, "--rank",
+    std::vector<std::string> args = {FEDRT_CLI_PATH, "peer", "--peers", config, "--keys", key_file, "--rank",
                                      std::to_string(r), "--data", data, "--model", "mlp:784-32-10",
                                      "--epochs", "40", "--batch", "8", "--lr", "0.05", "--repair"};
     args.insert(args.end(), mode.begin(), mode.end());
@@ -219,7 +219,7 @@ TEST_CASE("fedrt peer gossip with a moniqua codec that names no theta derives th
   const LocalRing files = MakeLocalRing(dir, n, "g", 5000);
   std::vector<Child> children;
   for (int r = 0; r < n; ++r) {
-    children.push_back(Spawn({FEDRT_CLI_PATH, "peer", "--config", files.config, "--keys", files.keys, "--rank",
+    children.push_back(Spawn({FEDRT_CLI_PATH, "peer", "--peers", files.config, "--keys", files.keys, "--rank",
                               std::to_string(r), "--data", files.data, "--model", "mlp:784-16-10", "--epochs", "2",
                               "--batch", "8", "--lr", "0.05", "--reduce", "gossip", "--codec", "moniqua:bits=1"}));
   }

@@ -658,5 +658,185 @@ TEST_CASE("fedrt serve and fedrt device processes train over tls and unusable tl
   CHECK(serve->Wait() == 0);
 }
 
+
+// ---- Monitoring: fedrt serve --http ------------------------------------------
+
+// Sends `request` to 127.0.0.1:port and reads the answer until the server
+// closes; empty when the connection failed.
+std::string HttpExchange(uint16_t port, const std::string& request) {
+  BlockingStarClient client;  // a plain blocking socket with a read timeout
+  if (!client.Connect(port, 60)) return std::string();
+  if (!request.empty() && !client.SendBytes(request.data(), request.size()).ok()) return std::string();
+  client.ShutdownWrite();
+  std::string answer;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::recv(client.fd(), buffer, sizeof buffer, 0);
+    if (n <= 0) break;
+    answer.append(buffer, static_cast<std::size_t>(n));
+  }
+  return answer;
+}
+
+std::string HttpGet(uint16_t port, const std::string& path) {
+  return HttpExchange(port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: test\r\n\r\n");
+}
+
+// The status code of a response ("HTTP/1.1 200 OK..."), or 0.
+int HttpStatus(const std::string& response) {
+  if (response.compare(0, 9, "HTTP/1.1 ") != 0) return 0;
+  return std::atoi(response.c_str() + 9);
+}
+
+std::string HttpBody(const std::string& response) {
+  const std::size_t at = response.find("\r\n\r\n");
+  return at == std::string::npos ? std::string() : response.substr(at + 4);
+}
+
+// The value of the sample named exactly `name` (labels included), or -1.
+double Sample(const std::string& body, const std::string& name) {
+  const std::string line = "\n" + name + " ";
+  const std::size_t at = ("\n" + body).find(line);
+  if (at == std::string::npos) return -1;
+  return std::strtod(body.c_str() + at + line.size() - 1, nullptr);
+}
+
+// Debian's promtool (package prometheus) on the exposition text: its parser
+// and its lint rules. The empty string when it accepts the text.
+std::string PromtoolProblems(const std::string& body, const std::string& dir) {
+  if (std::string(FEDRT_PROMTOOL).empty()) return std::string();
+  const std::string in = dir + "/metrics.txt";
+  const std::string out = dir + "/promtool.txt";
+  std::ofstream(in, std::ios::binary | std::ios::trunc) << body;
+  const int status = std::system((std::string(FEDRT_PROMTOOL) + " check metrics < " + in + " > " + out + " 2>&1").c_str());
+  if (status == 0) return std::string();
+  return "promtool exit " + std::to_string(status) + ": " + testing::ReadFileBytes(out);
+}
+
+TEST_CASE("fedrt serve --http serves /metrics that promtool accepts with counters that move every round, and bad requests do not disturb it") {
+  if (std::string(FEDRT_PROMTOOL).empty()) MESSAGE("promtool not found (Debian: prometheus): the format check is skipped");
+  Star star;
+  std::unique_ptr<ChildProcess> serve_process;
+  const std::string checkpoint = star.dir.File("aggregator.ckpt");
+  const uint16_t port = StartServe(star, {"--codec", "fp32", "--rounds", "3", "--min-devices", "3", "--http",
+                                          "127.0.0.1:0", "--checkpoint", checkpoint},
+                                   &serve_process);
+  REQUIRE(port != 0);
+  ChildProcess& serve = *serve_process;
+  const uint16_t http = static_cast<uint16_t>(std::atoi(serve.WaitForLine("metrics on port ").c_str()));
+  REQUIRE_MESSAGE(http != 0, serve.output());
+  const std::size_t d = ParameterCount();
+  Gatekeeper gate(port, 0, d);
+  Gatekeeper wrong(port, 2, d);
+  ChildProcess dev1(star.Device(1, port));
+  REQUIRE(gate.Await() == 0);
+  REQUIRE(wrong.Await() == 0);
+
+  // Round 0 is open: three devices joined, nothing completed.
+  std::string response = HttpGet(http, "/metrics");
+  REQUIRE_MESSAGE(HttpStatus(response) == 200, response);
+  CHECK(response.find("Content-Type: text/plain; version=0.0.4") != std::string::npos);
+  std::string body = HttpBody(response);
+  CHECK_MESSAGE(PromtoolProblems(body, star.dir.path()) == "", body);
+  CHECK(Sample(body, "fedrt_rounds_completed_total") == 0);
+  CHECK(Sample(body, "fedrt_rounds_target") == 3);
+  CHECK(Sample(body, "fedrt_device_joins_total") == 3);
+  CHECK(Sample(body, "fedrt_devices_connected") == 3);
+  CHECK(Sample(body, "fedrt_updates_accepted_total") == 0);
+  CHECK(Sample(body, "fedrt_updates_rejected_total{reason=\"wrong_codec\"}") == 0);
+  CHECK(Sample(body, "fedrt_round_duration_seconds_count") == 0);
+  CHECK(Sample(body, "fedrt_test_accuracy_ratio") == -1);  // no round applied yet
+  CHECK(Sample(body, "fedrt_dp_epsilon") == -1);           // DP is off
+
+  // One device answers with another codec than instructed: refused, counted.
+  REQUIRE(wrong.client.SendUpdate(0, "fp16", std::vector<uint8_t>(64, 1)).ok());
+  std::string reason;
+  CHECK(wrong.client.ReadUntilClosed(&reason));
+  CHECK(reason.find("is not the instructed") != std::string::npos);
+
+  // Malformed and unwanted requests get their status and a close; serving goes on.
+  const std::string oversize = "GET /" + std::string(9000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::pair<std::string, int> bad_requests[] = {
+      {"garbage\r\n\r\n", 400},
+      {"GET /metrics HTTP/1.1\r\n\r\n", 400},                      // no Host
+      {"GET metrics HTTP/1.1\r\nHost: x\r\n\r\n", 400},            // not a path
+      {"GET /metrics HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", 400},
+      {"GET /metrics HTTP/1.1\r\nHost: x\r\nno colon\r\n\r\n", 400},
+      {std::string("GET /met\x01rics HTTP/1.1\r\nHost: x\r\n\r\n"), 400},
+      {"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", 405},
+      {"GET /metrics HTTP/2.0\r\nHost: x\r\n\r\n", 505},
+      {oversize, 431},
+      {"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n", 404},
+      {"GET /healthz HTTP/1.0\r\n\r\n", 200},
+  };
+  // A client that connects and says nothing stays open meanwhile.
+  BlockingStarClient silent;
+  REQUIRE(silent.Connect(http));
+  for (const auto& [request, status] : bad_requests) {
+    const std::string answer = HttpExchange(http, request);
+    INFO(request.substr(0, 60));
+    CHECK_MESSAGE(HttpStatus(answer) == status, answer);
+  }
+  CHECK(HttpExchange(http, "GET /metr").empty());  // half a head, then the client's close: no answer
+  response = HttpGet(http, "/healthz");
+  CHECK(HttpStatus(response) == 200);
+  CHECK(HttpBody(response).rfind("ok: round 0 of 3", 0) == 0);
+  if (HttpStatus(HttpGet(http, "/metrics?x=1")) != 200) FAIL("a query string is ignored");
+
+  // Round 0 closes with two updates; round 1 opens.
+  gate.Answer();
+  REQUIRE(gate.Await() == 1);
+  REQUIRE_MESSAGE(serve.WaitFor("round 1/3"), serve.output());
+  response = HttpGet(http, "/metrics");
+  REQUIRE(HttpStatus(response) == 200);
+  body = HttpBody(response);
+  CHECK_MESSAGE(PromtoolProblems(body, star.dir.path()) == "", body);
+  CHECK(Sample(body, "fedrt_rounds_completed_total") == 1);
+  CHECK(Sample(body, "fedrt_updates_accepted_total") == 2);
+  CHECK(Sample(body, "fedrt_updates_rejected_total{reason=\"wrong_codec\"}") == 1);
+  CHECK(Sample(body, "fedrt_updates_rejected_total{reason=\"bad_values\"}") == 0);
+  CHECK(Sample(body, "fedrt_devices_connected") == 2);
+  CHECK(Sample(body, "fedrt_uplink_payload_bytes_total") > 2.0 * 4 * static_cast<double>(d));
+  CHECK(Sample(body, "fedrt_downlink_payload_bytes_total") >= 3.0 * 4 * static_cast<double>(d));
+  CHECK(Sample(body, "fedrt_round_duration_seconds_count") == 1);
+  CHECK(Sample(body, "fedrt_round_duration_seconds_sum") >= 0);
+  CHECK(Sample(body, "fedrt_test_accuracy_ratio") > 0);
+  CHECK(Sample(body, "fedrt_best_test_accuracy_ratio") >= Sample(body, "fedrt_test_accuracy_ratio"));
+  CHECK(Sample(body, "fedrt_checkpoint_age_seconds") >= 0);
+  CHECK(Sample(body, "fedrt_checkpoint_pending") == 0);
+  const double uplink_after_one = Sample(body, "fedrt_uplink_payload_bytes_total");
+
+  gate.Answer();
+  REQUIRE(gate.Await() == 2);
+  REQUIRE(serve.WaitFor("round 2/3"));
+  body = HttpBody(HttpGet(http, "/metrics"));
+  CHECK(Sample(body, "fedrt_rounds_completed_total") == 2);
+  CHECK(Sample(body, "fedrt_updates_accepted_total") == 4);
+  CHECK(Sample(body, "fedrt_uplink_payload_bytes_total") > uplink_after_one);
+  CHECK(Sample(body, "fedrt_round_duration_seconds_count") == 2);
+  gate.Answer();
+  CHECK(serve.Wait() == 0);
+  CHECK(dev1.Wait() == 0);
+}
+
+TEST_CASE("fedrt serve refuses a malformed --http address and a port in use, and other commands have no --http") {
+  Star star;
+  ChildProcess malformed(star.Serve({"--http", "127.0.0.1"}));
+  CHECK(malformed.Wait() == 2);
+  CHECK(malformed.Count("--http must be HOST:PORT") == 1);
+  // The aggregator's own port is taken: the monitoring endpoint cannot have it.
+  std::unique_ptr<ChildProcess> first;
+  const uint16_t port = StartServe(star, {"--rounds", "1", "--min-devices", "2"}, &first);
+  REQUIRE(port != 0);
+  ChildProcess taken(star.Serve({"--http", "127.0.0.1:" + std::to_string(port)}));
+  CHECK(taken.Wait() == 1);
+  INFO(taken.output());
+  CHECK(taken.Count("--http: cannot listen on 127.0.0.1:" + std::to_string(port)) == 1);
+  ChildProcess device(star.Device(0, port, {"--http", "127.0.0.1:0"}));
+  CHECK(device.Wait() == 2);
+  first->Signal(SIGTERM);
+  CHECK(first->Wait() == 128 + SIGTERM);
+}
+
 }  // namespace
 }  // namespace fedrt

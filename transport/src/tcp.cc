@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "acceptor.h"
 #include "impl_access.h"
 #include "event_loop_impl.h"
 #include "fedrt/platform/clock.h"
@@ -721,38 +722,15 @@ class TcpConnection final : public Connection,
   std::atomic<uint64_t> heartbeats_sent_{0}, heartbeats_received_{0};
 };
 
-bool IsDescriptorExhaustion(const std::error_code& ec) {
-  return ec == asio::error::no_descriptors || ec == std::errc::too_many_files_open_in_system ||
-         ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
-}
-
-class TcpListenerImpl final : public TcpListener,
-                              public LoopMember,
-                              public std::enable_shared_from_this<TcpListenerImpl> {
+class TcpListenerImpl final : public TcpListener, public AcceptLoop {
  public:
   TcpListenerImpl(EventLoop::Impl& loop, tcp::acceptor acceptor, const ConnectionOptions& options,
                   std::shared_ptr<ConnectionHandler> handler)
-      : loop_(loop),
-        acceptor_(std::move(acceptor)),
-        backoff_timer_(loop.io),
-        options_(options),
-        handler_(std::move(handler)) {
-    std::error_code ec;
-    port_ = acceptor_.local_endpoint(ec).port();
-  }
+      : AcceptLoop(loop, std::move(acceptor)), options_(options), handler_(std::move(handler)) {}
 
-  void Start() {
-    loop_.AddMember(shared_from_this());
-    asio::dispatch(loop_.io, [self = shared_from_this()] { self->Accept(); });
-  }
-
-  uint16_t port() const override { return port_; }
-
-  void Close() override {
-    asio::dispatch(loop_.io, [self = shared_from_this()] { self->Stop(); });
-  }
-
-  void ShutdownForLoopExit() override { Stop(); }
+  void Start() { StartAccepting(); }
+  uint16_t port() const override { return bound_port(); }
+  void Close() override { CloseFromAnyThread(); }
 
   ListenerStats stats() const override {
     ListenerStats s;
@@ -764,67 +742,21 @@ class TcpListenerImpl final : public TcpListener,
   }
 
  private:
-  void Accept() {
-    if (closed_) return;
-    acceptor_.async_accept([self = shared_from_this()](const std::error_code& ec, tcp::socket socket) {
-      self->OnAccept(ec, std::move(socket));
+  void OnAccepted(tcp::socket socket) override {
+    auto connection = std::make_shared<TcpConnection>(loop_, std::move(socket), options_, handler_);
+    auto self = std::static_pointer_cast<TcpListenerImpl>(shared_from_this());
+    connection->Handshake(true, std::string(), options_.io_timeout_ms, [self, connection](const Status& status) {
+      if (status.ok()) return connection->Start();
+      if (status.code() == StatusCode::kCancelled) return;
+      self->tls_failures_.fetch_add(1);
+      Log(LogLevel::kWarning, "listener on port %u: %s; connection closed", unsigned{self->bound_port()},
+          status.ToString().c_str());
     });
   }
 
-  void OnAccept(const std::error_code& ec, tcp::socket socket) {
-    if (closed_ || ec == asio::error::operation_aborted) return;
-    if (ec) {
-      if (IsDescriptorExhaustion(ec)) {
-        exhaustions_.fetch_add(1);
-        if (backoff_ms_ == 0) {
-          Log(LogLevel::kWarning, "listener on port %u: %s; backing off and retrying", unsigned{port_},
-              ec.message().c_str());
-        }
-        backoff_ms_ = backoff_ms_ == 0 ? 50 : std::min<uint32_t>(backoff_ms_ * 2, 1000);
-        backoff_timer_.expires_after(std::chrono::milliseconds(backoff_ms_));
-        backoff_timer_.async_wait([self = shared_from_this()](const std::error_code& timer_ec) {
-          if (!timer_ec) self->Accept();
-        });
-        return;
-      }
-      other_errors_.fetch_add(1);
-      Log(LogLevel::kWarning, "listener on port %u: accept failed: %s", unsigned{port_}, ec.message().c_str());
-      return Accept();
-    }
-    if (backoff_ms_ != 0) {
-      Log(LogLevel::kInfo, "listener on port %u: accepting again", unsigned{port_});
-      backoff_ms_ = 0;
-    }
-    accepted_.fetch_add(1);
-    auto connection = std::make_shared<TcpConnection>(loop_, std::move(socket), options_, handler_);
-    connection->Handshake(true, std::string(), options_.io_timeout_ms,
-                          [self = shared_from_this(), connection](const Status& status) {
-                            if (status.ok()) return connection->Start();
-                            if (status.code() == StatusCode::kCancelled) return;
-                            self->tls_failures_.fetch_add(1);
-                            Log(LogLevel::kWarning, "listener on port %u: %s; connection closed",
-                                unsigned{self->port_}, status.ToString().c_str());
-                          });
-    Accept();
-  }
-
-  void Stop() {
-    if (closed_) return;
-    closed_ = true;
-    std::error_code ec;
-    acceptor_.close(ec);
-    backoff_timer_.cancel();
-  }
-
-  EventLoop::Impl& loop_;
-  tcp::acceptor acceptor_;
-  asio::steady_timer backoff_timer_;
   const ConnectionOptions options_;
   std::shared_ptr<ConnectionHandler> handler_;
-  uint16_t port_ = 0;
-  bool closed_ = false;
-  uint32_t backoff_ms_ = 0;
-  std::atomic<uint64_t> accepted_{0}, exhaustions_{0}, other_errors_{0}, tls_failures_{0};
+  std::atomic<uint64_t> tls_failures_{0};
 };
 
 // One dial attempt: resolve, connect, or time out, whichever comes first.
@@ -918,24 +850,94 @@ Status CheckTls(const ConnectionOptions& options, bool listening) {
 
 }  // namespace
 
+Status OpenAcceptor(const std::string& host, uint16_t port, tcp::acceptor* acceptor) {
+  std::error_code ec;
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (ec) return InvalidArgument("listen address '" + host + "' is not an IP address");
+  const tcp::endpoint endpoint(address, port);
+  acceptor->open(endpoint.protocol(), ec);
+  if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor->bind(endpoint, ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Status(StatusCode::kIoError,
+                  "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
+  }
+  return Status::Ok();
+}
+
+bool IsDescriptorExhaustion(const std::error_code& ec) {
+  return ec == asio::error::no_descriptors || ec == std::errc::too_many_files_open_in_system ||
+         ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
+}
+
+AcceptLoop::AcceptLoop(EventLoop::Impl& loop, tcp::acceptor acceptor)
+    : loop_(loop), acceptor_(std::move(acceptor)), backoff_timer_(loop.io) {
+  std::error_code ec;
+  port_ = acceptor_.local_endpoint(ec).port();
+}
+
+void AcceptLoop::StartAccepting() {
+  loop_.AddMember(shared_from_this());
+  asio::dispatch(loop_.io, [self = shared_from_this()] { self->Accept(); });
+}
+
+void AcceptLoop::CloseFromAnyThread() {
+  asio::dispatch(loop_.io, [self = shared_from_this()] { self->Stop(); });
+}
+
+void AcceptLoop::Accept() {
+  if (closed_) return;
+  acceptor_.async_accept([self = shared_from_this()](const std::error_code& ec, tcp::socket socket) {
+    self->OnAccept(ec, std::move(socket));
+  });
+}
+
+void AcceptLoop::OnAccept(const std::error_code& ec, tcp::socket socket) {
+  if (closed_ || ec == asio::error::operation_aborted) return;
+  if (ec) {
+    if (IsDescriptorExhaustion(ec)) {
+      exhaustions_.fetch_add(1);
+      if (backoff_ms_ == 0) {
+        Log(LogLevel::kWarning, "listener on port %u: %s; backing off and retrying", unsigned{port_},
+            ec.message().c_str());
+      }
+      backoff_ms_ = backoff_ms_ == 0 ? 50 : std::min<uint32_t>(backoff_ms_ * 2, 1000);
+      backoff_timer_.expires_after(std::chrono::milliseconds(backoff_ms_));
+      backoff_timer_.async_wait([self = shared_from_this()](const std::error_code& timer_ec) {
+        if (!timer_ec) self->Accept();
+      });
+      return;
+    }
+    other_errors_.fetch_add(1);
+    Log(LogLevel::kWarning, "listener on port %u: accept failed: %s", unsigned{port_}, ec.message().c_str());
+    return Accept();
+  }
+  if (backoff_ms_ != 0) {
+    Log(LogLevel::kInfo, "listener on port %u: accepting again", unsigned{port_});
+    backoff_ms_ = 0;
+  }
+  accepted_.fetch_add(1);
+  OnAccepted(std::move(socket));
+  Accept();
+}
+
+void AcceptLoop::Stop() {
+  if (closed_) return;
+  closed_ = true;
+  std::error_code ec;
+  acceptor_.close(ec);
+  backoff_timer_.cancel();
+  OnStopped();
+}
+
 Result<std::shared_ptr<TcpListener>> TcpListener::Listen(EventLoop& loop, const std::string& host,
                                                          uint16_t port, const ConnectionOptions& options,
                                                          std::shared_ptr<ConnectionHandler> handler) {
   FEDRT_RETURN_IF_ERROR(options.Validate());
   FEDRT_RETURN_IF_ERROR(CheckTls(options, true));
-  std::error_code ec;
-  const asio::ip::address address = asio::ip::make_address(host, ec);
-  if (ec) return InvalidArgument("listen address '" + host + "' is not an IP address");
   tcp::acceptor acceptor(internal::ImplAccess::Of(loop).io);
-  const tcp::endpoint endpoint(address, port);
-  acceptor.open(endpoint.protocol(), ec);
-  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor.bind(endpoint, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return Status(StatusCode::kIoError,
-                  "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
-  }
+  FEDRT_RETURN_IF_ERROR(OpenAcceptor(host, port, &acceptor));
   auto listener = std::make_shared<TcpListenerImpl>(internal::ImplAccess::Of(loop), std::move(acceptor), options, std::move(handler));
   listener->Start();
   return std::shared_ptr<TcpListener>(listener);

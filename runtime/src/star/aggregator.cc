@@ -7,7 +7,10 @@
 #include "fedrt/runtime/aggregator.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <ctime>
 
 #include <algorithm>
 #include <chrono>
@@ -24,8 +27,10 @@
 #include "fedrt/transport/connection.h"
 #include "fedrt/transport/crypto.h"
 #include "fedrt/transport/event_loop.h"
+#include "fedrt/transport/http.h"
 #include "fedrt/transport/tcp.h"
 #include "star/aggregator_checkpoint.h"
+#include "star/aggregator_metrics.h"
 #include "star/star_data.h"
 
 namespace fedrt {
@@ -77,6 +82,29 @@ class CheckpointWriter {
  public:
   explicit CheckpointWriter(std::string path) : path_(std::move(path)) {}
 
+  // The file this run resumed from: its age counts from its modification time.
+  void Resumed() {
+    struct stat st;
+    if (::stat(path_.c_str(), &st) != 0) return;
+    const double age = std::difftime(std::time(nullptr), st.st_mtime);
+    const uint64_t age_ms = age > 0 ? static_cast<uint64_t>(age * 1000) : 0;
+    const uint64_t now = SystemClock().NowMs();
+    saved_ms_ = now > age_ms ? now - age_ms : 0;
+    saved_any_ = true;
+  }
+
+  // Seconds since the latest state reached the file (-1: none has).
+  double age_seconds() const {
+    return saved_any_ ? static_cast<double>(SystemClock().NowMs() - saved_ms_) / 1000.0 : -1;
+  }
+  bool pending() const { return pending_.has_value(); }
+  // Why the latest state is not on disk (empty while it is).
+  std::string trouble() const {
+    if (!pending_) return "";
+    return "the state of round " + std::to_string(pending_->round) + " is not saved to " + path_ + ": " +
+           last_error_.ToString();
+  }
+
   void Save(const AggregatorCheckpoint& state) {
     if (pending_) {
       Log(LogLevel::kWarning, "aggregator: the state of round %u was never saved; round %u's replaces it",
@@ -84,7 +112,7 @@ class CheckpointWriter {
     }
     pending_.reset();
     const Status written = Write(state);
-    if (written.ok()) return;
+    if (written.ok()) return Saved();
     pending_ = state;
     failures_ = 1;
     last_error_ = written;
@@ -131,7 +159,7 @@ class CheckpointWriter {
       Log(LogLevel::kInfo, "aggregator: checkpoint of round %u saved after %u failed attempts", pending_->round,
           failures_);
       pending_.reset();
-      return;
+      return Saved();
     }
     failures_++;
     if (written.message() != last_error_.message()) {
@@ -141,14 +169,58 @@ class CheckpointWriter {
     last_error_ = written;
   }
 
+  void Saved() {
+    saved_ms_ = SystemClock().NowMs();
+    saved_any_ = true;
+  }
+
   const std::string path_;
   DescriptorReserve reserve_;
+  uint64_t saved_ms_ = 0;
+  bool saved_any_ = false;
   std::optional<AggregatorCheckpoint> pending_;  // the latest state, not on disk yet
   uint32_t failures_ = 0;
   Status last_error_;
   uint32_t backoff_ms_ = kFirstBackoffMs;
   uint64_t next_attempt_ms_ = 0;
 };
+
+// GET /metrics and /healthz of RunAggregator (AggregatorOptions::http_host).
+transport::HttpResponse Monitor(const std::string& path, const Aggregator& aggregator,
+                                const CheckpointWriter* checkpoints) {
+  transport::HttpResponse response;
+  if (path == "/metrics") {
+    star::AggregatorHostMetrics host;
+    host.rounds_target = aggregator.config().rounds;
+    host.devices_connected = aggregator.connected_devices();
+    host.open_connections = aggregator.open_connections();
+    host.dp = aggregator.config().dp.noise_multiplier > 0;
+    host.checkpointing = checkpoints != nullptr;
+    if (checkpoints != nullptr) {
+      host.checkpoint_age_seconds = checkpoints->age_seconds();
+      host.checkpoint_pending = checkpoints->pending();
+    }
+    response.content_type = star::kPrometheusContentType;
+    response.body = star::RenderAggregatorMetrics(aggregator.counters(), host);
+  } else if (path == "/healthz") {
+    const std::string trouble = checkpoints != nullptr ? checkpoints->trouble() : "";
+    if (aggregator.finished()) {
+      response.status = 503;
+      response.body = "finished: " + std::to_string(aggregator.round()) + " rounds done\n";
+    } else if (!trouble.empty()) {
+      response.status = 503;
+      response.body = "checkpoint failing: " + trouble + "\n";
+    } else {
+      response.body = "ok: round " + std::to_string(aggregator.round()) + " of " +
+                      std::to_string(aggregator.config().rounds) + " done, " +
+                      std::to_string(aggregator.connected_devices()) + " devices connected\n";
+    }
+  } else {
+    response.status = 404;
+    response.body = "not found; this server has /metrics and /healthz\n";
+  }
+  return response;
+}
 
 // Resumes from the saved state if the file exists; errors name the file.
 Status RestoreCheckpoint(const std::string& path, Aggregator& aggregator) {
@@ -195,7 +267,10 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
                          options.data_dir.empty() ? nullptr : &test_set, std::move(engine_hooks));
   if (!created.ok()) return created.status();
   std::shared_ptr<Aggregator> aggregator = std::move(*created);
-  if (!options.checkpoint.empty()) FEDRT_RETURN_IF_ERROR(RestoreCheckpoint(options.checkpoint, *aggregator));
+  if (!options.checkpoint.empty()) {
+    FEDRT_RETURN_IF_ERROR(RestoreCheckpoint(options.checkpoint, *aggregator));
+    if (aggregator->round() > 0) checkpoints->Resumed();
+  }
 
   transport::ConnectionOptions connection_options = aggregator->connection_options();
   Result<std::shared_ptr<const transport::TlsContext>> tls = transport::CreateTlsIfConfigured(options.tls);
@@ -208,17 +283,39 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
       options.host.c_str(), (*listener)->port(), options.model.c_str(), aggregator->model().parameter_count(),
       aggregator->codec().c_str(), aggregator->round(), options.rounds);
   if (hooks.on_listening) hooks.on_listening((*listener)->port());
+  std::shared_ptr<transport::HttpListener> http;
+  if (!options.http_host.empty()) {
+    // Called on this thread, inside loop.RunFor, between the engine's calls.
+    Result<std::shared_ptr<transport::HttpListener>> opened = transport::HttpListener::Listen(
+        loop, options.http_host, options.http_port,
+        [engine = aggregator.get(), writer = checkpoints.get()](const std::string& path) {
+          return Monitor(path, *engine, writer);
+        });
+    if (!opened.ok()) {
+      (*listener)->Close();
+      aggregator->Abort(Status(StatusCode::kCancelled, "aggregator stopped"));
+      return Status(opened.status().code(), "--http: " + opened.status().message());
+    }
+    http = std::move(*opened);
+    Log(LogLevel::kInfo, "aggregator: metrics on http://%s:%u/metrics", options.http_host.c_str(), http->port());
+    if (hooks.on_http_listening) hooks.on_http_listening(http->port());
+  }
   uint64_t finished_at = 0;
   while (stop == nullptr || !stop->load()) {
     loop.RunFor(kSliceMs);
     aggregator->Tick();
     if (checkpoints) checkpoints->Retry();
+    if (hooks.on_round_progress) {
+      const RoundProgress progress = aggregator->round_progress();
+      if (progress.open) hooks.on_round_progress(progress);
+    }
     if (aggregator->finished()) {
       if (finished_at == 0) finished_at = SystemClock().NowMs();
       if (aggregator->open_connections() == 0 || SystemClock().NowMs() - finished_at > kFinishGraceMs) break;
     }
   }
   (*listener)->Close();
+  if (http) http->Close();
   aggregator->Abort(Status(StatusCode::kCancelled, "aggregator stopped"));
   loop.RunFor(50);
   // Training that went on while its state could not be saved ends as an error.

@@ -112,6 +112,11 @@ struct Aggregator::State {
   void Joined(Peer& peer);
   bool StillHeard(Peer& peer);
   uint64_t StaleAfterMs() const { return config_.idle_timeout_ms / 2; }
+  // Updates that close the open round before its deadline.
+  std::size_t Quorum() const {
+    return std::max<std::size_t>(
+        1, static_cast<std::size_t>(std::ceil(config_.quorum * static_cast<double>(selected_.size()))));
+  }
   void OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame);
   void OnUpdateFrame(Peer& peer, Connection& connection, const Frame& frame);
   Status CheckUpdate(Received& received);
@@ -189,6 +194,11 @@ struct Aggregator::State {
   std::unique_ptr<TensorSetCodec> levels_tensors_;  // levels_ over the tensor table
   std::set<std::string> forced_anchors_;  // wrapped too often last round
   std::size_t rejected_ = 0;
+  AggregatorCounters counters_;
+  void Reject(UpdateRejection reason) {
+    rejected_++;
+    counters_.updates_rejected[static_cast<int>(reason)]++;
+  }
   uint64_t bytes_down_ = 0;
   std::size_t full_models_down_ = 0;
   // Downlink compression: the model the devices hold, the round it belongs
@@ -343,6 +353,7 @@ Status Aggregator::State::Restore(AggregatorCheckpoint& saved) {
   FEDRT_RETURN_IF_ERROR(optimizer_->Restore(std::move(saved.first_moment), std::move(saved.second_moment)));
   std::memcpy(model_->parameters(), saved.parameters.data(), d_ * sizeof(float));
   round_ = saved.round;
+  counters_.rounds_completed = round_;
   if (dp() && !saved.dp_rdp.empty()) {
     FEDRT_RETURN_IF_ERROR(accountant_.Restore(saved.dp_rdp));
     Log(LogLevel::kInfo, "aggregator: DP: resumed at epsilon %.4g", accountant_.Epsilon(config_.dp.delta));
@@ -353,6 +364,7 @@ Status Aggregator::State::Restore(AggregatorCheckpoint& saved) {
     Log(LogLevel::kWarning, "aggregator: DP: the %" PRIu32 " restored rounds are charged at sampling rate 1 (epsilon %.4g)",
         round_, accountant_.Epsilon(config_.dp.delta));
   }
+  if (dp() && round_ > 0) counters_.dp_epsilon = accountant_.Epsilon(config_.dp.delta);
   FEDRT_RETURN_IF_ERROR(RestoreCodecState(saved));
   if (downlink_ && device_model_round_ < 0) device_model_.assign(model_->parameters(), model_->parameters() + d_);
   return Status();
@@ -485,6 +497,7 @@ void Aggregator::State::OnOpen(const std::shared_ptr<Connection>& connection) {
 // so a flood of connections cannot flood the log.
 void Aggregator::State::RefuseUnjoined(Connection& connection, const std::string& why) {
   refused_unjoined_++;
+  counters_.connections_refused++;
   uint64_t power = 1;
   while (power * 10 <= refused_unjoined_) power *= 10;
   if (refused_unjoined_ == power) {
@@ -629,6 +642,7 @@ void Aggregator::State::OnJoinFrame(Peer& peer, Connection& connection, const Fr
   // same device after this aggregator restarted from its checkpoint).
   auto synced = synced_.find(peer.device_id);
   if (synced != synced_.end() && synced->second != model_round) synced_.erase(synced);
+  counters_.joins++;
   Log(LogLevel::kInfo, "aggregator: device %s joined from %s (%zu connected)", peer.device_id.c_str(),
       connection.peer().c_str(), device_connection_.size());
   // Rejoined during a round it was sampled in and has not answered: resend.
@@ -648,7 +662,7 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
     if (m.round_id > round_ || (current && assignment == assigned_.end())) {
       // No instructions ever asked for it: refused at its first chunk, so the
       // round does not wait for this device.
-      rejected_ += current ? 1 : 0;
+      if (current) Reject(UpdateRejection::kNotRequested);
       return Refuse(connection, Status(StatusCode::kFailedPrecondition,
                                        "an update for round " + std::to_string(m.round_id) + ", which " +
                                            (current ? "did not sample this device" : "has not started") +
@@ -665,19 +679,19 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
       return;
     }
     if (m.codec_spec != assignment->second.spec) {
-      rejected_++;
+      Reject(UpdateRejection::kWrongCodec);
       return Refuse(connection, InvalidArgument("codec '" + std::string(m.codec_spec) + "' is not the instructed '" +
                                                 assignment->second.spec + "'"));
     }
     Codec* codec = CodecFor(assignment->second.spec);
     if (codec == nullptr || m.payload.total_size > codec->MaxEncodedSize(d_)) {
-      rejected_++;
+      Reject(UpdateRejection::kTooLarge);
       return Refuse(connection, Status(StatusCode::kResourceExhausted,
                                        "an update of " + std::to_string(m.payload.total_size) +
                                            " bytes is larger than the codec allows for this model"));
     }
     if (m.num_samples == 0 || m.num_samples > config_.max_update_samples) {
-      rejected_++;
+      Reject(UpdateRejection::kBadSamples);
       return Refuse(connection, InvalidArgument("an update claims " + std::to_string(m.num_samples) +
                                                 " samples; allowed are 1 to " +
                                                 std::to_string(config_.max_update_samples) + " (max update samples)"));
@@ -685,7 +699,7 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
     if (codec == levels_tensors_.get()) {
       const Status levels = CheckLevels(m, assignment->second, &peer.levels);
       if (!levels.ok()) {
-        rejected_++;
+        Reject(UpdateRejection::kBadLevels);
         return Refuse(connection, levels);
       }
     }
@@ -698,7 +712,7 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
   }
   const Status added = peer.update->Add(m.payload);
   if (!added.ok()) {
-    rejected_++;
+    Reject(UpdateRejection::kBadChunks);
     return Refuse(connection, added);
   }
   if (!peer.update->complete()) return;
@@ -723,7 +737,7 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
   }
   const Status checked = CheckUpdate(received);
   if (!checked.ok()) {
-    rejected_++;
+    Reject(UpdateRejection::kBadValues);
     return Refuse(connection, checked);
   }
   if (levels_ && received.spec == levels_->spec()) received.levels = std::move(peer.levels);
@@ -1096,6 +1110,7 @@ void Aggregator::State::CloseRound() {
     if (!added.ok()) {
       Log(LogLevel::kWarning, "aggregator: update of %s not added: %s", r.device_id.c_str(), added.ToString().c_str());
       report.rejected++;
+      counters_.updates_rejected[static_cast<int>(UpdateRejection::kNotCombined)]++;
       return;
     }
     count(r);
@@ -1132,6 +1147,7 @@ void Aggregator::State::CloseRound() {
         Log(LogLevel::kWarning, "aggregator: round %" PRIu32 ": no anchor arrived, the nested update of %s cannot be decoded",
             round_, r.device_id.c_str());
         report.rejected++;
+        counters_.updates_rejected[static_cast<int>(UpdateRejection::kNotCombined)]++;
         forced_anchors_.insert(r.device_id);
         continue;
       }
@@ -1142,6 +1158,7 @@ void Aggregator::State::CloseRound() {
       if (!status.ok()) {
         Log(LogLevel::kWarning, "aggregator: nested update of %s: %s", r.device_id.c_str(), status.ToString().c_str());
         report.rejected++;
+        counters_.updates_rejected[static_cast<int>(UpdateRejection::kBadValues)]++;
         continue;
       }
       report.near_wraps += wraps.near_wrap;
@@ -1160,6 +1177,7 @@ void Aggregator::State::CloseRound() {
         count(*r);
       } else {
         report.rejected++;
+        counters_.updates_rejected[static_cast<int>(UpdateRejection::kNotCombined)]++;
       }
     }
   }
@@ -1170,6 +1188,15 @@ void Aggregator::State::CloseRound() {
   report.rejected += rejected_;
   report.bytes_down = bytes_down_;
   report.full_models_down = full_models_down_;
+  counters_.updates_accepted += report.updates;
+  counters_.bytes_up += report.bytes_up;
+  counters_.bytes_down += report.bytes_down;
+  const auto timed = [&](double seconds) {
+    report.seconds = seconds;
+    counters_.rounds_timed++;
+    counters_.round_seconds_total += seconds;
+    counters_.last_round_seconds = seconds;
+  };
   // A round that applied nothing is reported as such and runs again: it
   // never advances the round count or reaches the checkpoint as a success.
   const auto fail = [&](std::string failure) {
@@ -1177,7 +1204,8 @@ void Aggregator::State::CloseRound() {
     report.failure = std::move(failure);
     Log(LogLevel::kWarning, "aggregator: round %" PRIu32 " not applied: %s; running it again", round_ + 1,
         report.failure.c_str());
-    report.seconds = static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0;
+    timed(static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0);
+    counters_.rounds_not_applied++;
     if (hooks_.on_round) hooks_.on_round(report);
   };
   report.clipped = clipped_;
@@ -1215,8 +1243,14 @@ void Aggregator::State::CloseRound() {
     report.level_table_version = levels_->level_table().version;
     report.level_table = levels_->level_table().levels;
   }
+  counters_.rounds_completed = round_;
+  if (report.test_accuracy >= 0) {
+    counters_.last_test_accuracy = report.test_accuracy;
+    counters_.best_test_accuracy = std::max(counters_.best_test_accuracy, report.test_accuracy);
+  }
+  if (report.dp_epsilon >= 0) counters_.dp_epsilon = report.dp_epsilon;
   if (hooks_.on_checkpoint) hooks_.on_checkpoint(CheckpointState());
-  report.seconds = static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0;
+  timed(static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0);
   if (hooks_.on_round) hooks_.on_round(report);
 }
 
@@ -1256,8 +1290,7 @@ uint32_t Aggregator::State::Tick() {
     StartRound();
     return static_cast<uint32_t>(std::min<uint64_t>(next, config_.round_deadline_ms));
   }
-  const std::size_t quorum = std::max<std::size_t>(
-      1, static_cast<std::size_t>(std::ceil(config_.quorum * static_cast<double>(selected_.size()))));
+  const std::size_t quorum = Quorum();
   // Sampled devices still able to answer (connected, not answered yet).
   std::size_t waiting = 0;
   for (const std::string& device : selected_) {
@@ -1323,6 +1356,37 @@ std::size_t Aggregator::connected_devices() const { return state_->device_connec
 std::size_t Aggregator::open_connections() const { return state_->peers_.size(); }
 const Model& Aggregator::model() const { return *state_->model_; }
 const std::string& Aggregator::codec() const { return state_->config_.codec; }
+const AggregatorConfig& Aggregator::config() const { return state_->config_; }
+const AggregatorCounters& Aggregator::counters() const { return state_->counters_; }
+
+RoundProgress Aggregator::round_progress() const {
+  const State& s = *state_;
+  RoundProgress progress;
+  if (!s.in_round_) return progress;
+  const uint64_t now = s.clock_.NowMs();
+  progress.open = true;
+  progress.round = s.round_ + 1;
+  progress.sampled = s.selected_.size();
+  progress.received = s.received_.size();
+  progress.quorum = s.Quorum();
+  progress.elapsed_ms = now - s.round_started_ms_;
+  progress.deadline_in_ms = s.round_deadline_ms_ > now ? s.round_deadline_ms_ - now : 0;
+  return progress;
+}
+
+const char* UpdateRejectionName(UpdateRejection reason) {
+  switch (reason) {
+    case UpdateRejection::kNotRequested: return "not_requested";
+    case UpdateRejection::kWrongCodec: return "wrong_codec";
+    case UpdateRejection::kTooLarge: return "too_large";
+    case UpdateRejection::kBadSamples: return "bad_samples";
+    case UpdateRejection::kBadLevels: return "bad_levels";
+    case UpdateRejection::kBadChunks: return "bad_chunks";
+    case UpdateRejection::kBadValues: return "bad_values";
+    case UpdateRejection::kNotCombined: return "not_combined";
+  }
+  return "unknown";
+}
 
 ConnectionOptions Aggregator::connection_options() const {
   ConnectionOptions options;

@@ -396,6 +396,10 @@ Status DeviceClient::State::Train(uint32_t max_steps) {
     const std::size_t before = pass->stats().steps;
     FEDRT_RETURN_IF_ERROR(pass->Run(model, *sgd, max_steps == 0 ? 0 : left));
     if (max_steps != 0) left -= std::min(left, pass->stats().steps - before);
+    if (hooks.on_progress && pass->total_steps() > 0) {
+      const double in_epoch = static_cast<double>(pass->stats().steps) / static_cast<double>(pass->total_steps());
+      hooks.on_progress(static_cast<uint32_t>(plan.round), (static_cast<double>(epoch) + in_epoch) / plan.epochs);
+    }
     if (!pass->done()) break;
     loss = pass->stats().loss;
     pass.reset();

@@ -172,6 +172,7 @@ class BlockingStarClient {
   }
 
   const transport::FrameLimits& limits() const { return limits_; }
+  int fd() const { return fd_; }
 
  private:
   Status ReadExactly(uint8_t* data, std::size_t size) {

@@ -74,6 +74,13 @@ struct AggregatorOptions : AggregatorConfig {
   std::string data_dir;                // MNIST-style directory: test set, normalisation; empty: no evaluation
   std::string checkpoint;              // written atomically every round, resumed from; empty: none
   transport::TlsConfig tls;            // cert_file + key_file: devices connect over TLS; empty: plain TCP
+  // Monitoring over HTTP on the same event loop: GET /metrics (Prometheus
+  // text format: rounds, joins, updates accepted and rejected by reason,
+  // payload bytes, round time, test accuracy, checkpoint age, DP epsilon)
+  // and GET /healthz (200 while serving; 503 with the reason once the
+  // training has finished or the latest state cannot be saved). Empty: none.
+  std::string http_host;
+  uint16_t http_port = 0;              // 0: any free port (reported by on_http_listening)
 };
 
 // Serves until `options.rounds` rounds are done (then tells the devices to

@@ -197,6 +197,53 @@ struct RoundReport {
   std::vector<float> level_table;      // its levels
 };
 
+// Why an update was refused, for AggregatorCounters. An update is counted
+// once, under the first check it failed.
+enum class UpdateRejection : int {
+  kNotRequested = 0,  // for a round that did not sample the device
+  kWrongCodec,        // not the codec the instructions named
+  kTooLarge,          // announced more bytes than the codec allows for the model
+  kBadSamples,        // sample count 0 or above max_update_samples
+  kBadLevels,         // ALQ / AMQ: wrong table version or bad statistics
+  kBadChunks,         // the chunks did not reassemble
+  kBadValues,         // did not decode, not finite, or above max_update_norm
+  kNotCombined,       // refused when the round closed (no anchor, the sum refused it)
+};
+constexpr int kUpdateRejectionCount = 8;
+// "not_requested", "wrong_codec", ... (the label monitoring exports).
+const char* UpdateRejectionName(UpdateRejection reason);
+
+// Running totals since Create (resumed rounds count in rounds_completed
+// only), for a host's monitoring; read them between calls, on the thread
+// that drives the aggregator.
+struct AggregatorCounters {
+  uint64_t rounds_completed = 0;       // round(): applied rounds, resumed ones included
+  uint64_t rounds_not_applied = 0;     // rounds closed with nothing applied (run again)
+  uint64_t joins = 0;                  // successful joins (reconnects count again)
+  uint64_t connections_refused = 0;    // closed at once for the caps on unjoined connections
+  uint64_t updates_accepted = 0;       // updates combined into an applied or failed round
+  uint64_t updates_rejected[kUpdateRejectionCount] = {};  // by UpdateRejection
+  uint64_t bytes_up = 0;               // update payload bytes received in closed rounds
+  uint64_t bytes_down = 0;             // model payload bytes sent in closed rounds
+  uint64_t rounds_timed = 0;           // closed rounds (applied or not) ...
+  double round_seconds_total = 0;      // ... and their time on the engine's clock
+  double last_round_seconds = -1;      // -1: no round closed yet
+  double last_test_accuracy = -1;      // after the last applied round (-1: none, or no test set)
+  double best_test_accuracy = -1;
+  double dp_epsilon = -1;              // DP: spent so far (-1: DP off or no round yet)
+};
+
+// The round in progress, for a host's display (Aggregator::round_progress).
+struct RoundProgress {
+  bool open = false;             // a round is running
+  uint32_t round = 0;            // 1-based, as RoundReport::round
+  std::size_t sampled = 0;
+  std::size_t received = 0;      // updates in
+  std::size_t quorum = 0;        // updates that close it before its deadline
+  uint64_t elapsed_ms = 0;
+  uint64_t deadline_in_ms = 0;   // until it closes with what has arrived
+};
+
 // What an aggregator needs to resume where it was and send the instructions
 // it would have sent: global model, server optimizer state, completed rounds
 // and the codec state. RunAggregator keeps it in a file
@@ -224,8 +271,13 @@ struct AggregatorCheckpoint {
 // Callbacks run on the thread that drives the aggregator, inside Tick() or a
 // connection callback; they must not block for long.
 struct AggregatorHooks {
-  // RunAggregator only: the TCP port it listens on.
+  // RunAggregator only: the TCP port it listens on, and the port of its
+  // monitoring endpoint (AggregatorOptions::http_host).
   std::function<void(uint16_t port)> on_listening;
+  std::function<void(uint16_t port)> on_http_listening;
+  // RunAggregator only: between slices of its loop (every 20 ms) while a
+  // round is open.
+  std::function<void(const RoundProgress&)> on_round_progress;
   std::function<void(const RoundReport&)> on_round;
   // The state to persist after every applied round (before on_round).
   std::function<void(const AggregatorCheckpoint&)> on_checkpoint;
@@ -275,6 +327,9 @@ class Aggregator final : public transport::ConnectionHandler {
   std::size_t open_connections() const;   // joined or not
   const Model& model() const;             // the global model
   const std::string& codec() const;       // the update codec's canonical spec
+  const AggregatorConfig& config() const;
+  const AggregatorCounters& counters() const;
+  RoundProgress round_progress() const;
   // Options for the connections of a binding: the frame limits (sized for
   // the model, and the small pre-join limit, which the aggregator lifts when
   // a device has joined), idle timeout and heartbeat interval, and no

@@ -71,6 +71,9 @@ struct DeviceHooks {
   // Replaces the update (delta = local model - global model, d floats) before
   // it is encoded: a misbehaving device for tests (fedrt/runtime/byzantine.h).
   std::function<void(uint32_t round, float* delta, std::size_t d)> transform_update;
+  // Local training of `round` moved on: `fraction` (0 to 1) of its updates
+  // are done; called after every slice of training (a progress display).
+  std::function<void(uint32_t round, double fraction)> on_progress;
   // Training is done for `round` (before encoding); an application may stop here.
   std::function<void(uint32_t round)> on_trained;
   // The global model this device starts `round` from (after a delta is applied).

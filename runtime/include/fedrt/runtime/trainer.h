@@ -106,6 +106,11 @@ class TrainingPass {
   bool done() const { return next_ >= order_.size() || (max_steps_ != 0 && stats_.steps == max_steps_); }
   // The pass so far (loss and accuracy over the examples trained on).
   EpochStats stats() const;
+  // The updates the whole pass makes (stats().steps of them are done).
+  std::size_t total_steps() const {
+    const std::size_t all = batch_ == 0 ? 0 : (order_.size() + batch_ - 1) / batch_;
+    return max_steps_ != 0 && max_steps_ < all ? max_steps_ : all;
+  }
 
  private:
   TrainingPass() = default;

@@ -1,0 +1,132 @@
+// The terminal side of the long-running commands (runtime/cli/console.h):
+// timestamped log lines and --log-level, a progress line only on a terminal,
+// and the process name after the OpenBLAS restart.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "child_process.h"
+#include "run_cli.h"
+#include "temp_dir.h"
+
+namespace fedrt {
+namespace {
+
+using testing::ChildProcess;
+using testing::CliRun;
+using testing::RunCli;
+
+// A key file serve accepts (owner-only).
+std::string KeyFile(const testing::TempDir& dir) {
+  const std::string path = dir.File("keys.txt");
+  std::ofstream(path) << "dev-0 00112233445566778899aabbccddeeff\n";
+  ::chmod(path.c_str(), 0600);
+  return path;
+}
+
+// A /proc file (they report size 0, so read to the end).
+std::string ReadProcFile(const std::string& path) {
+  std::string bytes;
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return bytes;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) bytes.append(buffer, static_cast<std::size_t>(n));
+  ::close(fd);
+  return bytes;
+}
+
+// Runs the tool with `args` on a pseudo-terminal: what it wrote there.
+std::string RunOnTerminal(const std::vector<std::string>& args) {
+  int master = -1;
+  const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid < 0) return "forkpty failed";
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  std::string out;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(master, buffer, sizeof buffer);
+    if (n <= 0) break;  // EIO once the child has closed the terminal
+    out.append(buffer, static_cast<std::size_t>(n));
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(master);
+  return out;
+}
+
+TEST_CASE("long-running commands stamp their log lines with the UTC time and show the level --log-level chooses") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string serve = "serve --rounds 0 --data '' --key-file " + KeyFile(dir);
+  const CliRun info = RunCli(serve);
+  INFO(info.output);
+  CHECK(info.exit_code == 0);
+  CHECK(std::regex_search(info.output, std::regex("(^|\n)20[0-9]{2}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-6][0-9]"
+                                                  "\\.[0-9]{3}Z \\[fedrt info\\] aggregator: listening on")));
+  const CliRun quiet = RunCli(serve + " --log-level warn");
+  CHECK(quiet.exit_code == 0);
+  CHECK(quiet.output.find("[fedrt info]") == std::string::npos);
+  CHECK(quiet.output.find("listening on port") != std::string::npos);  // results still go to stdout
+  for (const char* command : {"serve", "device", "peer", "sim", "train"}) {
+    const CliRun wrong = RunCli(std::string(command) + " --log-level loud");
+    INFO(command, wrong.output);
+    CHECK(wrong.exit_code == 2);
+    CHECK(wrong.output.find("loud") != std::string::npos);
+  }
+  // A short command has no --log-level.
+  CHECK(RunCli("info --log-level debug").exit_code == 2);
+}
+
+TEST_CASE("train draws a progress line within each epoch on a terminal and nothing extra into a pipe") {
+  const std::vector<std::string> args = {FEDRT_CLI_PATH, "train", "--data", FEDRT_TINY_IDX_DIR, "--model",
+                                         "mlp:784-16-10", "--epochs", "2", "--batch", "4"};
+  const std::string terminal = RunOnTerminal(args);
+  INFO(terminal);
+  CHECK(std::regex_search(terminal, std::regex("\r\x1b\\[Kepoch 1/2 [0-9]+% [0-9]+/64 steps")));
+  CHECK(std::regex_search(terminal, std::regex("\r\x1b\\[Kepoch 2/2  loss")));  // cleared before the epoch's line
+  std::string command;
+  for (std::size_t i = 1; i < args.size(); ++i) command += args[i] + " ";
+  const CliRun piped = RunCli(command);
+  CHECK(piped.exit_code == 0);
+  CHECK(piped.output.find('\r') == std::string::npos);
+  CHECK(piped.output.find("steps") == std::string::npos);
+  CHECK(piped.output.find("epoch 2/2  loss") != std::string::npos);
+}
+
+TEST_CASE("fedrt keeps its process name after it restarts itself for better OpenBLAS kernels") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  // The restart's test hook: restart as if OpenBLAS had chosen slow kernels.
+  ::setenv("FEDRT_OPENBLAS_RESTART", "force", 1);
+  ::unsetenv("OPENBLAS_CORETYPE");
+  ChildProcess serve({FEDRT_CLI_PATH, "serve", "--data", "", "--rounds", "1", "--key-file", KeyFile(dir)});
+  ::unsetenv("FEDRT_OPENBLAS_RESTART");
+  REQUIRE(serve.WaitFor("listening on port"));
+  const std::string proc = "/proc/" + std::to_string(serve.pid());
+  // The environment of the process's last exec: the restart set the variable.
+  const std::string environ = ReadProcFile(proc + "/environ");
+  CHECK(environ.find(std::string("OPENBLAS_CORETYPE=Haswell") + '\0') != std::string::npos);
+  CHECK(ReadProcFile(proc + "/comm") == "fedrt\n");
+  serve.Signal(SIGTERM);
+  CHECK(serve.Wait() == 128 + SIGTERM);
+}
+
+}  // namespace
+}  // namespace fedrt

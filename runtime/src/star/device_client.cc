@@ -388,6 +388,32 @@ DeviceClient::DeviceClient(State* state, std::unique_ptr<unsigned char[]> block)
 
 DeviceClient::~DeviceClient() { state_->~State(); }
 
+namespace {
+
+// The inputs checked and the block measured: what Create and CreateIn share.
+struct Prepared {
+  Sizes sizes;
+  std::size_t bytes = 0;  // at any alignment
+};
+
+Result<Prepared> Prepare(const DeviceClientConfig& config, const Model& model, const DataView& data,
+                         const std::vector<uint32_t>* share, bool with_client) {
+  FEDRT_RETURN_IF_ERROR(CheckInputs(config, model, data, share));
+  Result<Sizes> sizes = MeasureDevice(config, model, share != nullptr ? share->size() : data.count);
+  if (!sizes.ok()) return sizes.status();
+  Prepared p;
+  p.sizes = *sizes;
+  p.bytes = Carve(nullptr, p.sizes, with_client).used + kArenaAlignment - 1;
+  return p;
+}
+
+unsigned char* AlignedBase(void* memory) {
+  const auto at = reinterpret_cast<std::uintptr_t>(memory);
+  return static_cast<unsigned char*>(memory) + (AlignUp(at, kArenaAlignment) - at);
+}
+
+}  // namespace
+
 Result<std::size_t> DeviceClient::RequiredBytes(const DeviceClientConfig& config, const Model& model,
                                                 std::size_t examples) {
   Result<Sizes> sizes = MeasureDevice(config, model, examples);
@@ -398,19 +424,14 @@ Result<std::size_t> DeviceClient::RequiredBytes(const DeviceClientConfig& config
 Result<DeviceClient*> DeviceClient::CreateIn(void* memory, std::size_t size, const DeviceClientConfig& config,
                                              Model& model, const DataView& data, const std::vector<uint32_t>* share,
                                              Crypto& crypto, DeviceHooks hooks) {
-  FEDRT_RETURN_IF_ERROR(CheckInputs(config, model, data, share));
-  const std::size_t examples = share != nullptr ? share->size() : data.count;
-  Result<Sizes> sizes = MeasureDevice(config, model, examples);
-  if (!sizes.ok()) return sizes.status();
-  const std::size_t needed = Carve(nullptr, *sizes, true).used + kArenaAlignment - 1;
-  if (memory == nullptr || size < needed) {
-    return OutOfRange("the device client needs " + std::to_string(needed) + " bytes of memory, it was given " +
-                      std::to_string(memory == nullptr ? 0 : size));
+  Result<Prepared> prepared = Prepare(config, model, data, share, true);
+  if (!prepared.ok()) return prepared.status();
+  if (memory == nullptr || size < prepared->bytes) {
+    return OutOfRange("the device client needs " + std::to_string(prepared->bytes) +
+                      " bytes of memory, it was given " + std::to_string(memory == nullptr ? 0 : size));
   }
-  auto* base = static_cast<unsigned char*>(memory);
-  base += AlignUp(reinterpret_cast<std::uintptr_t>(base), kArenaAlignment) - reinterpret_cast<std::uintptr_t>(base);
-  const Layout l = Carve(base, *sizes, true);
-  Result<State*> state = Place(l, *sizes, config, model, data, share, crypto, std::move(hooks));
+  const Layout l = Carve(AlignedBase(memory), prepared->sizes, true);
+  Result<State*> state = Place(l, prepared->sizes, config, model, data, share, crypto, std::move(hooks));
   if (!state.ok()) return state.status();
   return new (l.client) DeviceClient(*state, nullptr);
 }
@@ -422,19 +443,15 @@ void DeviceClient::Destroy(DeviceClient* client) {
 Result<std::unique_ptr<DeviceClient>> DeviceClient::Create(const DeviceClientConfig& config, Model& model,
                                                            const DataView& data, const std::vector<uint32_t>* share,
                                                            Crypto& crypto, DeviceHooks hooks) {
-  FEDRT_RETURN_IF_ERROR(CheckInputs(config, model, data, share));
-  const std::size_t examples = share != nullptr ? share->size() : data.count;
-  Result<Sizes> sizes = MeasureDevice(config, model, examples);
-  if (!sizes.ok()) return sizes.status();
-  const std::size_t bytes = Carve(nullptr, *sizes, false).used + kArenaAlignment - 1;
-  std::unique_ptr<unsigned char[]> block(new (std::nothrow) unsigned char[bytes]);
+  Result<Prepared> prepared = Prepare(config, model, data, share, false);
+  if (!prepared.ok()) return prepared.status();
+  std::unique_ptr<unsigned char[]> block(new (std::nothrow) unsigned char[prepared->bytes]);
   if (block == nullptr) {
-    return Status(StatusCode::kResourceExhausted, "cannot allocate the device client's " + std::to_string(bytes) + " bytes");
+    return Status(StatusCode::kResourceExhausted,
+                  "cannot allocate the device client's " + std::to_string(prepared->bytes) + " bytes");
   }
-  unsigned char* base = block.get();
-  base += AlignUp(reinterpret_cast<std::uintptr_t>(base), kArenaAlignment) - reinterpret_cast<std::uintptr_t>(base);
-  const Layout l = Carve(base, *sizes, false);
-  Result<State*> state = Place(l, *sizes, config, model, data, share, crypto, std::move(hooks));
+  const Layout l = Carve(AlignedBase(block.get()), prepared->sizes, false);
+  Result<State*> state = Place(l, prepared->sizes, config, model, data, share, crypto, std::move(hooks));
   if (!state.ok()) return state.status();
   return std::unique_ptr<DeviceClient>(new DeviceClient(*state, std::move(block)));
 }
@@ -456,11 +473,11 @@ Status DeviceClient::RestoreResidual(const float* residual, std::size_t d) {
     return Status(StatusCode::kFailedPrecondition, "the saved residual has " + std::to_string(d) +
                                                        " values, the model " + std::to_string(s.d));
   }
-  if (!CheckFinite(residual, d).ok()) return Corrupt("the saved residual is not finite");
   if (!s.feedback) {
     return Status(StatusCode::kFailedPrecondition,
                   "this device accepts no codec with error feedback (DeviceClientConfig::codecs): no residual to restore");
   }
+  if (!CheckFinite(residual, d).ok()) return Corrupt("the saved residual is not finite");
   // Sent with the next update: through error feedback, or added to the
   // delta by a codec without it.
   std::memcpy(s.feedback->mutable_residual(), residual, d * sizeof(float));
@@ -529,8 +546,9 @@ Status DeviceClient::OnFrame(Connection& link, const Frame& frame) {
     }
     case MessageKind::kLeave: {
       Result<LeaveMessage> leave = DecodeLeave(frame);
-      Log(LogLevel::kInfo, "device %s: the aggregator ended the training (%s)", s.config.device_id.c_str(),
-          leave.ok() ? std::string(leave->reason).c_str() : "no reason");
+      const std::string_view reason = leave.ok() ? leave->reason : std::string_view("no reason");
+      Log(LogLevel::kInfo, "device %s: the aggregator ended the training (%.*s)", s.config.device_id.c_str(),
+          static_cast<int>(reason.size()), reason.data());
       s.finished = true;
       s.round_ready = false;
       return Status::Ok();

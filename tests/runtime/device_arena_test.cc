@@ -24,6 +24,7 @@
 #include "fedrt/runtime/model.h"
 #include "fedrt/transport/auth.h"
 #include "fedrt/transport/chunking.h"
+#include "fedrt/transport/join.h"
 #include "fedrt/transport/messages.h"
 #include "fedrt/transport/stream.h"
 #include "test_crypto.h"
@@ -250,6 +251,108 @@ TEST_CASE("device arena: an instructed codec the block was not sized for is refu
   CHECK(r.rounds == 0);
   CHECK(r.device_error.find("resource_exhausted") != std::string::npos);
   CHECK(r.device_error.find("DeviceClientConfig::codecs") != std::string::npos);
+}
+
+// A star aggregator cannot run Moniqua (its decoding needs the receiver's
+// model as side information), so a scripted one plays the aggregator's part:
+// the join (JoinServer), full fp32 models down, the device's updates decoded
+// against the global model, a Leave after the last round.
+struct ScriptedAggregator : ConnectionHandler {
+  ScriptedAggregator(const KeyStore& k, std::string codec_spec, std::size_t parameters, uint32_t round_count)
+      : keys(k), join(keys, TestCrypto(), FrameLimits()), spec(std::move(codec_spec)), model(parameters, 0.01f),
+        rounds(round_count) {}
+
+  void OnFrame(Connection& c, Frame frame) override {
+    if (!join.done()) {
+      Result<OutFrame> reply = join.OnFrame(frame, JoinResult());
+      if (!reply.ok()) return Fail(reply.status());
+      if (!reply->empty()) (void)c.Send(*reply);
+      if (join.done()) SendRound(c);
+      return;
+    }
+    if (frame.kind() != MessageKind::kUpdate) return;
+    Result<UpdateMessage> u = DecodeUpdate(frame, FrameLimits());
+    if (!u.ok()) return Fail(u.status());
+    if (u->payload.index == 0) payload.clear();
+    payload.insert(payload.end(), u->payload.data, u->payload.data + u->payload.size);
+    if (u->payload.index + 1 < u->payload.count) return;
+    Result<std::unique_ptr<Codec>> codec = MakeCodec(spec);
+    if (!codec.ok()) return Fail(codec.status());
+    CodecContext context;
+    context.session_seed = 1;
+    context.round = static_cast<uint32_t>(round);
+    context.sender_id = DeviceSenderId("dev-0");
+    std::vector<float> decoded(model.size());
+    const Status status =
+        (*codec)->Decode(payload.data(), payload.size(), context, decoded.data(), decoded.size(), model.data());
+    if (!status.ok()) return Fail(status);
+    ++updates;
+    if (++round < rounds) return SendRound(c);
+    LeaveMessage leave;
+    leave.reason = "training finished";
+    (void)c.Send(Encode(leave, FrameLimits()).value());
+  }
+  void OnClose(Connection&, const Status&) override {}
+
+  void SendRound(Connection& c) {
+    RoundInstructionsMessage m;
+    m.round_id = round;
+    m.model_parameters = model.size();
+    m.codec_spec = spec;
+    m.session_seed = 1;
+    m.local_epochs = 1;
+    m.learning_rate = 0.1f;
+    Result<std::vector<OutFrame>> frames = EncodeChunked(m, reinterpret_cast<const uint8_t*>(model.data()),
+                                                         model.size() * sizeof(float), FrameLimits());
+    if (!frames.ok()) return Fail(frames.status());
+    for (OutFrame& f : *frames) (void)c.Send(f);
+  }
+  void Fail(const Status& status) {
+    if (error.empty()) error = status.ToString();
+  }
+
+  const KeyStore& keys;
+  JoinServer join;
+  std::string spec;
+  std::vector<float> model;
+  uint32_t rounds;
+  uint64_t round = 0;
+  std::size_t updates = 0;
+  std::vector<uint8_t> payload;
+  std::string error;
+};
+
+TEST_CASE("device arena: moniqua rounds allocate nothing after creation either (scripted aggregator)") {
+  ManualClock clock{1000000000};
+  Blobs train(160);
+  KeyStore keys = KeyStore::Parse("dev-0 " + HexKey(0) + "\n").value();
+  const std::string spec = "moniqua:theta=1";
+  ArenaDevice d;
+  MakeDevice(d, 0, train, {spec});
+  auto aggregator = std::make_shared<ScriptedAggregator>(keys, spec, d.model->parameter_count(), 4);
+  d.handler = std::make_shared<CountingHandler>(*d.client);
+  Result<std::unique_ptr<MemoryPipe>> pipe = MemoryPipe::Create(aggregator, d.handler, ConnectionOptions(), clock);
+  REQUIRE(pipe.ok());
+  d.pipe = std::move(*pipe);
+  d.pipe->Reserve(1u << 20);
+  REQUIRE(d.client->Start(d.pipe->b()).ok());
+  for (int guard = 0; guard < 10000 && !d.client->finished(); ++guard) {
+    bool moved = d.pipe->Pump();
+    if (d.client->has_work()) {
+      const bool counting = d.client->round() >= 1;  // round 0 holds the join
+      d.handler->counting = counting;
+      Status worked;
+      const long allocations = AllocationsDuring([&] { worked = d.client->Work(d.pipe->b(), 3); });
+      if (counting) d.work_allocations += allocations;
+      REQUIRE_MESSAGE(worked.ok(), worked.ToString());
+      moved = true;
+    }
+    if (!moved) break;
+  }
+  CHECK_MESSAGE(aggregator->error.empty(), aggregator->error);
+  CHECK(d.client->finished());
+  CHECK(aggregator->updates == 4);
+  CHECK(d.work_allocations + d.handler->allocations == 0);
 }
 
 }  // namespace

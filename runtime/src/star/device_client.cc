@@ -136,10 +136,12 @@ class CodecSlot {
     spec_.reserve(kMaxCodecSpecBytes);
   }
 
-  // The codec for `spec`, with working space for `d` coordinates; a fresh
-  // one (its initial state) when `fresh`.
-  Result<Codec*> For(std::string_view spec, std::size_t d, bool fresh = false) {
-    if (!fresh && codec_ != nullptr && spec == spec_) return codec_;
+  // The codec for `spec`, with working space for `d` coordinates; *built
+  // says whether it was made now (in its initial state).
+  Result<Codec*> For(std::string_view spec, std::size_t d, bool* built = nullptr) {
+    if (built != nullptr) *built = false;
+    if (codec_ != nullptr && spec == spec_) return codec_;
+    if (built != nullptr) *built = true;
     DestroyCodec(codec_);
     codec_ = nullptr;
     spec_.clear();
@@ -237,6 +239,7 @@ struct DeviceClient::State {
 
   // ALQ / AMQ, kept with their memory from round to round.
   LevelTable level_table;
+  LevelTable initial_table;           // the codec's version 0, for rounds that instruct none
   LevelStatistics tensor_statistics, statistics;
   UpdateMessage update;
 };
@@ -371,6 +374,7 @@ Result<DeviceClient::State*> Place(const Layout& l, const Sizes& sizes, const De
   s->plan.level_table.reserve(kMaxLevelTableSize);
   if (sizes.codecs.adaptive) {
     s->level_table.levels.reserve(kMaxLevelTableSize);
+    s->initial_table.levels.reserve(kMaxLevelTableSize);
     for (LevelStatistics* stats : {&s->tensor_statistics, &s->statistics}) {
       stats->bucket_norms.reserve(2 * kMaxBucketNorms + 1);
       stats->largest_buckets.reserve(8 * kMaxMixtureBuckets + 1);
@@ -727,16 +731,20 @@ Status DeviceClient::State::Train(uint32_t max_steps) {
   return Status::Ok();
 }
 
-// The instructed codec, built in the codec storage. For ALQ / AMQ: built
-// afresh (its initial table) with the instructed level table installed, and
-// its version in *version.
+// The instructed codec, in the codec storage. For ALQ / AMQ: with the
+// instructed level table installed (or its initial table, kept from when it
+// was built: building an alq / amq codec allocates its configuration, so it
+// is built once and given each round's table), and its version in *version.
 Result<Codec*> DeviceClient::State::InstructedCodec(uint32_t* version) {
-  const std::string_view name = std::string_view(plan.codec_spec).substr(0, plan.codec_spec.find(':'));
-  const bool adaptive = name == "alq" || name == "amq";
-  Result<Codec*> made = codec.For(plan.codec_spec, d, /*fresh=*/adaptive);
-  if (!made.ok() || !adaptive) return made;
+  bool built = false;
+  Result<Codec*> made = codec.For(plan.codec_spec, d, &built);
+  if (!made.ok()) return made;
   AdaptiveCodec* levels = AsAdaptiveCodec(*made);
-  if (levels == nullptr) return Status(StatusCode::kInternal, "'" + plan.codec_spec + "' is not adaptive");
+  if (levels == nullptr) return made;
+  if (built) {
+    initial_table.version = levels->level_table().version;
+    initial_table.levels.assign(levels->level_table().levels.begin(), levels->level_table().levels.end());
+  }
   if (!plan.level_table.empty()) {
     level_table.version = plan.level_table_version;
     level_table.levels.assign(plan.level_table.begin(), plan.level_table.end());
@@ -745,6 +753,8 @@ Result<Codec*> DeviceClient::State::InstructedCodec(uint32_t* version) {
   } else if (plan.level_table_version != 0) {
     return Corrupt("the instructions name level table version " + std::to_string(plan.level_table_version) +
                    " without the table");
+  } else if (!built) {
+    FEDRT_RETURN_IF_ERROR(levels->SetLevelTable(initial_table));
   }
   *version = levels->level_table().version;
   return made;

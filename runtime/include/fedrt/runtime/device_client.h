@@ -53,7 +53,11 @@
 // A session's join (Start, the join frames) allocates; the round path after
 // the join (instructions, training, encoding, sending: OnFrame and Work)
 // allocates nothing of its own (runtime_device_arena_test counts it for every
-// codec); the connection's received frames are the connection's.
+// codec); the connection's received frames are the connection's. One
+// exception: building an ALQ / AMQ codec allocates its configuration (spec
+// text, initial table), so the first round with it allocates, and so does
+// every round whose compressed downlink delta used the codec storage in
+// between (the downlink and update codecs take turns in it).
 //
 // Thread-safety: none; one thread drives the client and its connection.
 #ifndef FEDRT_RUNTIME_DEVICE_CLIENT_H_

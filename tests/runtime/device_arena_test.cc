@@ -11,11 +11,11 @@
 
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "allocation_counter.h"
+#include "engine_fixtures.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/payload.h"
 #include "fedrt/platform/clock.h"
@@ -33,37 +33,13 @@ namespace fedrt {
 namespace {
 
 using namespace transport;  // NOLINT
+using testing::Blobs;
+using testing::HexKey;
 using testing::AllocationsDuring;
 
 constexpr const char* kModel = "mlp:16-8-4";
-constexpr int kFeatures = 16;
-constexpr int kClasses = 4;
 
-std::string HexKey(int i) {
-  std::string key;
-  for (int b = 0; b < 16; ++b) key += "0123456789abcdef"[(i * 5 + b) % 16];
-  return key + key;
-}
 
-struct Blobs {
-  std::vector<float> features;
-  std::vector<uint8_t> labels;
-  DataView view;
-  explicit Blobs(std::size_t count) : features(count * kFeatures), labels(count) {
-    std::mt19937 rng(3);
-    std::normal_distribution<float> noise(0.0f, 1.0f);
-    for (std::size_t i = 0; i < count; ++i) {
-      const int c = static_cast<int>(i % kClasses);
-      labels[i] = static_cast<uint8_t>(c);
-      for (int j = 0; j < kFeatures; ++j) features[i * kFeatures + j] = noise(rng) + (j % kClasses == c ? 2.5f : 0.0f);
-    }
-    view.count = count;
-    view.example_size = kFeatures;
-    view.num_classes = kClasses;
-    view.features = features.data();
-    view.labels = labels.data();
-  }
-};
 
 // Counts what the device engine allocates while it handles a frame, once
 // `counting` is on (the frame itself is the connection's, made before).
@@ -124,7 +100,7 @@ struct RunResult {
 RunResult RunRounds(const std::string& codec, const std::string& downlink, uint32_t rounds,
                     const std::vector<std::string>& device_codecs = {}) {
   ManualClock clock{1000000000};
-  Blobs train(160);
+  Blobs train(160, 3);
   std::string keys_text;
   for (int i = 0; i < 2; ++i) keys_text += "dev-" + std::to_string(i) + " " + HexKey(i) + "\n";
   KeyStore keys = KeyStore::Parse(keys_text).value();
@@ -190,7 +166,7 @@ RunResult RunRounds(const std::string& codec, const std::string& downlink, uint3
 }
 
 TEST_CASE("device arena: the size query covers the block, and a smaller block is refused") {
-  Blobs train(40);
+  Blobs train(40, 3);
   std::unique_ptr<Model> model = std::make_unique<Model>(Model::Create(kModel, 1).value());
   DeviceClientConfig config;
   config.device_id = "dev-0";
@@ -324,7 +300,7 @@ struct ScriptedAggregator : ConnectionHandler {
 
 TEST_CASE("device arena: moniqua rounds allocate nothing after creation either (scripted aggregator)") {
   ManualClock clock{1000000000};
-  Blobs train(160);
+  Blobs train(160, 3);
   KeyStore keys = KeyStore::Parse("dev-0 " + HexKey(0) + "\n").value();
   const std::string spec = "moniqua:theta=1";
   ArenaDevice d;

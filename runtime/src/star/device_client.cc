@@ -62,7 +62,8 @@ class Carver {
   template <typename T>
   T* Take(std::size_t count, std::size_t alignment = alignof(T)) {
     used_ = AlignUp(used_, std::max(alignment, alignof(T)));
-    T* at = base_ != nullptr ? reinterpret_cast<T*>(base_ + used_) : nullptr;
+    // Through void*: the offset was aligned for T just above (-Wcast-align on 32-bit ARM).
+    T* at = base_ != nullptr ? static_cast<T*>(static_cast<void*>(base_ + used_)) : nullptr;
     used_ += count * sizeof(T);
     return at;
   }

@@ -183,6 +183,7 @@ static void options_default_to_those_of_fedrt_device(void) {
   CHECK(o.join_timeout_ms == 10000);
   CHECK(o.steps_per_slice == 8);
   CHECK(o.max_frame_bytes == 4u << 20);
+  CHECK(o.codecs == NULL);
 }
 
 /* `c` with required callback `which` (send, receive, now_ms, random_bytes) NULL. */
@@ -556,6 +557,63 @@ static void a_residual_is_restored_only_when_it_fits(void) {
   free(residual);
 }
 
+/* ---- A device in caller memory --------------------------------------- */
+
+/* fedrt_device_size then fedrt_device_init at an odd address: rounds run as
+ * with fedrt_device_create, a smaller block is refused, and a device sized
+ * for its codecs needs less than one that takes every codec. */
+static void a_device_in_caller_memory_runs_its_rounds(void) {
+  const test_aggregator_options o = script("ndqsg", 3);
+  const fedrt_data_view view = float_view();
+  fedrt_device_options options = small_batches();
+  size_t all = 0, sized = 0;
+  unsigned char* memory;
+  Rig rig;
+  memset(&rig, 0, sizeof rig);
+  rig.model = make_model(kSpec);
+  REQUIRE_OK(fedrt_device_size(rig.model.model, &view, 0, &options, &all));
+  options.codecs = "ndqsg;dqsg";
+  REQUIRE_OK(fedrt_device_size(rig.model.model, &view, 0, &options, &sized));
+  printf("  device memory: %lu bytes for every codec, %lu for ndqsg and dqsg\n", (unsigned long)all,
+         (unsigned long)sized);
+  CHECK(sized < all);
+  options.codecs = "ndqsg;nosuch";
+  CHECK_STATUS(fedrt_device_size(rig.model.model, &view, 0, &options, &all), FEDRT_INVALID_ARGUMENT);
+  options.codecs = "ndqsg;dqsg";
+  CHECK_STATUS(fedrt_device_size(NULL, &view, 0, &options, &all), FEDRT_INVALID_ARGUMENT);
+
+  rig.session.aggregator = test_aggregator_create(&o);
+  REQUIRE(rig.session.aggregator != NULL);
+  rig.session.random_state = 5;
+  rig.callbacks = callbacks_for(&rig.session);
+  memory = (unsigned char*)malloc(sized + 1);
+  REQUIRE(memory != NULL);
+  CHECK_STATUS(fedrt_device_init(memory + 1, sized - 1, "board-7", kKey, sizeof kKey, rig.model.model, &view, NULL, 0,
+                                 &options, &rig.callbacks, &rig.device),
+               FEDRT_OUT_OF_RANGE);
+  CHECK(strstr(fedrt_last_error(), "fedrt_device_size") != NULL);
+  CHECK(rig.device == NULL);
+  CHECK_STATUS(fedrt_device_init(NULL, sized, "board-7", kKey, sizeof kKey, rig.model.model, &view, NULL, 0, &options,
+                                 &rig.callbacks, &rig.device),
+               FEDRT_INVALID_ARGUMENT);
+  REQUIRE_OK(fedrt_device_init(memory + 1, sized, "board-7", kKey, sizeof kKey, rig.model.model, &view, NULL, 0,
+                               &options, &rig.callbacks, &rig.device));
+  CHECK_STATUS(fedrt_device_run_session(rig.device), FEDRT_OK);
+  CHECK(fedrt_device_finished(rig.device) == 1);
+  CHECK(test_aggregator_rounds(rig.session.aggregator) == 3);
+  CHECK(test_aggregator_updates(rig.session.aggregator) == 3);
+  CHECK(test_aggregator_last_loss(rig.session.aggregator) < test_aggregator_first_loss(rig.session.aggregator));
+  /* No codec it accepts keeps a residual: there is none to restore. */
+  {
+    float residual[1] = {0};
+    CHECK_STATUS(fedrt_device_restore_residual(rig.device, residual, kParameters), FEDRT_FAILED_PRECONDITION);
+  }
+  fedrt_device_destroy(rig.device); /* the memory stays ours */
+  free(memory);
+  test_aggregator_destroy(rig.session.aggregator);
+  free_model(&rig.model);
+}
+
 int main(void) {
   make_data();
   options_default_to_those_of_fedrt_device();
@@ -568,5 +626,6 @@ int main(void) {
   should_stop_cancels_the_session();
   a_receive_callback_that_overflows_is_an_internal_error();
   a_residual_is_restored_only_when_it_fits();
+  a_device_in_caller_memory_runs_its_rounds();
   return check_finish();
 }

@@ -10,7 +10,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,49 +28,21 @@
 #include "fedrt/transport/messages.h"
 #include "fedrt/transport/stream.h"
 #include "allocation_counter.h"
+#include "engine_fixtures.h"
 #include "test_crypto.h"
 
 namespace fedrt {
 namespace {
 
 using namespace transport;  // NOLINT
+using testing::Blobs;
+using testing::HexKey;
 
 constexpr const char* kModel = "mlp:16-8-4";
-constexpr int kFeatures = 16;
-constexpr int kClasses = 4;
 constexpr uint32_t kDeadlineMs = 5000;
 
-std::string HexKey(int i) {
-  std::string key;
-  for (int b = 0; b < 16; ++b) key += "0123456789abcdef"[(i * 7 + b) % 16];
-  return key + key;
-}
 std::string DeviceId(int i) { return "dev-" + std::to_string(i); }
 
-// Four Gaussian blobs: class c is centred at +2.5 on features c, c+4, c+8,
-// c+12, with unit noise everywhere. Learnable, not trivially.
-struct Blobs {
-  std::vector<float> features;
-  std::vector<uint8_t> labels;
-  DataView view;
-
-  Blobs(std::size_t count, uint32_t seed) : features(count * kFeatures), labels(count) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> noise(0.0f, 1.0f);
-    for (std::size_t i = 0; i < count; ++i) {
-      const int c = static_cast<int>(i % kClasses);
-      labels[i] = static_cast<uint8_t>(c);
-      for (int j = 0; j < kFeatures; ++j) {
-        features[i * kFeatures + j] = noise(rng) + (j % kClasses == c ? 2.5f : 0.0f);
-      }
-    }
-    view.count = count;
-    view.example_size = kFeatures;
-    view.num_classes = kClasses;
-    view.features = features.data();
-    view.labels = labels.data();
-  }
-};
 
 // Collects what the library logs while it lives (the aggregator logs why it
 // closed a connection).

@@ -415,41 +415,52 @@ Result<RoundInstructionsMessage> DecodeRoundInstructions(const Frame& frame, con
 
 namespace {
 
-Result<OutFrame> EncodeUpdate(const UpdateMessage& m, const FrameLimits& limits, const PayloadFill* fill) {
+Status CheckUpdate(const UpdateMessage& m) {
   FEDRT_RETURN_IF_ERROR(CheckString(m.codec_spec, kMaxCodecSpecBytes, "codec spec"));
-  const bool first = m.payload.index == 0;
-  if (first) {
-    if (m.codec_spec.empty()) return InvalidArgument("an update needs a codec spec");
-    if (!IsFinite(m.training_loss)) return InvalidArgument("training loss is not finite");
-    if (!IsFinite(m.stats.residual_norm)) return InvalidArgument("residual norm is not finite");
-    const std::string problem = LevelStatisticsProblem(m.stats.level_statistics);
-    if (!problem.empty()) return InvalidArgument(problem);
-  }
-  auto b = NewBuilder(m.payload.size);
-  Result<fb::Offset<wire::Chunk>> chunk = BuildChunk(*b, m.payload, fill, limits);
-  if (!chunk.ok()) return chunk.status();
-  if (!first) {
-    wire::UpdateBuilder ub(*b);
+  if (m.payload.index != 0) return Status::Ok();
+  if (m.codec_spec.empty()) return InvalidArgument("an update needs a codec spec");
+  if (!IsFinite(m.training_loss)) return InvalidArgument("training loss is not finite");
+  if (!IsFinite(m.stats.residual_norm)) return InvalidArgument("residual norm is not finite");
+  const std::string problem = LevelStatisticsProblem(m.stats.level_statistics);
+  if (!problem.empty()) return InvalidArgument(problem);
+  return Status::Ok();
+}
+
+// The Update table around its chunk (and, in chunk 0, its codec spec), in
+// the builder that holds them: the same bytes whether the builder is fresh
+// or a FrameSlot's.
+fb::Offset<void> BuildUpdate(Builder& b, const UpdateMessage& m, fb::Offset<wire::Chunk> chunk,
+                             fb::Offset<fb::String> spec) {
+  if (m.payload.index != 0) {
+    wire::UpdateBuilder ub(b);
     ub.add_round_id(m.round_id);
-    ub.add_payload(*chunk);
-    return Finish(b, wire::Message::Update, ub.Finish().Union(), limits);
+    ub.add_payload(chunk);
+    return ub.Finish().Union();
   }
-  auto spec = b->CreateString(m.codec_spec.data(), m.codec_spec.size());
   fb::Offset<wire::LevelStatistics> level_statistics = 0;
   const LevelStatisticsMessage& ls = m.stats.level_statistics;
   if (ls.present) {
-    std::vector<wire::BucketMoments> buckets;
-    buckets.reserve(ls.largest_buckets.size());
-    for (const BucketMomentsMessage& bm : ls.largest_buckets) buckets.emplace_back(bm.norm, bm.count, bm.sum, bm.sum_sq);
-    auto norms = b->CreateVector(ls.bucket_norms);
-    auto moments = b->CreateVectorOfStructs(buckets);
-    level_statistics = wire::CreateLevelStatistics(*b, ls.count, ls.sum, ls.sum_sq, norms, moments);
+    auto norms = b.CreateVector(ls.bucket_norms);
+    wire::BucketMoments* moments_out = nullptr;
+    auto moments = b.CreateUninitializedVectorOfStructs(ls.largest_buckets.size(), &moments_out);
+    for (const BucketMomentsMessage& bm : ls.largest_buckets) {
+      *moments_out++ = wire::BucketMoments(bm.norm, bm.count, bm.sum, bm.sum_sq);
+    }
+    level_statistics = wire::CreateLevelStatistics(b, ls.count, ls.sum, ls.sum_sq, norms, moments);
   }
-  auto stats = wire::CreateCodecStats(*b, m.stats.encoded_bytes, m.stats.raw_bytes, m.stats.wrap_count,
+  auto stats = wire::CreateCodecStats(b, m.stats.encoded_bytes, m.stats.raw_bytes, m.stats.wrap_count,
                                       m.stats.residual_norm, m.stats.clipped, level_statistics);
-  auto update = wire::CreateUpdate(*b, m.round_id, m.num_samples, m.training_loss, spec,
-                                   m.level_table_version, stats, *chunk);
-  return Finish(b, wire::Message::Update, update.Union(), limits);
+  return wire::CreateUpdate(b, m.round_id, m.num_samples, m.training_loss, spec, m.level_table_version, stats, chunk)
+      .Union();
+}
+
+Result<OutFrame> EncodeUpdate(const UpdateMessage& m, const FrameLimits& limits, const PayloadFill* fill) {
+  FEDRT_RETURN_IF_ERROR(CheckUpdate(m));
+  auto b = NewBuilder(m.payload.size);
+  Result<fb::Offset<wire::Chunk>> chunk = BuildChunk(*b, m.payload, fill, limits);
+  if (!chunk.ok()) return chunk.status();
+  auto spec = m.payload.index == 0 ? b->CreateString(m.codec_spec.data(), m.codec_spec.size()) : 0;
+  return Finish(b, wire::Message::Update, BuildUpdate(*b, m, *chunk, spec), limits);
 }
 
 }  // namespace
@@ -625,6 +636,13 @@ struct FrameSlot::Impl {
 };
 
 FrameSlot::FrameSlot() : impl_(std::make_shared<Impl>()) {}
+
+FrameSlot::FrameSlot(std::size_t reserve_bytes) : impl_(std::make_shared<Impl>()) {
+  // The builder's memory is made now, not by the first frame.
+  uint8_t* unused = nullptr;
+  impl_->builder.CreateUninitializedVector(reserve_bytes, 1, &unused);
+  impl_->builder.Clear();
+}
 FrameSlot::~FrameSlot() = default;
 
 bool FrameSlot::busy() const {
@@ -637,22 +655,27 @@ bool FrameSlot::busy() const {
 
 namespace {
 
-// Builds a chunked message in `slot`: `build(builder, chunk, spec)` creates
-// the message table around the chunk and the codec spec string.
+// Builds a message in `slot`: `build(builder, chunk, spec)` creates the
+// message table around the chunk (none when `payload` is null) and the codec
+// spec string.
 template <typename Build>
-Result<OutFrame> EncodeInSlot(FrameSlot& slot, PayloadMode mode, const ChunkView& payload,
+Result<OutFrame> EncodeInSlot(FrameSlot& slot, PayloadMode mode, const ChunkView* payload,
                               std::string_view codec_spec, wire::Message type, const FrameLimits& limits,
                               Build build) {
   if (slot.busy()) return Status(StatusCode::kFailedPrecondition, "frame slot still in use");
   FEDRT_RETURN_IF_ERROR(CheckString(codec_spec, kMaxCodecSpecBytes, "codec spec"));
   Builder& b = internal::ImplAccess::Of(slot).builder;
   b.Clear();
-  const bool borrow = mode == PayloadMode::kBorrow && payload.size != 0;
+  const bool borrow = payload != nullptr && mode == PayloadMode::kBorrow && payload->size != 0;
   std::size_t from_end = 0;
-  Result<fb::Offset<wire::Chunk>> chunk = BuildChunk(b, payload, nullptr, limits, borrow ? &from_end : nullptr);
-  if (!chunk.ok()) return chunk.status();
+  fb::Offset<wire::Chunk> chunk = 0;
+  if (payload != nullptr) {
+    Result<fb::Offset<wire::Chunk>> built = BuildChunk(b, *payload, nullptr, limits, borrow ? &from_end : nullptr);
+    if (!built.ok()) return built.status();
+    chunk = *built;
+  }
   auto spec = MaybeString(b, codec_spec);
-  auto envelope = wire::CreateEnvelope(b, wire::ProtocolVersion::Current, type, build(b, *chunk, spec));
+  auto envelope = wire::CreateEnvelope(b, wire::ProtocolVersion::Current, type, build(b, chunk, spec));
   wire::FinishEnvelopeBuffer(b, envelope);
   const std::size_t size = b.GetSize();
   const auto kind = static_cast<MessageKind>(type);
@@ -665,17 +688,17 @@ Result<OutFrame> EncodeInSlot(FrameSlot& slot, PayloadMode mode, const ChunkView
   std::shared_ptr<const void> owner = internal::ImplAccess::Shared(slot);
   if (!borrow) return OutFrame(std::move(owner), body, static_cast<uint32_t>(size), kind);
   const std::size_t head = size - from_end;
-  const std::size_t tail = from_end - payload.size;
+  const std::size_t tail = from_end - payload->size;
   return OutFrame(std::move(owner), {body, static_cast<uint32_t>(head)},
-                  {payload.data, static_cast<uint32_t>(payload.size)},
-                  {body + head + payload.size, static_cast<uint32_t>(tail)}, kind);
+                  {payload->data, static_cast<uint32_t>(payload->size)},
+                  {body + head + payload->size, static_cast<uint32_t>(tail)}, kind);
 }
 
 }  // namespace
 
 Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits, FrameSlot& slot,
                         PayloadMode mode) {
-  return EncodeInSlot(slot, mode, m.payload, m.codec_spec, wire::Message::RingChunk, limits,
+  return EncodeInSlot(slot, mode, &m.payload, m.codec_spec, wire::Message::RingChunk, limits,
                       [&](Builder& b, fb::Offset<wire::Chunk> chunk, fb::Offset<fb::String> spec) {
                         return wire::CreateRingChunk(b, m.collective_id, m.step,
                                                      static_cast<wire::RingPhase>(m.phase), m.source_rank,
@@ -686,10 +709,26 @@ Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits, Fr
 
 Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits, FrameSlot& slot,
                         PayloadMode mode) {
-  return EncodeInSlot(slot, mode, m.payload, m.codec_spec, wire::Message::GossipModel, limits,
+  return EncodeInSlot(slot, mode, &m.payload, m.codec_spec, wire::Message::GossipModel, limits,
                       [&](Builder& b, fb::Offset<wire::Chunk> chunk, fb::Offset<fb::String> spec) {
                         return wire::CreateGossipModel(b, m.step, m.source_rank, spec, m.wrap_count, chunk)
                             .Union();
+                      });
+}
+
+Result<OutFrame> Encode(const UpdateMessage& m, const FrameLimits& limits, FrameSlot& slot, PayloadMode mode) {
+  FEDRT_RETURN_IF_ERROR(CheckUpdate(m));
+  const std::string_view spec = m.payload.index == 0 ? std::string_view(m.codec_spec) : std::string_view();
+  return EncodeInSlot(slot, mode, &m.payload, spec, wire::Message::Update, limits,
+                      [&](Builder& b, fb::Offset<wire::Chunk> chunk, fb::Offset<fb::String> spec_string) {
+                        return BuildUpdate(b, m, chunk, spec_string);
+                      });
+}
+
+Result<OutFrame> Encode(const AckMessage& m, const FrameLimits& limits, FrameSlot& slot) {
+  return EncodeInSlot(slot, PayloadMode::kCopy, nullptr, std::string_view(), wire::Message::Ack, limits,
+                      [&](Builder& b, fb::Offset<wire::Chunk>, fb::Offset<fb::String>) {
+                        return wire::CreateAck(b, m.round_id, static_cast<wire::MessageKind>(m.acked)).Union();
                       });
 }
 

@@ -6,22 +6,36 @@
 
 namespace fedrt {
 
-ErrorFeedback::ErrorFeedback(std::size_t d) : residual_(d, 0.0f), sum_(d, 0.0f) {}
+ErrorFeedback::ErrorFeedback(std::size_t d)
+    : owned_(2 * d, 0.0f), residual_(owned_.data()), sum_(owned_.data() + d), d_(d) {}
 
-void ErrorFeedback::Reset() { std::fill(residual_.begin(), residual_.end(), 0.0f); }
+ErrorFeedback::ErrorFeedback(float* residual, std::size_t d) : residual_(residual), sum_(nullptr), d_(d) { Reset(); }
+
+void ErrorFeedback::Reset() { std::fill(residual_, residual_ + d_, 0.0f); }
+
+namespace {
+Status WrongLength(std::size_t held, std::size_t d) {
+  return InvalidArgument("error feedback holds " + std::to_string(held) + " coordinates, got " + std::to_string(d));
+}
+}  // namespace
 
 Result<std::size_t> ErrorFeedback::Encode(Codec& codec, const float* g, std::size_t d, const CodecContext& context,
                                           uint8_t* out, std::size_t capacity, const float* side_info) {
-  if (d != residual_.size()) {
-    return InvalidArgument("error feedback holds " + std::to_string(residual_.size()) + " coordinates, got " +
-                           std::to_string(d));
+  if (d != d_) return WrongLength(d_, d);
+  if (sum_ == nullptr) {
+    return Status(StatusCode::kFailedPrecondition, "error feedback on caller memory encodes with EncodeSum");
   }
-  float* p = sum_.data();
-  for (std::size_t i = 0; i < d; ++i) p[i] = g[i] + residual_[i];
+  for (std::size_t i = 0; i < d; ++i) sum_[i] = g[i] + residual_[i];
+  return EncodeSum(codec, sum_, d, context, out, capacity, side_info);
+}
+
+Result<std::size_t> ErrorFeedback::EncodeSum(Codec& codec, const float* p, std::size_t d, const CodecContext& context,
+                                             uint8_t* out, std::size_t capacity, const float* side_info) {
+  if (d != d_) return WrongLength(d_, d);
   auto size = codec.Encode(p, d, context, out, capacity);
   FEDRT_RETURN_IF_ERROR(size.status());
   // Decode into the residual's storage, then e = p - decoded in place.
-  float* decoded = residual_.data();
+  float* decoded = residual_;
   const float* y = codec.needs_side_info() && side_info == nullptr ? p : side_info;
   const Status status = codec.Decode(out, *size, context, decoded, d, y);
   if (!status.ok()) {

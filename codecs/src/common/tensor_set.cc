@@ -73,6 +73,12 @@ Result<std::unique_ptr<TensorSetCodec>> TensorSetCodec::Borrow(Codec& inner, std
   return std::unique_ptr<TensorSetCodec>(new TensorSetCodec(&inner, nullptr, std::move(tensor_sizes), total));
 }
 
+Result<std::unique_ptr<TensorSetCodec>> TensorSetCodec::Unbound(std::vector<std::size_t> tensor_sizes) {
+  std::size_t total = 0;
+  FEDRT_RETURN_IF_ERROR(CheckTable(tensor_sizes, &total));
+  return std::unique_ptr<TensorSetCodec>(new TensorSetCodec(nullptr, nullptr, std::move(tensor_sizes), total));
+}
+
 std::size_t TensorSetCodec::MaxEncodedSize(std::size_t d) const {
   if (sizes_.size() == 1) return inner_->MaxEncodedSize(d);
   if (d != total_) return inner_->MaxEncodedSize(d) + FramingSize(sizes_.size());
@@ -115,12 +121,9 @@ Result<std::size_t> TensorSetCodec::Encode(const float* input, std::size_t d, co
   return at;
 }
 
-Result<std::vector<TensorPart>> TensorSetCodec::Split(const uint8_t* payload, std::size_t size) const {
-  std::vector<TensorPart> parts;
-  if (sizes_.size() == 1) {
-    parts.push_back({payload, size, 0, total_});
-    return parts;
-  }
+template <typename Visit>
+Status TensorSetCodec::VisitParts(const uint8_t* payload, std::size_t size, Visit visit) const {
+  if (sizes_.size() == 1) return visit(0, TensorPart{payload, size, 0, total_});
   const std::size_t n = sizes_.size();
   if (payload == nullptr || size < kTensorSetHeaderSize) return Corrupt("tensor set: truncated header");
   if (LoadLe32(payload) != kTensorSetMagic) {
@@ -138,9 +141,8 @@ Result<std::vector<TensorPart>> TensorSetCodec::Split(const uint8_t* payload, st
   uint32_t crc = Crc32c(payload, 12);
   crc = Crc32c(payload + kTensorSetHeaderSize, kTensorSetEntrySize * n, crc);
   if (crc != LoadLe32(payload + 12)) return Corrupt("tensor set: table CRC mismatch");
+  // The whole table is checked before the first part is visited.
   std::size_t at = FramingSize(n);
-  std::size_t offset = 0;
-  parts.reserve(n);
   for (std::size_t t = 0; t < n; ++t) {
     const uint8_t* entry = payload + kTensorSetHeaderSize + kTensorSetEntrySize * t;
     const uint64_t d = LoadLe64(entry);
@@ -150,11 +152,28 @@ Result<std::vector<TensorPart>> TensorSetCodec::Split(const uint8_t* payload, st
                      " coordinates; the model's has " + std::to_string(sizes_[t]));
     }
     if (part > size - at) return Corrupt("tensor set: tensor " + std::to_string(t) + "'s payload runs past the end");
-    parts.push_back({payload + at, part, offset, sizes_[t]});
+    at += part;
+  }
+  if (at != size) return Corrupt("tensor set: " + std::to_string(size - at) + " trailing bytes");
+  at = FramingSize(n);
+  std::size_t offset = 0;
+  for (std::size_t t = 0; t < n; ++t) {
+    const uint32_t part = LoadLe32(payload + kTensorSetHeaderSize + kTensorSetEntrySize * t + 8);
+    FEDRT_RETURN_IF_ERROR(visit(t, TensorPart{payload + at, part, offset, sizes_[t]}));
     at += part;
     offset += sizes_[t];
   }
-  if (at != size) return Corrupt("tensor set: " + std::to_string(size - at) + " trailing bytes");
+  return Status::Ok();
+}
+
+Result<std::vector<TensorPart>> TensorSetCodec::Split(const uint8_t* payload, std::size_t size) const {
+  std::vector<TensorPart> parts;
+  parts.reserve(sizes_.size());
+  const Status split = VisitParts(payload, size, [&](std::size_t, const TensorPart& part) {
+    parts.push_back(part);
+    return Status::Ok();
+  });
+  if (!split.ok()) return split;
   return parts;
 }
 
@@ -165,15 +184,11 @@ Status TensorSetCodec::Decode(const uint8_t* payload, std::size_t size, const Co
                            std::to_string(total_));
   }
   if (sizes_.size() == 1) return inner_->Decode(payload, size, context, out, d, side_info);
-  Result<std::vector<TensorPart>> parts = Split(payload, size);
-  if (!parts.ok()) return parts.status();
-  for (std::size_t t = 0; t < parts->size(); ++t) {
-    const TensorPart& p = (*parts)[t];
+  return VisitParts(payload, size, [&](std::size_t t, const TensorPart& p) {
     const Status decoded = inner_->Decode(p.payload, p.size, PartContext(context, t), out + p.offset, p.d,
                                           side_info != nullptr ? side_info + p.offset : nullptr);
-    if (!decoded.ok()) return NameTensor(decoded, t);
-  }
-  return Status::Ok();
+    return decoded.ok() ? decoded : NameTensor(decoded, t);
+  });
 }
 
 Status TensorSetCodec::DecodeAccumulate(const uint8_t* payload, std::size_t size, const CodecContext& context,

@@ -31,12 +31,21 @@ void KeepLargest(float norm, std::vector<float>* norms) {
 
 Result<LevelStatistics> ComputeLevelStatistics(const float* v, std::size_t d, std::size_t bucket,
                                                NormKind norm) {
+  LevelStatistics stats;
+  FEDRT_RETURN_IF_ERROR(ComputeLevelStatisticsInto(v, d, bucket, norm, &stats));
+  return stats;
+}
+
+Status ComputeLevelStatisticsInto(const float* v, std::size_t d, std::size_t bucket, NormKind norm,
+                                  LevelStatistics* out) {
   if (v == nullptr && d > 0) return InvalidArgument("level statistics: null input");
   if (norm != NormKind::kL2 && norm != NormKind::kMax) {
     return InvalidArgument("level statistics: unknown norm");
   }
   const std::size_t b = bucket == 0 ? d : bucket;
-  LevelStatistics stats;
+  LevelStatistics& stats = *out;
+  stats.bucket_norms.clear();
+  stats.largest_buckets.clear();
   uint64_t units = 0;
   uint64_t units_sq = 0;
   uint64_t count = 0;
@@ -85,7 +94,7 @@ Result<LevelStatistics> ComputeLevelStatistics(const float* v, std::size_t d, st
   stats.count = static_cast<double>(count);
   stats.sum = static_cast<double>(units) * kLevelStatisticsUnit;
   stats.sum_sq = static_cast<double>(units_sq) * kLevelStatisticsUnit;
-  return stats;
+  return Status::Ok();
 }
 
 Status ValidateLevelStatistics(const LevelStatistics& stats, double max_count) {

@@ -86,8 +86,12 @@ class NormalizedQuantizer final : public AdaptiveCodec {
   int levels_per_sign() const override { return c_.s; }
   LevelModel level_model() const override { return c_.model; }
   Result<LevelStatistics> MeasureLevelStatistics(const float* input, std::size_t d) const override {
-    return ComputeLevelStatistics(input, d, c_.bucket, c_.scale == ScaleKind::kMax ? NormKind::kMax : NormKind::kL2);
+    return ComputeLevelStatistics(input, d, c_.bucket, norm());
   }
+  Status MeasureLevelStatisticsInto(const float* input, std::size_t d, LevelStatistics* out) const override {
+    return ComputeLevelStatisticsInto(input, d, c_.bucket, norm(), out);
+  }
+  NormKind norm() const { return c_.scale == ScaleKind::kMax ? NormKind::kMax : NormKind::kL2; }
 
   std::size_t MaxEncodedSize(std::size_t d) const override {
     return BodyOffset(c_.spec) + Prefix(d) + MaxSymbolStreamSize(d, Alphabet(), c_.options.coding) + d;
@@ -430,6 +434,12 @@ Result<std::unique_ptr<AdaptiveCodec>> MakeAdaptiveCodec(const std::string& text
   auto config = AdaptiveLevelConfig(*spec, id);
   FEDRT_RETURN_IF_ERROR(config.status());
   return std::unique_ptr<AdaptiveCodec>(new NormalizedQuantizer(std::move(*config)));
+}
+
+AdaptiveCodec* AsAdaptiveCodec(Codec* codec) {
+  if (codec == nullptr || (codec->id() != CodecId::kAlq && codec->id() != CodecId::kAmq)) return nullptr;
+  // MakeAlqCodec and MakeAmqCodec are the only makers of these ids.
+  return static_cast<NormalizedQuantizer*>(codec);
 }
 
 Result<LevelTable> FitLevelTable(const AdaptiveCodec& codec, const LevelStatistics& stats, uint32_t next_version) {

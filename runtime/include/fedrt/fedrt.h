@@ -41,10 +41,14 @@
  *    fedrt_codec_create() on the heap and freed by fedrt_codec_destroy(), or
  *    placed in caller memory the same way as a model: fedrt_codec_size(),
  *    then fedrt_codec_init() (any alignment; destroy leaves the memory to
- *    the caller). A device client is
- *    created on the heap too (the C++ engine keeps model-sized vectors of its
- *    own); it uses the caller's model handle and reads the caller's data
- *    view, which must both outlive it. Every other array passed in
+ *    the caller). A device client is placed the same way:
+ *    fedrt_device_size(), then fedrt_device_init() puts the client, the
+ *    global model, the update's payload buffer, one codec's storage, the
+ *    training order and batch, the optimizer state and (for codecs with
+ *    error feedback) the residual in the caller's memory; or
+ *    fedrt_device_create() does the same on a heap block. It uses the
+ *    caller's model handle and reads the caller's data view, which must both
+ *    outlive it. Every other array passed in
  *    (features, labels, vectors, payloads, side information, keys, share
  *    indices) is only read during the call, or copied; every output array is
  *    the caller's and is written only during the call. Strings returned by getters (specs, names, tensor
@@ -56,17 +60,24 @@
  *                              tensor table: a few hundred bytes per layer),
  *                              freed by fedrt_model_destroy;
  *      fedrt_codec_create      the codec object, freed by fedrt_codec_destroy;
- *      fedrt_device_create     the client: its id, key, share indices, four
- *                              model-sized vectors, the encoded update and one
- *                              batch of features; freed by fedrt_device_destroy;
+ *      fedrt_device_size       measures the codecs it accepts (builds each
+ *                              once), frees them;
+ *      fedrt_device_init       copies of the id, key, share indices and
+ *                              callbacks, and the building memory of the
+ *                              frames an update is sent in (about 1 KiB
+ *                              per frame, 7 KiB more for ALQ / AMQ): freed
+ *                              by fedrt_device_destroy;
+ *      fedrt_device_create     the same, and the block fedrt_device_init
+ *                              takes;
  *      fedrt_device_run_session
- *                              the session's connection state, the
- *                              instructed codecs' storage when their spec
- *                              changes (kept across rounds), and per round
- *                              the received model's bytes, the frames it
- *                              sends and, per epoch, the training pass's
- *                              example order and batch buffers (a device's
- *                              round is not on the no-allocation path yet);
+ *                              per session: the connection state and the
+ *                              join; per received frame its bytes and per
+ *                              heartbeat sent its frame (the stream
+ *                              binding's, freed once handled or written).
+ *                              The round itself
+ *                              (the model chunks written into place,
+ *                              training, encoding, the update's frames)
+ *                              runs on the device's memory;
  *      fedrt_codec_decode,
  *      fedrt_codec_decode_accumulate
  *                              of a codec from fedrt_codec_create:
@@ -340,7 +351,8 @@ fedrt_status fedrt_codec_decode_accumulate(const fedrt_codec_t* codec, const uin
  *
  * The application's loop, one thread:
  *
- *   fedrt_device_create(...);             // once
+ *   fedrt_device_size(...), then fedrt_device_init(...) in that memory
+ *   (or fedrt_device_create(...) on the heap);   // once
  *   for (;;) {
  *     connect the stream (a socket, a UART link);
  *     status = fedrt_device_run_session(device);
@@ -383,6 +395,13 @@ typedef struct fedrt_device_options {
   uint32_t steps_per_slice;       /* SGD steps between two looks at the stream (heartbeats,
                                      should_stop); 8; 0: a whole round at once */
   uint32_t max_frame_bytes;       /* largest frame sent or accepted; 4 MiB, as the aggregator */
+  /* The codec specs the device accepts from the aggregator, separated by
+   * ';' (e.g. "ndqsg:s1=3,rho=3;fp16"): they size the device's memory (the
+   * largest update payload and codec storage among them, and an
+   * error-feedback residual if one asks for it) and name the codecs the
+   * join announces. NULL or "": every codec of this build at its default
+   * parameters (fp32's payload is a model size). Copied at init. */
+  const char* codecs;
 } fedrt_device_options;
 
 fedrt_device_options fedrt_device_options_default(void);
@@ -432,7 +451,26 @@ typedef struct fedrt_device_callbacks {
  * (built with OpenSSL), so fedrt_device_callbacks.hmac_sha256 may be NULL. */
 int fedrt_system_crypto_available(void);
 
-/* Creates a device client on the heap. `device_id` and key[0 .. key_size) (16
+/* The bytes of memory fedrt_device_init needs for a device training
+ * `model` on `share_count` examples (0: all of data->count) with `options`
+ * (NULL: the defaults). FEDRT_INVALID_ARGUMENT for a codec spec that does not
+ * parse, a NULL model or data, or bad options. */
+fedrt_status fedrt_device_size(const fedrt_model_t* model, const fedrt_data_view* data, size_t share_count,
+                               const fedrt_device_options* options, size_t* bytes);
+
+/* Places a device client in memory[0 .. size) (any alignment; at least what
+ * fedrt_device_size says for the same model, share count and options), with
+ * the arguments of fedrt_device_create. The memory must stay valid and
+ * untouched until fedrt_device_destroy, and stays the caller's. Besides the
+ * errors of fedrt_device_create, FEDRT_OUT_OF_RANGE when the memory is too
+ * small. */
+fedrt_status fedrt_device_init(void* memory, size_t size, const char* device_id, const uint8_t* key,
+                               size_t key_size, fedrt_model_t* model, const fedrt_data_view* data,
+                               const uint32_t* share, size_t share_count, const fedrt_device_options* options,
+                               const fedrt_device_callbacks* callbacks, fedrt_device_t** device);
+
+/* Creates a device client on the heap: fedrt_device_init in a block of
+ * fedrt_device_size bytes it allocates. `device_id` and key[0 .. key_size) (16
  * to 64 bytes) are copied; `model` (its input size equal to the data's
  * example size, at least data->num_classes classes, batches of at least
  * options->batch) and the memory `data` points to must outlive the device.
@@ -448,8 +486,9 @@ fedrt_status fedrt_device_create(const char* device_id, const uint8_t* key, size
                                  size_t share_count, const fedrt_device_options* options,
                                  const fedrt_device_callbacks* callbacks, fedrt_device_t** device);
 
-/* Frees the client; the model, data and stream stay the caller's. NULL is
- * ignored. */
+/* Ends the client (and frees its block if fedrt_device_create made it); the
+ * model, data, stream and the memory given to fedrt_device_init stay the
+ * caller's. NULL is ignored. */
 void fedrt_device_destroy(fedrt_device_t* device);
 
 /* Runs one session on a freshly connected stream: the join, then rounds

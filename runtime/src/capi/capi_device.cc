@@ -3,10 +3,14 @@
 // file only adapts: the callbacks become the engine's DeviceIo, Clock and
 // transport::Crypto, and statuses cross in both directions. No protocol or
 // training logic lives here.
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -101,9 +105,11 @@ DataView ToDataView(const fedrt_data_view& c) {
 }  // namespace fedrt::capi
 
 // Members in the order they are built; the client, which refers to the
-// others, is destroyed first.
+// others, is ended first. Placed at the start of the caller's memory (or of
+// fedrt_device_create's heap block), the client's block after it.
 struct fedrt_device {
   explicit fedrt_device(const fedrt_device_callbacks& c) : callbacks(c), crypto(callbacks), clock(callbacks) {}
+  ~fedrt_device() { fedrt::DeviceClient::Destroy(client); }
 
   const fedrt_device_callbacks callbacks;
   fedrt::capi::CallbackCrypto crypto;
@@ -111,8 +117,70 @@ struct fedrt_device {
   fedrt::DeviceSessionOptions session;
   std::vector<uint32_t> share;
   fedrt::DeviceIo io;
-  std::unique_ptr<fedrt::DeviceClient> client;
+  fedrt::DeviceClient* client = nullptr;
+  unsigned char* heap_block = nullptr;  // fedrt_device_create's memory (freed by destroy)
 };
+
+namespace fedrt::capi {
+namespace {
+
+// Where the fedrt_device sits in the memory, and the client's block after it.
+constexpr std::size_t kDeviceAlignment = alignof(std::max_align_t);
+std::size_t HandleBytes() { return sizeof(fedrt_device) + kDeviceAlignment - 1; }
+
+DeviceClientConfig ConfigFrom(const fedrt_device_options& o) {
+  DeviceClientConfig config;
+  config.batch = o.batch;
+  config.shuffle_seed = o.shuffle_seed;
+  config.max_frame_bytes = o.max_frame_bytes;
+  if (o.codecs != nullptr) {
+    std::string_view list(o.codecs);
+    while (!list.empty()) {
+      const std::size_t end = std::min(list.find(';'), list.size());
+      if (end > 0) config.codecs.emplace_back(list.substr(0, end));
+      list.remove_prefix(std::min(end + 1, list.size()));
+    }
+  }
+  return config;
+}
+
+// The arguments fedrt_device_init and fedrt_device_create share, checked
+// before anything is sized or placed.
+fedrt_status CheckDeviceArguments(const char* function, const char* device_id, const uint8_t* key,
+                                  fedrt_model_t* model, const fedrt_data_view* data, const uint32_t* share,
+                                  size_t share_count, const fedrt_device_callbacks* callbacks,
+                                  fedrt_device_t** device) {
+  FEDRT_C_REQUIRE(device_id, function);
+  FEDRT_C_REQUIRE(key, function);
+  FEDRT_C_REQUIRE(model, function);
+  FEDRT_C_REQUIRE(data, function);
+  FEDRT_C_REQUIRE(callbacks, function);
+  FEDRT_C_REQUIRE(device, function);
+  const struct {
+    bool present;
+    const char* name;
+  } required[] = {{callbacks->send != nullptr, "callbacks->send"},
+                  {callbacks->receive != nullptr, "callbacks->receive"},
+                  {callbacks->now_ms != nullptr, "callbacks->now_ms"},
+                  {callbacks->random_bytes != nullptr, "callbacks->random_bytes"}};
+  for (const auto& callback : required) {
+    if (!callback.present) return fedrt::capi::RequireNonNull(nullptr, function, callback.name);
+  }
+  if (callbacks->hmac_sha256 == nullptr && !fedrt_system_crypto_available()) {
+    return Fail(fedrt::InvalidArgument(
+        std::string(function) +
+        ": callbacks->hmac_sha256 is NULL, and this build of fedrt has no HMAC-SHA256 of its "
+        "own (it was built without OpenSSL): pass the platform's"));
+  }
+  if (share == nullptr && share_count != 0) {
+    return Fail(fedrt::InvalidArgument(std::string(function) + ": share is NULL with share_count " +
+                                       std::to_string(share_count)));
+  }
+  return FEDRT_OK;
+}
+
+}  // namespace
+}  // namespace fedrt::capi
 
 using fedrt::capi::Fail;
 
@@ -131,67 +199,75 @@ fedrt_device_options fedrt_device_options_default(void) {
   o.join_timeout_ms = session.join_timeout_ms;
   o.steps_per_slice = session.steps_per_slice;
   o.max_frame_bytes = config.max_frame_bytes;
+  o.codecs = nullptr;
   return o;
 }
 
-fedrt_status fedrt_device_create(const char* device_id, const uint8_t* key, size_t key_size, fedrt_model_t* model,
-                                 const fedrt_data_view* data, const uint32_t* share, size_t share_count,
-                                 const fedrt_device_options* options, const fedrt_device_callbacks* callbacks,
-                                 fedrt_device_t** device) {
-  constexpr const char* kFunction = "fedrt_device_create";
-  FEDRT_C_REQUIRE(device_id, kFunction);
-  FEDRT_C_REQUIRE(key, kFunction);
+fedrt_status fedrt_device_size(const fedrt_model_t* model, const fedrt_data_view* data, size_t share_count,
+                               const fedrt_device_options* options, size_t* bytes) {
+  constexpr const char* kFunction = "fedrt_device_size";
   FEDRT_C_REQUIRE(model, kFunction);
   FEDRT_C_REQUIRE(data, kFunction);
-  FEDRT_C_REQUIRE(callbacks, kFunction);
-  FEDRT_C_REQUIRE(device, kFunction);
-  const struct {
-    bool present;
-    const char* name;
-  } required[] = {{callbacks->send != nullptr, "callbacks->send"},
-                  {callbacks->receive != nullptr, "callbacks->receive"},
-                  {callbacks->now_ms != nullptr, "callbacks->now_ms"},
-                  {callbacks->random_bytes != nullptr, "callbacks->random_bytes"}};
-  for (const auto& callback : required) {
-    if (!callback.present) return fedrt::capi::RequireNonNull(nullptr, kFunction, callback.name);
-  }
-  if (callbacks->hmac_sha256 == nullptr && !fedrt_system_crypto_available()) {
-    return Fail(fedrt::InvalidArgument(
-        "fedrt_device_create: callbacks->hmac_sha256 is NULL, and this build of fedrt has no HMAC-SHA256 of its "
-        "own (it was built without OpenSSL): pass the platform's"));
-  }
-  if (share == nullptr && share_count != 0) {
-    return Fail(fedrt::InvalidArgument("fedrt_device_create: share is NULL with share_count " +
-                                       std::to_string(share_count)));
-  }
+  FEDRT_C_REQUIRE(bytes, kFunction);
   const fedrt_device_options o = options != nullptr ? *options : fedrt_device_options_default();
+  const std::size_t examples = share_count != 0 ? share_count : data->count;
+  fedrt::Result<std::size_t> needed =
+      fedrt::DeviceClient::RequiredBytes(fedrt::capi::ConfigFrom(o), model->model, examples);
+  if (!needed.ok()) return Fail(needed.status());
+  *bytes = fedrt::capi::HandleBytes() + *needed;
+  return FEDRT_OK;
+}
 
-  auto created = std::make_unique<fedrt_device>(*callbacks);
+fedrt_status fedrt_device_init(void* memory, size_t size, const char* device_id, const uint8_t* key,
+                               size_t key_size, fedrt_model_t* model, const fedrt_data_view* data,
+                               const uint32_t* share, size_t share_count, const fedrt_device_options* options,
+                               const fedrt_device_callbacks* callbacks, fedrt_device_t** device) {
+  constexpr const char* kFunction = "fedrt_device_init";
+  FEDRT_C_REQUIRE(memory, kFunction);
+  const fedrt_status checked = fedrt::capi::CheckDeviceArguments(kFunction, device_id, key, model, data, share,
+                                                                 share_count, callbacks, device);
+  if (checked != FEDRT_OK) return checked;
+  const fedrt_device_options o = options != nullptr ? *options : fedrt_device_options_default();
+  const std::size_t handle_bytes = fedrt::capi::HandleBytes();
+  if (size < handle_bytes) {
+    return Fail(fedrt::OutOfRange(std::string(kFunction) + ": " + std::to_string(size) +
+                                  " bytes of memory, fedrt_device_size says how many it needs"));
+  }
+  auto* base = static_cast<unsigned char*>(memory);
+  const std::size_t misalignment = reinterpret_cast<std::uintptr_t>(base) % fedrt::capi::kDeviceAlignment;
+  unsigned char* at = base + (misalignment == 0 ? 0 : fedrt::capi::kDeviceAlignment - misalignment);
+
+  auto* created = new (at) fedrt_device(*callbacks);
   fedrt_device& d = *created;
   d.session.heartbeat_interval_ms = o.heartbeat_interval_ms;
   d.session.idle_timeout_ms = o.idle_timeout_ms;
   d.session.join_timeout_ms = o.join_timeout_ms;
   d.session.steps_per_slice = o.steps_per_slice;
   if (share != nullptr) d.share.assign(share, share + share_count);
-  fedrt::DeviceClientConfig config;
+  fedrt::DeviceClientConfig config = fedrt::capi::ConfigFrom(o);
   config.device_id = device_id;
   config.key.assign(key, key + key_size);
-  config.batch = o.batch;
-  config.shuffle_seed = o.shuffle_seed;
-  config.max_frame_bytes = o.max_frame_bytes;
   fedrt::DeviceHooks hooks;
   if (callbacks->on_residual != nullptr) {
     const fedrt_device_callbacks* c = &d.callbacks;
     hooks.on_residual = [c](const float* residual, std::size_t count) { c->on_residual(c->user, residual, count); };
   }
-  fedrt::Result<std::unique_ptr<fedrt::DeviceClient>> client = fedrt::DeviceClient::Create(
-      config, model->model, fedrt::capi::ToDataView(*data), share != nullptr ? &d.share : nullptr, d.crypto,
-      std::move(hooks));
-  if (!client.ok()) return Fail(client.status());
-  d.client = std::move(*client);
+  fedrt::Result<fedrt::DeviceClient*> client = fedrt::DeviceClient::CreateIn(
+      base + handle_bytes, size - handle_bytes, config, model->model, fedrt::capi::ToDataView(*data),
+      share != nullptr ? &d.share : nullptr, d.crypto, std::move(hooks));
+  if (!client.ok()) {
+    created->~fedrt_device();
+    fedrt::Status status = client.status();
+    if (status.code() == fedrt::StatusCode::kOutOfRange && status.message().find("bytes of memory") != std::string::npos) {
+      status = fedrt::OutOfRange(std::string(kFunction) + ": " + std::to_string(size) +
+                                 " bytes of memory are too few; fedrt_device_size says how many it needs");
+    }
+    return Fail(status);
+  }
+  d.client = *client;
   const fedrt_device_callbacks* c = &d.callbacks;
-  d.io.send = [c](const uint8_t* bytes, std::size_t size) {
-    return fedrt::capi::FromCallback(c->send(c->user, bytes, size), "send");
+  d.io.send = [c](const uint8_t* bytes, std::size_t count) {
+    return fedrt::capi::FromCallback(c->send(c->user, bytes, count), "send");
   };
   d.io.receive = [c](uint8_t* buffer, std::size_t capacity, uint32_t timeout_ms) -> fedrt::Result<std::size_t> {
     std::size_t received = 0;
@@ -204,11 +280,38 @@ fedrt_status fedrt_device_create(const char* device_id, const uint8_t* key, size
     }
     return received;
   };
-  *device = created.release();
+  *device = created;
   return FEDRT_OK;
 }
 
-void fedrt_device_destroy(fedrt_device_t* device) { delete device; }
+fedrt_status fedrt_device_create(const char* device_id, const uint8_t* key, size_t key_size, fedrt_model_t* model,
+                                 const fedrt_data_view* data, const uint32_t* share, size_t share_count,
+                                 const fedrt_device_options* options, const fedrt_device_callbacks* callbacks,
+                                 fedrt_device_t** device) {
+  const fedrt_status checked = fedrt::capi::CheckDeviceArguments("fedrt_device_create", device_id, key, model, data,
+                                                                 share, share_count, callbacks, device);
+  if (checked != FEDRT_OK) return checked;
+  std::size_t bytes = 0;
+  const fedrt_status sized = fedrt_device_size(model, data, share != nullptr ? share_count : 0, options, &bytes);
+  if (sized != FEDRT_OK) return sized;
+  std::unique_ptr<unsigned char[]> block(new (std::nothrow) unsigned char[bytes]);
+  if (block == nullptr) {
+    return Fail(fedrt::Status(fedrt::StatusCode::kResourceExhausted,
+                              "fedrt_device_create: cannot allocate " + std::to_string(bytes) + " bytes"));
+  }
+  const fedrt_status status = fedrt_device_init(block.get(), bytes, device_id, key, key_size, model, data, share,
+                                                share_count, options, callbacks, device);
+  if (status != FEDRT_OK) return status;
+  (*device)->heap_block = block.release();
+  return FEDRT_OK;
+}
+
+void fedrt_device_destroy(fedrt_device_t* device) {
+  if (device == nullptr) return;
+  unsigned char* heap_block = device->heap_block;
+  device->~fedrt_device();
+  delete[] heap_block;
+}
 
 fedrt_status fedrt_device_run_session(fedrt_device_t* device) {
   FEDRT_C_REQUIRE(device, "fedrt_device_run_session");

@@ -3,12 +3,16 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
+#include <optional>
 #include <utility>
 
 #include "fedrt/codecs/adaptive.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/error_feedback.h"
+#include "fedrt/codecs/level_fit.h"
 #include "fedrt/codecs/payload.h"
+#include "fedrt/codecs/tensor_set.h"
 #include "fedrt/platform/cpu.h"
 #include "fedrt/platform/log.h"
 #include "fedrt/runtime/aggregation.h"
@@ -35,66 +39,157 @@ uint32_t DeviceSenderId(const std::string& device_id) {
 // What a round's instructions said (chunk 0), and how far the device got.
 struct RoundPlan {
   uint64_t round = 0;
-  std::string codec_spec;
+  std::string codec_spec;            // reserved for kMaxCodecSpecBytes at creation
   uint64_t session_seed = 0;
   uint32_t epochs = 1;
   uint32_t steps = 0;
   float lr = 0.05f;
   uint32_t level_table_version = 0;  // ALQ / AMQ: the table to encode with
-  std::vector<float> level_table;    // empty: the codec's initial table (version 0)
+  std::vector<float> level_table;    // empty: the codec's initial table (version 0); reserved
 };
 
-// A codec built in storage the client keeps (ConstructCodec), rebuilt only
-// when the instructed spec changes: a device whose aggregator keeps its codec
-// makes no codec allocation after the first round.
-class CachedCodec {
- public:
-  CachedCodec() = default;
-  CachedCodec(const CachedCodec&) = delete;
-  CachedCodec& operator=(const CachedCodec&) = delete;
-  ~CachedCodec() { DestroyCodec(codec_); }
+namespace {
 
-  // The codec for `spec` with working space for `d` coordinates.
-  Result<Codec*> For(std::string_view spec, std::size_t d) {
+constexpr std::size_t kArenaAlignment = 64;  // kSimdAlignment: floats for the kernels, payload bytes
+
+std::size_t AlignUp(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+// Cuts the device's block into its pieces. With a null base it only
+// measures, so RequiredBytes and CreateIn share one layout.
+class Carver {
+ public:
+  explicit Carver(unsigned char* base) : base_(base) {}
+  template <typename T>
+  T* Take(std::size_t count, std::size_t alignment = alignof(T)) {
+    used_ = AlignUp(used_, std::max(alignment, alignof(T)));
+    // Through void*: the offset was aligned for T just above (-Wcast-align on 32-bit ARM).
+    T* at = base_ != nullptr ? static_cast<T*>(static_cast<void*>(base_ + used_)) : nullptr;
+    used_ += count * sizeof(T);
+    return at;
+  }
+  std::size_t used() const { return used_; }
+
+ private:
+  unsigned char* base_;
+  std::size_t used_ = 0;
+};
+
+// What the codecs a device accepts need: the largest update payload (or
+// downlink delta), codec storage, and whether any asks for error feedback or
+// adaptive levels.
+struct CodecNeeds {
+  std::size_t payload_bytes = 0;
+  std::size_t storage_bytes = 0;
+  std::size_t storage_alignment = alignof(std::max_align_t);
+  bool error_feedback = false;
+  bool adaptive = false;
+};
+
+Result<CodecNeeds> MeasureCodecs(const DeviceClientConfig& config, const Model& model) {
+  const std::size_t d = model.parameter_count();
+  const std::vector<std::size_t> tensors = ModelTensorSizes(model);
+  const bool defaults = config.codecs.empty();
+  const std::vector<std::string> specs = defaults ? CodecNames() : config.codecs;
+  CodecNeeds needs;
+  for (const std::string& spec : specs) {
+    Result<CodecFootprint> footprint = CodecFootprintFor(spec, d);
+    Result<std::unique_ptr<Codec>> codec = footprint.ok() ? MakeCodec(spec) : footprint.status();
+    if (!codec.ok()) {
+      if (defaults) continue;  // a codec whose parameters have no default (moniqua's theta)
+      return Status(codec.status().code(), "device codec '" + spec + "': " + codec.status().message());
+    }
+    Result<std::unique_ptr<TensorSetCodec>> update = BorrowUpdateCodec(**codec, tensors);
+    if (!update.ok()) return update.status();
+    needs.payload_bytes = std::max({needs.payload_bytes, (*update)->MaxEncodedSize(d), (*codec)->MaxEncodedSize(d)});
+    needs.storage_bytes = std::max(needs.storage_bytes, footprint->size);
+    needs.storage_alignment = std::max(needs.storage_alignment, footprint->alignment);
+    needs.error_feedback = needs.error_feedback || (*codec)->wants_error_feedback();
+    needs.adaptive = needs.adaptive || AsAdaptiveCodec(codec->get()) != nullptr;
+  }
+  if (needs.storage_bytes == 0) return InvalidArgument("the device accepts no codec of this build");
+  return needs;
+}
+
+// Building memory of an update's first frame (fields, spec, ALQ / AMQ
+// statistics) and of the others (fields only).
+constexpr std::size_t kFrameHeadBytes = 1024;
+std::size_t FirstFrameBytes(bool adaptive) {
+  return kFrameHeadBytes + (adaptive ? transport::kMaxLevelStatisticsNorms * sizeof(float) +
+                                           transport::kMaxLevelStatisticsBuckets * 40
+                                     : 0);
+}
+
+}  // namespace
+
+// The instructed and downlink codecs take turns in one storage: each is
+// built in place (ConstructCodec, no allocation) when the other, or another
+// spec, was there.
+class CodecSlot {
+ public:
+  CodecSlot() = default;
+  CodecSlot(const CodecSlot&) = delete;
+  CodecSlot& operator=(const CodecSlot&) = delete;
+  ~CodecSlot() { DestroyCodec(codec_); }
+
+  void Bind(unsigned char* storage, std::size_t size) {
+    storage_ = storage;
+    size_ = size;
+    spec_.reserve(kMaxCodecSpecBytes);
+  }
+
+  // The codec for `spec`, with working space for `d` coordinates; *built
+  // says whether it was made now (in its initial state).
+  Result<Codec*> For(std::string_view spec, std::size_t d, bool* built = nullptr) {
+    if (built != nullptr) *built = false;
     if (codec_ != nullptr && spec == spec_) return codec_;
+    if (built != nullptr) *built = true;
     DestroyCodec(codec_);
     codec_ = nullptr;
-    Result<CodecFootprint> footprint = CodecFootprintFor(spec, d);
-    if (!footprint.ok()) return footprint.status();
-    const std::size_t words = (footprint->size + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t);
-    if (storage_.size() < words) storage_.resize(words);
-    Result<Codec*> made = ConstructCodec(spec, d, storage_.data(), storage_.size() * sizeof(std::max_align_t));
-    if (!made.ok()) return made.status();
+    spec_.clear();
+    Result<Codec*> made = ConstructCodec(spec, d, storage_, size_);
+    if (!made.ok()) {
+      Result<CodecFootprint> footprint = CodecFootprintFor(spec, d);
+      if (footprint.ok() && footprint->size > size_) {
+        return Status(StatusCode::kResourceExhausted,
+                      "codec '" + std::string(spec) + "' needs " + std::to_string(footprint->size) +
+                          " bytes of storage, this device has " + std::to_string(size_) +
+                          " (DeviceClientConfig::codecs sizes it)");
+      }
+      return made.status();
+    }
     codec_ = *made;
-    spec_.assign(spec.data(), spec.size());
+    if (spec.size() <= kMaxCodecSpecBytes) spec_.assign(spec.data(), spec.size());
     return codec_;
   }
 
  private:
-  std::vector<std::max_align_t> storage_;
+  unsigned char* storage_ = nullptr;
+  std::size_t size_ = 0;
   std::string spec_;  // as instructed (the cache key)
   Codec* codec_ = nullptr;
 };
 
 struct DeviceClient::State {
-  State(const DeviceClientConfig& c, Model& m, const DataView& d, const std::vector<uint32_t>* s, Crypto& cr,
+  State(const DeviceClientConfig& c, Model& m, const DataView& v, const std::vector<uint32_t>* s, Crypto& cr,
         DeviceHooks h)
-      : config(c), model(m), data(d), share(s), crypto(cr), hooks(std::move(h)),
-        sender_id(DeviceSenderId(c.device_id)), tensor_sizes(ModelTensorSizes(m)) {}
+      : config(c), model(m), data(v), share(s), crypto(cr), hooks(std::move(h)),
+        sender_id(DeviceSenderId(c.device_id)), tensor_sizes(ModelTensorSizes(m)),
+        d(m.parameter_count()) {}
+  ~State() {
+    for (std::size_t i = 0; i < frame_capacity; ++i) {
+      frames[i].~OutFrame();
+      slots[i].~FrameSlot();
+    }
+  }
 
   Status OnInstructions(Connection& link, const Frame& frame);
   Status ApplyModel();
   Status Train(uint32_t max_steps);
   Status EncodeAndSend(Connection& link);
-  Result<Codec*> InstructedCodec(LevelStatisticsMessage* statistics, uint32_t* version);
-  Result<std::size_t> EncodeUpdate(Codec& codec, const float* delta, const CodecContext& context);
-  std::size_t d() const { return global.size(); }
-  // The residual exists once a codec asks for error feedback (two model-sized
-  // vectors a device without it never needs).
-  ErrorFeedback& Feedback() {
-    if (!feedback) feedback = std::make_unique<ErrorFeedback>(d());
-    return *feedback;
-  }
+  Result<Codec*> InstructedCodec(uint32_t* version);
+  Status MeasureStatistics(AdaptiveCodec& codec, const float* vector);
+  Result<std::size_t> EncodeUpdate(Codec& codec, float* delta, const CodecContext& context);
+  void SendAck(Connection& link);
 
   DeviceClientConfig config;
   Model& model;
@@ -104,19 +199,26 @@ struct DeviceClient::State {
   DeviceHooks hooks;
   const uint32_t sender_id;
   const std::vector<std::size_t> tensor_sizes;  // the model's tensor table (lengths)
+  const std::size_t d;
   FrameLimits limits;
 
-  // Model-sized memory: the model's parameters and gradients and `global`;
-  // the gradients hold the delta once training is done, and the parameters
-  // are the scratch of an incoming global model until it is checked. The
-  // payload lives from encoding to sending (the wire's frames and the
-  // reassembly of the next model are the transport's), the error-feedback
-  // vectors only with a codec that uses them.
-  std::vector<float> global;          // the global model of model_round
-  std::vector<float> measured;        // delta + residual, whose statistics ALQ / AMQ send
-  std::vector<uint8_t> payload;
-  std::unique_ptr<ErrorFeedback> feedback;
-  std::vector<float> restored_residual;  // added to the first delta after a restart
+  // In the client's block (Carve): model-sized `global` (and the residual
+  // with error feedback), the payload, the codec storage, the training
+  // pass's memory, the optimizer state, the frames of an update.
+  float* global = nullptr;            // the global model of model_round
+  uint8_t* payload = nullptr;         // the encoded update; a compressed downlink delta
+  std::size_t payload_capacity = 0;
+  float* sgd_state = nullptr;
+  std::size_t sgd_floats = 0;
+  TrainingPassMemory pass_memory;
+  transport::FrameSlot* slots = nullptr;  // one per chunk of the largest update
+  OutFrame* frames = nullptr;
+  std::size_t frame_capacity = 0;
+  CodecSlot codec;
+  std::optional<ErrorFeedback> feedback;  // on the residual in the block
+  bool residual_pending = false;      // a restored residual not yet sent with an update
+  std::unique_ptr<TensorSetCodec> per_tensor;  // the model's tensor table, rebound per codec
+  std::optional<transport::FrameSlot> ack_slot;
 
   std::unique_ptr<JoinClient> join;   // the join in progress on this connection
   bool joined = false;
@@ -127,26 +229,89 @@ struct DeviceClient::State {
 
   // The round being received, trained, then sent.
   RoundPlan plan;
-  std::unique_ptr<Reassembler> model_bytes;
+  ChunkSequence model_chunks{0};      // the instructions' payload, written where it belongs as it arrives
   ModelEncoding model_encoding = ModelEncoding::kFullModelFp32;
   bool round_ready = false;           // instructions complete: training to do
   bool trained = false;               // training done: the update is to be sent
-  std::unique_ptr<Sgd> sgd;
-  std::vector<float> sgd_state;       // the optimizer's velocity (momentum), sized at Create
-  CachedCodec update_codec;           // the instructed codec (not ALQ / AMQ)
-  CachedCodec delta_codec;            // the codec of the aggregator's compressed model deltas
-  std::unique_ptr<AdaptiveCodec> adaptive_codec;  // ALQ / AMQ: made per round with its table
-  std::unique_ptr<TrainingPass> pass;
+  std::optional<Sgd> sgd;
+  std::optional<TrainingPass> pass;
   uint32_t epoch = 0;
   double loss = 0;
+
+  // ALQ / AMQ, kept with their memory from round to round.
+  LevelTable level_table;
+  LevelTable initial_table;           // the codec's version 0, for rounds that instruct none
+  LevelStatistics tensor_statistics, statistics;
+  UpdateMessage update;
 };
 
-DeviceClient::DeviceClient(std::unique_ptr<State> state) : state_(std::move(state)) {}
-DeviceClient::~DeviceClient() = default;
+namespace {
 
-Result<std::unique_ptr<DeviceClient>> DeviceClient::Create(const DeviceClientConfig& config, Model& model,
-                                                           const DataView& data, const std::vector<uint32_t>* share,
-                                                           Crypto& crypto, DeviceHooks hooks) {
+// The block's layout: the client object (CreateIn only), its state, then
+// the pieces. The same function measures (null base) and places.
+struct Layout {
+  DeviceClient* client = nullptr;
+  DeviceClient::State* state = nullptr;
+  float* global = nullptr;
+  float* residual = nullptr;
+  float* sgd_state = nullptr;
+  uint8_t* payload = nullptr;
+  unsigned char* codec_storage = nullptr;
+  uint32_t* order = nullptr;
+  float* features = nullptr;
+  uint8_t* labels = nullptr;
+  transport::FrameSlot* slots = nullptr;
+  OutFrame* frames = nullptr;
+  std::size_t used = 0;
+};
+
+struct Sizes {
+  std::size_t d = 0;
+  std::size_t sgd_floats = 0;
+  CodecNeeds codecs;
+  TrainingPassMemory pass;
+  std::size_t frames = 0;
+};
+
+Result<Sizes> MeasureDevice(const DeviceClientConfig& config, const Model& model, std::size_t examples) {
+  Sizes sizes;
+  sizes.d = model.parameter_count();
+  sizes.sgd_floats = Sgd::StateFloats(SgdOptions(), sizes.d);
+  Result<CodecNeeds> codecs = MeasureCodecs(config, model);
+  if (!codecs.ok()) return codecs.status();
+  sizes.codecs = *codecs;
+  sizes.pass = TrainingPassMemory::For(examples, model.input_size(), std::max(config.batch, 1));
+  FrameLimits limits;
+  limits.max_frame_bytes = config.max_frame_bytes;
+  FEDRT_RETURN_IF_ERROR(limits.Validate());
+  Result<ChunkPlan> plan = ChunkPlan::Make(sizes.codecs.payload_bytes, limits.MaxChunkBytes());
+  if (!plan.ok()) return plan.status();
+  sizes.frames = plan->count();
+  return sizes;
+}
+
+Layout Carve(unsigned char* base, const Sizes& sizes, bool with_client) {
+  Carver carve(base);
+  Layout l;
+  if (with_client) l.client = carve.Take<DeviceClient>(1);
+  l.state = carve.Take<DeviceClient::State>(1);
+  l.global = carve.Take<float>(sizes.d, kArenaAlignment);
+  if (sizes.codecs.error_feedback) l.residual = carve.Take<float>(sizes.d, kArenaAlignment);
+  l.sgd_state = carve.Take<float>(sizes.sgd_floats, kArenaAlignment);
+  l.payload = carve.Take<uint8_t>(sizes.codecs.payload_bytes, kArenaAlignment);
+  l.codec_storage = carve.Take<unsigned char>(sizes.codecs.storage_bytes, sizes.codecs.storage_alignment);
+  l.order = carve.Take<uint32_t>(sizes.pass.order_capacity);
+  l.features = carve.Take<float>(sizes.pass.features_capacity, kArenaAlignment);
+  l.labels = carve.Take<uint8_t>(sizes.pass.labels_capacity);
+  l.slots = carve.Take<transport::FrameSlot>(sizes.frames);
+  l.frames = carve.Take<OutFrame>(sizes.frames);
+  l.used = carve.used();
+  return l;
+}
+
+// Checks the inputs Create and CreateIn take (everything but the memory).
+Status CheckInputs(const DeviceClientConfig& config, const Model& model, const DataView& data,
+                   const std::vector<uint32_t>* share) {
   if (!IsValidDeviceId(config.device_id)) return InvalidArgument("device id '" + config.device_id + "' is not valid");
   if (config.key.size() < kMinKeyBytes || config.key.size() > kMaxKeyBytes) {
     return InvalidArgument("the device key must have " + std::to_string(kMinKeyBytes) + " to " +
@@ -172,15 +337,128 @@ Result<std::unique_ptr<DeviceClient>> DeviceClient::Create(const DeviceClientCon
       if (i >= data.count) return OutOfRange("share index " + std::to_string(i) + " is past the data");
     }
   }
-  FrameLimits limits;
-  limits.max_frame_bytes = config.max_frame_bytes;
-  FEDRT_RETURN_IF_ERROR(limits.Validate());
-  auto state = std::make_unique<State>(config, model, data, share, crypto, std::move(hooks));
-  state->limits = limits;
-  const std::size_t d = model.parameter_count();
-  state->global.assign(d, 0.0f);
-  state->sgd_state.assign(Sgd::StateFloats(SgdOptions(), d), 0.0f);
-  return std::unique_ptr<DeviceClient>(new DeviceClient(std::move(state)));
+  return Status::Ok();
+}
+
+// Builds the state in a carved block.
+Result<DeviceClient::State*> Place(const Layout& l, const Sizes& sizes, const DeviceClientConfig& config, Model& model,
+                                   const DataView& data, const std::vector<uint32_t>* share, Crypto& crypto,
+                                   DeviceHooks hooks) {
+  // A heap model grows its workspace for the batch now, not in the first round.
+  FEDRT_RETURN_IF_ERROR(model.Reserve(config.batch));
+  Result<std::unique_ptr<TensorSetCodec>> per_tensor = TensorSetCodec::Unbound(ModelTensorSizes(model));
+  if (!per_tensor.ok()) return per_tensor.status();
+  auto* s = new (l.state) DeviceClient::State(config, model, data, share, crypto, std::move(hooks));
+  s->limits.max_frame_bytes = config.max_frame_bytes;
+  s->per_tensor = std::move(*per_tensor);
+  s->global = l.global;
+  std::fill(s->global, s->global + sizes.d, 0.0f);
+  if (l.residual != nullptr) s->feedback.emplace(l.residual, sizes.d);
+  s->sgd_state = l.sgd_state;
+  s->sgd_floats = sizes.sgd_floats;
+  s->payload = l.payload;
+  s->payload_capacity = sizes.codecs.payload_bytes;
+  s->codec.Bind(l.codec_storage, sizes.codecs.storage_bytes);
+  s->pass_memory = sizes.pass;
+  s->pass_memory.order = l.order;
+  s->pass_memory.features = l.features;
+  s->pass_memory.labels = l.labels;
+  for (std::size_t i = 0; i < sizes.frames; ++i) {
+    new (&l.slots[i]) transport::FrameSlot(i == 0 ? FirstFrameBytes(sizes.codecs.adaptive) : kFrameHeadBytes);
+    new (&l.frames[i]) OutFrame();
+  }
+  s->slots = l.slots;
+  s->frames = l.frames;
+  s->frame_capacity = sizes.frames;
+  s->ack_slot.emplace(kFrameHeadBytes);
+  s->plan.codec_spec.reserve(kMaxCodecSpecBytes);
+  s->plan.level_table.reserve(kMaxLevelTableSize);
+  if (sizes.codecs.adaptive) {
+    s->level_table.levels.reserve(kMaxLevelTableSize);
+    s->initial_table.levels.reserve(kMaxLevelTableSize);
+    for (LevelStatistics* stats : {&s->tensor_statistics, &s->statistics}) {
+      stats->bucket_norms.reserve(2 * kMaxBucketNorms + 1);
+      stats->largest_buckets.reserve(8 * kMaxMixtureBuckets + 1);
+    }
+    s->update.stats.level_statistics.bucket_norms.reserve(kMaxBucketNorms);
+    s->update.stats.level_statistics.largest_buckets.reserve(kMaxMixtureBuckets);
+  }
+  return s;
+}
+
+}  // namespace
+
+DeviceClient::DeviceClient(State* state, std::unique_ptr<unsigned char[]> block)
+    : state_(state), block_(std::move(block)) {}
+
+DeviceClient::~DeviceClient() { state_->~State(); }
+
+namespace {
+
+// The inputs checked and the block measured: what Create and CreateIn share.
+struct Prepared {
+  Sizes sizes;
+  std::size_t bytes = 0;  // at any alignment
+};
+
+Result<Prepared> Prepare(const DeviceClientConfig& config, const Model& model, const DataView& data,
+                         const std::vector<uint32_t>* share, bool with_client) {
+  FEDRT_RETURN_IF_ERROR(CheckInputs(config, model, data, share));
+  Result<Sizes> sizes = MeasureDevice(config, model, share != nullptr ? share->size() : data.count);
+  if (!sizes.ok()) return sizes.status();
+  Prepared p;
+  p.sizes = *sizes;
+  p.bytes = Carve(nullptr, p.sizes, with_client).used + kArenaAlignment - 1;
+  return p;
+}
+
+unsigned char* AlignedBase(void* memory) {
+  const auto at = reinterpret_cast<std::uintptr_t>(memory);
+  return static_cast<unsigned char*>(memory) + (AlignUp(at, kArenaAlignment) - at);
+}
+
+}  // namespace
+
+Result<std::size_t> DeviceClient::RequiredBytes(const DeviceClientConfig& config, const Model& model,
+                                                std::size_t examples) {
+  Result<Sizes> sizes = MeasureDevice(config, model, examples);
+  if (!sizes.ok()) return sizes.status();
+  return Carve(nullptr, *sizes, true).used + kArenaAlignment - 1;
+}
+
+Result<DeviceClient*> DeviceClient::CreateIn(void* memory, std::size_t size, const DeviceClientConfig& config,
+                                             Model& model, const DataView& data, const std::vector<uint32_t>* share,
+                                             Crypto& crypto, DeviceHooks hooks) {
+  Result<Prepared> prepared = Prepare(config, model, data, share, true);
+  if (!prepared.ok()) return prepared.status();
+  if (memory == nullptr || size < prepared->bytes) {
+    return OutOfRange("the device client needs " + std::to_string(prepared->bytes) +
+                      " bytes of memory, it was given " + std::to_string(memory == nullptr ? 0 : size));
+  }
+  const Layout l = Carve(AlignedBase(memory), prepared->sizes, true);
+  Result<State*> state = Place(l, prepared->sizes, config, model, data, share, crypto, std::move(hooks));
+  if (!state.ok()) return state.status();
+  return new (l.client) DeviceClient(*state, nullptr);
+}
+
+void DeviceClient::Destroy(DeviceClient* client) {
+  if (client != nullptr) client->~DeviceClient();
+}
+
+Result<std::unique_ptr<DeviceClient>> DeviceClient::Create(const DeviceClientConfig& config, Model& model,
+                                                           const DataView& data, const std::vector<uint32_t>* share,
+                                                           Crypto& crypto, DeviceHooks hooks) {
+  Result<Prepared> prepared = Prepare(config, model, data, share, false);
+  if (!prepared.ok()) return prepared.status();
+  std::unique_ptr<unsigned char[]> block(new (std::nothrow) unsigned char[prepared->bytes]);
+  if (block == nullptr) {
+    return Status(StatusCode::kResourceExhausted,
+                  "cannot allocate the device client's " + std::to_string(prepared->bytes) + " bytes");
+  }
+  const Layout l = Carve(AlignedBase(block.get()), prepared->sizes, false);
+  Result<State*> state = Place(l, prepared->sizes, config, model, data, share, crypto, std::move(hooks));
+  if (!state.ok()) return state.status();
+  return std::unique_ptr<DeviceClient>(new DeviceClient(*state, std::move(block)));
 }
 
 bool DeviceClient::joined() const { return state_->joined; }
@@ -189,20 +467,26 @@ bool DeviceClient::has_work() const { return state_->round_ready; }
 bool DeviceClient::finished() const { return state_->finished; }
 uint64_t DeviceClient::round() const { return state_->plan.round; }
 uint32_t DeviceClient::sender_id() const { return state_->sender_id; }
-std::size_t DeviceClient::parameter_count() const { return state_->d(); }
+std::size_t DeviceClient::parameter_count() const { return state_->d; }
 std::size_t DeviceClient::examples() const {
   return state_->share != nullptr ? state_->share->size() : state_->data.count;
 }
 
 Status DeviceClient::RestoreResidual(const float* residual, std::size_t d) {
-  if (d != state_->d()) {
+  State& s = *state_;
+  if (d != s.d) {
     return Status(StatusCode::kFailedPrecondition, "the saved residual has " + std::to_string(d) +
-                                                       " values, the model " + std::to_string(state_->d()));
+                                                       " values, the model " + std::to_string(s.d));
+  }
+  if (!s.feedback) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "this device accepts no codec with error feedback (DeviceClientConfig::codecs): no residual to restore");
   }
   if (!CheckFinite(residual, d).ok()) return Corrupt("the saved residual is not finite");
-  // The error-feedback wrapper starts from zero: keep the saved residual
-  // beside it and add it to the first delta.
-  state_->restored_residual.assign(residual, residual + d);
+  // Sent with the next update: through error feedback, or added to the
+  // delta by a codec without it.
+  std::memcpy(s.feedback->mutable_residual(), residual, d * sizeof(float));
+  s.residual_pending = true;
   return Status::Ok();
 }
 
@@ -211,7 +495,16 @@ Status DeviceClient::Start(Connection& link) {
   OnDisconnected();
   s.join = std::make_unique<JoinClient>(s.config.device_id, s.config.key, s.crypto, s.limits);
   JoinRequest request;
-  request.codecs = CodecNames();
+  if (s.config.codecs.empty()) {
+    request.codecs = CodecNames();
+  } else {
+    for (const std::string& spec : s.config.codecs) {
+      std::string name = spec.substr(0, spec.find(':'));
+      if (std::find(request.codecs.begin(), request.codecs.end(), name) == request.codecs.end()) {
+        request.codecs.push_back(std::move(name));
+      }
+    }
+  }
   request.isa = IsaName(ActiveIsa());
   request.max_frame_bytes = s.limits.max_frame_bytes;
   request.resume_round = s.next_round;
@@ -225,11 +518,12 @@ void DeviceClient::OnDisconnected() {
   State& s = *state_;
   s.join.reset();
   s.joined = false;
-  s.model_bytes.reset();
+  s.model_chunks.Reset();
   s.round_ready = false;
   s.trained = false;
   s.pass.reset();
   s.sgd.reset();
+  for (std::size_t i = 0; i < s.frame_capacity; ++i) s.frames[i] = OutFrame();
 }
 
 Status DeviceClient::OnFrame(Connection& link, const Frame& frame) {
@@ -250,12 +544,16 @@ Status DeviceClient::OnFrame(Connection& link, const Frame& frame) {
     return Status::Ok();
   }
   switch (frame.kind()) {
-    case MessageKind::kRoundInstructions:
-      return s.OnInstructions(link, frame);
+    case MessageKind::kRoundInstructions: {
+      const Status handled = s.OnInstructions(link, frame);
+      if (!handled.ok()) s.model_chunks.Reset();
+      return handled;
+    }
     case MessageKind::kLeave: {
       Result<LeaveMessage> leave = DecodeLeave(frame);
-      Log(LogLevel::kInfo, "device %s: the aggregator ended the training (%s)", s.config.device_id.c_str(),
-          leave.ok() ? std::string(leave->reason).c_str() : "no reason");
+      const std::string_view reason = leave.ok() ? leave->reason : std::string_view("no reason");
+      Log(LogLevel::kInfo, "device %s: the aggregator ended the training (%.*s)", s.config.device_id.c_str(),
+          static_cast<int>(reason.size()), reason.data());
       s.finished = true;
       s.round_ready = false;
       return Status::Ok();
@@ -273,19 +571,30 @@ Status DeviceClient::OnFrame(Connection& link, const Frame& frame) {
   }
 }
 
+// The instructions' chunks carry the global model: a full one is written
+// straight into the model's parameters (the scratch of an incoming model,
+// see ApplyModel), a compressed delta into the payload buffer, each chunk
+// where it belongs as it arrives; nothing holds a second copy.
 Status DeviceClient::State::OnInstructions(Connection& link, const Frame& frame) {
   Result<RoundInstructionsMessage> m = DecodeRoundInstructions(frame, limits);
   if (!m.ok()) return m.status();
   if (m->payload.index == 0) {
-    if (m->model_parameters != d()) {
+    if (m->model_parameters != d) {
       return Status(StatusCode::kFailedPrecondition, "the aggregator's model has " +
                                                          std::to_string(m->model_parameters) +
-                                                         " parameters, this device's " + std::to_string(d()));
+                                                         " parameters, this device's " + std::to_string(d));
     }
-    // A compressed delta is at most a codec's worst case, below twice the fp32 model.
     model_encoding = m->model_encoding;
     const bool full = model_encoding == ModelEncoding::kFullModelFp32;
-    model_bytes = std::make_unique<Reassembler>(d() * sizeof(float) * (full ? 1 : 2) + (full ? 0 : 65536));
+    if (!full && m->payload.total_size > payload_capacity) {
+      return Status(StatusCode::kResourceExhausted,
+                    "a model delta of " + std::to_string(m->payload.total_size) + " bytes; this device holds " +
+                        std::to_string(payload_capacity) + " (DeviceClientConfig::codecs sizes it)");
+    }
+    model_chunks = ChunkSequence(full ? d * sizeof(float) : payload_capacity);
+    if (m->codec_spec.size() > kMaxCodecSpecBytes || m->level_table_size > kMaxLevelTableSize) {
+      return Corrupt("round instructions with an oversized codec spec or level table");
+    }
     plan.round = m->round_id;
     plan.codec_spec.assign(m->codec_spec.data(), m->codec_spec.size());  // keeps its capacity
     plan.session_seed = m->session_seed;
@@ -297,71 +606,86 @@ Status DeviceClient::State::OnInstructions(Connection& link, const Frame& frame)
     round_ready = false;
     trained = false;
     pass.reset();
-  } else if (!model_bytes || m->round_id != plan.round) {
+  } else if (!model_chunks.started() || m->round_id != plan.round) {
     return Corrupt("a model chunk without its first chunk");
   }
-  FEDRT_RETURN_IF_ERROR(model_bytes->Add(m->payload));
-  if (!model_bytes->complete()) return Status::Ok();
+  FEDRT_RETURN_IF_ERROR(model_chunks.Accept(m->payload));
+  uint8_t* destination = model_encoding == ModelEncoding::kFullModelFp32
+                             ? reinterpret_cast<uint8_t*>(model.parameters())
+                             : payload;
+  if (m->payload.size != 0) {
+    std::memcpy(destination + m->payload.offset, m->payload.data, static_cast<std::size_t>(m->payload.size));
+  }
+  if (!model_chunks.complete()) return Status::Ok();
   Status applied = ApplyModel();
-  model_bytes.reset();
+  model_chunks.Reset();
   if (!applied.ok()) {
     // A reconnect gets the full model; a bad one is the aggregator's fault.
     if (applied.code() == StatusCode::kFailedPrecondition) return Status(StatusCode::kUnavailable, applied.message());
     return applied;
   }
-  AckMessage ack;
-  ack.round_id = plan.round;
-  ack.acked = MessageKind::kRoundInstructions;
-  Result<OutFrame> out = Encode(ack, limits);
-  if (out.ok()) (void)link.Send(*out);
+  SendAck(link);
   round_ready = true;
   epoch = 0;
   loss = 0;
   return Status::Ok();
 }
 
-// The aggregator's broadcast, once complete: the full model, or a delta
-// compressed with the codec its payload names, added to the previous round's
-// model exactly as the aggregator adds it to its copy.
+// The ack is a courtesy (the update is what counts): a failure to send it
+// shows up as a closed connection.
+void DeviceClient::State::SendAck(Connection& link) {
+  AckMessage ack;
+  ack.round_id = plan.round;
+  ack.acked = MessageKind::kRoundInstructions;
+  // The slot is free unless the previous ack is still queued on a slow link.
+  Result<OutFrame> out = ack_slot->busy() ? Encode(ack, limits) : Encode(ack, limits, *ack_slot);
+  if (out.ok()) (void)link.Send(std::move(*out));
+}
+
+// The aggregator's broadcast, once complete (in the parameters, or the
+// payload buffer): the full model, or a delta compressed with the codec its
+// payload names, added to the previous round's model exactly as the
+// aggregator adds it to its copy.
 Status DeviceClient::State::ApplyModel() {
   // The next model is built in the model's parameters (training copies
   // `global` into them before it starts anyway) and becomes `global` only
   // once it is complete and finite; a bad one leaves the previous global
   // model in both.
   float* next = model.parameters();
+  const std::size_t bytes = static_cast<std::size_t>(model_chunks.total_size());
   if (model_encoding == ModelEncoding::kFullModelFp32) {
-    if (model_bytes->size() != d() * sizeof(float)) return Corrupt("the global model has the wrong size");
-    std::memcpy(next, model_bytes->data(), d() * sizeof(float));
+    if (bytes != d * sizeof(float)) {
+      std::memcpy(next, global, d * sizeof(float));
+      return Corrupt("the global model has the wrong size");
+    }
   } else {
     if (model_round < 0 || model_round + 1 != static_cast<int64_t>(plan.round)) {
       return Status(StatusCode::kFailedPrecondition, "a model delta for round " + std::to_string(plan.round) +
                                                          " without the model of the round before");
     }
-    // The reassembled bytes are in memory, so their count fits a size_t.
-    const std::size_t delta_size = static_cast<std::size_t>(model_bytes->size());
-    Result<PayloadView> view = ParsePayload(model_bytes->data(), delta_size);
+    Result<PayloadView> view = ParsePayload(payload, bytes);
     if (!view.ok()) return view.status();
-    Result<Codec*> codec = delta_codec.For(view->spec, d());
-    if (!codec.ok()) return codec.status();
-    if ((*codec)->needs_side_info()) return InvalidArgument("a model delta in '" + std::string(view->spec) + "'");
+    Result<Codec*> delta_codec = codec.For(view->spec, d);
+    if (!delta_codec.ok()) return delta_codec.status();
+    if ((*delta_codec)->needs_side_info()) return InvalidArgument("a model delta in '" + std::string(view->spec) + "'");
     CodecContext context;
     context.session_seed = plan.session_seed;
     context.round = static_cast<uint32_t>(plan.round);
     context.sender_id = 0xFFFFFFu;  // the aggregator's broadcast
-    std::memcpy(next, global.data(), d() * sizeof(float));
-    const Status decoded = (*codec)->DecodeAccumulate(model_bytes->data(), delta_size, context, 1.0f, next, d());
+    std::memcpy(next, global, d * sizeof(float));
+    const Status decoded = (*delta_codec)->DecodeAccumulate(payload, bytes, context, 1.0f, next, d);
     if (!decoded.ok()) {
-      std::memcpy(next, global.data(), d() * sizeof(float));
+      std::memcpy(next, global, d * sizeof(float));
       return decoded;
     }
   }
-  if (!CheckFinite(next, d()).ok()) {
-    std::memcpy(next, global.data(), d() * sizeof(float));
+  if (!CheckFinite(next, d).ok()) {
+    std::memcpy(next, global, d * sizeof(float));
     return Corrupt("the global model is not finite");
   }
-  std::memcpy(global.data(), next, d() * sizeof(float));
+  std::memcpy(global, next, d * sizeof(float));
   model_round = static_cast<int64_t>(plan.round);
-  if (hooks.on_model) hooks.on_model(static_cast<uint32_t>(plan.round), global.data(), d());
+  if (hooks.on_model) hooks.on_model(static_cast<uint32_t>(plan.round), global, d);
   return Status::Ok();
 }
 
@@ -374,12 +698,12 @@ Status DeviceClient::Work(Connection& link, uint32_t max_steps) {
 
 Status DeviceClient::State::Train(uint32_t max_steps) {
   if (!sgd) {
-    std::memcpy(model.parameters(), global.data(), d() * sizeof(float));
+    std::memcpy(model.parameters(), global, d * sizeof(float));
     SgdOptions sgd_options;
     sgd_options.schedule.base_lr = plan.lr;
-    Result<Sgd> created = Sgd::CreateInBuffer(sgd_options, d(), {sgd_state.data(), sgd_state.size()});
+    Result<Sgd> created = Sgd::CreateInBuffer(sgd_options, d, {sgd_state, sgd_floats});
     if (!created.ok()) return created.status();
-    sgd = std::make_unique<Sgd>(std::move(*created));
+    sgd.emplace(std::move(*created));
   }
   std::size_t left = max_steps;
   while (epoch < plan.epochs && (max_steps == 0 || left > 0)) {
@@ -389,9 +713,9 @@ Status DeviceClient::State::Train(uint32_t max_steps) {
       train.seed = config.shuffle_seed;
       train.subset = share;
       train.max_steps = plan.steps;
-      Result<TrainingPass> started = TrainingPass::Start(model, data, plan.round * 64 + epoch, train);
+      Result<TrainingPass> started = TrainingPass::StartIn(model, data, plan.round * 64 + epoch, train, pass_memory);
       if (!started.ok()) return started.status();
-      pass = std::make_unique<TrainingPass>(std::move(*started));
+      pass.emplace(std::move(*started));
     }
     const std::size_t before = pass->stats().steps;
     FEDRT_RETURN_IF_ERROR(pass->Run(model, *sgd, max_steps == 0 ? 0 : left));
@@ -412,114 +736,137 @@ Status DeviceClient::State::Train(uint32_t max_steps) {
   return Status::Ok();
 }
 
-// The instructed codec. For ALQ / AMQ: with the instructed level table
-// installed, its version in *version, and the statistics of the vector about
-// to be encoded (delta, plus the residual with error feedback) in
-// *statistics, for the aggregator's next fit.
-Result<Codec*> DeviceClient::State::InstructedCodec(LevelStatisticsMessage* statistics, uint32_t* version) {
-  const std::string_view name = std::string_view(plan.codec_spec).substr(0, plan.codec_spec.find(':'));
-  if (name != "alq" && name != "amq") return update_codec.For(plan.codec_spec, d());
-  Result<std::unique_ptr<AdaptiveCodec>> adaptive = MakeAdaptiveCodec(plan.codec_spec);
-  if (!adaptive.ok()) return adaptive.status();
-  AdaptiveCodec& codec = **adaptive;
+// The instructed codec, in the codec storage. For ALQ / AMQ: with the
+// instructed level table installed (or its initial table, kept from when it
+// was built: building an alq / amq codec allocates its configuration, so it
+// is built once and given each round's table), and its version in *version.
+Result<Codec*> DeviceClient::State::InstructedCodec(uint32_t* version) {
+  bool built = false;
+  Result<Codec*> made = codec.For(plan.codec_spec, d, &built);
+  if (!made.ok()) return made;
+  AdaptiveCodec* levels = AsAdaptiveCodec(*made);
+  if (levels == nullptr) return made;
+  if (built) {
+    initial_table.version = levels->level_table().version;
+    initial_table.levels.assign(levels->level_table().levels.begin(), levels->level_table().levels.end());
+  }
   if (!plan.level_table.empty()) {
-    LevelTable table;
-    table.version = plan.level_table_version;
-    table.levels = plan.level_table;
-    const Status installed = codec.SetLevelTable(table);
+    level_table.version = plan.level_table_version;
+    level_table.levels.assign(plan.level_table.begin(), plan.level_table.end());
+    const Status installed = levels->SetLevelTable(level_table);
     if (!installed.ok()) return Corrupt("the instructed level table: " + installed.message());
   } else if (plan.level_table_version != 0) {
     return Corrupt("the instructions name level table version " + std::to_string(plan.level_table_version) +
                    " without the table");
+  } else if (!built) {
+    FEDRT_RETURN_IF_ERROR(levels->SetLevelTable(initial_table));
   }
-  *version = codec.level_table().version;
-  const float* delta = model.gradients();
-  const float* vector = delta;
-  if (codec.wants_error_feedback()) {
-    measured.resize(d());
-    const float* residual = Feedback().residual();
-    for (std::size_t i = 0; i < d(); ++i) measured[i] = delta[i] + residual[i];
-    vector = measured.data();
-  }
-  // Measured tensor by tensor, as the update is encoded (buckets never span
-  // two tensors); the merge is exact.
-  Result<LevelStatistics> stats = LevelStatistics();
-  std::size_t offset = 0;
-  for (std::size_t size : UpdateTensorSizes(codec, tensor_sizes)) {
-    Result<LevelStatistics> tensor = codec.MeasureLevelStatistics(vector + offset, size);
-    if (!tensor.ok()) return tensor.status();
-    stats->Merge(*tensor);
-    offset += size;
-  }
-  statistics->present = true;
-  statistics->count = stats->count;
-  statistics->sum = stats->sum;
-  statistics->sum_sq = stats->sum_sq;
-  statistics->bucket_norms = stats->bucket_norms;
-  for (const BucketMoments& b : stats->largest_buckets) {
-    statistics->largest_buckets.push_back({b.norm, b.count, b.sum, b.sum_sq});
-  }
-  adaptive_codec = std::move(*adaptive);
-  return static_cast<Codec*>(adaptive_codec.get());
+  *version = levels->level_table().version;
+  return made;
 }
 
-// Encodes `delta` into `payload` with `codec` tensor by tensor along the
-// model's tensor table (BorrowUpdateCodec: one stream, with its own scales, per
-// tensor for the quantizers), through the error-feedback residual when the
-// codec asks for one.
-Result<std::size_t> DeviceClient::State::EncodeUpdate(Codec& codec, const float* delta, const CodecContext& context) {
-  Result<std::unique_ptr<TensorSetCodec>> tensors = BorrowUpdateCodec(codec, tensor_sizes);
-  if (!tensors.ok()) return tensors.status();
-  TensorSetCodec& per_tensor = **tensors;
-  payload.resize(per_tensor.MaxEncodedSize(d()));
-  const bool with_feedback = per_tensor.wants_error_feedback();
-  Result<std::size_t> size =
-      with_feedback ? Feedback().Encode(per_tensor, delta, d(), context, payload.data(), payload.size())
-                    : per_tensor.Encode(delta, d(), context, payload.data(), payload.size());
-  if (size.ok() && with_feedback && hooks.on_residual) hooks.on_residual(feedback->residual(), d());
+// ALQ / AMQ: the statistics of the vector about to be encoded (delta, plus
+// the residual with error feedback), measured tensor by tensor as the update
+// is encoded (buckets never span two tensors; the merge is exact), into the
+// update message for the aggregator's next fit.
+Status DeviceClient::State::MeasureStatistics(AdaptiveCodec& levels, const float* vector) {
+  statistics.count = statistics.sum = statistics.sum_sq = 0;
+  statistics.bucket_norms.clear();
+  statistics.largest_buckets.clear();
+  const bool per_tensor_codec = EncodesPerTensor(levels) && tensor_sizes.size() > 1;
+  std::size_t offset = 0;
+  for (std::size_t t = 0; t < (per_tensor_codec ? tensor_sizes.size() : 1); ++t) {
+    const std::size_t size = per_tensor_codec ? tensor_sizes[t] : d;
+    FEDRT_RETURN_IF_ERROR(levels.MeasureLevelStatisticsInto(vector + offset, size, &tensor_statistics));
+    statistics.Merge(tensor_statistics);
+    offset += size;
+  }
+  LevelStatisticsMessage& out = update.stats.level_statistics;
+  out.present = true;
+  out.count = statistics.count;
+  out.sum = statistics.sum;
+  out.sum_sq = statistics.sum_sq;
+  out.bucket_norms.assign(statistics.bucket_norms.begin(), statistics.bucket_norms.end());
+  out.largest_buckets.clear();
+  for (const BucketMoments& b : statistics.largest_buckets) out.largest_buckets.push_back({b.norm, b.count, b.sum, b.sum_sq});
+  return Status::Ok();
+}
+
+// Encodes `delta` (p = delta + residual with error feedback, formed in
+// place) into `payload` with `codec` tensor by tensor along the model's
+// tensor table for the quantizers (the per-tensor wrapper, rebound to this
+// codec), as one vector for the others.
+Result<std::size_t> DeviceClient::State::EncodeUpdate(Codec& instructed, float* delta, const CodecContext& context) {
+  Codec* encoder = &instructed;
+  if (EncodesPerTensor(instructed) && tensor_sizes.size() > 1) {
+    per_tensor->Rebind(instructed);
+    encoder = per_tensor.get();
+  }
+  const std::size_t needed = encoder->MaxEncodedSize(d);
+  if (needed > payload_capacity) {
+    return Status(StatusCode::kResourceExhausted, "an update in '" + plan.codec_spec + "' takes up to " +
+                                                      std::to_string(needed) + " bytes; this device holds " +
+                                                      std::to_string(payload_capacity) +
+                                                      " (DeviceClientConfig::codecs sizes it)");
+  }
+  if (!instructed.wants_error_feedback()) return encoder->Encode(delta, d, context, payload, payload_capacity);
+  if (!feedback) {
+    return Status(StatusCode::kResourceExhausted, "'" + plan.codec_spec +
+                                                      "' asks for error feedback; this device holds no residual "
+                                                      "(DeviceClientConfig::codecs sizes it)");
+  }
+  Result<std::size_t> size = feedback->EncodeSum(*encoder, delta, d, context, payload, payload_capacity);
+  if (size.ok() && hooks.on_residual) hooks.on_residual(feedback->residual(), d);
   return size;
 }
 
 Status DeviceClient::State::EncodeAndSend(Connection& link) {
-  // Training is over: its gradient buffer holds the delta.
+  // Training is over: its gradient buffer holds the delta, and with error
+  // feedback p = delta + residual, the vector encoded.
   const float* local = model.parameters();
   float* delta = model.gradients();
-  for (std::size_t i = 0; i < d(); ++i) delta[i] = local[i] - global[i];
-  if (!restored_residual.empty()) {
-    for (std::size_t i = 0; i < d(); ++i) delta[i] += restored_residual[i];
-    restored_residual.clear();
-  }
-  if (hooks.transform_update) hooks.transform_update(static_cast<uint32_t>(plan.round), delta, d());
-  LevelStatisticsMessage statistics;
+  for (std::size_t i = 0; i < d; ++i) delta[i] = local[i] - global[i];
+  if (hooks.transform_update) hooks.transform_update(static_cast<uint32_t>(plan.round), delta, d);
   uint32_t table_version = 0;
-  Result<Codec*> codec = InstructedCodec(&statistics, &table_version);
-  if (!codec.ok()) return codec.status();
+  Result<Codec*> instructed = InstructedCodec(&table_version);
+  if (!instructed.ok()) return instructed.status();
+  const bool with_feedback = (*instructed)->wants_error_feedback();
+  if (feedback && (with_feedback || residual_pending)) {
+    const float* residual = feedback->residual();
+    for (std::size_t i = 0; i < d; ++i) delta[i] += residual[i];
+    // Without error feedback a restored residual is sent once, then dropped.
+    if (!with_feedback) feedback->Reset();
+  }
+  residual_pending = false;
+  update.stats.level_statistics.present = false;
+  if (AdaptiveCodec* levels = AsAdaptiveCodec(*instructed)) FEDRT_RETURN_IF_ERROR(MeasureStatistics(*levels, delta));
   CodecContext context;
   context.session_seed = plan.session_seed;
   context.round = static_cast<uint32_t>(plan.round);
   context.sender_id = sender_id;
-  Result<std::size_t> size = EncodeUpdate(**codec, delta, context);
+  Result<std::size_t> size = EncodeUpdate(**instructed, delta, context);
   if (!size.ok()) return size.status();
   const uint64_t num_samples = share != nullptr ? share->size() : data.count;
   if (hooks.on_update) {
-    hooks.on_update(static_cast<uint32_t>(plan.round), plan.codec_spec, payload.data(), *size, num_samples);
+    hooks.on_update(static_cast<uint32_t>(plan.round), plan.codec_spec, payload, *size, num_samples);
   }
 
-  UpdateMessage update;
   update.round_id = plan.round;
   update.num_samples = num_samples;
   update.training_loss = static_cast<float>(loss);
   update.codec_spec = plan.codec_spec;
   update.level_table_version = table_version;
-  update.stats.level_statistics = statistics;  // EncodeChunked keeps it in chunk 0 only
   update.stats.encoded_bytes = *size;
-  update.stats.raw_bytes = d() * sizeof(float);
-  Result<std::vector<OutFrame>> frames = EncodeChunked(update, payload.data(), *size, limits);
-  // The frames hold the bytes now; the payload is not kept beside the next
-  // round's incoming model.
-  payload = std::vector<uint8_t>();
-  if (!frames.ok()) return frames.status();
-  for (OutFrame& frame : *frames) FEDRT_RETURN_IF_ERROR(link.Send(std::move(frame)));
+  update.stats.raw_bytes = d * sizeof(float);
+  // The frames borrow the payload (chunk 0 carries the statistics); it is
+  // not touched again before they are written (Flush below).
+  std::size_t count = 0;
+  FEDRT_RETURN_IF_ERROR(EncodeChunked(update, payload, *size, limits, slots, frames, frame_capacity, &count));
+  for (std::size_t i = 0; i < count; ++i) {
+    const Status sent = link.Send(frames[i]);
+    frames[i] = OutFrame();
+    FEDRT_RETURN_IF_ERROR(sent);
+  }
   // Send may only queue the frames: "sent" is said once they have left the
   // process (Flush), which delivers them even if it is stopped or killed next.
   FEDRT_RETURN_IF_ERROR(link.Flush(0));

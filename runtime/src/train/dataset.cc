@@ -122,10 +122,14 @@ void Normalize(Dataset& data, const Normalization& n) { data.normalization = n; 
 
 std::vector<uint32_t> ShuffledIndices(std::size_t count, uint64_t seed, uint64_t epoch) {
   std::vector<uint32_t> order(count);
-  std::iota(order.begin(), order.end(), 0u);
-  Rng rng(seed ^ (epoch * 0x9E3779B97F4A7C15ull), kShuffleStream);
-  rng.Shuffle(order.data(), order.size());
+  ShuffleIndicesInto(order.data(), count, seed, epoch);
   return order;
+}
+
+void ShuffleIndicesInto(uint32_t* order, std::size_t count, uint64_t seed, uint64_t epoch) {
+  std::iota(order, order + count, 0u);
+  Rng rng(seed ^ (epoch * 0x9E3779B97F4A7C15ull), kShuffleStream);
+  rng.Shuffle(order, count);
 }
 
 DataView::DataView(const Dataset& data)

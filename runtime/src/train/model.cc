@@ -140,14 +140,19 @@ Result<std::size_t> Model::WorkspaceFloats(int batch) const {
   const Status too_large =
       OutOfRange("a batch of " + std::to_string(batch) + " is too large for model '" + spec_.text + "'");
   if (b * widest > kMaxActivationFloats) return too_large;
-  uint64_t outputs = 0, scratch = 0, gemm = 0;
+  // The two gradient buffers hold a layer's output gradient and its input
+  // gradient; the first layer's input gradient is never computed (Backward
+  // gets no buffer for it), so they are as wide as the widest layer output,
+  // not the input (mlp:784-16-10: 16 floats an example instead of 784).
+  uint64_t outputs = 0, scratch = 0, gemm = 0, widest_delta = 0;
   for (const auto& layer : layers_) {
+    widest_delta = std::max<uint64_t>(widest_delta, layer->out_shape().size());
     outputs += Padded(layer->out_shape().size() * b);
     scratch = std::max(scratch, layer->ScratchFloats(batch));
     gemm = std::max<uint64_t>(gemm, layer->GemmScratchFloats(batch));
   }
   if (scratch > kMaxActivationFloats || gemm > kMaxActivationFloats) return too_large;
-  const uint64_t total = outputs + 2 * Padded(widest * b) + Padded(scratch) + Padded(gemm);
+  const uint64_t total = outputs + 2 * Padded(widest_delta * b) + Padded(scratch) + Padded(gemm);
   if (total > kMaxWorkspaceFloats) {
     return OutOfRange("model '" + spec_.text + "' needs " + std::to_string(total) +
                       " workspace floats for a batch of " + std::to_string(batch) +
@@ -172,7 +177,7 @@ void Model::BindParameters(float* parameters, float* gradients, uint64_t seed) {
 void Model::BindWorkspace(float* workspace, int batch) {
   // WorkspaceFloats(batch) checked every size here against size_t.
   const std::size_t b = static_cast<std::size_t>(batch);
-  std::size_t widest = input_size_, scratch = 0, gemm = 0;
+  std::size_t widest = 0, scratch = 0, gemm = 0;  // widest layer output (WorkspaceFloats says why)
   float* at = workspace;
   outputs_.resize(layers_.size());
   for (std::size_t i = 0; i < layers_.size(); ++i) {

@@ -73,26 +73,65 @@ Result<BatchLoss> TrainStep(Model& model, Sgd& sgd, const float* inputs, const u
   return loss;
 }
 
+TrainingPassMemory TrainingPassMemory::For(std::size_t examples, std::size_t example_size, int batch) {
+  TrainingPassMemory m;
+  const std::size_t b = batch > 0 ? static_cast<std::size_t>(batch) : 0;
+  m.order_capacity = examples;
+  m.features_capacity = b * example_size;
+  m.labels_capacity = b;
+  return m;
+}
+
 Result<TrainingPass> TrainingPass::Start(Model& model, const DataView& data, uint64_t epoch,
                                          const TrainOptions& options) {
+  return Begin(model, data, epoch, options, nullptr);
+}
+
+Result<TrainingPass> TrainingPass::StartIn(Model& model, const DataView& data, uint64_t epoch,
+                                           const TrainOptions& options, const TrainingPassMemory& memory) {
+  return Begin(model, data, epoch, options, &memory);
+}
+
+Result<TrainingPass> TrainingPass::Begin(Model& model, const DataView& data, uint64_t epoch,
+                                         const TrainOptions& options, const TrainingPassMemory* memory) {
   FEDRT_RETURN_IF_ERROR(CheckShapes(model, data, options.batch));
-  TrainingPass pass;
   if (options.subset != nullptr) {
     for (uint32_t i : *options.subset) {
       if (i >= data.count) return OutOfRange("subset index " + std::to_string(i) + " is past the data set");
     }
-    const std::vector<uint32_t> perm = ShuffledIndices(options.subset->size(), options.seed, epoch);
-    pass.order_.reserve(perm.size());
-    for (uint32_t k : perm) pass.order_.push_back((*options.subset)[k]);
-  } else {
-    pass.order_ = ShuffledIndices(data.count, options.seed, epoch);
   }
+  FEDRT_RETURN_IF_ERROR(model.Reserve(options.batch));
+  TrainingPass pass;
+  const std::size_t count = options.subset != nullptr ? options.subset->size() : data.count;
+  const TrainingPassMemory needed = TrainingPassMemory::For(count, data.example_size, options.batch);
+  uint32_t* order = nullptr;
+  if (memory != nullptr) {
+    if (memory->order == nullptr || memory->order_capacity < needed.order_capacity || memory->features == nullptr ||
+        memory->features_capacity < needed.features_capacity || memory->labels == nullptr ||
+        memory->labels_capacity < needed.labels_capacity) {
+      return OutOfRange("a training pass over " + std::to_string(count) + " examples in batches of " +
+                        std::to_string(options.batch) + " needs more memory than it was given");
+    }
+    order = memory->order;
+    pass.x_ = memory->features;
+    pass.y_ = memory->labels;
+  } else {
+    pass.owned_order_.resize(count);
+    pass.owned_x_.resize(needed.features_capacity);
+    pass.owned_y_.resize(needed.labels_capacity);
+    order = pass.owned_order_.data();
+    pass.x_ = pass.owned_x_.data();
+    pass.y_ = pass.owned_y_.data();
+  }
+  ShuffleIndicesInto(order, count, options.seed, epoch);
+  if (options.subset != nullptr) {
+    for (std::size_t k = 0; k < count; ++k) order[k] = (*options.subset)[order[k]];
+  }
+  pass.order_ = order;
+  pass.count_ = count;
   pass.data_ = data;
   pass.batch_ = static_cast<std::size_t>(options.batch);
   pass.max_steps_ = options.max_steps;
-  FEDRT_RETURN_IF_ERROR(model.Reserve(options.batch));
-  pass.x_.resize(pass.batch_ * data.example_size);
-  pass.y_.resize(pass.batch_);
   return pass;
 }
 
@@ -102,9 +141,9 @@ Status TrainingPass::Run(Model& model, Sgd& sgd, std::size_t max_steps) {
   }
   if (model.input_size() != data_.example_size) return InvalidArgument("the model does not fit this pass's data");
   for (std::size_t taken = 0; !done() && (max_steps == 0 || taken < max_steps); ++taken) {
-    const std::size_t n = std::min(batch_, order_.size() - next_);
-    GatherBatch(data_, order_.data() + next_, n, x_.data(), y_.data());
-    Result<BatchLoss> loss = TrainStep(model, sgd, x_.data(), y_.data(), static_cast<int>(n));
+    const std::size_t n = std::min(batch_, count_ - next_);
+    GatherBatch(data_, order_ + next_, n, x_, y_);
+    Result<BatchLoss> loss = TrainStep(model, sgd, x_, y_, static_cast<int>(n));
     if (!loss.ok()) return loss.status();
     loss_sum_ += loss->loss * static_cast<double>(n);
     correct_ += static_cast<std::size_t>(loss->correct);

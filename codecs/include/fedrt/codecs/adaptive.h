@@ -39,6 +39,8 @@ class AdaptiveCodec : public Codec {
   // size and norm; ComputeLevelStatistics, level_fit.h) and sends beside the
   // payload, so the table owner can fit the next table.
   virtual Result<LevelStatistics> MeasureLevelStatistics(const float* input, std::size_t d) const = 0;
+  // The same into *out, keeping its vectors' memory (ComputeLevelStatisticsInto).
+  virtual Status MeasureLevelStatisticsInto(const float* input, std::size_t d, LevelStatistics* out) const = 0;
 };
 
 // The next table for `codec` from merged statistics: FitAlqLevels or
@@ -49,6 +51,11 @@ Result<LevelTable> FitLevelTable(const AdaptiveCodec& codec, const LevelStatisti
 // Other codec names are kInvalidArgument. MakeCodec creates the same codecs
 // behind the plain Codec interface.
 Result<std::unique_ptr<AdaptiveCodec>> MakeAdaptiveCodec(const std::string& spec);
+
+// The AdaptiveCodec behind an `alq` or `amq` codec from MakeCodec or
+// ConstructCodec (they build the same class), so a sender can keep one in
+// caller storage and install each round's table; null for other codecs.
+AdaptiveCodec* AsAdaptiveCodec(Codec* codec);
 
 }  // namespace fedrt
 

@@ -7,7 +7,9 @@
 // the sender; it starts at zero. Everything it needs (the residual and one
 // scratch vector of d floats) is allocated by the constructor; Encode
 // allocates nothing itself (the codec's Decode may allocate a symbol buffer,
-// see the codec).
+// see the codec). A sender short of memory gives it the residual's storage
+// instead and forms p = g + e in its own vector (EncodeSum): one vector of d
+// floats in all, no scratch.
 //
 // Side information: decoding an NDQSG payload needs the receiver's side
 // information y. The sender rarely has it, so `side_info` may be null: the
@@ -32,10 +34,17 @@ namespace fedrt {
 class ErrorFeedback {
  public:
   explicit ErrorFeedback(std::size_t d);
+  // The residual in residual[0 .. d) (zeroed here; the caller's, it must
+  // outlive the object); no scratch, so only EncodeSum works.
+  ErrorFeedback(float* residual, std::size_t d);
+  ErrorFeedback(const ErrorFeedback&) = delete;
+  ErrorFeedback& operator=(const ErrorFeedback&) = delete;
 
-  std::size_t d() const { return residual_.size(); }
+  std::size_t d() const { return d_; }
   // The residual e carried to the next Encode.
-  const float* residual() const { return residual_.data(); }
+  const float* residual() const { return residual_; }
+  // Writable, to restore a residual saved before a restart.
+  float* mutable_residual() { return residual_; }
   // Back to e = 0 (e.g. when the model is reset or the codec changes).
   void Reset();
 
@@ -43,12 +52,19 @@ class ErrorFeedback {
   // payload format, same errors), and updates the residual. On an encode
   // error the residual is unchanged. `d` must equal d(); kInvalidArgument
   // otherwise. Fails with kInvalidArgument on NaN/Inf in g + e.
+  // kFailedPrecondition for an object on caller memory (no scratch).
   Result<std::size_t> Encode(Codec& codec, const float* g, std::size_t d, const CodecContext& context,
                              uint8_t* out, std::size_t capacity, const float* side_info = nullptr);
+  // As Encode, when the caller has formed p = g + residual() itself (in its
+  // own memory, which EncodeSum only reads).
+  Result<std::size_t> EncodeSum(Codec& codec, const float* p, std::size_t d, const CodecContext& context,
+                                uint8_t* out, std::size_t capacity, const float* side_info = nullptr);
 
  private:
-  std::vector<float> residual_;
-  std::vector<float> sum_;  // p = g + e, the vector actually encoded
+  std::vector<float> owned_;  // residual and scratch of the heap form
+  float* residual_;
+  float* sum_;                // p = g + e, the vector actually encoded (heap form only)
+  std::size_t d_;
 };
 
 }  // namespace fedrt

@@ -73,6 +73,11 @@ inline constexpr double kLevelStatisticsUnit = 0x1p-24;
 // with d > 0.
 Result<LevelStatistics> ComputeLevelStatistics(const float* v, std::size_t d, std::size_t bucket,
                                                NormKind norm);
+// The same into *out (overwritten), keeping its vectors' memory: with
+// bucket_norms reserved for kMaxBucketNorms + 1 entries and largest_buckets
+// for 8 * kMaxMixtureBuckets, it allocates nothing (a device's round).
+Status ComputeLevelStatisticsInto(const float* v, std::size_t d, std::size_t bucket, NormKind norm,
+                                  LevelStatistics* out);
 
 // Checks statistics received from elsewhere (a device's update) before they
 // are merged: count, sum and sum_sq finite, count a whole number of at most

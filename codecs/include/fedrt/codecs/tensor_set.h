@@ -69,6 +69,12 @@ class TensorSetCodec final : public Codec {
   static Result<std::unique_ptr<TensorSetCodec>> Create(std::unique_ptr<Codec> inner,
                                                         std::vector<std::size_t> tensor_sizes);
   static Result<std::unique_ptr<TensorSetCodec>> Borrow(Codec& inner, std::vector<std::size_t> tensor_sizes);
+  // A borrowing wrapper without its codec yet: a sender whose codec changes
+  // makes it once and points it at each codec with Rebind, allocating nothing
+  // after. No other method may be called before the first Rebind.
+  static Result<std::unique_ptr<TensorSetCodec>> Unbound(std::vector<std::size_t> tensor_sizes);
+  // Borrows `inner` from now on (a wrapper from Borrow or Unbound).
+  void Rebind(Codec& inner) { inner_ = &inner; }
 
   CodecId id() const override { return inner_->id(); }
   const CodecSpecText& spec() const override { return inner_->spec(); }
@@ -80,6 +86,7 @@ class TensorSetCodec final : public Codec {
   // kInvalidArgument when d is not total().
   Result<std::size_t> Encode(const float* input, std::size_t d, const CodecContext& context, uint8_t* out,
                              std::size_t capacity) override;
+  // Allocates nothing of its own.
   Status Decode(const uint8_t* payload, std::size_t size, const CodecContext& context, float* out, std::size_t d,
                 const float* side_info = nullptr) const override;
   // Decodes every tensor before adding any: a bad part leaves the
@@ -98,6 +105,10 @@ class TensorSetCodec final : public Codec {
 
  private:
   TensorSetCodec(Codec* inner, std::unique_ptr<Codec> owned, std::vector<std::size_t> sizes, std::size_t total);
+  // Validates the framing and calls visit(t, part) for each part in order
+  // (Split and Decode; nothing is allocated).
+  template <typename Visit>
+  Status VisitParts(const uint8_t* payload, std::size_t size, Visit visit) const;
 
   Codec* inner_;
   std::unique_ptr<Codec> owned_;

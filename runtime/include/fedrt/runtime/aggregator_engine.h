@@ -42,6 +42,16 @@
 // their turn (NDQSG rounds: the anchors' decoded vectors and the nested
 // payloads); with an aggregation rule other than mean, every decoded update
 // of the round (AggregatorConfig::aggregation).
+// Allocation (a host role: unlike the device, it is not sized by a query):
+// Create makes the model, the optimizer's moments, the sum, the three
+// scratch vectors, the codecs (ALQ / AMQ, downlink) and, with a downlink
+// codec, the device model. Per connection: its JoinServer and peer entry.
+// Per round: the instruction frames (once per codec spec and role), with a
+// downlink codec the delta and its payload, per update a Reassembler of the
+// codec's largest payload and a copy of the payload, the decoded vector of
+// an update that arrives before its turn (and every one with a rule other
+// than mean), the mean handed to the optimizer, the checkpoint's copy of
+// the model and, under DP, a noised copy of the sum.
 //
 // Thread-safety: none. Every call, and every connection callback, runs on one
 // thread (an EventLoop's, or the application's).

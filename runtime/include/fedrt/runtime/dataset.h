@@ -131,6 +131,8 @@ void Normalize(Dataset& data, const Normalization& normalization);
 
 // A permutation of [0, count) that depends only on (seed, epoch).
 std::vector<uint32_t> ShuffledIndices(std::size_t count, uint64_t seed, uint64_t epoch);
+// The same permutation written into order[0 .. count) (no allocation).
+void ShuffleIndicesInto(uint32_t* order, std::size_t count, uint64_t seed, uint64_t epoch);
 
 // Reads examples indices[0 .. batch) as features [batch x example_size()]
 // and labels [batch]. Indices must be below data.count.

@@ -31,15 +31,33 @@
 // table is fitted to) and sends it in chunks.
 //
 // Memory: the model and the data are the caller's and must outlive the
-// client; the client keeps four model-sized float vectors (global model,
-// delta, error-feedback residual, the vector measured for ALQ / AMQ), the
-// encoded update, the optimizer state and one batch of features, allocated at
-// Create. The instructed codecs are built in storage the client keeps
-// (ConstructCodec) and rebuilt only when their spec changes (ALQ / AMQ: made
-// per round with the round's level table). A round still allocates the
-// received model's bytes and the frames it sends, and each epoch its
-// training pass (example order, batch buffers); training steps inside an
-// epoch allocate nothing (runtime_aggregator_engine_test counts them).
+// client. Everything else the client uses lives in one block sized at
+// creation (TFLM's arena, zstd's size query then init): ask RequiredBytes,
+// then CreateIn places the client in the caller's memory (Create does the
+// same on one heap block). The block holds the global model (d floats), one
+// buffer for the update payload that also receives a compressed downlink
+// delta, one codec's storage (ConstructCodec; the instructed codec and the
+// downlink codec take turns in it), the training pass's order and batch, the
+// optimizer state, the error-feedback residual (d floats, when a codec the
+// device accepts asks for error feedback) and the frames an update is cut
+// into. DeviceClientConfig::codecs sizes the codec-dependent parts; an
+// instructed codec that needs more is refused (kResourceExhausted, naming the
+// bytes), never served from the heap. Model-sized buffers: the model's
+// parameters and gradients, `global` and, with error feedback, the residual
+// (plus the payload for fp32); a full downlink model is written into the
+// parameters chunk by chunk as it arrives (no second copy), and the update is
+// formed in place in the gradients.
+//
+// Allocation: Create / CreateIn copy the id, key and hooks, make the frame
+// slots' building memory and a tensor-table wrapper (a few KiB of heap, once).
+// A session's join (Start, the join frames) allocates; the round path after
+// the join (instructions, training, encoding, sending: OnFrame and Work)
+// allocates nothing of its own (runtime_device_arena_test counts it for every
+// codec); the connection's received frames are the connection's. One
+// exception: building an ALQ / AMQ codec allocates its configuration (spec
+// text, initial table), so the first round with it allocates, and so does
+// every round whose compressed downlink delta used the codec storage in
+// between (the downlink and update codecs take turns in it).
 //
 // Thread-safety: none; one thread drives the client and its connection.
 #ifndef FEDRT_RUNTIME_DEVICE_CLIENT_H_
@@ -89,6 +107,12 @@ struct DeviceClientConfig {
   int batch = 32;                   // local SGD batch
   uint64_t shuffle_seed = 1;        // with the round and epoch, orders the local examples
   uint32_t max_frame_bytes = transport::kDefaultMaxFrameBytes;
+  // The codec specs the device accepts from the aggregator (update and
+  // downlink codecs, e.g. "ndqsg:s1=3,rho=3"); they size its payload buffer,
+  // codec storage and error-feedback residual, and their names are the ones
+  // the join announces. Empty: every codec of this build at its default
+  // parameters (fp32's payload is a model size).
+  std::vector<std::string> codecs;
 };
 
 // A sender id both ends derive from the device id (24 bits, FNV-1a): the
@@ -105,6 +129,19 @@ class DeviceClient {
   static Result<std::unique_ptr<DeviceClient>> Create(const DeviceClientConfig& config, Model& model,
                                                       const DataView& data, const std::vector<uint32_t>* share,
                                                       transport::Crypto& crypto, DeviceHooks hooks = {});
+  // Bytes of memory CreateIn needs for `config`, `model` and `examples`
+  // training examples (the share's size, or the data's count), at any
+  // alignment. kInvalidArgument for a codec spec that does not parse.
+  static Result<std::size_t> RequiredBytes(const DeviceClientConfig& config, const Model& model,
+                                           std::size_t examples);
+  // Create in memory[0 .. size) (any alignment; at least RequiredBytes): the
+  // memory must stay valid and untouched until Destroy, and stays the
+  // caller's. kOutOfRange when it is too small; other errors as Create.
+  static Result<DeviceClient*> CreateIn(void* memory, std::size_t size, const DeviceClientConfig& config,
+                                        Model& model, const DataView& data, const std::vector<uint32_t>* share,
+                                        transport::Crypto& crypto, DeviceHooks hooks = {});
+  // Ends a client from CreateIn (nullptr is a no-op); frees nothing.
+  static void Destroy(DeviceClient* client);
   ~DeviceClient();
   DeviceClient(const DeviceClient&) = delete;
   DeviceClient& operator=(const DeviceClient&) = delete;
@@ -145,8 +182,9 @@ class DeviceClient {
   struct State;  // private to the runtime
 
  private:
-  explicit DeviceClient(std::unique_ptr<State> state);
-  std::unique_ptr<State> state_;
+  explicit DeviceClient(State* state, std::unique_ptr<unsigned char[]> block);
+  State* state_;                            // in the block
+  std::unique_ptr<unsigned char[]> block_;  // Create's heap block; null for CreateIn
 };
 
 // Binds a DeviceClient to a connection that calls a handler (a

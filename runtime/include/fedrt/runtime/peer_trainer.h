@@ -30,6 +30,10 @@
 // Ownership: the model, the data and the context are the caller's and must
 // outlive the trainer; the trainer owns its optimizer, IWP accumulator and
 // batch buffers (allocated by Create; a step allocates nothing of its own).
+// Allocation besides: Create makes the peer group; each epoch its example
+// order (ShuffledIndices per pass over the share); a re-formation after a
+// failure the survivor list and two all-reduce vectors (steps; model and
+// momentum); the collectives allocate per their own headers.
 // Thread-safety: one thread (the context's).
 #ifndef FEDRT_RUNTIME_PEER_TRAINER_H_
 #define FEDRT_RUNTIME_PEER_TRAINER_H_

@@ -97,13 +97,34 @@ Result<EpochStats> TrainEpoch(Model& model, Sgd& sgd, const DataView& data, uint
 // the same arguments however the pass is cut. Start draws the order and
 // allocates one batch of features; Run allocates nothing. The data view must
 // outlive the pass.
+//
+// A device without a heap gives the pass its memory instead (StartIn): the
+// order (one index per example of the pass) and one batch of features and
+// labels, sized by TrainingPassMemory::For; the pass then allocates nothing.
+struct TrainingPassMemory {
+  uint32_t* order = nullptr;  // examples of the pass (the subset's size, or data.count)
+  std::size_t order_capacity = 0;
+  float* features = nullptr;  // batch x example_size
+  std::size_t features_capacity = 0;
+  uint8_t* labels = nullptr;  // batch
+  std::size_t labels_capacity = 0;
+
+  // The element counts a pass over `examples` examples in batches of `batch`
+  // needs (the pointers stay null).
+  static TrainingPassMemory For(std::size_t examples, std::size_t example_size, int batch);
+};
+
 class TrainingPass {
  public:
   static Result<TrainingPass> Start(Model& model, const DataView& data, uint64_t epoch,
                                     const TrainOptions& options);
+  // As Start, on the caller's memory (which must outlive the pass):
+  // kOutOfRange when a piece is smaller than TrainingPassMemory::For says.
+  static Result<TrainingPass> StartIn(Model& model, const DataView& data, uint64_t epoch,
+                                      const TrainOptions& options, const TrainingPassMemory& memory);
   // Runs up to `max_steps` updates (0: to the end of the pass).
   Status Run(Model& model, Sgd& sgd, std::size_t max_steps);
-  bool done() const { return next_ >= order_.size() || (max_steps_ != 0 && stats_.steps == max_steps_); }
+  bool done() const { return next_ >= count_ || (max_steps_ != 0 && stats_.steps == max_steps_); }
   // The pass so far (loss and accuracy over the examples trained on).
   EpochStats stats() const;
   // The updates the whole pass makes (stats().steps of them are done).
@@ -114,13 +135,19 @@ class TrainingPass {
 
  private:
   TrainingPass() = default;
+  static Result<TrainingPass> Begin(Model& model, const DataView& data, uint64_t epoch, const TrainOptions& options,
+                                    const TrainingPassMemory* memory);
   DataView data_;
-  std::vector<uint32_t> order_;
+  std::vector<uint32_t> owned_order_;  // Start's memory (StartIn: the caller's)
+  std::vector<float> owned_x_;
+  std::vector<uint8_t> owned_y_;
+  const uint32_t* order_ = nullptr;
+  std::size_t count_ = 0;
   std::size_t batch_ = 0;
   std::size_t max_steps_ = 0;
   std::size_t next_ = 0;
-  std::vector<float> x_;
-  std::vector<uint8_t> y_;
+  float* x_ = nullptr;
+  uint8_t* y_ = nullptr;
   EpochStats stats_;
   double loss_sum_ = 0.0;
   std::size_t correct_ = 0;

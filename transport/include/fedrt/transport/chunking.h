@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "fedrt/platform/status.h"
@@ -49,6 +50,19 @@ class ChunkPlan {
   uint32_t count_ = 1;
 };
 
+// Calls emit(index, count, m) for every chunk of a payload of `size` bytes,
+// with m.payload set to the chunk (the one loop behind both EncodeChunked).
+template <typename Message, typename Emit>
+Status ForEachChunk(Message& m, const uint8_t* payload, uint64_t size, const FrameLimits& limits, Emit emit) {
+  Result<ChunkPlan> plan = ChunkPlan::Make(size, limits.MaxChunkBytes());
+  if (!plan.ok()) return plan.status();
+  for (uint32_t i = 0; i < plan->count(); ++i) {
+    m.payload = plan->Chunk(i, payload);
+    FEDRT_RETURN_IF_ERROR(emit(i, plan->count(), m));
+  }
+  return Status::Ok();
+}
+
 // Encodes a whole payload as the frames of message `m` (RoundInstructions,
 // Update, RingChunk or GossipModel): chunk 0 carries every field of `m`, later
 // chunks what the message's Encode keeps for continuations. The payload is
@@ -58,17 +72,40 @@ class ChunkPlan {
 template <typename Message>
 Result<std::vector<OutFrame>> EncodeChunked(Message m, const uint8_t* payload, uint64_t size,
                                             const FrameLimits& limits) {
-  Result<ChunkPlan> plan = ChunkPlan::Make(size, limits.MaxChunkBytes());
-  if (!plan.ok()) return plan.status();
   std::vector<OutFrame> frames;
-  frames.reserve(plan->count());
-  for (uint32_t i = 0; i < plan->count(); ++i) {
-    m.payload = plan->Chunk(i, payload);
-    Result<OutFrame> frame = Encode(m, limits);
+  const Status done = ForEachChunk(m, payload, size, limits, [&](uint32_t i, uint32_t count, const Message& chunk) {
+    if (i == 0) frames.reserve(count);
+    Result<OutFrame> frame = Encode(chunk, limits);
     if (!frame.ok()) return frame.status();
     frames.push_back(std::move(*frame));
-  }
+    return Status::Ok();
+  });
+  if (!done.ok()) return done;
   return frames;
+}
+
+// The same frames built in the caller's slots (slots[i] holds chunk i;
+// frames[0 .. *count) receive them) with the payload borrowed: nothing is
+// allocated or copied, and the payload must stay unchanged until no slot is
+// busy(). kResourceExhausted when the payload needs more than `capacity`
+// slots. For messages with a slot encoder (Update). `m` is the caller's (its
+// payload field is overwritten): a message kept from round to round is not
+// copied, nor are its vectors.
+template <typename Message>
+Status EncodeChunked(Message& m, const uint8_t* payload, uint64_t size, const FrameLimits& limits, FrameSlot* slots,
+                     OutFrame* frames, std::size_t capacity, std::size_t* count) {
+  return ForEachChunk(m, payload, size, limits, [&](uint32_t i, uint32_t total, const Message& chunk) {
+    if (total > capacity) {
+      return Status(StatusCode::kResourceExhausted, "a payload of " + std::to_string(size) + " bytes needs " +
+                                                        std::to_string(total) + " frames, room for " +
+                                                        std::to_string(capacity));
+    }
+    Result<OutFrame> frame = Encode(chunk, limits, slots[i], PayloadMode::kBorrow);
+    if (!frame.ok()) return frame.status();
+    frames[i] = std::move(*frame);
+    *count = i + 1;
+    return Status::Ok();
+  });
 }
 
 // Validates one payload's chunks as they arrive, without storing them.

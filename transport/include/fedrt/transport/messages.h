@@ -221,7 +221,7 @@ Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits);
 Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits,
                         const PayloadFill& fill);
 
-// Reusable encoding storage for ring and gossip chunks, so a collective's steady state
+// Reusable encoding storage for ring, gossip and update chunks, so a collective's steady state
 // allocates nothing per chunk: the FlatBuffer is built in memory kept from one
 // frame to the next. A slot holds one frame at a time and is busy() while any
 // copy of the frame encoded last is alive (queued on a connection or being
@@ -232,6 +232,9 @@ Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits,
 class FrameSlot {
  public:
   FrameSlot();
+  // With `reserve_bytes` of building memory made at once (frames up to about
+  // that size then allocate nothing, the first one included).
+  explicit FrameSlot(std::size_t reserve_bytes);
   ~FrameSlot();
   FrameSlot(const FrameSlot&) = delete;
   FrameSlot& operator=(const FrameSlot&) = delete;
@@ -257,6 +260,10 @@ Result<OutFrame> Encode(const RingChunkMessage& m, const FrameLimits& limits, Fr
                         PayloadMode mode);
 Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits, FrameSlot& slot,
                         PayloadMode mode);
+// An update chunk and an ack in `slot`, for a device that allocates nothing
+// per round (EncodeChunked over slots); bytes as Encode(m, limits)'s.
+Result<OutFrame> Encode(const UpdateMessage& m, const FrameLimits& limits, FrameSlot& slot, PayloadMode mode);
+Result<OutFrame> Encode(const AckMessage& m, const FrameLimits& limits, FrameSlot& slot);
 
 // Decoders: kFailedPrecondition when the frame holds another kind of message,
 // kCorrupt when a semantic check fails. `limits` bounds chunk total sizes.

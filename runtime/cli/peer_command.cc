@@ -4,7 +4,7 @@
 // fedrt peer --config peers.json --keys peer-keys.txt --rank R
 //   trains on its partition of the data (as a device does; --partition iid,
 //   dirichlet:A or shards:K); every step all-reduces the gradients (dense
-//   fp32, fp16 hops, or IWP-sparse) and applies their mean, so every peer
+//   fp32, fp16 hops, compressed by --codec, or IWP-sparse) and applies their mean, so every peer
 //   holds the same model; or gossips models (D-PSGD); or, as a baseline,
 //   trains alone (--reduce local: plain SGD, nothing sent). With --repair a
 //   failed step drops the failed peer, re-forms the ring and repeats the step
@@ -202,6 +202,7 @@ class PeerPrinter : public peer::PeerTrainerObserver {
 Result<peer::PeerReduce> ReduceOf(const std::string& reduce) {
   if (reduce == "dense") return peer::PeerReduce::kDense;
   if (reduce == "fp16") return peer::PeerReduce::kCodec;
+  if (reduce == "compressed") return peer::PeerReduce::kCompressed;
   if (reduce == "iwp") return peer::PeerReduce::kIwp;
   if (reduce == "gossip") return peer::PeerReduce::kGossip;
   if (reduce == "local") return peer::PeerReduce::kLocal;
@@ -212,15 +213,16 @@ Result<peer::PeerReduce> ReduceOf(const std::string& reduce) {
 Status CheckPeerFlags(const PeerFlags& flags, const CLI::App& app) {
   const bool gossip = flags.reduce == "gossip";
   const bool iwp = flags.reduce == "iwp";
+  const bool compressed = flags.reduce == "compressed";
   const bool moniqua = gossip && flags.codec.rfind("moniqua", 0) == 0;
   std::vector<FlagScope> scopes = {
-      {"--codec", gossip, "--reduce gossip"},
+      {"--codec", gossip || compressed, "--reduce gossip and compressed"},
       {"--moniqua-theta-per-lr", moniqua && flags.codec.find("theta=") == std::string::npos,
        "--reduce gossip with a moniqua --codec that names no theta"},
       {"--print-wraps", moniqua, "--reduce gossip with a moniqua --codec"},
       {"--graph", gossip || flags.reduce == "local", "--reduce gossip and local"},
       // Gossip and local take plain SGD steps (the mixing step applies the gradient).
-      {"--momentum", !gossip && flags.reduce != "local", "--reduce dense, fp16 and iwp"},
+      {"--momentum", !gossip && flags.reduce != "local", "--reduce dense, fp16, compressed and iwp"},
       {"--repair", flags.reduce != "local", "peers that communicate (not --reduce local)"},
   };
   for (const char* option : {"--density", "--iwp-momentum-correction", "--iwp-accumulate", "--iwp-per-tensor",
@@ -235,6 +237,10 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
   if (const int tls_status = CheckTlsFlags("peer", flags.tls); tls_status != 0) return tls_status;
   auto reduce = ReduceOf(flags.reduce);
   if (!reduce.ok()) return Fail("peer", reduce.status());
+  if (*reduce == peer::PeerReduce::kCompressed && flags.codec.empty()) {
+    Fail("peer", InvalidArgument("--reduce compressed needs --codec SPEC (e.g. dqsg:s=2, alq:bits=3, topk:k=0.01)"));
+    return 2;
+  }
   const Status scoped = CheckPeerFlags(flags, app);
   if (!scoped.ok()) {
     Fail("peer", scoped);
@@ -460,9 +466,10 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
       ->capture_default_str()->check(CLI::IsMember({"constant", "cosine"}));
   p->add_option("--momentum", flags->momentum, "SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 0.999));
   p->add_option("--reduce", flags->reduce,
-                "Gradient all-reduce (dense fp32, fp16 hops, IWP-sparse), gossip D-PSGD, or local (no communication)")
-      ->capture_default_str()->check(CLI::IsMember({"dense", "fp16", "iwp", "gossip", "local"}));
-  p->add_option("--codec", flags->codec, "Gossip: codec of the models sent (empty: fp32), e.g. moniqua:bits=1,theta=0.5, or replica gossip "
+                "Gradient all-reduce (dense fp32, fp16 hops, compressed by --codec, IWP-sparse), gossip D-PSGD, or local (no communication)")
+      ->capture_default_str()->check(CLI::IsMember({"dense", "fp16", "compressed", "iwp", "gossip", "local"}));
+  p->add_option("--codec", flags->codec, "Compressed: the gradients' codec, e.g. dqsg:s=2, alq:bits=3, topk:k=0.01 (error feedback by "
+                 "its ef key). Gossip: codec of the models sent (empty: fp32), e.g. moniqua:bits=1,theta=0.5, or replica gossip "
                  "choco[:gamma=G]+CODEC, e.g. choco:gamma=0.75+sign:b=512");
   p->add_option("--moniqua-theta-per-lr", flags->moniqua_theta_per_lr,
                  "Gossip: theta of a moniqua codec that names none, as a multiple of --lr (default: from Moniqua's "

@@ -16,9 +16,12 @@
 #include <vector>
 
 #include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/error_feedback.h"
+#include "fedrt/codecs/tensor_set.h"
 #include "fedrt/codecs/iwp.h"
 #include "fedrt/codecs/moniqua.h"
 #include "fedrt/platform/clock.h"
+#include "fedrt/runtime/aggregation.h"
 #include "fedrt/runtime/collectives.h"
 #include "fedrt/runtime/peer.h"
 #include "peer_checks.h"
@@ -65,6 +68,121 @@ TEST_CASE("a codec that needs side information is refused by the compressed ring
   for (auto& s : ring.Reduce(ring.All(), data, "moniqua:bits=1,theta=0.5")) {
     CHECK(s.code() == StatusCode::kInvalidArgument);
   }
+}
+
+// What AllGatherAllReduce must give: every rank's vector encoded once (its
+// tensor table, error feedback when the codec asks), decoded and added in
+// ring order, the context numbering collectives from 1 after Form.
+struct GatheredReference {
+  std::unique_ptr<TensorSetCodec> codec;
+  std::vector<std::unique_ptr<ErrorFeedback>> feedback;
+
+  GatheredReference(const std::string& spec, const std::vector<std::size_t>& table, int n, std::size_t d)
+      : codec(std::move(MakeUpdateCodec(std::move(MakeCodec(spec).value()), table).value())) {
+    if (codec->wants_error_feedback()) {
+      for (int r = 0; r < n; ++r) feedback.push_back(std::make_unique<ErrorFeedback>(d));
+    }
+  }
+
+  std::vector<float> Sum(const std::vector<std::vector<float>>& data, uint32_t collective) {
+    const std::size_t d = data[0].size();
+    std::vector<float> sum(d, 0.0f);
+    std::vector<std::vector<uint8_t>> payloads;
+    for (std::size_t r = 0; r < data.size(); ++r) {
+      std::vector<uint8_t> payload(codec->MaxEncodedSize(d));
+      CodecContext c;
+      c.round = collective;
+      c.sender_id = static_cast<uint32_t>(r);
+      Result<std::size_t> size = feedback.empty()
+                                     ? codec->Encode(data[r].data(), d, c, payload.data(), payload.size())
+                                     : feedback[r]->Encode(*codec, data[r].data(), d, c, payload.data(), payload.size());
+      REQUIRE(size.ok());
+      payload.resize(*size);
+      payloads.push_back(std::move(payload));
+    }
+    for (std::size_t r = 0; r < data.size(); ++r) {
+      CodecContext c;
+      c.round = collective;
+      c.sender_id = static_cast<uint32_t>(r);
+      REQUIRE(codec->DecodeAccumulate(payloads[r].data(), payloads[r].size(), c, 1.0f, sum.data(), d).ok());
+    }
+    return sum;
+  }
+};
+
+TEST_CASE("compressed all-reduce by all-gather equals the sum of every rank's decoded payload exactly") {
+  const std::vector<std::size_t> table = {700, 50, 1200, 3};  // a model's tensors
+  const std::size_t d = 700 + 50 + 1200 + 3;
+  for (const char* spec : {"dqsg:s=2", "alq:bits=3", "qsgd", "terngrad", "sign", "amq", "topk:k=0.05",
+                           "rtopk:k=0.05", "randk:k=0.05"}) {
+    for (int n : {2, 3, 4}) {
+      INFO(spec, ", ranks ", n);
+      LoopbackRing ring(n);
+      ring.FormAll();
+      for (auto& g : ring.groups) g->SetTensorTable(table);
+      GatheredReference reference(spec, table, n, d);
+      for (uint32_t round = 1; round <= 3; ++round) {
+        std::vector<std::vector<float>> data(static_cast<std::size_t>(n));
+        for (int r = 0; r < n; ++r) data[static_cast<std::size_t>(r)] = Input(static_cast<uint32_t>(r) + 10 * round, d);
+        const std::vector<float> expect = reference.Sum(data, round);
+        auto st = ring.Each(ring.All(), [&](uint32_t r) {
+          return ring.groups[r]->CompressedAllReduce(data[r].data(), data[r].size(), spec);
+        });
+        for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+        for (int r = 0; r < n; ++r) REQUIRE(data[static_cast<std::size_t>(r)] == expect);
+        // Each rank sent n - 1 payloads.
+        CHECK(ring.groups[0]->last_stats().bytes_sent > 0);
+        // Error feedback: each rank's residual is exactly the reference's.
+        for (int r = 0; r < n && !reference.feedback.empty(); ++r) {
+          const float* residual = ring.groups[static_cast<std::size_t>(r)]->compressed_residual();
+          REQUIRE(residual != nullptr);
+          const float* want = reference.feedback[static_cast<std::size_t>(r)]->residual();
+          CHECK(std::vector<float>(residual, residual + d) == std::vector<float>(want, want + d));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("compressed all-reduce carries the error-feedback residual of a sparsifier into the next step") {
+  const std::size_t d = 1000;
+  LoopbackRing ring(2);
+  ring.FormAll();
+  // Rank 1 sends zeros, rank 0 one spike and a small constant: top-1 sends
+  // the spike first, then (the spike gone) the constant piles up in the
+  // residual until a coordinate of it is the largest and is sent.
+  std::vector<std::vector<float>> data(2);
+  auto run = [&] {
+    data[0].assign(d, 0.01f);
+    data[0][7] = 5.0f;
+    data[1].assign(d, 0.0f);
+    auto st = ring.Each(ring.All(), [&](uint32_t r) {
+      return ring.groups[r]->CompressedAllReduce(data[r].data(), d, "topk:k=1");
+    });
+    for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  };
+  run();
+  CHECK(data[0][7] == 5.0f);
+  const float* residual = ring.groups[0]->compressed_residual();
+  REQUIRE(residual != nullptr);
+  CHECK(residual[7] == 0.0f);
+  CHECK(residual[0] == 0.01f);
+  run();
+  // Step 2 encodes 0.02 everywhere but the spike's place (5.0 again): the
+  // spike is sent again, the residual doubles.
+  CHECK(residual[0] == doctest::Approx(0.02f));
+  CHECK(ring.groups[1]->compressed_residual()[0] == 0.0f);
+  CHECK(data[0] == data[1]);
+}
+
+TEST_CASE("the compressed all-reduce refuses a codec that needs side information") {
+  LoopbackRing ring(2);
+  ring.FormAll();
+  std::vector<std::vector<float>> data(2, std::vector<float>(64, 1.0f));
+  auto st = ring.Each(ring.All(), [&](uint32_t r) {
+    return ring.groups[r]->CompressedAllReduce(data[r].data(), 64, "ndqsg");
+  });
+  for (auto& s : st) CHECK(s.code() == StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("IWP over the loopback of 3 ranks sums the leader's index set and keeps the models identical") {

@@ -10,6 +10,13 @@
 //                            owner of a reduced segment encodes it once and
 //                            every peer (the owner too) takes the decoded
 //                            value, so all peers end bit-identical.
+//   AllGatherAllReduce       the ring for the quantizers and sparsifiers:
+//                            every member encodes its own vector once (per
+//                            tensor, error feedback when the codec asks),
+//                            the payloads go round the ring unchanged and
+//                            every member sums the p decoded ones in ring
+//                            order, so all end bit-identical (why not
+//                            re-encoding per hop: runtime/README.md).
 //   IwpAllReduce             IWP-sparse (codecs/README.md): the
 //                            leader of the step sends its index set around
 //                            the ring; every peer all-reduces its accumulated
@@ -45,8 +52,10 @@
 #include <vector>
 
 #include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/error_feedback.h"
 #include "fedrt/codecs/iwp.h"
 #include "fedrt/codecs/moniqua.h"
+#include "fedrt/codecs/tensor_set.h"
 #include "fedrt/platform/status.h"
 #include "fedrt/runtime/collective_context.h"
 
@@ -101,6 +110,46 @@ class CompressedRingAllReduce {
   std::unique_ptr<Codec> codec_;  // made once per spec, reused
   std::string spec_;
   std::vector<uint8_t> encoded_;
+  AllReduceStats stats_;
+  uint64_t total_bytes_sent_ = 0;
+};
+
+// All-reduce by all-gather of compressed vectors: on return `data` holds the
+// sum over the members of decode(encode(their data)), added in ring order,
+// the same bits on every member. The codec: any that decodes without side
+// information (kInvalidArgument otherwise), made per spec and kept; the
+// quantizers go tensor by tensor over SetTensorTable's table (tensor_set.h;
+// a vector of another length is one tensor). With error feedback (the
+// codec's `ef` key: sign and the sparsifiers by default) this member's
+// residual is added before encoding and what the encoding lost is carried
+// to the next Run; a Run that fails leaves the residual as it was.
+// Bytes: each member sends the p - 1 payloads other than the last one it
+// receives, (p - 1) payloads in all.
+class AllGatherAllReduce {
+ public:
+  explicit AllGatherAllReduce(CollectiveContext& context);
+  ~AllGatherAllReduce();
+
+  // The model's tensor lengths (aggregation.h, ModelTensorSizes).
+  void SetTensorTable(std::vector<std::size_t> tensor_sizes);
+  Status Run(float* data, std::size_t n, const std::string& codec_spec);
+  // The error-feedback residual (n floats) after the last Run; null when
+  // the codec has none.
+  const float* residual() const;
+  const AllReduceStats& stats() const { return stats_; }
+  uint64_t total_bytes_sent() const { return total_bytes_sent_; }
+
+ private:
+  Status Prepare(std::size_t n, const std::string& codec_spec);
+  Status Exchange(uint64_t collective, Deadline deadline, const std::string& spec);
+
+  CollectiveContext& context_;
+  std::vector<std::size_t> tensor_sizes_;
+  std::unique_ptr<TensorSetCodec> codec_;  // made once per spec and length, reused
+  std::string spec_;
+  std::unique_ptr<ErrorFeedback> feedback_;        // null: the codec takes none
+  std::unique_ptr<ErrorFeedback> saved_feedback_;  // the residual before this Run
+  std::vector<std::vector<uint8_t>> payloads_;     // by ring position, reused
   AllReduceStats stats_;
   uint64_t total_bytes_sent_ = 0;
 };

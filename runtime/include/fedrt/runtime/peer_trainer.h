@@ -6,6 +6,9 @@
 // the data, then, by PeerTrainerOptions::reduce:
 //   kDense, kCodec  all-reduces the gradients (fp32, or a codec on every hop)
 //                   and applies their mean: every peer holds the same model;
+//   kCompressed     the same with every peer's gradient compressed once
+//                   (AllGatherAllReduce: quantizers per tensor, sparsifiers,
+//                   error feedback by the codec's `ef` key);
 //   kIwp            accumulates the update (or gradient) in an IWP accumulator
 //                   and all-reduces the leader's index set of it (IWP-sparse,
 //                   with momentum correction by default);
@@ -63,11 +66,12 @@ struct PeerData {
   std::size_t share_size = 0;
 };
 
-enum class PeerReduce : uint8_t { kDense, kCodec, kIwp, kGossip, kLocal };
+enum class PeerReduce : uint8_t { kDense, kCodec, kCompressed, kIwp, kGossip, kLocal };
 
 struct PeerTrainerOptions {
   PeerReduce reduce = PeerReduce::kDense;
-  // kCodec: the codec of every hop (e.g. "fp16"). kGossip: the models' codec
+  // kCodec: the codec of every hop (e.g. "fp16"). kCompressed: the
+  // gradients' codec (e.g. "dqsg:s=2", "topk:k=0.01"). kGossip: the models' codec
   // (empty: fp32; "moniqua:bits=1,theta=0.5"; "choco:gamma=G+CODEC").
   // Another reduce takes none.
   std::string codec;

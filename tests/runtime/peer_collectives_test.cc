@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "fedrt/codecs/adaptive.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/error_feedback.h"
 #include "fedrt/codecs/tensor_set.h"
@@ -113,8 +114,9 @@ struct GatheredReference {
 TEST_CASE("compressed all-reduce by all-gather equals the sum of every rank's decoded payload exactly") {
   const std::vector<std::size_t> table = {700, 50, 1200, 3};  // a model's tensors
   const std::size_t d = 700 + 50 + 1200 + 3;
-  for (const char* spec : {"dqsg:s=2", "alq:bits=3", "qsgd", "terngrad", "sign", "amq", "topk:k=0.05",
-                           "rtopk:k=0.05", "randk:k=0.05"}) {
+  // ALQ and AMQ without a refit in these three rounds (the next test refits).
+  for (const char* spec : {"dqsg:s=2", "alq:bits=3,refit=100", "qsgd", "terngrad", "sign", "amq:refit=100",
+                           "topk:k=0.05", "rtopk:k=0.05", "randk:k=0.05"}) {
     for (int n : {2, 3, 4}) {
       INFO(spec, ", ranks ", n);
       LoopbackRing ring(n);
@@ -183,6 +185,78 @@ TEST_CASE("the compressed all-reduce refuses a codec that needs side information
     return ring.groups[r]->CompressedAllReduce(data[r].data(), 64, "ndqsg");
   });
   for (auto& s : st) CHECK(s.code() == StatusCode::kInvalidArgument);
+}
+
+// Heavy-tailed like a gradient: most coordinates small, a few large.
+std::vector<float> HeavyTailed(uint32_t seed, std::size_t d) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> z(0.0f, 1.0f);
+  std::vector<float> v(d);
+  for (auto& x : v) x = (z(rng) < 0 ? -1.0f : 1.0f) * 1e-3f * std::exp(1.5f * z(rng));
+  return v;
+}
+
+// E||decode(encode(v)) - v||^2 over `rounds` dithers, tensor by tensor.
+double QuantizationVariance(AdaptiveCodec& codec, const std::vector<std::size_t>& table, const std::vector<float>& v,
+                            int rounds) {
+  std::unique_ptr<TensorSetCodec> per_tensor = std::move(BorrowUpdateCodec(codec, table).value());
+  std::vector<uint8_t> payload(per_tensor->MaxEncodedSize(v.size()));
+  std::vector<float> out(v.size());
+  double total = 0;
+  for (int k = 0; k < rounds; ++k) {
+    CodecContext c;
+    c.round = static_cast<uint32_t>(k);
+    Result<std::size_t> size = per_tensor->Encode(v.data(), v.size(), c, payload.data(), payload.size());
+    REQUIRE(size.ok());
+    REQUIRE(per_tensor->Decode(payload.data(), *size, c, out.data(), out.size()).ok());
+    for (std::size_t i = 0; i < v.size(); ++i) total += (out[i] - v[i]) * static_cast<double>(out[i] - v[i]);
+  }
+  return total / rounds;
+}
+
+TEST_CASE("ALQ and AMQ in the ring refit their levels from the merged statistics every refit=N steps") {
+  const std::vector<std::size_t> table = {3000, 1096};
+  const std::size_t d = 4096;
+  const int n = 4;
+  for (const char* spec : {"alq:bits=3,refit=2", "amq:bits=3,refit=2", "alq:bits=3,refit=2,model=norm"}) {
+    INFO(spec);
+    LoopbackRing ring(n);
+    ring.FormAll();
+    for (auto& g : ring.groups) g->SetTensorTable(table);
+    std::vector<LevelTable> seen;
+    for (uint32_t step = 0; step < 4; ++step) {
+      std::vector<std::vector<float>> data(n);
+      for (int r = 0; r < n; ++r) data[static_cast<std::size_t>(r)] = HeavyTailed(100 * step + static_cast<uint32_t>(r), d);
+      auto st = ring.Each(ring.All(), [&](uint32_t r) {
+        return ring.groups[r]->CompressedAllReduce(data[r].data(), d, spec);
+      });
+      for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+      for (int r = 1; r < n; ++r) REQUIRE(data[static_cast<std::size_t>(r)] == data[0]);
+      const LevelTable* levels = ring.groups[0]->compressed_level_table();
+      REQUIRE(levels != nullptr);
+      // Every member fitted the same table.
+      for (int r = 1; r < n; ++r) {
+        CHECK(ring.groups[static_cast<std::size_t>(r)]->compressed_level_table()->levels == levels->levels);
+        CHECK(ring.groups[static_cast<std::size_t>(r)]->compressed_level_table()->version == levels->version);
+      }
+      seen.push_back(*levels);
+    }
+    // refit=2: version 0 for the first step, 1 after step 2, 2 after step 4.
+    CHECK(seen[0].version == 0);
+    CHECK(seen[1].version == 1);
+    CHECK(seen[2].version == 1);
+    CHECK(seen[3].version == 2);
+    std::unique_ptr<AdaptiveCodec> initial = std::move(MakeAdaptiveCodec(spec).value());
+    CHECK(seen[1].levels != initial->level_table().levels);
+    // On the next step's update the fitted table has less rounding variance.
+    std::unique_ptr<AdaptiveCodec> fitted = std::move(MakeAdaptiveCodec(spec).value());
+    REQUIRE(fitted->SetLevelTable(seen[3]).ok());
+    const std::vector<float> next = HeavyTailed(999, d);
+    const double before = QuantizationVariance(*initial, table, next, 16);
+    const double after = QuantizationVariance(*fitted, table, next, 16);
+    MESSAGE(std::string(spec) << ": rounding variance, initial table " << before << ", fitted " << after);
+    CHECK(after < before);
+  }
 }
 
 TEST_CASE("IWP over the loopback of 3 ranks sums the leader's index set and keeps the models identical") {

@@ -7,20 +7,82 @@
 // p payloads in ring order into the sum, so all members end bit-identical.
 // Why all-gather and not re-encoding per hop: runtime/README.md, "Compressed
 // ring all-reduce" (measured in runtime_compressed_ring_choice_test).
+//
+// ALQ / AMQ: every member measures the level statistics of the vector it
+// encodes; every refit=N runs the members all-gather those statistics the
+// same way (RingChunk with codec field "levels"), merge them in ring order
+// and fit the next table, the same bits everywhere (level_fit.h is
+// deterministic), installed before the next Run encodes.
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 
 #include "collectives/ring.h"
+#include "fedrt/codecs/adaptive.h"
 #include "fedrt/runtime/aggregation.h"
 #include "fedrt/runtime/collectives.h"
 #include "fedrt/transport/chunking.h"
 
 namespace fedrt {
 namespace peer {
+namespace {
 
 using transport::RingPhase;
+
+// The statistics a fit reads (count, sum, sum_sq; the norm-weighted model's
+// largest buckets), little-endian as in memory on every fedrt target:
+//   f64 count, f64 sum, f64 sum_sq, u32 n, n x {f32 norm, f64 count, f64 sum, f64 sum_sq}.
+void PutLevelStatistics(const LevelStatistics& stats, bool buckets, std::vector<uint8_t>* out) {
+  auto put = [out](const void* p, std::size_t n) {
+    const uint8_t* b = static_cast<const uint8_t*>(p);
+    out->insert(out->end(), b, b + n);
+  };
+  out->clear();
+  put(&stats.count, 8);
+  put(&stats.sum, 8);
+  put(&stats.sum_sq, 8);
+  const uint32_t n = buckets ? static_cast<uint32_t>(stats.largest_buckets.size()) : 0;
+  put(&n, 4);
+  for (uint32_t i = 0; i < n; ++i) {
+    const BucketMoments& m = stats.largest_buckets[i];
+    put(&m.norm, 4);
+    put(&m.count, 8);
+    put(&m.sum, 8);
+    put(&m.sum_sq, 8);
+  }
+}
+
+Status GetLevelStatistics(const std::vector<uint8_t>& in, double max_count, LevelStatistics* stats) {
+  std::size_t at = 0;
+  auto get = [&](void* p, std::size_t n) {
+    if (in.size() - at < n) return false;
+    std::memcpy(p, in.data() + at, n);
+    at += n;
+    return true;
+  };
+  *stats = LevelStatistics();
+  uint32_t n = 0;
+  if (!get(&stats->count, 8) || !get(&stats->sum, 8) || !get(&stats->sum_sq, 8) || !get(&n, 4) ||
+      n > kMaxMixtureBuckets) {
+    return Corrupt("level statistics: truncated or too many buckets");
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    BucketMoments m;
+    if (!get(&m.norm, 4) || !get(&m.count, 8) || !get(&m.sum, 8) || !get(&m.sum_sq, 8)) {
+      return Corrupt("level statistics: truncated");
+    }
+    stats->largest_buckets.push_back(m);
+  }
+  if (at != in.size()) return Corrupt("level statistics: trailing bytes");
+  const Status valid = ValidateLevelStatistics(*stats, max_count);
+  return valid.ok() ? valid : Corrupt("level statistics: " + valid.message());
+}
+
+constexpr const char* kLevelsTag = "levels";
+
+}  // namespace
 
 AllGatherAllReduce::AllGatherAllReduce(CollectiveContext& context) : context_(context) {}
 
@@ -38,20 +100,33 @@ const float* AllGatherAllReduce::residual() const {
 Status AllGatherAllReduce::Prepare(std::size_t n, const std::string& codec_spec) {
   if (codec_ != nullptr && spec_ == codec_spec && codec_->total() == n) return Status::Ok();
   codec_.reset();
+  adaptive_.reset();
   feedback_.reset();
   spec_.clear();
-  auto made = MakeCodec(codec_spec);
-  if (!made.ok()) return made.status();
-  if ((*made)->needs_side_info()) {
-    return InvalidArgument("codec '" + codec_spec + "' needs side information: it does not compose with ring reduction");
-  }
+  pending_levels_ = LevelStatistics();
+  runs_since_refit_ = 0;
   std::vector<std::size_t> table = tensor_sizes_;
   std::size_t total = 0;
   for (std::size_t t : table) total += t;
   if (total != n) table = {n};  // no table, or another vector: one tensor
-  auto update = MakeUpdateCodec(std::move(*made), table);
-  if (!update.ok()) return update.status();
-  codec_ = std::move(*update);
+  const std::string name = codec_spec.substr(0, codec_spec.find(':'));
+  if (name == "alq" || name == "amq") {
+    auto made = MakeAdaptiveCodec(codec_spec);
+    if (!made.ok()) return made.status();
+    adaptive_ = std::move(*made);
+    auto update = BorrowUpdateCodec(*adaptive_, table);
+    if (!update.ok()) return update.status();
+    codec_ = std::move(*update);
+  } else {
+    auto made = MakeCodec(codec_spec);
+    if (!made.ok()) return made.status();
+    if ((*made)->needs_side_info()) {
+      return InvalidArgument("codec '" + codec_spec + "' needs side information: it does not compose with ring reduction");
+    }
+    auto update = MakeUpdateCodec(std::move(*made), table);
+    if (!update.ok()) return update.status();
+    codec_ = std::move(*update);
+  }
   if (codec_->wants_error_feedback()) {
     feedback_ = std::make_unique<ErrorFeedback>(n);
     saved_feedback_ = std::make_unique<ErrorFeedback>(n);
@@ -85,12 +160,29 @@ Status AllGatherAllReduce::Run(float* data, std::size_t n, const std::string& co
   std::vector<uint8_t>& own = payloads_[r];
   own.resize(max_payload);
   context.sender_id = context_.rank();
+  LevelStatistics measured;
+  if (adaptive_ != nullptr) {
+    // The vector about to be encoded (with error feedback: plus the residual), tensor by tensor.
+    const float* vector = data;
+    if (feedback_ != nullptr) {
+      measured_vector_.resize(n);
+      for (std::size_t i = 0; i < n; ++i) measured_vector_[i] = data[i] + feedback_->residual()[i];
+      vector = measured_vector_.data();
+    }
+    std::size_t offset = 0;
+    for (std::size_t t : codec.tensor_sizes()) {
+      Result<LevelStatistics> part = adaptive_->MeasureLevelStatistics(vector + offset, t);
+      if (!part.ok()) return part.status();
+      measured.Merge(*part);
+      offset += t;
+    }
+  }
   if (feedback_ != nullptr) *saved_feedback_ = *feedback_;
   Result<std::size_t> size = feedback_ != nullptr ? feedback_->Encode(codec, data, n, context, own.data(), own.size())
                                                   : codec.Encode(data, n, context, own.data(), own.size());
   if (!size.ok()) return size.status();
   own.resize(*size);
-  Status result = Exchange(collective, deadline, spec);
+  Status result = Exchange(collective, deadline, spec, codec.MaxEncodedSize(n), &payloads_);
   if (result.ok()) {
     // The sum in ring order, the same float operations on every member.
     std::fill(data, data + n, 0.0f);
@@ -104,14 +196,52 @@ Status AllGatherAllReduce::Run(float* data, std::size_t n, const std::string& co
     if (feedback_ != nullptr) *feedback_ = *saved_feedback_;
     return result;
   }
+  if (adaptive_ != nullptr) {
+    pending_levels_.Merge(measured);
+    if (++runs_since_refit_ >= adaptive_->refit_interval()) {
+      FEDRT_RETURN_IF_ERROR(Refit(deadline, n));
+    }
+  }
   stats_.seconds = static_cast<double>(context_.clock().NowNanos() - start) * 1e-9;
   total_bytes_sent_ += stats_.bytes_sent;
   return Status::Ok();
 }
 
+// ALQ / AMQ: all-gathers the statistics since the last fit, merges them in
+// ring order and installs the next table (the same on every member).
+Status AllGatherAllReduce::Refit(Deadline deadline, std::size_t n) {
+  const std::size_t p = context_.members().size();
+  const std::size_t r = context_.position();
+  const uint64_t collective = context_.NextCollectiveId();
+  level_payloads_.resize(p);
+  PutLevelStatistics(pending_levels_, adaptive_->level_model() == LevelModel::kNormWeighted, &level_payloads_[r]);
+  const std::size_t max_size = 28 + kMaxMixtureBuckets * 28;
+  FEDRT_RETURN_IF_ERROR(Exchange(collective, deadline, kLevelsTag, max_size, &level_payloads_));
+  const double max_count = static_cast<double>(n) * static_cast<double>(runs_since_refit_);
+  LevelStatistics merged;
+  for (std::size_t q = 0; q < p; ++q) {
+    LevelStatistics part;
+    const uint32_t author = context_.members()[q];
+    Status got = GetLevelStatistics(level_payloads_[q], max_count, &part);
+    if (!got.ok()) return q == r ? got : context_.Fail(static_cast<int>(author), context_.Named(author, got));
+    merged.Merge(part);
+  }
+  pending_levels_ = LevelStatistics();
+  runs_since_refit_ = 0;
+  if (merged.count == 0) return Status::Ok();  // all zeros: the table stays
+  Result<LevelTable> table = FitLevelTable(*adaptive_, merged, adaptive_->level_table().version + 1);
+  if (!table.ok()) return table.status();
+  return adaptive_->SetLevelTable(*table);
+}
+
+const LevelTable* AllGatherAllReduce::level_table() const {
+  return adaptive_ != nullptr ? &adaptive_->level_table() : nullptr;
+}
+
 // Hop t sends the payload of ring position (r - t) (its own at hop 0) and
 // receives that of (r - t - 1), forwarding each chunk as it arrives.
-Status AllGatherAllReduce::Exchange(uint64_t collective, Deadline deadline, const std::string& spec) {
+Status AllGatherAllReduce::Exchange(uint64_t collective, Deadline deadline, const std::string& spec,
+                                    std::size_t max_size, std::vector<std::vector<uint8_t>>* payloads) {
   const std::size_t p = context_.members().size();
   const std::size_t r = context_.position();
   const uint32_t from = context_.left();
@@ -130,7 +260,7 @@ Status AllGatherAllReduce::Exchange(uint64_t collective, Deadline deadline, cons
   };
   if (p == 1) return Status::Ok();
   {
-    const std::vector<uint8_t>& own = payloads_[r];
+    const std::vector<uint8_t>& own = (*payloads)[r];
     Result<transport::ChunkPlan> plan = transport::ChunkPlan::Make(own.size(), max_chunk);
     if (!plan.ok()) return plan.status();
     for (uint32_t k = 0; k < plan->count(); ++k) {
@@ -139,9 +269,10 @@ Status AllGatherAllReduce::Exchange(uint64_t collective, Deadline deadline, cons
   }
   for (uint32_t t = 0; t + 1 < p; ++t) {
     const std::size_t author = (r + 2 * p - t - 1) % p;
-    std::vector<uint8_t>& into = payloads_[author];
+    std::vector<uint8_t>& into = (*payloads)[author];
     into.clear();
-    transport::ChunkSequence sequence(codec_->MaxEncodedSize(codec_->total()));
+    into.reserve(max_size);
+    transport::ChunkSequence sequence(max_size);
     do {
       auto received = context_.Receive(from, deadline);
       if (!received.ok()) return received.status();

@@ -51,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "fedrt/codecs/adaptive.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/error_feedback.h"
 #include "fedrt/codecs/iwp.h"
@@ -125,6 +126,10 @@ class CompressedRingAllReduce {
 // to the next Run; a Run that fails leaves the residual as it was.
 // Bytes: each member sends the p - 1 payloads other than the last one it
 // receives, (p - 1) payloads in all.
+// ALQ / AMQ adapt their levels: every refit=N Runs (the codec's key, default
+// 1) the members all-gather the level statistics of what they encoded since
+// the last fit (28 bytes each; with model=norm 28 more per largest bucket),
+// merge them and fit the next table, identical on every member.
 class AllGatherAllReduce {
  public:
   explicit AllGatherAllReduce(CollectiveContext& context);
@@ -136,20 +141,29 @@ class AllGatherAllReduce {
   // The error-feedback residual (n floats) after the last Run; null when
   // the codec has none.
   const float* residual() const;
+  // ALQ / AMQ: the level table the next Run encodes with (null: another codec).
+  const LevelTable* level_table() const;
   const AllReduceStats& stats() const { return stats_; }
   uint64_t total_bytes_sent() const { return total_bytes_sent_; }
 
  private:
   Status Prepare(std::size_t n, const std::string& codec_spec);
-  Status Exchange(uint64_t collective, Deadline deadline, const std::string& spec);
+  Status Refit(Deadline deadline, std::size_t n);
+  Status Exchange(uint64_t collective, Deadline deadline, const std::string& spec, std::size_t max_size,
+                  std::vector<std::vector<uint8_t>>* payloads);
 
   CollectiveContext& context_;
   std::vector<std::size_t> tensor_sizes_;
-  std::unique_ptr<TensorSetCodec> codec_;  // made once per spec and length, reused
+  std::unique_ptr<AdaptiveCodec> adaptive_;  // ALQ / AMQ: the codec codec_ borrows
+  std::unique_ptr<TensorSetCodec> codec_;     // made once per spec and length, reused
   std::string spec_;
   std::unique_ptr<ErrorFeedback> feedback_;        // null: the codec takes none
   std::unique_ptr<ErrorFeedback> saved_feedback_;  // the residual before this Run
   std::vector<std::vector<uint8_t>> payloads_;     // by ring position, reused
+  std::vector<std::vector<uint8_t>> level_payloads_;
+  std::vector<float> measured_vector_;             // data + residual, measured for ALQ / AMQ
+  LevelStatistics pending_levels_;                 // this member's, since the last fit
+  uint32_t runs_since_refit_ = 0;
   AllReduceStats stats_;
   uint64_t total_bytes_sent_ = 0;
 };

@@ -124,6 +124,8 @@ class PeerGroup {
   Status CompressedAllReduce(float* data, std::size_t n, const std::string& codec_spec);
   // AllGatherAllReduce's error-feedback residual (null: none).
   const float* compressed_residual() const { return gathered_.residual(); }
+  // ALQ / AMQ in the compressed all-reduce: the current level table (null: none).
+  const LevelTable* compressed_level_table() const { return gathered_.level_table(); }
   Status IwpAllReduce(IwpAccumulator& accumulator, const float* weights, uint64_t seed, uint32_t step,
                       std::vector<uint32_t>* indices, std::vector<float>* sums);
   Status GossipStep(float* model, const float* grad, std::size_t d, float lr, const std::string& codec_spec,

@@ -72,14 +72,14 @@ TEST_CASE("a codec that needs side information is refused by the compressed ring
 }
 
 // What AllGatherAllReduce must give: every rank's vector encoded once (its
-// tensor table, error feedback when the codec asks), decoded and added in
+// tensor table, error feedback unless the spec says ef=off), decoded and added in
 // ring order, the context numbering collectives from 1 after Form.
 struct GatheredReference {
   std::unique_ptr<TensorSetCodec> codec;
   std::vector<std::unique_ptr<ErrorFeedback>> feedback;
 
   GatheredReference(const std::string& spec, const std::vector<std::size_t>& table, int n, std::size_t d)
-      : codec(std::move(MakeUpdateCodec(std::move(MakeCodec(spec).value()), table).value())) {
+      : codec(std::move(MakeUpdateCodec(std::move(MakeCodec(peer::AllGatherCodecSpec(spec).value()).value()), table).value())) {
     if (codec->wants_error_feedback()) {
       for (int r = 0; r < n; ++r) feedback.push_back(std::make_unique<ErrorFeedback>(d));
     }
@@ -115,8 +115,8 @@ TEST_CASE("compressed all-reduce by all-gather equals the sum of every rank's de
   const std::vector<std::size_t> table = {700, 50, 1200, 3};  // a model's tensors
   const std::size_t d = 700 + 50 + 1200 + 3;
   // ALQ and AMQ without a refit in these three rounds (the next test refits).
-  for (const char* spec : {"dqsg:s=2", "alq:bits=3,refit=100", "qsgd", "terngrad", "sign", "amq:refit=100",
-                           "topk:k=0.05", "rtopk:k=0.05", "randk:k=0.05"}) {
+  for (const char* spec : {"dqsg:s=2", "dqsg:s=2,ef=off", "alq:bits=3,refit=100", "qsgd", "terngrad", "sign",
+                           "amq:refit=100", "topk:k=0.05", "rtopk:k=0.05", "randk:k=0.05", "randk:k=0.05,ef=off"}) {
     for (int n : {2, 3, 4}) {
       INFO(spec, ", ranks ", n);
       LoopbackRing ring(n);
@@ -135,6 +135,9 @@ TEST_CASE("compressed all-reduce by all-gather equals the sum of every rank's de
         // Each rank sent n - 1 payloads.
         CHECK(ring.groups[0]->last_stats().bytes_sent > 0);
         // Error feedback: each rank's residual is exactly the reference's.
+        // Error feedback is on unless the spec turns it off.
+        CHECK(reference.feedback.empty() == (std::string(spec).find("ef=off") != std::string::npos));
+        if (reference.feedback.empty()) CHECK(ring.groups[0]->compressed_residual() == nullptr);
         for (int r = 0; r < n && !reference.feedback.empty(); ++r) {
           const float* residual = ring.groups[static_cast<std::size_t>(r)]->compressed_residual();
           REQUIRE(residual != nullptr);
@@ -175,6 +178,14 @@ TEST_CASE("compressed all-reduce carries the error-feedback residual of a sparsi
   CHECK(residual[0] == doctest::Approx(0.02f));
   CHECK(ring.groups[1]->compressed_residual()[0] == 0.0f);
   CHECK(data[0] == data[1]);
+}
+
+TEST_CASE("the compressed all-reduce turns error feedback on unless the spec names ef") {
+  CHECK(peer::AllGatherCodecSpec("dqsg").value() == "dqsg:ef=on");
+  CHECK(peer::AllGatherCodecSpec("dqsg:s=2").value() == "dqsg:s=2,ef=on");
+  CHECK(peer::AllGatherCodecSpec("dqsg:s=2,ef=off").value() == "dqsg:s=2,ef=off");
+  CHECK(peer::AllGatherCodecSpec("topk:ef=on,k=0.1").value() == "topk:ef=on,k=0.1");
+  CHECK(peer::AllGatherCodecSpec("dqsg:s=").status().code() == StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("the compressed all-reduce refuses a codec that needs side information") {

@@ -21,6 +21,7 @@
 
 #include "collectives/ring.h"
 #include "fedrt/codecs/adaptive.h"
+#include "fedrt/codecs/codec_spec.h"
 #include "fedrt/runtime/aggregation.h"
 #include "fedrt/runtime/collectives.h"
 #include "fedrt/transport/chunking.h"
@@ -84,6 +85,13 @@ constexpr const char* kLevelsTag = "levels";
 
 }  // namespace
 
+Result<std::string> AllGatherCodecSpec(const std::string& codec_spec) {
+  Result<CodecSpec> parsed = CodecSpec::Parse(codec_spec);
+  if (!parsed.ok()) return parsed.status();
+  if (parsed->Has("ef")) return codec_spec;
+  return codec_spec + (codec_spec.find(':') == std::string::npos ? ":" : ",") + "ef=on";
+}
+
 AllGatherAllReduce::AllGatherAllReduce(CollectiveContext& context) : context_(context) {}
 
 AllGatherAllReduce::~AllGatherAllReduce() = default;
@@ -97,8 +105,11 @@ const float* AllGatherAllReduce::residual() const {
   return feedback_ != nullptr ? feedback_->residual() : nullptr;
 }
 
-Status AllGatherAllReduce::Prepare(std::size_t n, const std::string& codec_spec) {
-  if (codec_ != nullptr && spec_ == codec_spec && codec_->total() == n) return Status::Ok();
+Status AllGatherAllReduce::Prepare(std::size_t n, const std::string& requested) {
+  if (codec_ != nullptr && spec_ == requested && codec_->total() == n) return Status::Ok();
+  Result<std::string> with_feedback = AllGatherCodecSpec(requested);
+  if (!with_feedback.ok()) return with_feedback.status();
+  const std::string& codec_spec = *with_feedback;
   codec_.reset();
   adaptive_.reset();
   feedback_.reset();
@@ -131,7 +142,7 @@ Status AllGatherAllReduce::Prepare(std::size_t n, const std::string& codec_spec)
     feedback_ = std::make_unique<ErrorFeedback>(n);
     saved_feedback_ = std::make_unique<ErrorFeedback>(n);
   }
-  spec_ = codec_spec;
+  spec_ = requested;
   return Status::Ok();
 }
 

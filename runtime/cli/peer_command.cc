@@ -237,9 +237,22 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
   if (const int tls_status = CheckTlsFlags("peer", flags.tls); tls_status != 0) return tls_status;
   auto reduce = ReduceOf(flags.reduce);
   if (!reduce.ok()) return Fail("peer", reduce.status());
-  if (*reduce == peer::PeerReduce::kCompressed && flags.codec.empty()) {
-    Fail("peer", InvalidArgument("--reduce compressed needs --codec SPEC (e.g. dqsg:s=2, alq:bits=3, topk:k=0.01)"));
-    return 2;
+  if (*reduce == peer::PeerReduce::kCompressed) {
+    // The codec is checked before anything is read or dialled.
+    Status usable = flags.codec.empty()
+                        ? InvalidArgument("--reduce compressed needs --codec SPEC (e.g. dqsg:s=2, alq:bits=3, topk:k=0.01)")
+                        : Status::Ok();
+    if (usable.ok()) {
+      Result<std::unique_ptr<Codec>> made = MakeCodec(flags.codec);
+      usable = !made.ok() ? made.status()
+               : (*made)->needs_side_info()
+                   ? InvalidArgument("codec '" + flags.codec + "' needs side information: it does not compose with ring reduction")
+                   : Status::Ok();
+    }
+    if (!usable.ok()) {
+      Fail("peer", usable);
+      return 2;
+    }
   }
   const Status scoped = CheckPeerFlags(flags, app);
   if (!scoped.ok()) {

@@ -72,9 +72,13 @@ struct PeerFlags {
   // the learning rate of the step that sends them.
   std::string iwp_accumulate = "update";
   bool iwp_per_tensor = true;           // one threshold per tensor
+  std::string iwp_threshold = "dispersion";  // dispersion (the paper's layer-wise rule) | quantile
+  bool iwp_probabilistic = true;        // low-importance coordinates sent with probability I / tau
   float iwp_eps = 1e-8f;                // importance = |a| / (|w| + eps)
-  uint64_t iwp_dense_below = 2000;      // tensors smaller than this are sent whole
-  int iwp_warmup_steps = -1;            // -1: one epoch
+  // Deep-gradient-compression extras, opt-in: --iwp-dense-below 2000
+  // --iwp-warmup-steps -1 (the defaults before the paper's rule).
+  uint64_t iwp_dense_below = 0;         // tensors smaller than this are sent whole
+  int iwp_warmup_steps = 0;             // -1: one epoch
   float iwp_warmup_density = 0;         // 0: 4 x --density (at most 1)
   std::string iwp_warmup_shape = "exponential";  // constant | exponential (density falls geometrically)
   float iwp_clip = 0;
@@ -226,6 +230,7 @@ Status CheckPeerFlags(const PeerFlags& flags, const CLI::App& app) {
       {"--repair", flags.reduce != "local", "peers that communicate (not --reduce local)"},
   };
   for (const char* option : {"--density", "--iwp-momentum-correction", "--iwp-accumulate", "--iwp-per-tensor",
+                             "--iwp-threshold", "--iwp-probabilistic",
                              "--iwp-dense-below", "--iwp-warmup-steps", "--iwp-warmup-density", "--iwp-warmup-shape",
                              "--iwp-eps", "--iwp-clip"}) {
     scopes.push_back({option, iwp, "--reduce iwp"});
@@ -304,6 +309,8 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
   options.iwp.momentum_correction = flags.iwp_momentum_correction;
   options.iwp.accumulate_updates = flags.iwp_accumulate == "update";
   options.iwp.per_tensor = flags.iwp_per_tensor;
+  options.iwp.threshold = flags.iwp_threshold == "quantile" ? IwpThreshold::kQuantile : IwpThreshold::kDispersion;
+  options.iwp.probabilistic = flags.iwp_probabilistic;
   options.iwp.eps = flags.iwp_eps;
   options.iwp.dense_below = flags.iwp_dense_below;
   options.iwp.warmup_steps = flags.iwp_warmup_steps;
@@ -499,9 +506,18 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
       ->capture_default_str()->check(CLI::IsMember({"update", "gradient"}));
   p->add_option("--iwp-per-tensor", flags->iwp_per_tensor, "IWP: one threshold per tensor (else one for the model)")
       ->capture_default_str();
-  p->add_option("--iwp-dense-below", flags->iwp_dense_below, "IWP: tensors with fewer coordinates are sent whole")
+  p->add_option("--iwp-threshold", flags->iwp_threshold,
+                 "IWP: each tensor's threshold from the index of dispersion of its importances (the paper's layer-wise rule), "
+                 "or the quantile that keeps --density of every tensor")
+      ->capture_default_str()->check(CLI::IsMember({"dispersion", "quantile"}));
+  p->add_option("--iwp-probabilistic", flags->iwp_probabilistic,
+                 "IWP: also send a coordinate below the threshold with probability importance / threshold (the paper's "
+                 "probabilistic update)")
       ->capture_default_str();
-  p->add_option("--iwp-warmup-steps", flags->iwp_warmup_steps, "IWP: first steps use --iwp-warmup-density (-1: one epoch, 0: none)")
+  p->add_option("--iwp-dense-below", flags->iwp_dense_below,
+                 "IWP: tensors with fewer coordinates are sent whole (a deep-gradient-compression extra; 2000 on LeNet-300-100)")
+      ->capture_default_str();
+  p->add_option("--iwp-warmup-steps", flags->iwp_warmup_steps, "IWP: first steps use --iwp-warmup-density (-1: one epoch, 0: none; the deep-gradient-compression warm-up is -1)")
       ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
   p->add_option("--iwp-warmup-density", flags->iwp_warmup_density,
                  "IWP: share of coordinates at the start of the warm-up (0: 4 x --density, at most 1)")

@@ -38,14 +38,7 @@ constexpr std::size_t kPeers = 4;
 // trained for 30 steps (the ring's update early in training).
 std::vector<std::vector<float>> PeerGradients(Model& model, const Dataset& data) {
   const std::size_t d = model.parameter_count();
-  SgdOptions o;
-  o.schedule.base_lr = 0.05;
-  Result<Sgd> sgd = Sgd::Create(o, d);
-  REQUIRE(sgd.ok());
-  TrainOptions options;
-  options.batch = 32;
-  options.max_steps = 30;
-  REQUIRE(TrainEpoch(model, *sgd, data, 0, options).ok());
+  testing::TrainSteps(model, data, 30);
   std::vector<std::vector<float>> g;
   std::vector<float> features(32 * data.example_size());
   std::vector<uint8_t> labels(32);

@@ -25,14 +25,7 @@ std::vector<float> TrainedUpdate(const Model& initial, const Dataset& data, std:
   REQUIRE(model.ok());
   const std::size_t d = model->parameter_count();
   std::vector<float> start(model->parameters(), model->parameters() + d);
-  SgdOptions o;
-  o.schedule.base_lr = 0.05;
-  Result<Sgd> sgd = Sgd::Create(o, d);
-  REQUIRE(sgd.ok());
-  TrainOptions options;
-  options.batch = 32;
-  options.max_steps = steps;
-  REQUIRE(TrainEpoch(*model, *sgd, data, 0, options).ok());
+  testing::TrainSteps(*model, data, steps);
   std::vector<float> update(d);
   for (std::size_t i = 0; i < d; ++i) update[i] = model->parameters()[i] - start[i];
   return update;

@@ -97,6 +97,8 @@ Result<std::unique_ptr<PeerTrainer>> PeerTrainer::Create(Model& model, const Pee
     io.warmup_exponential = options.iwp.warmup_exponential;
     io.clip_norm = options.iwp.clip;
     io.eps = options.iwp.eps;
+    io.threshold = options.iwp.threshold;
+    io.probabilistic = options.iwp.probabilistic;
     FEDRT_RETURN_IF_ERROR(IwpAccumulator::Check(d, io));
     trainer->accumulator_ = std::make_unique<IwpAccumulator>(d, io);
     if (options.iwp.per_tensor) {

@@ -11,6 +11,9 @@
 #include <utility>
 
 #include "fedrt/runtime/dataset.h"
+#include "fedrt/runtime/model.h"
+#include "fedrt/runtime/optimizer.h"
+#include "fedrt/runtime/trainer.h"
 
 namespace fedrt::testing {
 
@@ -55,6 +58,18 @@ inline Dataset FashionMnistOrClusters() {
   }
   MESSAGE("Fashion-MNIST not available (" << data.status().ToString() << "): synthetic images");
   return Clusters(2000, 1, 28, 28, 10, 3);
+}
+
+// `steps` plain SGD steps (lr 0.05, batch 32) of `model` on `data`.
+inline void TrainSteps(Model& model, const Dataset& data, std::size_t steps) {
+  SgdOptions o;
+  o.schedule.base_lr = 0.05;
+  Result<Sgd> sgd = Sgd::Create(o, model.parameter_count());
+  REQUIRE(sgd.ok());
+  TrainOptions options;
+  options.batch = 32;
+  options.max_steps = steps;
+  REQUIRE(TrainEpoch(model, *sgd, data, 0, options).ok());
 }
 
 }  // namespace fedrt::testing

@@ -112,9 +112,15 @@ struct PeerTrainerOptions {
     // the learning rate of the step that sends them.
     bool accumulate_updates = true;
     bool per_tensor = true;        // one threshold per tensor
+    // The paper's rule (IwpThreshold::kDispersion, probabilistic updates) by
+    // default; kQuantile keeps a fixed share of every tensor.
+    IwpThreshold threshold = IwpThreshold::kDispersion;
+    bool probabilistic = true;
     float eps = 1e-8f;             // importance = |a| / (|w| + eps)
-    uint64_t dense_below = 2000;   // tensors smaller than this are sent whole
-    int warmup_steps = -1;         // -1: one epoch
+    // Deep-gradient-compression extras, off by default: small tensors sent
+    // whole (2000 on LeNet-300-100) and a warm-up (-1: one epoch).
+    uint64_t dense_below = 0;      // tensors smaller than this are sent whole
+    int warmup_steps = 0;          // -1: one epoch
     float warmup_density = 0;      // 0: 4 x density (at most 1)
     bool warmup_exponential = true;  // density falls geometrically (else constant)
     float clip = 0;                // local gradient clipping to this L2 norm; 0: off

@@ -72,8 +72,8 @@ struct PeerFlags {
   // the learning rate of the step that sends them.
   std::string iwp_accumulate = "update";
   bool iwp_per_tensor = true;           // one threshold per tensor
-  std::string iwp_threshold = "dispersion";  // dispersion (the paper's layer-wise rule) | quantile
-  bool iwp_probabilistic = true;        // low-importance coordinates sent with probability I / tau
+  std::string iwp_threshold = "quantile";  // quantile | dispersion (the paper's layer-wise rule)
+  bool iwp_probabilistic = false;       // low-importance coordinates sent with probability I / tau
   float iwp_eps = 1e-8f;                // importance = |a| / (|w| + eps)
   // Deep-gradient-compression extras, opt-in: --iwp-dense-below 2000
   // --iwp-warmup-steps -1 (the defaults before the paper's rule).

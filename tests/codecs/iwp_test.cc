@@ -413,6 +413,7 @@ TEST_CASE("the dispersion threshold keeps the target share overall and fewer coo
   for (bool probabilistic : {true, false}) {
     INFO("probabilistic ", probabilistic);
     IwpOptions options;
+    options.threshold = IwpThreshold::kDispersion;
     options.probabilistic = probabilistic;
     auto node = Make(2 * n, options);
     REQUIRE(node.SetTensors({n, n}).ok());
@@ -450,6 +451,8 @@ TEST_CASE("the probabilistic update sends coordinates below the threshold with p
   std::vector<float> g(d, 1.0f), w(d, 1.0f);
   for (std::size_t i = 0; i < d; i += 50) g[i] = 100.0f;
   IwpOptions options;
+  options.threshold = IwpThreshold::kDispersion;
+  options.probabilistic = true;
   options.target_fraction = 1.0f / 32;
   auto node = Make(d, options);
   REQUIRE(node.Accumulate(g.data()).ok());

@@ -4,7 +4,7 @@
 // fedrt peer --peers peers.json --keys peer-keys.txt --rank R
 //   trains on its partition of the data (as a device does; --partition iid,
 //   dirichlet:A or shards:K); every step all-reduces the gradients (dense
-//   fp32, fp16 hops, or IWP-sparse) and applies their mean, so every peer
+//   fp32, fp16 hops, compressed by --codec, or IWP-sparse) and applies their mean, so every peer
 //   holds the same model; or gossips models (D-PSGD); or, as a baseline,
 //   trains alone (--reduce local: plain SGD, nothing sent). With --repair a
 //   failed step drops the failed peer, re-forms the ring and repeats the step
@@ -73,9 +73,13 @@ struct PeerFlags {
   // the learning rate of the step that sends them.
   std::string iwp_accumulate = "update";
   bool iwp_per_tensor = true;           // one threshold per tensor
+  std::string iwp_threshold = "quantile";  // quantile | dispersion (the paper's layer-wise rule)
+  bool iwp_probabilistic = false;       // low-importance coordinates sent with probability I / tau
   float iwp_eps = 1e-8f;                // importance = |a| / (|w| + eps)
-  uint64_t iwp_dense_below = 2000;      // tensors smaller than this are sent whole
-  int iwp_warmup_steps = -1;            // -1: one epoch
+  // Deep-gradient-compression extras, opt-in: --iwp-dense-below 2000
+  // --iwp-warmup-steps -1 (the defaults before the paper's rule).
+  uint64_t iwp_dense_below = 0;         // tensors smaller than this are sent whole
+  int iwp_warmup_steps = 0;             // -1: one epoch
   float iwp_warmup_density = 0;         // 0: 4 x --density (at most 1)
   std::string iwp_warmup_shape = "exponential";  // constant | exponential (density falls geometrically)
   float iwp_clip = 0;
@@ -203,6 +207,7 @@ class PeerPrinter : public peer::PeerTrainerObserver {
 Result<peer::PeerReduce> ReduceOf(const std::string& reduce) {
   if (reduce == "dense") return peer::PeerReduce::kDense;
   if (reduce == "fp16") return peer::PeerReduce::kCodec;
+  if (reduce == "compressed") return peer::PeerReduce::kCompressed;
   if (reduce == "iwp") return peer::PeerReduce::kIwp;
   if (reduce == "gossip") return peer::PeerReduce::kGossip;
   if (reduce == "local") return peer::PeerReduce::kLocal;
@@ -213,18 +218,20 @@ Result<peer::PeerReduce> ReduceOf(const std::string& reduce) {
 Status CheckPeerFlags(const PeerFlags& flags, const CLI::App& app) {
   const bool gossip = flags.reduce == "gossip";
   const bool iwp = flags.reduce == "iwp";
+  const bool compressed = flags.reduce == "compressed";
   const bool moniqua = gossip && flags.codec.rfind("moniqua", 0) == 0;
   std::vector<FlagScope> scopes = {
-      {"--codec", gossip, "--reduce gossip"},
+      {"--codec", gossip || compressed, "--reduce gossip and compressed"},
       {"--moniqua-theta-per-lr", moniqua && flags.codec.find("theta=") == std::string::npos,
        "--reduce gossip with a moniqua --codec that names no theta"},
       {"--print-wraps", moniqua, "--reduce gossip with a moniqua --codec"},
       {"--graph", gossip || flags.reduce == "local", "--reduce gossip and local"},
       // Gossip and local take plain SGD steps (the mixing step applies the gradient).
-      {"--momentum", !gossip && flags.reduce != "local", "--reduce dense, fp16 and iwp"},
+      {"--momentum", !gossip && flags.reduce != "local", "--reduce dense, fp16, compressed and iwp"},
       {"--repair", flags.reduce != "local", "peers that communicate (not --reduce local)"},
   };
   for (const char* option : {"--density", "--iwp-momentum-correction", "--iwp-accumulate", "--iwp-per-tensor",
+                             "--iwp-threshold", "--iwp-probabilistic",
                              "--iwp-dense-below", "--iwp-warmup-steps", "--iwp-warmup-density", "--iwp-warmup-shape",
                              "--iwp-eps", "--iwp-clip"}) {
     scopes.push_back({option, iwp, "--reduce iwp"});
@@ -236,6 +243,23 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
   if (const int tls_status = CheckTlsFlags("peer", flags.tls); tls_status != 0) return tls_status;
   auto reduce = ReduceOf(flags.reduce);
   if (!reduce.ok()) return Fail("peer", reduce.status());
+  if (*reduce == peer::PeerReduce::kCompressed) {
+    // The codec is checked before anything is read or dialled.
+    Status usable = flags.codec.empty()
+                        ? InvalidArgument("--reduce compressed needs --codec SPEC (e.g. dqsg:s=2, alq:bits=3, topk:k=0.01)")
+                        : Status::Ok();
+    if (usable.ok()) {
+      Result<std::unique_ptr<Codec>> made = MakeCodec(flags.codec);
+      usable = !made.ok() ? made.status()
+               : (*made)->needs_side_info()
+                   ? InvalidArgument("codec '" + flags.codec + "' needs side information: it does not compose with ring reduction")
+                   : Status::Ok();
+    }
+    if (!usable.ok()) {
+      Fail("peer", usable);
+      return 2;
+    }
+  }
   const Status scoped = CheckPeerFlags(flags, app);
   if (!scoped.ok()) {
     Fail("peer", scoped);
@@ -286,6 +310,8 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
   options.iwp.momentum_correction = flags.iwp_momentum_correction;
   options.iwp.accumulate_updates = flags.iwp_accumulate == "update";
   options.iwp.per_tensor = flags.iwp_per_tensor;
+  options.iwp.threshold = flags.iwp_threshold == "quantile" ? IwpThreshold::kQuantile : IwpThreshold::kDispersion;
+  options.iwp.probabilistic = flags.iwp_probabilistic;
   options.iwp.eps = flags.iwp_eps;
   options.iwp.dense_below = flags.iwp_dense_below;
   options.iwp.warmup_steps = flags.iwp_warmup_steps;
@@ -463,9 +489,10 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
       ->capture_default_str()->check(CLI::IsMember({"constant", "cosine"}));
   p->add_option("--momentum", flags->momentum, "SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 0.999));
   p->add_option("--reduce", flags->reduce,
-                "Gradient all-reduce (dense fp32, fp16 hops, IWP-sparse), gossip D-PSGD, or local (no communication)")
-      ->capture_default_str()->check(CLI::IsMember({"dense", "fp16", "iwp", "gossip", "local"}));
-  p->add_option("--codec", flags->codec, "Gossip: codec of the models sent (empty: fp32), e.g. moniqua:bits=1,theta=0.5, or replica gossip "
+                "Gradient all-reduce (dense fp32, fp16 hops, compressed by --codec, IWP-sparse), gossip D-PSGD, or local (no communication)")
+      ->capture_default_str()->check(CLI::IsMember({"dense", "fp16", "compressed", "iwp", "gossip", "local"}));
+  p->add_option("--codec", flags->codec, "Compressed: the gradients' codec, e.g. dqsg:s=2, alq:bits=3, topk:k=0.01 (error feedback by "
+                 "its ef key). Gossip: codec of the models sent (empty: fp32), e.g. moniqua:bits=1,theta=0.5, or replica gossip "
                  "choco[:gamma=G]+CODEC, e.g. choco:gamma=0.75+sign:b=512");
   p->add_option("--moniqua-theta-per-lr", flags->moniqua_theta_per_lr,
                  "Gossip: theta of a moniqua codec that names none, as a multiple of --lr (default: from Moniqua's "
@@ -482,9 +509,18 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
       ->capture_default_str()->check(CLI::IsMember({"update", "gradient"}));
   p->add_option("--iwp-per-tensor", flags->iwp_per_tensor, "IWP: one threshold per tensor (else one for the model)")
       ->capture_default_str();
-  p->add_option("--iwp-dense-below", flags->iwp_dense_below, "IWP: tensors with fewer coordinates are sent whole")
+  p->add_option("--iwp-threshold", flags->iwp_threshold,
+                 "IWP: each tensor's threshold from the index of dispersion of its importances (the paper's layer-wise rule), "
+                 "or the quantile that keeps --density of every tensor")
+      ->capture_default_str()->check(CLI::IsMember({"dispersion", "quantile"}));
+  p->add_option("--iwp-probabilistic", flags->iwp_probabilistic,
+                 "IWP: also send a coordinate below the threshold with probability importance / threshold (the paper's "
+                 "probabilistic update)")
       ->capture_default_str();
-  p->add_option("--iwp-warmup-steps", flags->iwp_warmup_steps, "IWP: first steps use --iwp-warmup-density (-1: one epoch, 0: none)")
+  p->add_option("--iwp-dense-below", flags->iwp_dense_below,
+                 "IWP: tensors with fewer coordinates are sent whole (a deep-gradient-compression extra; 2000 on LeNet-300-100)")
+      ->capture_default_str();
+  p->add_option("--iwp-warmup-steps", flags->iwp_warmup_steps, "IWP: first steps use --iwp-warmup-density (-1: one epoch, 0: none; the deep-gradient-compression warm-up is -1)")
       ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
   p->add_option("--iwp-warmup-density", flags->iwp_warmup_density,
                  "IWP: share of coordinates at the start of the warm-up (0: 4 x --density, at most 1)")

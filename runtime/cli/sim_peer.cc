@@ -44,7 +44,9 @@ struct PeerMode {
   std::vector<std::string> args;  // --reduce ... [--codec ...] [--density ...]
 };
 
-// Ring: fp32 (dense), fp16 (every hop fp16), iwp or iwp:density=F.
+// Ring: fp32 (dense), fp16 (every hop fp16), iwp or iwp:density=F, or any
+// other codec spec that decodes without side information (every peer's
+// gradient compressed once: fedrt peer --reduce compressed --codec SPEC).
 // Gossip: fp32, any codec spec (moniqua:bits=1[,theta=T]), or a replica
 // spec choco[:gamma=G]+CODEC (peer::ParseChocoSpec).
 // Either: local (the no-communication baseline: every peer trains alone
@@ -70,7 +72,12 @@ Result<PeerMode> ModeFor(const SimFlags& flags, const std::string& codec) {
         mode.args.push_back(rest.substr(key.size()));
       }
     } else {
-      return InvalidArgument("ring codec '" + codec + "': use fp32, fp16, iwp, iwp:density=F or local");
+      Result<std::unique_ptr<Codec>> made = MakeCodec(codec);
+      if (!made.ok()) return made.status();
+      if ((*made)->needs_side_info()) {
+        return InvalidArgument("ring codec '" + codec + "' needs side information: it does not compose with ring reduction");
+      }
+      mode.args = {"--reduce", "compressed", "--codec", codec};
     }
     return mode;
   }
@@ -147,7 +154,7 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
     // Momentum configures the ring's all-reduce modes; gossip and the local
     // baseline take plain SGD steps (fedrt peer refuses it there).
     const std::string& reduce = mode->args[1];
-    if (reduce == "dense" || reduce == "fp16" || reduce == "iwp") {
+    if (reduce == "dense" || reduce == "fp16" || reduce == "compressed" || reduce == "iwp") {
       args.push_back("--momentum");
       args.push_back(std::to_string(flags.momentum));
     }

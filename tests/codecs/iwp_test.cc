@@ -14,6 +14,15 @@
 namespace fedrt {
 namespace {
 
+// The fixed-quantile rule without probabilistic updates: every tensor keeps
+// the step's fraction, by importance alone.
+IwpOptions Quantile() {
+  IwpOptions o;
+  o.threshold = IwpThreshold::kQuantile;
+  o.probabilistic = false;
+  return o;
+}
+
 IwpAccumulator Make(std::size_t d, const IwpOptions& options = IwpOptions()) {
   REQUIRE(IwpAccumulator::Check(d, options).ok());
   return IwpAccumulator(d, options);
@@ -43,9 +52,9 @@ TEST_CASE("every node computes the same leader and leaders spread over the nodes
   CHECK(IwpLeader(42, 0, 1) == 0);
 }
 
-TEST_CASE("the dynamic threshold keeps about the target fraction by importance") {
+TEST_CASE("the quantile threshold keeps about the target fraction by importance") {
   const std::size_t d = 200000;
-  auto node = Make(d);
+  auto node = Make(d, Quantile());
   std::vector<float> g, w;
   GaussianGradientAndWeights(d, 1, &g, &w);
   REQUIRE(node.Accumulate(g.data()).ok());
@@ -148,7 +157,7 @@ TEST_CASE("warm-up steps use the warm-up fraction and clipping bounds each gradi
 }
 
 TEST_CASE("exponential warm-up lowers the kept share geometrically from the warm-up fraction to the target") {
-  IwpOptions options;
+  IwpOptions options = Quantile();
   options.target_fraction = 1.0f / 64;
   options.warmup_fraction = 1.0f / 4;
   options.warmup_steps = 100;
@@ -327,13 +336,13 @@ TEST_CASE("restoring what a failed step gathered gives back the accumulator and 
   }
 }
 
-TEST_CASE("per-tensor thresholds keep about the target fraction of every tensor and small tensors whole") {
+TEST_CASE("per-tensor quantile thresholds keep about the target fraction of every tensor and small tensors whole") {
   // Three tensors of very different scales: one threshold for the whole
   // vector would keep only the loud one.
   const std::size_t sizes[] = {60000, 20000, 300};
   const float scales[] = {1e-3f, 1.0f, 1e-2f};
   const std::size_t d = sizes[0] + sizes[1] + sizes[2];
-  IwpOptions options;
+  IwpOptions options = Quantile();
   options.dense_below = 1000;
   auto node = Make(d, options);
   REQUIRE(node.SetTensors({sizes[0], sizes[1], sizes[2]}).ok());
@@ -383,6 +392,86 @@ TEST_CASE("iwp rejects bad options, bad gradients, bad indices and bad broadcast
   const uint8_t junk[] = {0, 0, 20};
   uint32_t decoded[1];
   CHECK(DecodeIwpIndices(junk, sizeof junk, 1, 10, decoded).code() == StatusCode::kCorrupt);
+}
+
+// Two tensors of equal mean importance: a flat one (|Gaussian|) and a bursty
+// one (mostly small, a few very large: a high index of dispersion).
+void FlatAndBursty(std::size_t n, std::vector<float>* g, std::vector<float>* w) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  g->assign(2 * n, 0.0f);
+  w->assign(2 * n, 1.0f);
+  for (std::size_t i = 0; i < n; ++i) (*g)[i] = normal(rng);
+  for (std::size_t i = n; i < 2 * n; ++i) (*g)[i] = (u(rng) < 0.01f ? 60.0f : 0.2f) * normal(rng);
+}
+
+TEST_CASE("the dispersion threshold keeps the target share overall and fewer coordinates of a bursty tensor") {
+  const std::size_t n = 100000;
+  std::vector<float> g, w;
+  FlatAndBursty(n, &g, &w);
+  for (bool probabilistic : {true, false}) {
+    INFO("probabilistic ", probabilistic);
+    IwpOptions options;
+    options.threshold = IwpThreshold::kDispersion;
+    options.probabilistic = probabilistic;
+    auto node = Make(2 * n, options);
+    REQUIRE(node.SetTensors({n, n}).ok());
+    REQUIRE(node.Accumulate(g.data()).ok());
+    std::vector<uint32_t> indices;
+    node.SelectIndices(w.data(), {5, 0, 9, 2}, &indices);
+    std::size_t kept[2] = {0, 0};
+    for (uint32_t i : indices) ++kept[i < n ? 0 : 1];
+    const double overall = static_cast<double>(indices.size()) / (2.0 * n);
+    MESSAGE("kept overall " << overall << ", flat " << kept[0] << ", bursty " << kept[1] << ", thresholds "
+                            << node.thresholds()[0] << " / " << node.thresholds()[1]);
+    CHECK(overall > 0.8 / 64);
+    CHECK(overall < 1.2 / 64);
+    CHECK(kept[1] < kept[0]);
+    CHECK(std::is_sorted(indices.begin(), indices.end()));
+    // The bursty tensor's threshold sits further above its mean.
+    CHECK(node.thresholds()[1] > node.thresholds()[0]);
+  }
+  // The quantile rule keeps about the same share of both.
+  auto quantile = Make(2 * n, Quantile());
+  REQUIRE(quantile.SetTensors({n, n}).ok());
+  REQUIRE(quantile.Accumulate(g.data()).ok());
+  std::vector<uint32_t> indices;
+  quantile.SelectIndices(w.data(), {5, 0, 9, 2}, &indices);
+  std::size_t kept[2] = {0, 0};
+  for (uint32_t i : indices) ++kept[i < n ? 0 : 1];
+  CHECK(std::abs(static_cast<double>(kept[0]) - static_cast<double>(kept[1])) < 0.3 * static_cast<double>(kept[0]));
+}
+
+TEST_CASE("the probabilistic update sends coordinates below the threshold with probability importance over threshold") {
+  // 2000 loud coordinates (importance 100) and 98,000 quiet ones (importance
+  // 1): the threshold lands above the quiet ones, which are then kept at
+  // about 1 / tau each.
+  const std::size_t d = 100000;
+  std::vector<float> g(d, 1.0f), w(d, 1.0f);
+  for (std::size_t i = 0; i < d; i += 50) g[i] = 100.0f;
+  IwpOptions options;
+  options.threshold = IwpThreshold::kDispersion;
+  options.probabilistic = true;
+  options.target_fraction = 1.0f / 32;
+  auto node = Make(d, options);
+  REQUIRE(node.Accumulate(g.data()).ok());
+  std::vector<uint32_t> indices;
+  node.SelectIndices(w.data(), {2, 0, 4, 0}, &indices);
+  const float tau = node.thresholds()[0];
+  REQUIRE(tau > 1.0f);
+  std::size_t quiet = 0, loud = 0;
+  for (uint32_t i : indices) ++(i % 50 == 0 ? loud : quiet);
+  const double expect = (d - d / 50) / static_cast<double>(tau);
+  MESSAGE("tau " << tau << ", loud kept " << loud << ", quiet kept " << quiet << " (expected " << expect << ")");
+  CHECK(std::abs(static_cast<double>(quiet) - expect) < 5 * std::sqrt(expect) + 1);
+  CHECK(quiet > 0);
+  // Without it, nothing below the threshold is sent.
+  options.probabilistic = false;
+  auto strict = Make(d, options);
+  REQUIRE(strict.Accumulate(g.data()).ok());
+  strict.SelectIndices(w.data(), {2, 0, 4, 0}, &indices);
+  for (uint32_t i : indices) CHECK(i % 50 == 0);
 }
 
 }  // namespace

@@ -605,6 +605,21 @@ TEST_CASE("aggregator engine: an update for a round that did not ask for it is r
   CHECK(f.reports[0].updates == 2);
 }
 
+TEST_CASE("aggregator engine: alq with refit=N fits a new level table every N rounds") {
+  Federation f(Config("alq:bits=3,refit=2", 5, 2), 2);
+  f.Settle();
+  REQUIRE(f.reports.size() == 5);
+  // Versions after rounds 1..5: a fit after rounds 2 and 4, from both rounds' statistics.
+  const uint32_t expect[] = {0, 1, 1, 2, 2};
+  for (std::size_t r = 0; r < 5; ++r) {
+    INFO("round ", r);
+    CHECK(f.reports[r].applied);
+    CHECK(f.reports[r].level_table_version == expect[r]);
+  }
+  CHECK(f.reports[1].level_table != f.reports[0].level_table);
+  CHECK(f.reports[3].level_table != f.reports[1].level_table);
+}
+
 TEST_CASE("aggregator engine: a restored aggregator carries on from the checkpoint state") {
   Federation first(Config("alq:bits=3", 2, 2), 2);
   first.Settle();

@@ -26,11 +26,15 @@ void Refused(const std::string& args, const std::string& message) {
 const std::string kPeer = "peer --peers /nonexistent/peers.json --keys /nonexistent/keys --rank 0 ";
 
 TEST_CASE("fedrt peer refuses options of another reduce mode") {
-  Refused(kPeer + "--reduce dense --codec alq:bits=3", "--codec applies to --reduce gossip only; this run is --reduce dense");
+  Refused(kPeer + "--reduce dense --codec alq:bits=3",
+          "--codec applies to --reduce gossip and compressed only; this run is --reduce dense");
+  Refused(kPeer + "--reduce compressed", "--reduce compressed needs --codec SPEC");
+  Refused(kPeer + "--reduce compressed --codec ndqsg", "'ndqsg' needs side information");
+  Refused(kPeer + "--reduce compressed --codec nosuch", "nosuch");
   Refused(kPeer + "--reduce fp16 --density 0.01", "--density applies to --reduce iwp only; this run is --reduce fp16");
   Refused(kPeer + "--reduce gossip --iwp-clip 5", "--iwp-clip applies to --reduce iwp only; this run is --reduce gossip");
   Refused(kPeer + "--reduce dense --graph torus", "--graph applies to --reduce gossip and local only");
-  Refused(kPeer + "--reduce gossip --momentum 0.5", "--momentum applies to --reduce dense, fp16 and iwp only");
+  Refused(kPeer + "--reduce gossip --momentum 0.5", "--momentum applies to --reduce dense, fp16, compressed and iwp only");
   Refused(kPeer + "--reduce local --repair", "--repair applies to peers that communicate");
   Refused(kPeer + "--reduce gossip --codec moniqua:bits=1,theta=0.5 --moniqua-theta-per-lr 0.1",
           "--moniqua-theta-per-lr applies to --reduce gossip with a moniqua --codec that names no theta");
@@ -44,6 +48,10 @@ TEST_CASE("fedrt peer accepts the options of its mode and goes on to read its fi
   CHECK(run.exit_code == 1);
   CHECK(run.output.find("applies to") == std::string::npos);
   CHECK(run.output.find("/nonexistent/peers.json") != std::string::npos);
+  const testing::CliRun compressed = RunCli(kPeer + "--reduce compressed --codec alq:bits=3,refit=4 --momentum 0.5");
+  INFO(compressed.output);
+  CHECK(compressed.exit_code == 1);
+  CHECK(compressed.output.find("/nonexistent/peers.json") != std::string::npos);
 }
 
 TEST_CASE("fedrt sim refuses options of another topology, of an absent codec, and beside --compare") {

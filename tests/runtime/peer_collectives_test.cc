@@ -15,10 +15,14 @@
 #include <thread>
 #include <vector>
 
+#include "fedrt/codecs/adaptive.h"
 #include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/error_feedback.h"
+#include "fedrt/codecs/tensor_set.h"
 #include "fedrt/codecs/iwp.h"
 #include "fedrt/codecs/moniqua.h"
 #include "fedrt/platform/clock.h"
+#include "fedrt/runtime/aggregation.h"
 #include "fedrt/runtime/collectives.h"
 #include "fedrt/runtime/peer.h"
 #include "peer_checks.h"
@@ -64,6 +68,205 @@ TEST_CASE("a codec that needs side information is refused by the compressed ring
   std::vector<std::vector<float>> data(2, std::vector<float>(64, 1.0f));
   for (auto& s : ring.Reduce(ring.All(), data, "moniqua:bits=1,theta=0.5")) {
     CHECK(s.code() == StatusCode::kInvalidArgument);
+  }
+}
+
+// What AllGatherAllReduce must give: every rank's vector encoded once (its
+// tensor table, error feedback unless the spec says ef=off), decoded and added in
+// ring order, the context numbering collectives from 1 after Form.
+struct GatheredReference {
+  std::unique_ptr<TensorSetCodec> codec;
+  std::vector<std::unique_ptr<ErrorFeedback>> feedback;
+
+  GatheredReference(const std::string& spec, const std::vector<std::size_t>& table, int n, std::size_t d)
+      : codec(std::move(MakeUpdateCodec(std::move(MakeCodec(peer::AllGatherCodecSpec(spec).value()).value()), table).value())) {
+    if (codec->wants_error_feedback()) {
+      for (int r = 0; r < n; ++r) feedback.push_back(std::make_unique<ErrorFeedback>(d));
+    }
+  }
+
+  std::vector<float> Sum(const std::vector<std::vector<float>>& data, uint32_t collective) {
+    const std::size_t d = data[0].size();
+    std::vector<float> sum(d, 0.0f);
+    std::vector<std::vector<uint8_t>> payloads;
+    for (std::size_t r = 0; r < data.size(); ++r) {
+      std::vector<uint8_t> payload(codec->MaxEncodedSize(d));
+      CodecContext c;
+      c.round = collective;
+      c.sender_id = static_cast<uint32_t>(r);
+      Result<std::size_t> size = feedback.empty()
+                                     ? codec->Encode(data[r].data(), d, c, payload.data(), payload.size())
+                                     : feedback[r]->Encode(*codec, data[r].data(), d, c, payload.data(), payload.size());
+      REQUIRE(size.ok());
+      payload.resize(*size);
+      payloads.push_back(std::move(payload));
+    }
+    for (std::size_t r = 0; r < data.size(); ++r) {
+      CodecContext c;
+      c.round = collective;
+      c.sender_id = static_cast<uint32_t>(r);
+      REQUIRE(codec->DecodeAccumulate(payloads[r].data(), payloads[r].size(), c, 1.0f, sum.data(), d).ok());
+    }
+    return sum;
+  }
+};
+
+TEST_CASE("compressed all-reduce by all-gather equals the sum of every rank's decoded payload exactly") {
+  const std::vector<std::size_t> table = {700, 50, 1200, 3};  // a model's tensors
+  const std::size_t d = 700 + 50 + 1200 + 3;
+  // ALQ and AMQ without a refit in these three rounds (the next test refits).
+  for (const char* spec : {"dqsg:s=2", "dqsg:s=2,ef=off", "alq:bits=3,refit=100", "qsgd", "terngrad", "sign",
+                           "amq:refit=100", "topk:k=0.05", "rtopk:k=0.05", "randk:k=0.05", "randk:k=0.05,ef=off"}) {
+    for (int n : {2, 3, 4}) {
+      INFO(spec, ", ranks ", n);
+      LoopbackRing ring(n);
+      ring.FormAll();
+      for (auto& g : ring.groups) g->SetTensorTable(table);
+      GatheredReference reference(spec, table, n, d);
+      for (uint32_t round = 1; round <= 3; ++round) {
+        std::vector<std::vector<float>> data(static_cast<std::size_t>(n));
+        for (int r = 0; r < n; ++r) data[static_cast<std::size_t>(r)] = Input(static_cast<uint32_t>(r) + 10 * round, d);
+        const std::vector<float> expect = reference.Sum(data, round);
+        auto st = ring.Each(ring.All(), [&](uint32_t r) {
+          return ring.groups[r]->CompressedAllReduce(data[r].data(), data[r].size(), spec);
+        });
+        for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+        for (int r = 0; r < n; ++r) REQUIRE(data[static_cast<std::size_t>(r)] == expect);
+        // Each rank sent n - 1 payloads.
+        CHECK(ring.groups[0]->last_stats().bytes_sent > 0);
+        // Error feedback: each rank's residual is exactly the reference's.
+        // Error feedback is on unless the spec turns it off.
+        CHECK(reference.feedback.empty() == (std::string(spec).find("ef=off") != std::string::npos));
+        if (reference.feedback.empty()) CHECK(ring.groups[0]->compressed_residual() == nullptr);
+        for (int r = 0; r < n && !reference.feedback.empty(); ++r) {
+          const float* residual = ring.groups[static_cast<std::size_t>(r)]->compressed_residual();
+          REQUIRE(residual != nullptr);
+          const float* want = reference.feedback[static_cast<std::size_t>(r)]->residual();
+          CHECK(std::vector<float>(residual, residual + d) == std::vector<float>(want, want + d));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("compressed all-reduce carries the error-feedback residual of a sparsifier into the next step") {
+  const std::size_t d = 1000;
+  LoopbackRing ring(2);
+  ring.FormAll();
+  // Rank 1 sends zeros, rank 0 one spike and a small constant: top-1 sends
+  // the spike first, then (the spike gone) the constant piles up in the
+  // residual until a coordinate of it is the largest and is sent.
+  std::vector<std::vector<float>> data(2);
+  auto run = [&] {
+    data[0].assign(d, 0.01f);
+    data[0][7] = 5.0f;
+    data[1].assign(d, 0.0f);
+    auto st = ring.Each(ring.All(), [&](uint32_t r) {
+      return ring.groups[r]->CompressedAllReduce(data[r].data(), d, "topk:k=1");
+    });
+    for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  };
+  run();
+  CHECK(data[0][7] == 5.0f);
+  const float* residual = ring.groups[0]->compressed_residual();
+  REQUIRE(residual != nullptr);
+  CHECK(residual[7] == 0.0f);
+  CHECK(residual[0] == 0.01f);
+  run();
+  // Step 2 encodes 0.02 everywhere but the spike's place (5.0 again): the
+  // spike is sent again, the residual doubles.
+  CHECK(residual[0] == doctest::Approx(0.02f));
+  CHECK(ring.groups[1]->compressed_residual()[0] == 0.0f);
+  CHECK(data[0] == data[1]);
+}
+
+TEST_CASE("the compressed all-reduce turns error feedback on unless the spec names ef") {
+  CHECK(peer::AllGatherCodecSpec("dqsg").value() == "dqsg:ef=on");
+  CHECK(peer::AllGatherCodecSpec("dqsg:s=2").value() == "dqsg:s=2,ef=on");
+  CHECK(peer::AllGatherCodecSpec("dqsg:s=2,ef=off").value() == "dqsg:s=2,ef=off");
+  CHECK(peer::AllGatherCodecSpec("topk:ef=on,k=0.1").value() == "topk:ef=on,k=0.1");
+  CHECK(peer::AllGatherCodecSpec("dqsg:s=").status().code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("the compressed all-reduce refuses a codec that needs side information") {
+  LoopbackRing ring(2);
+  ring.FormAll();
+  std::vector<std::vector<float>> data(2, std::vector<float>(64, 1.0f));
+  auto st = ring.Each(ring.All(), [&](uint32_t r) {
+    return ring.groups[r]->CompressedAllReduce(data[r].data(), 64, "ndqsg");
+  });
+  for (auto& s : st) CHECK(s.code() == StatusCode::kInvalidArgument);
+}
+
+// Heavy-tailed like a gradient: most coordinates small, a few large.
+std::vector<float> HeavyTailed(uint32_t seed, std::size_t d) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> z(0.0f, 1.0f);
+  std::vector<float> v(d);
+  for (auto& x : v) x = (z(rng) < 0 ? -1.0f : 1.0f) * 1e-3f * std::exp(1.5f * z(rng));
+  return v;
+}
+
+// E||decode(encode(v)) - v||^2 over `rounds` dithers, tensor by tensor.
+double QuantizationVariance(AdaptiveCodec& codec, const std::vector<std::size_t>& table, const std::vector<float>& v,
+                            int rounds) {
+  std::unique_ptr<TensorSetCodec> per_tensor = std::move(BorrowUpdateCodec(codec, table).value());
+  std::vector<uint8_t> payload(per_tensor->MaxEncodedSize(v.size()));
+  std::vector<float> out(v.size());
+  double total = 0;
+  for (int k = 0; k < rounds; ++k) {
+    CodecContext c;
+    c.round = static_cast<uint32_t>(k);
+    Result<std::size_t> size = per_tensor->Encode(v.data(), v.size(), c, payload.data(), payload.size());
+    REQUIRE(size.ok());
+    REQUIRE(per_tensor->Decode(payload.data(), *size, c, out.data(), out.size()).ok());
+    for (std::size_t i = 0; i < v.size(); ++i) total += (out[i] - v[i]) * static_cast<double>(out[i] - v[i]);
+  }
+  return total / rounds;
+}
+
+TEST_CASE("ALQ and AMQ in the ring refit their levels from the merged statistics every refit=N steps") {
+  const std::vector<std::size_t> table = {3000, 1096};
+  const std::size_t d = 4096;
+  const int n = 4;
+  for (const char* spec : {"alq:bits=3,refit=2", "amq:bits=3,refit=2", "alq:bits=3,refit=2,model=norm"}) {
+    INFO(spec);
+    LoopbackRing ring(n);
+    ring.FormAll();
+    for (auto& g : ring.groups) g->SetTensorTable(table);
+    std::vector<LevelTable> seen;
+    for (uint32_t step = 0; step < 4; ++step) {
+      std::vector<std::vector<float>> data(n);
+      for (int r = 0; r < n; ++r) data[static_cast<std::size_t>(r)] = HeavyTailed(100 * step + static_cast<uint32_t>(r), d);
+      auto st = ring.Each(ring.All(), [&](uint32_t r) {
+        return ring.groups[r]->CompressedAllReduce(data[r].data(), d, spec);
+      });
+      for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+      for (int r = 1; r < n; ++r) REQUIRE(data[static_cast<std::size_t>(r)] == data[0]);
+      const LevelTable* levels = ring.groups[0]->compressed_level_table();
+      REQUIRE(levels != nullptr);
+      // Every member fitted the same table.
+      for (int r = 1; r < n; ++r) {
+        CHECK(ring.groups[static_cast<std::size_t>(r)]->compressed_level_table()->levels == levels->levels);
+        CHECK(ring.groups[static_cast<std::size_t>(r)]->compressed_level_table()->version == levels->version);
+      }
+      seen.push_back(*levels);
+    }
+    // refit=2: version 0 for the first step, 1 after step 2, 2 after step 4.
+    CHECK(seen[0].version == 0);
+    CHECK(seen[1].version == 1);
+    CHECK(seen[2].version == 1);
+    CHECK(seen[3].version == 2);
+    std::unique_ptr<AdaptiveCodec> initial = std::move(MakeAdaptiveCodec(spec).value());
+    CHECK(seen[1].levels != initial->level_table().levels);
+    // On the next step's update the fitted table has less rounding variance.
+    std::unique_ptr<AdaptiveCodec> fitted = std::move(MakeAdaptiveCodec(spec).value());
+    REQUIRE(fitted->SetLevelTable(seen[3]).ok());
+    const std::vector<float> next = HeavyTailed(999, d);
+    const double before = QuantizationVariance(*initial, table, next, 16);
+    const double after = QuantizationVariance(*fitted, table, next, 16);
+    MESSAGE(std::string(spec) << ": rounding variance, initial table " << before << ", fitted " << after);
+    CHECK(after < before);
   }
 }
 

@@ -285,7 +285,7 @@ TEST_CASE("fedrt sim refuses a codec its topology cannot run and a compare folde
   testing::TempDir dir;
   Run ring = RunCli("sim --topology ring --peers 2 --out " + dir.File("x") + " --codec moniqua:bits=1,theta=0.5");
   CHECK(ring.exit_code != 0);
-  CHECK(ring.output.find("use fp32, fp16, iwp, iwp:density=F or local") != std::string::npos);
+  CHECK(ring.output.find("ring codec 'moniqua:bits=1,theta=0.5' needs side information") != std::string::npos);
   Run compare = RunCli("sim --compare " + dir.File("absent") + " --out " + dir.File("y"));
   CHECK(compare.exit_code != 0);
   CHECK(compare.output.find("absent/metrics.jsonl: cannot open") != std::string::npos);

@@ -19,35 +19,13 @@
 namespace fedrt {
 namespace {
 
-constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";
-
-// Fashion-MNIST's test images when installed (and readable by this build),
-// else synthetic 28x28 clusters of the same shape.
-Dataset TrainingImages() {
-  const std::string dir = kFashionMnist;
-  Result<Dataset> data = LoadIdxDataset(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz");
-  if (data.ok()) {
-    data->normalization = ComputeNormalization(*data);
-    return std::move(*data);
-  }
-  MESSAGE("Fashion-MNIST not available (" << data.status().ToString() << "): synthetic images");
-  return testing::Clusters(2000, 1, 28, 28, 10, 3);
-}
-
 // One device's FedAvg update: `steps` SGD steps from a fixed-seed model.
 std::vector<float> TrainedUpdate(const Model& initial, const Dataset& data, std::size_t steps) {
   Result<Model> model = Model::Create(initial.spec().text, 7);
   REQUIRE(model.ok());
   const std::size_t d = model->parameter_count();
   std::vector<float> start(model->parameters(), model->parameters() + d);
-  SgdOptions o;
-  o.schedule.base_lr = 0.05;
-  Result<Sgd> sgd = Sgd::Create(o, d);
-  REQUIRE(sgd.ok());
-  TrainOptions options;
-  options.batch = 32;
-  options.max_steps = steps;
-  REQUIRE(TrainEpoch(*model, *sgd, data, 0, options).ok());
+  testing::TrainSteps(*model, data, steps);
   std::vector<float> update(d);
   for (std::size_t i = 0; i < d; ++i) update[i] = model->parameters()[i] - start[i];
   return update;
@@ -86,7 +64,7 @@ Measured Measure(Codec& codec, const std::vector<float>& g, int rounds) {
 void CheckPerTensorBeatsOneScale(const char* model_spec, std::size_t steps) {
   Result<Model> model = Model::Create(model_spec, 7);
   REQUIRE(model.ok());
-  const std::vector<float> g = TrainedUpdate(*model, TrainingImages(), steps);
+  const std::vector<float> g = TrainedUpdate(*model, testing::FashionMnistOrClusters(), steps);
   const std::vector<std::size_t> tensors = ModelTensorSizes(*model);
   REQUIRE(tensors.size() >= 4);
   // ec=pack: both spend exactly 3 bits per coordinate on symbols, so the

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "fedrt/codecs/codec.h"
@@ -87,6 +88,84 @@ float IwpAccumulator::StepFraction(uint32_t step) const {
   return static_cast<float>(f);
 }
 
+namespace {
+
+// Tensor k's stream of a step: {seed, context tensor id + k, round = step,
+// sender = node, purpose}.
+RandomStream TensorStream(const IwpStepContext& context, std::size_t k, RandomPurpose purpose) {
+  RandomStream stream;
+  stream.seed = context.session_seed;
+  stream.tensor_id = context.tensor_id + static_cast<uint32_t>(k);
+  stream.round = context.step;
+  stream.sender_id = context.node_id;
+  stream.purpose = purpose;
+  return stream;
+}
+
+}  // namespace
+
+std::size_t IwpAccumulator::Sample(const float* weights, const IwpStepContext& context, std::size_t k,
+                                   std::size_t begin, std::size_t n, float* out) const {
+  // m positions of this tensor with replacement: floor(word * n / 2^32).
+  const float* a = accumulator_.data();
+  const float eps = options_.eps;
+  const RandomStream stream = TensorStream(context, k, RandomPurpose::kRandomSubset);
+  const std::size_t m = std::min(sample_.size(), n);
+  uint32_t words[256];
+  for (std::size_t at = 0; at < m; at += 256) {
+    const std::size_t c = std::min<std::size_t>(256, m - at);
+    PhiloxWords(stream, at, c, words);
+    for (std::size_t j = 0; j < c; ++j) {
+      const std::size_t i = begin + static_cast<std::size_t>((uint64_t{words[j]} * n) >> 32);
+      out[at + j] = std::fabs(a[i]) / (std::fabs(weights[i]) + eps);
+    }
+  }
+  return m;
+}
+
+namespace {
+
+// One sparse tensor's sample under the dispersion rule.
+struct TensorSample {
+  std::size_t k = 0, begin = 0, n = 0;
+  const float* sample = nullptr;
+  std::size_t m = 0;
+  double mu = 0, sd = 0, dispersion = 0;
+};
+
+// D_l / mean(D), held within [1/4, 4]: a tensor far burstier than the rest
+// (the first layer's constant border pixels) would otherwise keep nothing for
+// hundreds of steps and then send its whole accumulated update at once
+// (LeNet-300-100 diverged at step 97 without the bound).
+double DispersionWeight(double dispersion, double mean_dispersion) {
+  return std::min(4.0, std::max(0.25, dispersion / mean_dispersion));
+}
+
+// The expected share of the tensors' coordinates kept with threshold
+// multiplier `k` (each sampled importance counts 1 at or above tau, I / tau
+// below it with probabilistic updates, else 0), weighted by tensor size.
+double ExpectedKept(const std::vector<TensorSample>& tensors, double mean_dispersion, double k, bool probabilistic) {
+  double kept = 0, total = 0;
+  for (const TensorSample& t : tensors) {
+    total += static_cast<double>(t.n);
+    if (t.mu <= 0) continue;
+    const double tau = t.mu + k * t.sd * DispersionWeight(t.dispersion, mean_dispersion);
+    double sum = 0;
+    for (std::size_t j = 0; j < t.m; ++j) {
+      const double v = t.sample[j];
+      if (v >= tau) {
+        sum += 1;
+      } else if (probabilistic && v > 0) {
+        sum += v / tau;
+      }
+    }
+    kept += sum / static_cast<double>(t.m) * static_cast<double>(t.n);
+  }
+  return total > 0 ? kept / total : 0;
+}
+
+}  // namespace
+
 void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& context,
                                    std::vector<uint32_t>* indices) {
   const float* a = accumulator_.data();
@@ -94,39 +173,108 @@ void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& c
   auto importance = [a, weights, eps](std::size_t i) { return std::fabs(a[i]) / (std::fabs(weights[i]) + eps); };
   indices->clear();
   const float fraction = StepFraction(context.step);
-  std::size_t begin = 0;
-  for (std::size_t k = 0; k < tensor_sizes_.size(); ++k) {
-    const std::size_t n = tensor_sizes_[k];
-    const std::size_t end = begin + n;
-    if (n == 0) continue;
-    float tau = 0;
-    if (fraction < 1 && n >= options_.dense_below) {
-      // Sample m positions of this tensor with replacement: floor(word * n / 2^32).
-      RandomStream stream;
-      stream.seed = context.session_seed;
-      stream.tensor_id = context.tensor_id + static_cast<uint32_t>(k);
-      stream.round = context.step;
-      stream.sender_id = context.node_id;
-      stream.purpose = RandomPurpose::kRandomSubset;
-      const std::size_t m = std::min(sample_.size(), n);
-      uint32_t words[256];
-      for (std::size_t at = 0; at < m; at += 256) {
-        const std::size_t c = std::min<std::size_t>(256, m - at);
-        PhiloxWords(stream, at, c, words);
-        for (std::size_t j = 0; j < c; ++j) {
-          sample_[at + j] = importance(begin + static_cast<std::size_t>((uint64_t{words[j]} * n) >> 32));
+  const bool sparse = fraction < 1;
+  const std::size_t tensors = tensor_sizes_.size();
+  // Each tensor's threshold (0: keep every nonzero coordinate).
+  std::vector<float>& taus = taus_;
+  taus.assign(tensors, 0.0f);
+  if (sparse && options_.threshold == IwpThreshold::kQuantile) {
+    std::size_t begin = 0;
+    for (std::size_t k = 0; k < tensors; ++k) {
+      const std::size_t n = tensor_sizes_[k];
+      if (n > 0 && n >= options_.dense_below) {
+        const std::size_t m = Sample(weights, context, k, begin, n, sample_.data());
+        // tau = the ceil(m f)-th largest sampled importance.
+        std::size_t keep = static_cast<std::size_t>(std::ceil(static_cast<double>(m) * fraction));
+        keep = std::max<std::size_t>(1, std::min(keep, m));
+        auto nth = sample_.begin() + static_cast<std::ptrdiff_t>(m - keep);
+        std::nth_element(sample_.begin(), nth, sample_.begin() + static_cast<std::ptrdiff_t>(m));
+        taus[k] = *nth;
+      }
+      begin += n;
+    }
+  } else if (sparse) {
+    std::vector<TensorSample> sampled;
+    samples_.resize(sample_.size() * tensors);
+    std::size_t begin = 0;
+    double dispersion_sum = 0;
+    std::size_t dispersed = 0;
+    for (std::size_t k = 0; k < tensors; ++k) {
+      const std::size_t n = tensor_sizes_[k];
+      if (n > 0 && n >= options_.dense_below) {
+        TensorSample t;
+        t.k = k;
+        t.begin = begin;
+        t.n = n;
+        float* out = samples_.data() + k * sample_.size();
+        t.m = Sample(weights, context, k, begin, n, out);
+        t.sample = out;
+        double sum = 0, sum_sq = 0;
+        for (std::size_t j = 0; j < t.m; ++j) {
+          sum += out[j];
+          sum_sq += static_cast<double>(out[j]) * out[j];
+        }
+        t.mu = sum / static_cast<double>(t.m);
+        const double variance = std::max(0.0, sum_sq / static_cast<double>(t.m) - t.mu * t.mu);
+        t.sd = std::sqrt(variance);
+        if (t.mu > 0) {
+          // The index of dispersion of I / mu_l (v_l / mu_l^2): free of the
+          // tensor's importance scale, which differs by orders of magnitude
+          // between tensors (a bias at weight 0 has importances near 1/eps).
+          t.dispersion = variance / (t.mu * t.mu);
+          dispersion_sum += t.dispersion;
+          ++dispersed;
+        }
+        sampled.push_back(t);
+      }
+      begin += n;
+    }
+    const double mean_dispersion = dispersed > 0 ? dispersion_sum / static_cast<double>(dispersed) : 0;
+    const bool probabilistic = options_.probabilistic;
+    // k: bisection (on log k over [2^-20, 2^20], then linear near 0) for the
+    // expected kept share, which falls as k grows.
+    double k = 0;
+    if (mean_dispersion > 0) {
+      double lo = -20, hi = 20;  // log2 k
+      for (int it = 0; it < 40; ++it) {
+        const double mid = 0.5 * (lo + hi);
+        if (ExpectedKept(sampled, mean_dispersion, std::exp2(mid), probabilistic) > fraction) {
+          lo = mid;
+        } else {
+          hi = mid;
         }
       }
-      // tau = the ceil(m f)-th largest sampled importance.
-      std::size_t keep = static_cast<std::size_t>(std::ceil(static_cast<double>(m) * fraction));
-      keep = std::max<std::size_t>(1, std::min(keep, m));
-      auto nth = sample_.begin() + static_cast<std::ptrdiff_t>(m - keep);
-      std::nth_element(sample_.begin(), nth, sample_.begin() + static_cast<std::ptrdiff_t>(m));
-      tau = *nth;
+      k = std::exp2(hi);
     }
-    for (std::size_t i = begin; i < end; ++i) {
-      const float v = importance(i);
-      if (v >= tau && v > 0) indices->push_back(static_cast<uint32_t>(i));
+    for (const TensorSample& t : sampled) {
+      // A tensor without importance keeps nothing (tau infinite).
+      taus[t.k] = t.mu > 0 && mean_dispersion > 0
+                      ? static_cast<float>(t.mu + k * t.sd * DispersionWeight(t.dispersion, mean_dispersion))
+                      : std::numeric_limits<float>::infinity();
+    }
+  }
+  const bool probabilistic = sparse && options_.probabilistic;
+  std::size_t begin = 0;
+  uint32_t words[256] = {};
+  for (std::size_t k = 0; k < tensors; ++k) {
+    const std::size_t n = tensor_sizes_[k];
+    const std::size_t end = begin + n;
+    const float tau = taus[k];
+    const RandomStream stream = TensorStream(context, k, RandomPurpose::kLeaderChoice);
+    for (std::size_t at = begin; at < end; at += 256) {
+      const std::size_t c = std::min<std::size_t>(256, end - at);
+      const bool draws = probabilistic && tau > 0;
+      if (draws) PhiloxWords(stream, 1 + (at - begin), c, words);
+      for (std::size_t j = 0; j < c; ++j) {
+        const std::size_t i = at + j;
+        const float v = importance(i);
+        if (!(v > 0)) continue;
+        // Kept with probability v / tau below the threshold: u < v / tau,
+        // u = word / 2^32, compared in double.
+        if (v >= tau || (draws && static_cast<double>(words[j]) * 0x1p-32 * tau < v)) {
+          indices->push_back(static_cast<uint32_t>(i));
+        }
+      }
     }
     begin = end;
   }

@@ -48,6 +48,7 @@ struct QuantizerConfig {
   int s = 1;
   LevelTable table;  // alq, amq only: qsgd and terngrad keep their uniform levels inline
   LevelModel model = LevelModel::kPooled;  // alq, amq: model=pooled|norm
+  uint32_t refit = 1;                       // alq, amq: refit=N rounds or steps
   CommonOptions options;
 };
 
@@ -85,6 +86,7 @@ class NormalizedQuantizer final : public AdaptiveCodec {
   const LevelTable& level_table() const override { return c_.table; }
   int levels_per_sign() const override { return c_.s; }
   LevelModel level_model() const override { return c_.model; }
+  uint32_t refit_interval() const override { return c_.refit; }
   Result<LevelStatistics> MeasureLevelStatistics(const float* input, std::size_t d) const override {
     return ComputeLevelStatistics(input, d, c_.bucket, norm());
   }
@@ -310,9 +312,11 @@ Result<uint32_t> ParseBucket(const CodecSpec& spec, int64_t default_bucket) {
 
 // alq and amq: bits (3), b (1024); s = 2^(bits-1) - 1 levels per sign.
 Result<QuantizerConfig> AdaptiveLevelConfig(const CodecSpec& spec, CodecId id) {
-  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"bits", "b", "ef", "ec", "model"}));
+  FEDRT_RETURN_IF_ERROR(spec.CheckKeys({"bits", "b", "ef", "ec", "model", "refit"}));
   auto bits = spec.GetInt("bits", 3, 2, 8);
   FEDRT_RETURN_IF_ERROR(bits.status());
+  auto refit = spec.GetInt("refit", 1, 1, 1000000);
+  FEDRT_RETURN_IF_ERROR(refit.status());
   auto model = spec.GetChoice("model", "pooled", {"pooled", "norm"});
   FEDRT_RETURN_IF_ERROR(model.status());
   auto bucket = ParseBucket(spec, 1024);
@@ -328,10 +332,12 @@ Result<QuantizerConfig> AdaptiveLevelConfig(const CodecSpec& spec, CodecId id) {
   c.table = id == CodecId::kAlq ? UniformLevels(c.s) : ExponentialLevels(c.s, 0.5f);
   c.options = *options;
   c.model = *model == "norm" ? LevelModel::kNormWeighted : LevelModel::kPooled;
-  // model=pooled (the default) is left out of the canonical spec, so payloads
-  // of the pooled codecs keep their bytes.
+  c.refit = static_cast<uint32_t>(*refit);
+  // model=pooled and refit=1 (the defaults) are left out of the canonical
+  // spec, so payloads of those codecs keep their bytes.
   c.spec += std::string(id == CodecId::kAlq ? "alq" : "amq") + ":bits=" + std::to_string(*bits) +
-            ",b=" + std::to_string(c.bucket) + (c.model == LevelModel::kNormWeighted ? ",model=norm" : "") + "," +
+            ",b=" + std::to_string(c.bucket) + (c.model == LevelModel::kNormWeighted ? ",model=norm" : "") +
+            (c.refit != 1 ? ",refit=" + std::to_string(c.refit) : std::string()) + "," +
             CommonOptionsSuffix(c.options, true);
   return c;
 }

@@ -8,10 +8,10 @@ namespace peer {
 
 PeerGroup::PeerGroup(std::unique_ptr<CollectiveContext> context, uint32_t chunk_floats)
     : owned_(std::move(context)), context_(*owned_), dense_(context_, chunk_floats),
-      compressed_(context_, chunk_floats), iwp_(context_, dense_), gossip_(context_) {}
+      compressed_(context_, chunk_floats), gathered_(context_), iwp_(context_, dense_), gossip_(context_) {}
 
 PeerGroup::PeerGroup(CollectiveContext& context, uint32_t chunk_floats)
-    : context_(context), dense_(context_, chunk_floats), compressed_(context_, chunk_floats),
+    : context_(context), dense_(context_, chunk_floats), compressed_(context_, chunk_floats), gathered_(context_),
       iwp_(context_, dense_), gossip_(context_) {}
 
 PeerGroup::~PeerGroup() = default;
@@ -28,6 +28,12 @@ Status PeerGroup::AllReduce(float* data, std::size_t n, const std::string& codec
   return s;
 }
 
+Status PeerGroup::CompressedAllReduce(float* data, std::size_t n, const std::string& codec_spec) {
+  Status s = gathered_.Run(data, n, codec_spec);
+  last_stats_ = gathered_.stats();
+  return s;
+}
+
 Status PeerGroup::IwpAllReduce(IwpAccumulator& accumulator, const float* weights, uint64_t seed, uint32_t step,
                                std::vector<uint32_t>* indices, std::vector<float>* sums) {
   Status s = iwp_.Run(accumulator, weights, seed, step, indices, sums);
@@ -41,7 +47,8 @@ Status PeerGroup::GossipStep(float* model, const float* grad, std::size_t d, flo
 }
 
 uint64_t PeerGroup::total_bytes_sent() const {
-  return dense_.total_bytes_sent() + compressed_.total_bytes_sent() + iwp_.total_bytes_sent() +
+  return dense_.total_bytes_sent() + compressed_.total_bytes_sent() + gathered_.total_bytes_sent() +
+         iwp_.total_bytes_sent() +
          gossip_.total_bytes_sent();
 }
 

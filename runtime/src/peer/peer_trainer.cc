@@ -14,7 +14,9 @@ namespace fedrt {
 namespace peer {
 namespace {
 
-bool TakesCodec(PeerReduce reduce) { return reduce == PeerReduce::kCodec || reduce == PeerReduce::kGossip; }
+bool TakesCodec(PeerReduce reduce) {
+  return reduce == PeerReduce::kCodec || reduce == PeerReduce::kCompressed || reduce == PeerReduce::kGossip;
+}
 
 }  // namespace
 
@@ -40,11 +42,21 @@ Result<std::unique_ptr<PeerTrainer>> PeerTrainer::Create(Model& model, const Pee
   if (options.epochs < 1 || options.batch < 1 || options.evals_per_epoch < 1) {
     return InvalidArgument("epochs, batch and evaluations per epoch must be positive");
   }
-  if (options.reduce == PeerReduce::kCodec && options.codec.empty()) {
-    return InvalidArgument("a codec all-reduce needs a codec (e.g. fp16)");
+  if ((options.reduce == PeerReduce::kCodec || options.reduce == PeerReduce::kCompressed) && options.codec.empty()) {
+    return InvalidArgument("a codec all-reduce needs a codec (e.g. fp16, dqsg:s=2)");
+  }
+  if (options.reduce == PeerReduce::kCompressed) {
+    // Refused here, not at the first step: the codec must exist and decode
+    // without side information (a ring member has none of another's).
+    auto made = MakeCodec(options.codec);
+    if (!made.ok()) return made.status();
+    if ((*made)->needs_side_info()) {
+      return InvalidArgument("codec '" + options.codec +
+                             "' needs side information: it does not compose with ring reduction");
+    }
   }
   if (!TakesCodec(options.reduce) && !options.codec.empty()) {
-    return InvalidArgument("codec '" + options.codec + "' does not apply: only gossip and the codec all-reduce take one");
+    return InvalidArgument("codec '" + options.codec + "' does not apply: only gossip and the codec all-reduces take one");
   }
   if (context.members().empty()) return Status(StatusCode::kFailedPrecondition, "the context is not formed yet");
   const std::size_t n = context.members().size();
@@ -85,6 +97,8 @@ Result<std::unique_ptr<PeerTrainer>> PeerTrainer::Create(Model& model, const Pee
     io.warmup_exponential = options.iwp.warmup_exponential;
     io.clip_norm = options.iwp.clip;
     io.eps = options.iwp.eps;
+    io.threshold = options.iwp.threshold;
+    io.probabilistic = options.iwp.probabilistic;
     FEDRT_RETURN_IF_ERROR(IwpAccumulator::Check(d, io));
     trainer->accumulator_ = std::make_unique<IwpAccumulator>(d, io);
     if (options.iwp.per_tensor) {
@@ -388,7 +402,8 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
           }
         } else {
           std::copy(g, g + d, saved_.begin());
-          reduced = group_->AllReduce(g, d, ring_codec);
+          reduced = options_.reduce == PeerReduce::kCompressed ? group_->CompressedAllReduce(g, d, options_.codec)
+                                                              : group_->AllReduce(g, d, ring_codec);
           if (reduced.ok()) {
             for (std::size_t i = 0; i < d; ++i) g[i] /= members;
           } else {

@@ -191,6 +191,10 @@ struct Aggregator::State {
   // decoded with it), and the statistics merged from this round's accepted
   // updates, which the next table is fitted to when the round closes.
   std::unique_ptr<AdaptiveCodec> levels_;
+  // refit=N: the statistics merged since the last fit and the rounds they
+  // span (not checkpointed: a restarted aggregator starts a new interval).
+  LevelStatistics pending_levels_;
+  uint32_t rounds_since_refit_ = 0;
   std::unique_ptr<TensorSetCodec> levels_tensors_;  // levels_ over the tensor table
   std::set<std::string> forced_anchors_;  // wrapped too often last round
   std::size_t rejected_ = 0;
@@ -776,15 +780,20 @@ Status Aggregator::State::CheckLevels(const UpdateMessage& m, const Assignment& 
   return ValidateLevelStatistics(*levels, static_cast<double>(d_));
 }
 
-// ALQ / AMQ, once a round is applied: the next table, version + 1, fitted to
-// the statistics of the round's accepted updates (deterministic, and the
-// merge does not depend on arrival order). Without statistics the table stays.
+// ALQ / AMQ, once a round is applied: the statistics of the round's accepted
+// updates join those since the last fit; every refit=N rounds the next table,
+// version + 1, is fitted to them (deterministic, and the merge does not depend
+// on arrival order). Without statistics the table stays.
 void Aggregator::State::RefitLevels() {
   if (!levels_) return;
   // Merged in device order, like the sums: the double sums then do not depend
   // on the order the updates arrived in.
-  LevelStatistics round_levels;
-  for (const auto& entry : answered_) round_levels.Merge(received_[entry.second].levels);
+  for (const auto& entry : answered_) pending_levels_.Merge(received_[entry.second].levels);
+  // refit=N: every N applied rounds, from the statistics of all N.
+  if (++rounds_since_refit_ < levels_->refit_interval()) return;
+  rounds_since_refit_ = 0;
+  LevelStatistics round_levels = std::move(pending_levels_);
+  pending_levels_ = LevelStatistics();
   if (round_levels.count == 0) return;
   const uint32_t next = levels_->level_table().version + 1;
   Result<LevelTable> table = FitLevelTable(*levels_, round_levels, next);

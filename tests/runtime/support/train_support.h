@@ -4,9 +4,16 @@
 #ifndef FEDRT_TESTS_RUNTIME_TRAIN_SUPPORT_H_
 #define FEDRT_TESTS_RUNTIME_TRAIN_SUPPORT_H_
 
+#include <doctest/doctest.h>
+
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "fedrt/runtime/dataset.h"
+#include "fedrt/runtime/model.h"
+#include "fedrt/runtime/optimizer.h"
+#include "fedrt/runtime/trainer.h"
 
 namespace fedrt::testing {
 
@@ -37,6 +44,32 @@ inline Dataset Clusters(std::size_t count, int channels, int height, int width, 
   }
   d.normalization = {0.5f, 0.5f};
   return d;
+}
+
+// Fashion-MNIST's test images when installed (and readable by this build),
+// else synthetic 28x28 clusters of the same shape: real updates for the
+// codec measurements that need them.
+inline Dataset FashionMnistOrClusters() {
+  const std::string dir = "/usr/share/datasets/fashion-mnist";
+  Result<Dataset> data = LoadIdxDataset(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz");
+  if (data.ok()) {
+    data->normalization = ComputeNormalization(*data);
+    return std::move(*data);
+  }
+  MESSAGE("Fashion-MNIST not available (" << data.status().ToString() << "): synthetic images");
+  return Clusters(2000, 1, 28, 28, 10, 3);
+}
+
+// `steps` plain SGD steps (lr 0.05, batch 32) of `model` on `data`.
+inline void TrainSteps(Model& model, const Dataset& data, std::size_t steps) {
+  SgdOptions o;
+  o.schedule.base_lr = 0.05;
+  Result<Sgd> sgd = Sgd::Create(o, model.parameter_count());
+  REQUIRE(sgd.ok());
+  TrainOptions options;
+  options.batch = 32;
+  options.max_steps = steps;
+  REQUIRE(TrainEpoch(model, *sgd, data, 0, options).ok());
 }
 
 }  // namespace fedrt::testing

@@ -35,6 +35,10 @@ class AdaptiveCodec : public Codec {
   // The density the table owner fits: key model=pooled (default) or
   // model=norm (the norm-weighted "-N" mixture; see level_fit.h).
   virtual LevelModel level_model() const = 0;
+  // Key refit=N (default 1): the table owner fits a new table every N rounds
+  // (star) or all-reduce steps (ring), from the statistics merged since the
+  // last fit. The codec itself only carries the number.
+  virtual uint32_t refit_interval() const = 0;
   // The statistics a sender measures from the vector it encodes (its bucket
   // size and norm; ComputeLevelStatistics, level_fit.h) and sends beside the
   // payload, so the table owner can fit the next table.

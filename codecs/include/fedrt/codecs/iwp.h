@@ -50,8 +50,31 @@
 
 namespace fedrt {
 
+// How SelectIndices sets a tensor's threshold tau (codecs/README.md, "IWP").
+enum class IwpThreshold : uint8_t {
+  // The paper's layer-wise rule, in fedrt's closed form: from a sample of
+  // tensor l, mu_l and v_l (mean and variance of the importances) and the
+  // index of dispersion of I / mu_l, D_l = v_l / mu_l^2 (scale-free);
+  // tau_l = mu_l + k sqrt(v_l) D_l / mean_l(D_l), with one k for all
+  // tensors chosen each step (bisection on
+  // the samples) so that the expected kept share, probabilistic updates
+  // included, is the step's fraction. Bursty tensors keep fewer coordinates.
+  kDispersion = 0,
+  // tau = the quantile of the sampled importances that keeps the step's
+  // fraction of each tensor (every tensor keeps about the same share).
+  kQuantile = 1,
+};
+
 struct IwpOptions {
   float target_fraction = 1.0f / 64;  // share of coordinates kept per step, in (0, 1]
+  // The quantile by default: with the dispersion rule and the probabilistic
+  // update LeNet-300-100 diverged (runtime/README.md, "IWP as the paper has it").
+  IwpThreshold threshold = IwpThreshold::kQuantile;
+  // The paper's probabilistic update of low-importance gradients: a
+  // coordinate with 0 < importance I < tau is also kept with probability
+  // I / tau (Philox purpose 4 of the leader), so no accumulated value waits
+  // forever.
+  bool probabilistic = false;
   float eps = 1e-8f;                  // importance = |a_i| / (|w_i| + eps)
   std::size_t sample_size = 4096;     // coordinates sampled (with replacement) for the threshold
   uint32_t warmup_steps = 0;          // steps t < warmup_steps keep warmup_fraction instead
@@ -99,12 +122,14 @@ class IwpAccumulator {
   Status Accumulate(const float* grad, float rate = 1.0f);
 
   // The leader's index set, sorted: per tensor, every i with importance >=
-  // tau and > 0, where tau is the ceil(m f)-th largest importance among m
-  // sampled coordinates of that tensor (f = target or warm-up fraction; f >= 1
-  // or a tensor below dense_below keeps every coordinate; StepFraction gives
-  // f). `weights` are the
-  // current parameters (d floats). The sample of tensor k comes from the
-  // stream with tensor_id = context.tensor_id + k.
+  // tau and > 0 (tau by options().threshold from m sampled coordinates of
+  // the tensor; f = target or warm-up fraction, StepFraction; f >= 1 or a
+  // tensor below dense_below keeps every coordinate), plus, with
+  // `probabilistic`, each i with 0 < importance < tau with probability
+  // importance / tau. `weights` are the current parameters (d floats). The
+  // sample of tensor k comes from the stream with tensor_id =
+  // context.tensor_id + k (purpose 3), the probabilistic draws from the same
+  // ids with purpose 4 (word 1 + i - the tensor's first index).
   void SelectIndices(const float* weights, const IwpStepContext& context, std::vector<uint32_t>* indices);
 
   // values[j] = a[indices[j]], then a[indices[j]] = 0 (and u[indices[j]] = 0
@@ -127,15 +152,23 @@ class IwpAccumulator {
   const float* velocity() const { return velocity_.data(); }
   std::size_t size() const { return accumulator_.size(); }
   const IwpOptions& options() const { return options_; }
+  // Each tensor's threshold in the last SelectIndices (0: kept whole;
+  // infinite: nothing to send).
+  const std::vector<float>& thresholds() const { return taus_; }
 
  private:
   Status CheckIndices(const uint32_t* indices, std::size_t count) const;
+  // Fills sample_ with m importances of tensor k ([begin, begin + n)).
+  std::size_t Sample(const float* weights, const IwpStepContext& context, std::size_t k, std::size_t begin,
+                     std::size_t n, float* out) const;
 
   IwpOptions options_;
   std::vector<float> accumulator_;
   std::vector<float> velocity_;
   std::vector<std::size_t> tensor_sizes_;
   std::vector<float> sample_;
+  std::vector<float> samples_;  // kDispersion: every sparse tensor's sample, one after another
+  std::vector<float> taus_;     // each tensor's threshold in the last SelectIndices
 };
 
 // Compact form of an index set for the leader's broadcast (the sparsifiers'

@@ -10,6 +10,13 @@
 //                            owner of a reduced segment encodes it once and
 //                            every peer (the owner too) takes the decoded
 //                            value, so all peers end bit-identical.
+//   AllGatherAllReduce       the ring for the quantizers and sparsifiers:
+//                            every member encodes its own vector once (per
+//                            tensor, error feedback when the codec asks),
+//                            the payloads go round the ring unchanged and
+//                            every member sums the p decoded ones in ring
+//                            order, so all end bit-identical (why not
+//                            re-encoding per hop: runtime/README.md).
 //   IwpAllReduce             IWP-sparse (codecs/README.md): the
 //                            leader of the step sends its index set around
 //                            the ring; every peer all-reduces its accumulated
@@ -44,9 +51,12 @@
 #include <string>
 #include <vector>
 
+#include "fedrt/codecs/adaptive.h"
 #include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/error_feedback.h"
 #include "fedrt/codecs/iwp.h"
 #include "fedrt/codecs/moniqua.h"
+#include "fedrt/codecs/tensor_set.h"
 #include "fedrt/platform/status.h"
 #include "fedrt/runtime/collective_context.h"
 
@@ -103,6 +113,66 @@ class CompressedRingAllReduce {
   std::unique_ptr<Codec> codec_;  // made once per spec, reused
   std::string spec_;
   std::vector<uint8_t> encoded_;
+  AllReduceStats stats_;
+  uint64_t total_bytes_sent_ = 0;
+};
+
+// All-reduce by all-gather of compressed vectors: on return `data` holds the
+// sum over the members of decode(encode(their data)), added in ring order,
+// the same bits on every member. The codec: any that decodes without side
+// information (kInvalidArgument otherwise), made per spec and kept; the
+// quantizers go tensor by tensor over SetTensorTable's table (tensor_set.h;
+// a vector of another length is one tensor). Error feedback is on unless
+// the spec says ef=off (AllGatherCodecSpec): this member's residual is
+// added before encoding and what the encoding lost is carried to the next
+// Run; a Run that fails leaves the residual as it was. (On by default here,
+// unlike the codecs' own default for the quantizers: in a ring every step's
+// gradient is compressed, and without it dqsg:s=2 and alq:bits=3 end 1.3 to
+// 2.8 points below the dense ring in 3 epochs; runtime/README.md.)
+// Bytes: each member sends the p - 1 payloads other than the last one it
+// receives, (p - 1) payloads in all.
+// ALQ / AMQ adapt their levels: every refit=N Runs (the codec's key, default
+// 1) the members all-gather the level statistics of what they encoded since
+// the last fit (28 bytes each; with model=norm 28 more per largest bucket),
+// merge them and fit the next table, identical on every member.
+// The spec AllGatherAllReduce encodes with: `codec_spec` plus ef=on when it
+// names no ef key (kInvalidArgument when it does not parse).
+Result<std::string> AllGatherCodecSpec(const std::string& codec_spec);
+
+class AllGatherAllReduce {
+ public:
+  explicit AllGatherAllReduce(CollectiveContext& context);
+  ~AllGatherAllReduce();
+
+  // The model's tensor lengths (aggregation.h, ModelTensorSizes).
+  void SetTensorTable(std::vector<std::size_t> tensor_sizes);
+  Status Run(float* data, std::size_t n, const std::string& codec_spec);
+  // The error-feedback residual (n floats) after the last Run; null when
+  // the codec has none.
+  const float* residual() const;
+  // ALQ / AMQ: the level table the next Run encodes with (null: another codec).
+  const LevelTable* level_table() const;
+  const AllReduceStats& stats() const { return stats_; }
+  uint64_t total_bytes_sent() const { return total_bytes_sent_; }
+
+ private:
+  Status Prepare(std::size_t n, const std::string& codec_spec);
+  Status Refit(Deadline deadline, std::size_t n);
+  Status Exchange(uint64_t collective, Deadline deadline, const std::string& spec, std::size_t max_size,
+                  std::vector<std::vector<uint8_t>>* payloads);
+
+  CollectiveContext& context_;
+  std::vector<std::size_t> tensor_sizes_;
+  std::unique_ptr<AdaptiveCodec> adaptive_;  // ALQ / AMQ: the codec codec_ borrows
+  std::unique_ptr<TensorSetCodec> codec_;     // made once per spec and length, reused
+  std::string spec_;
+  std::unique_ptr<ErrorFeedback> feedback_;        // null: the codec takes none
+  std::unique_ptr<ErrorFeedback> saved_feedback_;  // the residual before this Run
+  std::vector<std::vector<uint8_t>> payloads_;     // by ring position, reused
+  std::vector<std::vector<uint8_t>> level_payloads_;
+  std::vector<float> measured_vector_;             // data + residual, measured for ALQ / AMQ
+  LevelStatistics pending_levels_;                 // this member's, since the last fit
+  uint32_t runs_since_refit_ = 0;
   AllReduceStats stats_;
   uint64_t total_bytes_sent_ = 0;
 };

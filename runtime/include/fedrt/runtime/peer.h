@@ -119,12 +119,23 @@ class PeerGroup {
   // (RingAllReduce); otherwise every hop carries that codec's payload
   // (CompressedRingAllReduce, e.g. "fp16").
   Status AllReduce(float* data, std::size_t n, const std::string& codec_spec = "");
+  // Sum over the ring's members of their compressed vectors
+  // (AllGatherAllReduce: the quantizers and sparsifiers, error feedback).
+  Status CompressedAllReduce(float* data, std::size_t n, const std::string& codec_spec);
+  // AllGatherAllReduce's error-feedback residual (null: none).
+  const float* compressed_residual() const { return gathered_.residual(); }
+  // ALQ / AMQ in the compressed all-reduce: the current level table (null: none).
+  const LevelTable* compressed_level_table() const { return gathered_.level_table(); }
   Status IwpAllReduce(IwpAccumulator& accumulator, const float* weights, uint64_t seed, uint32_t step,
                       std::vector<uint32_t>* indices, std::vector<float>* sums);
   Status GossipStep(float* model, const float* grad, std::size_t d, float lr, const std::string& codec_spec,
                     uint64_t step, GossipStats* stats);
-  // The model's tensor table for the gossip codec (Gossip::SetTensorTable).
-  void SetTensorTable(std::vector<std::size_t> tensor_sizes) { gossip_.SetTensorTable(std::move(tensor_sizes)); }
+  // The model's tensor table for the gossip codec and the compressed
+  // all-reduce (Gossip::SetTensorTable, AllGatherAllReduce::SetTensorTable).
+  void SetTensorTable(std::vector<std::size_t> tensor_sizes) {
+    gathered_.SetTensorTable(tensor_sizes);
+    gossip_.SetTensorTable(std::move(tensor_sizes));
+  }
   Result<uint64_t> AgreeStep(uint64_t step) { return peer::AgreeStep(context_, step); }
   Status Close() { return context_.Close(); }
 
@@ -143,6 +154,7 @@ class PeerGroup {
   CollectiveContext& context_;
   RingAllReduce dense_;
   CompressedRingAllReduce compressed_;
+  AllGatherAllReduce gathered_;
   peer::IwpAllReduce iwp_;
   Gossip gossip_;
   AllReduceStats last_stats_;

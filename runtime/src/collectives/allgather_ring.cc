@@ -140,7 +140,7 @@ Status AllGatherAllReduce::Prepare(std::size_t n, const std::string& requested) 
   }
   if (codec_->wants_error_feedback()) {
     feedback_ = std::make_unique<ErrorFeedback>(n);
-    saved_feedback_ = std::make_unique<ErrorFeedback>(n);
+    saved_residual_.assign(n, 0.0f);
   }
   spec_ = requested;
   return Status::Ok();
@@ -188,7 +188,7 @@ Status AllGatherAllReduce::Run(float* data, std::size_t n, const std::string& co
       offset += t;
     }
   }
-  if (feedback_ != nullptr) *saved_feedback_ = *feedback_;
+  if (feedback_ != nullptr) std::copy(feedback_->residual(), feedback_->residual() + n, saved_residual_.begin());
   Result<std::size_t> size = feedback_ != nullptr ? feedback_->Encode(codec, data, n, context, own.data(), own.size())
                                                   : codec.Encode(data, n, context, own.data(), own.size());
   if (!size.ok()) return size.status();
@@ -204,7 +204,7 @@ Status AllGatherAllReduce::Run(float* data, std::size_t n, const std::string& co
     }
   }
   if (!result.ok()) {
-    if (feedback_ != nullptr) *feedback_ = *saved_feedback_;
+    if (feedback_ != nullptr) std::copy(saved_residual_.begin(), saved_residual_.end(), feedback_->mutable_residual());
     return result;
   }
   if (adaptive_ != nullptr) {

@@ -167,7 +167,7 @@ class AllGatherAllReduce {
   std::unique_ptr<TensorSetCodec> codec_;     // made once per spec and length, reused
   std::string spec_;
   std::unique_ptr<ErrorFeedback> feedback_;        // null: the codec takes none
-  std::unique_ptr<ErrorFeedback> saved_feedback_;  // the residual before this Run
+  std::vector<float> saved_residual_;  // the residual before this Run (restored when it fails)
   std::vector<std::vector<uint8_t>> payloads_;     // by ring position, reused
   std::vector<std::vector<uint8_t>> level_payloads_;
   std::vector<float> measured_vector_;             // data + residual, measured for ALQ / AMQ

@@ -129,7 +129,7 @@ class TrainingPass {
   EpochStats stats() const;
   // The updates the whole pass makes (stats().steps of them are done).
   std::size_t total_steps() const {
-    const std::size_t all = batch_ == 0 ? 0 : (order_.size() + batch_ - 1) / batch_;
+    const std::size_t all = batch_ == 0 ? 0 : (count_ + batch_ - 1) / batch_;
     return max_steps_ != 0 && max_steps_ < all ? max_steps_ : all;
   }
 

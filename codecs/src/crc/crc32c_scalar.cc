@@ -1,5 +1,14 @@
-// Scalar CRC32C, slicing-by-8: eight 256-entry tables built at compile time,
-// so eight input bytes cost eight lookups and no per-bit work.
+// Scalar CRC32C in three table sizes, one chosen at build time
+// (FEDRT_CRC32C, codecs/CMakeLists.txt) for scalar::Crc32cUpdate; all three
+// give the same value for the same bytes (tests/codecs/crc32c_test.cc):
+//   slice8  slicing-by-8: eight 256-entry tables (8 KiB), eight lookups per
+//           eight input bytes and no per-bit work; the default
+//   byte    one 256-entry table (1 KiB), one lookup per byte
+//   nibble  one 16-entry table (64 bytes), two lookups per byte: for
+//           microcontrollers, whose payloads are a few KiB a round and whose
+//           flash is counted in KiB
+// The tables are built at compile time; with -ffunction-sections and
+// --gc-sections an image keeps only the chosen variant and its table.
 #include <cstring>
 
 #include "crc/crc32c_kernels.h"
@@ -8,12 +17,14 @@
 namespace fedrt {
 namespace {
 
+constexpr uint32_t kPolynomial = 0x82F63B78u;  // Castagnoli, reflected
+
 struct Crc32cTables {
   uint32_t t[8][256];
   constexpr Crc32cTables() : t() {
     for (uint32_t i = 0; i < 256; ++i) {
       uint32_t crc = i;
-      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (kPolynomial & (0u - (crc & 1u)));
       t[0][i] = crc;
     }
     for (uint32_t i = 0; i < 256; ++i) {
@@ -23,11 +34,36 @@ struct Crc32cTables {
 };
 constexpr Crc32cTables kTables;
 
+struct Crc32cByteTable {
+  uint32_t t[256];
+  constexpr Crc32cByteTable() : t() {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t crc = i;
+      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (kPolynomial & (0u - (crc & 1u)));
+      t[i] = crc;
+    }
+  }
+};
+constexpr Crc32cByteTable kByteTable;
+
+// Entry i: the register after shifting the nibble i through four bits.
+struct Crc32cNibbleTable {
+  uint32_t t[16];
+  constexpr Crc32cNibbleTable() : t() {
+    for (uint32_t i = 0; i < 16; ++i) {
+      uint32_t crc = i;
+      for (int bit = 0; bit < 4; ++bit) crc = (crc >> 1) ^ (kPolynomial & (0u - (crc & 1u)));
+      t[i] = crc;
+    }
+  }
+};
+constexpr Crc32cNibbleTable kNibbleTable;
+
 }  // namespace
 
 namespace scalar {
 
-uint32_t Crc32cUpdate(uint32_t crc, const uint8_t* data, std::size_t size) {
+uint32_t Crc32cUpdateSlice8(uint32_t crc, const uint8_t* data, std::size_t size) {
   const auto& t = kTables.t;
   while (size >= 8) {
     // Byte-wise loads keep this independent of host endianness and alignment.
@@ -40,6 +76,32 @@ uint32_t Crc32cUpdate(uint32_t crc, const uint8_t* data, std::size_t size) {
   }
   while (size-- > 0) crc = (crc >> 8) ^ t[0][(crc ^ *data++) & 0xffu];
   return crc;
+}
+
+uint32_t Crc32cUpdateByte(uint32_t crc, const uint8_t* data, std::size_t size) {
+  const auto& t = kByteTable.t;
+  while (size-- > 0) crc = (crc >> 8) ^ t[(crc ^ *data++) & 0xffu];
+  return crc;
+}
+
+uint32_t Crc32cUpdateNibble(uint32_t crc, const uint8_t* data, std::size_t size) {
+  const auto& t = kNibbleTable.t;
+  while (size-- > 0) {
+    crc ^= *data++;
+    crc = (crc >> 4) ^ t[crc & 0xfu];
+    crc = (crc >> 4) ^ t[crc & 0xfu];
+  }
+  return crc;
+}
+
+uint32_t Crc32cUpdate(uint32_t crc, const uint8_t* data, std::size_t size) {
+#if FEDRT_CRC32C_NIBBLE
+  return Crc32cUpdateNibble(crc, data, size);
+#elif FEDRT_CRC32C_BYTE
+  return Crc32cUpdateByte(crc, data, size);
+#else
+  return Crc32cUpdateSlice8(crc, data, size);
+#endif
 }
 
 }  // namespace scalar

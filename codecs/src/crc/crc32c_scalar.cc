@@ -19,45 +19,34 @@ namespace {
 
 constexpr uint32_t kPolynomial = 0x82F63B78u;  // Castagnoli, reflected
 
+// Entry i: the register after shifting the kBits low bits of i through the
+// polynomial (kBits = 8: the classic byte table; 4: nibbles).
+template <int kBits>
+struct ShiftTable {
+  uint32_t t[1u << kBits];
+  constexpr ShiftTable() : t() {
+    for (uint32_t i = 0; i < (1u << kBits); ++i) {
+      uint32_t crc = i;
+      for (int bit = 0; bit < kBits; ++bit) crc = (crc >> 1) ^ (kPolynomial & (0u - (crc & 1u)));
+      t[i] = crc;
+    }
+  }
+};
+constexpr ShiftTable<8> kByteTable;
+constexpr ShiftTable<4> kNibbleTable;
+
+// Slicing-by-8: t[k][i] is byte i followed by k zero bytes.
 struct Crc32cTables {
   uint32_t t[8][256];
   constexpr Crc32cTables() : t() {
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t crc = i;
-      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (kPolynomial & (0u - (crc & 1u)));
-      t[0][i] = crc;
-    }
+    const ShiftTable<8> bytes;
+    for (uint32_t i = 0; i < 256; ++i) t[0][i] = bytes.t[i];
     for (uint32_t i = 0; i < 256; ++i) {
       for (int k = 1; k < 8; ++k) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xffu];
     }
   }
 };
 constexpr Crc32cTables kTables;
-
-struct Crc32cByteTable {
-  uint32_t t[256];
-  constexpr Crc32cByteTable() : t() {
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t crc = i;
-      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (kPolynomial & (0u - (crc & 1u)));
-      t[i] = crc;
-    }
-  }
-};
-constexpr Crc32cByteTable kByteTable;
-
-// Entry i: the register after shifting the nibble i through four bits.
-struct Crc32cNibbleTable {
-  uint32_t t[16];
-  constexpr Crc32cNibbleTable() : t() {
-    for (uint32_t i = 0; i < 16; ++i) {
-      uint32_t crc = i;
-      for (int bit = 0; bit < 4; ++bit) crc = (crc >> 1) ^ (kPolynomial & (0u - (crc & 1u)));
-      t[i] = crc;
-    }
-  }
-};
-constexpr Crc32cNibbleTable kNibbleTable;
 
 }  // namespace
 

@@ -42,13 +42,8 @@ constexpr Expected kExpected[] = {
 void CheckCodec(const Expected& expected) {
   const std::size_t d = 3001;
   const std::vector<float> input = fedrt::testing::GoldenInput(d);
-  std::vector<float> side(d);
-  for (std::size_t i = 0; i < d; ++i) side[i] = input[i] * 0.75f;
-  fedrt::CodecContext context;
-  context.session_seed = 0x0123456789abcdefull;
-  context.round = 77;
-  context.tensor_id = 4;
-  context.sender_id = 9;
+  const std::vector<float> side = fedrt::testing::GoldenSideInfo(input);
+  const fedrt::CodecContext context = fedrt::testing::GoldenContext();
 
   // MakeCodec allocates the codec on the heap (caller storage is future work).
   auto codec = fedrt::MakeCodec(expected.spec);

@@ -32,12 +32,8 @@ struct Stack {
 Stack MeasureCodec(const char* spec) {
   const std::size_t d = kModelParameters;
   const std::vector<float> input = fedrt::testing::GoldenInput(d);
-  std::vector<float> side(d);
-  for (std::size_t i = 0; i < d; ++i) side[i] = input[i] * 0.75f;
-  fedrt::CodecContext context;
-  context.session_seed = 0x0123456789abcdefull;
-  context.round = 3;
-  context.sender_id = 1;
+  const std::vector<float> side = fedrt::testing::GoldenSideInfo(input);
+  const fedrt::CodecContext context = fedrt::testing::GoldenContext();
   Stack stack;
   auto codec = fedrt::MakeCodec(spec);
   if (!codec.ok()) {

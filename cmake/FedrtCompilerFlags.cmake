@@ -23,6 +23,11 @@ if(CMAKE_INTERPROCEDURAL_OPTIMIZATION AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   # Fat objects carry machine code beside the LTO bytecode, so an installed
   # static library links into a firmware project built with or without -flto.
   target_compile_options(fedrt_internal_flags INTERFACE -ffat-lto-objects)
+  if(CMAKE_SYSTEM_NAME STREQUAL "Generic")
+    # A firmware image is small: optimized as one unit rather than in
+    # parallel partitions it comes out about 0.5 KiB smaller.
+    target_link_options(fedrt_internal_flags INTERFACE -flto-partition=one)
+  endif()
 endif()
 if(FEDRT_WARNINGS_AS_ERRORS)
   target_compile_options(fedrt_internal_flags INTERFACE -Werror)

@@ -18,6 +18,17 @@ if(CMAKE_SYSTEM_NAME STREQUAL "Generic" AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(ar
   # about code built entirely with this compiler, nothing to fix.
   target_compile_options(fedrt_internal_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wno-psabi>)
 endif()
+if(CMAKE_INTERPROCEDURAL_OPTIMIZATION AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  # Link-time optimization (the cortex-m4 preset: about 18 KiB less flash).
+  # Fat objects carry machine code beside the LTO bytecode, so an installed
+  # static library links into a firmware project built with or without -flto.
+  target_compile_options(fedrt_internal_flags INTERFACE -ffat-lto-objects)
+  if(CMAKE_SYSTEM_NAME STREQUAL "Generic")
+    # A firmware image is small: optimized as one unit rather than in
+    # parallel partitions it comes out about 0.5 KiB smaller.
+    target_link_options(fedrt_internal_flags INTERFACE -flto-partition=one)
+  endif()
+endif()
 if(FEDRT_WARNINGS_AS_ERRORS)
   target_compile_options(fedrt_internal_flags INTERFACE -Werror)
 endif()

@@ -10,13 +10,17 @@
 namespace fedrt {
 namespace {
 
-TEST_CASE("every crc32c variant equals the scalar tables over sizes and alignments") {
-  std::vector<uint8_t> bytes(70000);
-  uint32_t x = 12345;
+std::vector<uint8_t> PseudoRandomBytes(std::size_t size, uint32_t seed) {
+  std::vector<uint8_t> bytes(size);
   for (uint8_t& b : bytes) {
-    x = x * 1103515245u + 12345u;
-    b = static_cast<uint8_t>(x >> 24);
+    seed = seed * 1103515245u + 12345u;
+    b = static_cast<uint8_t>(seed >> 24);
   }
+  return bytes;
+}
+
+TEST_CASE("every crc32c variant equals the scalar tables over sizes and alignments") {
+  const std::vector<uint8_t> bytes = PseudoRandomBytes(70000, 12345);
   for (Isa isa : AvailableIsas()) {
     INFO("isa " << IsaName(isa));
     for (std::size_t offset : {0u, 1u, 3u, 7u}) {
@@ -26,6 +30,23 @@ TEST_CASE("every crc32c variant equals the scalar tables over sizes and alignmen
       }
     }
   }
+}
+
+TEST_CASE("the three scalar table sizes give the same crc32c as slicing-by-8") {
+  const std::vector<uint8_t> bytes = PseudoRandomBytes(5000, 777);
+  for (uint32_t state : {0u, 0xffffffffu, 0x12345678u}) {
+    for (std::size_t offset : {0u, 1u, 5u}) {
+      for (std::size_t size : {0u, 1u, 7u, 8u, 9u, 63u, 4093u}) {
+        const uint32_t expected = scalar::Crc32cUpdateSlice8(state, bytes.data() + offset, size);
+        CHECK(scalar::Crc32cUpdateByte(state, bytes.data() + offset, size) == expected);
+        CHECK(scalar::Crc32cUpdateNibble(state, bytes.data() + offset, size) == expected);
+        CHECK(scalar::Crc32cUpdate(state, bytes.data() + offset, size) == expected);
+      }
+    }
+  }
+  const uint8_t text[] = "The quick brown fox jumps over the lazy dog";
+  CHECK(~scalar::Crc32cUpdateNibble(0xffffffffu, text, sizeof text - 1) == 0x22620404u);
+  CHECK(~scalar::Crc32cUpdateByte(0xffffffffu, text, sizeof text - 1) == 0x22620404u);
 }
 
 TEST_CASE("crc32c can be computed in pieces") {

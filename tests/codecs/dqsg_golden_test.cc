@@ -21,8 +21,7 @@ namespace {
 TEST_CASE("golden payloads from the x86-64 build encode and decode identically on this build") {
   const std::size_t d = 3001;
   const auto input = testing::GoldenInput(d);
-  std::vector<float> side(d);
-  for (std::size_t i = 0; i < d; ++i) side[i] = input[i] * 0.75f;
+  const std::vector<float> side = testing::GoldenSideInfo(input);
   const bool write = std::getenv("FEDRT_WRITE_GOLDEN") != nullptr;
   const struct {
     const char* file;
@@ -32,11 +31,7 @@ TEST_CASE("golden payloads from the x86-64 build encode and decode identically o
       {"golden_ndqsg", "ndqsg:s1=3,rho=3,b=0"}, {"golden_ndqsg_b100_pack", "ndqsg:s1=4,rho=5,b=100,ec=pack"},
       {"golden_fp16", "fp16"},                  {"golden_bf16", "bf16"},
   };
-  CodecContext context;
-  context.session_seed = 0x0123456789abcdefull;
-  context.round = 77;
-  context.tensor_id = 4;
-  context.sender_id = 9;
+  const CodecContext context = testing::GoldenContext();
   for (const auto& c : cases) {
     INFO("codec " << std::string(c.spec));
     auto codec = MakeCodec(c.spec);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <new>
 
+#include "fedrt/codecs/adaptive.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
 #include "common/codec_common.h"
@@ -119,6 +120,22 @@ Result<std::unique_ptr<Codec>> MakeCodec(const std::string& text) {
   const std::size_t fixed = codec->WorkspaceSize(0);
   if (fixed > 0) codec_internal::CodecAccess::Bind(codec.get(), ::operator new(fixed), fixed, true);
   return codec;
+}
+
+// Through the registry like every codec, so that a build without alq and amq
+// (FEDRT_CODECS) links none of their code even where a caller, such as the
+// device client, handles them.
+Result<std::unique_ptr<AdaptiveCodec>> MakeAdaptiveCodec(const std::string& text) {
+  auto spec = CodecSpec::Parse(text);
+  FEDRT_RETURN_IF_ERROR(spec.status());
+  if (spec->name() != "alq" && spec->name() != "amq") {
+    return InvalidArgument("'" + std::string(spec->name()) + "' has no adaptive level table (adaptive codecs: alq, amq)");
+  }
+  Result<std::unique_ptr<Codec>> codec = MakeCodec(text);
+  FEDRT_RETURN_IF_ERROR(codec.status());
+  // MakeAlqCodec and MakeAmqCodec build a NormalizedQuantizer, an
+  // AdaptiveCodec (no RTTI in the core, hence no dynamic_cast).
+  return std::unique_ptr<AdaptiveCodec>(static_cast<AdaptiveCodec*>(codec->release()));
 }
 
 Result<CodecFootprint> CodecFootprintFor(std::string_view spec, std::size_t max_d) {

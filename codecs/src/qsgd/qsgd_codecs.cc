@@ -426,22 +426,6 @@ Status MakeAmqCodec(const CodecSpec& spec, CodecSlot* slot) {
   return Emplace<NormalizedQuantizer>(slot, std::move(*config));
 }
 
-Result<std::unique_ptr<AdaptiveCodec>> MakeAdaptiveCodec(const std::string& text) {
-  auto spec = CodecSpec::Parse(text);
-  FEDRT_RETURN_IF_ERROR(spec.status());
-  CodecId id;
-  if (spec->name() == "alq") {
-    id = CodecId::kAlq;
-  } else if (spec->name() == "amq") {
-    id = CodecId::kAmq;
-  } else {
-    return InvalidArgument("'" + std::string(spec->name()) + "' has no adaptive level table (adaptive codecs: alq, amq)");
-  }
-  auto config = AdaptiveLevelConfig(*spec, id);
-  FEDRT_RETURN_IF_ERROR(config.status());
-  return std::unique_ptr<AdaptiveCodec>(new NormalizedQuantizer(std::move(*config)));
-}
-
 AdaptiveCodec* AsAdaptiveCodec(Codec* codec) {
   if (codec == nullptr || (codec->id() != CodecId::kAlq && codec->id() != CodecId::kAmq)) return nullptr;
   // MakeAlqCodec and MakeAmqCodec are the only makers of these ids.

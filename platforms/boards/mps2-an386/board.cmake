@@ -12,3 +12,7 @@ target_include_directories(fedrt_board PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_options(fedrt_board INTERFACE
   -T${CMAKE_CURRENT_LIST_DIR}/mps2-an386.ld -nostartfiles)
 fedrt_target_defaults(fedrt_board)
+# The start-up code and newlib's system calls (_sbrk, _write, _init, _fini...)
+# are called from the C library, which is not LTO bytecode: kept a plain
+# object, so link-time optimization cannot drop them before libc asks.
+set_property(TARGET fedrt_board PROPERTY INTERPROCEDURAL_OPTIMIZATION OFF)

@@ -37,6 +37,12 @@ size_t board_stack_high_water(void);
 size_t board_stack_size(void);
 size_t board_heap_high_water(void);
 
+/* The stack of one call: board_stack_mark() paints the stack below the
+ * caller's frame again and returns the bytes in use there; after the call,
+ * board_stack_high_water() minus that mark is the deepest the call (and
+ * anything it called) went. Interrupts in between count too. */
+size_t board_stack_mark(void);
+
 /* UART 0 (CMSDK APB UART at 0x40004000): QEMU connects it to a -serial
  * chardev, e.g. a TCP socket. board_uart_write blocks until every byte is
  * in the transmitter; board_uart_read returns the bytes available now

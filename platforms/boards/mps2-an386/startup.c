@@ -100,6 +100,17 @@ size_t board_stack_high_water(void) {
   return (size_t)((char*)&__stack_top - (char*)word);
 }
 
+/* noinline: the paint starts at this function's own frame, below the
+ * caller's. Nothing lives below the stack pointer (AAPCS has no red zone);
+ * the volatile store keeps the compiler from calling memset, whose own frame
+ * would sit in the painted range. */
+__attribute__((noinline)) size_t board_stack_mark(void) {
+  uint32_t* sp;
+  __asm__ volatile("mov %0, sp" : "=r"(sp));
+  for (volatile uint32_t* word = &__stack_limit; word < sp;) *word++ = STACK_PAINT;
+  return (size_t)((char*)&__stack_top - (char*)sp);
+}
+
 size_t board_heap_high_water(void) { return (size_t)(heap_break - &__heap_start); }
 
 /* ---- newlib system calls --------------------------------------------------

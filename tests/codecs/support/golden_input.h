@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "fedrt/codecs/codec.h"
+
 namespace fedrt::testing {
 
 inline std::vector<float> GoldenInput(std::size_t d) {
@@ -25,6 +27,23 @@ inline std::vector<float> GoldenInput(std::size_t d) {
     v[i] = x;
   }
   return v;
+}
+
+// The decoder's side information of the golden payloads (dqsg, ndqsg).
+inline std::vector<float> GoldenSideInfo(const std::vector<float>& input) {
+  std::vector<float> side(input.size());
+  for (std::size_t i = 0; i < input.size(); ++i) side[i] = input[i] * 0.75f;
+  return side;
+}
+
+// The context the golden payloads were encoded in.
+inline CodecContext GoldenContext() {
+  CodecContext context;
+  context.session_seed = 0x0123456789abcdefull;
+  context.round = 77;
+  context.tensor_id = 4;
+  context.sender_id = 9;
+  return context;
 }
 
 }  // namespace fedrt::testing

@@ -75,6 +75,16 @@ Status ParseSimByzantine(const std::string& text, int devices, int* count, std::
   return behaviour.ok() ? Status::Ok() : behaviour.status();
 }
 
+// The last line a process wrote to its log (its error, when it failed), or "".
+std::string LastLogLine(const std::string& path) {
+  std::ifstream log(path);
+  std::string line, last;
+  while (std::getline(log, line)) {
+    if (!line.empty()) last = line;
+  }
+  return last;
+}
+
 pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string& log_path,
                   const std::string& byzantine) {
   const std::string id = "dev-" + std::to_string(i);
@@ -109,6 +119,12 @@ std::string SimLabel(const std::string& codec) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
   }
   return s;
+}
+
+std::string SimModelPath(const std::string& save_model, const std::string& codec) {
+  std::string stem = save_model;
+  if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".npz") == 0) stem.resize(stem.size() - 4);
+  return stem + "-" + SimLabel(codec) + ".npz";
 }
 
 // Hand-written SVG: two panels (accuracy vs round, accuracy vs MB uploaded on
@@ -264,6 +280,8 @@ Status CheckSimFlags(const SimFlags& flags, const CLI::App& app) {
       {"--deadline-ms", star, "--topology star"},
       {"--partition-seed", star, "--topology star"},
       {"--downlink-codec", star, "--topology star"},
+      {"--init-model", star, "--topology star"},
+      {"--save-model", star, "--topology star"},
       {"--anchor-fraction", ndqsg, "--topology star with an ndqsg --codec"},
       {"--wrap-threshold", ndqsg, "--topology star with an ndqsg --codec"},
       {"--max-rho", ndqsg, "--topology star with an ndqsg --codec"},
@@ -311,6 +329,15 @@ int RunSim(SimFlags flags, const CLI::App& app) {
   for (std::string& codec : flags.codecs) {
     Result<std::unique_ptr<Codec>> made = MakeCodec(codec);
     if (!made.ok()) return Fail(made.status().ToString());
+  }
+  std::vector<float> initial_parameters;
+  if (!flags.init_model.empty()) {
+    AggregatorOptions initial;
+    initial.model = flags.model;
+    const Status loaded = LoadInitialModel(flags.init_model, FlagGiven(app, "--model"), initial);
+    if (!loaded.ok()) return Fail(loaded.ToString());
+    flags.model = initial.model;  // the devices build the file's model
+    initial_parameters = std::move(initial.initial_parameters);
   }
   ::mkdir(flags.out.c_str(), 0755);
   const Status keys = MakeKeys(flags.out, flags.devices);
@@ -377,6 +404,8 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     options.idle_timeout_ms = 60000;
     options.join_timeout_ms = 10000;
     options.tls = tls;
+    options.initial_parameters = initial_parameters;
+    if (!flags.save_model.empty()) options.save_model = SimModelPath(flags.save_model, codec);
     const auto started = std::chrono::steady_clock::now();
     AggregatorHooks hooks;
     hooks.on_listening = [&](uint16_t port) {
@@ -436,10 +465,12 @@ int RunSim(SimFlags flags, const CLI::App& app) {
           // the last round or when a DP budget ends the training early.
           const bool told_to_leave = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
           if (applied.load() < flags.rounds && early_exit.empty() && !told_to_leave) {
+            const std::string log = dir + "/dev-" + std::to_string(child.index) + ".log";
+            const std::string said = LastLogLine(log);
             early_exit = "device dev-" + std::to_string(child.index) + " " + DescribeExit(wait_status) +
                          " before round " + std::to_string(applied.load() + 1) + " of " +
-                         std::to_string(flags.rounds) + " (its log: " + dir + "/dev-" +
-                         std::to_string(child.index) + ".log); stopping";
+                         std::to_string(flags.rounds) + (said.empty() ? "" : ": " + said) + " (its log: " + log +
+                         "); stopping";
             stop = true;
           }
         }
@@ -472,6 +503,7 @@ int RunSim(SimFlags flags, const CLI::App& app) {
       std::printf("[%s] warning: %zu rounds closed with fewer updates than devices sampled (raise --deadline-ms)\n",
                   codec.c_str(), short_rounds);
     }
+    if (!options.save_model.empty()) std::printf("[%s] saved the final model to %s\n", codec.c_str(), options.save_model.c_str());
     all.push_back(series);
   }
 
@@ -512,6 +544,10 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
       ->capture_default_str();
   sim->add_option("--downlink-codec", flags->star.downlink_codec,
                   "Broadcast the model's delta with this codec (default: the full fp32 model)");
+  sim->add_option("--init-model", flags->init_model,
+                  "Star: every codec's run starts from this model (.npz or a checkpoint); its spec unless --model is given");
+  sim->add_option("--save-model", flags->save_model,
+                  "Star: write each codec's final model to F-<codec>.npz (F without .npz; e.g. m-fp32.npz)");
   sim->add_option("--anchor-levels", flags->star.anchor_levels, "NDQSG: anchors' DQSG levels (0: s1)")
       ->capture_default_str();
   sim->add_option("--topology", flags->topology, "star (aggregator + devices), ring (all-reduce) or gossip (D-PSGD)")

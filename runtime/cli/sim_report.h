@@ -37,6 +37,10 @@ struct SimFlags {
   std::string aggregation = "mean";  // star: parsed into star.aggregation
   // Star: "N:KIND": devices dev-0 .. dev-(N-1) misbehave (fedrt/runtime/byzantine.h).
   std::string byzantine;
+  // Star: the round-0 model of every codec's run (.npz or checkpoint), and
+  // where each codec's final model goes: <save_model without .npz>-<label>.npz.
+  std::string init_model;
+  std::string save_model;
   // Ring and gossip.
   int evals_per_epoch = 1;
   uint32_t step_timeout_ms = 30000;
@@ -78,6 +82,9 @@ pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path);
 std::string DescribeExit(int status);
 // Directory-safe form of a codec spec.
 std::string SimLabel(const std::string& codec);
+// Where `fedrt sim --save-model F` writes `codec`'s final model: F without a
+// trailing ".npz", "-", SimLabel(codec), ".npz" (m.npz, fp32: m-fp32.npz).
+std::string SimModelPath(const std::string& save_model, const std::string& codec);
 
 int RunPeerSim(const SimFlags& flags);
 int RunSimCompare(const SimFlags& flags);

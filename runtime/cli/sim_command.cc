@@ -469,8 +469,8 @@ int RunSim(SimFlags flags, const CLI::App& app) {
             const std::string said = LastLogLine(log);
             early_exit = "device dev-" + std::to_string(child.index) + " " + DescribeExit(wait_status) +
                          " before round " + std::to_string(applied.load() + 1) + " of " +
-                         std::to_string(flags.rounds) + (said.empty() ? "" : ": " + said) + " (its log: " + log +
-                         "); stopping";
+                         std::to_string(flags.rounds) + " (its log: " + log + ")" +
+                         (said.empty() ? "" : ": " + said) + "; stopping";
             stop = true;
           }
         }

@@ -69,10 +69,17 @@ struct SimSeries {
   double seconds = 0;
 };
 
-// SVG with two panels: accuracy vs `x_label`, accuracy vs MB (log axis).
+// SVG with two panels: accuracy vs `x_label`, accuracy vs MB (log axis); a
+// marker (class "point", titled with its values) on every point, tick labels
+// of class "xtick", "ytick" and "mbtick", the legend below the panels.
 std::string SimPlot(const std::vector<SimSeries>& all, const std::string& title,
                     const std::string& x_label = "round",
                     const std::string& mb_label = "MB uploaded (log scale)");
+// Axis ticks over [lo, hi]: the multiples of one step (1, 2 or 5 times a
+// power of ten; whole numbers when `integers`) in it, at most about `most`.
+std::vector<double> NiceTicks(double lo, double hi, int most, bool integers);
+// A tick's label with the decimals its step needs (no two labels alike).
+std::string TickLabel(double value, const std::vector<double>& ticks);
 // The closing table (final accuracy, MB, ratio to fp32, wraps, time).
 void PrintSimTable(const std::vector<SimSeries>& all, const char* name_header, const char* mb_header);
 // Starts the `fedrt` binary with `args` (args[0] is its name), output to

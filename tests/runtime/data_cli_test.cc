@@ -29,12 +29,7 @@ bool LearnedWell(const std::string& output, const std::string& after) {
   return acc != std::string::npos && (output.compare(acc + 9, 1, "9") == 0 || output.compare(acc + 9, 3, "100") == 0);
 }
 
-std::string Python(const std::string& dir, const std::string& code) {
-  const CliRun run = RunCommand("cd '" + dir + "' && " FEDRT_PYTHON " -c \"import numpy as np, gzip, os\n" + code + "\"");
-  INFO(run.output);
-  REQUIRE(run.exit_code == 0);
-  return run.output;
-}
+std::string Python(const std::string& dir, const std::string& code) { return testing::RunPython(dir, code); }
 
 // The fixture's four IDX files as NumPy arrays xt, yt, xe, ye.
 const char kReadIdx[] =

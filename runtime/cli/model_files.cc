@@ -22,22 +22,22 @@ Result<LoadedModel> LoadAnyModel(const std::string& path, const std::string& spe
   auto head = ReadBytes(path, 8);
   FEDRT_RETURN_IF_ERROR(head.status());
   LoadedModel loaded;
-  if (StartsWith(*head, "FEDRTCKP")) {
-    auto checkpoint = ReadCheckpointFile(path);
+  if (StartsWith(*head, "FEDRTCKP") || StartsWith(*head, "FEDRTAGG")) {
+    auto checkpoint = ReadAnyCheckpointFile(path);
     FEDRT_RETURN_IF_ERROR(checkpoint.status());
-    loaded.kind = "training checkpoint";
     loaded.spec = checkpoint->spec;
+    if (checkpoint->aggregator_state.empty()) {
+      loaded.kind = "training checkpoint";
+    } else {
+      auto state = AggregatorStateOf(*checkpoint, path);
+      FEDRT_RETURN_IF_ERROR(state.status());
+      loaded.kind = "aggregator checkpoint";
+      loaded.detail = std::to_string(state->round) + " rounds done" +
+                      (state->codec.empty() ? "" : ", codec " + state->codec) + "; ";
+    }
+    loaded.detail += "epoch " + std::to_string(checkpoint->epoch) + ", step " + std::to_string(checkpoint->step) +
+                     (checkpoint->velocity.empty() ? "" : ", with momentum");
     loaded.parameters = std::move(checkpoint->parameters);
-    loaded.detail = "epoch " + std::to_string(checkpoint->epoch) + ", step " + std::to_string(checkpoint->step) +
-                    (checkpoint->velocity.empty() ? "" : ", with momentum");
-  } else if (StartsWith(*head, "FEDRTAGG")) {
-    auto checkpoint = ReadAggregatorCheckpoint(path);
-    FEDRT_RETURN_IF_ERROR(checkpoint.status());
-    loaded.kind = "aggregator checkpoint";
-    loaded.spec = checkpoint->model;
-    loaded.parameters = std::move(checkpoint->parameters);
-    loaded.detail = std::to_string(checkpoint->round) + " rounds done" +
-                    (checkpoint->codec.empty() ? "" : ", codec " + checkpoint->codec);
   } else {
     auto file = ReadModelNpz(path);
     FEDRT_RETURN_IF_ERROR(file.status());

@@ -276,11 +276,9 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
   peer::CollectiveContext& context = *joined->context;
   const int n = static_cast<int>(context.members().size());
 
-  auto data = LoadMnistStyleDirectory(flags.data);
+  auto data = LoadDataSet(flags.data);
   if (!data.ok()) return Fail("peer", data.status());
-  const Normalization norm = ComputeNormalization(data->train);
-  Normalize(data->train, norm);
-  Normalize(data->test, norm);
+  NormalizeWithTrainingSet(*data);
   auto partition = PartitionBySpec(flags.partition, data->train.labels, data->train.num_classes, n, flags.seed);
   if (!partition.ok()) return Fail("peer", partition.status());
   const std::vector<uint32_t>& mine = (*partition)[static_cast<std::size_t>(flags.rank)];

@@ -75,6 +75,16 @@ Status ParseSimByzantine(const std::string& text, int devices, int* count, std::
   return behaviour.ok() ? Status::Ok() : behaviour.status();
 }
 
+// The last line a process wrote to its log (its error, when it failed), or "".
+std::string LastLogLine(const std::string& path) {
+  std::ifstream log(path);
+  std::string line, last;
+  while (std::getline(log, line)) {
+    if (!line.empty()) last = line;
+  }
+  return last;
+}
+
 pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string& log_path,
                   const std::string& byzantine) {
   const std::string id = "dev-" + std::to_string(i);
@@ -111,16 +121,57 @@ std::string SimLabel(const std::string& codec) {
   return s;
 }
 
+std::string SimModelPath(const std::string& save_model, const std::string& codec) {
+  std::string stem = save_model;
+  if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".npz") == 0) stem.resize(stem.size() - 4);
+  return stem + "-" + SimLabel(codec) + ".npz";
+}
+
+std::vector<double> NiceTicks(double lo, double hi, int most, bool integers) {
+  const double span = hi > lo ? hi - lo : 1.0;
+  const double raw = span / std::max(1, most - 1);
+  double step = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (m * step >= raw * (1 - 1e-9)) {
+      step *= m;
+      break;
+    }
+  }
+  if (integers) step = std::max(1.0, std::round(step));
+  std::vector<double> ticks;
+  for (double t = std::ceil(lo / step - 1e-9) * step; t <= hi + step * 1e-9; t += step) {
+    ticks.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
+  }
+  return ticks;
+}
+
+std::string TickLabel(double value, const std::vector<double>& ticks) {
+  // As many decimals as the step needs, so that no two labels read the same.
+  const double step = ticks.size() > 1 ? ticks[1] - ticks[0] : 1.0;
+  const int decimals = std::max(0, static_cast<int>(std::ceil(-std::log10(step) - 1e-9)));
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
 // Hand-written SVG: two panels (accuracy vs round, accuracy vs MB uploaded on
-// a log axis), one polyline per codec.
+// a log axis), one polyline per codec with a marker on every point (a series
+// of one evaluation is a marker alone), each marker titled with its values;
+// the legend sits below the panels, clear of the curves.
 std::string SimPlot(const std::vector<Series>& all, const std::string& title, const std::string& x_label,
                     const std::string& mb_label) {
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#7f7f7f"};
-  const double W = 460, H = 340, left = 60, top = 40, pw = 370, ph = 240;
-  double max_round = 1, min_acc = 1, max_acc = 0, min_mb = 1e30, max_mb = 0;
+  const double W = 460, left = 60, top = 40, pw = 370, ph = 240;
+  const int legend_columns = 3;
+  const double legend_top = top + ph + 50;
+  const double legend_rows = std::ceil(static_cast<double>(all.size()) / legend_columns);
+  const double H = legend_top + 18 * legend_rows + 10;
+  double max_round = 0, min_acc = 1, max_acc = 0, min_mb = 1e30, max_mb = 0;
+  bool whole_rounds = true;
   for (const Series& s : all) {
     for (std::size_t i = 0; i < s.rounds.size(); ++i) {
       max_round = std::max(max_round, s.rounds[i]);
+      whole_rounds = whole_rounds && s.rounds[i] == std::floor(s.rounds[i]);
       min_acc = std::min(min_acc, s.accuracy[i]);
       max_acc = std::max(max_acc, s.accuracy[i]);
       if (s.megabytes[i] > 0) {  // a run that sends nothing (local) has no point on the log axis
@@ -129,40 +180,45 @@ std::string SimPlot(const std::vector<Series>& all, const std::string& title, co
       }
     }
   }
+  if (max_round <= 0) max_round = 1;
+  const std::vector<double> round_ticks = NiceTicks(0, max_round, 6, whole_rounds);
+  max_round = std::max(max_round, round_ticks.back());  // the axis ends on a tick
   if (max_acc <= min_acc) max_acc = min_acc + 0.01;
-  min_acc = std::floor(min_acc * 20) / 20;
+  min_acc = std::max(0.0, std::floor(min_acc * 20) / 20);
   max_acc = std::min(1.0, std::ceil(max_acc * 20) / 20);
+  if (max_acc <= min_acc) min_acc = max_acc - 0.05;
+  const std::vector<double> acc_ticks = NiceTicks(100 * min_acc, 100 * max_acc, 6, false);
   if (min_mb > max_mb) min_mb = max_mb = 1;
   if (!(min_mb < max_mb)) max_mb = min_mb * 10 + 1e-6;
   const double lmin = std::floor(std::log10(std::max(min_mb, 1e-6)));
   const double lmax = std::ceil(std::log10(std::max(max_mb, 1e-6)));
   std::ostringstream svg;
-  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << 2 * W << "\" height=\"" << H + 30
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << 2 * W << "\" height=\"" << H
       << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   svg << "<text x=\"" << W << "\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">" << title << "</text>\n";
   for (int panel = 0; panel < 2; ++panel) {
     const double ox = panel * W + left;
     svg << "<rect x=\"" << ox << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph
         << "\" fill=\"none\" stroke=\"black\"/>\n";
-    for (int t = 0; t <= 4; ++t) {
-      const double a = min_acc + (max_acc - min_acc) * t / 4;
-      const double y = top + ph - ph * t / 4;
+    for (double a : acc_ticks) {
+      const double y = top + ph - ph * (a / 100 - min_acc) / (max_acc - min_acc);
       svg << "<line x1=\"" << ox << "\" x2=\"" << ox + pw << "\" y1=\"" << y << "\" y2=\"" << y
-          << "\" stroke=\"#ddd\"/><text x=\"" << ox - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">"
-          << std::round(a * 1000) / 10 << "%</text>\n";
+          << "\" stroke=\"#ddd\"/><text class=\"ytick\" x=\"" << ox - 6 << "\" y=\"" << y + 4
+          << "\" text-anchor=\"end\">" << TickLabel(a, acc_ticks) << "%</text>\n";
     }
     if (panel == 0) {
-      for (int t = 0; t <= 5; ++t) {
-        const double r = max_round * t / 5;
-        svg << "<text x=\"" << ox + pw * t / 5 << "\" y=\"" << top + ph + 16 << "\" text-anchor=\"middle\">"
-            << std::round(r) << "</text>\n";
+      for (double r : round_ticks) {
+        svg << "<text class=\"xtick\" x=\"" << ox + pw * r / max_round << "\" y=\"" << top + ph + 16
+            << "\" text-anchor=\"middle\">" << TickLabel(r, round_ticks) << "</text>\n";
       }
       svg << "<text x=\"" << ox + pw / 2 << "\" y=\"" << top + ph + 34 << "\" text-anchor=\"middle\">" << x_label << "</text>\n";
     } else {
       for (double e = lmin; e <= lmax; e += 1) {
         const double x = ox + pw * (e - lmin) / std::max(1.0, lmax - lmin);
-        svg << "<text x=\"" << x << "\" y=\"" << top + ph + 16 << "\" text-anchor=\"middle\">" << std::pow(10.0, e)
-            << "</text>\n";
+        char label[32];
+        std::snprintf(label, sizeof label, "%g", std::pow(10.0, e));
+        svg << "<text class=\"mbtick\" x=\"" << x << "\" y=\"" << top + ph + 16 << "\" text-anchor=\"middle\">"
+            << label << "</text>\n";
       }
       svg << "<text x=\"" << ox + pw / 2 << "\" y=\"" << top + ph + 34
           << "\" text-anchor=\"middle\">" << mb_label << "</text>\n";
@@ -170,25 +226,33 @@ std::string SimPlot(const std::vector<Series>& all, const std::string& title, co
     svg << "<text x=\"" << ox - 45 << "\" y=\"" << top - 8 << "\">test accuracy</text>\n";
     for (std::size_t k = 0; k < all.size(); ++k) {
       const Series& s = all[k];
-      std::ostringstream points;
+      std::ostringstream points, markers;
       for (std::size_t i = 0; i < s.rounds.size(); ++i) {
         if (panel == 1 && !(s.megabytes[i] > 0)) continue;
         const double fx = panel == 0 ? s.rounds[i] / max_round
                                      : (std::log10(std::max(s.megabytes[i], 1e-6)) - lmin) / std::max(1.0, lmax - lmin);
         const double fy = (s.accuracy[i] - min_acc) / (max_acc - min_acc);
-        points << ox + pw * std::clamp(fx, 0.0, 1.0) << "," << top + ph - ph * std::clamp(fy, 0.0, 1.0) << " ";
+        const double x = ox + pw * std::clamp(fx, 0.0, 1.0), y = top + ph - ph * std::clamp(fy, 0.0, 1.0);
+        points << x << "," << y << " ";
+        char value[96];
+        std::snprintf(value, sizeof value, "%s %g: %.2f%%", panel == 0 ? "x" : "MB",
+                      panel == 0 ? s.rounds[i] : s.megabytes[i], 100 * s.accuracy[i]);
+        markers << "<circle class=\"point\" cx=\"" << x << "\" cy=\"" << y << "\" r=\"3\" fill=\"" << colors[k % 8]
+                << "\"><title>" << s.codec << " " << value << "</title></circle>\n";
       }
       if (!points.str().empty()) {
         svg << "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"" << colors[k % 8] << "\" points=\""
             << points.str() << "\"/>\n";
       }
-      if (panel == 1) {
-        const double ly = top + ph - 14.0 * static_cast<double>(all.size() - k);
-        svg << "<line x1=\"" << ox + 10 << "\" x2=\"" << ox + 30 << "\" y1=\"" << ly << "\" y2=\"" << ly
-            << "\" stroke-width=\"2\" stroke=\"" << colors[k % 8] << "\"/><text x=\"" << ox + 36 << "\" y=\""
-            << ly + 4 << "\">" << s.codec << "</text>\n";
-      }
+      svg << markers.str();
     }
+  }
+  for (std::size_t k = 0; k < all.size(); ++k) {  // the legend, below both panels
+    const double lx = left + static_cast<double>(k % legend_columns) * (2 * W - left) / legend_columns;
+    const double ly = legend_top + 18.0 * static_cast<double>(k / legend_columns);
+    svg << "<g class=\"legend\"><line x1=\"" << lx << "\" x2=\"" << lx + 20 << "\" y1=\"" << ly << "\" y2=\"" << ly
+        << "\" stroke-width=\"2\" stroke=\"" << colors[k % 8] << "\"/><text x=\"" << lx + 26 << "\" y=\"" << ly + 4
+        << "\">" << all[k].codec << "</text></g>\n";
   }
   svg << "</svg>\n";
   return svg.str();
@@ -264,6 +328,8 @@ Status CheckSimFlags(const SimFlags& flags, const CLI::App& app) {
       {"--deadline-ms", star, "--topology star"},
       {"--partition-seed", star, "--topology star"},
       {"--downlink-codec", star, "--topology star"},
+      {"--init-model", star, "--topology star"},
+      {"--save-model", star, "--topology star"},
       {"--anchor-fraction", ndqsg, "--topology star with an ndqsg --codec"},
       {"--wrap-threshold", ndqsg, "--topology star with an ndqsg --codec"},
       {"--max-rho", ndqsg, "--topology star with an ndqsg --codec"},
@@ -311,6 +377,15 @@ int RunSim(SimFlags flags, const CLI::App& app) {
   for (std::string& codec : flags.codecs) {
     Result<std::unique_ptr<Codec>> made = MakeCodec(codec);
     if (!made.ok()) return Fail(made.status().ToString());
+  }
+  std::vector<float> initial_parameters;
+  if (!flags.init_model.empty()) {
+    AggregatorOptions initial;
+    initial.model = flags.model;
+    const Status loaded = LoadInitialModel(flags.init_model, FlagGiven(app, "--model"), initial);
+    if (!loaded.ok()) return Fail(loaded.ToString());
+    flags.model = initial.model;  // the devices build the file's model
+    initial_parameters = std::move(initial.initial_parameters);
   }
   ::mkdir(flags.out.c_str(), 0755);
   const Status keys = MakeKeys(flags.out, flags.devices);
@@ -377,6 +452,8 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     options.idle_timeout_ms = 60000;
     options.join_timeout_ms = 10000;
     options.tls = tls;
+    options.initial_parameters = initial_parameters;
+    if (!flags.save_model.empty()) options.save_model = SimModelPath(flags.save_model, codec);
     const auto started = std::chrono::steady_clock::now();
     AggregatorHooks hooks;
     hooks.on_listening = [&](uint16_t port) {
@@ -436,10 +513,12 @@ int RunSim(SimFlags flags, const CLI::App& app) {
           // the last round or when a DP budget ends the training early.
           const bool told_to_leave = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
           if (applied.load() < flags.rounds && early_exit.empty() && !told_to_leave) {
+            const std::string log = dir + "/dev-" + std::to_string(child.index) + ".log";
+            const std::string said = LastLogLine(log);
             early_exit = "device dev-" + std::to_string(child.index) + " " + DescribeExit(wait_status) +
                          " before round " + std::to_string(applied.load() + 1) + " of " +
-                         std::to_string(flags.rounds) + " (its log: " + dir + "/dev-" +
-                         std::to_string(child.index) + ".log); stopping";
+                         std::to_string(flags.rounds) + " (its log: " + log + ")" +
+                         (said.empty() ? "" : ": " + said) + "; stopping";
             stop = true;
           }
         }
@@ -472,6 +551,7 @@ int RunSim(SimFlags flags, const CLI::App& app) {
       std::printf("[%s] warning: %zu rounds closed with fewer updates than devices sampled (raise --deadline-ms)\n",
                   codec.c_str(), short_rounds);
     }
+    if (!options.save_model.empty()) std::printf("[%s] saved the final model to %s\n", codec.c_str(), options.save_model.c_str());
     all.push_back(series);
   }
 
@@ -512,6 +592,10 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
       ->capture_default_str();
   sim->add_option("--downlink-codec", flags->star.downlink_codec,
                   "Broadcast the model's delta with this codec (default: the full fp32 model)");
+  sim->add_option("--init-model", flags->init_model,
+                  "Star: every codec's run starts from this model (.npz or a checkpoint); its spec unless --model is given");
+  sim->add_option("--save-model", flags->save_model,
+                  "Star: write each codec's final model to F-<codec>.npz (F without .npz; e.g. m-fp32.npz)");
   sim->add_option("--anchor-levels", flags->star.anchor_levels, "NDQSG: anchors' DQSG levels (0: s1)")
       ->capture_default_str();
   sim->add_option("--topology", flags->topology, "star (aggregator + devices), ring (all-reduce) or gossip (D-PSGD)")

@@ -37,6 +37,10 @@ struct SimFlags {
   std::string aggregation = "mean";  // star: parsed into star.aggregation
   // Star: "N:KIND": devices dev-0 .. dev-(N-1) misbehave (fedrt/runtime/byzantine.h).
   std::string byzantine;
+  // Star: the round-0 model of every codec's run (.npz or checkpoint), and
+  // where each codec's final model goes: <save_model without .npz>-<label>.npz.
+  std::string init_model;
+  std::string save_model;
   // Ring and gossip.
   int evals_per_epoch = 1;
   uint32_t step_timeout_ms = 30000;
@@ -65,10 +69,17 @@ struct SimSeries {
   double seconds = 0;
 };
 
-// SVG with two panels: accuracy vs `x_label`, accuracy vs MB (log axis).
+// SVG with two panels: accuracy vs `x_label`, accuracy vs MB (log axis); a
+// marker (class "point", titled with its values) on every point, tick labels
+// of class "xtick", "ytick" and "mbtick", the legend below the panels.
 std::string SimPlot(const std::vector<SimSeries>& all, const std::string& title,
                     const std::string& x_label = "round",
                     const std::string& mb_label = "MB uploaded (log scale)");
+// Axis ticks over [lo, hi]: the multiples of one step (1, 2 or 5 times a
+// power of ten; whole numbers when `integers`) in it, at most about `most`.
+std::vector<double> NiceTicks(double lo, double hi, int most, bool integers);
+// A tick's label with the decimals its step needs (no two labels alike).
+std::string TickLabel(double value, const std::vector<double>& ticks);
 // The closing table (final accuracy, MB, ratio to fp32, wraps, time).
 void PrintSimTable(const std::vector<SimSeries>& all, const char* name_header, const char* mb_header);
 // Starts the `fedrt` binary with `args` (args[0] is its name), output to
@@ -78,6 +89,9 @@ pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path);
 std::string DescribeExit(int status);
 // Directory-safe form of a codec spec.
 std::string SimLabel(const std::string& codec);
+// Where `fedrt sim --save-model F` writes `codec`'s final model: F without a
+// trailing ".npz", "-", SimLabel(codec), ".npz" (m.npz, fp32: m-fp32.npz).
+std::string SimModelPath(const std::string& save_model, const std::string& codec);
 
 int RunPeerSim(const SimFlags& flags);
 int RunSimCompare(const SimFlags& flags);

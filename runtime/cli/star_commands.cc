@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/console.h"
 #include "cli/flag_scope.h"
+#include "cli/model_files.h"
 #include "cli/signals.h"
 #include "cli/star_report.h"
 #include "cli/tls_flags.h"
@@ -43,7 +44,9 @@ struct ServeFlags {
   double fraction = 1.0;
   std::size_t sample_minimum = 1;
   double over_selection = 0.0;
+  std::string init_model;
 };
+
 
 int RunServe(ServeFlags& flags, const CLI::App& app) {
   if (flags.options.key_file.empty()) {
@@ -88,6 +91,13 @@ int RunServe(ServeFlags& flags, const CLI::App& app) {
   flags.options.sampling.fraction = flags.fraction;
   flags.options.sampling.minimum = flags.sample_minimum;
   flags.options.sampling.over_selection = flags.over_selection;
+  if (!flags.init_model.empty()) {
+    const Status loaded = LoadInitialModel(flags.init_model, FlagGiven(app, "--model"), flags.options);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "fedrt serve: %s\n", loaded.ToString().c_str());
+      return 1;
+    }
+  }
   std::atomic<bool>* stop = CatchStopSignals();
   std::ofstream metrics;
   if (!flags.metrics.empty()) {
@@ -135,11 +145,17 @@ int RunServe(ServeFlags& flags, const CLI::App& app) {
 
 struct DeviceFlags {
   std::string config;  // expanded into flags before parsing (json_config.h)
+  std::string init_model;
   DeviceOptions options;
   std::string server;
 };
 
 int RunDeviceCommand(DeviceFlags& flags) {
+  if (!flags.init_model.empty()) {
+    std::fprintf(stderr, "fedrt device: --init-model does not apply to a device: it receives the global model from "
+                         "the aggregator every round; give --init-model to fedrt serve\n");
+    return 2;
+  }
   if (!ParseHostPort(flags.server, /*any_port=*/false, &flags.options.host, &flags.options.port)) {
     std::fprintf(stderr, "fedrt device: --server must be HOST:PORT (port 1 to 65535), not '%s'\n",
                  flags.server.c_str());
@@ -172,6 +188,15 @@ int RunDeviceCommand(DeviceFlags& flags) {
 }
 
 }  // namespace
+
+Status LoadInitialModel(const std::string& path, bool model_given, AggregatorOptions& options) {
+  Result<LoadedModel> init = LoadAnyModel(path, model_given ? options.model : "");
+  if (!init.ok()) return init.status();
+  options.model = init->spec;
+  options.initial_parameters = std::move(init->parameters);
+  std::printf("starting from %s (%s, model %s)\n", path.c_str(), init->kind.c_str(), options.model.c_str());
+  return Status::Ok();
+}
 
 void AddRobustFlags(CLI::App& command, std::string& aggregation, AggregatorConfig& o) {
   command.add_option("--aggregation", aggregation,
@@ -235,7 +260,11 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
       ->capture_default_str();
   serve->add_option("--downlink-codec", o.downlink_codec,
                     "Send the model's delta compressed with this codec (empty or fp32: the full model)");
-  serve->add_option("--checkpoint", o.checkpoint, "Written every round and resumed from");
+  serve->add_option("--checkpoint", o.checkpoint,
+                    "Checkpoint written every round and resumed from (one `fedrt train --checkpoint` wrote too)");
+  serve->add_option("--init-model", flags->init_model,
+                    "Start round 0 from this model (.npz or a checkpoint) instead of a random one; its spec unless --model is given");
+  serve->add_option("--save-model", o.save_model, "Write the final global model to this .npz (numpy.load reads it)");
   serve->add_option("--metrics", flags->metrics, "Append one JSON object per round to this file");
   serve->add_option("--http", flags->http,
                     "Serve GET /metrics (Prometheus text) and /healthz on HOST:PORT (port 0: any free one, printed)");
@@ -272,6 +301,8 @@ void RegisterDevice(CLI::App& app, CommandList& commands) {
   device->add_option("--key-file", o.key_file, "This device's key file")->required();
   device->add_option("--data", o.data_dir, "MNIST-style directory")->capture_default_str();
   device->add_option("--model", o.model, "Model spec (must match the aggregator's)")->capture_default_str();
+  // Accepted to say why not: users who give every command a model give it here too.
+  device->add_option("--init-model", flags->init_model, "Not for devices: give it to fedrt serve")->group("");
   device->add_option("--partition", o.partition, "iid, dirichlet:<alpha> or shards:<k>")->capture_default_str();
   device->add_option("--devices", o.devices, "Shares the training set is cut into")->capture_default_str()
       ->check(CLI::Range(1, 100000));

@@ -18,6 +18,9 @@ namespace fedrt::cli {
 
 // --aggregation, --clip-update-norm and the --dp-* options (serve and sim).
 void AddRobustFlags(CLI::App& command, std::string& aggregation, AggregatorConfig& o);
+// --init-model of serve and sim: the file's model (cli/model_files.h) as the
+// round-0 model, and its spec unless --model was given (then they must agree).
+Status LoadInitialModel(const std::string& path, bool model_given, AggregatorOptions& options);
 
 // Per device: role, nesting ratio used and next, near-wrap count, bytes.
 inline nlohmann::json DevicesJson(const RoundReport& r) {

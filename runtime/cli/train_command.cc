@@ -20,6 +20,7 @@
 #include "fedrt/runtime/gemm.h"
 #include "fedrt/runtime/model_file.h"
 #include "fedrt/runtime/trainer.h"
+#include "src/star/aggregator_checkpoint.h"
 
 namespace fedrt::cli {
 namespace {
@@ -56,7 +57,8 @@ int RunTrain(const TrainFlags& flags, bool model_given) {
   std::string spec = flags.model;
   if (!flags.checkpoint.empty()) {
     // Only a missing file is a fresh start: one that cannot be read stops here.
-    resume = ReadCheckpointFile(flags.checkpoint);
+    // Any checkpoint: one `fedrt serve` wrote gives its global model (epoch 0).
+    resume = ReadAnyCheckpointFile(flags.checkpoint);
     if (!resume.ok() && resume.status().code() != StatusCode::kNotFound) return Fail(resume.status());
     if (resume.ok() && !model_given) spec = resume->spec;
     if (!resume.ok()) std::printf("no checkpoint at %s yet: starting at epoch 0\n", flags.checkpoint.c_str());
@@ -71,11 +73,9 @@ int RunTrain(const TrainFlags& flags, bool model_given) {
   }
 
   Stopwatch load_watch;
-  Result<TrainTestData> data = LoadMnistStyleDirectory(flags.data);
+  Result<TrainTestData> data = LoadDataSet(flags.data);
   if (!data.ok()) return Fail(data.status());
-  const Normalization norm = ComputeNormalization(data->train);
-  Normalize(data->train, norm);
-  Normalize(data->test, norm);
+  NormalizeWithTrainingSet(*data);
 
   Result<Model> model = Model::Create(spec, flags.seed);
   if (!model.ok()) return Fail(model.status());
@@ -84,10 +84,8 @@ int RunTrain(const TrainFlags& flags, bool model_given) {
                                 " inputs, the data has " + std::to_string(data->train.example_size()) +
                                 " features per example"));
   }
-  if (model->num_classes() < data->train.num_classes) {
-    return Fail(InvalidArgument("model '" + spec + "' has " + std::to_string(model->num_classes()) +
-                                " classes, the data has " + std::to_string(data->train.num_classes)));
-  }
+  const Status classes = CheckClassCount(*model, data->train.num_classes, "the data");
+  if (!classes.ok()) return Fail(classes);
 
   const std::size_t steps_per_epoch =
       (data->train.count + static_cast<std::size_t>(flags.batch) - 1) / static_cast<std::size_t>(flags.batch);
@@ -123,8 +121,9 @@ int RunTrain(const TrainFlags& flags, bool model_given) {
     const Status restored = RestoreCheckpoint(*resume, *model, *sgd);
     if (!restored.ok()) return Fail(restored);
     first_epoch = resume->epoch;
-    std::printf("resumed from %s: epoch %llu, step %llu\n", flags.checkpoint.c_str(),
-                static_cast<unsigned long long>(resume->epoch), static_cast<unsigned long long>(resume->step));
+    std::printf("resumed from %s: epoch %llu, step %llu%s\n", flags.checkpoint.c_str(),
+                static_cast<unsigned long long>(resume->epoch), static_cast<unsigned long long>(resume->step),
+                resume->aggregator_state.empty() ? "" : " (an aggregator's checkpoint: its state is kept in the file)");
   }
 
   std::ofstream metrics;
@@ -183,7 +182,11 @@ int RunTrain(const TrainFlags& flags, bool model_given) {
       metrics << line.dump() << "\n" << std::flush;
     }
     if (!flags.checkpoint.empty()) {
-      const Status saved = WriteCheckpointFile(flags.checkpoint, CaptureCheckpoint(*model, *sgd, epoch + 1));
+      Checkpoint state = CaptureCheckpoint(*model, *sgd, epoch + 1);
+      // The aggregator's state goes back as it was: `fedrt serve` resumes from
+      // this file at its round, from the model trained here.
+      if (resume.ok()) state.aggregator_state = resume->aggregator_state;
+      const Status saved = WriteCheckpointFile(flags.checkpoint, state);
       if (!saved.ok()) return Fail(saved);
     }
   }

@@ -2,6 +2,7 @@
 // codecs are covered here automatically once they are in the registry.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -140,6 +141,48 @@ Encoded EncodeWith(const std::string& name, std::size_t d) {
   REQUIRE(*size <= e.payload.size());
   e.payload.resize(*size);
   return e;
+}
+
+TEST_CASE("every codec refuses a payload made under another session seed, naming the seed check") {
+  for (const std::string& name : CodecNames()) {
+    INFO("codec " << name);
+    Encoded e = EncodeWith(name, 1000);
+    Result<PayloadView> view = ParsePayload(e.payload.data(), e.payload.size());
+    REQUIRE(view.ok());
+    CHECK(view->header.seed_check == PayloadSeedCheck(0x1234, 3, 1, 2));
+    CodecContext other = Context();
+    other.session_seed = 0x1235;
+    std::vector<float> out(1000), sum(1000, 0.0f);
+    const float* y = e.codec->needs_side_info() ? e.side_info.data() : nullptr;
+    const Status wrong = e.codec->Decode(e.payload.data(), e.payload.size(), other, out.data(), 1000, y);
+    CHECK(wrong.code() == StatusCode::kFailedPrecondition);
+    CHECK(wrong.message().find("payload was encoded under another session seed (payload seed check ") == 0);
+    CHECK(e.codec->DecodeAccumulate(e.payload.data(), e.payload.size(), other, 1.0f, sum.data(), 1000, y).code() ==
+          StatusCode::kFailedPrecondition);
+    CHECK(std::all_of(sum.begin(), sum.end(), [](float v) { return v == 0.0f; }));
+    CHECK(e.codec->Decode(e.payload.data(), e.payload.size(), Context(), out.data(), 1000, y).ok());
+  }
+}
+
+TEST_CASE("a version 1 payload (44-byte header, no seed check) is refused by version") {
+  auto codec = Make("fp32");
+  const auto input = Gaussian(4, 3);
+  std::vector<uint8_t> payload(codec->MaxEncodedSize(4));
+  auto size = codec->Encode(input.data(), 4, Context(), payload.data(), payload.size());
+  REQUIRE(size.ok());
+  // Version 1's layout: the same fields without the seed check, CRC at 40.
+  std::vector<uint8_t> v1(payload.begin(), payload.begin() + 40);
+  v1.insert(v1.end(), 4, 0);
+  v1.insert(v1.end(), payload.begin() + kPayloadHeaderSize, payload.begin() + static_cast<std::ptrdiff_t>(*size));
+  v1[4] = 1;
+  StoreLe32(v1.data() + 40, Crc32c(v1.data() + 44, v1.size() - 44, Crc32c(v1.data(), 40)));
+  const Status refused = ParsePayload(v1.data(), v1.size()).status();
+  CHECK(refused.code() == StatusCode::kUnsupported);
+  CHECK(refused.message() ==
+        "payload format version 1 (an earlier build, without the seed check); this build reads version 2: update "
+        "the sender");
+  std::vector<float> out(4);
+  CHECK(codec->Decode(v1.data(), v1.size(), Context(), out.data(), 4).code() == StatusCode::kUnsupported);
 }
 
 TEST_CASE("every codec encodes the same input to the same bytes twice") {

@@ -515,7 +515,7 @@ TEST_CASE("bits per sent coordinate against 32 plus log2 of d over k") {
         const double bits = 8.0 * static_cast<double>(payload.size()) / k;
         const double reference = 32 + std::log2(static_cast<double>(d) / k);
         MESSAGE(spec << ": " << bits << " bits per sent coordinate, reference " << reference);
-        // Index bits stay below log2(d/k) + 2; the fixed header (44 bytes,
+        // Index bits stay below log2(d/k) + 2; the fixed header (48 bytes,
         // the spec, the count and the method bytes) is amortised over k.
         const double header_bits = 8.0 * static_cast<double>(kPayloadHeaderSize + codec->spec().size() + 6) / k;
         if (std::string(v) == "fp32") CHECK(bits < reference + 2 + header_bits);

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Writes the golden payloads of tests/codecs/data/aarch64_golden/ with the
-# AArch64 build of `fedrt codec encode|decode`, run under qemu-aarch64.
+# AArch64 build of `fedrt codec encode|decode`, run under qemu-aarch64, or
+# with a native build's scalar reference kernels (FEDRT_ISA=scalar) when the
+# build named is not a cross build: every ISA writes the same bytes, which
+# codecs_aarch64_golden_test checks on each build.
 # Needs `cmake --preset aarch64 && cmake --build --preset aarch64` first.
 # Usage (from the repository root): bash tests/codecs/write_aarch64_goldens.sh [build/aarch64]
 set -euo pipefail
@@ -10,9 +13,13 @@ data=tests/codecs/data/aarch64_golden
 fedrt=$build/runtime/fedrt
 [[ -x $fedrt ]] || { echo "no $fedrt: build the aarch64 preset first" >&2; exit 1; }
 sysroot=$(sed -n 's/^FEDRT_SYSROOT:PATH=//p' "$build/CMakeCache.txt")
-# The same emulator command as the toolchain's CMAKE_CROSSCOMPILING_EMULATOR.
-emulator=(qemu-aarch64 -L /usr/aarch64-linux-gnu
-          -E "LD_LIBRARY_PATH=$sysroot/lib/aarch64-linux-gnu:$sysroot/usr/lib/aarch64-linux-gnu")
+if [[ -n $sysroot ]]; then
+  # The same emulator command as the toolchain's CMAKE_CROSSCOMPILING_EMULATOR.
+  emulator=(qemu-aarch64 -L /usr/aarch64-linux-gnu
+            -E "LD_LIBRARY_PATH=$sysroot/lib/aarch64-linux-gnu:$sysroot/usr/lib/aarch64-linux-gnu")
+else
+  emulator=(env FEDRT_ISA=scalar)  # a native build: its scalar reference
+fi
 echo "running: ${emulator[*]} $fedrt"
 
 # Inputs: integer arithmetic only (an LCG), exact float32 values: a spread of

@@ -27,16 +27,18 @@ struct Expected {
   uint32_t decoded_crc;
 };
 
-// Made by the x86-64 build; every build must reproduce them. fp16, dqsg and
+// Made by the x86-64 build (payload format version 2: the seed check made
+// every payload 4 bytes longer; the decoded floats did not change); every
+// build must reproduce them. fp16, dqsg and
 // ndqsg are the CRC-32C of tests/codecs/data/golden_{fp16,dqsg,ndqsg}.{bin,out}.
 constexpr Expected kExpected[] = {
-    {"fp16", 6057, 0x71735945u, 0x29b3bb05u},
-    {"dqsg:s=2,b=0", 435, 0x7fda459du, 0xa23ab86bu},
-    {"ndqsg:s1=3,rho=3,b=0", 479, 0x8dd494cbu, 0x4e486b23u},
+    {"fp16", 6061, 0x48ba8fd4u, 0x29b3bb05u},
+    {"dqsg:s=2,b=0", 439, 0xc0b2155du, 0xa23ab86bu},
+    {"ndqsg:s1=3,rho=3,b=0", 483, 0x67ce660fu, 0x4e486b23u},
     // The payload header carries the canonical spec "topk:k=0.05,...": a C
     // library whose printf has no floating point (newlib-nano as it comes)
     // writes "k=" and changes these bytes.
-    {"topk:k=0.05", 792, 0xee6c1579u, 0x91a23640u},
+    {"topk:k=0.05", 796, 0x3a7dd22eu, 0x91a23640u},
 };
 
 void CheckCodec(const Expected& expected) {

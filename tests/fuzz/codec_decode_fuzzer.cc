@@ -43,9 +43,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1 || Codecs().empty()) return 0;
   std::vector<uint8_t> bytes(data + 1, data + size);
   if ((data[0] & 0x80) != 0 && bytes.size() >= fedrt::kPayloadHeaderSize) {
+    // The seed check of seed 0 (the context below), so decoding gets past it.
+    fedrt::StoreLe32(bytes.data() + 40, fedrt::PayloadSeedCheck(0, fedrt::LoadLe32(bytes.data() + 20),
+                                                                fedrt::LoadLe32(bytes.data() + 24),
+                                                                fedrt::LoadLe32(bytes.data() + 28)));
+    constexpr std::size_t kCrcAt = fedrt::kPayloadHeaderSize - 4;
     const uint32_t crc = fedrt::Crc32c(bytes.data() + fedrt::kPayloadHeaderSize,
-                                       bytes.size() - fedrt::kPayloadHeaderSize, fedrt::Crc32c(bytes.data(), 40));
-    fedrt::StoreLe32(bytes.data() + 40, crc);
+                                       bytes.size() - fedrt::kPayloadHeaderSize, fedrt::Crc32c(bytes.data(), kCrcAt));
+    fedrt::StoreLe32(bytes.data() + kCrcAt, crc);
   }
   const uint8_t* payload = bytes.data();
   const size_t payload_size = bytes.size();

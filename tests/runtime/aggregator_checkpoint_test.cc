@@ -1,4 +1,6 @@
-// The aggregator's checkpoint file: version 2 keeps the codec state (level
+// The aggregator's checkpoint file: a checkpoint (checkpoint.h) with the
+// aggregator's section, which training reads too; the earlier builds'
+// "FEDRTAGG" files: version 2 keeps the codec state (level
 // table, NDQSG rho and forced anchors, downlink device model and the devices'
 // acknowledged rounds) bit for bit, version 3 the DP accountant's state;
 // version 1 and 2 files still load; other
@@ -54,6 +56,39 @@ void WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
 // Rewrites the trailing CRC after a deliberate change.
 void Reseal(std::vector<uint8_t>& bytes) { StoreLe32(bytes.data() + bytes.size() - 4, Crc32c(bytes.data(), bytes.size() - 4)); }
 
+// The file an earlier build wrote for `c` ("FEDRTAGG" version 3: u32 round,
+// the model, the three array counts, the arrays, codec and privacy state),
+// made from the checkpoint this build writes (the same fields, the model in
+// the checkpoint and the rest in its aggregator section).
+std::vector<uint8_t> LegacyFile(const std::string& path, const AggregatorCheckpoint& c) {
+  REQUIRE(WriteAggregatorCheckpoint(path, c).ok());
+  const std::vector<uint8_t> now = ReadBytes(path);
+  REQUIRE(std::memcmp(now.data(), "FEDRTCKP", 8) == 0);
+  std::size_t at = 8 + 4 + 4 + 8 + 8;                      // magic, version, reserved, step, epoch
+  at += 4 + LoadLe32(now.data() + at);                     // spec
+  const uint64_t parameters = LoadLe64(now.data() + at);
+  const std::size_t parameters_at = at + 8;
+  at = parameters_at + 4 * parameters;
+  at += 8 + 4 * LoadLe64(now.data() + at);                 // momentum
+  const uint64_t section = LoadLe64(now.data() + at);
+  const uint8_t* s = now.data() + at + 8;
+  REQUIRE(at + 8 + section + 4 == now.size());
+  std::vector<uint8_t> old = {'F', 'E', 'D', 'R', 'T', 'A', 'G', 'G', 3, 0, 0, 0};
+  old.insert(old.end(), s + 4, s + 8);                     // round
+  std::vector<uint8_t> length(4);
+  StoreLe32(length.data(), static_cast<uint32_t>(c.model.size()));
+  old.insert(old.end(), length.begin(), length.end());
+  old.insert(old.end(), c.model.begin(), c.model.end());
+  old.insert(old.end(), now.data() + parameters_at - 8, now.data() + parameters_at);  // parameter count
+  old.insert(old.end(), s + 8, s + 24);                    // moment counts
+  old.insert(old.end(), now.data() + parameters_at, now.data() + parameters_at + 4 * parameters);
+  old.insert(old.end(), s + 24, s + section);              // moments, codec and privacy state
+  old.insert(old.end(), 4, 0);
+  Reseal(old);
+  WriteBytes(path, old);
+  return old;
+}
+
 TEST_CASE("an aggregator checkpoint keeps the codec state bit for bit") {
   testing::TempDir dir;
   REQUIRE(dir.ok());
@@ -83,11 +118,15 @@ TEST_CASE("a version 1 aggregator checkpoint still loads without codec state") {
   REQUIRE(dir.ok());
   const std::string path = dir.File("agg.ckpt");
   AggregatorCheckpoint c = Sample();
-  REQUIRE(WriteAggregatorCheckpoint(path, c).ok());
   // Version 2 is version 3 without the privacy state (an empty one: a u32
   // count of 0), version 1 version 2 without the codec state: cut them off,
   // set the version.
-  std::vector<uint8_t> bytes = ReadBytes(path);
+  std::vector<uint8_t> bytes = LegacyFile(path, c);
+  Result<AggregatorCheckpoint> v3 = ReadAggregatorCheckpoint(path);
+  REQUIRE(v3.ok());
+  CHECK(v3->round == 7);
+  CHECK(v3->parameters == c.parameters);
+  CHECK(v3->synced == c.synced);
   REQUIRE(LoadLe32(bytes.data() + bytes.size() - 8) == 0);
   bytes.erase(bytes.end() - 8, bytes.end() - 4);
   StoreLe32(bytes.data() + 8, 2);
@@ -102,8 +141,7 @@ TEST_CASE("a version 1 aggregator checkpoint still loads without codec state") {
   bare.round = c.round;
   bare.parameters = c.parameters;
   bare.first_moment = c.first_moment;
-  REQUIRE(WriteAggregatorCheckpoint(path, bare).ok());
-  std::vector<uint8_t> v1 = ReadBytes(path);
+  std::vector<uint8_t> v1 = LegacyFile(path, bare);
   // Empty codec state: 4 (codec) + 8 (table) + 4 + 4 (rho, anchors) + 4 + 8 + 8 (downlink) + 4 (synced).
   const std::size_t empty_state = 44 + 4;  // and the empty privacy state
   REQUIRE(v1.size() > empty_state + 4);
@@ -146,6 +184,65 @@ TEST_CASE("a version 1 aggregator checkpoint still loads without codec state") {
   Reseal(huge);
   WriteBytes(path, huge);
   CHECK(ReadAggregatorCheckpoint(path).status().code() == StatusCode::kCorrupt);
+}
+
+TEST_CASE("training and aggregation share one checkpoint: each takes the model and keeps the other's state") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("model.ckpt");
+  // What `fedrt train` writes starts an aggregator at round 0 from its model.
+  Checkpoint trained;
+  trained.spec = "mlp:4-2";
+  trained.step = 40;
+  trained.epoch = 3;
+  trained.parameters = {0.5f, 1.0f, -1.0f};
+  trained.velocity = {0.0f, 0.1f, 0.2f};
+  REQUIRE(WriteCheckpointFile(path, trained).ok());
+  Result<AggregatorCheckpoint> start = ReadAggregatorCheckpoint(path);
+  REQUIRE(start.ok());
+  CHECK(start->model == "mlp:4-2");
+  CHECK(start->round == 0);
+  CHECK(start->parameters == trained.parameters);
+  CHECK(start->first_moment.empty());
+  CHECK(start->codec.empty());
+
+  // What the aggregator writes is a checkpoint training resumes from (epoch
+  // 0, its global model); training writes it back with the aggregator's
+  // section unchanged, and the aggregator resumes at its round from the
+  // model training left.
+  REQUIRE(WriteAggregatorCheckpoint(path, Sample()).ok());
+  Result<Checkpoint> global = ReadCheckpointFile(path);
+  REQUIRE(global.ok());
+  CHECK(global->spec == "mlp:4-2");
+  CHECK(global->epoch == 0);
+  CHECK(global->step == 0);
+  CHECK(global->velocity.empty());
+  CHECK(global->parameters == Sample().parameters);
+  REQUIRE_FALSE(global->aggregator_state.empty());
+  global->parameters = {9.0f, 8.0f, 7.0f};
+  global->epoch = 1;
+  REQUIRE(WriteCheckpointFile(path, *global).ok());
+  Result<AggregatorCheckpoint> resumed = ReadAggregatorCheckpoint(path);
+  REQUIRE(resumed.ok());
+  CHECK(resumed->round == 7);
+  CHECK(resumed->parameters == std::vector<float>{9.0f, 8.0f, 7.0f});
+  CHECK(resumed->first_moment == Sample().first_moment);
+  CHECK(resumed->codec == Sample().codec);
+  CHECK(resumed->synced == Sample().synced);
+
+  // An aggregator file of an earlier build reads as a checkpoint with that
+  // state in its section (what `fedrt train --checkpoint` takes).
+  LegacyFile(path, Sample());
+  CHECK(ReadCheckpointFile(path).status().code() == StatusCode::kCorrupt);  // the training core's reader
+  Result<Checkpoint> legacy = ReadAnyCheckpointFile(path);
+  REQUIRE(legacy.ok());
+  CHECK(legacy->spec == "mlp:4-2");
+  CHECK(legacy->parameters == Sample().parameters);
+  Result<AggregatorCheckpoint> state = AggregatorStateOf(*legacy, path);
+  REQUIRE(state.ok());
+  CHECK(state->round == 7);
+  CHECK(state->level_table == Sample().level_table);
+  CHECK(state->rho == Sample().rho);
 }
 
 TEST_CASE("an aggregator checkpoint keeps the DP accountant's state bit for bit") {

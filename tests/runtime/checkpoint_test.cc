@@ -101,28 +101,61 @@ TEST_CASE("foreign files and newer format versions are rejected with the file na
 
   Trained a = Make("mlp:3-2", 1, 0.0f);
   std::vector<uint8_t> bytes = EncodeCheckpoint(CaptureCheckpoint(a.model, a.sgd, 1));
-  bytes[8] = 3;  // version 3
+  bytes[8] = 4;  // version 4
   StoreLe32(bytes.data() + bytes.size() - 4, Crc32c(bytes.data(), bytes.size() - 4));
   const Status newer = DecodeCheckpoint(bytes.data(), bytes.size(), "new.ckpt").status();
   CHECK(newer.code() == StatusCode::kUnsupported);
-  CHECK(newer.message().find("new.ckpt: checkpoint format version 3") == 0);
+  CHECK(newer.message().find("new.ckpt: checkpoint format version 4") == 0);
 }
 
-TEST_CASE("a checkpoint is version 2, sealed with the CRC-32C of the bytes before it") {
+TEST_CASE("a checkpoint is version 3, sealed with the CRC-32C of the bytes before it") {
   Trained a = Make("mlp:3-2", 1, 0.9f);
   const std::vector<uint8_t> bytes = EncodeCheckpoint(CaptureCheckpoint(a.model, a.sgd, 1));
   REQUIRE(bytes.size() > 16);
   CHECK(std::memcmp(bytes.data(), "FEDRTCKP", 8) == 0);
-  CHECK(LoadLe32(bytes.data() + 8) == 2);
+  CHECK(LoadLe32(bytes.data() + 8) == 3);
   CHECK(LoadLe32(bytes.data() + bytes.size() - 4) == Crc32c(bytes.data(), bytes.size() - 4));
   // Encoding twice gives the same bytes.
   CHECK(EncodeCheckpoint(CaptureCheckpoint(a.model, a.sgd, 1)) == bytes);
 }
 
+// Version 2 is version 3 without the aggregator section's length (8 bytes of
+// zero before the CRC when there is none).
+std::vector<uint8_t> AsVersion2(std::vector<uint8_t> v3) {
+  REQUIRE(LoadLe64(v3.data() + v3.size() - 12) == 0);
+  v3.erase(v3.end() - 12, v3.end() - 4);
+  StoreLe32(v3.data() + 8, 2);
+  StoreLe32(v3.data() + v3.size() - 4, Crc32c(v3.data(), v3.size() - 4));
+  return v3;
+}
+
+TEST_CASE("a version 2 checkpoint still loads, and the aggregator's section comes back as it was written") {
+  Trained a = Make("mlp:3-2", 1, 0.9f);
+  a.sgd.set_step(12);
+  Checkpoint c = CaptureCheckpoint(a.model, a.sgd, 2);
+  const std::vector<uint8_t> v2 = AsVersion2(EncodeCheckpoint(c));
+  Result<Checkpoint> read = DecodeCheckpoint(v2.data(), v2.size(), "v2.ckpt");
+  REQUIRE(read.ok());
+  CHECK(read->epoch == 2);
+  CHECK(read->step == 12);
+  CHECK(read->velocity == c.velocity);
+  CHECK(read->aggregator_state.empty());
+
+  c.aggregator_state = {1, 2, 3, 4, 5};
+  std::vector<uint8_t> v3 = EncodeCheckpoint(c);
+  read = DecodeCheckpoint(v3.data(), v3.size(), "v3.ckpt");
+  REQUIRE(read.ok());
+  CHECK(read->aggregator_state == c.aggregator_state);
+  // A section longer than the bytes left is corrupt, never read past the end.
+  StoreLe64(v3.data() + v3.size() - 4 - 5 - 8, 1000);
+  StoreLe32(v3.data() + v3.size() - 4, Crc32c(v3.data(), v3.size() - 4));
+  CHECK(DecodeCheckpoint(v3.data(), v3.size(), "v3.ckpt").status().code() == StatusCode::kCorrupt);
+}
+
 TEST_CASE("a version 1 checkpoint (zlib CRC-32) is read where zlib is built in and refused by version otherwise") {
   Trained a = Make("mlp:3-2", 1, 0.9f);
   a.sgd.set_step(99);
-  std::vector<uint8_t> v1 = EncodeCheckpoint(CaptureCheckpoint(a.model, a.sgd, 4));
+  std::vector<uint8_t> v1 = AsVersion2(EncodeCheckpoint(CaptureCheckpoint(a.model, a.sgd, 4)));
   // Version 1 is version 2's layout with a zlib CRC-32.
   StoreLe32(v1.data() + 8, 1);
 #if FEDRT_HAVE_ZLIB

@@ -17,12 +17,7 @@ using testing::CliRun;
 using testing::RunCli;
 using testing::RunCommand;
 
-std::string Python(const std::string& dir, const std::string& code) {
-  const CliRun run = RunCommand("cd '" + dir + "' && " FEDRT_PYTHON " -c \"import numpy as np\n" + code + "\"");
-  INFO(run.output);
-  REQUIRE(run.exit_code == 0);
-  return run.output;
-}
+std::string Python(const std::string& dir, const std::string& code) { return testing::RunPython(dir, code); }
 
 const char kWriteModel[] =
     "rng = np.random.default_rng(1)\n"

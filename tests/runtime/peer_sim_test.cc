@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <dirent.h>
@@ -279,6 +280,50 @@ TEST_CASE("fedrt sim stops a ring with the reason when one of its peers dies ins
   CHECK(out.find(" before the run ended (logs: " + dir.File("out") +
                  "/ring-fp32/rank-R.log); the other peers were stopped") != std::string::npos);
   CHECK(ChildWith(sim.pid(), "--rank", "0") == -1);  // none left behind
+}
+
+// The texts of the elements `<tag class="cls"...>TEXT<` of an SVG, in order.
+std::vector<std::string> SvgTexts(const std::string& svg, const std::string& open) {
+  std::vector<std::string> texts;
+  for (std::size_t at = svg.find(open); at != std::string::npos; at = svg.find(open, at + 1)) {
+    const std::size_t begin = svg.find('>', at) + 1;
+    texts.push_back(svg.substr(begin, svg.find('<', begin) - begin));
+  }
+  return texts;
+}
+
+TEST_CASE("the plot draws a point for a run of one evaluation, ticks that differ, and the legend below the curves") {
+  testing::TempDir dir;
+  // One evaluation (one epoch of a ring), and two rounds whose accuracies
+  // differ in the third digit: the cases that drew nothing and "0 0 1 1 2 2".
+  REQUIRE(::mkdir(dir.File("one").c_str(), 0755) == 0);
+  REQUIRE(::mkdir(dir.File("two").c_str(), 0755) == 0);
+  std::ofstream(dir.File("one/metrics.jsonl"))
+      << R"({"topology":"ring","codec":"fp32","epoch":1,"test_accuracy":0.5,"total_bytes_sent":2000000})" << "\n";
+  std::ofstream(dir.File("two/metrics.jsonl"))
+      << R"({"codec":"fp32","round":1,"test_accuracy":0.851,"total_bytes_up":1000000})" << "\n"
+      << R"({"codec":"fp32","round":2,"test_accuracy":0.853,"total_bytes_up":2000000})" << "\n";
+  Run run = RunCli("sim --compare " + dir.File("one") + " " + dir.File("two") + " --out " + dir.File("plot"));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const std::string svg = testing::ReadFileBytes(dir.File("plot/plot.svg"));
+  // Every point has a marker in both panels, titled with its values.
+  const std::vector<std::string> points = SvgTexts(svg, "<circle class=\"point\"");
+  REQUIRE(points.size() == 6);
+  CHECK(svg.find("<title>ring fp32 x 1: 50.00%</title>") != std::string::npos);
+  CHECK(svg.find("<title>star fp32 x 2: 85.30%</title>") != std::string::npos);
+  CHECK(svg.find("<title>star fp32 MB 2: 85.30%</title>") != std::string::npos);
+  // Round ticks are whole and distinct; accuracy ticks distinct.
+  const std::vector<std::string> x = SvgTexts(svg, "<text class=\"xtick\"");
+  CHECK(x == std::vector<std::string>{"0", "1", "2"});
+  const std::vector<std::string> y = SvgTexts(svg, "<text class=\"ytick\"");  // both panels: twice
+  CHECK(y == std::vector<std::string>{"50%", "60%", "70%", "80%", "90%", "50%", "60%", "70%", "80%", "90%"});
+  CHECK(SvgTexts(svg, "<text class=\"mbtick\"") == std::vector<std::string>{"1", "10"});
+  // The legend is below the panels (they end at y = 280).
+  const std::size_t legend = svg.find("<g class=\"legend\"><line x1=");
+  REQUIRE(legend != std::string::npos);
+  const std::size_t y1 = svg.find("y1=\"", legend) + 4;
+  CHECK(std::stod(svg.substr(y1, svg.find('"', y1) - y1)) > 280 + 20);
 }
 
 TEST_CASE("fedrt sim refuses a codec its topology cannot run and a compare folder without metrics") {

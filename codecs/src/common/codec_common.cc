@@ -121,6 +121,16 @@ Result<PayloadView> OpenPayload(const uint8_t* data, std::size_t size, CodecId c
                       "; expected round " + std::to_string(context.round) + ", tensor " +
                       std::to_string(context.tensor_id) + ", sender " + std::to_string(context.sender_id));
   }
+  const uint32_t check = PayloadSeedCheck(context.session_seed, context.round, context.tensor_id, context.sender_id);
+  if (h.seed_check != check) {
+    // Decoding would run other dither and rounding streams: plausible, wrong floats.
+    char text[96];
+    std::snprintf(text, sizeof text, "payload seed check %08x, this decoder's %08x", static_cast<unsigned>(h.seed_check),
+                  static_cast<unsigned>(check));
+    return Status(StatusCode::kFailedPrecondition,
+                  std::string("payload was encoded under another session seed (") + text +
+                      "): sender and receiver must agree on the seed");
+  }
   return view;
 }
 
@@ -134,6 +144,7 @@ PayloadHeader MakeHeader(CodecId codec, const CodecContext& context, std::size_t
   h.round = context.round;
   h.tensor_id = context.tensor_id;
   h.sender_id = context.sender_id;
+  h.seed_check = PayloadSeedCheck(context.session_seed, context.round, context.tensor_id, context.sender_id);
   h.body_size = static_cast<uint32_t>(body_size);
   return h;
 }

@@ -9,6 +9,8 @@ namespace fedrt {
 namespace {
 
 constexpr uint8_t kMaxCodecId = static_cast<uint8_t>(CodecId::kMoniqua);
+// Where the header's CRC sits: it covers the header bytes before it.
+constexpr std::size_t kCrcOffset = kPayloadHeaderSize - 4;
 
 }  // namespace
 
@@ -46,6 +48,15 @@ void LoadFloatsLe(const uint8_t* p, std::size_t count, float* values) {
 #endif
 }
 
+uint32_t PayloadSeedCheck(uint64_t session_seed, uint32_t round, uint32_t tensor_id, uint32_t sender_id) {
+  uint8_t bytes[20];
+  StoreLe64(bytes, session_seed);
+  StoreLe32(bytes + 8, round);
+  StoreLe32(bytes + 12, tensor_id);
+  StoreLe32(bytes + 16, sender_id);
+  return Crc32c(bytes, sizeof(bytes));
+}
+
 void FinishPayload(PayloadHeader header, std::string_view spec, uint8_t* out) {
   header.spec_size = static_cast<uint32_t>(spec.size());
   // memmove: the spec may be a view of this very payload (re-sealing a
@@ -63,10 +74,11 @@ void FinishPayload(PayloadHeader header, std::string_view spec, uint8_t* out) {
   StoreLe32(out + 28, header.sender_id);
   StoreLe32(out + 32, header.spec_size);
   StoreLe32(out + 36, header.body_size);
+  StoreLe32(out + 40, header.seed_check);
   // The CRC covers the header too: a flipped flag or bucket size is caught
   // like a flipped body byte.
-  header.crc = Crc32c(out + kPayloadHeaderSize, spec.size() + header.body_size, Crc32c(out, 40));
-  StoreLe32(out + 40, header.crc);
+  header.crc = Crc32c(out + kPayloadHeaderSize, spec.size() + header.body_size, Crc32c(out, kCrcOffset));
+  StoreLe32(out + kCrcOffset, header.crc);
 }
 
 Result<PayloadView> ParsePayload(const uint8_t* data, std::size_t size) {
@@ -75,6 +87,11 @@ Result<PayloadView> ParsePayload(const uint8_t* data, std::size_t size) {
                    std::to_string(kPayloadHeaderSize) + "-byte header");
   }
   if (LoadLe32(data) != kPayloadMagic) return Corrupt("payload does not start with the FRTC magic");
+  if (data[4] == 1) {
+    return Status(StatusCode::kUnsupported,
+                  "payload format version 1 (an earlier build, without the seed check); this build reads version " +
+                      std::to_string(kPayloadVersion) + ": update the sender");
+  }
   if (data[4] != kPayloadVersion) {
     return Status(StatusCode::kUnsupported, "payload format version " + std::to_string(data[4]) +
                                                 " (this build reads version " +
@@ -94,7 +111,8 @@ Result<PayloadView> ParsePayload(const uint8_t* data, std::size_t size) {
   h.sender_id = LoadLe32(data + 28);
   h.spec_size = LoadLe32(data + 32);
   h.body_size = LoadLe32(data + 36);
-  h.crc = LoadLe32(data + 40);
+  h.seed_check = LoadLe32(data + 40);
+  h.crc = LoadLe32(data + kCrcOffset);
   if (h.spec_size == 0 || h.spec_size > kMaxSpecSize) {
     return Corrupt("payload spec size " + std::to_string(h.spec_size) + " is outside 1.." +
                    std::to_string(kMaxSpecSize));
@@ -105,7 +123,8 @@ Result<PayloadView> ParsePayload(const uint8_t* data, std::size_t size) {
     return Corrupt("payload is " + std::to_string(size) + " bytes but its header says " +
                    std::to_string(expected));
   }
-  const uint32_t crc = Crc32c(data + kPayloadHeaderSize, h.spec_size + std::size_t{h.body_size}, Crc32c(data, 40));
+  const uint32_t crc =
+      Crc32c(data + kPayloadHeaderSize, h.spec_size + std::size_t{h.body_size}, Crc32c(data, kCrcOffset));
   if (crc != h.crc) return Corrupt("payload CRC32C mismatch (corrupted in transit?)");
   view.spec = std::string_view(reinterpret_cast<const char*>(data + kPayloadHeaderSize), h.spec_size);
   view.body = data + kPayloadHeaderSize + h.spec_size;

@@ -95,8 +95,10 @@ DataView ToDataView(const fedrt_data_view& c) {
   view.num_classes = c.num_classes;
   view.pixels = c.pixels;
   view.features = c.features;
-  view.normalization.mean = c.mean;
-  view.normalization.stddev = c.stddev;
+  if (c.pixels != nullptr) {  // float features are read as they are
+    view.normalization.mean = c.mean;
+    view.normalization.stddev = c.stddev;
+  }
   view.labels = c.labels;
   return view;
 }

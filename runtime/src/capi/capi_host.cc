@@ -42,10 +42,11 @@ fedrt_status fedrt_host_dataset_view(const fedrt_host_dataset_t* dataset, fedrt_
   view->count = train.count;
   view->example_size = train.example_size();
   view->num_classes = train.num_classes;
-  view->pixels = train.pixels.data();
+  const bool floats = !train.features.empty();  // NumPy or CSV data of floats, normalised in place
+  view->pixels = floats ? nullptr : train.pixels.data();
   view->mean = train.normalization.mean;
   view->stddev = train.normalization.stddev;
-  view->features = nullptr;
+  view->features = floats ? train.features.data() : nullptr;
   view->labels = train.labels.data();
   return FEDRT_OK;
 }

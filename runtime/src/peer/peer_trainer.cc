@@ -9,6 +9,7 @@
 
 #include "fedrt/runtime/aggregation.h"
 #include "fedrt/runtime/peer.h"
+#include "fedrt/runtime/trainer.h"
 
 namespace fedrt {
 namespace peer {
@@ -35,10 +36,7 @@ Result<std::unique_ptr<PeerTrainer>> PeerTrainer::Create(Model& model, const Pee
     return InvalidArgument("the model takes " + std::to_string(model.input_size()) + " inputs, the data has " +
                            std::to_string(data.set.example_size) + " features per example");
   }
-  if (model.num_classes() < data.set.num_classes) {
-    return InvalidArgument("the model has " + std::to_string(model.num_classes()) + " classes, the data has " +
-                           std::to_string(data.set.num_classes));
-  }
+  FEDRT_RETURN_IF_ERROR(CheckClassCount(model, data.set.num_classes, "the data"));
   if (options.epochs < 1 || options.batch < 1 || options.evals_per_epoch < 1) {
     return InvalidArgument("epochs, batch and evaluations per epoch must be positive");
   }

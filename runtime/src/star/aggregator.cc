@@ -29,6 +29,7 @@
 #include "fedrt/transport/event_loop.h"
 #include "fedrt/transport/http.h"
 #include "fedrt/transport/tcp.h"
+#include "fedrt/runtime/model_file.h"
 #include "star/aggregator_checkpoint.h"
 #include "star/aggregator_metrics.h"
 #include "star/star_data.h"
@@ -222,13 +223,15 @@ transport::HttpResponse Monitor(const std::string& path, const Aggregator& aggre
   return response;
 }
 
-// Resumes from the saved state if the file exists; errors name the file.
-Status RestoreCheckpoint(const std::string& path, Aggregator& aggregator) {
+// Resumes from the saved state if the file exists (*resumed); errors name
+// the file.
+Status RestoreCheckpoint(const std::string& path, Aggregator& aggregator, bool* resumed) {
   Result<AggregatorCheckpoint> saved = ReadAggregatorCheckpoint(path);
   if (saved.status().code() == StatusCode::kNotFound) {
     Log(LogLevel::kInfo, "aggregator: no checkpoint at %s yet: starting at round 0", path.c_str());
     return Status();
   }
+  *resumed = true;
   // An existing file that cannot be used is never a fresh start.
   if (!saved.ok()) return saved.status();
   const Status restored = aggregator.Restore(std::move(*saved));
@@ -267,9 +270,20 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
                          options.data_dir.empty() ? nullptr : &test_set, std::move(engine_hooks));
   if (!created.ok()) return created.status();
   std::shared_ptr<Aggregator> aggregator = std::move(*created);
+  bool resumed = false;
   if (!options.checkpoint.empty()) {
-    FEDRT_RETURN_IF_ERROR(RestoreCheckpoint(options.checkpoint, *aggregator));
+    FEDRT_RETURN_IF_ERROR(RestoreCheckpoint(options.checkpoint, *aggregator, &resumed));
     if (aggregator->round() > 0) checkpoints->Resumed();
+  }
+  if (!options.initial_parameters.empty() && !resumed) {
+    AggregatorCheckpoint initial;
+    initial.model = options.model;
+    initial.parameters = options.initial_parameters;
+    const Status restored = aggregator->Restore(std::move(initial));
+    if (!restored.ok()) return Status(restored.code(), "initial model: " + restored.message());
+  } else if (!options.initial_parameters.empty()) {
+    Log(LogLevel::kInfo, "aggregator: resumed from %s: the initial model was for the first start",
+        options.checkpoint.c_str());
   }
 
   transport::ConnectionOptions connection_options = aggregator->connection_options();
@@ -318,6 +332,11 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
   if (http) http->Close();
   aggregator->Abort(Status(StatusCode::kCancelled, "aggregator stopped"));
   loop.RunFor(50);
+  if (!options.save_model.empty()) {
+    FEDRT_RETURN_IF_ERROR(WriteModelNpz(options.save_model, aggregator->model()));
+    Log(LogLevel::kInfo, "aggregator: saved the global model of round %u to %s", aggregator->round(),
+        options.save_model.c_str());
+  }
   // Training that went on while its state could not be saved ends as an error.
   if (checkpoints) return checkpoints->Finish();
   return Status();

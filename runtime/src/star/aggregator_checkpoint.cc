@@ -5,14 +5,19 @@
 #include <algorithm>
 #include <cstring>
 
+#include "fedrt/runtime/checkpoint.h"
 #include "persist/coding.h"
 #include "persist/file.h"
 
 namespace fedrt {
 namespace {
 
-constexpr char kMagic[persist::kMagicSize] = {'F', 'E', 'D', 'R', 'T', 'A', 'G', 'G'};
-constexpr uint32_t kVersion = 3;
+// The aggregator's files of earlier builds; now a checkpoint (checkpoint.h)
+// with an aggregator section.
+constexpr std::size_t kLegacyMagicSize = persist::kMagicSize;
+constexpr char kLegacyMagic[persist::kMagicSize] = {'F', 'E', 'D', 'R', 'T', 'A', 'G', 'G'};
+// The section's own version (its first u32).
+constexpr uint32_t kSectionVersion = 1;
 constexpr uint32_t kMaxRdpOrders = 4096;
 constexpr std::size_t kMaxSpecBytes = 4096;
 constexpr std::size_t kMaxDeviceIdBytes = 256;
@@ -84,36 +89,49 @@ bool ReadPrivacyState(persist::Reader& r, AggregatorCheckpoint* c) {
   return r.ok();
 }
 
-}  // namespace
 
-Status WriteAggregatorCheckpoint(const std::string& path, const AggregatorCheckpoint& checkpoint) {
-  persist::Writer w(kMagic, kVersion);
-  w.U32(checkpoint.round);
-  w.String(checkpoint.model);
-  w.U64(checkpoint.parameters.size());
-  w.U64(checkpoint.first_moment.size());
-  w.U64(checkpoint.second_moment.size());
-  w.F32s(checkpoint.parameters);
-  w.F32s(checkpoint.first_moment);
-  w.F32s(checkpoint.second_moment);
-  PutCodecState(w, checkpoint);
-  PutPrivacyState(w, checkpoint);
-  return persist::WriteFileAtomically(path, std::move(w).Finish());
+// The aggregator's section of a checkpoint (checkpoint.h): everything of the
+// aggregator's state but the model.
+std::vector<uint8_t> EncodeAggregatorSection(const AggregatorCheckpoint& c) {
+  persist::Writer w;
+  w.U32(kSectionVersion);
+  w.U32(c.round);
+  w.U64(c.first_moment.size());
+  w.U64(c.second_moment.size());
+  w.F32s(c.first_moment);
+  w.F32s(c.second_moment);
+  PutCodecState(w, c);
+  PutPrivacyState(w, c);
+  return std::move(w).Take();
 }
 
-Result<AggregatorCheckpoint> ReadAggregatorCheckpoint(const std::string& path) {
-  Result<std::vector<uint8_t>> file =
-      persist::ReadWholeFile(path, static_cast<std::size_t>(std::min<uint64_t>(kMaxFileBytes, SIZE_MAX)));
-  if (!file.ok()) return file.status();
-  const std::vector<uint8_t>& bytes = *file;
+Status DecodeAggregatorSection(const std::vector<uint8_t>& bytes, const std::string& path, AggregatorCheckpoint* c) {
+  persist::Reader r(bytes.data(), bytes.size());
+  const uint32_t version = r.U32();
+  if (r.ok() && version != kSectionVersion) {
+    return Unsupported(path + ": aggregator section version " + std::to_string(version) + " (this build reads " +
+                       std::to_string(kSectionVersion) + ")");
+  }
+  c->round = r.U32();
+  const uint64_t first = r.U64(), second = r.U64();
+  r.F32s(first, &c->first_moment);
+  r.F32s(second, &c->second_moment);
+  if (!r.ok()) return Corrupt(path + ": bad aggregator section");
+  if (!ReadCodecState(r, c)) return Corrupt(path + ": bad codec state");
+  if (!ReadPrivacyState(r, c) || !r.AtEnd()) return Corrupt(path + ": bad privacy state");
+  return Status::Ok();
+}
+
+// Files of earlier builds: magic "FEDRTAGG", versions 1 to 3.
+Result<AggregatorCheckpoint> DecodeLegacy(const std::vector<uint8_t>& bytes, const std::string& path) {
   uint32_t version = 0;
   persist::Reader r;
   FEDRT_RETURN_IF_ERROR(
-      persist::OpenFrame(bytes.data(), bytes.size(), kMagic, path, "an aggregator checkpoint", &version, &r));
+      persist::OpenFrame(bytes.data(), bytes.size(), kLegacyMagic, path, "an aggregator checkpoint", &version, &r));
   if (!persist::Crc32cTrailerMatches(bytes.data(), bytes.size())) return Corrupt(path + ": checksum mismatch");
   if (version < 1 || version > 3) {
-    return Unsupported(path + ": checkpoint version " + std::to_string(version) +
-                       " (this build reads versions 1 to 3)");
+    return Unsupported(path + ": aggregator checkpoint version " + std::to_string(version) +
+                       " (this build reads versions 1 to 3 of the \"FEDRTAGG\" files, and checkpoints)");
   }
   AggregatorCheckpoint checkpoint;
   checkpoint.round = r.U32();
@@ -127,6 +145,64 @@ Result<AggregatorCheckpoint> ReadAggregatorCheckpoint(const std::string& path) {
   if (version >= 2 && !ReadCodecState(r, &checkpoint)) return Corrupt(path + ": bad codec state");
   if (version >= 3 && !ReadPrivacyState(r, &checkpoint)) return Corrupt(path + ": bad privacy state");
   if (!r.AtEnd()) return Corrupt(path + ": " + (version == 2 ? "bad codec state" : "bad privacy state"));
+  return checkpoint;
+}
+
+}  // namespace
+
+Status WriteAggregatorCheckpoint(const std::string& path, const AggregatorCheckpoint& checkpoint) {
+  Checkpoint file;
+  file.spec = checkpoint.model;
+  file.parameters = checkpoint.parameters;
+  file.aggregator_state = EncodeAggregatorSection(checkpoint);
+  return WriteCheckpointFile(path, file);
+}
+
+Result<AggregatorCheckpoint> AggregatorStateOf(Checkpoint file, const std::string& path) {
+  AggregatorCheckpoint checkpoint;
+  if (!file.aggregator_state.empty()) {
+    FEDRT_RETURN_IF_ERROR(DecodeAggregatorSection(file.aggregator_state, path, &checkpoint));
+  }
+  checkpoint.model = std::move(file.spec);
+  checkpoint.parameters = std::move(file.parameters);
+  return checkpoint;
+}
+
+namespace {
+
+// A file's bytes, and whether it is an aggregator file of an earlier build.
+Result<std::vector<uint8_t>> ReadFile(const std::string& path, bool* legacy) {
+  Result<std::vector<uint8_t>> file =
+      persist::ReadWholeFile(path, static_cast<std::size_t>(std::min<uint64_t>(kMaxFileBytes, SIZE_MAX)));
+  if (file.ok()) {
+    *legacy = file->size() >= kLegacyMagicSize && std::memcmp(file->data(), kLegacyMagic, kLegacyMagicSize) == 0;
+  }
+  return file;
+}
+
+}  // namespace
+
+Result<AggregatorCheckpoint> ReadAggregatorCheckpoint(const std::string& path) {
+  bool legacy = false;
+  Result<std::vector<uint8_t>> file = ReadFile(path, &legacy);
+  if (!file.ok()) return file.status();
+  if (legacy) return DecodeLegacy(*file, path);
+  Result<Checkpoint> checkpoint = DecodeCheckpoint(file->data(), file->size(), path);
+  if (!checkpoint.ok()) return checkpoint.status();
+  return AggregatorStateOf(std::move(*checkpoint), path);
+}
+
+Result<Checkpoint> ReadAnyCheckpointFile(const std::string& path) {
+  bool legacy = false;
+  Result<std::vector<uint8_t>> file = ReadFile(path, &legacy);
+  if (!file.ok()) return file.status();
+  if (!legacy) return DecodeCheckpoint(file->data(), file->size(), path);
+  Result<AggregatorCheckpoint> state = DecodeLegacy(*file, path);
+  if (!state.ok()) return state.status();
+  Checkpoint checkpoint;
+  checkpoint.spec = state->model;
+  checkpoint.parameters = std::move(state->parameters);
+  checkpoint.aggregator_state = EncodeAggregatorSection(*state);
   return checkpoint;
 }
 

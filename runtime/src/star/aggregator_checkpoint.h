@@ -2,23 +2,27 @@
 // number of completed rounds and the codec state, so a restarted aggregator
 // resumes where it was and sends the instructions it would have sent.
 //
-// Layout (the persistence helper's frame and coding, persist/coding.h:
-// little-endian, CRC-32C): magic "FEDRTAGG", u32 version, u32 round, str
-// model spec, u64 parameter count, u64 first moment count, u64 second moment
-// count, the three float arrays; version 2 then appends the codec state:
+// The file is a checkpoint (fedrt/runtime/checkpoint.h: the one format of
+// model state, written atomically through the persistence helper) whose
+// aggregator section holds (the persistence helper's coding, persist/coding.h:
+// little-endian):
+//   u32 section version (1), u32 round
+//   u64 first moment count, u64 second moment count, the two float arrays
 //   str codec spec (the update codec the state belongs to)
 //   u32 level table version, u32 level count, the levels (f32)
 //   u32 count, then per device: str id, i32 rho       (NDQSG rho, when not the codec's)
 //   u32 count, then per device: str id                (NDQSG devices sent plain DQSG next)
 //   str downlink codec spec, i64 device model round, u64 count, the device model (f32)
 //   u32 count, then per device: str id, i64 round     (last round whose model it acknowledged)
-// and version 3 the privacy state:
 //   u32 count, then count f64 (as u64 bits)           (DP: the accountant's RDP at orders 2..)
-// where str is a u32 length and the bytes. Then the CRC-32C of all bytes
-// before it. Written atomically (persist/file.h: <path>.tmp, fsync, rename,
-// fsync of the directory). Reading checks the magic, the checksum, the
-// version and every count against the bytes left before using anything;
-// version 1 and 2 files still load (with no codec or privacy state).
+// where str is a u32 length and the bytes. The model (spec, parameters) is
+// the checkpoint's own; its epoch and step are written as 0.
+//
+// Reading takes any checkpoint: one without an aggregator section (what
+// `fedrt train` writes) starts the aggregator at round 0 from its model. The
+// aggregator files of earlier builds (magic "FEDRTAGG", versions 1 to 3: the
+// same fields after a u32 round and the model) still load. Every count is
+// checked against the bytes left before anything is used.
 //
 // Thread-safety: plain functions; one writer per file.
 #ifndef FEDRT_RUNTIME_SRC_STAR_AGGREGATOR_CHECKPOINT_H_
@@ -28,6 +32,7 @@
 
 #include "fedrt/platform/status.h"
 #include "fedrt/runtime/aggregator_engine.h"
+#include "fedrt/runtime/checkpoint.h"
 
 namespace fedrt {
 
@@ -38,6 +43,13 @@ Status WriteAggregatorCheckpoint(const std::string& path, const AggregatorCheckp
 // kIoError with the reason (never "no checkpoint"), one that fails a check
 // kCorrupt, a version this build does not read kUnsupported. Errors name the path.
 Result<AggregatorCheckpoint> ReadAggregatorCheckpoint(const std::string& path);
+// The aggregator's state of a checkpoint read by ReadCheckpointFile (round 0
+// and no server state when it has no aggregator section); `path` names errors.
+Result<AggregatorCheckpoint> AggregatorStateOf(Checkpoint file, const std::string& path);
+// ReadCheckpointFile that also takes an aggregator file of an earlier build
+// ("FEDRTAGG"), as a checkpoint with that state in its aggregator section:
+// what `fedrt train --checkpoint` and `fedrt model` read.
+Result<Checkpoint> ReadAnyCheckpointFile(const std::string& path);
 
 }  // namespace fedrt
 

@@ -324,10 +324,7 @@ Status Aggregator::State::Init(const DataView* test_set) {
       return InvalidArgument("model '" + config_.model + "' takes " + std::to_string(model_->input_size()) +
                              " features, the test set has " + std::to_string(test_set->example_size));
     }
-    if (test_set->num_classes > model_->num_classes()) {
-      return InvalidArgument("the test set has " + std::to_string(test_set->num_classes) + " classes, model '" +
-                             config_.model + "' predicts " + std::to_string(model_->num_classes()));
-    }
+    FEDRT_RETURN_IF_ERROR(CheckClassCount(*model_, test_set->num_classes, "the test set"));
     test_ = *test_set;
     evaluate_ = true;
   }

@@ -327,10 +327,7 @@ Status CheckInputs(const DeviceClientConfig& config, const Model& model, const D
     return InvalidArgument("model '" + model.spec().text + "' takes " + std::to_string(model.input_size()) +
                            " features, the data has " + std::to_string(data.example_size));
   }
-  if (data.num_classes > model.num_classes()) {
-    return InvalidArgument("the data has " + std::to_string(data.num_classes) + " classes, model '" +
-                           model.spec().text + "' predicts " + std::to_string(model.num_classes()));
-  }
+  FEDRT_RETURN_IF_ERROR(CheckClassCount(model, data.num_classes, "the data"));
   if (share != nullptr) {
     if (share->empty()) return Status(StatusCode::kFailedPrecondition, "device '" + config.device_id + "' got no examples");
     for (uint32_t i : *share) {

@@ -12,11 +12,9 @@ namespace fedrt {
 namespace star {
 
 Result<TrainTestData> LoadNormalized(const std::string& directory) {
-  Result<TrainTestData> data = LoadMnistStyleDirectory(directory);
+  Result<TrainTestData> data = LoadDataSet(directory);
   if (!data.ok()) return data.status();
-  const Normalization norm = ComputeNormalization(data->train);
-  Normalize(data->train, norm);
-  Normalize(data->test, norm);
+  NormalizeWithTrainingSet(*data);
   return data;
 }
 
@@ -31,15 +29,53 @@ Result<std::vector<uint32_t>> DeviceShare(const Dataset& train, const std::strin
   return std::move((*parts)[static_cast<std::size_t>(index)]);
 }
 
+namespace {
+
+// NumPy and CSV data sets: loaded whole, then the share is copied out.
+Result<DeviceData> CutDeviceShare(const std::string& path, const std::string& partition, int devices, int index,
+                                  uint64_t seed) {
+  Result<TrainTestData> all = LoadNormalized(path);
+  if (!all.ok()) return all.status();
+  const Dataset& train = all->train;
+  Result<std::vector<uint32_t>> share = DeviceShare(train, partition, devices, index, seed);
+  if (!share.ok()) return share.status();
+  DeviceData out;
+  Dataset& data = out.data;
+  data.count = share->size();
+  data.channels = train.channels;
+  data.height = train.height;
+  data.width = train.width;
+  data.num_classes = train.num_classes;
+  data.normalization = train.normalization;
+  const std::size_t size = train.example_size();
+  for (uint32_t i : *share) {
+    data.labels.push_back(train.labels[i]);
+    if (train.features.empty()) {
+      data.pixels.insert(data.pixels.end(), train.pixels.begin() + static_cast<std::ptrdiff_t>(i * size),
+                         train.pixels.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
+    } else {
+      data.features.insert(data.features.end(), train.features.begin() + static_cast<std::ptrdiff_t>(i * size),
+                           train.features.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
+    }
+  }
+  out.share.resize(share->size());
+  for (std::size_t i = 0; i < out.share.size(); ++i) out.share[i] = static_cast<uint32_t>(i);
+  return out;
+}
+
+}  // namespace
+
 Result<DeviceData> LoadDeviceShare(const std::string& directory, const std::string& partition, int devices,
                                    int index, uint64_t seed) {
-  const std::string dir = directory.empty() || directory.back() == '/' ? directory : directory + "/";
-  const std::string images_path = dir + "train-images-idx3-ubyte.gz";
-  const std::string labels_path = dir + "train-labels-idx1-ubyte.gz";
+  Result<DataSetKind> kind = DataSetKindOf(directory);
+  if (!kind.ok()) return kind.status();
+  if (*kind != DataSetKind::kIdxDirectory) return CutDeviceShare(directory, partition, devices, index, seed);
+  const std::string images_path = MnistStyleFile(directory, "train-images-idx3-ubyte");
+  const std::string labels_path = MnistStyleFile(directory, "train-labels-idx1-ubyte");
   Result<IdxArray> labels = ReadIdxFile(labels_path);
   if (!labels.ok()) return labels.status();
   if (labels->dims.size() != 1) return Corrupt(labels_path + ": labels must have 1 dimension");
-  Result<IdxArray> test_labels = ReadIdxFile(dir + "t10k-labels-idx1-ubyte.gz");
+  Result<IdxArray> test_labels = ReadIdxFile(MnistStyleFile(directory, "t10k-labels-idx1-ubyte"));
   if (!test_labels.ok()) return test_labels.status();
   // The class count as LoadMnistStyleDirectory has it: the largest label of both sets.
   int max_label = -1;

@@ -18,6 +18,8 @@ constexpr char kMagic[persist::kMagicSize] = {'F', 'E', 'D', 'R', 'T', 'C', 'K',
 
 // Version 1 files end with a zlib CRC-32; only builds with zlib can check it.
 constexpr uint32_t kZlibCrcVersion = 1;
+// Version 2: no aggregator section.
+constexpr uint32_t kNoAggregatorVersion = 2;
 
 #if FEDRT_HAVE_ZLIB
 bool ZlibCrc32TrailerMatches(const uint8_t* bytes, std::size_t size) {
@@ -80,6 +82,8 @@ std::vector<uint8_t> EncodeCheckpoint(const Checkpoint& c) {
   w.F32s(c.parameters);
   w.U64(c.velocity.size());
   w.F32s(c.velocity);
+  w.U64(c.aggregator_state.size());
+  w.Bytes(c.aggregator_state.data(), c.aggregator_state.size());
   return std::move(w).Finish();
 }
 
@@ -89,7 +93,7 @@ Result<Checkpoint> DecodeCheckpoint(const uint8_t* bytes, std::size_t size, cons
   persist::Reader r;
   FEDRT_RETURN_IF_ERROR(persist::OpenFrame(bytes, size, kMagic, name, "a fedrt checkpoint", &version, &r));
   // The version first: it decides the checksum.
-  if (version == kCheckpointVersion) {
+  if (version == kCheckpointVersion || version == kNoAggregatorVersion) {
     if (!persist::Crc32cTrailerMatches(bytes, size)) return corrupt("checksum mismatch (truncated or damaged)");
   } else if (version == kZlibCrcVersion) {
 #if FEDRT_HAVE_ZLIB
@@ -100,7 +104,7 @@ Result<Checkpoint> DecodeCheckpoint(const uint8_t* bytes, std::size_t size, cons
 #endif
   } else {
     return Unsupported(name + ": checkpoint format version " + std::to_string(version) +
-                       " (this build reads versions 1 and " + std::to_string(kCheckpointVersion) + ")");
+                       " (this build reads versions 1 to " + std::to_string(kCheckpointVersion) + ")");
   }
 
   Checkpoint c;
@@ -116,6 +120,13 @@ Result<Checkpoint> DecodeCheckpoint(const uint8_t* bytes, std::size_t size, cons
   }
   if (!r.ok()) return corrupt("bad tensor length");
   if (!c.velocity.empty() && c.velocity.size() != c.parameters.size()) return corrupt("momentum buffer size differs");
+  if (version >= 3) {
+    const uint64_t section = r.U64();
+    if (section > kMaxCheckpointAggregatorBytes || section > r.left()) r.Fail();
+    const uint8_t* bytes_in = r.Bytes(static_cast<std::size_t>(section));
+    if (!r.ok()) return corrupt("bad aggregator section length");
+    c.aggregator_state.assign(bytes_in, bytes_in + section);
+  }
   if (!r.AtEnd()) return corrupt("unexpected bytes after the tensors");
   return c;
 }

@@ -11,10 +11,11 @@
 namespace fedrt {
 namespace {
 
-// Header, spec and two tensors at their limits, and the CRC: reading stops
-// before loading anything larger (a data set given by mistake, say).
-constexpr uint64_t kMaxCheckpointBytes =
-    persist::kFrameOverhead + 4 + 8 + 8 + 4 + kMaxCheckpointSpecBytes + 2 * (8 + 4 * kMaxCheckpointFloats);
+// Header, spec, two tensors and the aggregator's section at their limits, and
+// the CRC: reading stops before loading anything larger (a data set given by
+// mistake, say).
+constexpr uint64_t kMaxCheckpointBytes = persist::kFrameOverhead + 4 + 8 + 8 + 4 + kMaxCheckpointSpecBytes +
+                                         2 * (8 + 4 * kMaxCheckpointFloats) + 8 + kMaxCheckpointAggregatorBytes;
 
 }  // namespace
 

@@ -14,22 +14,32 @@ namespace {
 
 constexpr uint64_t kShuffleStream = 2;  // Rng stream of epoch shuffles
 
-// File `name` of an MNIST-style directory, gzipped (name.gz) or not (name):
-// the one that exists, the form this build reads first when both do (with
-// zlib the .gz, without it the plain file, which gunzip -k leaves beside
-// it). Neither: the .gz path, which the NotFound then names.
-std::string IdxPath(const std::string& dir, const char* name) {
-  const std::string gz = dir + name + ".gz";
-  const std::string plain = dir + name;
-  const std::string& first = FEDRT_HAVE_ZLIB ? gz : plain;
-  const std::string& second = FEDRT_HAVE_ZLIB ? plain : gz;
+bool IsFile(const std::string& path) {
   struct stat info {};
-  if (stat(first.c_str(), &info) == 0) return first;
-  if (stat(second.c_str(), &info) == 0) return second;
-  return gz;
+  return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
 }  // namespace
+
+std::string MnistStyleFile(const std::string& directory, const std::string& name) {
+  // "train-images-idx3-ubyte" as Fashion-MNIST ships it, or with a dot before
+  // "idx" ("train-images.idx3-ubyte") as other copies of MNIST are named; each
+  // gzipped or not, the form this build reads first when both are there
+  // (with zlib the .gz, without it the plain file, which gunzip -k leaves
+  // beside it). None: the .gz path, which the NotFound then names.
+  const std::string dir = directory.empty() || directory.back() == '/' ? directory : directory + "/";
+  std::string dotted = name;
+  const std::size_t idx = dotted.rfind("-idx");
+  if (idx != std::string::npos) dotted[idx] = '.';
+  for (const std::string& stem : {name, dotted}) {
+    const std::string gz = dir + stem + ".gz", plain = dir + stem;
+    const std::string& first = FEDRT_HAVE_ZLIB ? gz : plain;
+    const std::string& second = FEDRT_HAVE_ZLIB ? plain : gz;
+    if (IsFile(first)) return first;
+    if (IsFile(second)) return second;
+  }
+  return dir + name + ".gz";
+}
 
 Result<Dataset> LoadIdxDataset(const std::string& images_path, const std::string& labels_path) {
   Result<IdxArray> images = ReadIdxFile(images_path);
@@ -62,13 +72,13 @@ Result<Dataset> LoadIdxDataset(const std::string& images_path, const std::string
 }
 
 Result<TrainTestData> LoadMnistStyleDirectory(const std::string& directory) {
-  const std::string dir = directory.empty() || directory.back() == '/' ? directory : directory + "/";
+  const std::string& dir = directory;
   TrainTestData out;
-  Result<Dataset> train =
-      LoadIdxDataset(IdxPath(dir, "train-images-idx3-ubyte"), IdxPath(dir, "train-labels-idx1-ubyte"));
+  Result<Dataset> train = LoadIdxDataset(MnistStyleFile(dir, "train-images-idx3-ubyte"),
+                                         MnistStyleFile(dir, "train-labels-idx1-ubyte"));
   if (!train.ok()) return train.status();
-  const std::string test_images = IdxPath(dir, "t10k-images-idx3-ubyte");
-  Result<Dataset> test = LoadIdxDataset(test_images, IdxPath(dir, "t10k-labels-idx1-ubyte"));
+  const std::string test_images = MnistStyleFile(dir, "t10k-images-idx3-ubyte");
+  Result<Dataset> test = LoadIdxDataset(test_images, MnistStyleFile(dir, "t10k-labels-idx1-ubyte"));
   if (!test.ok()) return test.status();
   if (test->height != train->height || test->width != train->width) {
     return Corrupt(test_images + ": image size differs from the training images");
@@ -113,12 +123,38 @@ Normalization NormalizationAccumulator::Result() const {
 }
 
 Normalization ComputeNormalization(const Dataset& data) {
+  if (!data.features.empty()) {
+    // Float features: their mean and deviation as they are.
+    double sum = 0.0, sum2 = 0.0;
+    for (float x : data.features) {
+      sum += x;
+      sum2 += static_cast<double>(x) * x;
+    }
+    const double count = static_cast<double>(data.features.size());
+    Normalization out;
+    out.mean = static_cast<float>(sum / count);
+    const double var = sum2 / count - (sum / count) * (sum / count);
+    out.stddev = var > 1e-12 ? static_cast<float>(std::sqrt(var)) : 1.0f;
+    return out;
+  }
   NormalizationAccumulator sums(data.normalization);
   sums.Add(data.pixels.data(), data.pixels.size());
   return sums.Result();
 }
 
 void Normalize(Dataset& data, const Normalization& n) { data.normalization = n; }
+
+void NormalizeWithTrainingSet(TrainTestData& data) {
+  const Normalization n = ComputeNormalization(data.train);
+  for (Dataset* set : {&data.train, &data.test}) {
+    if (set->features.empty()) {
+      Normalize(*set, n);
+      continue;
+    }
+    const float scale = 1.0f / n.stddev;
+    for (float& x : set->features) x = (x - n.mean) * scale;
+  }
+}
 
 std::vector<uint32_t> ShuffledIndices(std::size_t count, uint64_t seed, uint64_t epoch) {
   std::vector<uint32_t> order(count);
@@ -134,7 +170,9 @@ void ShuffleIndicesInto(uint32_t* order, std::size_t count, uint64_t seed, uint6
 
 DataView::DataView(const Dataset& data)
     : count(data.count), example_size(data.example_size()), num_classes(data.num_classes),
-      pixels(data.pixels.data()), normalization(data.normalization), labels(data.labels.data()) {}
+      pixels(data.features.empty() ? data.pixels.data() : nullptr),
+      features(data.features.empty() ? nullptr : data.features.data()), normalization(data.normalization),
+      labels(data.labels.data()) {}
 
 Status DataView::Validate() const {
   if (count == 0) return InvalidArgument("the data view holds no examples");

@@ -25,6 +25,13 @@ std::size_t Padded(std::size_t floats) { return (floats + kPieceFloats - 1) / kP
 
 }  // namespace
 
+Status CheckClassCount(const Model& model, int data_classes, const std::string& what) {
+  if (data_classes == model.num_classes()) return Status::Ok();
+  return InvalidArgument(what + " has " + std::to_string(data_classes) + " classes, model '" + model.spec().text +
+                         "' predicts " + std::to_string(model.num_classes()) + "; its last layer must have " +
+                         std::to_string(data_classes) + " outputs (e.g. ...-" + std::to_string(data_classes) + ")");
+}
+
 std::size_t TrainingBufferSizes::total_floats() const {
   return Padded(parameters) + Padded(gradients) + Padded(optimizer_state) + Padded(workspace);
 }

@@ -34,6 +34,17 @@ inline CliRun RunCommand(const std::string& command_line) {
 inline CliRun RunCli(const std::string& arguments) { return RunCommand(std::string(FEDRT_CLI_PATH) + " " + arguments); }
 #endif
 
+#ifdef FEDRT_PYTHON
+// Runs Python `code` in `dir` with the python3 the build found with NumPy
+// (numpy as np, gzip and os imported); its output. The run must succeed.
+inline std::string RunPython(const std::string& dir, const std::string& code) {
+  const CliRun run = RunCommand("cd '" + dir + "' && " FEDRT_PYTHON " -c \"import numpy as np, gzip, os\n" + code + "\"");
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  return run.output;
+}
+#endif
+
 }  // namespace fedrt::testing
 
 #endif  // FEDRT_TESTS_SUPPORT_RUN_CLI_H_

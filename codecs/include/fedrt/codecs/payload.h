@@ -1,6 +1,6 @@
 // The payload header shared by every codec (codecs/README.md, "Payload format").
 //
-// Layout, little-endian, kPayloadHeaderSize = 44 bytes:
+// Layout, little-endian, kPayloadHeaderSize = 48 bytes:
 //   offset size field
 //   0      4    magic "FRTC" (0x43545246 read as u32)
 //   4      1    format version (kPayloadVersion)
@@ -13,8 +13,16 @@
 //   28     4    sender id
 //   32     4    spec size: bytes of the canonical codec spec that follow the header
 //   36     4    body size: bytes of codec data after the spec
-//   40     4    CRC32C (Castagnoli) of header bytes 0..39, then spec, then body
+//   40     4    seed check: PayloadSeedCheck(session seed, round, tensor, sender)
+//   44     4    CRC32C (Castagnoli) of header bytes 0..43, then spec, then body
 // then the spec string (not NUL-terminated), then the body.
+//
+// The seed check lets a decoder tell a payload encoded under another session
+// seed (whose dither and rounding streams it cannot reproduce: decoding would
+// give plausible but wrong floats) from a good one: the codecs refuse such a
+// payload with kFailedPrecondition naming the seed check. Version 1 payloads
+// (44-byte header, no seed check; builds before it) are refused as
+// kUnsupported naming both versions.
 //
 // The header carries the canonical spec so that a payload names its codec and
 // every parameter: `fedrt codec decode` and an aggregator can check that a
@@ -34,8 +42,8 @@
 namespace fedrt {
 
 inline constexpr uint32_t kPayloadMagic = 0x43545246u;  // "FRTC" in memory order
-inline constexpr uint8_t kPayloadVersion = 1;
-inline constexpr std::size_t kPayloadHeaderSize = 44;
+inline constexpr uint8_t kPayloadVersion = 2;
+inline constexpr std::size_t kPayloadHeaderSize = 48;
 // Longest canonical spec a payload may carry.
 inline constexpr std::size_t kMaxSpecSize = 256;
 
@@ -77,8 +85,13 @@ struct PayloadHeader {
   uint32_t sender_id = 0;
   uint32_t spec_size = 0;
   uint32_t body_size = 0;
+  uint32_t seed_check = 0;
   uint32_t crc = 0;
 };
+
+// The seed check of a payload: the CRC32C of the session seed (u64), round,
+// tensor id and sender id (u32 each), little-endian, 20 bytes in that order.
+uint32_t PayloadSeedCheck(uint64_t session_seed, uint32_t round, uint32_t tensor_id, uint32_t sender_id);
 
 // A validated view of a payload: header, spec and body inside the caller's
 // bytes (valid while they are).

@@ -59,6 +59,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "fedrt/platform/status.h"
 #include "fedrt/runtime/aggregator_engine.h"
@@ -73,6 +74,11 @@ struct AggregatorOptions : AggregatorConfig {
   std::string key_file;                // every device's key (transport/README.md)
   std::string data_dir;                // MNIST-style directory: test set, normalisation; empty: no evaluation
   std::string checkpoint;              // written atomically every round, resumed from; empty: none
+  // The global model of round 0 (the model's flat parameters; empty: the
+  // model spec's random initialisation). A checkpoint that exists wins: it is
+  // resumed from and this is not used.
+  std::vector<float> initial_parameters;
+  std::string save_model;              // the final global model goes to this .npz (model_file.h); empty: none
   transport::TlsConfig tls;            // cert_file + key_file: devices connect over TLS; empty: plain TCP
   // Monitoring over HTTP on the same event loop: GET /metrics (Prometheus
   // text format: rounds, joins, updates accepted and rejected by reason,
@@ -91,7 +97,9 @@ struct AggregatorOptions : AggregatorConfig {
 // training: it is logged with the reason and retried (100 ms doubling to
 // 2 s, a newer state replacing it), a partial <path>.tmp is removed, and a
 // few descriptors are held in reserve for the write, so running out of them
-// to connections (EMFILE) does not stop it.
+// to connections (EMFILE) does not stop it. With `save_model` the global
+// model is written when serving ends (also after `stop`); a failed write is
+// the returned error.
 Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& hooks,
                      const std::atomic<bool>* stop = nullptr);
 

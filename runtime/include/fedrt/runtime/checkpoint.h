@@ -1,18 +1,27 @@
-// Checkpoints: a model's parameters, the optimizer's state (momentum buffer
-// and step counter) and the number of completed epochs, so that training can
-// stop and resume exactly.
+// Checkpoints: the one file format of fedrt's model state, for training and
+// aggregation alike. A checkpoint holds a model (spec and parameters), the
+// training state (the optimizer's step counter and momentum buffer, the
+// completed epochs) and, when an aggregator wrote it, the aggregator's state
+// (completed rounds, server optimizer, codec and privacy state), so that
+// `fedrt train` resumes from a file `fedrt serve` wrote and the other way
+// round: each takes the model and its own state when the file has it.
 //
-// Format (version 2, all integers and floats little-endian):
+// Format (version 3, all integers and floats little-endian):
 //   "FEDRTCKP"  8 bytes magic
-//   u32 version (2), u32 reserved (0)
-//   u64 step, u64 epoch
+//   u32 version (3), u32 reserved (0)
+//   u64 step, u64 epoch                      (0 and 0 when an aggregator wrote it)
 //   u32 spec length L, L bytes model spec text (at most kMaxCheckpointSpecBytes)
 //   u64 P, P x f32 parameters (P at most kMaxCheckpointFloats)
 //   u64 V (0 or P), V x f32 momentum buffer
+//   u64 A, A bytes the aggregator's section (0: none; its layout is the
+//     aggregator's, src/star/aggregator_checkpoint.h; at most
+//     kMaxCheckpointAggregatorBytes)
 //   u32 CRC-32C (Castagnoli, as in codec payloads) of every byte before it
-// Version 1 has the same layout with a zlib CRC-32 in place of the CRC-32C;
-// builds with zlib still read it, builds without zlib refuse it as
-// Unsupported naming the version. Checkpoints are always written as version 2.
+// Version 2 is version 3 without the aggregator's section; version 1 is
+// version 2 with a zlib CRC-32 in place of the CRC-32C (builds without zlib
+// refuse it as Unsupported naming the version). Both still load. Checkpoints
+// are always written as version 3. The aggregator's files of earlier builds
+// (magic "FEDRTAGG") are read by the aggregator and `fedrt model`.
 // Decoding is the trust boundary: the magic, the version, the checksum, every
 // length and the exact total size are checked before any value is used; a
 // truncated, damaged or foreign file gives Corrupt (Unsupported for a newer
@@ -40,9 +49,12 @@
 
 namespace fedrt {
 
-inline constexpr uint32_t kCheckpointVersion = 2;
+inline constexpr uint32_t kCheckpointVersion = 3;
 inline constexpr std::size_t kMaxCheckpointSpecBytes = 4096;
 inline constexpr uint64_t kMaxCheckpointFloats = uint64_t{1} << 28;
+// Three model-sized arrays (two server moments, the devices' model) and the
+// rest of the aggregator's state.
+inline constexpr uint64_t kMaxCheckpointAggregatorBytes = 3 * 4 * kMaxCheckpointFloats + (uint64_t{64} << 20);
 
 struct Checkpoint {
   std::string spec;
@@ -50,6 +62,11 @@ struct Checkpoint {
   uint64_t epoch = 0;
   std::vector<float> parameters;
   std::vector<float> velocity;  // empty when the optimizer has no momentum
+  // The aggregator's section as it is in the file (empty: none). Training
+  // does not read it; a training run that resumes from an aggregator's file
+  // writes it back unchanged, so the aggregator can resume from the file
+  // again (at its round, from the model training left).
+  std::vector<uint8_t> aggregator_state;
 };
 
 // A copy of the state of `model` and `sgd` after `epoch` completed epochs.

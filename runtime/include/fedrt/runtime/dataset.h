@@ -1,6 +1,6 @@
 // Labelled training data in memory: the IDX reader (the MNIST / Fashion-MNIST
-// format, gzip-compressed or not), normalisation, and seeded shuffling and
-// batching.
+// format, gzip-compressed or not), NumPy and CSV data sets (LoadDataSet),
+// normalisation, and seeded shuffling and batching.
 //
 // Trust boundary: IDX files are untrusted bytes. ParseIdx validates the
 // header, the element type, every dimension and that the payload has exactly
@@ -63,6 +63,11 @@ struct Dataset {
   int channels = 1, height = 1, width = 1;  // example shape
   int num_classes = 0;                      // max label + 1
   std::vector<uint8_t> pixels;              // [count x example_size()], 0..255 as stored
+  // Float features [count x example_size()] instead of pixels (NumPy and CSV
+  // data sets whose features are not bytes), read as they are (not through
+  // `normalization`: NormalizeWithTrainingSet changes them in place).
+  // Exactly one of pixels and features is non-empty.
+  std::vector<float> features;
   std::vector<uint8_t> labels;              // [count]
   Normalization normalization;              // applied when features are read (Normalize)
   std::size_t example_size() const { return static_cast<std::size_t>(channels) * height * width; }
@@ -107,8 +112,32 @@ struct TrainTestData {
 // each gzipped or not (without .gz: what a build without zlib reads; when
 // both are there, the form the build reads is taken).
 Result<TrainTestData> LoadMnistStyleDirectory(const std::string& directory);
+// The path of IDX file `name` ("train-images-idx3-ubyte") in `directory`:
+// that name or the dotted one ("train-images.idx3-ubyte"), gzipped (.gz) or
+// not, whichever exists (this build's preferred form first); none: the .gz.
+std::string MnistStyleFile(const std::string& directory, const std::string& name);
 
-// Mean and standard deviation of the features as the data set reads them now.
+// What `--data` takes (POSIX files; src/io/dataset_files.cc), by what is
+// at the path, never by a file's extension:
+//   kIdxDirectory  a directory of the four MNIST-style IDX files (above)
+//   kNpyDirectory  a directory with x_train.npy, y_train.npy, x_test.npy, y_test.npy
+//   kCsvDirectory  a directory with train.csv and test.csv
+//   kNpz           a ZIP file (.npz) with arrays x_train, y_train, x_test, y_test
+//                  (the layout of Keras' mnist.npz)
+// NumPy features are uint8 (read as pixels, v / 255, like IDX images) or
+// float32, shaped (N, D), (N, H, W) or (N, C, H, W) (channels first); labels
+// are integers 0..255 of shape (N,). A CSV line is one example: the label
+// (an integer 0..255), then the features, comma-separated; a first line
+// that is not numbers (a header) is skipped. Features that are all whole
+// numbers 0..255 are kept as pixels, others as floats. Both sets must have
+// the same example shape; the class count is the largest label of either,
+// plus one. Errors name the file and what is wrong.
+enum class DataSetKind { kIdxDirectory, kNpyDirectory, kCsvDirectory, kNpz };
+Result<DataSetKind> DataSetKindOf(const std::string& path);
+Result<TrainTestData> LoadDataSet(const std::string& path);
+
+// Mean and standard deviation of the features as the data set reads them now
+// (float features: as they are).
 Normalization ComputeNormalization(const Dataset& data);
 // The same figures over bytes that arrive in pieces (a streamed file): Add
 // the bytes in file order, then Result() has ComputeNormalization's bits for
@@ -128,6 +157,9 @@ class NormalizationAccumulator {
 // set's figures for the test set too). Replaces an earlier normalisation
 // rather than adding to it; the bytes are not touched.
 void Normalize(Dataset& data, const Normalization& normalization);
+// Both sets normalised with the training set's mean and standard deviation:
+// pixels through Normalize, float features in place, once.
+void NormalizeWithTrainingSet(TrainTestData& data);
 
 // A permutation of [0, count) that depends only on (seed, epoch).
 std::vector<uint32_t> ShuffledIndices(std::size_t count, uint64_t seed, uint64_t epoch);

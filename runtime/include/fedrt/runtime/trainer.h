@@ -167,6 +167,12 @@ struct Evaluation {
 // Loss, accuracy and per-class accuracy over the whole data set.
 Result<Evaluation> EvaluateModel(Model& model, const DataView& data, int batch);
 
+// A model's output classes against a data set's class count (its largest
+// label plus one): they must be equal, or a 100-class head trains on
+// 10-class data without a word. kInvalidArgument naming both numbers, as
+// "<what> has 10 classes, model 'mlp:784-50-100' predicts 100; ...".
+Status CheckClassCount(const Model& model, int data_classes, const std::string& what);
+
 }  // namespace fedrt
 
 #endif  // FEDRT_RUNTIME_TRAINER_H_

@@ -1,0 +1,154 @@
+// Data and models as users bring them, through the real `fedrt` binary: the
+// tiny IDX fixture turned by NumPy into an .npz, a directory of .npy files,
+// CSV files and IDX files with dotted names, unzipped; every form trains (and
+// the devices of `fedrt sim` read it); a model whose output layer does not
+// match the class count is refused naming both numbers; `fedrt sim` saves
+// each codec's final model for NumPy and starts from one; a sim whose devices
+// cannot start stops within 30 s with their reason. Runs where the build
+// found Debian's python3-numpy.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <string>
+
+#include "run_cli.h"
+#include "temp_dir.h"
+
+namespace fedrt {
+namespace {
+
+using testing::CliRun;
+using testing::RunCli;
+using testing::RunCommand;
+
+// A test accuracy of 90% or more after `after` ("epoch 2/2 ", "round 1/1 ").
+bool LearnedWell(const std::string& output, const std::string& after) {
+  const std::size_t at = output.find(after);
+  if (at == std::string::npos) return false;
+  const std::size_t acc = output.find("test acc ", at);
+  return acc != std::string::npos && (output.compare(acc + 9, 1, "9") == 0 || output.compare(acc + 9, 3, "100") == 0);
+}
+
+std::string Python(const std::string& dir, const std::string& code) { return testing::RunPython(dir, code); }
+
+// The fixture's four IDX files as NumPy arrays xt, yt, xe, ye.
+const char kReadIdx[] =
+    "def idx(p):\n"
+    "    b = gzip.open(p).read(); n = b[3]\n"
+    "    dims = [int.from_bytes(b[4 + 4 * i:8 + 4 * i], 'big') for i in range(n)]\n"
+    "    return np.frombuffer(b[4 + 4 * n:], dtype=np.uint8).reshape(dims)\n"
+    "d = '" FEDRT_TINY_IDX_DIR "/'\n"
+    "xt = idx(d + 'train-images-idx3-ubyte.gz'); yt = idx(d + 'train-labels-idx1-ubyte.gz')\n"
+    "xe = idx(d + 't10k-images-idx3-ubyte.gz'); ye = idx(d + 't10k-labels-idx1-ubyte.gz')\n";
+
+const char kWriteDataSets[] =
+    "np.savez_compressed('set.npz', x_train=xt, y_train=yt.astype(np.int64), x_test=xe, y_test=ye.astype(np.int64))\n"
+    "os.mkdir('npy')\n"
+    "np.save('npy/x_train.npy', (xt / 255).astype(np.float32).reshape(len(xt), -1))\n"
+    "np.save('npy/y_train.npy', yt.astype(np.int32))\n"
+    "np.save('npy/x_test.npy', (xe / 255).astype(np.float32).reshape(len(xe), -1))\n"
+    "np.save('npy/y_test.npy', ye.astype(np.int32))\n"
+    "os.mkdir('csv')\n"
+    "for name, x, y in (('train', xt, yt), ('test', xe, ye)):\n"
+    "    with open('csv/' + name + '.csv', 'w') as f:\n"
+    "        f.write('label,' + ','.join('p%d' % i for i in range(784)) + '\\\\n')\n"
+    "        for xi, yi in zip(x.reshape(len(x), -1), y):\n"
+    "            f.write('%d,' % yi + ','.join('%.4f' % (v / 255) for v in xi) + '\\\\n')\n"
+    "os.mkdir('dotted')\n"
+    "for n in ('train-images', 'train-labels', 't10k-images', 't10k-labels'):\n"
+    "    a = {'train-images': xt, 'train-labels': yt, 't10k-images': xe, 't10k-labels': ye}[n]\n"
+    "    head = bytes([0, 0, 8, a.ndim]) + b''.join(int(s).to_bytes(4, 'big') for s in a.shape)\n"
+    "    open('dotted/' + n + '.idx%d-ubyte' % a.ndim, 'wb').write(head + a.tobytes())\n";
+
+TEST_CASE("fedrt train reads .npz, .npy, CSV and unzipped dotted IDX data sets and checks the class count") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  Python(dir.path(), std::string(kReadIdx) + kWriteDataSets);
+  for (const char* data : {"set.npz", "npy", "csv", "dotted"}) {
+    INFO(data);
+    const CliRun run = RunCli("train --data " + dir.File(data) + " --model mlp:784-32-10 --epochs 2 --batch 16");
+    INFO(run.output);
+    CHECK(run.exit_code == 0);
+    CHECK(run.output.find("256 training / 64 test examples") != std::string::npos);
+    CHECK(LearnedWell(run.output, "epoch 2/2 "));  // the bars are easy
+  }
+  const CliRun head = RunCli("train --data " + dir.File("npy") + " --model mlp:784-50-100 --epochs 1");
+  CHECK(head.exit_code == 1);
+  CHECK(head.output.find("the data has 10 classes, model 'mlp:784-50-100' predicts 100") != std::string::npos);
+
+  // Bad data files name the file and what is wrong.
+  Python(dir.path(),
+         "np.save('npy/y_test.npy', np.full(64, 300))\n"
+         "open('notes.txt', 'w').write('hello')\n");
+  CliRun bad = RunCli("train --data " + dir.File("npy") + " --epochs 1");
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.output.find("y_test.npy: label 300 of example 0 is outside 0..255") != std::string::npos);
+  bad = RunCli("train --data " + dir.File("notes.txt") + " --epochs 1");
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.output.find("notes.txt: a data set file must be an .npz") != std::string::npos);
+}
+
+TEST_CASE("fedrt sim saves each codec's final model for NumPy and starts from one") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  Python(dir.path(), std::string(kReadIdx) + kWriteDataSets);
+  const std::string common = " --devices 2 --model mlp:784-16-10 --batch 16 --codec fp32 --codec dqsg:s=3";
+  CliRun run = RunCli("sim --data " + dir.File("csv") + " --rounds 2 --out " + dir.File("a") + common +
+                      " --save-model " + dir.File("m.npz"));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.output.find("[fp32] saved the final model to " + dir.File("m-fp32.npz")) != std::string::npos);
+  CHECK(run.output.find("[dqsg:s=3] saved the final model to " + dir.File("m-dqsg_s_3.npz")) != std::string::npos);
+  CHECK(Python(dir.path(),
+               "for f in ('m-fp32.npz', 'm-dqsg_s_3.npz'):\n"
+               "    m = np.load(f)\n"
+               "    print(m['dense1.weight'].shape, m['dense2.bias'].dtype, m['fedrt_model_spec'].item().decode())\n") ==
+        "(16, 784) float32 mlp:784-16-10\n(16, 784) float32 mlp:784-16-10\n");
+
+  // The saved model is where the next run starts (its spec too): after it
+  // the first round's accuracy is already high.
+  run = RunCli("sim --data " + dir.File("set.npz") + " --rounds 1 --out " + dir.File("b") +
+               " --devices 2 --batch 16 --codec fp32 --init-model " + dir.File("m-fp32.npz"));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.output.find("starting from " + dir.File("m-fp32.npz") + " (.npz, model mlp:784-16-10)") !=
+        std::string::npos);
+  CHECK(LearnedWell(run.output, "round 1/1  updates 2/2 "));
+
+  // A model file for another model, --init-model in a peer topology and on a device are errors.
+  run = RunCli("sim --data " + dir.File("csv") + " --out " + dir.File("c") + " --model mlp:784-32-10 --init-model " +
+               dir.File("m-fp32.npz"));
+  CHECK(run.exit_code == 1);
+  CHECK(run.output.find("holds model 'mlp:784-16-10', --model says 'mlp:784-32-10'") != std::string::npos);
+  run = RunCli("sim --topology ring --init-model " + dir.File("m-fp32.npz"));
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find("--init-model applies to --topology star only") != std::string::npos);
+  run = RunCli("serve --key-file " + dir.File("a/keys.txt") + " --model mlp:784-32-10 --init-model " +
+               dir.File("m-fp32.npz"));
+  CHECK(run.exit_code == 1);
+  CHECK(run.output.find("fedrt serve: invalid_argument: " + dir.File("m-fp32.npz") + " holds model 'mlp:784-16-10'") !=
+        std::string::npos);
+  run = RunCli("device --server 127.0.0.1:1 --key-file " + dir.File("a/keys/dev-0.key") + " --init-model " +
+               dir.File("m-fp32.npz"));
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find("--init-model does not apply to a device: it receives the global model from the aggregator") !=
+        std::string::npos);
+}
+
+TEST_CASE("fedrt sim whose devices exit at start stops within 30 s with their reason") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const auto started = std::chrono::steady_clock::now();
+  const CliRun run = RunCli("sim --data " FEDRT_TINY_IDX_DIR " --devices 2 --rounds 2 --model mlp:784-16-10 --codec fp32"
+                            " --partition shards:0 --out " + dir.File("s"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  INFO(run.output);
+  CHECK(run.exit_code == 1);
+  CHECK(seconds < 30.0);
+  CHECK(run.output.find("exited with status 1 before round 1 of 2 (its log: ") != std::string::npos);
+  CHECK(run.output.find("): fedrt device: invalid_argument: shards needs a count 1..1000: 'shards:0'; stopping") !=
+        std::string::npos);
+}
+
+}  // namespace
+}  // namespace fedrt

@@ -29,7 +29,10 @@
 
 #include "cli/commands.h"
 #include "cli/flag_scope.h"
+#include "cli/kernel_links.h"
 #include "cli/key_files.h"
+#include "cli/link_flags.h"
+#include "cli/signals.h"
 #include "cli/sim_report.h"
 #include "cli/star_report.h"
 #include "fedrt/codecs/codec.h"
@@ -74,10 +77,18 @@ Status ParseSimByzantine(const std::string& text, int devices, int* count, std::
   return behaviour.ok() ? Status::Ok() : behaviour.status();
 }
 
+// Where and how device i runs: the address it dials, the flags its link
+// adds, and the program it runs under (its network namespace).
+struct DeviceLink {
+  std::string server_host = "127.0.0.1";
+  std::vector<std::string> args;     // --link (user space), --io-timeout-ms
+  std::vector<std::string> wrapper;  // ip netns exec NAME (kernel)
+};
+
 pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string& log_path,
-                  const std::string& byzantine) {
+                  const std::string& byzantine, const DeviceLink& link) {
   const std::string id = "dev-" + std::to_string(i);
-  std::vector<std::string> args = {"fedrt", "device", "--server", "127.0.0.1:" + std::to_string(port),
+  std::vector<std::string> args = {"fedrt", "device", "--server", link.server_host + ":" + std::to_string(port),
                                    "--id", id, "--key-file", flags.out + "/keys/" + id + ".key",
                                    "--data", flags.data, "--model", flags.model, "--partition", flags.partition,
                                    "--devices", std::to_string(flags.devices), "--index", std::to_string(i),
@@ -91,7 +102,8 @@ pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string
     args.push_back("--byzantine");
     args.push_back(byzantine);
   }
-  return SpawnLogged(std::move(args), log_path);
+  args.insert(args.end(), link.args.begin(), link.args.end());
+  return SpawnLogged(std::move(args), log_path, link.wrapper);
 }
 
 }  // namespace
@@ -193,7 +205,20 @@ std::string SimPlot(const std::vector<Series>& all, const std::string& title, co
   return svg.str();
 }
 
-pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path) {
+pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path,
+                  const std::vector<std::string>& wrapper) {
+  std::string program = "/proc/self/exe";
+  if (!wrapper.empty()) {
+    // The wrapper execs the binary by path: /proc/self/exe would be its own.
+    char self[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) return -1;
+    std::vector<std::string> wrapped = wrapper;
+    wrapped.emplace_back(self, static_cast<std::size_t>(n));
+    wrapped.insert(wrapped.end(), args.begin() + 1, args.end());
+    args = std::move(wrapped);
+    program = wrapper[0];
+  }
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -209,7 +234,8 @@ pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path) {
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+  const int rc = wrapper.empty() ? posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), envp.data())
+                                 : posix_spawnp(&pid, program.c_str(), &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   return rc == 0 ? pid : -1;
 }
@@ -229,11 +255,12 @@ void PrintSimTable(const std::vector<Series>& all, const char* name_header, cons
 
 namespace {
 
-// --tls: a throwaway CA and a 127.0.0.1 certificate in <out>/tls, named in `flags`.
-Status WriteSimTlsFiles(SimFlags* flags) {
+// --tls: a throwaway CA and a certificate for `names` (127.0.0.1, and the
+// bridge's address with kernel links) in <out>/tls, named in `flags`.
+Status WriteSimTlsFiles(SimFlags* flags, const std::vector<std::string>& names = {"127.0.0.1"}) {
   ::mkdir(flags->out.c_str(), 0755);
   ::mkdir((flags->out + "/tls").c_str(), 0700);
-  Result<transport::TlsTestFiles> files = transport::WriteTlsTestFiles(flags->out + "/tls", {"127.0.0.1"});
+  Result<transport::TlsTestFiles> files = transport::WriteTlsTestFiles(flags->out + "/tls", names);
   if (!files.ok()) return files.status();
   flags->tls_ca_file = files->ca_cert;
   flags->tls_cert_file = files->server_cert;
@@ -263,6 +290,9 @@ Status CheckSimFlags(const SimFlags& flags, const CLI::App& app) {
       {"--deadline-ms", star, "--topology star"},
       {"--partition-seed", star, "--topology star"},
       {"--downlink-codec", star, "--topology star"},
+      {"--link", star, "--topology star"},
+      {"--link-file", star, "--topology star"},
+      {"--shaper", star && (!flags.link.empty() || !flags.link_file.empty()), "--link or --link-file"},
       {"--anchor-fraction", ndqsg, "--topology star with an ndqsg --codec"},
       {"--wrap-threshold", ndqsg, "--topology star with an ndqsg --codec"},
       {"--max-rho", ndqsg, "--topology star with an ndqsg --codec"},
@@ -311,6 +341,59 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     Result<std::unique_ptr<Codec>> made = MakeCodec(codec);
     if (!made.ok()) return Fail(made.status().ToString());
   }
+  Result<std::vector<transport::LinkProfile>> links = FleetLinks(flags.link, flags.link_file, flags.devices);
+  if (!links.ok()) {
+    Fail(links.status().ToString());
+    return 2;  // a usage error
+  }
+  // SIGINT and SIGTERM stop the run cleanly, so that what it set up (the
+  // kernel links above all) is removed.
+  std::atomic<bool>* interrupted = CatchStopSignals();
+  std::unique_ptr<KernelLinks> kernel_links;  // removed however this function returns
+  std::string shaper_note;
+  if (!links->empty()) {
+    Status kernel = flags.shaper == "user" ? Status(StatusCode::kUnavailable, "--shaper user")
+                                           : KernelLinks::Available(*links);
+    if (kernel.ok()) {
+      Result<std::unique_ptr<KernelLinks>> made = KernelLinks::Create(*links);
+      if (made.ok()) {
+        kernel_links = std::move(*made);
+      } else {
+        kernel = made.status();
+      }
+    }
+    if (!kernel_links && flags.shaper == "kernel") return Fail("--shaper kernel: " + kernel.ToString());
+    shaper_note = kernel_links ? "kernel (tc on a veth pair per device, namespaces fedrt-" +
+                                     std::to_string(::getpid()) + "-N, aggregator on " +
+                                     kernel_links->host_address() + ")"
+                               : "user space (the kernel cannot: " + kernel.message() + ")";
+    if (flags.tls && kernel_links) {  // the devices dial the bridge's address
+      const Status written = WriteSimTlsFiles(&flags, {"127.0.0.1", kernel_links->host_address()});
+      if (!written.ok()) return Fail("--tls: " + written.ToString());
+    }
+  }
+  // A slow link needs time for a frame: up to 16 queued frames of 4 MiB go
+  // out in one write, which must finish within the I/O deadline.
+  uint32_t io_timeout_ms = 10000;
+  for (const transport::LinkProfile& link : *links) {
+    for (uint64_t rate : {link.up_bits_per_second, link.down_bits_per_second}) {
+      if (rate == 0) continue;
+      const uint64_t ms = 10000 + (16ull * (4u << 20) * 8 * 1000) / rate + 4ull * link.delay_ms;
+      io_timeout_ms = static_cast<uint32_t>(std::min<uint64_t>(3600000, std::max<uint64_t>(io_timeout_ms, ms)));
+    }
+  }
+  std::vector<DeviceLink> device_links(static_cast<std::size_t>(flags.devices));
+  for (int i = 0; i < flags.devices && !links->empty(); ++i) {
+    DeviceLink& link = device_links[static_cast<std::size_t>(i)];
+    link.args = {"--io-timeout-ms", std::to_string(io_timeout_ms)};
+    if (kernel_links) {
+      link.server_host = kernel_links->host_address();
+      link.wrapper = {"ip", "netns", "exec", kernel_links->netns(i)};
+    } else {
+      link.args.push_back("--link");
+      link.args.push_back(transport::FormatLinkProfile((*links)[static_cast<std::size_t>(i)]));
+    }
+  }
   ::mkdir(flags.out.c_str(), 0755);
   const Status keys = MakeKeys(flags.out, flags.devices);
   if (!keys.ok()) return Fail(keys.ToString());
@@ -329,12 +412,16 @@ int RunSim(SimFlags flags, const CLI::App& app) {
                 flags.star.dp.delta);
   }
   if (flags.tls) std::printf(", TLS (throwaway CA in %s/tls)", flags.out.c_str());
+  if (!links->empty()) {
+    std::printf("\n  links: %s; shaper: %s", DescribeFleetLinks(*links).c_str(), shaper_note.c_str());
+  }
   std::printf("\n  output in %s/ (metrics.jsonl, plot.svg, one folder of device logs per codec)\n", flags.out.c_str());
   std::fflush(stdout);
   SetLogLevel(LogLevel::kWarning);
 
   std::vector<Series> all;
   for (const std::string& codec : flags.codecs) {
+    if (interrupted->load()) return 0;  // main() exits with 128 + the signal
     const std::string dir = flags.out + "/" + SimLabel(codec);
     ::mkdir(dir.c_str(), 0755);
     Series series;
@@ -373,20 +460,23 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     options.max_rho = flags.star.max_rho;
     options.anchor_levels = flags.star.anchor_levels;
     options.downlink_codec = flags.star.downlink_codec;
-    options.idle_timeout_ms = 60000;
+    options.idle_timeout_ms = 60000 + (links->empty() ? 0 : io_timeout_ms);
+    options.io_timeout_ms = io_timeout_ms;
     options.join_timeout_ms = 10000;
     options.tls = tls;
+    if (kernel_links) options.host = kernel_links->host_address();
     const auto started = std::chrono::steady_clock::now();
     AggregatorHooks hooks;
     hooks.on_listening = [&](uint16_t port) {
       std::lock_guard<std::mutex> lock(children_mutex);
       for (int i = 0; i < flags.devices; ++i) {
         const pid_t pid = SpawnDevice(flags, i, port, dir + "/dev-" + std::to_string(i) + ".log",
-                                      i < byzantine_count ? byzantine_kind : std::string());
+                                      i < byzantine_count ? byzantine_kind : std::string(),
+                                      device_links[static_cast<std::size_t>(i)]);
         if (pid > 0) children.push_back({pid, i});
       }
-      std::printf("[%s] aggregator on 127.0.0.1:%u, %zu device processes started\n", codec.c_str(), port,
-                  children.size());
+      std::printf("[%s] aggregator on %s:%u, %zu device processes started\n", codec.c_str(), options.host.c_str(),
+                  port, children.size());
       std::fflush(stdout);
     };
     hooks.on_round = [&](const RoundReport& report) {
@@ -427,6 +517,10 @@ int RunSim(SimFlags flags, const CLI::App& app) {
       while (!aggregator_done.load()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         std::lock_guard<std::mutex> lock(children_mutex);
+        if (interrupted->load() && early_exit.empty()) {
+          early_exit = "interrupted";
+          stop = true;
+        }
         for (Child& child : children) {
           int wait_status = 0;
           if (child.pid <= 0 || ::waitpid(child.pid, &wait_status, WNOHANG) != child.pid) continue;
@@ -463,6 +557,11 @@ int RunSim(SimFlags flags, const CLI::App& app) {
         ::kill(child.pid, SIGTERM);
         ::waitpid(child.pid, nullptr, 0);
       }
+    }
+    if (interrupted->load()) {
+      std::printf("[%s] interrupted: stopped the devices%s\n", codec.c_str(),
+                  kernel_links ? " and removed the namespaces" : "");
+      return 0;  // main() exits with 128 + the signal
     }
     if (!early_exit.empty()) return Fail(codec + ": " + early_exit);
     if (!status.ok()) return Fail(codec + ": " + status.ToString());
@@ -534,6 +633,13 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   AddRobustFlags(*sim, flags->aggregation, flags->star);
   sim->add_option("--byzantine", flags->byzantine,
                   "Star: N:KIND, devices dev-0..dev-(N-1) misbehave (signflip[:k], scaled[:k], random[:s], stale)");
+  sim->add_option("--link", flags->link,
+                  "Star: every device's link, RATE[,delay=MS][,loss=PCT][,down=RATE] (1mbit,delay=50ms)");
+  sim->add_option("--link-file", flags->link_file,
+                  "Star: a link profile per device or per share of the fleet (runtime/README.md)");
+  sim->add_option("--shaper", flags->shaper,
+                  "With links: kernel (root: namespaces and tc), user (in the devices) or auto (kernel when it can)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "kernel", "user"}));
   sim->add_flag("--tls", flags->tls, "TLS on every connection, with a throwaway CA and certificate in <out>/tls");
   commands.push_back({sim, [flags, sim] { return RunSim(*flags, *sim); }});
 }

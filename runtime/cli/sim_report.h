@@ -51,6 +51,12 @@ struct SimFlags {
   // <out>/tls; the three files are set when the run starts. The star
   // aggregator and every peer present the 127.0.0.1 certificate.
   bool tls = false;
+  // Star: each device's link (cli/link_flags.h): --link for all, or
+  // --link-file; shaped in the kernel (cli/kernel_links.h) or in user space
+  // (transport/shaper.h): shaper is auto, kernel or user.
+  std::string link;
+  std::string link_file;
+  std::string shaper = "auto";
   std::string tls_ca_file;
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -73,7 +79,10 @@ std::string SimPlot(const std::vector<SimSeries>& all, const std::string& title,
 void PrintSimTable(const std::vector<SimSeries>& all, const char* name_header, const char* mb_header);
 // Starts the `fedrt` binary with `args` (args[0] is its name), output to
 // `log_path`, OPENBLAS_NUM_THREADS=1; -1 when it cannot start.
-pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path);
+// With `wrapper` (such as {"ip", "netns", "exec", NAME}), runs the wrapper
+// program with the fedrt binary's path and args[1..] after it.
+pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path,
+                  const std::vector<std::string>& wrapper = {});
 // "exited with status 1", "was killed by signal 9": a waitpid status.
 std::string DescribeExit(int status);
 // Directory-safe form of a codec spec.

@@ -99,6 +99,7 @@ struct DeviceFlags {
   std::string config;  // expanded into flags before parsing (json_config.h)
   DeviceOptions options;
   std::string server;
+  std::string link;  // parsed into options.link
 };
 
 int RunDeviceCommand(DeviceFlags& flags) {
@@ -114,6 +115,14 @@ int RunDeviceCommand(DeviceFlags& flags) {
     return 1;
   }
   flags.options.port = static_cast<uint16_t>(port);
+  if (!flags.link.empty()) {
+    Result<transport::LinkProfile> link = transport::ParseLinkProfile(flags.link);
+    if (!link.ok()) {
+      std::fprintf(stderr, "fedrt device: --link: %s\n", link.status().ToString().c_str());
+      return 2;
+    }
+    flags.options.link = *link;
+  }
   if (flags.options.tls.ca_file.empty() &&
       (!flags.options.tls.server_name.empty() || !flags.options.tls.cert_file.empty())) {
     std::fprintf(stderr, "fedrt device: TLS flags need --tls-ca (the CA that verifies the server)\n");
@@ -197,6 +206,8 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
   serve->add_option("--metrics", flags->metrics, "Append one JSON object per round to this file");
   serve->add_option("--idle-timeout-ms", o.idle_timeout_ms, "Close a connection silent for this long")
       ->capture_default_str();
+  serve->add_option("--io-timeout-ms", o.io_timeout_ms, "A frame body or a write must complete within this")
+      ->capture_default_str()->check(CLI::Range(100, 3600000));
   serve->add_option("--join-timeout-ms", o.join_timeout_ms, "Close a connection that has not joined by then")
       ->capture_default_str();
   serve->add_option("--max-unjoined-connections", o.max_unjoined_connections,
@@ -237,6 +248,10 @@ void RegisterDevice(CLI::App& app, CommandList& commands) {
   device->add_option("--state-file", o.state_file, "Keep the error-feedback residual here across restarts");
   device->add_option("--give-up-ms", o.give_up_ms, "Stop reconnecting after this long without the server")
       ->capture_default_str();
+  device->add_option("--io-timeout-ms", o.io_timeout_ms, "A frame body or a write must complete within this")
+      ->capture_default_str()->check(CLI::Range(100, 3600000));
+  device->add_option("--link", flags->link,
+                     "Shape the link to the aggregator in user space: RATE[,delay=MS][,loss=PCT][,down=RATE]");
   // For `fedrt sim --byzantine`: a misbehaving device (fedrt/runtime/byzantine.h).
   device->add_option("--byzantine", o.byzantine, "Misbehave: signflip[:k], scaled[:k], random[:s] or stale")
       ->group("");

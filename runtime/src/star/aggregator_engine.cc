@@ -1328,6 +1328,7 @@ ConnectionOptions Aggregator::connection_options() const {
   ConnectionOptions options;
   options.limits = state_->limits_;
   options.idle_timeout_ms = state_->config_.idle_timeout_ms;
+  options.io_timeout_ms = state_->config_.io_timeout_ms;
   options.heartbeat_interval_ms = std::max<uint32_t>(100, state_->config_.idle_timeout_ms / 4);
   options.initial_max_frame_bytes = kMaxJoinFrameBytes;  // lifted once the device has joined
   options.log_errors = false;  // OnClose logs each close with its reason

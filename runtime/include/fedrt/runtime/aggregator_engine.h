@@ -150,6 +150,9 @@ struct AggregatorConfig {
   uint32_t idle_timeout_ms = 30000;
   uint32_t join_timeout_ms = 10000;    // a connection must authenticate within this
   uint32_t max_frame_bytes = 4u << 20;
+  // connection_options(): a frame body or a write (up to 16 queued frames)
+  // must complete within this. Slow links need more than the default.
+  uint32_t io_timeout_ms = 10000;
 };
 
 // One sampled device's part in a round (NDQSG rounds fill rho and wraps).

@@ -240,7 +240,7 @@ pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path,
   return rc == 0 ? pid : -1;
 }
 
-void PrintSimTable(const std::vector<Series>& all, const char* name_header, const char* mb_header) {
+void PrintSimTable(const std::vector<Series>& all, const char* name_header, const char* mb_header, double target) {
   std::printf("\n%-40s %10s %12s %10s %10s %10s %8s\n", name_header, "final acc", mb_header, "vs fp32", "MB down",
               "wraps", "time");
   for (const Series& s : all) {
@@ -250,6 +250,33 @@ void PrintSimTable(const std::vector<Series>& all, const char* name_header, cons
                 s.accuracy.empty() ? 0.0 : 100.0 * s.accuracy.back(), static_cast<double>(s.bytes_up) / 1e6,
                 s.bytes_up ? static_cast<double>(s.fp32_bytes_up) / static_cast<double>(s.bytes_up) : 0.0, down,
                 static_cast<unsigned long long>(s.near_wraps), s.seconds);
+  }
+  if (target <= 0) return;
+  // Time to the target: what a user on these links waits for, and where
+  // each codec's rounds spend it (means over applied rounds, along the
+  // update that arrived last).
+  const Series* fp32 = nullptr;
+  for (const Series& s : all) {
+    if (s.codec == "fp32" && fp32 == nullptr) fp32 = &s;
+  }
+  char target_header[32], mb_target_header[32];
+  std::snprintf(target_header, sizeof(target_header), "time to %.4g%%", 100 * target);
+  std::snprintf(mb_target_header, sizeof(mb_target_header), "MB to %.4g%%", 100 * target);
+  std::printf("\n%-40s %14s %7s %12s %16s   %s\n", name_header, target_header, "rounds", mb_target_header,
+              "speed-up vs fp32", "mean round: download + compute + upload");
+  for (const Series& s : all) {
+    char time[32] = "not reached", rounds[16] = "-", mb[32] = "-", speedup[32] = "-";
+    if (s.seconds_to_target >= 0) {
+      std::snprintf(time, sizeof(time), "%.1f s", s.seconds_to_target);
+      std::snprintf(rounds, sizeof(rounds), "%.0f", s.rounds_to_target);
+      std::snprintf(mb, sizeof(mb), "%.3f", static_cast<double>(s.bytes_to_target) / 1e6);
+      if (fp32 != nullptr && fp32->seconds_to_target > 0 && s.seconds_to_target > 0) {
+        std::snprintf(speedup, sizeof(speedup), "x%.2f", fp32->seconds_to_target / s.seconds_to_target);
+      }
+    }
+    const double n = std::max<double>(1, static_cast<double>(s.rounds.size()));
+    std::printf("%-40s %14s %7s %12s %16s   %.2f + %.2f + %.2f s\n", s.codec.c_str(), time, rounds, mb, speedup,
+                s.download_seconds / n, s.compute_seconds / n, s.upload_seconds / n);
   }
 }
 
@@ -291,6 +318,7 @@ Status CheckSimFlags(const SimFlags& flags, const CLI::App& app) {
       {"--partition-seed", star, "--topology star"},
       {"--downlink-codec", star, "--topology star"},
       {"--link", star, "--topology star"},
+      {"--target-accuracy", star, "--topology star"},
       {"--link-file", star, "--topology star"},
       {"--shaper", star && (!flags.link.empty() || !flags.link_file.empty()), "--link or --link-file"},
       {"--anchor-fraction", ndqsg, "--topology star with an ndqsg --codec"},
@@ -460,6 +488,7 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     options.max_rho = flags.star.max_rho;
     options.anchor_levels = flags.star.anchor_levels;
     options.downlink_codec = flags.star.downlink_codec;
+    options.target_accuracy = flags.target_accuracy;
     options.idle_timeout_ms = 60000 + (links->empty() ? 0 : io_timeout_ms);
     options.io_timeout_ms = io_timeout_ms;
     options.join_timeout_ms = 10000;
@@ -496,8 +525,16 @@ int RunSim(SimFlags flags, const CLI::App& app) {
       series.rounds.push_back(report.round);
       series.accuracy.push_back(report.test_accuracy);
       series.megabytes.push_back(static_cast<double>(series.bytes_up) / 1e6);
+      series.download_seconds += report.download_seconds;
+      series.compute_seconds += report.compute_seconds;
+      series.upload_seconds += report.upload_seconds;
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      if (flags.target_accuracy > 0 && series.seconds_to_target < 0 && report.test_accuracy >= flags.target_accuracy) {
+        series.seconds_to_target = elapsed;
+        series.bytes_to_target = series.bytes_up + series.bytes_down;
+        series.rounds_to_target = report.round;
+      }
       std::printf("[%s] %s  total up %.2f MB  %.0f s\n", codec.c_str(), FormatRound(report, flags.rounds).c_str(),
                   static_cast<double>(series.bytes_up) / 1e6, elapsed);
       std::fflush(stdout);
@@ -510,6 +547,11 @@ int RunSim(SimFlags flags, const CLI::App& app) {
       line["total_bytes_up"] = series.bytes_up;
       line["total_bytes_down"] = series.bytes_down;
       line["elapsed_seconds"] = elapsed;
+      if (!links->empty()) line["links"] = DescribeFleetLinks(*links);
+      if (flags.target_accuracy > 0) {
+        line["target_accuracy"] = flags.target_accuracy;
+        line["reached_target"] = series.seconds_to_target >= 0;
+      }
       metrics << line.dump() << "\n" << std::flush;
     };
     std::atomic<bool> aggregator_done{false};
@@ -576,7 +618,7 @@ int RunSim(SimFlags flags, const CLI::App& app) {
   std::ofstream plot(flags.out + "/plot.svg", std::ios::trunc);
   plot << SimPlot(all, "fedrt sim: " + std::to_string(flags.devices) + " devices, " + flags.model + ", " +
                         flags.partition);
-  PrintSimTable(all, "codec", "MB uploaded");
+  PrintSimTable(all, "codec", "MB uploaded", flags.target_accuracy);
   std::printf("wrote %s/metrics.jsonl and %s/plot.svg\n", flags.out.c_str(), flags.out.c_str());
   return 0;
 }
@@ -633,6 +675,9 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   AddRobustFlags(*sim, flags->aggregation, flags->star);
   sim->add_option("--byzantine", flags->byzantine,
                   "Star: N:KIND, devices dev-0..dev-(N-1) misbehave (signflip[:k], scaled[:k], random[:s], stale)");
+  sim->add_option("--target-accuracy", flags->target_accuracy,
+                  "Star: end each codec's run at this test accuracy (a fraction) and report time and bytes to it")
+      ->check(CLI::Range(0.0, 1.0));
   sim->add_option("--link", flags->link,
                   "Star: every device's link, RATE[,delay=MS][,loss=PCT][,down=RATE] (1mbit,delay=50ms)");
   sim->add_option("--link-file", flags->link_file,

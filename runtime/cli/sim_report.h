@@ -31,6 +31,10 @@ struct SimFlags {
   uint32_t deadline_ms = 300000;
   uint64_t seed = 1;             // star: codec randomness, sampling and the initial model
   uint64_t partition_seed = 7;   // star: the devices' shares and their local data order
+  // Star: a codec's run ends at the first round whose test accuracy reaches
+  // this fraction; the summary gives each codec's time and bytes to it and
+  // its speed-up against fp32. 0: off.
+  double target_accuracy = 0;
   // Star: anchor_fraction, wrap_threshold, max_rho, anchor_levels,
   // downlink_codec, and the robust aggregation and DP options.
   AggregatorOptions star;
@@ -69,6 +73,13 @@ struct SimSeries {
   std::vector<double> rounds, accuracy, megabytes;
   uint64_t bytes_up = 0, fp32_bytes_up = 0, near_wraps = 0, bytes_down = 0;
   double seconds = 0;
+  // --target-accuracy: when the run first reached it (-1: never), with the
+  // bytes up and down and the rounds it took.
+  double seconds_to_target = -1;
+  uint64_t bytes_to_target = 0;
+  double rounds_to_target = 0;
+  // Where the applied rounds' time went (RoundReport's split, summed).
+  double download_seconds = 0, compute_seconds = 0, upload_seconds = 0;
 };
 
 // SVG with two panels: accuracy vs `x_label`, accuracy vs MB (log axis).
@@ -76,7 +87,10 @@ std::string SimPlot(const std::vector<SimSeries>& all, const std::string& title,
                     const std::string& x_label = "round",
                     const std::string& mb_label = "MB uploaded (log scale)");
 // The closing table (final accuracy, MB, ratio to fp32, wraps, time).
-void PrintSimTable(const std::vector<SimSeries>& all, const char* name_header, const char* mb_header);
+// `target` (> 0): also the time and bytes to that accuracy and the speed-up
+// in time against the fp32 run, and where the rounds' time went.
+void PrintSimTable(const std::vector<SimSeries>& all, const char* name_header, const char* mb_header,
+                   double target = 0);
 // Starts the `fedrt` binary with `args` (args[0] is its name), output to
 // `log_path`, OPENBLAS_NUM_THREADS=1; -1 when it cannot start.
 // With `wrapper` (such as {"ip", "netns", "exec", NAME}), runs the wrapper

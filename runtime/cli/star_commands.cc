@@ -219,6 +219,9 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
   serve->add_option("--max-update-norm", o.max_update_norm,
                     "Refuse an update whose decoded L2 norm is larger (0: no bound)")
       ->capture_default_str();
+  serve->add_option("--target-accuracy", o.target_accuracy,
+                    "Finish once a round's test accuracy reaches this fraction (0: run every round)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   serve->add_option("--max-update-samples", o.max_update_samples,
                     "Refuse an update that claims more samples (its FedAvg weight; 1 to 2^32)")
       ->capture_default_str();

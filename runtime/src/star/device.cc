@@ -91,6 +91,7 @@ Status DeviceHost::Setup() {
   config.key = key->key;
   config.batch = options_.batch;
   config.shuffle_seed = star::DeviceShuffleSeed(options_.partition_seed, id_);
+  config.clock = &SystemClock();
   DeviceHooks hooks = hooks_;
   if (!options_.state_file.empty()) {
     const std::string path = options_.state_file;

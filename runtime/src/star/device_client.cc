@@ -130,6 +130,7 @@ struct DeviceClient::State {
   std::unique_ptr<Reassembler> model_bytes;
   ModelEncoding model_encoding = ModelEncoding::kFullModelFp32;
   bool round_ready = false;           // instructions complete: training to do
+  uint64_t ready_ms = 0;              // config.clock: when they were (compute_ms counts from it)
   bool trained = false;               // training done: the update is to be sent
   std::unique_ptr<Sgd> sgd;
   std::vector<float> sgd_state;       // the optimizer's velocity (momentum), sized at Create
@@ -315,6 +316,7 @@ Status DeviceClient::State::OnInstructions(Connection& link, const Frame& frame)
   Result<OutFrame> out = Encode(ack, limits);
   if (out.ok()) (void)link.Send(*out);
   round_ready = true;
+  ready_ms = config.clock != nullptr ? config.clock->NowMs() : 0;
   epoch = 0;
   loss = 0;
   return Status::Ok();
@@ -510,6 +512,9 @@ Status DeviceClient::State::EncodeAndSend(Connection& link) {
   update.stats.level_statistics = statistics;  // EncodeChunked keeps it in chunk 0 only
   update.stats.encoded_bytes = *size;
   update.stats.raw_bytes = d() * sizeof(float);
+  if (config.clock != nullptr) {
+    update.compute_ms = static_cast<uint32_t>(std::min<uint64_t>(UINT32_MAX, config.clock->NowMs() - ready_ms));
+  }
   Result<std::vector<OutFrame>> frames = EncodeChunked(update, payload.data(), *size, limits);
   // The frames hold the bytes now; the payload is not kept beside the next
   // round's incoming model.

@@ -86,6 +86,10 @@ struct DeviceClientConfig {
   int batch = 32;                   // local SGD batch
   uint64_t shuffle_seed = 1;        // with the round and epoch, orders the local examples
   uint32_t max_frame_bytes = transport::kDefaultMaxFrameBytes;
+  // When set (it must outlive the client), every update reports how long
+  // the device trained and encoded, from the instructions' arrival to the
+  // update's first frame: the aggregator splits each round's time with it.
+  const Clock* clock = nullptr;
 };
 
 // A sender id both ends derive from the device id (24 bits, FNV-1a): the

@@ -108,6 +108,24 @@ pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string
 
 }  // namespace
 
+Result<std::vector<std::string>> PairDownlinkCodecs(const std::vector<std::string>& downlinks,
+                                                    const std::vector<std::string>& codecs) {
+  if (!downlinks.empty() && downlinks.size() != 1 && downlinks.size() != codecs.size()) {
+    return InvalidArgument("--downlink-codec is given " + std::to_string(downlinks.size()) + " times for " +
+                           std::to_string(codecs.size()) +
+                           " codecs: give it once (every codec) or once per --codec, in order (none: fp32 models)");
+  }
+  std::vector<std::string> paired(codecs.size());
+  for (std::size_t i = 0; i < codecs.size() && !downlinks.empty(); ++i) {
+    const std::string& spec = downlinks.size() == 1 ? downlinks[0] : downlinks[i];
+    if (spec == "none") continue;
+    Result<std::unique_ptr<Codec>> made = MakeCodec(spec);
+    if (!made.ok()) return InvalidArgument("--downlink-codec " + spec + ": " + made.status().message());
+    paired[i] = spec;
+  }
+  return paired;
+}
+
 std::string DescribeExit(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));
@@ -369,6 +387,11 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     Result<std::unique_ptr<Codec>> made = MakeCodec(codec);
     if (!made.ok()) return Fail(made.status().ToString());
   }
+  Result<std::vector<std::string>> downlinks = PairDownlinkCodecs(flags.downlink_codecs, flags.codecs);
+  if (!downlinks.ok()) {
+    Fail(downlinks.status().ToString());
+    return 2;  // a usage error
+  }
   Result<std::vector<transport::LinkProfile>> links = FleetLinks(flags.link, flags.link_file, flags.devices);
   if (!links.ok()) {
     Fail(links.status().ToString());
@@ -432,7 +455,10 @@ int RunSim(SimFlags flags, const CLI::App& app) {
   if (!metrics) return Fail(flags.out + "/metrics.jsonl: cannot open for writing");
   std::printf("fedrt sim: %d devices, %u rounds, %s, %s partition, codecs:", flags.devices, flags.rounds,
               flags.model.c_str(), flags.partition.c_str());
-  for (const std::string& c : flags.codecs) std::printf(" %s", c.c_str());
+  for (std::size_t i = 0; i < flags.codecs.size(); ++i) {
+    std::printf(" %s", flags.codecs[i].c_str());
+    if (!(*downlinks)[i].empty()) std::printf(" (downlink %s)", (*downlinks)[i].c_str());
+  }
   std::printf(", aggregation %s", AggregationRuleName(*rule).c_str());
   if (byzantine_count > 0) std::printf(", %d byzantine devices (%s)", byzantine_count, byzantine_kind.c_str());
   if (flags.star.dp.noise_multiplier > 0) {
@@ -448,12 +474,16 @@ int RunSim(SimFlags flags, const CLI::App& app) {
   SetLogLevel(LogLevel::kWarning);
 
   std::vector<Series> all;
-  for (const std::string& codec : flags.codecs) {
+  for (std::size_t c = 0; c < flags.codecs.size(); ++c) {
     if (interrupted->load()) return 0;  // main() exits with 128 + the signal
-    const std::string dir = flags.out + "/" + SimLabel(codec);
+    const std::string& codec = flags.codecs[c];
+    const std::string& downlink = (*downlinks)[c];
+    // The same codec may run with two downlinks: the label tells them apart.
+    const std::string label = downlink.empty() ? codec : codec + " (down " + downlink + ")";
+    const std::string dir = flags.out + "/" + SimLabel(label);
     ::mkdir(dir.c_str(), 0755);
     Series series;
-    series.codec = codec;
+    series.codec = label;
     // The device processes, as the aggregator's thread starts them; a
     // watcher thread reaps any that ends before the training does and stops
     // the aggregator (which would otherwise wait for it forever, or for
@@ -487,7 +517,7 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     options.wrap_threshold = flags.star.wrap_threshold;
     options.max_rho = flags.star.max_rho;
     options.anchor_levels = flags.star.anchor_levels;
-    options.downlink_codec = flags.star.downlink_codec;
+    options.downlink_codec = downlink;
     options.target_accuracy = flags.target_accuracy;
     options.idle_timeout_ms = 60000 + (links->empty() ? 0 : io_timeout_ms);
     options.io_timeout_ms = io_timeout_ms;
@@ -504,7 +534,7 @@ int RunSim(SimFlags flags, const CLI::App& app) {
                                       device_links[static_cast<std::size_t>(i)]);
         if (pid > 0) children.push_back({pid, i});
       }
-      std::printf("[%s] aggregator on %s:%u, %zu device processes started\n", codec.c_str(), options.host.c_str(),
+      std::printf("[%s] aggregator on %s:%u, %zu device processes started\n", label.c_str(), options.host.c_str(),
                   port, children.size());
       std::fflush(stdout);
     };
@@ -513,7 +543,7 @@ int RunSim(SimFlags flags, const CLI::App& app) {
       if (!report.applied) {  // the same round runs again: no point on the curves
         series.bytes_up += report.bytes_up;
         series.bytes_down += report.bytes_down;
-        std::printf("[%s] %s\n", codec.c_str(), FormatRound(report, flags.rounds).c_str());
+        std::printf("[%s] %s\n", label.c_str(), FormatRound(report, flags.rounds).c_str());
         std::fflush(stdout);
         return;
       }
@@ -535,10 +565,11 @@ int RunSim(SimFlags flags, const CLI::App& app) {
         series.bytes_to_target = series.bytes_up + series.bytes_down;
         series.rounds_to_target = report.round;
       }
-      std::printf("[%s] %s  total up %.2f MB  %.0f s\n", codec.c_str(), FormatRound(report, flags.rounds).c_str(),
+      std::printf("[%s] %s  total up %.2f MB  %.0f s\n", label.c_str(), FormatRound(report, flags.rounds).c_str(),
                   static_cast<double>(series.bytes_up) / 1e6, elapsed);
       std::fflush(stdout);
       nlohmann::json line = RoundJson(report, codec);
+      if (!downlink.empty()) line["downlink_codec"] = downlink;
       line["topology"] = "star";
       line["partition"] = flags.partition;
       line["devices"] = flags.devices;
@@ -601,7 +632,7 @@ int RunSim(SimFlags flags, const CLI::App& app) {
       }
     }
     if (interrupted->load()) {
-      std::printf("[%s] interrupted: stopped the devices%s\n", codec.c_str(),
+      std::printf("[%s] interrupted: stopped the devices%s\n", label.c_str(),
                   kernel_links ? " and removed the namespaces" : "");
       return 0;  // main() exits with 128 + the signal
     }
@@ -650,8 +681,9 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
                   "NDQSG: near-wraps per coordinate that raise a device's rho")->capture_default_str();
   sim->add_option("--max-rho", flags->star.max_rho, "NDQSG: largest rho; past it a device sends DQSG")
       ->capture_default_str();
-  sim->add_option("--downlink-codec", flags->star.downlink_codec,
-                  "Broadcast the model's delta with this codec (default: the full fp32 model)");
+  sim->add_option("--downlink-codec", flags->downlink_codecs,
+                  "Star: broadcast the model's delta with this codec; once: every codec's run, or once per --codec "
+                  "in order (none: the full fp32 model; default: none)");
   sim->add_option("--anchor-levels", flags->star.anchor_levels, "NDQSG: anchors' DQSG levels (0: s1)")
       ->capture_default_str();
   sim->add_option("--topology", flags->topology, "star (aggregator + devices), ring (all-reduce) or gossip (D-PSGD)")

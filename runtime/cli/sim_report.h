@@ -35,10 +35,13 @@ struct SimFlags {
   // this fraction; the summary gives each codec's time and bytes to it and
   // its speed-up against fp32. 0: off.
   double target_accuracy = 0;
-  // Star: anchor_fraction, wrap_threshold, max_rho, anchor_levels,
-  // downlink_codec, and the robust aggregation and DP options.
+  // Star: anchor_fraction, wrap_threshold, max_rho, anchor_levels and the
+  // robust aggregation and DP options.
   AggregatorOptions star;
   std::string aggregation = "mean";  // star: parsed into star.aggregation
+  // Star: --downlink-codec, given once (every codec) or once per --codec
+  // (the i-th codec's, in order); "none": the full fp32 model.
+  std::vector<std::string> downlink_codecs;
   // Star: "N:KIND": devices dev-0 .. dev-(N-1) misbehave (fedrt/runtime/byzantine.h).
   std::string byzantine;
   // Ring and gossip.
@@ -99,6 +102,11 @@ pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path,
                   const std::vector<std::string>& wrapper = {});
 // "exited with status 1", "was killed by signal 9": a waitpid status.
 std::string DescribeExit(int status);
+// The downlink codec of each of `codecs` from --downlink-codec (flags above);
+// "" for the full fp32 model. kInvalidArgument for a count that is neither 1
+// nor the codecs' or a spec MakeCodec refuses.
+Result<std::vector<std::string>> PairDownlinkCodecs(const std::vector<std::string>& downlinks,
+                                                    const std::vector<std::string>& codecs);
 // Directory-safe form of a codec spec.
 std::string SimLabel(const std::string& codec);
 

@@ -335,10 +335,8 @@ Status CheckSimFlags(const SimFlags& flags, const CLI::App& app) {
       {"--deadline-ms", star, "--topology star"},
       {"--partition-seed", star, "--topology star"},
       {"--downlink-codec", star, "--topology star"},
-      {"--link", star, "--topology star"},
       {"--target-accuracy", star, "--topology star"},
-      {"--link-file", star, "--topology star"},
-      {"--shaper", star && (!flags.link.empty() || !flags.link_file.empty()), "--link or --link-file"},
+      {"--shaper", !flags.link.empty() || !flags.link_file.empty(), "--link or --link-file"},
       {"--anchor-fraction", ndqsg, "--topology star with an ndqsg --codec"},
       {"--wrap-threshold", ndqsg, "--topology star with an ndqsg --codec"},
       {"--max-rho", ndqsg, "--topology star with an ndqsg --codec"},
@@ -711,11 +709,11 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
                   "Star: end each codec's run at this test accuracy (a fraction) and report time and bytes to it")
       ->check(CLI::Range(0.0, 1.0));
   sim->add_option("--link", flags->link,
-                  "Star: every device's link, RATE[,delay=MS][,loss=PCT][,down=RATE] (1mbit,delay=50ms)");
+                  "Every device's (peer's) link, RATE[,delay=MS][,loss=PCT][,down=RATE] (1mbit,delay=50ms)");
   sim->add_option("--link-file", flags->link_file,
-                  "Star: a link profile per device or per share of the fleet (runtime/README.md)");
+                  "A link profile per device (peer) or per share of the fleet (runtime/README.md)");
   sim->add_option("--shaper", flags->shaper,
-                  "With links: kernel (root: namespaces and tc), user (in the devices) or auto (kernel when it can)")
+                  "With links: kernel (root: namespaces and tc), user (star: in the devices) or auto (kernel when it can)")
       ->capture_default_str()->check(CLI::IsMember({"auto", "kernel", "user"}));
   sim->add_flag("--tls", flags->tls, "TLS on every connection, with a throwaway CA and certificate in <out>/tls");
   commands.push_back({sim, [flags, sim] { return RunSim(*flags, *sim); }});

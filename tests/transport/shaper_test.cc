@@ -12,6 +12,7 @@
 #include "fedrt/transport/messages.h"
 #include "fedrt/transport/shaper.h"
 #include "fedrt/transport/tcp.h"
+#include "net_test_support.h"
 
 namespace fedrt {
 namespace transport {
@@ -86,18 +87,7 @@ TEST_CASE("a lossy link direction costs each lost packet its bytes and a round t
   CHECK(slow - clean == lost * (kLinkPacketBytes * 8 + 40000));
 }
 
-// 32 KiB Update frames.
-std::vector<OutFrame> Frames(const std::vector<uint8_t>& payload, int count) {
-  std::vector<OutFrame> frames;
-  for (int i = 0; i < count; ++i) {
-    UpdateMessage m;
-    m.round_id = static_cast<uint64_t>(i);
-    m.codec_spec = "fp32";
-    m.payload = {0, 1, payload.size(), 0, payload.data(), payload.size()};
-    frames.push_back(Encode(m, FrameLimits()).value());
-  }
-  return frames;
-}
+using testing::UpdateFrames;
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -125,12 +115,12 @@ TEST_CASE("the user-space shaper carries n bytes in n over the rate within 10% u
   const std::vector<uint8_t> payload(32u << 10, 7);
   const int count = 8;
   std::size_t wire_bytes = 0;
-  for (const OutFrame& frame : Frames(payload, count)) wire_bytes += frame.wire_size();
+  for (const OutFrame& frame : UpdateFrames(payload, count)) wire_bytes += frame.wire_size();
   const double expected = static_cast<double>(wire_bytes) * 8 / 4e6;
 
   // Uplink: Flush returns once the link has carried every byte.
   auto start = std::chrono::steady_clock::now();
-  for (OutFrame& frame : Frames(payload, count)) REQUIRE(link->Send(std::move(frame)).ok());
+  for (OutFrame& frame : UpdateFrames(payload, count)) REQUIRE(link->Send(std::move(frame)).ok());
   REQUIRE(link->Flush(10000).ok());
   const double up = SecondsSince(start);
   for (int i = 0; i < count; ++i) REQUIRE(server->Pop(5000).ok());
@@ -141,7 +131,7 @@ TEST_CASE("the user-space shaper carries n bytes in n over the rate within 10% u
   std::shared_ptr<Connection> server_end = server->connection();
   REQUIRE(server_end.get() != nullptr);
   start = std::chrono::steady_clock::now();
-  for (OutFrame& frame : Frames(payload, count)) REQUIRE(server_end->Send(std::move(frame)).ok());
+  for (OutFrame& frame : UpdateFrames(payload, count)) REQUIRE(server_end->Send(std::move(frame)).ok());
   for (int i = 0; i < count; ++i) REQUIRE(client->Pop(5000).ok());
   const double down = SecondsSince(start);
   MESSAGE("downlink: " << wire_bytes << " bytes in " << down << " s, expected " << expected << " s");
@@ -168,10 +158,10 @@ TEST_CASE("a shaped connection that is aborted drops what it holds and its flush
   std::shared_ptr<Connection> link = shaper.Shaped(**inner);
   REQUIRE(link.get() != nullptr);
   const std::vector<uint8_t> payload(32u << 10, 7);
-  for (OutFrame& frame : Frames(payload, 2)) REQUIRE(link->Send(std::move(frame)).ok());  // 8 s at 64 kbit/s
+  for (OutFrame& frame : UpdateFrames(payload, 2)) REQUIRE(link->Send(std::move(frame)).ok());  // 8 s at 64 kbit/s
   CHECK(link->Flush(50).code() == StatusCode::kDeadlineExceeded);
   link->Abort(Status(StatusCode::kCancelled, "test"), false);
-  CHECK(link->Send(Frames(payload, 1)[0]).code() == StatusCode::kUnavailable);
+  CHECK(link->Send(UpdateFrames(payload, 1)[0]).code() == StatusCode::kUnavailable);
   CHECK(client->WaitClosed(5000));
   CHECK(client->close_reason().code() == StatusCode::kCancelled);
 }

@@ -193,7 +193,15 @@ Result<std::unique_ptr<KernelLinks>> KernelLinks::Create(const std::vector<LinkP
   const std::string pid = Pid();
   links->bridge_ = "fr" + pid + "b";
   const auto run = [](std::vector<std::string> args) { return RunTool(args).status(); };
-  FEDRT_RETURN_IF_ERROR(run({"ip", "link", "add", links->bridge_, "type", "bridge"}));
+  // Frames between two ports (peer to peer) would otherwise cross the
+  // host's iptables FORWARD chain where br_netfilter is loaded, which a
+  // container host often drops; frames to the bridge's own address are not
+  // affected either way.
+  if (!RunTool({"ip", "link", "add", links->bridge_, "type", "bridge", "nf_call_iptables", "0", "nf_call_ip6tables",
+                "0", "nf_call_arptables", "0"})
+           .ok()) {
+    FEDRT_RETURN_IF_ERROR(run({"ip", "link", "add", links->bridge_, "type", "bridge"}));
+  }
   FEDRT_RETURN_IF_ERROR(run({"ip", "addr", "add", links->host_address_ + "/24", "dev", links->bridge_}));
   FEDRT_RETURN_IF_ERROR(run({"ip", "link", "set", links->bridge_, "up"}));
   for (std::size_t i = 0; i < profiles.size(); ++i) {

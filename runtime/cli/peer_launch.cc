@@ -43,11 +43,20 @@ Result<uint16_t> FreePort() {
 
 }  // namespace
 
-Result<LocalPeerFiles> WriteLocalPeerFiles(const std::string& dir, int peers, uint32_t step_timeout_ms) {
+Result<LocalPeerFiles> WriteLocalPeerFiles(const std::string& dir, int peers, uint32_t step_timeout_ms,
+                                           const std::vector<std::string>& hosts) {
   nlohmann::json list = nlohmann::json::array();
   std::string keys;
   std::vector<uint16_t> ports;
   for (int i = 0; i < peers; ++i) {
+    if (!hosts.empty()) {  // an address of its own: any port is free there
+      list.push_back({{"id", "peer-" + std::to_string(i)}, {"host", hosts.at(static_cast<std::size_t>(i))},
+                      {"port", kNamespacePeerPort}});
+      auto line = NewKeyLine("peer-" + std::to_string(i));
+      if (!line.ok()) return line.status();
+      keys += *line;
+      continue;
+    }
     Result<uint16_t> port = FreePort();
     if (!port.ok()) return port.status();
     for (uint16_t p : ports) {

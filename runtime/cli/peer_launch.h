@@ -29,7 +29,12 @@ struct LocalPeerFiles {
   std::string keys;    // peer-keys.txt
 };
 
-Result<LocalPeerFiles> WriteLocalPeerFiles(const std::string& dir, int peers, uint32_t step_timeout_ms);
+// `hosts` (one per peer; empty: 127.0.0.1 and free ports): each peer's own
+// address, every peer on port kNamespacePeerPort (peers in network
+// namespaces of their own, `fedrt sim --link`).
+Result<LocalPeerFiles> WriteLocalPeerFiles(const std::string& dir, int peers, uint32_t step_timeout_ms,
+                                           const std::vector<std::string>& hosts = {});
+inline constexpr uint16_t kNamespacePeerPort = 7000;
 
 // Reads a peers.json: {"peers": [{"id", "host", "port"}...], optional
 // "step_timeout_ms", "join_timeout_ms", "chunk_floats"}.

@@ -30,7 +30,10 @@
 #include "cli/commands.h"
 #include "cli/console.h"
 #include "cli/flag_scope.h"
+#include "cli/kernel_links.h"
 #include "cli/key_files.h"
+#include "cli/link_flags.h"
+#include "cli/signals.h"
 #include "cli/sim_report.h"
 #include "cli/star_report.h"
 #include "fedrt/codecs/codec.h"
@@ -84,11 +87,18 @@ std::string LastLogLine(const std::string& path) {
   }
   return last;
 }
+// Where and how device i runs: the address it dials, the flags its link
+// adds, and the program it runs under (its network namespace).
+struct DeviceLink {
+  std::string server_host = "127.0.0.1";
+  std::vector<std::string> args;     // --link (user space), --io-timeout-ms
+  std::vector<std::string> wrapper;  // ip netns exec NAME (kernel)
+};
 
 pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string& log_path,
-                  const std::string& byzantine) {
+                  const std::string& byzantine, const DeviceLink& link) {
   const std::string id = "dev-" + std::to_string(i);
-  std::vector<std::string> args = {"fedrt", "device", "--server", "127.0.0.1:" + std::to_string(port),
+  std::vector<std::string> args = {"fedrt", "device", "--server", link.server_host + ":" + std::to_string(port),
                                    "--id", id, "--key-file", flags.out + "/keys/" + id + ".key",
                                    "--data", flags.data, "--model", flags.model, "--partition", flags.partition,
                                    "--devices", std::to_string(flags.devices), "--index", std::to_string(i),
@@ -102,10 +112,29 @@ pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string
     args.push_back("--byzantine");
     args.push_back(byzantine);
   }
-  return SpawnLogged(std::move(args), log_path);
+  args.insert(args.end(), link.args.begin(), link.args.end());
+  return SpawnLogged(std::move(args), log_path, link.wrapper);
 }
 
 }  // namespace
+
+Result<std::vector<std::string>> PairDownlinkCodecs(const std::vector<std::string>& downlinks,
+                                                    const std::vector<std::string>& codecs) {
+  if (!downlinks.empty() && downlinks.size() != 1 && downlinks.size() != codecs.size()) {
+    return InvalidArgument("--downlink-codec is given " + std::to_string(downlinks.size()) + " times for " +
+                           std::to_string(codecs.size()) +
+                           " codecs: give it once (every codec) or once per --codec, in order (none: fp32 models)");
+  }
+  std::vector<std::string> paired(codecs.size());
+  for (std::size_t i = 0; i < codecs.size() && !downlinks.empty(); ++i) {
+    const std::string& spec = downlinks.size() == 1 ? downlinks[0] : downlinks[i];
+    if (spec == "none") continue;
+    Result<std::unique_ptr<Codec>> made = MakeCodec(spec);
+    if (!made.ok()) return InvalidArgument("--downlink-codec " + spec + ": " + made.status().message());
+    paired[i] = spec;
+  }
+  return paired;
+}
 
 std::string DescribeExit(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
@@ -258,7 +287,20 @@ std::string SimPlot(const std::vector<Series>& all, const std::string& title, co
   return svg.str();
 }
 
-pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path) {
+pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path,
+                  const std::vector<std::string>& wrapper) {
+  std::string program = "/proc/self/exe";
+  if (!wrapper.empty()) {
+    // The wrapper execs the binary by path: /proc/self/exe would be its own.
+    char self[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) return -1;
+    std::vector<std::string> wrapped = wrapper;
+    wrapped.emplace_back(self, static_cast<std::size_t>(n));
+    wrapped.insert(wrapped.end(), args.begin() + 1, args.end());
+    args = std::move(wrapped);
+    program = wrapper[0];
+  }
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -274,12 +316,13 @@ pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path) {
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+  const int rc = wrapper.empty() ? posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), envp.data())
+                                 : posix_spawnp(&pid, program.c_str(), &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   return rc == 0 ? pid : -1;
 }
 
-void PrintSimTable(const std::vector<Series>& all, const char* name_header, const char* mb_header) {
+void PrintSimTable(const std::vector<Series>& all, const char* name_header, const char* mb_header, double target) {
   std::printf("\n%-40s %10s %12s %10s %10s %10s %8s\n", name_header, "final acc", mb_header, "vs fp32", "MB down",
               "wraps", "time");
   for (const Series& s : all) {
@@ -290,15 +333,43 @@ void PrintSimTable(const std::vector<Series>& all, const char* name_header, cons
                 s.bytes_up ? static_cast<double>(s.fp32_bytes_up) / static_cast<double>(s.bytes_up) : 0.0, down,
                 static_cast<unsigned long long>(s.near_wraps), s.seconds);
   }
+  if (target <= 0) return;
+  // Time to the target: what a user on these links waits for, and where
+  // each codec's rounds spend it (means over applied rounds, along the
+  // update that arrived last).
+  const Series* fp32 = nullptr;
+  for (const Series& s : all) {
+    if (s.codec == "fp32" && fp32 == nullptr) fp32 = &s;
+  }
+  char target_header[32], mb_target_header[32];
+  std::snprintf(target_header, sizeof(target_header), "time to %.4g%%", 100 * target);
+  std::snprintf(mb_target_header, sizeof(mb_target_header), "MB to %.4g%%", 100 * target);
+  std::printf("\n%-40s %14s %7s %12s %16s   %s\n", name_header, target_header, "rounds", mb_target_header,
+              "speed-up vs fp32", "mean round: download + compute + upload");
+  for (const Series& s : all) {
+    char time[32] = "not reached", rounds[16] = "-", mb[32] = "-", speedup[32] = "-";
+    if (s.seconds_to_target >= 0) {
+      std::snprintf(time, sizeof(time), "%.1f s", s.seconds_to_target);
+      std::snprintf(rounds, sizeof(rounds), "%.0f", s.rounds_to_target);
+      std::snprintf(mb, sizeof(mb), "%.3f", static_cast<double>(s.bytes_to_target) / 1e6);
+      if (fp32 != nullptr && fp32->seconds_to_target > 0 && s.seconds_to_target > 0) {
+        std::snprintf(speedup, sizeof(speedup), "x%.2f", fp32->seconds_to_target / s.seconds_to_target);
+      }
+    }
+    const double n = std::max<double>(1, static_cast<double>(s.rounds.size()));
+    std::printf("%-40s %14s %7s %12s %16s   %.2f + %.2f + %.2f s\n", s.codec.c_str(), time, rounds, mb, speedup,
+                s.download_seconds / n, s.compute_seconds / n, s.upload_seconds / n);
+  }
 }
 
 namespace {
 
-// --tls: a throwaway CA and a 127.0.0.1 certificate in <out>/tls, named in `flags`.
-Status WriteSimTlsFiles(SimFlags* flags) {
+// --tls: a throwaway CA and a certificate for `names` (127.0.0.1, and the
+// bridge's address with kernel links) in <out>/tls, named in `flags`.
+Status WriteSimTlsFiles(SimFlags* flags, const std::vector<std::string>& names = {"127.0.0.1"}) {
   ::mkdir(flags->out.c_str(), 0755);
   ::mkdir((flags->out + "/tls").c_str(), 0700);
-  Result<transport::TlsTestFiles> files = transport::WriteTlsTestFiles(flags->out + "/tls", {"127.0.0.1"});
+  Result<transport::TlsTestFiles> files = transport::WriteTlsTestFiles(flags->out + "/tls", names);
   if (!files.ok()) return files.status();
   flags->tls_ca_file = files->ca_cert;
   flags->tls_cert_file = files->server_cert;
@@ -330,6 +401,8 @@ Status CheckSimFlags(const SimFlags& flags, const CLI::App& app) {
       {"--downlink-codec", star, "--topology star"},
       {"--init-model", star, "--topology star"},
       {"--save-model", star, "--topology star"},
+      {"--target-accuracy", star, "--topology star"},
+      {"--shaper", !flags.link.empty() || !flags.link_file.empty(), "--link or --link-file"},
       {"--anchor-fraction", ndqsg, "--topology star with an ndqsg --codec"},
       {"--wrap-threshold", ndqsg, "--topology star with an ndqsg --codec"},
       {"--max-rho", ndqsg, "--topology star with an ndqsg --codec"},
@@ -387,6 +460,64 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     flags.model = initial.model;  // the devices build the file's model
     initial_parameters = std::move(initial.initial_parameters);
   }
+  Result<std::vector<std::string>> downlinks = PairDownlinkCodecs(flags.downlink_codecs, flags.codecs);
+  if (!downlinks.ok()) {
+    Fail(downlinks.status().ToString());
+    return 2;  // a usage error
+  }
+  Result<std::vector<transport::LinkProfile>> links = FleetLinks(flags.link, flags.link_file, flags.devices);
+  if (!links.ok()) {
+    Fail(links.status().ToString());
+    return 2;  // a usage error
+  }
+  // SIGINT and SIGTERM stop the run cleanly, so that what it set up (the
+  // kernel links above all) is removed.
+  std::atomic<bool>* interrupted = CatchStopSignals();
+  std::unique_ptr<KernelLinks> kernel_links;  // removed however this function returns
+  std::string shaper_note;
+  if (!links->empty()) {
+    Status kernel = flags.shaper == "user" ? Status(StatusCode::kUnavailable, "--shaper user")
+                                           : KernelLinks::Available(*links);
+    if (kernel.ok()) {
+      Result<std::unique_ptr<KernelLinks>> made = KernelLinks::Create(*links);
+      if (made.ok()) {
+        kernel_links = std::move(*made);
+      } else {
+        kernel = made.status();
+      }
+    }
+    if (!kernel_links && flags.shaper == "kernel") return Fail("--shaper kernel: " + kernel.ToString());
+    shaper_note = kernel_links ? "kernel (tc on a veth pair per device, namespaces fedrt-" +
+                                     std::to_string(::getpid()) + "-N, aggregator on " +
+                                     kernel_links->host_address() + ")"
+                               : "user space (the kernel cannot: " + kernel.message() + ")";
+    if (flags.tls && kernel_links) {  // the devices dial the bridge's address
+      const Status written = WriteSimTlsFiles(&flags, {"127.0.0.1", kernel_links->host_address()});
+      if (!written.ok()) return Fail("--tls: " + written.ToString());
+    }
+  }
+  // A slow link needs time for a frame: up to 16 queued frames of 4 MiB go
+  // out in one write, which must finish within the I/O deadline.
+  uint32_t io_timeout_ms = 10000;
+  for (const transport::LinkProfile& link : *links) {
+    for (uint64_t rate : {link.up_bits_per_second, link.down_bits_per_second}) {
+      if (rate == 0) continue;
+      const uint64_t ms = 10000 + (16ull * (4u << 20) * 8 * 1000) / rate + 4ull * link.delay_ms;
+      io_timeout_ms = static_cast<uint32_t>(std::min<uint64_t>(3600000, std::max<uint64_t>(io_timeout_ms, ms)));
+    }
+  }
+  std::vector<DeviceLink> device_links(static_cast<std::size_t>(flags.devices));
+  for (int i = 0; i < flags.devices && !links->empty(); ++i) {
+    DeviceLink& link = device_links[static_cast<std::size_t>(i)];
+    link.args = {"--io-timeout-ms", std::to_string(io_timeout_ms)};
+    if (kernel_links) {
+      link.server_host = kernel_links->host_address();
+      link.wrapper = {"ip", "netns", "exec", kernel_links->netns(i)};
+    } else {
+      link.args.push_back("--link");
+      link.args.push_back(transport::FormatLinkProfile((*links)[static_cast<std::size_t>(i)]));
+    }
+  }
   ::mkdir(flags.out.c_str(), 0755);
   const Status keys = MakeKeys(flags.out, flags.devices);
   if (!keys.ok()) return Fail(keys.ToString());
@@ -397,7 +528,10 @@ int RunSim(SimFlags flags, const CLI::App& app) {
   if (!metrics) return Fail(flags.out + "/metrics.jsonl: cannot open for writing");
   std::printf("fedrt sim: %d devices, %u rounds, %s, %s partition, codecs:", flags.devices, flags.rounds,
               flags.model.c_str(), flags.partition.c_str());
-  for (const std::string& c : flags.codecs) std::printf(" %s", c.c_str());
+  for (std::size_t i = 0; i < flags.codecs.size(); ++i) {
+    std::printf(" %s", flags.codecs[i].c_str());
+    if (!(*downlinks)[i].empty()) std::printf(" (downlink %s)", (*downlinks)[i].c_str());
+  }
   std::printf(", aggregation %s", AggregationRuleName(*rule).c_str());
   if (byzantine_count > 0) std::printf(", %d byzantine devices (%s)", byzantine_count, byzantine_kind.c_str());
   if (flags.star.dp.noise_multiplier > 0) {
@@ -405,16 +539,24 @@ int RunSim(SimFlags flags, const CLI::App& app) {
                 flags.star.dp.delta);
   }
   if (flags.tls) std::printf(", TLS (throwaway CA in %s/tls)", flags.out.c_str());
+  if (!links->empty()) {
+    std::printf("\n  links: %s; shaper: %s", DescribeFleetLinks(*links).c_str(), shaper_note.c_str());
+  }
   std::printf("\n  output in %s/ (metrics.jsonl, plot.svg, one folder of device logs per codec)\n", flags.out.c_str());
   std::fflush(stdout);
   if (!LogLevelGiven()) SetLogLevel(LogLevel::kWarning);  // the devices' and peers' own lines go to their logs
 
   std::vector<Series> all;
-  for (const std::string& codec : flags.codecs) {
-    const std::string dir = flags.out + "/" + SimLabel(codec);
+  for (std::size_t c = 0; c < flags.codecs.size(); ++c) {
+    if (interrupted->load()) return 0;  // main() exits with 128 + the signal
+    const std::string& codec = flags.codecs[c];
+    const std::string& downlink = (*downlinks)[c];
+    // The same codec may run with two downlinks: the label tells them apart.
+    const std::string label = downlink.empty() ? codec : codec + " (down " + downlink + ")";
+    const std::string dir = flags.out + "/" + SimLabel(label);
     ::mkdir(dir.c_str(), 0755);
     Series series;
-    series.codec = codec;
+    series.codec = label;
     // The device processes, as the aggregator's thread starts them; a
     // watcher thread reaps any that ends before the training does and stops
     // the aggregator (which would otherwise wait for it forever, or for
@@ -448,23 +590,27 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     options.wrap_threshold = flags.star.wrap_threshold;
     options.max_rho = flags.star.max_rho;
     options.anchor_levels = flags.star.anchor_levels;
-    options.downlink_codec = flags.star.downlink_codec;
-    options.idle_timeout_ms = 60000;
+    options.downlink_codec = downlink;
+    options.target_accuracy = flags.target_accuracy;
+    options.idle_timeout_ms = 60000 + (links->empty() ? 0 : io_timeout_ms);
+    options.io_timeout_ms = io_timeout_ms;
     options.join_timeout_ms = 10000;
     options.tls = tls;
     options.initial_parameters = initial_parameters;
     if (!flags.save_model.empty()) options.save_model = SimModelPath(flags.save_model, codec);
+    if (kernel_links) options.host = kernel_links->host_address();
     const auto started = std::chrono::steady_clock::now();
     AggregatorHooks hooks;
     hooks.on_listening = [&](uint16_t port) {
       std::lock_guard<std::mutex> lock(children_mutex);
       for (int i = 0; i < flags.devices; ++i) {
         const pid_t pid = SpawnDevice(flags, i, port, dir + "/dev-" + std::to_string(i) + ".log",
-                                      i < byzantine_count ? byzantine_kind : std::string());
+                                      i < byzantine_count ? byzantine_kind : std::string(),
+                                      device_links[static_cast<std::size_t>(i)]);
         if (pid > 0) children.push_back({pid, i});
       }
-      std::printf("[%s] aggregator on 127.0.0.1:%u, %zu device processes started\n", codec.c_str(), port,
-                  children.size());
+      std::printf("[%s] aggregator on %s:%u, %zu device processes started\n", label.c_str(), options.host.c_str(),
+                  port, children.size());
       std::fflush(stdout);
     };
     hooks.on_round = [&](const RoundReport& report) {
@@ -472,7 +618,7 @@ int RunSim(SimFlags flags, const CLI::App& app) {
       if (!report.applied) {  // the same round runs again: no point on the curves
         series.bytes_up += report.bytes_up;
         series.bytes_down += report.bytes_down;
-        std::printf("[%s] %s\n", codec.c_str(), FormatRound(report, flags.rounds).c_str());
+        std::printf("[%s] %s\n", label.c_str(), FormatRound(report, flags.rounds).c_str());
         std::fflush(stdout);
         return;
       }
@@ -484,12 +630,21 @@ int RunSim(SimFlags flags, const CLI::App& app) {
       series.rounds.push_back(report.round);
       series.accuracy.push_back(report.test_accuracy);
       series.megabytes.push_back(static_cast<double>(series.bytes_up) / 1e6);
+      series.download_seconds += report.download_seconds;
+      series.compute_seconds += report.compute_seconds;
+      series.upload_seconds += report.upload_seconds;
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      std::printf("[%s] %s  total up %.2f MB  %.0f s\n", codec.c_str(), FormatRound(report, flags.rounds).c_str(),
+      if (flags.target_accuracy > 0 && series.seconds_to_target < 0 && report.test_accuracy >= flags.target_accuracy) {
+        series.seconds_to_target = elapsed;
+        series.bytes_to_target = series.bytes_up + series.bytes_down;
+        series.rounds_to_target = report.round;
+      }
+      std::printf("[%s] %s  total up %.2f MB  %.0f s\n", label.c_str(), FormatRound(report, flags.rounds).c_str(),
                   static_cast<double>(series.bytes_up) / 1e6, elapsed);
       std::fflush(stdout);
       nlohmann::json line = RoundJson(report, codec);
+      if (!downlink.empty()) line["downlink_codec"] = downlink;
       line["topology"] = "star";
       line["partition"] = flags.partition;
       line["devices"] = flags.devices;
@@ -498,6 +653,11 @@ int RunSim(SimFlags flags, const CLI::App& app) {
       line["total_bytes_up"] = series.bytes_up;
       line["total_bytes_down"] = series.bytes_down;
       line["elapsed_seconds"] = elapsed;
+      if (!links->empty()) line["links"] = DescribeFleetLinks(*links);
+      if (flags.target_accuracy > 0) {
+        line["target_accuracy"] = flags.target_accuracy;
+        line["reached_target"] = series.seconds_to_target >= 0;
+      }
       metrics << line.dump() << "\n" << std::flush;
     };
     std::atomic<bool> aggregator_done{false};
@@ -505,6 +665,10 @@ int RunSim(SimFlags flags, const CLI::App& app) {
       while (!aggregator_done.load()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         std::lock_guard<std::mutex> lock(children_mutex);
+        if (interrupted->load() && early_exit.empty()) {
+          early_exit = "interrupted";
+          stop = true;
+        }
         for (Child& child : children) {
           int wait_status = 0;
           if (child.pid <= 0 || ::waitpid(child.pid, &wait_status, WNOHANG) != child.pid) continue;
@@ -544,6 +708,11 @@ int RunSim(SimFlags flags, const CLI::App& app) {
         ::waitpid(child.pid, nullptr, 0);
       }
     }
+    if (interrupted->load()) {
+      std::printf("[%s] interrupted: stopped the devices%s\n", label.c_str(),
+                  kernel_links ? " and removed the namespaces" : "");
+      return 0;  // main() exits with 128 + the signal
+    }
     if (!early_exit.empty()) return Fail(codec + ": " + early_exit);
     if (!status.ok()) return Fail(codec + ": " + status.ToString());
     series.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -558,7 +727,7 @@ int RunSim(SimFlags flags, const CLI::App& app) {
   std::ofstream plot(flags.out + "/plot.svg", std::ios::trunc);
   plot << SimPlot(all, "fedrt sim: " + std::to_string(flags.devices) + " devices, " + flags.model + ", " +
                         flags.partition);
-  PrintSimTable(all, "codec", "MB uploaded");
+  PrintSimTable(all, "codec", "MB uploaded", flags.target_accuracy);
   std::printf("wrote %s/metrics.jsonl and %s/plot.svg\n", flags.out.c_str(), flags.out.c_str());
   return 0;
 }
@@ -590,8 +759,9 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
                   "NDQSG: near-wraps per coordinate that raise a device's rho")->capture_default_str();
   sim->add_option("--max-rho", flags->star.max_rho, "NDQSG: largest rho; past it a device sends DQSG")
       ->capture_default_str();
-  sim->add_option("--downlink-codec", flags->star.downlink_codec,
-                  "Broadcast the model's delta with this codec (default: the full fp32 model)");
+  sim->add_option("--downlink-codec", flags->downlink_codecs,
+                  "Star: broadcast the model's delta with this codec; once: every codec's run, or once per --codec "
+                  "in order (none: the full fp32 model; default: none)");
   sim->add_option("--init-model", flags->init_model,
                   "Star: every codec's run starts from this model (.npz or a checkpoint); its spec unless --model is given");
   sim->add_option("--save-model", flags->save_model,
@@ -619,6 +789,16 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   AddRobustFlags(*sim, flags->aggregation, flags->star);
   sim->add_option("--byzantine", flags->byzantine,
                   "Star: N:KIND, devices dev-0..dev-(N-1) misbehave (signflip[:k], scaled[:k], random[:s], stale)");
+  sim->add_option("--target-accuracy", flags->target_accuracy,
+                  "Star: end each codec's run at this test accuracy (a fraction) and report time and bytes to it")
+      ->check(CLI::Range(0.0, 1.0));
+  sim->add_option("--link", flags->link,
+                  "Every device's (peer's) link, RATE[,delay=MS][,loss=PCT][,down=RATE] (1mbit,delay=50ms)");
+  sim->add_option("--link-file", flags->link_file,
+                  "A link profile per device (peer) or per share of the fleet (runtime/README.md)");
+  sim->add_option("--shaper", flags->shaper,
+                  "With links: kernel (root: namespaces and tc), user (star: in the devices) or auto (kernel when it can)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "kernel", "user"}));
   sim->add_flag("--tls", flags->tls, "TLS on every connection, with a throwaway CA and certificate in <out>/tls");
   commands.push_back({sim, [flags, sim] { return RunSim(*flags, *sim); }});
 }

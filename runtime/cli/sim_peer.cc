@@ -12,21 +12,27 @@
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "cli/kernel_links.h"
+#include "cli/link_flags.h"
 #include "cli/peer_launch.h"
+#include "cli/signals.h"
 #include "cli/sim_report.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/runtime/collectives.h"
@@ -130,13 +136,18 @@ double Number(const nlohmann::json& row, const char* key) {
 }
 
 // Runs one codec; appends its rows to `metrics`, its series to `all`.
-Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& metrics, std::vector<SimSeries>* all) {
+// `links`: the peers run in its namespaces (null: on 127.0.0.1). A stop
+// signal (`interrupted`) stops the peers and ends the run with kCancelled.
+Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& metrics, std::vector<SimSeries>* all,
+              const KernelLinks* links, const std::atomic<bool>* interrupted) {
   Result<PeerMode> mode = ModeFor(flags, codec);
   if (!mode.ok()) return mode.status();
   const std::string name = flags.topology + " " + codec + (flags.topology == "gossip" && flags.graph == "torus" ? " (torus)" : "");
   const std::string dir = flags.out + "/" + flags.topology + "-" + SimLabel(codec);
   ::mkdir(dir.c_str(), 0755);
-  Result<LocalPeerFiles> files = WriteLocalPeerFiles(dir, flags.peers, flags.step_timeout_ms);
+  std::vector<std::string> hosts;
+  for (int r = 0; links != nullptr && r < flags.peers; ++r) hosts.push_back(links->device_address(r));
+  Result<LocalPeerFiles> files = WriteLocalPeerFiles(dir, flags.peers, flags.step_timeout_ms, hosts);
   if (!files.ok()) return files.status();
   std::vector<RankFeed> feeds(static_cast<std::size_t>(flags.peers));
   const auto started = std::chrono::steady_clock::now();
@@ -169,7 +180,9 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
       args.insert(args.end(), {"--tls-cert", flags.tls_cert_file, "--tls-key", flags.tls_key_file, "--tls-ca",
                                flags.tls_ca_file});
     }
-    feed.pid = SpawnLogged(args, dir + "/rank-" + std::to_string(r) + ".log");
+    std::vector<std::string> wrapper;
+    if (links != nullptr) wrapper = {"ip", "netns", "exec", links->netns(r)};
+    feed.pid = SpawnLogged(args, dir + "/rank-" + std::to_string(r) + ".log", wrapper);
     if (feed.pid < 0) {
       feed.exited = feed.failed = true;
     }
@@ -283,6 +296,7 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
       metrics << line.dump() << "\n" << std::flush;
       ++next;
     }
+    if (interrupted->load() && failures.empty()) failures = "interrupted";
     if (!failures.empty()) {
       for (RankFeed& feed : feeds) {
         if (!feed.exited) ::kill(feed.pid, SIGTERM);
@@ -299,6 +313,7 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
   }
   series.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   all->push_back(series);
+  if (interrupted->load()) return Status(StatusCode::kCancelled, name + ": interrupted; the peers were stopped");
   if (!failures.empty()) {
     return Status(StatusCode::kUnavailable, name + ": peer " + failures + " before the run ended (logs: " + dir +
                                                 "/rank-R.log); the other peers were stopped");
@@ -330,6 +345,34 @@ int RunPeerSim(const SimFlags& flags_in) {
     Result<PeerMode> mode = ModeFor(flags, codec);
     if (!mode.ok()) return Fail(mode.status().ToString());
   }
+  // Links: each peer in a network namespace of its own, its veth pair
+  // shaped both ways (cli/kernel_links.h). The user-space shaper delivers
+  // frames on its own thread, which the collectives' handlers do not allow,
+  // so peers take links from the kernel only.
+  Result<std::vector<transport::LinkProfile>> links = FleetLinks(flags.link, flags.link_file, flags.peers);
+  if (!links.ok()) {
+    Fail(links.status().ToString());
+    return 2;  // a usage error
+  }
+  std::atomic<bool>* interrupted = CatchStopSignals();
+  std::unique_ptr<KernelLinks> kernel_links;  // removed however this function returns
+  if (!links->empty()) {
+    if (flags.shaper == "user" || flags.tls) {
+      Fail(flags.tls ? "--tls with --link: the peers' throwaway certificate names 127.0.0.1 only"
+                     : "--shaper user: peer topologies take links from the kernel shaper only");
+      return 2;  // a usage error
+    }
+    Status available = KernelLinks::Available(*links);
+    if (available.ok()) {
+      Result<std::unique_ptr<KernelLinks>> made = KernelLinks::Create(*links);
+      if (made.ok()) kernel_links = std::move(*made);
+      available = made.status();
+    }
+    if (!kernel_links) {
+      return Fail("--link with --topology " + flags.topology +
+                  " needs the kernel shaper (root, ip netns, tbf; netem for delay and loss): " + available.message());
+    }
+  }
   ::mkdir(flags.out.c_str(), 0755);
   std::ofstream metrics(flags.out + "/metrics.jsonl", std::ios::trunc);
   if (!metrics) return Fail(flags.out + "/metrics.jsonl: cannot open for writing");
@@ -337,11 +380,19 @@ int RunPeerSim(const SimFlags& flags_in) {
   std::printf("fedrt sim: %s, %d peers, %u epochs, %s, %s partition, codecs:", what.c_str(), flags.peers, flags.epochs,
               flags.model.c_str(), flags.partition.c_str());
   for (const std::string& c : flags.codecs) std::printf(" %s", c.c_str());
+  if (kernel_links) {
+    std::printf("\n  links: %s; shaper: kernel (tc on a veth pair per peer, namespaces fedrt-%d-N)",
+                DescribeFleetLinks(*links).c_str(), static_cast<int>(::getpid()));
+  }
   std::printf("\n  output in %s/ (metrics.jsonl, plot.svg, one folder of peer logs per codec)\n", flags.out.c_str());
   std::fflush(stdout);
   std::vector<SimSeries> all;
   for (const std::string& codec : flags.codecs) {
-    Status s = RunOne(flags, codec, metrics, &all);
+    Status s = RunOne(flags, codec, metrics, &all, kernel_links.get(), interrupted);
+    if (s.code() == StatusCode::kCancelled) {
+      std::printf("%s\n", s.message().c_str());
+      return 0;  // main() exits with 128 + the signal
+    }
     if (!s.ok()) return Fail(s.ToString());
   }
   std::ofstream plot(flags.out + "/plot.svg", std::ios::trunc);

@@ -31,10 +31,17 @@ struct SimFlags {
   uint32_t deadline_ms = 300000;
   uint64_t seed = 1;             // star: codec randomness, sampling and the initial model
   uint64_t partition_seed = 7;   // star: the devices' shares and their local data order
-  // Star: anchor_fraction, wrap_threshold, max_rho, anchor_levels,
-  // downlink_codec, and the robust aggregation and DP options.
+  // Star: a codec's run ends at the first round whose test accuracy reaches
+  // this fraction; the summary gives each codec's time and bytes to it and
+  // its speed-up against fp32. 0: off.
+  double target_accuracy = 0;
+  // Star: anchor_fraction, wrap_threshold, max_rho, anchor_levels and the
+  // robust aggregation and DP options.
   AggregatorOptions star;
   std::string aggregation = "mean";  // star: parsed into star.aggregation
+  // Star: --downlink-codec, given once (every codec) or once per --codec
+  // (the i-th codec's, in order); "none": the full fp32 model.
+  std::vector<std::string> downlink_codecs;
   // Star: "N:KIND": devices dev-0 .. dev-(N-1) misbehave (fedrt/runtime/byzantine.h).
   std::string byzantine;
   // Star: the round-0 model of every codec's run (.npz or checkpoint), and
@@ -55,6 +62,12 @@ struct SimFlags {
   // <out>/tls; the three files are set when the run starts. The star
   // aggregator and every peer present the 127.0.0.1 certificate.
   bool tls = false;
+  // Star: each device's link (cli/link_flags.h): --link for all, or
+  // --link-file; shaped in the kernel (cli/kernel_links.h) or in user space
+  // (transport/shaper.h): shaper is auto, kernel or user.
+  std::string link;
+  std::string link_file;
+  std::string shaper = "auto";
   std::string tls_ca_file;
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -67,6 +80,13 @@ struct SimSeries {
   std::vector<double> rounds, accuracy, megabytes;
   uint64_t bytes_up = 0, fp32_bytes_up = 0, near_wraps = 0, bytes_down = 0;
   double seconds = 0;
+  // --target-accuracy: when the run first reached it (-1: never), with the
+  // bytes up and down and the rounds it took.
+  double seconds_to_target = -1;
+  uint64_t bytes_to_target = 0;
+  double rounds_to_target = 0;
+  // Where the applied rounds' time went (RoundReport's split, summed).
+  double download_seconds = 0, compute_seconds = 0, upload_seconds = 0;
 };
 
 // SVG with two panels: accuracy vs `x_label`, accuracy vs MB (log axis); a
@@ -81,12 +101,23 @@ std::vector<double> NiceTicks(double lo, double hi, int most, bool integers);
 // A tick's label with the decimals its step needs (no two labels alike).
 std::string TickLabel(double value, const std::vector<double>& ticks);
 // The closing table (final accuracy, MB, ratio to fp32, wraps, time).
-void PrintSimTable(const std::vector<SimSeries>& all, const char* name_header, const char* mb_header);
+// `target` (> 0): also the time and bytes to that accuracy and the speed-up
+// in time against the fp32 run, and where the rounds' time went.
+void PrintSimTable(const std::vector<SimSeries>& all, const char* name_header, const char* mb_header,
+                   double target = 0);
 // Starts the `fedrt` binary with `args` (args[0] is its name), output to
 // `log_path`, OPENBLAS_NUM_THREADS=1; -1 when it cannot start.
-pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path);
+// With `wrapper` (such as {"ip", "netns", "exec", NAME}), runs the wrapper
+// program with the fedrt binary's path and args[1..] after it.
+pid_t SpawnLogged(std::vector<std::string> args, const std::string& log_path,
+                  const std::vector<std::string>& wrapper = {});
 // "exited with status 1", "was killed by signal 9": a waitpid status.
 std::string DescribeExit(int status);
+// The downlink codec of each of `codecs` from --downlink-codec (flags above);
+// "" for the full fp32 model. kInvalidArgument for a count that is neither 1
+// nor the codecs' or a spec MakeCodec refuses.
+Result<std::vector<std::string>> PairDownlinkCodecs(const std::vector<std::string>& downlinks,
+                                                    const std::vector<std::string>& codecs);
 // Directory-safe form of a codec spec.
 std::string SimLabel(const std::string& codec);
 // Where `fedrt sim --save-model F` writes `codec`'s final model: F without a

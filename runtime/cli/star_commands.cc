@@ -148,6 +148,7 @@ struct DeviceFlags {
   std::string init_model;
   DeviceOptions options;
   std::string server;
+  std::string link;  // parsed into options.link
 };
 
 int RunDeviceCommand(DeviceFlags& flags) {
@@ -160,6 +161,14 @@ int RunDeviceCommand(DeviceFlags& flags) {
     std::fprintf(stderr, "fedrt device: --server must be HOST:PORT (port 1 to 65535), not '%s'\n",
                  flags.server.c_str());
     return 1;
+  }
+  if (!flags.link.empty()) {
+    Result<transport::LinkProfile> link = transport::ParseLinkProfile(flags.link);
+    if (!link.ok()) {
+      std::fprintf(stderr, "fedrt device: --link: %s\n", link.status().ToString().c_str());
+      return 2;
+    }
+    flags.options.link = *link;
   }
   if (flags.options.tls.ca_file.empty() &&
       (!flags.options.tls.server_name.empty() || !flags.options.tls.cert_file.empty())) {
@@ -270,6 +279,8 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
                     "Serve GET /metrics (Prometheus text) and /healthz on HOST:PORT (port 0: any free one, printed)");
   serve->add_option("--idle-timeout-ms", o.idle_timeout_ms, "Close a connection silent for this long")
       ->capture_default_str();
+  serve->add_option("--io-timeout-ms", o.io_timeout_ms, "A frame body or a write must complete within this")
+      ->capture_default_str()->check(CLI::Range(100, 3600000));
   serve->add_option("--join-timeout-ms", o.join_timeout_ms, "Close a connection that has not joined by then")
       ->capture_default_str();
   serve->add_option("--max-unjoined-connections", o.max_unjoined_connections,
@@ -281,6 +292,9 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
   serve->add_option("--max-update-norm", o.max_update_norm,
                     "Refuse an update whose decoded L2 norm is larger (0: no bound)")
       ->capture_default_str();
+  serve->add_option("--target-accuracy", o.target_accuracy,
+                    "Finish once a round's test accuracy reaches this fraction (0: run every round)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   serve->add_option("--max-update-samples", o.max_update_samples,
                     "Refuse an update that claims more samples (its FedAvg weight; 1 to 2^32)")
       ->capture_default_str();
@@ -312,6 +326,10 @@ void RegisterDevice(CLI::App& app, CommandList& commands) {
   device->add_option("--state-file", o.state_file, "Keep the error-feedback residual here across restarts");
   device->add_option("--give-up-ms", o.give_up_ms, "Stop reconnecting after this long without the server")
       ->capture_default_str();
+  device->add_option("--io-timeout-ms", o.io_timeout_ms, "A frame body or a write must complete within this")
+      ->capture_default_str()->check(CLI::Range(100, 3600000));
+  device->add_option("--link", flags->link,
+                     "Shape the link to the aggregator in user space: RATE[,delay=MS][,loss=PCT][,down=RATE]");
   // For `fedrt sim --byzantine`: a misbehaving device (fedrt/runtime/byzantine.h).
   device->add_option("--byzantine", o.byzantine, "Misbehave: signflip[:k], scaled[:k], random[:s] or stale")
       ->group("");

@@ -55,7 +55,8 @@ inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) 
           {"anchor_bytes_up", r.anchor_bytes_up}, {"rho_raised", r.rho_raised},
           {"rho_lowered", r.rho_lowered},         {"switched_to_dqsg", r.switched_to_dqsg},
           {"full_models_down", r.full_models_down}, {"per_device", DevicesJson(r)},
-          {"applied", r.applied}};
+          {"download_seconds", r.download_seconds}, {"compute_seconds", r.compute_seconds},
+          {"upload_seconds", r.upload_seconds}, {"applied", r.applied}};
   if (!r.applied) j["failure"] = r.failure;
   if (r.clipped > 0) j["clipped"] = r.clipped;
   if (!r.selected.empty()) j["selected"] = r.selected;  // krum, multi-krum
@@ -71,7 +72,7 @@ inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) 
 }
 
 inline std::string FormatRound(const RoundReport& r, uint32_t rounds) {
-  char line[320];
+  char line[512];
   if (!r.applied) {
     std::snprintf(line, sizeof(line), "round %u/%u  not applied: %s  updates %zu/%zu  rejected %zu  (running it again)",
                   r.round, rounds, r.failure.c_str(), r.updates, r.sampled, r.rejected);
@@ -84,12 +85,17 @@ inline std::string FormatRound(const RoundReport& r, uint32_t rounds) {
     std::snprintf(eps, sizeof(eps), "  DP epsilon %.3g", r.dp_epsilon);
     extra += eps;
   }
+  char split[96] = "";  // where the time went, when the devices measure it
+  if (r.download_seconds + r.compute_seconds + r.upload_seconds > 0) {
+    std::snprintf(split, sizeof(split), " (down %.1f, compute %.1f, up %.1f)", r.download_seconds, r.compute_seconds,
+                  r.upload_seconds);
+  }
   const double ratio = r.bytes_up > 0 ? static_cast<double>(r.fp32_bytes_up) / static_cast<double>(r.bytes_up) : 0;
   std::snprintf(line, sizeof(line),
                 "round %u/%u  updates %zu/%zu  test acc %.2f%%  train loss %.4f  up %.3f MB  down %.3f MB  "
-                "x%.1f vs fp32  wraps %llu%s  %.1f s",
+                "x%.1f vs fp32  wraps %llu%s  %.1f s%s",
                 r.round, rounds, r.updates, r.sampled, 100.0 * r.test_accuracy, r.train_loss, static_cast<double>(r.bytes_up) / 1e6,
-                static_cast<double>(r.bytes_down) / 1e6, ratio, static_cast<unsigned long long>(r.near_wraps), extra.c_str(), r.seconds);
+                static_cast<double>(r.bytes_down) / 1e6, ratio, static_cast<unsigned long long>(r.near_wraps), extra.c_str(), r.seconds, split);
   return line;
 }
 

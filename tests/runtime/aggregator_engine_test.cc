@@ -95,7 +95,9 @@ struct Federation {
   uint32_t restored_rounds = 0;  // rounds of a checkpoint the test restored
   std::map<std::pair<uint32_t, std::string>, int> instructions_sent;  // (round, device) -> times
 
-  Federation(AggregatorConfig config, int devices) {
+  bool devices_measure = false;  // devices report their compute time (on `clock`)
+
+  Federation(AggregatorConfig config, int devices, bool measure = false) : devices_measure(measure) {
     std::string text;
     for (int i = 0; i < 8; ++i) text += DeviceId(i) + " " + HexKey(i) + "\n";
     keys = KeyStore::Parse(text).value();
@@ -139,6 +141,7 @@ struct Federation {
     config.key = *own->Find(m.id);
     config.batch = 16;
     config.shuffle_seed = 7 + static_cast<uint64_t>(index);
+    if (devices_measure) config.clock = &clock;
     Result<std::unique_ptr<DeviceClient>> client =
         DeviceClient::Create(config, *m.model, train.view, &m.share, TestCrypto());
     REQUIRE_MESSAGE(client.ok(), client.status().ToString());
@@ -249,6 +252,42 @@ TEST_CASE("aggregator engine: rounds over memory pipes complete and report the t
   const Model& model = f.aggregator->model();
   CHECK(f.checkpoints.back().parameters ==
         std::vector<float>(model.parameters(), model.parameters() + model.parameter_count()));
+}
+
+TEST_CASE("aggregator engine: the training finishes after the first round that reaches the target accuracy") {
+  AggregatorConfig config = Config("dqsg", 30, 3);
+  config.target_accuracy = 0.9;
+  Federation f(config, 3);
+  f.Settle();
+  REQUIRE(f.aggregator->finished());
+  REQUIRE(!f.reports.empty());
+  CHECK(f.reports.size() < 30);
+  CHECK(f.reports.back().test_accuracy >= 0.9);
+  for (std::size_t r = 0; r + 1 < f.reports.size(); ++r) CHECK(f.reports[r].test_accuracy < 0.9);
+  for (const Member& m : f.members) CHECK(m.client->finished());  // told to leave, as after the last round
+}
+
+TEST_CASE("aggregator engine: a round's time is split into download, compute and upload along the last update") {
+  Federation f(Config("fp32", 1, 1), 1, /*measure=*/true);
+  Member& m = f.members.front();
+  // Join, then the round starts and its instructions wait in the pipe.
+  for (int guard = 0; guard < 100 && f.instructions_sent.empty(); ++guard) {
+    f.Pump();
+    f.aggregator->Tick();
+  }
+  REQUIRE(!f.instructions_sent.empty());
+  f.clock.AdvanceMs(300);  // the instructions travel: the device acknowledges them 300 ms later
+  f.Pump();
+  REQUIRE(m.client->has_work());
+  f.clock.AdvanceMs(500);  // training and encoding
+  while (m.client->has_work()) REQUIRE(m.client->Work(m.pipe->b(), 0).ok());
+  f.clock.AdvanceMs(200);  // the update travels
+  f.Settle();
+  REQUIRE(f.reports.size() == 1);
+  CHECK(f.reports[0].download_seconds == doctest::Approx(0.3));
+  CHECK(f.reports[0].compute_seconds == doctest::Approx(0.5));
+  CHECK(f.reports[0].upload_seconds == doctest::Approx(0.2));
+  CHECK(f.reports[0].seconds == doctest::Approx(1.0));
 }
 
 TEST_CASE("aggregator engine: the global model is the same bits whatever order the devices are served in") {

@@ -62,6 +62,18 @@ TEST_CASE("fedrt sim refuses options of another topology, of an absent codec, an
   Refused("sim --topology gossip --momentum 0.5", "--momentum applies to --topology ring only");
   Refused("sim --codec fp32 --codec dqsg --max-rho 7", "--max-rho applies to --topology star with an ndqsg --codec only");
   Refused("sim --compare a b --devices 3", "--devices does not apply to --compare");
+  Refused("sim --topology ring --link 1mbit --shaper user", "peer topologies take links from the kernel shaper only");
+  Refused("sim --topology gossip --target-accuracy 0.8", "--target-accuracy applies to --topology star only");
+  Refused("sim --shaper user", "--shaper applies to --link or --link-file only");
+}
+
+TEST_CASE("fedrt sim refuses wrong links and downlink codecs that do not pair with the codecs") {
+  Refused("sim --link 1mbps", "--link: link profile '1mbps'");
+  Refused("sim --link 1mbit --link-file /nonexistent/links.txt", "give --link or --link-file, not both");
+  Refused("sim --link 1mbit --shaper fast", "--shaper");
+  Refused("sim --codec fp32 --codec dqsg --codec topk --downlink-codec none --downlink-codec dqsg:s=4",
+          "--downlink-codec is given 2 times for 3 codecs");
+  Refused("sim --codec fp32 --downlink-codec bogus", "--downlink-codec bogus: unknown codec");
 }
 
 TEST_CASE("fedrt serve refuses the ndqsg options with another codec, from flags and from its config file") {

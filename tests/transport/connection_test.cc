@@ -24,6 +24,7 @@ using testing::AckFrame;
 using testing::EchoServer;
 using testing::Eventually;
 using testing::RawClient;
+using testing::UpdateFrames;
 using testing::Recorder;
 using testing::WireBytes;
 
@@ -656,18 +657,6 @@ TEST_CASE("a handler takes large raw ring chunk payloads piece by piece as they 
 
 // Flush: "sent" means the frames left the process.
 
-// 1 MiB Update frames, `count` of them: more than loopback socket buffers hold.
-std::vector<OutFrame> LargeUpdates(const std::vector<uint8_t>& payload, int count) {
-  std::vector<OutFrame> frames;
-  for (int i = 0; i < count; ++i) {
-    UpdateMessage m;
-    m.round_id = static_cast<uint64_t>(i);
-    m.codec_spec = "fp32";
-    m.payload = {0, 1, payload.size(), 0, payload.data(), payload.size()};
-    frames.push_back(Encode(m, FrameLimits()).value());
-  }
-  return frames;
-}
 
 // A receiver and a sender on loops of their own, so either can be stopped.
 struct TwoLoops {
@@ -696,7 +685,7 @@ TEST_CASE("a tcp flush returns once the frames are written so the peer gets them
   std::shared_ptr<Connection>* connection = &loops.connection;
   const std::vector<uint8_t> payload(1u << 20, 9);
   const int count = 12;
-  for (OutFrame& frame : LargeUpdates(payload, count)) REQUIRE((*connection)->Send(std::move(frame)).ok());
+  for (OutFrame& frame : UpdateFrames(payload, count)) REQUIRE((*connection)->Send(std::move(frame)).ok());
   const Status flushed = (*connection)->Flush(0);
   REQUIRE_MESSAGE(flushed.ok(), flushed.ToString());
   // Written, not just queued: the counters move when a write completes.
@@ -716,7 +705,7 @@ TEST_CASE("a tcp flush reports a deadline while the peer reads nothing and unava
   std::shared_ptr<Connection>* connection = &loops.connection;
   loops.receiver_loop.loop().Stop();  // nothing reads on the other side from now on
   const std::vector<uint8_t> payload(1u << 20, 4);
-  for (OutFrame& frame : LargeUpdates(payload, 40)) REQUIRE((*connection)->Send(std::move(frame)).ok());
+  for (OutFrame& frame : UpdateFrames(payload, 40)) REQUIRE((*connection)->Send(std::move(frame)).ok());
 
   const Status late = (*connection)->Flush(50);
   CHECK(late.code() == StatusCode::kDeadlineExceeded);

@@ -442,6 +442,23 @@ TEST_CASE("a slot refuses a chunk larger than a frame can carry") {
   CHECK_FALSE(slot.busy());
 }
 
+TEST_CASE("an update carries the device's compute time, and an update without it reads as zero") {
+  UpdateMessage m;
+  m.round_id = 2;
+  m.num_samples = 10;
+  m.codec_spec = "fp32";
+  m.compute_ms = 1234;
+  const uint8_t payload[4] = {1, 2, 3, 4};
+  m.payload = ChunkView{0, 1, 4, 0, payload, 4};
+  Result<UpdateMessage> got = DecodeUpdate(Reparse(*Encode(m, FrameLimits())), FrameLimits());
+  REQUIRE(got.ok());
+  CHECK(got->compute_ms == 1234);
+  m.compute_ms = 0;  // a device that does not measure (an older one sends no field at all)
+  got = DecodeUpdate(Reparse(*Encode(m, FrameLimits())), FrameLimits());
+  REQUIRE(got.ok());
+  CHECK(got->compute_ms == 0);
+}
+
 TEST_CASE("an update carries level statistics and a join the model round it holds") {
   UpdateMessage m;
   m.round_id = 3;

@@ -157,6 +157,19 @@ inline std::vector<uint8_t> WireBytes(const OutFrame& frame) {
   return bytes;
 }
 
+// `count` Update frames, each carrying a copy of `payload`.
+inline std::vector<OutFrame> UpdateFrames(const std::vector<uint8_t>& payload, int count) {
+  std::vector<OutFrame> frames;
+  for (int i = 0; i < count; ++i) {
+    UpdateMessage m;
+    m.round_id = static_cast<uint64_t>(i);
+    m.codec_spec = "fp32";
+    m.payload = {0, 1, payload.size(), 0, payload.data(), payload.size()};
+    frames.push_back(Encode(m, FrameLimits()).value());
+  }
+  return frames;
+}
+
 }  // namespace testing
 }  // namespace transport
 }  // namespace fedrt

@@ -450,7 +450,8 @@ fb::Offset<void> BuildUpdate(Builder& b, const UpdateMessage& m, fb::Offset<wire
   }
   auto stats = wire::CreateCodecStats(b, m.stats.encoded_bytes, m.stats.raw_bytes, m.stats.wrap_count,
                                       m.stats.residual_norm, m.stats.clipped, level_statistics);
-  return wire::CreateUpdate(b, m.round_id, m.num_samples, m.training_loss, spec, m.level_table_version, stats, chunk)
+  return wire::CreateUpdate(b, m.round_id, m.num_samples, m.training_loss, spec, m.level_table_version, stats, chunk,
+                            m.compute_ms)
       .Union();
 }
 
@@ -488,6 +489,7 @@ Result<UpdateMessage> DecodeUpdate(const Frame& frame, const FrameLimits& limits
   if (!spec.ok()) return spec.status();
   m.codec_spec = *spec;
   m.level_table_version = u->level_table_version();
+  m.compute_ms = u->compute_ms();
   if (const wire::CodecStats* s = u->stats()) {
     m.stats.encoded_bytes = s->encoded_bytes();
     m.stats.raw_bytes = s->raw_bytes();

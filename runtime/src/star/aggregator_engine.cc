@@ -64,6 +64,8 @@ struct Peer {
   uint64_t num_samples = 0;
   float loss = 0;
   LevelStatistics levels;  // ALQ / AMQ: the statistics of the update being received
+  uint64_t instructions_acked_ms = 0;  // this round's instructions arrived (0: not acknowledged)
+  uint32_t compute_ms = 0;             // what its update says it took to train and encode
 };
 
 // What a device was told to send this round.
@@ -88,6 +90,10 @@ struct Received {
   uint64_t wire_bytes = 0;       // payload size as received
   bool added = true;             // plain rounds: false when the sum refused it
   LevelStatistics levels;        // ALQ / AMQ: the statistics it carried
+  // Its part of the round's time: instructions until acknowledged, the
+  // device's own compute time, the rest until its last chunk arrived.
+  uint64_t download_ms = 0, compute_ms = 0, upload_ms = 0;
+  uint64_t arrived_ms = 0;
 };
 
 }  // namespace
@@ -173,6 +179,7 @@ struct Aggregator::State {
   bool in_round_ = false;
   bool started_any_ = false;
   bool finished_ = false;
+  bool reached_target_ = false;  // config_.target_accuracy was reached: finish after this round
   uint64_t round_started_ms_ = 0;
   uint64_t round_deadline_ms_ = 0;
   std::vector<std::string> selected_;
@@ -577,6 +584,7 @@ void Aggregator::State::OnFrame(Connection& connection, const Frame& frame) {
       Result<AckMessage> ack = DecodeAck(frame);
       if (ack.ok() && ack->acked == MessageKind::kRoundInstructions && ack->round_id == round_) {
         synced_[peer.device_id] = static_cast<int64_t>(ack->round_id);
+        peer.instructions_acked_ms = clock_.NowMs();
       }
       break;
     }
@@ -708,6 +716,7 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
     peer.update_round = m.round_id;
     peer.num_samples = m.num_samples;
     peer.loss = m.training_loss;
+    peer.compute_ms = m.compute_ms;
   } else if (!peer.update || m.round_id != peer.update_round) {
     return;  // rest of a dropped update
   }
@@ -728,6 +737,12 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
   received.loss = peer.loss;
   received.payload.assign(peer.update->data(), peer.update->data() + peer.update->size());
   received.wire_bytes = received.payload.size();
+  received.arrived_ms = clock_.NowMs();
+  if (peer.instructions_acked_ms >= round_started_ms_ && peer.instructions_acked_ms != 0) {
+    received.download_ms = peer.instructions_acked_ms - round_started_ms_;
+    received.compute_ms = std::min<uint64_t>(peer.compute_ms, received.arrived_ms - peer.instructions_acked_ms);
+    received.upload_ms = received.arrived_ms - peer.instructions_acked_ms - received.compute_ms;
+  }
   peer.update.reset();
   if (answered_.count(received.device_id) != 0) {
     // A round that closed without updates runs again with the same id, so a
@@ -1189,7 +1204,16 @@ void Aggregator::State::CloseRound() {
   }
   // Payload sizes of the decoded-on-arrival updates.
   report.bytes_up = 0;
-  for (const Received& r : received_) report.bytes_up += r.wire_bytes;
+  const Received* last = nullptr;  // the critical path: the update that arrived last
+  for (const Received& r : received_) {
+    report.bytes_up += r.wire_bytes;
+    if (last == nullptr || r.arrived_ms > last->arrived_ms) last = &r;
+  }
+  if (last != nullptr) {
+    report.download_seconds = static_cast<double>(last->download_ms) / 1000.0;
+    report.compute_seconds = static_cast<double>(last->compute_ms) / 1000.0;
+    report.upload_seconds = static_cast<double>(last->upload_ms) / 1000.0;
+  }
   report.fp32_bytes_up = static_cast<uint64_t>(report.updates) * d_ * sizeof(float);
   report.rejected += rejected_;
   report.bytes_down = bytes_down_;
@@ -1242,6 +1266,7 @@ void Aggregator::State::CloseRound() {
     if (eval.ok()) {
       report.test_accuracy = eval->accuracy;
       report.test_loss = eval->loss;
+      if (config_.target_accuracy > 0 && eval->accuracy >= config_.target_accuracy) reached_target_ = true;
     }
   }
   RefitLevels();
@@ -1280,7 +1305,7 @@ uint32_t Aggregator::State::Tick() {
   }
   if (finished_) return static_cast<uint32_t>(next);
   if (!in_round_) {
-    if (round_ >= config_.rounds) {
+    if (round_ >= config_.rounds || reached_target_) {
       FinishAll();
       return static_cast<uint32_t>(next);
     }
@@ -1398,6 +1423,7 @@ ConnectionOptions Aggregator::connection_options() const {
   ConnectionOptions options;
   options.limits = state_->limits_;
   options.idle_timeout_ms = state_->config_.idle_timeout_ms;
+  options.io_timeout_ms = state_->config_.io_timeout_ms;
   options.heartbeat_interval_ms = std::max<uint32_t>(100, state_->config_.idle_timeout_ms / 4);
   options.initial_max_frame_bytes = kMaxJoinFrameBytes;  // lifted once the device has joined
   options.log_errors = false;  // OnClose logs each close with its reason

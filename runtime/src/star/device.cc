@@ -22,6 +22,7 @@
 #include "fedrt/transport/connection.h"
 #include "fedrt/transport/crypto.h"
 #include "fedrt/transport/messages.h"
+#include "fedrt/transport/shaper.h"
 #include "fedrt/transport/tcp.h"
 #include "star/device_state.h"
 #include "star/star_data.h"
@@ -90,6 +91,7 @@ Status DeviceHost::Setup() {
   config.key = key->key;
   config.batch = options_.batch;
   config.shuffle_seed = star::DeviceShuffleSeed(options_.partition_seed, id_);
+  config.clock = &SystemClock();
   DeviceHooks hooks = hooks_;
   if (!options_.state_file.empty()) {
     const std::string path = options_.state_file;
@@ -133,6 +135,9 @@ Status DeviceHost::Setup() {
 }
 
 Status DeviceHost::Session(bool* joined) {
+  // Made before the loop, so it outlives the connections it shapes.
+  std::unique_ptr<LinkShaper> shaper;
+  if (options_.link.shaped()) shaper = std::make_unique<LinkShaper>(options_.link, client_->sender_id());
   EventLoopThread loop;
   auto queue = std::make_shared<FrameQueue>();
   ConnectionOptions connection_options;
@@ -141,11 +146,16 @@ Status DeviceHost::Session(bool* joined) {
   // Training keeps this thread busy, the loop thread keeps the link alive:
   // beat well inside any idle timeout an aggregator is likely to use.
   connection_options.heartbeat_interval_ms = 1000;
+  connection_options.io_timeout_ms = options_.io_timeout_ms;
   connection_options.tls = tls_;
+  std::shared_ptr<ConnectionHandler> handler = queue;
+  if (shaper) handler = shaper->Wrap(queue);
   Result<std::shared_ptr<Connection>> connection = TcpConnectAndWait(
-      loop.loop(), options_.host, options_.port, connection_options, queue, options_.connect_timeout_ms);
+      loop.loop(), options_.host, options_.port, connection_options, handler, options_.connect_timeout_ms);
   if (!connection.ok()) return connection.status();
-  Connection& link = **connection;
+  std::shared_ptr<Connection> shaped = shaper ? shaper->Shaped(**connection) : *connection;
+  if (!shaped) return Status(StatusCode::kUnavailable, "the connection closed as it opened");
+  Connection& link = *shaped;
   const auto fail = [&](const Status& status) {
     link.Abort(status, /*notify_peer=*/status.code() != StatusCode::kCancelled);
     client_->OnDisconnected();

@@ -232,6 +232,7 @@ struct DeviceClient::State {
   ChunkSequence model_chunks{0};      // the instructions' payload, written where it belongs as it arrives
   ModelEncoding model_encoding = ModelEncoding::kFullModelFp32;
   bool round_ready = false;           // instructions complete: training to do
+  uint64_t ready_ms = 0;              // config.clock: when they were (compute_ms counts from it)
   bool trained = false;               // training done: the update is to be sent
   std::optional<Sgd> sgd;
   std::optional<TrainingPass> pass;
@@ -623,6 +624,7 @@ Status DeviceClient::State::OnInstructions(Connection& link, const Frame& frame)
   }
   SendAck(link);
   round_ready = true;
+  ready_ms = config.clock != nullptr ? config.clock->NowMs() : 0;
   epoch = 0;
   loss = 0;
   return Status::Ok();
@@ -855,6 +857,9 @@ Status DeviceClient::State::EncodeAndSend(Connection& link) {
   update.level_table_version = table_version;
   update.stats.encoded_bytes = *size;
   update.stats.raw_bytes = d * sizeof(float);
+  if (config.clock != nullptr) {
+    update.compute_ms = static_cast<uint32_t>(std::min<uint64_t>(UINT32_MAX, config.clock->NowMs() - ready_ms));
+  }
   // The frames borrow the payload (chunk 0 carries the statistics); it is
   // not touched again before they are written (Flush below).
   std::size_t count = 0;

@@ -160,6 +160,12 @@ struct AggregatorConfig {
   uint32_t idle_timeout_ms = 30000;
   uint32_t join_timeout_ms = 10000;    // a connection must authenticate within this
   uint32_t max_frame_bytes = 4u << 20;
+  // connection_options(): a frame body or a write (up to 16 queued frames)
+  // must complete within this. Slow links need more than the default.
+  uint32_t io_timeout_ms = 10000;
+  // Finish the training (as after the last round) once a round's test
+  // accuracy reaches this; 0: off. Needs the test set.
+  double target_accuracy = 0;
 };
 
 // One sampled device's part in a round (NDQSG rounds fill rho and wraps).
@@ -194,6 +200,15 @@ struct RoundReport {
   uint64_t near_wraps = 0;             // NDQSG nested decodes near the wrap boundary
   std::size_t anchors = 0;
   double seconds = 0;                  // time of the round (the engine's clock)
+  // Where the round's time went, along the update that arrived last: its
+  // instructions until the device acknowledged them (download), the
+  // device's training and encoding as it reports it (compute, 0 from a device
+  // that does not measure), and the rest until the update's last chunk
+  // arrived (upload). seconds - their sum is the aggregator's own work
+  // (decoding, aggregating, evaluating) and waiting for the round to close.
+  double download_seconds = 0;
+  double compute_seconds = 0;
+  double upload_seconds = 0;
   uint64_t anchor_bytes_up = 0;        // NDQSG: the anchors' share of bytes_up
   std::size_t rho_raised = 0;          // NDQSG: devices given a larger rho for the next round
   std::size_t rho_lowered = 0;         // NDQSG: devices stepped back down

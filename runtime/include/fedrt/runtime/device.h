@@ -27,6 +27,7 @@
 
 #include "fedrt/platform/status.h"
 #include "fedrt/runtime/device_client.h"
+#include "fedrt/transport/link_profile.h"
 #include "fedrt/transport/tls.h"
 
 namespace fedrt {
@@ -47,6 +48,13 @@ struct DeviceOptions {
   uint32_t connect_timeout_ms = 5000;
   uint32_t max_backoff_ms = 5000;
   uint32_t give_up_ms = 60000;       // stop reconnecting after this long without the server
+  // A frame body or a write must complete within this (slow links need more
+  // than the default for a model-sized frame: 1 MB at 1 Mbit/s is 8 s).
+  uint32_t io_timeout_ms = 10000;
+  // Shape the connection to the aggregator in user space (transport/shaper.h):
+  // what a device on a link of this rate, delay and loss would see. Not
+  // shaped by default.
+  transport::LinkProfile link;
   transport::TlsConfig tls;          // ca_file (+ server_name): connect over TLS; empty: plain TCP
   // Misbehave (tests of robust aggregation): a fedrt/runtime/byzantine.h
   // behaviour applied to every update before encoding; empty: honest.

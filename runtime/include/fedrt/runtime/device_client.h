@@ -113,6 +113,10 @@ struct DeviceClientConfig {
   // the join announces. Empty: every codec of this build at its default
   // parameters (fp32's payload is a model size).
   std::vector<std::string> codecs;
+  // When set (it must outlive the client), every update reports how long
+  // the device trained and encoded, from the instructions' arrival to the
+  // update's first frame: the aggregator splits each round's time with it.
+  const Clock* clock = nullptr;
 };
 
 // A sender id both ends derive from the device id (24 bits, FNV-1a): the

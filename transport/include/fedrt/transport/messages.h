@@ -157,6 +157,9 @@ struct UpdateMessage {
   uint32_t level_table_version = 0;
   CodecStatsMessage stats;
   ChunkView payload;
+  // Chunk 0: how long the device trained and encoded (0: not measured), so
+  // the aggregator can split a round's time into download, compute, upload.
+  uint32_t compute_ms = 0;
 };
 
 struct AckMessage {

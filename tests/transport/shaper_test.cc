@@ -1,0 +1,171 @@
+// Link profiles (parsing, the model of one direction) and the user-space
+// shaper over real TCP connections on 127.0.0.1.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "fedrt/transport/event_loop.h"
+#include "fedrt/transport/link_profile.h"
+#include "fedrt/transport/messages.h"
+#include "fedrt/transport/shaper.h"
+#include "fedrt/transport/tcp.h"
+#include "net_test_support.h"
+
+namespace fedrt {
+namespace transport {
+namespace {
+
+TEST_CASE("a link profile parses rate, delay, loss and downlink and formats back to itself") {
+  Result<LinkProfile> p = ParseLinkProfile("1mbit,delay=50ms,loss=1%,down=10mbit");
+  REQUIRE(p.ok());
+  CHECK(p->up_bits_per_second == 1000000);
+  CHECK(p->down_bits_per_second == 10000000);
+  CHECK(p->delay_ms == 50);
+  CHECK(p->loss == doctest::Approx(0.01));
+  CHECK(FormatLinkProfile(*p) == "1mbit,delay=50ms,loss=1%,down=10mbit");
+  Result<LinkProfile> again = ParseLinkProfile(FormatLinkProfile(*p));
+  REQUIRE(again.ok());
+  CHECK(again->down_bits_per_second == p->down_bits_per_second);
+
+  Result<LinkProfile> plain = ParseLinkProfile("512kbit");
+  REQUIRE(plain.ok());
+  CHECK(plain->down_bits_per_second == 512000);  // the downlink defaults to the uplink
+  CHECK(plain->delay_ms == 0);
+  CHECK(ParseLinkProfile("1.5mbit,delay=2s")->delay_ms == 2000);
+  CHECK(ParseLinkProfile("1.5mbit,delay=2s")->up_bits_per_second == 1500000);
+  CHECK(FormatLinkProfile(*ParseLinkProfile("1.5mbit")) == "1.5mbit");
+}
+
+TEST_CASE("a link profile with a wrong part is refused and the message names it") {
+  for (const char* bad : {"", "1mb", "0mbit", "fast", "1mbit,delay=5x", "1mbit,loss=60%", "1mbit,delay=1ms,delay=2ms",
+                          "1mbit,jitter=5ms", "1mbit,down=", "-1mbit"}) {
+    Result<LinkProfile> p = ParseLinkProfile(bad);
+    CHECK_MESSAGE(!p.ok(), bad);
+    CHECK(p.status().code() == StatusCode::kInvalidArgument);
+  }
+  CHECK(ParseLinkProfile("1mbit,loss=60%").status().message().find("loss") != std::string::npos);
+}
+
+TEST_CASE("a link direction delivers n bytes in n over the rate, plus the delay, in order") {
+  const uint64_t rate = 4000000;  // bits per second
+  const std::size_t total = 256u << 10;
+  for (uint32_t delay_ms : {0u, 50u}) {
+    LinkDirection link(rate, delay_ms, 0, 1);
+    uint64_t last = 0;
+    for (std::size_t sent = 0; sent < total; sent += 32u << 10) {
+      const uint64_t arrival = link.Transmit(1000, 32u << 10);  // all offered at once
+      CHECK(arrival >= last);
+      last = arrival;
+    }
+    const double expected_us = static_cast<double>(total) * 8e6 / static_cast<double>(rate) + delay_ms * 1000.0;
+    // Only the bucket's first kLinkBurstBytes go at once.
+    CHECK(static_cast<double>(last - 1000) == doctest::Approx(expected_us - kLinkBurstBytes * 2.0).epsilon(0.001));
+  }
+}
+
+TEST_CASE("a link direction refills at its rate while idle and no faster") {
+  LinkDirection link(8000000, 0, 0, 1);  // one byte per microsecond
+  CHECK(link.Transmit(0, 1000) == 0);          // within the burst
+  CHECK(link.Transmit(0, 4000) == 2000);       // 2000 tokens left: 2000 us for the rest
+  CHECK(link.Transmit(1000000, 3000) == 1000000);  // a second later the bucket is full again, not fuller
+  CHECK(link.Transmit(1000000, 1) == 1000001);
+}
+
+TEST_CASE("a lossy link direction costs each lost packet its bytes and a round trip, the same for the same seed") {
+  LinkDirection lossless(1000000, 20, 0, 9);
+  LinkDirection lossy(1000000, 20, 0.05, 9);
+  LinkDirection same(1000000, 20, 0.05, 9);
+  const uint64_t clean = lossless.Transmit(0, 1u << 20);
+  const uint64_t slow = lossy.Transmit(0, 1u << 20);
+  CHECK(same.Transmit(0, 1u << 20) == slow);
+  const uint64_t lost = lossy.lost_packets();
+  CHECK(lost > 20);   // about 36 of 725 packets at 5%
+  CHECK(lost < 60);
+  CHECK(slow - clean == lost * (kLinkPacketBytes * 8 + 40000));
+}
+
+using testing::UpdateFrames;
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The one timed check issue 17 asks for: bytes over time on a shaped link
+// are the rate, within 10%, both ways. 256 KiB at 4 Mbit/s: about 0.52 s.
+TEST_CASE("the user-space shaper carries n bytes in n over the rate within 10% up and down over tcp") {
+  Result<LinkProfile> profile = ParseLinkProfile("4mbit");
+  REQUIRE(profile.ok());
+  LinkShaper shaper(*profile, 1);  // destroyed after the loops
+  EventLoopThread loop;
+  auto server = std::make_shared<FrameQueue>();
+  ConnectionOptions options;
+  Result<std::shared_ptr<TcpListener>> listener = TcpListener::Listen(loop.loop(), "127.0.0.1", 0, options, server);
+  REQUIRE(listener.ok());
+  auto client = std::make_shared<FrameQueue>();
+  Result<std::shared_ptr<Connection>> inner =
+      TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(), options, shaper.Wrap(client), 5000);
+  REQUIRE(inner.ok());
+  std::shared_ptr<Connection> link = shaper.Shaped(**inner);
+  REQUIRE(link.get() != nullptr);
+  CHECK(client->connection().get() == link.get());  // the application only ever sees the shaped connection
+
+  const std::vector<uint8_t> payload(32u << 10, 7);
+  const int count = 8;
+  std::size_t wire_bytes = 0;
+  for (const OutFrame& frame : UpdateFrames(payload, count)) wire_bytes += frame.wire_size();
+  const double expected = static_cast<double>(wire_bytes) * 8 / 4e6;
+
+  // Uplink: Flush returns once the link has carried every byte.
+  auto start = std::chrono::steady_clock::now();
+  for (OutFrame& frame : UpdateFrames(payload, count)) REQUIRE(link->Send(std::move(frame)).ok());
+  REQUIRE(link->Flush(10000).ok());
+  const double up = SecondsSince(start);
+  for (int i = 0; i < count; ++i) REQUIRE(server->Pop(5000).ok());
+  MESSAGE("uplink: " << wire_bytes << " bytes in " << up << " s, expected " << expected << " s");
+  CHECK(up == doctest::Approx(expected).epsilon(0.10));
+
+  // Downlink: the last frame reaches the application a rate's worth later.
+  std::shared_ptr<Connection> server_end = server->connection();
+  REQUIRE(server_end.get() != nullptr);
+  start = std::chrono::steady_clock::now();
+  for (OutFrame& frame : UpdateFrames(payload, count)) REQUIRE(server_end->Send(std::move(frame)).ok());
+  for (int i = 0; i < count; ++i) REQUIRE(client->Pop(5000).ok());
+  const double down = SecondsSince(start);
+  MESSAGE("downlink: " << wire_bytes << " bytes in " << down << " s, expected " << expected << " s");
+  CHECK(down == doctest::Approx(expected).epsilon(0.10));
+
+  link->Close();
+  CHECK(client->WaitClosed(5000));
+  CHECK(client->close_reason().ok());
+}
+
+TEST_CASE("a shaped connection that is aborted drops what it holds and its flush says so") {
+  Result<LinkProfile> profile = ParseLinkProfile("64kbit");
+  REQUIRE(profile.ok());
+  LinkShaper shaper(*profile, 1);
+  EventLoopThread loop;
+  auto server = std::make_shared<FrameQueue>();
+  Result<std::shared_ptr<TcpListener>> listener =
+      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, ConnectionOptions(), server);
+  REQUIRE(listener.ok());
+  auto client = std::make_shared<FrameQueue>();
+  Result<std::shared_ptr<Connection>> inner = TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(),
+                                                                ConnectionOptions(), shaper.Wrap(client), 5000);
+  REQUIRE(inner.ok());
+  std::shared_ptr<Connection> link = shaper.Shaped(**inner);
+  REQUIRE(link.get() != nullptr);
+  const std::vector<uint8_t> payload(32u << 10, 7);
+  for (OutFrame& frame : UpdateFrames(payload, 2)) REQUIRE(link->Send(std::move(frame)).ok());  // 8 s at 64 kbit/s
+  CHECK(link->Flush(50).code() == StatusCode::kDeadlineExceeded);
+  link->Abort(Status(StatusCode::kCancelled, "test"), false);
+  CHECK(link->Send(UpdateFrames(payload, 1)[0]).code() == StatusCode::kUnavailable);
+  CHECK(client->WaitClosed(5000));
+  CHECK(client->close_reason().code() == StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace transport
+}  // namespace fedrt

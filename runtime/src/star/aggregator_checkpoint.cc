@@ -105,12 +105,15 @@ Result<AggregatorCheckpoint> ReadAggregatorCheckpoint(const std::string& path) {
   Result<std::vector<uint8_t>> file =
       persist::ReadWholeFile(path, static_cast<std::size_t>(std::min<uint64_t>(kMaxFileBytes, SIZE_MAX)));
   if (!file.ok()) return file.status();
-  const std::vector<uint8_t>& bytes = *file;
+  return DecodeAggregatorCheckpoint(file->data(), file->size(), path);
+}
+
+Result<AggregatorCheckpoint> DecodeAggregatorCheckpoint(const uint8_t* bytes, std::size_t size,
+                                                        const std::string& path) {
   uint32_t version = 0;
   persist::Reader r;
-  FEDRT_RETURN_IF_ERROR(
-      persist::OpenFrame(bytes.data(), bytes.size(), kMagic, path, "an aggregator checkpoint", &version, &r));
-  if (!persist::Crc32cTrailerMatches(bytes.data(), bytes.size())) return Corrupt(path + ": checksum mismatch");
+  FEDRT_RETURN_IF_ERROR(persist::OpenFrame(bytes, size, kMagic, path, "an aggregator checkpoint", &version, &r));
+  if (!persist::Crc32cTrailerMatches(bytes, size)) return Corrupt(path + ": checksum mismatch");
   if (version < 1 || version > 3) {
     return Unsupported(path + ": checkpoint version " + std::to_string(version) +
                        " (this build reads versions 1 to 3)");

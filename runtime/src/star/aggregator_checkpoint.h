@@ -24,6 +24,8 @@
 #ifndef FEDRT_RUNTIME_SRC_STAR_AGGREGATOR_CHECKPOINT_H_
 #define FEDRT_RUNTIME_SRC_STAR_AGGREGATOR_CHECKPOINT_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "fedrt/platform/status.h"
@@ -38,6 +40,10 @@ Status WriteAggregatorCheckpoint(const std::string& path, const AggregatorCheckp
 // kIoError with the reason (never "no checkpoint"), one that fails a check
 // kCorrupt, a version this build does not read kUnsupported. Errors name the path.
 Result<AggregatorCheckpoint> ReadAggregatorCheckpoint(const std::string& path);
+// The same checks on a file's bytes (what ReadAggregatorCheckpoint does after
+// reading it; the fuzzers call it directly). `path` names the bytes in errors.
+Result<AggregatorCheckpoint> DecodeAggregatorCheckpoint(const uint8_t* bytes, std::size_t size,
+                                                        const std::string& path);
 
 }  // namespace fedrt
 

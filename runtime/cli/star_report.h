@@ -53,7 +53,11 @@ inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) 
           {"rho_lowered", r.rho_lowered},         {"switched_to_dqsg", r.switched_to_dqsg},
           {"full_models_down", r.full_models_down}, {"per_device", DevicesJson(r)},
           {"applied", r.applied}};
-  if (!r.applied) j["failure"] = r.failure;
+  if (!r.applied) {
+    j["failure"] = r.failure;
+    j["failed_in_a_row"] = r.failed_in_a_row;
+    j["stopped"] = r.stopped;
+  }
   if (r.clipped > 0) j["clipped"] = r.clipped;
   if (!r.selected.empty()) j["selected"] = r.selected;  // krum, multi-krum
   if (r.dp_epsilon >= 0) {
@@ -70,8 +74,9 @@ inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) 
 inline std::string FormatRound(const RoundReport& r, uint32_t rounds) {
   char line[320];
   if (!r.applied) {
-    std::snprintf(line, sizeof(line), "round %u/%u  not applied: %s  updates %zu/%zu  rejected %zu  (running it again)",
-                  r.round, rounds, r.failure.c_str(), r.updates, r.sampled, r.rejected);
+    std::snprintf(line, sizeof(line), "round %u/%u  not applied: %s  updates %zu/%zu  rejected %zu  (%s, %u in a row)",
+                  r.round, rounds, r.failure.c_str(), r.updates, r.sampled, r.rejected,
+                  r.stopped ? "stopping" : "running it again", r.failed_in_a_row);
     return line;
   }
   std::string extra = RhoSummary(r);

@@ -221,9 +221,11 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
   (*listener)->Close();
   aggregator->Abort(Status(StatusCode::kCancelled, "aggregator stopped"));
   loop.RunFor(50);
-  // Training that went on while its state could not be saved ends as an error.
-  if (checkpoints) return checkpoints->Finish();
-  return Status();
+  // Training that went on while its state could not be saved ends as an
+  // error, and so does training that stopped because no round could apply.
+  const Status saved = checkpoints ? checkpoints->Finish() : Status();
+  if (!aggregator->status().ok()) return aggregator->status();
+  return saved;
 }
 
 }  // namespace fedrt

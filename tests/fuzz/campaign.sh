@@ -57,7 +57,7 @@ for f in "${fuzzers[@]}"; do
   [[ -d "tests/fuzz/corpus/$f" ]] && cp -n "tests/fuzz/corpus/$f"/* "$work/$f/corpus/" 2>/dev/null
 done
 results="$work/results.tsv"
-[[ -f "$results" ]] || printf 'fuzzer\tstarted\tseconds\texecutions\tcov_start\tcov_end\tft_start\tft_end\tcrashes\n' >"$results"
+[[ -f "$results" ]] || printf 'fuzzer\tqueued\tseconds\texecutions\tcov_start\tcov_end\tft_start\tft_end\tcrashes\n' >"$results"
 
 # One chunk of one fuzzer; appends its line to results.tsv.
 run_chunk() {
@@ -66,7 +66,7 @@ run_chunk() {
   log="$work/$f/chunk-$((n + 1)).log"
   # A private copy of the binary, so a rebuild during the chunk does not pull it away.
   cp "$build/tests/fuzz/$f" "$work/bin/$f.new" && mv "$work/bin/$f.new" "$work/bin/$f"
-  started=$(date -u +%H:%M:%S)
+  started=$(date -u +%H:%M:%S)  # when the chunk was queued (FEDRT_FUZZ_WRAP may wait for a slot)
   local before after
   before=$(ls "$work/$f/artifacts" | wc -l)
   "${wrap[@]}" /usr/bin/time -f 'campaign: %e seconds' "$work/bin/$f" -max_total_time="$t" -print_final_stats=1 -max_len=16384 -timeout=25 \

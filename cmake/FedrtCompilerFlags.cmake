@@ -39,6 +39,18 @@ if(FEDRT_SANITIZE)
   target_link_options(fedrt_internal_flags INTERFACE -fsanitize=address,undefined -fno-sanitize=vptr)
 endif()
 
+if(FEDRT_BUILD_FUZZERS)
+  # The fuzz build instruments every fedrt library, not only the harnesses:
+  # libFuzzer's coverage feedback (fuzzer-no-link: the edge counters and
+  # comparison hooks, without libFuzzer's main) reaches into the decoders, and
+  # ASan/UBSan see what happens there. A UBSan report stops the run, so the
+  # fuzzer counts it as a crash.
+  target_compile_options(fedrt_internal_flags INTERFACE
+    -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize=vptr -fno-sanitize-recover=all
+    -fno-omit-frame-pointer)
+  target_link_options(fedrt_internal_flags INTERFACE -fsanitize=address,undefined -fno-sanitize=vptr)
+endif()
+
 # The embeddable core (platform, codecs, training) builds the way firmware
 # builds it: no exceptions, no RTTI.
 add_library(fedrt_embedded_flags INTERFACE)

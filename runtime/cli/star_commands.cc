@@ -252,6 +252,9 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   serve->add_option("--deadline-ms", o.round_deadline_ms, "A round closes at this deadline with what arrived")
       ->capture_default_str();
+  serve->add_option("--max-failed-rounds", o.max_failed_rounds,
+                    "Stop (exit 1) after this many rounds in a row that applied nothing")
+      ->capture_default_str()->check(CLI::Range(1u, 1000000u));
   serve->add_option("--epochs", o.local_epochs, "Local epochs per round")->capture_default_str();
   serve->add_option("--steps", o.local_steps, "Local steps per round (0: whole epochs)")->capture_default_str();
   serve->add_option("--lr", o.learning_rate, "Devices' local learning rate")->capture_default_str();

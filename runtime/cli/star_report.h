@@ -57,7 +57,11 @@ inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) 
           {"full_models_down", r.full_models_down}, {"per_device", DevicesJson(r)},
           {"download_seconds", r.download_seconds}, {"compute_seconds", r.compute_seconds},
           {"upload_seconds", r.upload_seconds}, {"applied", r.applied}};
-  if (!r.applied) j["failure"] = r.failure;
+  if (!r.applied) {
+    j["failure"] = r.failure;
+    j["failed_in_a_row"] = r.failed_in_a_row;
+    j["stopped"] = r.stopped;
+  }
   if (r.clipped > 0) j["clipped"] = r.clipped;
   if (!r.selected.empty()) j["selected"] = r.selected;  // krum, multi-krum
   if (r.dp_epsilon >= 0) {
@@ -74,8 +78,9 @@ inline nlohmann::json RoundJson(const RoundReport& r, const std::string& codec) 
 inline std::string FormatRound(const RoundReport& r, uint32_t rounds) {
   char line[512];
   if (!r.applied) {
-    std::snprintf(line, sizeof(line), "round %u/%u  not applied: %s  updates %zu/%zu  rejected %zu  (running it again)",
-                  r.round, rounds, r.failure.c_str(), r.updates, r.sampled, r.rejected);
+    std::snprintf(line, sizeof(line), "round %u/%u  not applied: %s  updates %zu/%zu  rejected %zu  (%s, %u in a row)",
+                  r.round, rounds, r.failure.c_str(), r.updates, r.sampled, r.rejected,
+                  r.stopped ? "stopping" : "running it again", r.failed_in_a_row);
     return line;
   }
   std::string extra = RhoSummary(r);

@@ -559,6 +559,95 @@ TEST_CASE("aggregator engine: a round whose every update is refused is reported 
   CHECK(f.aggregator->finished());
 }
 
+TEST_CASE("aggregator engine: rounds whose every update is refused stop the training after max_failed_rounds in a row") {
+  // Every device sends what the norm bound refuses (the collapsed run of a
+  // mean under attack): before, the round ran again forever.
+  AggregatorConfig config = Config("fp32", 10, 2);
+  config.max_failed_rounds = 3;
+  Federation f(config, 2);
+  for (Member& m : f.members) m.silent = true;
+  f.Settle();
+  std::vector<float> absurd = {1e9f};  // then zeros
+  absurd.resize(Parameters(), 0.0f);
+  for (std::size_t attempt = 1; attempt <= 3; ++attempt) {
+    INFO("attempt " << attempt);
+    REQUIRE_FALSE(f.aggregator->finished());
+    if (attempt > 1) {
+      for (Member& m : f.members) f.Connect(m);  // refused devices come back and misbehave again
+      f.Settle();
+    }
+    for (Member& m : f.members) SendUpdate(m, f.aggregator->codec(), 0, absurd, 10);
+    f.Settle();
+    f.clock.AdvanceMs(kDeadlineMs);
+    f.Settle();
+    REQUIRE(f.reports.size() == attempt);
+    const RoundReport& r = f.reports.back();
+    CHECK_FALSE(r.applied);
+    CHECK(r.round == 1);
+    CHECK(r.rejected == 2);
+    CHECK(r.failure == "every update was rejected (2)");
+    CHECK(r.failed_in_a_row == attempt);
+    CHECK(r.stopped == (attempt == 3));
+    CHECK(f.aggregator->status().ok() == (attempt < 3));
+  }
+  CHECK(f.aggregator->finished());
+  CHECK(f.aggregator->status().code() == StatusCode::kFailedPrecondition);
+  CHECK(f.aggregator->status().message() ==
+        "training stopped at round 1: 3 rounds in a row applied nothing (max failed rounds 3); the last: every "
+        "update was rejected (2)");
+  CHECK(f.aggregator->round() == 0);
+  CHECK(f.checkpoints.empty());
+  // Nothing runs after the stop, however long the host keeps ticking.
+  f.clock.AdvanceMs(10 * kDeadlineMs);
+  f.Settle();
+  CHECK(f.reports.size() == 3);
+}
+
+TEST_CASE("aggregator engine: an applied round resets the count of failed rounds, and devices are told why the training stopped") {
+  AggregatorConfig config = Config("fp32", 10, 2);
+  config.max_failed_rounds = 2;
+  Federation f(config, 2);
+  for (Member& m : f.members) m.silent = true;  // connected, never answering
+  f.Settle();
+  f.clock.AdvanceMs(kDeadlineMs);
+  f.Settle();
+  REQUIRE(f.reports.size() == 1);
+  CHECK(f.reports[0].failure == "no update arrived");
+  CHECK(f.reports[0].failed_in_a_row == 1);
+  CHECK_FALSE(f.reports[0].stopped);
+  // Round 1 runs again and both answer it: applied, the count starts over.
+  for (Member& m : f.members) SendUpdate(m, f.aggregator->codec(), 0, std::vector<float>(Parameters(), 0.001f), 10);
+  f.Settle();
+  REQUIRE(f.reports.size() == 2);
+  CHECK(f.reports[1].applied);
+  CHECK(f.reports[1].failed_in_a_row == 0);
+  // Round 2 gets nothing, twice: the training stops there.
+  for (std::size_t k = 0; k < 2; ++k) {
+    f.clock.AdvanceMs(kDeadlineMs);
+    f.Settle();
+  }
+  REQUIRE(f.reports.size() == 4);
+  CHECK(f.reports[2].round == 2);
+  CHECK(f.reports[2].failed_in_a_row == 1);
+  CHECK_FALSE(f.reports[2].stopped);
+  CHECK(f.reports[3].round == 2);
+  CHECK(f.reports[3].failed_in_a_row == 2);
+  CHECK(f.reports[3].stopped);
+  CHECK(f.aggregator->finished());
+  CHECK(f.aggregator->round() == 1);
+  CHECK(f.aggregator->status().message().find("training stopped at round 2: 2 rounds in a row applied nothing") == 0);
+  for (const Member& m : f.members) CHECK(m.client->finished());  // a Leave with the reason, not a dropped line
+}
+
+TEST_CASE("aggregator engine: max_failed_rounds of 0 is refused") {
+  AggregatorConfig config = Config("fp32", 1, 1);
+  config.max_failed_rounds = 0;
+  KeyStore keys;
+  auto created = Aggregator::Create(config, keys, TestCrypto(), SystemClock(), nullptr);
+  CHECK(created.status().code() == StatusCode::kInvalidArgument);
+  CHECK(created.status().message().find("max failed rounds") != std::string::npos);
+}
+
 TEST_CASE("aggregator engine: a device that rejoins mid-round gets the round's instructions again") {
   Federation f(Config("dqsg", 2, 3), 3);
   Member& roamer = f.Find("dev-0");

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -508,6 +509,14 @@ Result<UpdateMessage> DecodeUpdate(const Frame& frame, const FrameLimits& limits
       if ((norms != nullptr && norms->size() > kMaxLevelStatisticsNorms) ||
           (moments != nullptr && moments->size() > kMaxLevelStatisticsBuckets)) {
         return Wrong("level statistics carry too many buckets");
+      }
+      // The Verifier checks a vector's length field, not that its structs
+      // sit at their alignment: a crafted buffer can put these doubles at
+      // 4 mod 8, which is undefined behaviour to read (and faults on ARMv7).
+      // A FlatBufferBuilder always aligns them.
+      if (moments != nullptr && moments->size() > 0 &&
+          reinterpret_cast<std::uintptr_t>(moments->Data()) % alignof(wire::BucketMoments) != 0) {
+        return Wrong("level statistics buckets are misaligned");
       }
       if (norms != nullptr) out.bucket_norms.assign(norms->begin(), norms->end());
       if (moments != nullptr) {

@@ -283,7 +283,8 @@ Status SparseCodec::ForEachPair(const uint8_t* payload, std::size_t size, const 
 Status SparseCodec::Decode(const uint8_t* payload, std::size_t size, const CodecContext& context, float* out,
                            std::size_t d, const float* /*side_info*/) const {
   return ForEachPair(
-      payload, size, context, d, [out, d] { std::memset(out, 0, d * sizeof(float)); },
+      // An empty vector's `out` may be null, which memset must never get.
+      payload, size, context, d, [out, d] { if (d != 0) std::memset(out, 0, d * sizeof(float)); },
       [out](std::size_t i, float v) { out[i] = v; });
 }
 

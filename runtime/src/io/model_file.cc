@@ -40,11 +40,15 @@ Status WriteModelNpz(const std::string& path, const Model& model) {
 Result<ModelNpz> ReadModelNpz(const std::string& path) {
   auto bytes = persist::ReadWholeFile(path, kMaxModelFileBytes);
   FEDRT_RETURN_IF_ERROR(bytes.status());
-  if (!LooksLikeZip(bytes->data(), bytes->size())) {
+  return ParseModelNpz(bytes->data(), bytes->size(), path);
+}
+
+Result<ModelNpz> ParseModelNpz(const uint8_t* bytes, std::size_t size, const std::string& path) {
+  if (!LooksLikeZip(bytes, size)) {
     return InvalidArgument(path + ": not a .npz file (a model file is a ZIP archive of .npy arrays, "
                                   "as numpy.savez writes it)");
   }
-  auto members = ParseNpz(bytes->data(), bytes->size(), path);
+  auto members = ParseNpz(bytes, size, path);
   FEDRT_RETURN_IF_ERROR(members.status());
   ModelNpz file;
   for (NpzMember& m : *members) {

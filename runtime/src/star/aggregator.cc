@@ -337,9 +337,11 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
     Log(LogLevel::kInfo, "aggregator: saved the global model of round %u to %s", aggregator->round(),
         options.save_model.c_str());
   }
-  // Training that went on while its state could not be saved ends as an error.
-  if (checkpoints) return checkpoints->Finish();
-  return Status();
+  // Training that went on while its state could not be saved ends as an
+  // error, and so does training that stopped because no round could apply.
+  const Status saved = checkpoints ? checkpoints->Finish() : Status();
+  if (!aggregator->status().ok()) return aggregator->status();
+  return saved;
 }
 
 }  // namespace fedrt

@@ -123,12 +123,11 @@ Status DecodeAggregatorSection(const std::vector<uint8_t>& bytes, const std::str
 }
 
 // Files of earlier builds: magic "FEDRTAGG", versions 1 to 3.
-Result<AggregatorCheckpoint> DecodeLegacy(const std::vector<uint8_t>& bytes, const std::string& path) {
+Result<AggregatorCheckpoint> DecodeLegacy(const uint8_t* bytes, std::size_t size, const std::string& path) {
   uint32_t version = 0;
   persist::Reader r;
-  FEDRT_RETURN_IF_ERROR(
-      persist::OpenFrame(bytes.data(), bytes.size(), kLegacyMagic, path, "an aggregator checkpoint", &version, &r));
-  if (!persist::Crc32cTrailerMatches(bytes.data(), bytes.size())) return Corrupt(path + ": checksum mismatch");
+  FEDRT_RETURN_IF_ERROR(persist::OpenFrame(bytes, size, kLegacyMagic, path, "an aggregator checkpoint", &version, &r));
+  if (!persist::Crc32cTrailerMatches(bytes, size)) return Corrupt(path + ": checksum mismatch");
   if (version < 1 || version > 3) {
     return Unsupported(path + ": aggregator checkpoint version " + std::to_string(version) +
                        " (this build reads versions 1 to 3 of the \"FEDRTAGG\" files, and checkpoints)");
@@ -186,8 +185,15 @@ Result<AggregatorCheckpoint> ReadAggregatorCheckpoint(const std::string& path) {
   bool legacy = false;
   Result<std::vector<uint8_t>> file = ReadFile(path, &legacy);
   if (!file.ok()) return file.status();
-  if (legacy) return DecodeLegacy(*file, path);
-  Result<Checkpoint> checkpoint = DecodeCheckpoint(file->data(), file->size(), path);
+  return DecodeAggregatorCheckpoint(file->data(), file->size(), path);
+}
+
+Result<AggregatorCheckpoint> DecodeAggregatorCheckpoint(const uint8_t* bytes, std::size_t size,
+                                                        const std::string& path) {
+  if (size >= kLegacyMagicSize && std::memcmp(bytes, kLegacyMagic, kLegacyMagicSize) == 0) {
+    return DecodeLegacy(bytes, size, path);
+  }
+  Result<Checkpoint> checkpoint = DecodeCheckpoint(bytes, size, path);
   if (!checkpoint.ok()) return checkpoint.status();
   return AggregatorStateOf(std::move(*checkpoint), path);
 }
@@ -197,7 +203,7 @@ Result<Checkpoint> ReadAnyCheckpointFile(const std::string& path) {
   Result<std::vector<uint8_t>> file = ReadFile(path, &legacy);
   if (!file.ok()) return file.status();
   if (!legacy) return DecodeCheckpoint(file->data(), file->size(), path);
-  Result<AggregatorCheckpoint> state = DecodeLegacy(*file, path);
+  Result<AggregatorCheckpoint> state = DecodeLegacy(file->data(), file->size(), path);
   if (!state.ok()) return state.status();
   Checkpoint checkpoint;
   checkpoint.spec = state->model;

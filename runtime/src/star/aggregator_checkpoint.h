@@ -28,6 +28,8 @@
 #ifndef FEDRT_RUNTIME_SRC_STAR_AGGREGATOR_CHECKPOINT_H_
 #define FEDRT_RUNTIME_SRC_STAR_AGGREGATOR_CHECKPOINT_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "fedrt/platform/status.h"
@@ -50,6 +52,10 @@ Result<AggregatorCheckpoint> AggregatorStateOf(Checkpoint file, const std::strin
 // ("FEDRTAGG"), as a checkpoint with that state in its aggregator section:
 // what `fedrt train --checkpoint` and `fedrt model` read.
 Result<Checkpoint> ReadAnyCheckpointFile(const std::string& path);
+// The same checks on a file's bytes (what ReadAggregatorCheckpoint does after
+// reading it; the fuzzers call it directly). `path` names the bytes in errors.
+Result<AggregatorCheckpoint> DecodeAggregatorCheckpoint(const uint8_t* bytes, std::size_t size,
+                                                        const std::string& path);
 
 }  // namespace fedrt
 

@@ -110,7 +110,7 @@ struct Aggregator::State {
   void OnFrame(Connection& connection, const Frame& frame);
   void OnClose(Connection& connection, const Status& reason);
   uint32_t Tick();
-  void FinishAll();
+  void FinishAll(const std::string& reason = "training finished");
   void AbortAll(const Status& reason);
 
   void Refuse(Connection& connection, const Status& reason);
@@ -180,6 +180,8 @@ struct Aggregator::State {
   bool started_any_ = false;
   bool finished_ = false;
   bool reached_target_ = false;  // config_.target_accuracy was reached: finish after this round
+  uint32_t failed_in_a_row_ = 0;     // rounds closed in a row that applied nothing
+  Status stopped_;                   // why the training stopped early (OK: it did not)
   uint64_t round_started_ms_ = 0;
   uint64_t round_deadline_ms_ = 0;
   std::vector<std::string> selected_;
@@ -243,6 +245,9 @@ Status Aggregator::State::Init(const DataView* test_set) {
   }
   if (config_.max_unjoined_connections < 1 || config_.max_unjoined_per_address < 1) {
     return InvalidArgument("the caps on connections that have not joined must be at least 1");
+  }
+  if (config_.max_failed_rounds < 1) {
+    return InvalidArgument("max failed rounds must be at least 1 (a run that never applies a round must stop)");
   }
   if (config_.max_update_samples < 1 || config_.max_update_samples > kMaxSamplesPerUpdate) {
     return InvalidArgument("max update samples " + std::to_string(config_.max_update_samples) +
@@ -1229,14 +1234,29 @@ void Aggregator::State::CloseRound() {
   };
   // A round that applied nothing is reported as such and runs again: it
   // never advances the round count or reaches the checkpoint as a success.
+  // After max_failed_rounds of them in a row the training cannot be making
+  // progress (every device sends what the bounds refuse, a diverged model
+  // whose mean the optimizer refuses, devices that never answer in time):
+  // it stops, the devices are told why, and status() says so.
   const auto fail = [&](std::string failure) {
     report.applied = false;
     report.failure = std::move(failure);
-    Log(LogLevel::kWarning, "aggregator: round %" PRIu32 " not applied: %s; running it again", round_ + 1,
-        report.failure.c_str());
+    report.failed_in_a_row = ++failed_in_a_row_;
+    report.stopped = failed_in_a_row_ >= config_.max_failed_rounds;
+    Log(LogLevel::kWarning, "aggregator: round %" PRIu32 " not applied: %s; %s (%" PRIu32 " of %" PRIu32 " in a row)",
+        round_ + 1, report.failure.c_str(), report.stopped ? "stopping" : "running it again", failed_in_a_row_,
+        config_.max_failed_rounds);
     timed(static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0);
     counters_.rounds_not_applied++;
     if (hooks_.on_round) hooks_.on_round(report);
+    if (report.stopped) {
+      stopped_ = Status(StatusCode::kFailedPrecondition,
+                        "training stopped at round " + std::to_string(round_ + 1) + ": " +
+                            std::to_string(failed_in_a_row_) + " rounds in a row applied nothing (max failed rounds " +
+                            std::to_string(config_.max_failed_rounds) + "); the last: " + report.failure);
+      Log(LogLevel::kError, "aggregator: %s", stopped_.message().c_str());
+      FinishAll(stopped_.message());
+    }
   };
   report.clipped = clipped_;
   const std::size_t contributed = HoldsUpdates(config_.aggregation) ? held_.size() : accumulator.count();
@@ -1252,6 +1272,7 @@ void Aggregator::State::CloseRound() {
   // model and the optimizer state as they were.
   const Status applied = optimizer_->Apply(mean.data(), model_->parameters());
   if (!applied.ok()) return fail("the server optimizer refused the mean: " + applied.ToString());
+  failed_in_a_row_ = 0;
   report.train_loss = sample_sum > 0 ? loss_sum / sample_sum : 0;
   if (dp()) {
     report.dp_sampling_rate = population_ > 0 ? static_cast<double>(selected_.size()) / static_cast<double>(population_) : 1.0;
@@ -1334,11 +1355,11 @@ uint32_t Aggregator::State::Tick() {
   return static_cast<uint32_t>(std::min<uint64_t>(next, round_deadline_ms_ - now));
 }
 
-void Aggregator::State::FinishAll() {
+void Aggregator::State::FinishAll(const std::string& reason) {
   if (finished_) return;
   finished_ = true;
   LeaveMessage leave;
-  leave.reason = "training finished";
+  leave.reason = std::string_view(reason).substr(0, kMaxReasonBytes);
   Result<OutFrame> out = Encode(leave, limits_);
   std::vector<std::pair<std::shared_ptr<Connection>, bool>> open;
   for (auto& entry : peers_) open.emplace_back(entry.second.connection, entry.second.authenticated);
@@ -1382,6 +1403,7 @@ uint32_t Aggregator::Tick() { return state_->Tick(); }
 void Aggregator::Finish() { state_->FinishAll(); }
 void Aggregator::Abort(const Status& reason) { state_->AbortAll(reason); }
 bool Aggregator::finished() const { return state_->finished_; }
+Status Aggregator::status() const { return state_->stopped_; }
 uint32_t Aggregator::round() const { return state_->round_; }
 std::size_t Aggregator::connected_devices() const { return state_->device_connection_.size(); }
 std::size_t Aggregator::open_connections() const { return state_->peers_.size(); }

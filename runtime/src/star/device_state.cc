@@ -40,8 +40,9 @@ Result<std::vector<float>> ReadValues(const std::string& path, persist::Reader& 
   return values;
 }
 
-Result<std::vector<float>> DecodeUnframed(const std::string& path, const std::vector<uint8_t>& bytes, std::size_t d) {
-  persist::Reader r(bytes.data() + persist::kMagicSize, bytes.size() - persist::kMagicSize);
+Result<std::vector<float>> DecodeUnframed(const std::string& path, const uint8_t* bytes, std::size_t size,
+                                          std::size_t d) {
+  persist::Reader r(bytes + persist::kMagicSize, size - persist::kMagicSize);
   const uint64_t n = r.U64();
   if (!r.ok()) return Corrupt(path + ": truncated residual header");
   FEDRT_RETURN_IF_ERROR(CheckCount(path, n, d));
@@ -60,15 +61,18 @@ Status SaveResidual(const std::string& path, const float* residual, std::size_t 
 Result<std::vector<float>> LoadResidual(const std::string& path, std::size_t d) {
   Result<std::vector<uint8_t>> file = persist::ReadWholeFile(path, kMaxFileBytes);
   if (!file.ok()) return file.status();
-  const std::vector<uint8_t>& bytes = *file;
-  if (bytes.size() >= persist::kMagicSize && std::memcmp(bytes.data(), kUnframedMagic, persist::kMagicSize) == 0) {
-    return DecodeUnframed(path, bytes, d);
+  return DecodeResidual(file->data(), file->size(), d, path);
+}
+
+Result<std::vector<float>> DecodeResidual(const uint8_t* bytes, std::size_t size, std::size_t d,
+                                          const std::string& path) {
+  if (size >= persist::kMagicSize && std::memcmp(bytes, kUnframedMagic, persist::kMagicSize) == 0) {
+    return DecodeUnframed(path, bytes, size, d);
   }
   uint32_t version = 0;
   persist::Reader r;
-  FEDRT_RETURN_IF_ERROR(
-      persist::OpenFrame(bytes.data(), bytes.size(), kMagic, path, "a fedrt device state file", &version, &r));
-  if (!persist::Crc32cTrailerMatches(bytes.data(), bytes.size())) {
+  FEDRT_RETURN_IF_ERROR(persist::OpenFrame(bytes, size, kMagic, path, "a fedrt device state file", &version, &r));
+  if (!persist::Crc32cTrailerMatches(bytes, size)) {
     return Corrupt(path + ": checksum mismatch (truncated or damaged)");
   }
   if (version != kVersion) {

@@ -17,6 +17,7 @@
 #define FEDRT_RUNTIME_STAR_DEVICE_STATE_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ Status SaveResidual(const std::string& path, const float* residual, std::size_t 
 // a newer version; kFailedPrecondition when it holds a residual of another
 // size than this model's d.
 Result<std::vector<float>> LoadResidual(const std::string& path, std::size_t d);
+// The same checks on a file's bytes (what LoadResidual does after reading
+// it; the fuzzers call it directly). `path` names the bytes in errors.
+Result<std::vector<float>> DecodeResidual(const uint8_t* bytes, std::size_t size, std::size_t d,
+                                          const std::string& path);
 
 }  // namespace fedrt::star
 

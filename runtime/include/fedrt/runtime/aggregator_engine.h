@@ -90,6 +90,13 @@ struct AggregatorConfig {
   SamplingOptions sampling;            // devices per round
   double quorum = 1.0;                 // fraction of the sampled devices that closes a round early
   uint32_t round_deadline_ms = 120000; // a round closes at the deadline with what has arrived
+  // Rounds in a row that may apply nothing (RoundReport::applied false: no
+  // update arrived, every update was refused, the rule could not combine
+  // them or the server optimizer refused the mean) before the training
+  // stops: the devices are told why (a Leave with the reason), finished()
+  // becomes true and status() names the reason; RunAggregator returns it
+  // (`fedrt serve` exits 1). An applied round resets the count. At least 1.
+  uint32_t max_failed_rounds = 5;
   uint32_t local_epochs = 1;
   uint32_t local_steps = 0;            // 0: whole epochs
   float learning_rate = 0.05f;         // devices' local SGD
@@ -182,11 +189,15 @@ struct DeviceRoundReport {
 // nothing (no update arrived, every update was rejected, or the server
 // optimizer refused the mean) is reported with applied = false and the
 // reason in `failure`: the global model, the round count and the checkpoint
-// stay as they were, and the same round runs again (same round id).
+// stay as they were, and the same round runs again (same round id), up to
+// AggregatorConfig::max_failed_rounds in a row; the last of those is
+// reported with stopped = true and the training ends.
 struct RoundReport {
   uint32_t round = 0;                  // 1-based: the round closed (when applied: rounds completed so far)
   bool applied = true;                 // false: nothing applied; the round runs again
   std::string failure;                 // why nothing was applied (empty when applied)
+  uint32_t failed_in_a_row = 0;        // not applied: rounds in a row that applied nothing, this one included
+  bool stopped = false;                // not applied, and the training stops (max_failed_rounds reached)
   std::size_t sampled = 0;
   std::size_t updates = 0;             // aggregated
   std::size_t rejected = 0;            // updates refused (connection closed, or not decodable at the close)
@@ -347,6 +358,10 @@ class Aggregator final : public transport::ConnectionHandler {
   void Abort(const Status& reason);
 
   bool finished() const;
+  // OK, or why the training stopped before its last round: kFailedPrecondition
+  // when max_failed_rounds rounds in a row applied nothing (naming the last
+  // round's reason). finished() is true then as well.
+  Status status() const;
   uint32_t round() const;                 // rounds completed (counting resumed ones)
   std::size_t connected_devices() const;  // joined devices with an open connection
   std::size_t open_connections() const;   // joined or not

@@ -22,6 +22,8 @@
 #ifndef FEDRT_RUNTIME_MODEL_FILE_H_
 #define FEDRT_RUNTIME_MODEL_FILE_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,8 @@ struct ModelNpz {
   std::vector<NpzMember> tensors;  // every other array, in file order
 };
 Result<ModelNpz> ReadModelNpz(const std::string& path);
+// The same from a file's bytes; `name` prefixes errors.
+Result<ModelNpz> ParseModelNpz(const uint8_t* bytes, std::size_t size, const std::string& name);
 
 // Copies the file's tensors into `model`'s parameters; `name` (the file)
 // prefixes errors. The model is left unchanged on error.

@@ -12,7 +12,6 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -71,6 +70,44 @@ std::string RunOnTerminal(const std::vector<std::string>& args) {
   return out;
 }
 
+// (Hand-written matchers: GCC 12's <regex> trips -Wmaybe-uninitialized in
+// the sanitizer build.)
+// Whether a line of `text` starts with a UTC stamp "YYYY-MM-DDTHH:MM:SS.mmmZ"
+// directly followed by `rest`.
+bool HasStampedLine(const std::string& text, const std::string& rest) {
+  const std::string shape = "####-##-##T##:##:##.###Z";
+  for (std::size_t at = text.find(rest); at != std::string::npos; at = text.find(rest, at + 1)) {
+    if (at < shape.size()) continue;
+    const std::size_t start = at - shape.size();
+    if (start != 0 && text[start - 1] != '\n') continue;
+    bool match = true;
+    for (std::size_t i = 0; i < shape.size() && match; ++i) {
+      const char c = text[start + i];
+      match = shape[i] == '#' ? (c >= '0' && c <= '9') : c == shape[i];
+    }
+    if (match) return true;
+  }
+  return false;
+}
+
+// Whether `text` holds `head`, digits, "% ", digits and `tail` in a row.
+bool HasProgressLine(const std::string& text, const std::string& head, const std::string& tail) {
+  const auto digits = [&](std::size_t at) {
+    std::size_t end = at;
+    while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+    return end;
+  };
+  for (std::size_t at = text.find(head); at != std::string::npos; at = text.find(head, at + 1)) {
+    std::size_t p = at + head.size();
+    std::size_t q = digits(p);
+    if (q == p || text.compare(q, 2, "% ") != 0) continue;
+    p = q + 2;
+    q = digits(p);
+    if (q != p && text.compare(q, tail.size(), tail) == 0) return true;
+  }
+  return false;
+}
+
 TEST_CASE("long-running commands stamp their log lines with the UTC time and show the level --log-level chooses") {
   testing::TempDir dir;
   REQUIRE(dir.ok());
@@ -78,8 +115,7 @@ TEST_CASE("long-running commands stamp their log lines with the UTC time and sho
   const CliRun info = RunCli(serve);
   INFO(info.output);
   CHECK(info.exit_code == 0);
-  CHECK(std::regex_search(info.output, std::regex("(^|\n)20[0-9]{2}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-6][0-9]"
-                                                  "\\.[0-9]{3}Z \\[fedrt info\\] aggregator: listening on")));
+  CHECK(HasStampedLine(info.output, " [fedrt info] aggregator: listening on"));
   const CliRun quiet = RunCli(serve + " --log-level warn");
   CHECK(quiet.exit_code == 0);
   CHECK(quiet.output.find("[fedrt info]") == std::string::npos);
@@ -99,8 +135,8 @@ TEST_CASE("train draws a progress line within each epoch on a terminal and nothi
                                          "mlp:784-16-10", "--epochs", "2", "--batch", "4"};
   const std::string terminal = RunOnTerminal(args);
   INFO(terminal);
-  CHECK(std::regex_search(terminal, std::regex("\r\x1b\\[Kepoch 1/2 [0-9]+% [0-9]+/64 steps")));
-  CHECK(std::regex_search(terminal, std::regex("\r\x1b\\[Kepoch 2/2  loss")));  // cleared before the epoch's line
+  CHECK(HasProgressLine(terminal, "\r\x1b[Kepoch 1/2 ", "/64 steps"));
+  CHECK(terminal.find("\r\x1b[Kepoch 2/2  loss") != std::string::npos);  // cleared before the epoch's line
   std::string command;
   for (std::size_t i = 1; i < args.size(); ++i) command += args[i] + " ";
   const CliRun piped = RunCli(command);

@@ -68,8 +68,8 @@ std::vector<uint8_t> LegacyFile(const std::string& path, const AggregatorCheckpo
   at += 4 + LoadLe32(now.data() + at);                     // spec
   const uint64_t parameters = LoadLe64(now.data() + at);
   const std::size_t parameters_at = at + 8;
-  at = parameters_at + 4 * parameters;
-  at += 8 + 4 * LoadLe64(now.data() + at);                 // momentum
+  at = parameters_at + 4 * static_cast<std::size_t>(parameters);
+  at += 8 + 4 * static_cast<std::size_t>(LoadLe64(now.data() + at));  // momentum
   const uint64_t section = LoadLe64(now.data() + at);
   const uint8_t* s = now.data() + at + 8;
   REQUIRE(at + 8 + section + 4 == now.size());

@@ -169,40 +169,35 @@ Result<AggregatorCheckpoint> AggregatorStateOf(Checkpoint file, const std::strin
 
 namespace {
 
-// A file's bytes, and whether it is an aggregator file of an earlier build.
-Result<std::vector<uint8_t>> ReadFile(const std::string& path, bool* legacy) {
-  Result<std::vector<uint8_t>> file =
-      persist::ReadWholeFile(path, static_cast<std::size_t>(std::min<uint64_t>(kMaxFileBytes, SIZE_MAX)));
-  if (file.ok()) {
-    *legacy = file->size() >= kLegacyMagicSize && std::memcmp(file->data(), kLegacyMagic, kLegacyMagicSize) == 0;
-  }
-  return file;
+// Whether the bytes are an aggregator file of an earlier build ("FEDRTAGG").
+bool IsLegacyFile(const uint8_t* bytes, std::size_t size) {
+  return size >= kLegacyMagicSize && std::memcmp(bytes, kLegacyMagic, kLegacyMagicSize) == 0;
+}
+
+Result<std::vector<uint8_t>> ReadFile(const std::string& path) {
+  return persist::ReadWholeFile(path, static_cast<std::size_t>(std::min<uint64_t>(kMaxFileBytes, SIZE_MAX)));
 }
 
 }  // namespace
 
 Result<AggregatorCheckpoint> ReadAggregatorCheckpoint(const std::string& path) {
-  bool legacy = false;
-  Result<std::vector<uint8_t>> file = ReadFile(path, &legacy);
+  Result<std::vector<uint8_t>> file = ReadFile(path);
   if (!file.ok()) return file.status();
   return DecodeAggregatorCheckpoint(file->data(), file->size(), path);
 }
 
 Result<AggregatorCheckpoint> DecodeAggregatorCheckpoint(const uint8_t* bytes, std::size_t size,
                                                         const std::string& path) {
-  if (size >= kLegacyMagicSize && std::memcmp(bytes, kLegacyMagic, kLegacyMagicSize) == 0) {
-    return DecodeLegacy(bytes, size, path);
-  }
+  if (IsLegacyFile(bytes, size)) return DecodeLegacy(bytes, size, path);
   Result<Checkpoint> checkpoint = DecodeCheckpoint(bytes, size, path);
   if (!checkpoint.ok()) return checkpoint.status();
   return AggregatorStateOf(std::move(*checkpoint), path);
 }
 
 Result<Checkpoint> ReadAnyCheckpointFile(const std::string& path) {
-  bool legacy = false;
-  Result<std::vector<uint8_t>> file = ReadFile(path, &legacy);
+  Result<std::vector<uint8_t>> file = ReadFile(path);
   if (!file.ok()) return file.status();
-  if (!legacy) return DecodeCheckpoint(file->data(), file->size(), path);
+  if (!IsLegacyFile(file->data(), file->size())) return DecodeCheckpoint(file->data(), file->size(), path);
   Result<AggregatorCheckpoint> state = DecodeLegacy(file->data(), file->size(), path);
   if (!state.ok()) return state.status();
   Checkpoint checkpoint;

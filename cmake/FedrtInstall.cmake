@@ -47,7 +47,10 @@ set(CPACK_PACKAGE_NAME fedrt)
 set(CPACK_PACKAGE_VENDOR "fedrt")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "Federated training on edge devices: the fedrt tool, libraries and headers")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
-set(CPACK_PACKAGE_CONTACT "fedrt maintainers <fedrt@localhost>")
+# The repository names no other contact; the address takes no mail (GitHub's
+# noreply domain), issues go to the project's tracker.
+set(CPACK_PACKAGE_CONTACT "fedrt developers <fedrt@users.noreply.github.com>")
+set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${CPACK_PACKAGE_CONTACT}")
 set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)

@@ -7,7 +7,9 @@
 # and thread count the median over rounds of the p50 step time and of the CPU
 # time per step.
 #
-# Usage: runtime/bench/torch_compare.sh [FEDRT] [ROUNDS] [STEPS] [MODELS] [BATCH] [THREADS]
+# Usage: runtime/bench/torch_compare.sh [--record] [FEDRT] [ROUNDS] [STEPS] [MODELS] [BATCH] [THREADS]
+#   --record (or FEDRT_BENCH_RECORD=1): also append the medians as a dated
+#   table to docs/benchmarks/training.md (runtime/bench/record.sh).
 #   defaults: build/release/runtime/fedrt 5 300
 #             "mlp:784-300-100-10 cnn:28x28x1-c8k5-p2-c16k5-p2-d128-10" 64 "1 2"
 #   MODELS and THREADS are space-separated lists.
@@ -20,13 +22,18 @@
 #   mlp:784-300-100-10 fedrt threads 1: median p50 1.234 ms, median cpu 1.200 ms/step (5 runs)
 #   mlp:784-300-100-10 torch threads 1: median p50 2.100 ms, median cpu 2.050 ms/step (5 runs)
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/record.sh"
+bench_record_parse "$@"
+set -- "${BENCH_ARGS[@]}"
+command="runtime/bench/torch_compare.sh $*"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 fedrt=${1:-build/release/runtime/fedrt}
 rounds=${2:-5}
 steps=${3:-300}
 models=${4:-mlp:784-300-100-10 cnn:28x28x1-c8k5-p2-c16k5-p2-d128-10}
 batch=${5:-64}
 thread_counts=${6:-1 2}
-here=$(cd "$(dirname "$0")" && pwd)
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -49,7 +56,7 @@ for model in $models; do
   done
 done
 echo "# end load $(cut -d' ' -f1-3 /proc/loadavg)"
-/usr/bin/python3 - "$out" <<'PY'
+summary=$(/usr/bin/python3 - "$out" <<'PY'
 import json, statistics, sys
 runs = [json.loads(line) for line in open(sys.argv[1])]
 for key in sorted({(r["model"], r["threads"], r["impl"]) for r in runs}):
@@ -58,3 +65,12 @@ for key in sorted({(r["model"], r["threads"], r["impl"]) for r in runs}):
         key[0], key[2], key[1], statistics.median(r["p50_ms"] for r in mine),
         statistics.median(r["cpu_ms_per_step"] for r in mine), len(mine)))
 PY
+)
+echo "$summary"
+if (( BENCH_RECORD )); then
+  echo "$summary" |
+    sed -E 's/^([^ ]+) ([^ ]+) threads ([0-9]+): median p50 ([0-9.]+) ms, median cpu ([0-9.]+) ms\/step \(([0-9]+) runs\)$/| \1 | \2 | \3 | \4 | \5 | \6 |/' |
+    { echo "| model | implementation | threads | median p50 ms | median CPU ms/step | runs |"; cat; } |
+    bench_record training.md "Training step time, fedrt against PyTorch (batch $batch, $steps steps)" "$command" \
+      "$load_before" "$fedrt"
+fi

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_record.h"
 #include "cli/commands.h"
 #include "cli/float_files.h"
 #include "cli/measure.h"
@@ -49,6 +50,7 @@ struct BenchOptions {
   std::vector<std::string> codecs;  // empty: all
   double min_seconds = 0.15;
   bool cpu_time = false;  // thread CPU time instead of wall-clock time
+  std::string record;     // a markdown file the results are appended to (bench_record.h)
 };
 
 struct Vector {
@@ -252,6 +254,15 @@ int RunBenchCodecs(const BenchOptions& o) {
   }
 
   nlohmann::json results = nlohmann::json::array();
+  BenchRecord record;
+  record.title = std::string("fedrt bench codecs (") + (o.cpu_time ? "thread CPU" : "wall-clock") + " time, one core)";
+  record.load_before = LoadAverage();
+  record.columns = {"codec", "isa", "vector", "enc GB/s", "dec GB/s", "bits/coord", "norm. error"};
+  const auto fixed = [](double value, int digits) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.*f", digits, value);
+    return std::string(text);
+  };
   const std::size_t memcpy_d = sizes.back();
   const double memcpy_gbs = MemcpyGbs(memcpy_d, o.min_seconds, o.cpu_time);
   if (!o.json) {
@@ -297,6 +308,14 @@ int RunBenchCodecs(const BenchOptions& o) {
         for (Row& row : rows) {
           row.isa = IsaName(isa);
           if (!row.failure.empty()) ++failures;
+          if (row.failure.empty()) {
+            char error[32];
+            std::snprintf(error, sizeof error, "%.4g", row.error);
+            record.rows.push_back({row.codec, row.isa, row.vector, fixed(row.encode_gbs, 3), fixed(row.decode_gbs, 3),
+                                   fixed(row.bits, 4), error});
+          } else {
+            record.rows.push_back({row.codec, row.isa, row.vector, "failed: " + row.failure, "", "", ""});
+          }
           if (o.json) {
             results.push_back({{"codec", row.codec}, {"isa", row.isa}, {"vector", row.vector}, {"d", row.d},
                                {"encode_gb_per_s", row.encode_gbs}, {"decode_gb_per_s", row.decode_gbs},
@@ -319,6 +338,16 @@ int RunBenchCodecs(const BenchOptions& o) {
     nlohmann::json doc = {{"memcpy_gb_per_s", memcpy_gbs}, {"cpu", DetectCpu().model}, {"rows", results}};
     std::printf("%s\n", doc.dump(1).c_str());
   }
+  if (!o.record.empty()) {
+    record.rows.insert(record.rows.begin(), {"memcpy (the ceiling)", "", std::to_string(memcpy_d) + " floats",
+                                             fixed(memcpy_gbs, 2), "", "", ""});
+    const Status written = AppendBenchRecord(o.record, record);
+    if (!written.ok()) {
+      std::fprintf(stderr, "fedrt bench codecs: --record: %s\n", written.ToString().c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "recorded in %s\n", o.record.c_str());
+  }
   return failures == 0 ? 0 : 1;
 }
 
@@ -334,6 +363,8 @@ void RegisterBench(CLI::App& app, CommandList& commands) {
   codecs->add_option("--input", options->input, "Also measure on this vector (raw float32 or .npy), e.g. saved gradients");
   codecs->add_option("--codec", options->codecs, "Only these codec names or specs (repeatable)");
   codecs->add_option("--min-time", options->min_seconds, "Seconds per measurement (default 0.15)");
+  codecs->add_option("--record", options->record,
+                     "Also append the results as a dated markdown section to this file (e.g. docs/benchmarks/codecs.md)");
   codecs->add_flag("--cpu-time", options->cpu_time,
                    "Time with the thread's CPU clock instead of the wall clock (steadier on a shared machine)");
   commands.push_back({codecs, [options] { return RunBenchCodecs(*options); }});

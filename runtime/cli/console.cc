@@ -86,14 +86,18 @@ void Progress::Update(double fraction, const std::string& detail) {
   g_progress_shown = true;
 }
 
-void Progress::Done() {
+void Progress::Hide() {
   if (!enabled_) return;
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_progress_shown) std::fputs("\r\033[K", stderr);
   std::fflush(stderr);
   g_progress_shown = false;
+  drawn_ms_ = 0;  // draw again at the next Update
+}
+
+void Progress::Done() {
+  Hide();
   started_ms_ = 0;
-  drawn_ms_ = 0;
 }
 
 }  // namespace fedrt::cli

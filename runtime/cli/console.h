@@ -39,6 +39,9 @@ class Progress {
 
   // `fraction` of the work done, 0 to 1.
   void Update(double fraction, const std::string& detail = std::string());
+  // Clears the line for other output and keeps the clock: the next Update
+  // draws it again with the ETA of the whole work (a run of many rounds).
+  void Hide();
   void Done();
 
  private:

@@ -18,6 +18,7 @@
 #endif
 #include <unistd.h>
 
+#include "cli/bench_record.h"
 #include "cli/commands.h"
 #include "cli/console.h"
 #include "cli/json_config.h"
@@ -119,6 +120,7 @@ std::string Suggestion(const CLI::App& app, const std::string& message) {
 int main(int argc, char** argv) {
   RestartWithBetterOpenBlasKernels(argv);
   if (argc > 0) KeepProcessName(argv[0]);
+  fedrt::cli::RememberCommandLine(argc, argv);
   CLI::App app{"fedrt: federated training on edge devices", "fedrt"};
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", std::string("fedrt ") + fedrt::VersionString());

@@ -31,11 +31,14 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/console.h"
 #include "cli/flag_scope.h"
+#include "cli/model_files.h"
 #include "cli/peer_launch.h"
 #include "cli/tls_flags.h"
 #include "fedrt/runtime/dataset.h"
 #include "fedrt/runtime/model.h"
+#include "fedrt/runtime/model_file.h"
 #include "fedrt/runtime/optimizer.h"
 #include "fedrt/runtime/partition.h"
 #include "fedrt/runtime/peer.h"
@@ -88,6 +91,8 @@ struct PeerFlags {
   uint64_t seed = 1;
   std::string graph = "ring";  // gossip graph: ring | torus
   std::string metrics;      // JSON lines, one per evaluation
+  std::string init_model;   // every peer starts from this file (.npz or checkpoint)
+  std::string save_model;   // this peer's final model as .npz
   int evals_per_epoch = 1;  // test-set evaluations per epoch (the last at the epoch's end)
   transport::TlsConfig tls;  // empty: plain TCP links
 };
@@ -158,6 +163,7 @@ class PeerPrinter : public peer::PeerTrainerObserver {
       *metrics_ << line.dump() << "\n" << std::flush;
     }
     if (p.epoch_end) {
+      progress_.reset();
       // The epoch's time includes its closing evaluation, as it always did.
       const double seconds =
           p.epoch_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
@@ -171,24 +177,38 @@ class PeerPrinter : public peer::PeerTrainerObserver {
     }
     return Status::Ok();
   }
+  void OnStep(int epoch, std::size_t steps_done, std::size_t steps_per_epoch) override {
+    if (!progress_ || epoch != progress_epoch_) {
+      progress_ = std::make_unique<Progress>("peer rank " + std::to_string(flags_.rank) + " epoch " +
+                                             std::to_string(epoch + 1) + "/" + std::to_string(flags_.epochs));
+      progress_epoch_ = epoch;
+    }
+    progress_->Update(static_cast<double>(steps_done) / static_cast<double>(std::max<std::size_t>(1, steps_per_epoch)),
+                      std::to_string(steps_done) + "/" + std::to_string(steps_per_epoch) + " steps");
+  }
   void OnStepFailed(uint64_t step, const Status& status) override {
+    progress_.reset();
     std::fprintf(stderr, "fedrt peer: step %llu: %s\n", static_cast<unsigned long long>(step),
                  status.ToString().c_str());
     last_failure_ = status;
   }
   void OnReforming(int failed_rank, std::size_t survivors) override {
+    progress_.reset();
     std::fprintf(stderr, "fedrt peer: re-forming without peer rank %d (%zu peers)\n", failed_rank, survivors);
   }
   void OnReformed(std::size_t members) override {
+    progress_.reset();
     std::printf("ring re-formed with %zu peers\n", members);
     std::fflush(stdout);
   }
   void OnResumed(uint64_t step) override {
+    progress_.reset();
     std::printf("resuming at step %llu\n", static_cast<unsigned long long>(step));
     std::fflush(stdout);
   }
   void OnGossipStep(uint64_t step, uint64_t wraps) override {
     if (flags_.print_wraps) {
+      progress_.reset();
       std::printf("step %llu wraps %llu\n", static_cast<unsigned long long>(step), static_cast<unsigned long long>(wraps));
     }
   }
@@ -202,6 +222,8 @@ class PeerPrinter : public peer::PeerTrainerObserver {
   std::ofstream* metrics_;
   const std::chrono::steady_clock::time_point start_;
   Status last_failure_;
+  std::unique_ptr<Progress> progress_;  // of the running epoch (a terminal only)
+  int progress_epoch_ = -1;
 };
 
 Result<peer::PeerReduce> ReduceOf(const std::string& reduce) {
@@ -268,6 +290,16 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
   // The graph of gossip, and of the no-communication baseline (whose "vs
   // fp32" figure counts the graph's neighbours).
   const bool graph_applies = *reduce == peer::PeerReduce::kGossip || *reduce == peer::PeerReduce::kLocal;
+  // The start every peer shares, the same file or the same seed, read
+  // before anything is dialled.
+  std::string model_spec = flags.model;
+  LoadedModel init;
+  if (!flags.init_model.empty()) {
+    Result<LoadedModel> loaded = LoadAnyModel(flags.init_model, FlagGiven(app, "--model") ? flags.model : "");
+    if (!loaded.ok()) return Fail("peer", loaded.status());
+    init = std::move(*loaded);
+    model_spec = init.spec;
+  }
   transport::KeyStore keys;
   auto joined = Join(flags.config, flags.keys, flags.rank, &keys,
                      graph_applies && flags.graph == "torus" ? peer::GossipGraph::kTorus : peer::GossipGraph::kRing,
@@ -284,8 +316,12 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
   const std::vector<uint32_t>& mine = (*partition)[static_cast<std::size_t>(flags.rank)];
   if (mine.empty()) return Fail("peer", Status(StatusCode::kFailedPrecondition, "partition " + flags.partition + " gave this peer no examples"));
 
-  auto model = Model::Create(flags.model, flags.seed);  // same seed: same start on every peer
+  auto model = Model::Create(model_spec, flags.seed);
   if (!model.ok()) return Fail("peer", model.status());
+  if (!flags.init_model.empty()) {
+    std::copy(init.parameters.begin(), init.parameters.end(), model->parameters());
+    std::printf("starting from %s (%s, model %s)\n", flags.init_model.c_str(), init.kind.c_str(), model_spec.c_str());
+  }
   peer::PeerData view;
   view.set = data->train;
   view.share = mine.data();
@@ -319,7 +355,7 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
   auto trainer = peer::PeerTrainer::Create(*model, view, context, options);
   if (!trainer.ok()) return Fail("peer", trainer.status());
   std::printf("peer rank %d of %d: %s, %zu parameters, %zu examples (%s), %zu steps/epoch, reduce %s\n",
-              flags.rank, n, flags.model.c_str(), model->parameter_count(), mine.size(), flags.partition.c_str(),
+              flags.rank, n, model_spec.c_str(), model->parameter_count(), mine.size(), flags.partition.c_str(),
               (*trainer)->steps_per_epoch(), flags.reduce.c_str());
   std::fflush(stdout);
   const std::string& gossip_codec = (*trainer)->gossip_codec();
@@ -347,6 +383,12 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
     return Fail("peer", trained);
   }
   (void)context.Close();  // the neighbours still need this peer's last chunks
+  if (!flags.save_model.empty()) {
+    // Ring peers hold the same model; gossip peers each their own.
+    const Status saved = WriteModelNpz(flags.save_model, *model);
+    if (!saved.ok()) return Fail("peer", saved);
+    std::printf("saved the model to %s\n", flags.save_model.c_str());
+  }
   return 0;
 }
 
@@ -539,6 +581,9 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--graph", flags->graph, "Gossip graph: ring, or torus (2-D, Metropolis weights)")
       ->capture_default_str()->check(CLI::IsMember({"ring", "torus"}));
   p->add_option("--metrics", flags->metrics, "Write one JSON object per evaluation to this file");
+  p->add_option("--init-model", flags->init_model,
+                "Start from this model (.npz or checkpoint; give every peer the same file), with its model spec");
+  p->add_option("--save-model", flags->save_model, "Write this peer's final model to this .npz (numpy.load reads it)");
   p->add_option("--evals-per-epoch", flags->evals_per_epoch, "Test-set evaluations per epoch")
       ->capture_default_str()->check(CLI::Range(1, 1000));
   AddTlsPeerFlags(*p, flags->tls);

@@ -399,8 +399,6 @@ Status CheckSimFlags(const SimFlags& flags, const CLI::App& app) {
       {"--deadline-ms", star, "--topology star"},
       {"--partition-seed", star, "--topology star"},
       {"--downlink-codec", star, "--topology star"},
-      {"--init-model", star, "--topology star"},
-      {"--save-model", star, "--topology star"},
       {"--target-accuracy", star, "--topology star"},
       {"--shaper", !flags.link.empty() || !flags.link_file.empty(), "--link or --link-file"},
       {"--anchor-fraction", ndqsg, "--topology star with an ndqsg --codec"},
@@ -435,6 +433,15 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     if (!flags.byzantine.empty() || flags.aggregation != "mean" || flags.star.clip_update_norm != 0 ||
         flags.star.dp.noise_multiplier != 0 || flags.star.dp.clip != 0) {
       return Fail("--byzantine, --aggregation, --clip-update-norm and --dp-* apply to --topology star only");
+    }
+    if (!flags.init_model.empty()) {
+      // Read once here so a bad file stops the sim before any peer starts;
+      // every peer then reads it again (they hold no shared memory).
+      AggregatorOptions initial;
+      initial.model = flags.model;
+      const Status loaded = LoadInitialModel(flags.init_model, FlagGiven(app, "--model"), initial);
+      if (!loaded.ok()) return Fail(loaded.ToString());
+      flags.model = initial.model;
     }
     return RunPeerSim(flags);
   }
@@ -613,7 +620,10 @@ int RunSim(SimFlags flags, const CLI::App& app) {
                   port, children.size());
       std::fflush(stdout);
     };
+    RoundProgressLine progress("[" + label + "]", flags.rounds, /*whole_run=*/true);  // a terminal only
+    hooks.on_round_progress = [&](const RoundProgress& p) { progress.Update(p); };
     hooks.on_round = [&](const RoundReport& report) {
+      progress.Hide();
       if (report.applied) applied++;
       if (!report.applied) {  // the same round runs again: no point on the curves
         series.bytes_up += report.bytes_up;
@@ -690,6 +700,7 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     });
     const Status status = RunAggregator(options, hooks, &stop);
     aggregator_done = true;
+    progress.Hide();
     watcher.join();
     // Devices leave when told; give them a moment (none after an early
     // stop: they were not told), then make sure.
@@ -763,9 +774,9 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
                   "Star: broadcast the model's delta with this codec; once: every codec's run, or once per --codec "
                   "in order (none: the full fp32 model; default: none)");
   sim->add_option("--init-model", flags->init_model,
-                  "Star: every codec's run starts from this model (.npz or a checkpoint); its spec unless --model is given");
+                  "Every codec's run starts from this model (.npz or a checkpoint); its spec unless --model is given");
   sim->add_option("--save-model", flags->save_model,
-                  "Star: write each codec's final model to F-<codec>.npz (F without .npz; e.g. m-fp32.npz)");
+                  "Write each codec's final model to F-<codec>.npz (F without .npz; e.g. m-fp32.npz); ring and gossip: rank 0's");
   sim->add_option("--anchor-levels", flags->star.anchor_levels, "NDQSG: anchors' DQSG levels (0: s1)")
       ->capture_default_str();
   sim->add_option("--topology", flags->topology, "star (aggregator + devices), ring (all-reduce) or gossip (D-PSGD)")

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/console.h"
 #include "cli/kernel_links.h"
 #include "cli/link_flags.h"
 #include "cli/peer_launch.h"
@@ -174,6 +175,10 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
       args.push_back(flags.schedule);
     }
     if (flags.repair) args.push_back("--repair");
+    if (!flags.init_model.empty()) args.insert(args.end(), {"--init-model", flags.init_model});
+    // Ring peers end with one model; gossip peers each with their own, of
+    // which rank 0's is kept (the others' are in its neighbourhood).
+    if (!flags.save_model.empty() && r == 0) args.insert(args.end(), {"--save-model", SimModelPath(flags.save_model, codec)});
     args.insert(args.end(), flags.peer_args.begin(), flags.peer_args.end());
     if (flags.tls) {
       // Every peer presents the sim's 127.0.0.1 certificate (server and client use).
@@ -197,6 +202,8 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
   // only wait for it until their step or join deadlines. A neighbour may fail
   // because of it within the same poll, so every peer found failed is named.
   std::string failures;
+  // On a terminal: the run's share of epochs reported so far, with its ETA.
+  Progress progress("[" + name + "]");
   for (;;) {
     bool running = false;
     for (std::size_t r = 0; r < feeds.size(); ++r) {
@@ -269,6 +276,7 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
       series.near_wraps += wraps;
       const double ratio = bytes ? static_cast<double>(fp32) / static_cast<double>(bytes) : 0.0;
       const uint64_t most_wraps = step_wraps.empty() ? 0 : *std::max_element(step_wraps.begin(), step_wraps.end());
+      progress.Hide();
       std::printf("[%s] epoch %.2f/%u  peers %llu  test acc %.2f%% (%.2f..%.2f)  train loss %.4f  sent %.3f MB  "
                   "x%.1f vs fp32  wraps %llu (max %llu in a step)  %.0f s\n",
                   name.c_str(), epoch, flags.epochs, static_cast<unsigned long long>(peers), 100.0 * accuracy,
@@ -296,6 +304,12 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
       metrics << line.dump() << "\n" << std::flush;
       ++next;
     }
+    if (running) {
+      const double epochs_done = series.rounds.empty() ? 0.0 : series.rounds.back();
+      char detail[48];
+      std::snprintf(detail, sizeof detail, "epoch %.2f/%u", epochs_done, flags.epochs);
+      progress.Update(epochs_done / std::max(1u, flags.epochs), detail);
+    }
     if (interrupted->load() && failures.empty()) failures = "interrupted";
     if (!failures.empty()) {
       for (RankFeed& feed : feeds) {
@@ -311,6 +325,7 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
     if (!running) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  progress.Done();
   series.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   all->push_back(series);
   if (interrupted->load()) return Status(StatusCode::kCancelled, name + ": interrupted; the peers were stopped");
@@ -329,6 +344,13 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
   }
   if (failed > 0) {
     std::printf("[%s] %d of %d peers failed; the others re-formed and finished\n", name.c_str(), failed, flags.peers);
+  }
+  if (!flags.save_model.empty()) {
+    if (feeds[0].failed) {
+      return Status(StatusCode::kFailedPrecondition, name + ": rank 0 failed, so its final model was not saved to " +
+                                SimModelPath(flags.save_model, codec));
+    }
+    std::printf("[%s] saved rank 0's final model to %s\n", name.c_str(), SimModelPath(flags.save_model, codec).c_str());
   }
   return Status::Ok();
 }

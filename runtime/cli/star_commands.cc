@@ -116,21 +116,11 @@ int RunServe(ServeFlags& flags, const CLI::App& app) {
     std::printf("metrics on port %u\n", port);
     std::fflush(stdout);
   };
-  std::unique_ptr<Progress> progress;  // of the open round (a terminal only)
-  uint32_t progress_round = 0;
-  hooks.on_round_progress = [&](const RoundProgress& p) {
-    if (!progress || p.round != progress_round) {
-      progress = std::make_unique<Progress>("round " + std::to_string(p.round) + "/" +
-                                            std::to_string(flags.options.rounds));
-      progress_round = p.round;
-    }
-    progress->Update(static_cast<double>(p.received) / static_cast<double>(p.quorum),
-                     std::to_string(p.received) + "/" + std::to_string(p.sampled) + " updates, deadline in " +
-                         std::to_string(p.deadline_in_ms / 1000) + " s");
-  };
+  RoundProgressLine progress("", flags.options.rounds, /*whole_run=*/false);  // a terminal only
+  hooks.on_round_progress = [&](const RoundProgress& p) { progress.Update(p); };
   const std::string codec = flags.options.codec;
   hooks.on_round = [&](const RoundReport& report) {
-    progress.reset();
+    progress.Hide();
     std::printf("%s\n", FormatRound(report, flags.options.rounds).c_str());
     std::fflush(stdout);
     if (metrics.is_open()) metrics << RoundJson(report, codec).dump() << "\n" << std::flush;
@@ -197,6 +187,32 @@ int RunDeviceCommand(DeviceFlags& flags) {
 }
 
 }  // namespace
+
+void RoundProgressLine::Update(const RoundProgress& p) {
+  const double in_round = static_cast<double>(p.received) / static_cast<double>(std::max<std::size_t>(1, p.quorum));
+  const std::string updates = std::to_string(p.received) + "/" + std::to_string(p.sampled) + " updates";
+  const std::string round = "round " + std::to_string(p.round) + "/" + std::to_string(rounds_);
+  if (whole_run_) {
+    if (!progress_) progress_ = std::make_unique<Progress>(prefix_);
+    const double done = static_cast<double>(p.round > 0 ? p.round - 1 : 0) + std::min(1.0, in_round);
+    progress_->Update(done / static_cast<double>(std::max<uint32_t>(1, rounds_)), round + ", " + updates);
+    return;
+  }
+  if (!progress_ || p.round != round_) {
+    progress_ = std::make_unique<Progress>(prefix_.empty() ? round : prefix_ + " " + round);
+    round_ = p.round;
+  }
+  progress_->Update(in_round, updates + ", deadline in " + std::to_string(p.deadline_in_ms / 1000) + " s");
+}
+
+void RoundProgressLine::Hide() {
+  if (!progress_) return;
+  if (whole_run_) {
+    progress_->Hide();
+  } else {
+    progress_.reset();
+  }
+}
 
 Status LoadInitialModel(const std::string& path, bool model_given, AggregatorOptions& options) {
   Result<LoadedModel> init = LoadAnyModel(path, model_given ? options.model : "");

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 
+#include "cli/console.h"
 #include "fedrt/runtime/aggregator.h"
 
 namespace CLI {
@@ -21,6 +23,26 @@ void AddRobustFlags(CLI::App& command, std::string& aggregation, AggregatorConfi
 // --init-model of serve and sim: the file's model (cli/model_files.h) as the
 // round-0 model, and its spec unless --model was given (then they must agree).
 Status LoadInitialModel(const std::string& path, bool model_given, AggregatorOptions& options);
+
+// The aggregator's progress line on a terminal (cli/console.h): the open
+// round's updates against its quorum. Per round for `fedrt serve` (a new line
+// and ETA each round), or over the whole run for `fedrt sim` (`whole_run`:
+// the fraction of all `rounds` done, the ETA the run's). One thread.
+class RoundProgressLine {
+ public:
+  RoundProgressLine(std::string prefix, uint32_t rounds, bool whole_run)
+      : prefix_(std::move(prefix)), rounds_(rounds), whole_run_(whole_run) {}
+  void Update(const RoundProgress& p);
+  // Clears the line before other output (the round's report).
+  void Hide();
+
+ private:
+  std::string prefix_;
+  uint32_t rounds_;
+  bool whole_run_;
+  std::unique_ptr<Progress> progress_;
+  uint32_t round_ = 0;
+};
 
 // Per device: role, nesting ratio used and next, near-wrap count, bytes.
 inline nlohmann::json DevicesJson(const RoundReport& r) {

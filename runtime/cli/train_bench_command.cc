@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_record.h"
 #include "cli/commands.h"
 #include "fedrt/platform/clock.h"
 #include "fedrt/platform/cpu.h"
@@ -36,6 +37,7 @@ struct TrainBenchFlags {
   int warmup = 20;
   int pool = 16;
   bool json = false;
+  std::string record;  // a markdown file the result is appended to (bench_record.h)
 };
 
 double ProcessCpuSeconds() {
@@ -56,6 +58,7 @@ int Fail(const Status& status) {
 }
 
 int RunTrainBench(const TrainBenchFlags& flags) {
+  const std::string load_before = LoadAverage();
   if (!SetGemmThreads(flags.threads)) {
     return Fail(InvalidArgument("the " + std::string(GemmBackendName()) + " GEMM cannot use " +
                                 std::to_string(flags.threads) + " threads"));
@@ -127,6 +130,24 @@ int RunTrainBench(const TrainBenchFlags& flags) {
                 1e3 * Percentile(seconds, 0.1), 1e3 * Percentile(seconds, 0.9), 1e3 * wall / n, 1e3 * cpu / n,
                 flags.steps, gemm.c_str(), IsaName(ActiveIsa()));
   }
+  if (!flags.record.empty()) {
+    BenchRecord record;
+    record.title = "fedrt bench train";
+    record.load_before = load_before;
+    record.columns = {"model", "batch", "threads", "steps", "p50 ms", "p10 ms", "p90 ms", "mean ms", "CPU ms/step",
+                      "gemm", "kernels"};
+    const auto ms = [](double s) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.3f", 1e3 * s);
+      return std::string(text);
+    };
+    record.rows.push_back({flags.model, std::to_string(flags.batch), std::to_string(GemmThreads()),
+                           std::to_string(flags.steps), ms(Percentile(seconds, 0.5)), ms(Percentile(seconds, 0.1)),
+                           ms(Percentile(seconds, 0.9)), ms(wall / n), ms(cpu / n), gemm, IsaName(ActiveIsa())});
+    const Status written = AppendBenchRecord(flags.record, record);
+    if (!written.ok()) return Fail(written);
+    std::fprintf(stderr, "recorded in %s\n", flags.record.c_str());
+  }
   return 0;
 }
 
@@ -145,6 +166,8 @@ void RegisterTrainBench(CLI::App& app, CommandList& commands) {
   train->add_option("--pool", flags->pool, "Distinct batches the steps cycle through")
       ->capture_default_str()->check(CLI::Range(1, 4096));
   train->add_flag("--json", flags->json, "One JSON object instead of the text line");
+  train->add_option("--record", flags->record,
+                    "Also append the result as a dated markdown section to this file (e.g. docs/benchmarks/training.md)");
   commands.push_back({train, [flags] { return RunTrainBench(*flags); }});
 }
 

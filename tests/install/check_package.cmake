@@ -2,8 +2,11 @@
 # it runs from there), and `cpack -G DEB` makes a .deb whose file list
 # (`dpkg-deb -c`) holds the tool, every library, the public headers, the
 # CMake package and the example systemd units, with the shared libraries
-# the tool needs as dependencies.
-#   -DBUILD=<build dir> -DWORK=<dir> -DDPKG_DEB=dpkg-deb -DCPACK=cpack -DLIBDIR=<lib dir name>
+# the tool needs as dependencies and a real Maintainer; and that `dpkg -i`
+# installs it into a throwaway root (its own package database under WORK,
+# never the machine's) from which the installed fedrt runs.
+#   -DBUILD=<build dir> -DWORK=<dir> -DDPKG_DEB=dpkg-deb -DDPKG=dpkg (optional) -DCPACK=cpack
+#   -DLIBDIR=<lib dir name>
 file(REMOVE_RECURSE ${WORK})
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD} --prefix ${WORK}/prefix
                 RESULT_VARIABLE status OUTPUT_QUIET ERROR_VARIABLE err)
@@ -42,8 +45,34 @@ foreach(path
     message(FATAL_ERROR "${debs} lacks ${path}; it holds:\n${listing}")
   endif()
 endforeach()
-execute_process(COMMAND ${DPKG_DEB} -f ${debs} Package Version Depends OUTPUT_VARIABLE fields)
-if(NOT fields MATCHES "Package: fedrt" OR NOT fields MATCHES "Depends: [^\n]*libc6")
+execute_process(COMMAND ${DPKG_DEB} -f ${debs} Package Version Maintainer Depends OUTPUT_VARIABLE fields)
+if(NOT fields MATCHES "Package: fedrt" OR NOT fields MATCHES "Depends: [^\n]*libc6" OR
+   NOT fields MATCHES "Maintainer: fedrt developers <fedrt@users.noreply.github.com>")
   message(FATAL_ERROR "${debs}: unexpected control fields:\n${fields}")
 endif()
 message(STATUS "${debs}:\n${fields}")
+
+if(DPKG)
+  # --root makes dpkg use ROOT/var/lib/dpkg as its database and ROOT as the
+  # installation directory; --force-depends because that database knows none
+  # of the machine's packages (the libraries are there all the same).
+  set(root ${WORK}/root)
+  file(MAKE_DIRECTORY ${root}/var/lib/dpkg/info ${root}/var/lib/dpkg/updates)
+  file(WRITE ${root}/var/lib/dpkg/status "")
+  execute_process(COMMAND ${DPKG} --root=${root} --log=${WORK}/dpkg.log --force-not-root --force-depends
+                          --force-script-chrootless -i ${debs}
+                  RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "dpkg -i into ${root} failed:\n${out}")
+  endif()
+  execute_process(COMMAND ${DPKG} --root=${root} --log=${WORK}/dpkg.log -s fedrt OUTPUT_VARIABLE state)
+  if(NOT state MATCHES "Status: install ok installed")
+    message(FATAL_ERROR "dpkg --root=${root} does not list fedrt as installed:\n${state}")
+  endif()
+  execute_process(COMMAND ${root}/usr/bin/fedrt --version RESULT_VARIABLE status OUTPUT_VARIABLE version
+                  ERROR_VARIABLE version)
+  if(NOT status EQUAL 0 OR NOT version MATCHES "^fedrt [0-9]")
+    message(FATAL_ERROR "the fedrt the .deb installed does not run: ${status} ${version}")
+  endif()
+  message(STATUS "dpkg -i into ${root}: ${version}")
+endif()

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,40 @@ TEST_CASE("codec tools fail clearly on a missing file, a bad spec and a corrupt 
   CHECK(corrupt.output.find("corrupt") != std::string::npos);
   std::remove(in.c_str());
   std::remove(payload.c_str());
+}
+
+TEST_CASE("bench codecs and bench train --record append a dated markdown section per run") {
+  const std::string md = TempPath("bench-record.md");
+  std::remove(md.c_str());
+  Run first = RunCli("bench codecs --quick --codec fp32 --min-time 0.01 --record " + md);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  CHECK(first.output.find("recorded in " + md) != std::string::npos);
+  Run second = RunCli("bench train --model mlp:784-16-10 --batch 8 --steps 5 --warmup 1 --record " + md);
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  std::ostringstream read;
+  read << std::ifstream(md).rdbuf();
+  const std::string text = read.str();
+  INFO(text);
+  CHECK(text.rfind("# Benchmark results\n\n## fedrt bench codecs (wall-clock time, one core) (20", 0) == 0);
+  CHECK(text.find("- command: `fedrt bench codecs --quick --codec fp32 --min-time 0.01 --record " + md + "`\n") !=
+        std::string::npos);
+  CHECK(text.find(" cores; load average ") != std::string::npos);
+  CHECK(text.find("| codec | isa | vector | enc GB/s | dec GB/s | bits/coord | norm. error |\n|---|---|---|---|---|---|---|\n") !=
+        std::string::npos);
+  CHECK(text.find("| memcpy (the ceiling) |") != std::string::npos);
+  CHECK(text.find("| fp32:ef=off | scalar | gaussian-2^16 | ") != std::string::npos);
+  // The second run is a section of its own after the first, in the same file.
+  const std::size_t train = text.find("\n## fedrt bench train (20");
+  CHECK(train != std::string::npos);
+  CHECK(train > text.find("| fp32:ef=off | scalar | gaussian-2^16 | "));
+  CHECK(text.find("| mlp:784-16-10 | 8 | 1 | 5 | ", train) != std::string::npos);
+  CHECK(text.find("# Benchmark results", 1) == std::string::npos);  // one heading per file
+  Run unwritable = RunCli("bench train --model mlp:784-16-10 --batch 8 --steps 2 --warmup 0 --record /nonexistent/x.md");
+  CHECK(unwritable.exit_code == 1);
+  CHECK(unwritable.output.find("/nonexistent/x.md: cannot open for appending") != std::string::npos);
+  std::remove(md.c_str());
 }
 
 }  // namespace

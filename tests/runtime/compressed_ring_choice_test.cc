@@ -1,5 +1,5 @@
 // Why the compressed ring all-reduces by all-gather of compressed updates
-// (collectives.h, CompressedRingAllReduce; runtime/README.md, "Compressed
+// (collectives.h, CompressedRingAllReduce; docs/design/peer.md, "Compressed
 // ring all-reduce"): both ways a ring can carry a codec, measured on the real
 // gradients of four LeNet-300-100 peers on Fashion-MNIST, in one step and
 // without error feedback, so the figures are the error each way adds:

@@ -1,10 +1,14 @@
 // The terminal side of the long-running commands (runtime/cli/console.h):
-// timestamped log lines and --log-level, a progress line only on a terminal,
+// timestamped log lines and --log-level, a progress line only on a terminal
+// (train, peer, sim),
 // and the process name after the OpenBLAS restart.
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pty.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -108,6 +112,30 @@ bool HasProgressLine(const std::string& text, const std::string& head, const std
   return false;
 }
 
+// Whether `text` holds `head`, digits and "% " + `tail` in a row (a line
+// whose detail does not start with a count).
+bool HasPercentLine(const std::string& text, const std::string& head, const std::string& tail) {
+  for (std::size_t at = text.find(head); at != std::string::npos; at = text.find(head, at + 1)) {
+    std::size_t q = at + head.size();
+    while (q < text.size() && text[q] >= '0' && text[q] <= '9') ++q;
+    if (q != at + head.size() && text.compare(q, 2 + tail.size(), "% " + tail) == 0) return true;
+  }
+  return false;
+}
+
+// A port on 127.0.0.1 nobody listens on (bound, read, released).
+uint16_t FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
 TEST_CASE("long-running commands stamp their log lines with the UTC time and show the level --log-level chooses") {
   testing::TempDir dir;
   REQUIRE(dir.ok());
@@ -144,6 +172,58 @@ TEST_CASE("train draws a progress line within each epoch on a terminal and nothi
   CHECK(piped.output.find('\r') == std::string::npos);
   CHECK(piped.output.find("steps") == std::string::npos);
   CHECK(piped.output.find("epoch 2/2  loss") != std::string::npos);
+}
+
+TEST_CASE("peer draws the steps of its epoch on a terminal and nothing extra into a pipe") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string keys = dir.File("peer-keys.txt");
+  std::ofstream(keys) << "peer-0 00112233445566778899aabbccddeeff\npeer-1 ffeeddccbbaa99887766554433221100\n";
+  ::chmod(keys.c_str(), 0600);
+  const std::string peers = dir.File("peers.json");
+  std::ofstream(peers) << "{\"peers\": [{\"id\": \"peer-0\", \"host\": \"127.0.0.1\", \"port\": " << FreePort()
+                       << "}, {\"id\": \"peer-1\", \"host\": \"127.0.0.1\", \"port\": " << FreePort() << "}]}\n";
+  // 256 examples on 2 peers, batch 4: 32 steps an epoch.
+  const auto args = [&](const char* rank) {
+    return std::vector<std::string>{FEDRT_CLI_PATH, "peer", "--peers", peers, "--keys", keys, "--rank", rank,
+                                    "--data", FEDRT_TINY_IDX_DIR, "--model", "mlp:784-16-10", "--epochs", "2",
+                                    "--batch", "4"};
+  };
+  ChildProcess piped(args("1"));
+  const std::string terminal = RunOnTerminal(args("0"));
+  INFO(terminal);
+  CHECK(HasProgressLine(terminal, "\r\x1b[Kpeer rank 0 epoch 1/2 ", "/32 steps"));
+  CHECK(terminal.find("\r\x1b[Kpeer rank 0 epoch 2/2  loss") != std::string::npos);  // cleared before the epoch's line
+  CHECK(piped.Wait() == 0);
+  CHECK(piped.output().find('\r') == std::string::npos);
+  CHECK(piped.output().find("/32 steps") == std::string::npos);  // "32 steps/epoch" is the start line
+  CHECK(piped.output().find("peer rank 1 epoch 2/2  loss") != std::string::npos);
+}
+
+TEST_CASE("sim draws the run's progress on a terminal and nothing extra into a pipe") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const std::vector<std::string> star = {FEDRT_CLI_PATH, "sim", "--data", FEDRT_TINY_IDX_DIR, "--model",
+                                         "mlp:784-16-10", "--devices", "2", "--rounds", "2", "--batch", "16",
+                                         "--codec", "fp32", "--out", dir.File("star")};
+  std::string terminal = RunOnTerminal(star);
+  INFO(terminal);
+  CHECK(HasPercentLine(terminal, "\r\x1b[K[fp32] ", "round 1/2, "));
+  CHECK(terminal.find("\r\x1b[K[fp32] round 2/2 ") != std::string::npos);  // cleared before the round's line
+  const std::vector<std::string> ring = {FEDRT_CLI_PATH, "sim", "--topology", "ring", "--peers", "2", "--data",
+                                         FEDRT_TINY_IDX_DIR, "--model", "mlp:784-16-10", "--epochs", "2", "--batch",
+                                         "16", "--codec", "fp32", "--out", dir.File("ring")};
+  terminal = RunOnTerminal(ring);
+  CHECK(HasPercentLine(terminal, "\r\x1b[K[ring fp32] ", "epoch "));
+  CHECK(terminal.find("\r\x1b[K[ring fp32] epoch 1.00/2 ") != std::string::npos);  // cleared before the line
+  for (const std::vector<std::string>* args : {&star, &ring}) {
+    std::string command;
+    for (std::size_t i = 1; i < args->size(); ++i) command += (*args)[i] + " ";
+    const CliRun plain = RunCli(command);
+    INFO(plain.output);
+    CHECK(plain.exit_code == 0);
+    CHECK(plain.output.find('\r') == std::string::npos);
+  }
 }
 
 TEST_CASE("fedrt keeps its process name after it restarts itself for better OpenBLAS kernels") {

@@ -3,7 +3,8 @@
 // CSV files and IDX files with dotted names, unzipped; every form trains (and
 // the devices of `fedrt sim` read it); a model whose output layer does not
 // match the class count is refused naming both numbers; `fedrt sim` saves
-// each codec's final model for NumPy and starts from one; a sim whose devices
+// each codec's final model for NumPy and starts from one, in the star and
+// in the peer topologies; a sim whose devices
 // cannot start stops within 30 s with their reason. Runs where the build
 // found Debian's python3-numpy.
 #include <doctest/doctest.h>
@@ -115,14 +116,16 @@ TEST_CASE("fedrt sim saves each codec's final model for NumPy and starts from on
         std::string::npos);
   CHECK(LearnedWell(run.output, "round 1/1  updates 2/2 "));
 
-  // A model file for another model, --init-model in a peer topology and on a device are errors.
+  // A model file for another model (star or peers) and --init-model on a device are errors.
   run = RunCli("sim --data " + dir.File("csv") + " --out " + dir.File("c") + " --model mlp:784-32-10 --init-model " +
                dir.File("m-fp32.npz"));
   CHECK(run.exit_code == 1);
   CHECK(run.output.find("holds model 'mlp:784-16-10', --model says 'mlp:784-32-10'") != std::string::npos);
-  run = RunCli("sim --topology ring --init-model " + dir.File("m-fp32.npz"));
-  CHECK(run.exit_code == 2);
-  CHECK(run.output.find("--init-model applies to --topology star only") != std::string::npos);
+  run = RunCli("sim --topology ring --data " + dir.File("csv") + " --out " + dir.File("d") +
+               " --model mlp:784-32-10 --init-model " + dir.File("m-fp32.npz"));
+  CHECK(run.exit_code == 1);
+  CHECK(run.output.find("holds model 'mlp:784-16-10', --model says 'mlp:784-32-10'") != std::string::npos);
+  CHECK(run.output.find("peer processes started") == std::string::npos);  // refused before any peer started
   run = RunCli("serve --key-file " + dir.File("a/keys.txt") + " --model mlp:784-32-10 --init-model " +
                dir.File("m-fp32.npz"));
   CHECK(run.exit_code == 1);
@@ -133,6 +136,40 @@ TEST_CASE("fedrt sim saves each codec's final model for NumPy and starts from on
   CHECK(run.exit_code == 2);
   CHECK(run.output.find("--init-model does not apply to a device: it receives the global model from the aggregator") !=
         std::string::npos);
+}
+
+TEST_CASE("fedrt sim --topology ring and gossip save rank 0's final model for NumPy and start from one") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  Python(dir.path(), std::string(kReadIdx) + kWriteDataSets);
+  const std::string common = " --peers 2 --epochs 2 --batch 16 --codec fp32 --data " + dir.File("set.npz");
+  CliRun run = RunCli("sim --topology ring --model mlp:784-16-10 --out " + dir.File("r") + common +
+                      " --save-model " + dir.File("ring.npz"));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.output.find("[ring fp32] saved rank 0's final model to " + dir.File("ring-fp32.npz")) != std::string::npos);
+  CHECK(Python(dir.path(),
+               "m = np.load('ring-fp32.npz')\n"
+               "print(m['dense1.weight'].shape, m['dense2.bias'].dtype, m['fedrt_model_spec'].item().decode())\n") ==
+        "(16, 784) float32 mlp:784-16-10\n");
+
+  // NumPy zeroes every tensor and names no model (so --model says which).
+  // From all zeros only the output bias gets a gradient: if the peers start
+  // from the file, the weights they end with are still exactly zero.
+  Python(dir.path(),
+         "m = np.load('ring-fp32.npz')\n"
+         "np.savez('zero.npz', **{k: np.zeros_like(m[k]) for k in m.files if k != 'fedrt_model_spec'})\n");
+  run = RunCli("sim --topology gossip --model mlp:784-16-10 --out " + dir.File("g") + common + " --init-model " +
+               dir.File("zero.npz") + " --save-model " + dir.File("gossip"));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.output.find("starting from " + dir.File("zero.npz") + " (.npz, model mlp:784-16-10)") != std::string::npos);
+  CHECK(run.output.find("[gossip fp32] saved rank 0's final model to " + dir.File("gossip-fp32.npz")) !=
+        std::string::npos);
+  CHECK(Python(dir.path(),
+               "m = np.load('gossip-fp32.npz')\n"
+               "print(all(not m[k].any() for k in ('dense1.weight', 'dense1.bias', 'dense2.weight')),"
+               " bool(m['dense2.bias'].any()))\n") == "True True\n");
 }
 
 TEST_CASE("fedrt sim whose devices exit at start stops within 30 s with their reason") {

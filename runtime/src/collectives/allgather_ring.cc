@@ -5,7 +5,7 @@
 // with ChunkSequence), as RingChunk {phase all-gather, step = hop, segment =
 // the ring position of the payload's author}; every member then decodes the
 // p payloads in ring order into the sum, so all members end bit-identical.
-// Why all-gather and not re-encoding per hop: runtime/README.md, "Compressed
+// Why all-gather and not re-encoding per hop: docs/design/peer.md, "Compressed
 // ring all-reduce" (measured in runtime_compressed_ring_choice_test).
 //
 // ALQ / AMQ: every member measures the level statistics of the vector it

@@ -320,6 +320,7 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
       if (s > 0 && (s * evals) / steps_per_epoch_ != ((s - 1) * evals) / steps_per_epoch_) {
         FEDRT_RETURN_IF_ERROR(Report(observer, epoch, s, step, false, 0, 0, 0));
       }
+      observer.OnStep(epoch, s, steps_per_epoch_);
       for (std::size_t b = 0; b < batch; ++b) batch_indices_[b] = data_.share[order[s * batch + b]];
       GatherBatch(data_.set, batch_indices_.data(), batch, features_.data(), labels_.data());
       auto loss = model_.ComputeGradients(features_.data(), labels_.data(), options_.batch);

@@ -183,6 +183,13 @@ class PeerTrainerObserver {
     (void)step;
     (void)wraps;
   }
+  // Before each step: `steps_done` of the epoch's `steps_per_epoch` are done
+  // (a progress line; called every step, so keep it cheap).
+  virtual void OnStep(int epoch, std::size_t steps_done, std::size_t steps_per_epoch) {
+    (void)epoch;
+    (void)steps_done;
+    (void)steps_per_epoch;
+  }
 };
 
 class PeerTrainer {

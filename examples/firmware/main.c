@@ -151,6 +151,10 @@ int main(void) {
   /* The codecs `fedrt serve --codec ndqsg` instructs (nested at rho 3 to 9,
    * anchors in plain DQSG): they size the device's block. */
   options.codecs = "ndqsg;ndqsg:rho=9;dqsg:s=3";
+  /* Frames of up to 64 KiB (the smallest limit; announced in the join): the
+   * aggregator sends the model in 32 KiB chunks, each read into the device's
+   * idle gradient buffer rather than a heap block the size of the model. */
+  options.max_frame_bytes = 65536;
   size_t device_bytes = 0;
   void* device_memory = NULL;
   if (fedrt_device_size(model, &data, 0, &options, &device_bytes) != FEDRT_OK ||

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "fedrt/runtime/gemm.h"
@@ -39,6 +40,17 @@ TEST("the blocked GEMM gives the reference bits across block edges") {
   CHECK(std::memcmp(blocked.data(), reference.data(), blocked.size() * sizeof(float)) == 0);
   std::printf("  packing scratch for %dx%dx%d: %u floats\n", m, n, k,
               static_cast<unsigned>(fedrt::BuiltinGemmScratchFloats(m, n, k)));
+}
+
+TEST("a cnn spec builds, or is refused naming FEDRT_CONV_LAYERS when the build leaves convolutions out") {
+  fedrt::Result<fedrt::Model> model = fedrt::Model::Create("cnn:8x8x1-c2k3-p2-d4-3", 1);
+#if FEDRT_CONV_LAYERS
+  CHECK(model.ok());
+#else
+  REQUIRE(!model.ok());
+  CHECK(model.status().code() == fedrt::StatusCode::kUnsupported);
+  CHECK(model.status().message().find("FEDRT_CONV_LAYERS=OFF") != std::string::npos);
+#endif
 }
 
 TEST("mlp:784-16-10 learns a synthetic task on caller memory") {

@@ -9,6 +9,7 @@
 // whenever a device engine handles a frame or works.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -163,6 +164,103 @@ RunResult RunRounds(const std::string& codec, const std::string& downlink, uint3
   (*aggregator)->Abort(Status(StatusCode::kCancelled, "test over"));
   for (ArenaDevice& d : devices) d.pipe->Pump();
   return result;
+}
+
+// Records where the device's frames were read: instructions frames, their
+// sizes, and whether each body sat in the device's gradient buffer.
+struct LendingProbe : ConnectionHandler {
+  LendingProbe(DeviceClient& device, Model& device_model) : inner(device), model(device_model) {}
+  void OnFrame(Connection& connection, Frame frame) override {
+    if (frame.kind() == MessageKind::kRoundInstructions) {
+      ++instructions;
+      largest = std::max(largest, frame.size());
+      if (frame.data() == reinterpret_cast<const uint8_t*>(model.gradients())) ++lent;
+    }
+    inner.OnFrame(connection, std::move(frame));
+  }
+  void OnClose(Connection& connection, const Status& reason) override { inner.OnClose(connection, reason); }
+  uint8_t* LendFrameStorage(Connection& connection, std::size_t size) override {
+    return inner.LendFrameStorage(connection, size);
+  }
+  DeviceConnectionHandler inner;
+  Model& model;
+  std::size_t instructions = 0, lent = 0, largest = 0;
+};
+
+struct LendingRun {
+  std::size_t rounds = 0, instructions = 0, lent = 0, largest = 0;
+  std::string device_error;
+};
+
+// One device with a model of 50,416 parameter bytes and `max_frame_bytes`,
+// 3 rounds of dqsg against a real aggregator over a MemoryPipe.
+LendingRun RunLending(uint32_t max_frame_bytes) {
+  constexpr const char* kWideModel = "mlp:16-600-4";
+  ManualClock clock{1000000000};
+  Blobs train(64, 3);
+  KeyStore keys = KeyStore::Parse("dev-0 " + HexKey(0) + "\n").value();
+  AggregatorConfig config;
+  config.model = kWideModel;
+  config.codec = "dqsg";
+  config.rounds = 3;
+  config.min_devices = 1;
+  config.round_deadline_ms = 5000;
+  LendingRun result;
+  AggregatorHooks hooks;
+  hooks.on_round = [&](const RoundReport& r) { result.rounds += r.applied ? 1 : 0; };
+  Result<std::shared_ptr<Aggregator>> aggregator = Aggregator::Create(config, keys, TestCrypto(), clock, nullptr, hooks);
+  REQUIRE_MESSAGE(aggregator.ok(), aggregator.status().ToString());
+  std::unique_ptr<Model> model = std::make_unique<Model>(Model::Create(kWideModel, 1).value());
+  DeviceClientConfig device_config;
+  device_config.device_id = "dev-0";
+  device_config.key = *keys.Find("dev-0");
+  device_config.batch = 16;
+  device_config.codecs = {"dqsg"};
+  device_config.max_frame_bytes = max_frame_bytes;
+  Result<std::unique_ptr<DeviceClient>> device =
+      DeviceClient::Create(device_config, *model, train.view, nullptr, TestCrypto());
+  REQUIRE_MESSAGE(device.ok(), device.status().ToString());
+  auto probe = std::make_shared<LendingProbe>(**device, *model);
+  Result<std::unique_ptr<MemoryPipe>> pipe =
+      MemoryPipe::Create(*aggregator, probe, (*aggregator)->connection_options(), clock);
+  REQUIRE(pipe.ok());
+  REQUIRE((*device)->Start((*pipe)->b()).ok());
+  for (int guard = 0; guard < 100000 && !(*aggregator)->finished(); ++guard) {
+    bool moved = (*pipe)->Pump();
+    if ((*device)->has_work() && !(*pipe)->b().closed()) {
+      const Status worked = (*device)->Work((*pipe)->b(), 0);
+      if (!worked.ok() && result.device_error.empty()) result.device_error = worked.ToString();
+      moved = true;
+    }
+    if ((*aggregator)->Tick() == 0) moved = true;
+    if ((*pipe)->Pump()) moved = true;
+    if (!moved) break;
+  }
+  if (!probe->inner.error().ok() && result.device_error.empty()) result.device_error = probe->inner.error().ToString();
+  result.instructions = probe->instructions;
+  result.lent = probe->lent;
+  result.largest = probe->largest;
+  (*aggregator)->Abort(Status(StatusCode::kCancelled, "test over"));
+  (*pipe)->Pump();
+  return result;
+}
+
+TEST_CASE("device arena: a device announcing 64 KiB frames gets the model in 32 KiB chunks read into its gradients") {
+  const LendingRun small = RunLending(kMinFrameBytes);
+  CHECK_MESSAGE(small.device_error.empty(), small.device_error);
+  CHECK(small.rounds == 3);
+  // 50,416 model bytes in chunks of 32 KiB: two instructions frames a round,
+  // each within the announced limit and each read into the idle gradients.
+  CHECK(small.instructions == 6);
+  CHECK(small.largest <= kMinFrameBytes);
+  CHECK(small.lent == small.instructions);
+  // The default limit: one frame a round, larger than the gradient buffer,
+  // so the connection allocates it as before.
+  const LendingRun large = RunLending(kDefaultMaxFrameBytes);
+  CHECK_MESSAGE(large.device_error.empty(), large.device_error);
+  CHECK(large.rounds == 3);
+  CHECK(large.instructions == 3);
+  CHECK(large.lent == 0);
 }
 
 TEST_CASE("device arena: the size query covers the block, and a smaller block is refused") {

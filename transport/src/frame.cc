@@ -64,6 +64,7 @@ Result<uint32_t> ParseFramePrefix(const uint8_t prefix[kFramePrefixBytes], const
 }
 
 void internal::FrameBytesFree::operator()(uint8_t* p) const {
+  if (lent) return;
   if (pool) {
     pool->Return(p, capacity);
   } else {
@@ -165,6 +166,15 @@ Result<FrameBytes> FrameBytes::Allocate(std::size_t size) {
     return Status(StatusCode::kResourceExhausted,
                   "cannot allocate " + std::to_string(size) + " bytes for a frame");
   }
+  bytes.size_ = size;
+  return bytes;
+}
+
+FrameBytes FrameBytes::Lent(uint8_t* data, std::size_t size) {
+  FrameBytes bytes;
+  internal::FrameBytesFree lent;
+  lent.lent = true;
+  bytes.data_ = std::unique_ptr<uint8_t, internal::FrameBytesFree>(data, std::move(lent));
   bytes.size_ = size;
   return bytes;
 }

@@ -53,12 +53,17 @@ Status FrameReader::Feed(const uint8_t* data, std::size_t size, const std::funct
         failed_ = true;
         return body_size.status();
       }
-      Result<FrameBytes> body = FrameBytes::Allocate(*body_size);
-      if (!body.ok()) {
-        failed_ = true;
-        return body.status();
+      uint8_t* lent = lender_ ? lender_(*body_size) : nullptr;
+      if (lent != nullptr) {
+        body_ = FrameBytes::Lent(lent, *body_size);
+      } else {
+        Result<FrameBytes> body = FrameBytes::Allocate(*body_size);
+        if (!body.ok()) {
+          failed_ = true;
+          return body.status();
+        }
+        body_ = std::move(*body);
       }
-      body_ = std::move(*body);
       body_filled_ = 0;
       prefix_filled_ = 0;
       in_body_ = true;
@@ -100,6 +105,9 @@ StreamConnection::StreamConnection(std::string peer, StreamWrite write, std::sha
       clock_(clock), reader_(options.limits), id_(NextConnectionId()),
       liveness_(options.heartbeat_interval_ms, options.idle_timeout_ms) {
   if (options.initial_max_frame_bytes != 0) reader_.set_max_frame_bytes(options.initial_max_frame_bytes);
+  if (handler_) {
+    reader_.set_lender([this](std::size_t size) { return handler_->LendFrameStorage(*this, size); });
+  }
 }
 
 void StreamConnection::LiftInitialFrameLimit() { reader_.set_max_frame_bytes(options_.limits.max_frame_bytes); }

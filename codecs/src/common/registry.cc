@@ -138,6 +138,18 @@ Result<std::unique_ptr<AdaptiveCodec>> MakeAdaptiveCodec(const std::string& text
   return std::unique_ptr<AdaptiveCodec>(static_cast<AdaptiveCodec*>(codec->release()));
 }
 
+// Here rather than beside alq and amq: in a build without them (FEDRT_CODECS)
+// no codec is adaptive, and a caller's level-table code (the device client's
+// statistics and tables) is dropped at link time along with them.
+AdaptiveCodec* AsAdaptiveCodec(Codec* codec) {
+#if FEDRT_CODEC_ALQ || FEDRT_CODEC_AMQ
+  return AdaptiveQuantizer(codec);
+#else
+  (void)codec;
+  return nullptr;
+#endif
+}
+
 Result<CodecFootprint> CodecFootprintFor(std::string_view spec, std::size_t max_d) {
   // Build the codec in a stack buffer to ask it for its working space.
   alignas(std::max_align_t) unsigned char probe[codec_internal::kMaxCodecObjectSize];

@@ -426,7 +426,7 @@ Status MakeAmqCodec(const CodecSpec& spec, CodecSlot* slot) {
   return Emplace<NormalizedQuantizer>(slot, std::move(*config));
 }
 
-AdaptiveCodec* AsAdaptiveCodec(Codec* codec) {
+AdaptiveCodec* AdaptiveQuantizer(Codec* codec) {
   if (codec == nullptr || (codec->id() != CodecId::kAlq && codec->id() != CodecId::kAmq)) return nullptr;
   // MakeAlqCodec and MakeAmqCodec are the only makers of these ids.
   return static_cast<NormalizedQuantizer*>(codec);

@@ -17,6 +17,8 @@ Status MakeTernGradCodec(const CodecSpec& spec, codec_internal::CodecSlot* slot)
 Status MakeSignCodec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
 Status MakeAlqCodec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
 Status MakeAmqCodec(const CodecSpec& spec, codec_internal::CodecSlot* slot);
+// AsAdaptiveCodec for a build with alq or amq (registry.cc decides).
+AdaptiveCodec* AdaptiveQuantizer(Codec* codec);
 
 }  // namespace fedrt
 

@@ -66,6 +66,10 @@ struct Peer {
   LevelStatistics levels;  // ALQ / AMQ: the statistics of the update being received
   uint64_t instructions_acked_ms = 0;  // this round's instructions arrived (0: not acknowledged)
   uint32_t compute_ms = 0;             // what its update says it took to train and encode
+  // The largest frame the device takes (its Join; at most this aggregator's
+  // own limit, at least kMinFrameBytes): its instructions are cut to it, so a
+  // microcontroller that announces 64 KiB gets the model in 32 KiB chunks.
+  uint32_t max_frame_bytes = 0;
 };
 
 // What a device was told to send this round.
@@ -134,7 +138,8 @@ struct Aggregator::State {
   CodecContext ContextFor(uint32_t sender_id) const;
   void StartRound();
   Status SendInstructions(Peer& peer);
-  Status EncodeInstructions(const Assignment& assignment, bool send_delta, std::vector<OutFrame>* frames);
+  Status EncodeInstructions(const Assignment& assignment, bool send_delta, uint32_t max_frame_bytes,
+                            std::vector<OutFrame>* frames);
   void CloseRound();
   Status PrepareBroadcast();
   int Adapt(const std::string& device, int rho, std::size_t near_wraps, RoundReport& report);
@@ -195,7 +200,8 @@ struct Aggregator::State {
   // This round's instruction frames per (codec spec, anchor role, compressed
   // delta or full model, level table version): encoded once and shared by
   // every connection they go to.
-  std::map<std::tuple<std::string, AnchorRole, bool, uint32_t>, std::vector<OutFrame>> instruction_frames_;
+  // By assignment (spec, role, delta or full model, level table version) and frame limit.
+  std::map<std::tuple<std::string, AnchorRole, bool, uint32_t, uint32_t>, std::vector<OutFrame>> instruction_frames_;
   // ALQ / AMQ: the codec holding the table of the current round (updates are
   // decoded with it), and the statistics merged from this round's accepted
   // updates, which the next table is fitted to when the round closes.
@@ -645,6 +651,10 @@ void Aggregator::State::OnJoinFrame(Peer& peer, Connection& connection, const Fr
   peer.heard_ms = clock_.NowMs();
   peer.heard_bytes = connection.stats().bytes_received;
   const int64_t model_round = peer.join->announcement().model_round;  // the model round its Join names
+  // 0 (a Join that names none) is this aggregator's own limit.
+  const uint32_t announced = peer.join->announcement().max_frame_bytes;
+  peer.max_frame_bytes = announced == 0 ? limits_.max_frame_bytes
+                                        : std::clamp(announced, kMinFrameBytes, limits_.max_frame_bytes);
   peer.join.reset();
   if (replaced) {
     replaced->Abort(Status(StatusCode::kCancelled, "replaced by a new join: nothing arrived on it for " +
@@ -978,9 +988,9 @@ Status Aggregator::State::SendInstructions(Peer& peer) {
     send_delta = synced != synced_.end() && synced->second + 1 == static_cast<int64_t>(round_);
     if (!send_delta) full_models_down_++;
   }
-  std::vector<OutFrame>& frames =
-      instruction_frames_[{assignment.spec, assignment.role, send_delta, assignment.level_table_version}];
-  if (frames.empty()) FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, send_delta, &frames));
+  std::vector<OutFrame>& frames = instruction_frames_[{assignment.spec, assignment.role, send_delta,
+                                                       assignment.level_table_version, peer.max_frame_bytes}];
+  if (frames.empty()) FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, send_delta, peer.max_frame_bytes, &frames));
   if (hooks_.on_instructions) {  // before sending: a test may read it as soon as the frames arrive
     std::vector<uint8_t> bytes;
     for (const OutFrame& frame : frames) frame.AppendWireBytes(&bytes);
@@ -991,7 +1001,8 @@ Status Aggregator::State::SendInstructions(Peer& peer) {
   return Status();
 }
 
-Status Aggregator::State::EncodeInstructions(const Assignment& assignment, bool send_delta, std::vector<OutFrame>* frames) {
+Status Aggregator::State::EncodeInstructions(const Assignment& assignment, bool send_delta, uint32_t max_frame_bytes,
+                                             std::vector<OutFrame>* frames) {
   const uint8_t* model = reinterpret_cast<const uint8_t*>(model_->parameters());
   std::size_t model_size = d_ * sizeof(float);
   ModelEncoding encoding = ModelEncoding::kFullModelFp32;
@@ -1018,7 +1029,9 @@ Status Aggregator::State::EncodeInstructions(const Assignment& assignment, bool 
     m.level_table_size = levels_->level_table().levels.size();
   }
   m.deadline_ms = config_.round_deadline_ms;
-  Result<std::vector<OutFrame>> encoded = EncodeChunked(m, model, model_size, limits_);
+  FrameLimits limits = limits_;
+  limits.max_frame_bytes = max_frame_bytes;
+  Result<std::vector<OutFrame>> encoded = EncodeChunked(m, model, model_size, limits);
   if (!encoded.ok()) return encoded.status();
   *frames = std::move(*encoded);
   return Status();

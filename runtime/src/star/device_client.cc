@@ -219,6 +219,7 @@ struct DeviceClient::State {
   bool residual_pending = false;      // a restored residual not yet sent with an update
   std::unique_ptr<TensorSetCodec> per_tensor;  // the model's tensor table, rebound per codec
   std::optional<transport::FrameSlot> ack_slot;
+  bool adaptive = false;              // a codec it accepts has level tables (alq, amq)
 
   std::unique_ptr<JoinClient> join;   // the join in progress on this connection
   bool joined = false;
@@ -370,8 +371,10 @@ Result<DeviceClient::State*> Place(const Layout& l, const Sizes& sizes, const De
   s->frame_capacity = sizes.frames;
   s->ack_slot.emplace(kFrameHeadBytes);
   s->plan.codec_spec.reserve(kMaxCodecSpecBytes);
-  s->plan.level_table.reserve(kMaxLevelTableSize);
+  s->adaptive = sizes.codecs.adaptive;
   if (sizes.codecs.adaptive) {
+    // 16 KiB: only a device that accepts alq or amq holds a level table.
+    s->plan.level_table.reserve(kMaxLevelTableSize);
     s->level_table.levels.reserve(kMaxLevelTableSize);
     s->initial_table.levels.reserve(kMaxLevelTableSize);
     for (LevelStatistics* stats : {&s->tensor_statistics, &s->statistics}) {
@@ -468,6 +471,15 @@ uint32_t DeviceClient::sender_id() const { return state_->sender_id; }
 std::size_t DeviceClient::parameter_count() const { return state_->d; }
 std::size_t DeviceClient::examples() const {
   return state_->share != nullptr ? state_->share->size() : state_->data.count;
+}
+
+uint8_t* DeviceClient::ReceiveBuffer(std::size_t size) {
+  State& s = *state_;
+  // Training reads and writes the gradients, and the update is formed in
+  // them, from the instructions' completion until the update is sent.
+  if (s.round_ready || size > s.d * sizeof(float)) return nullptr;
+  auto* gradients = reinterpret_cast<uint8_t*>(s.model.gradients());
+  return reinterpret_cast<std::uintptr_t>(gradients) % 16 == 0 ? gradients : nullptr;
 }
 
 Status DeviceClient::RestoreResidual(const float* residual, std::size_t d) {
@@ -592,6 +604,9 @@ Status DeviceClient::State::OnInstructions(Connection& link, const Frame& frame)
     model_chunks = ChunkSequence(full ? d * sizeof(float) : payload_capacity);
     if (m->codec_spec.size() > kMaxCodecSpecBytes || m->level_table_size > kMaxLevelTableSize) {
       return Corrupt("round instructions with an oversized codec spec or level table");
+    }
+    if (m->level_table_size > 0 && !adaptive) {
+      return Corrupt("round instructions with a level table for a device that accepts no alq or amq codec");
     }
     plan.round = m->round_id;
     plan.codec_spec.assign(m->codec_spec.data(), m->codec_spec.size());  // keeps its capacity
@@ -887,6 +902,10 @@ void DeviceConnectionHandler::OnFrame(Connection& connection, Frame frame) {
     error_ = handled;
     connection.Abort(handled, /*notify_peer=*/true);
   }
+}
+
+uint8_t* DeviceConnectionHandler::LendFrameStorage(Connection&, std::size_t size) {
+  return device_.ReceiveBuffer(size);
 }
 
 void DeviceConnectionHandler::OnClose(Connection&, const Status& reason) {

@@ -83,7 +83,8 @@ Result<Model> Model::Build(const std::string& text) {
   model.spec_ = std::move(parsed).value();
   Shape3 shape{model.spec_.channels, model.spec_.height, model.spec_.width};
   model.input_size_ = shape.size();
-  int dense = 0, conv = 0;
+  int dense = 0;
+  [[maybe_unused]] int conv = 0;  // FEDRT_CONV_LAYERS
   uint64_t offset = 0;
   for (const LayerSpec& s : model.spec_.layers) {
     // Checked before the layer exists: its constructor multiplies in int and size_t.
@@ -101,6 +102,12 @@ Result<Model> Model::Build(const std::string& text) {
                         " has more than " + std::to_string(kMaxExampleFloats) +
                         " activations per example (the limit of this runtime)");
     }
+#if !FEDRT_CONV_LAYERS
+    if (s.kind == LayerKind::kConv2d || s.kind == LayerKind::kMaxPool) {
+      return Unsupported("model spec '" + text +
+                         "': convolution and pooling layers are not in this build (FEDRT_CONV_LAYERS=OFF)");
+    }
+#endif
     std::unique_ptr<Layer> layer;
     std::string name;
     switch (s.kind) {
@@ -109,11 +116,16 @@ Result<Model> Model::Build(const std::string& text) {
         name = "dense" + std::to_string(++dense);
         break;
       case LayerKind::kRelu: layer = MakeRelu(shape); break;
+#if FEDRT_CONV_LAYERS
       case LayerKind::kConv2d:
         layer = MakeConv2d(shape, s.units, s.kernel);
         name = "conv" + std::to_string(++conv);
         break;
       case LayerKind::kMaxPool: layer = MakeMaxPool(shape, s.kernel); break;
+#else
+      case LayerKind::kConv2d:
+      case LayerKind::kMaxPool: break;  // refused above
+#endif
     }
     const std::size_t layer_offset = static_cast<std::size_t>(offset);
     for (TensorInfo t : layer->Tensors(name)) {

@@ -179,6 +179,14 @@ class DeviceClient {
   uint32_t sender_id() const;
   std::size_t parameter_count() const;
   std::size_t examples() const;
+  // Memory a connection may read a frame of `size` bytes into
+  // (ConnectionHandler::LendFrameStorage): the model's gradient buffer, idle
+  // while no round is being trained or sent, when the frame fits it; null
+  // otherwise. With a frame limit of 64 KiB (DeviceClientConfig::
+  // max_frame_bytes, announced in the join) the aggregator cuts the model
+  // into 32 KiB chunks, so on a stream connection the model arrives without
+  // a heap block of its size.
+  uint8_t* ReceiveBuffer(std::size_t size);
   // Starts from a residual saved by on_residual (before the first round).
   // kFailedPrecondition for another size, kCorrupt for non-finite values.
   Status RestoreResidual(const float* residual, std::size_t d);
@@ -202,6 +210,7 @@ class DeviceConnectionHandler : public transport::ConnectionHandler {
   explicit DeviceConnectionHandler(DeviceClient& device) : device_(device) {}
   void OnFrame(transport::Connection& connection, transport::Frame frame) override;
   void OnClose(transport::Connection& connection, const Status& reason) override;
+  uint8_t* LendFrameStorage(transport::Connection& connection, std::size_t size) override;
 
   // The engine's first error (OK: none).
   const Status& error() const { return error_; }

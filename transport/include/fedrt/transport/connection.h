@@ -167,6 +167,20 @@ class ConnectionHandler {
     (void)offset;
     (void)size;
   }
+
+  // Lent receive storage (stream connections, stream.h): asked when a frame's
+  // prefix has arrived, before its body. Return `size` bytes of the
+  // handler's memory, 16-byte aligned, to read the body into instead of a
+  // fresh allocation, or nullptr to allocate as usual. The memory is the
+  // connection's until that frame has been handed to OnFrame and OnFrame has
+  // returned (the handler keeps no copy of such a Frame), or until OnClose.
+  // A microcontroller's device lends its idle gradient buffer, so a model
+  // chunk costs no heap.
+  virtual uint8_t* LendFrameStorage(Connection& connection, std::size_t size) {
+    (void)connection;
+    (void)size;
+    return nullptr;
+  }
 };
 
 class Connection {

@@ -92,6 +92,7 @@ namespace internal {
 struct FrameBytesFree {
   std::shared_ptr<FrameBytesPool> pool;  // null: plain AlignedFree
   std::size_t capacity = 0;
+  bool lent = false;  // the memory is a connection handler's (LendFrameStorage): nothing to free
   void operator()(uint8_t* p) const;
 };
 }  // namespace internal
@@ -103,6 +104,9 @@ class FrameBytes {
  public:
   FrameBytes() = default;
   static Result<FrameBytes> Allocate(std::size_t size);
+  // Connections only: `size` bytes of memory a handler lends
+  // (ConnectionHandler::LendFrameStorage), 16-byte aligned; not freed.
+  static FrameBytes Lent(uint8_t* data, std::size_t size);
   uint8_t* data() { return data_.get(); }
   const uint8_t* data() const { return data_.get(); }
   std::size_t size() const { return size_; }

@@ -57,6 +57,9 @@ class FrameReader {
 
   // True between frames (no partial prefix or body buffered).
   bool idle() const { return prefix_filled_ == 0 && !in_body_; }
+  // Asked for memory to read each frame's body into (`size` bytes, 16-byte
+  // aligned; nullptr: allocate): ConnectionHandler::LendFrameStorage.
+  void set_lender(std::function<uint8_t*(std::size_t size)> lender) { lender_ = std::move(lender); }
   // The largest body accepted from the next prefix on (at most the limit the
   // reader was made with is the caller's business: StreamConnection keeps
   // it within ConnectionOptions). Callable from `on_frame`.
@@ -70,6 +73,7 @@ class FrameReader {
   FrameBytes body_;
   std::size_t body_filled_ = 0;
   bool failed_ = false;
+  std::function<uint8_t*(std::size_t)> lender_;
 };
 
 // Writes `size` wire bytes to the stream, all of them, or fails.

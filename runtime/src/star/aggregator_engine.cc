@@ -134,7 +134,7 @@ struct Aggregator::State {
   CodecContext ContextFor(uint32_t sender_id) const;
   void StartRound();
   Status SendInstructions(Peer& peer);
-  Status EncodeInstructions(const Assignment& assignment, bool send_delta, std::vector<OutFrame>* frames);
+  Status EncodeInstructions(const Assignment& assignment, ModelEncoding encoding, std::vector<OutFrame>* frames);
   void CloseRound();
   Status PrepareBroadcast();
   int Adapt(const std::string& device, int rho, std::size_t near_wraps, RoundReport& report);
@@ -192,10 +192,10 @@ struct Aggregator::State {
   // Plain rounds sum the updates in the order of selected_ (sorted device
   // ids), whatever order they arrive in: selected_[0, next_sum_) are summed.
   std::size_t next_sum_ = 0;
-  // This round's instruction frames per (codec spec, anchor role, compressed
-  // delta or full model, level table version): encoded once and shared by
+  // This round's instruction frames per (codec spec, anchor role, model
+  // encoding, level table version): encoded once and shared by
   // every connection they go to.
-  std::map<std::tuple<std::string, AnchorRole, bool, uint32_t>, std::vector<OutFrame>> instruction_frames_;
+  std::map<std::tuple<std::string, AnchorRole, ModelEncoding, uint32_t>, std::vector<OutFrame>> instruction_frames_;
   // ALQ / AMQ: the codec holding the table of the current round (updates are
   // decoded with it), and the statistics merged from this round's accepted
   // updates, which the next table is fitted to when the round closes.
@@ -220,6 +220,13 @@ struct Aggregator::State {
   std::vector<float> device_model_;
   int64_t device_model_round_ = -1;     // round whose instructions carry device_model_
   std::vector<uint8_t> broadcast_;      // compressed delta device_model_(round-1) -> device_model_(round)
+  // The devices' model starts at zeros (not the fp32 model) when nothing was
+  // restored, so the first broadcast is the whole model compressed: a device
+  // that holds no model takes it as kCompressedModel instead of d floats, the
+  // largest transfer of a run on a slow link. What the codec loses of the
+  // initial model stays in model - device_model_, as any delta's loss does.
+  bool device_model_zero_ = false;      // device_model_ is zeros and never broadcast
+  bool broadcast_from_zeros_ = false;   // broadcast_ is device_model_ itself (delta from zeros)
   std::map<std::string, int64_t> synced_;  // device -> last round whose model it acknowledged
   std::vector<float> scratch_;
   std::vector<float> zeros_;
@@ -352,7 +359,8 @@ Status Aggregator::State::Init(const DataView* test_set) {
       return InvalidArgument("downlink codec '" + config_.downlink_codec + "' needs side information");
     }
     downlink_ = std::move(*downlink);
-    device_model_.assign(model_->parameters(), model_->parameters() + d_);
+    device_model_.assign(d_, 0.0f);
+    device_model_zero_ = true;
   }
   return Status();
 }
@@ -379,7 +387,11 @@ Status Aggregator::State::Restore(AggregatorCheckpoint& saved) {
   }
   if (dp() && round_ > 0) counters_.dp_epsilon = accountant_.Epsilon(config_.dp.delta);
   FEDRT_RETURN_IF_ERROR(RestoreCodecState(saved));
-  if (downlink_ && device_model_round_ < 0) device_model_.assign(model_->parameters(), model_->parameters() + d_);
+  if (downlink_ && device_model_round_ < 0) {
+    // A trained model resumes exactly: its first broadcast is full models.
+    device_model_.assign(model_->parameters(), model_->parameters() + d_);
+    device_model_zero_ = false;
+  }
   return Status();
 }
 
@@ -410,6 +422,7 @@ Status Aggregator::State::RestoreCodecState(AggregatorCheckpoint& saved) {
       saved.device_model_round >= 0 && CheckFinite(saved.device_model.data(), d_).ok()) {
     device_model_ = std::move(saved.device_model);
     device_model_round_ = saved.device_model_round;
+    device_model_zero_ = false;
     synced_ = std::move(saved.synced);
   }
   return Status();
@@ -454,6 +467,8 @@ Status Aggregator::State::PrepareBroadcast() {
   broadcast_.resize(*size);
   FEDRT_RETURN_IF_ERROR(downlink_->DecodeAccumulate(broadcast_.data(), broadcast_.size(), context, 1.0f,
                                                     device_model_.data(), d_));
+  broadcast_from_zeros_ = device_model_zero_;
+  device_model_zero_ = false;
   device_model_round_ = round_;
   if (hooks_.on_broadcast) hooks_.on_broadcast(round_, device_model_);
   return Status();
@@ -971,34 +986,39 @@ Peer* Aggregator::State::PeerOf(const std::string& device_id) {
 Status Aggregator::State::SendInstructions(Peer& peer) {
   const Assignment& assignment = assigned_[peer.device_id];
   // A compressed delta only fits a device holding the previous round's device
-  // model; every other device gets the full model.
-  bool send_delta = false;
+  // model; every other device gets the full model, compressed when this
+  // round's broadcast is the whole model (from zeros).
+  ModelEncoding encoding = ModelEncoding::kFullModelFp32;
   if (downlink_) {
     auto synced = synced_.find(peer.device_id);
-    send_delta = synced != synced_.end() && synced->second + 1 == static_cast<int64_t>(round_);
-    if (!send_delta) full_models_down_++;
+    if (synced != synced_.end() && synced->second + 1 == static_cast<int64_t>(round_)) {
+      encoding = ModelEncoding::kCompressedDelta;
+    } else if (broadcast_from_zeros_) {
+      encoding = ModelEncoding::kCompressedModel;
+    } else {
+      full_models_down_++;
+    }
   }
   std::vector<OutFrame>& frames =
-      instruction_frames_[{assignment.spec, assignment.role, send_delta, assignment.level_table_version}];
-  if (frames.empty()) FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, send_delta, &frames));
+      instruction_frames_[{assignment.spec, assignment.role, encoding, assignment.level_table_version}];
+  if (frames.empty()) FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, encoding, &frames));
   if (hooks_.on_instructions) {  // before sending: a test may read it as soon as the frames arrive
     std::vector<uint8_t> bytes;
     for (const OutFrame& frame : frames) frame.AppendWireBytes(&bytes);
     hooks_.on_instructions(round_, peer.device_id, bytes);
   }
   for (const OutFrame& frame : frames) FEDRT_RETURN_IF_ERROR(peer.connection->Send(frame));
-  bytes_down_ += send_delta ? broadcast_.size() : d_ * sizeof(float);
+  bytes_down_ += encoding == ModelEncoding::kFullModelFp32 ? d_ * sizeof(float) : broadcast_.size();
   return Status();
 }
 
-Status Aggregator::State::EncodeInstructions(const Assignment& assignment, bool send_delta, std::vector<OutFrame>* frames) {
+Status Aggregator::State::EncodeInstructions(const Assignment& assignment, ModelEncoding encoding,
+                                             std::vector<OutFrame>* frames) {
   const uint8_t* model = reinterpret_cast<const uint8_t*>(model_->parameters());
   std::size_t model_size = d_ * sizeof(float);
-  ModelEncoding encoding = ModelEncoding::kFullModelFp32;
-  if (send_delta) {
+  if (encoding != ModelEncoding::kFullModelFp32) {
     model = broadcast_.data();
     model_size = broadcast_.size();
-    encoding = ModelEncoding::kCompressedDelta;
   } else if (downlink_) {
     model = reinterpret_cast<const uint8_t*>(device_model_.data());
   }
@@ -1050,6 +1070,7 @@ void Aggregator::State::StartRound() {
     Log(LogLevel::kError, "aggregator: downlink: %s", prepared.ToString().c_str());
     device_model_.assign(model_->parameters(), model_->parameters() + d_);
     device_model_round_ = round_;
+    device_model_zero_ = broadcast_from_zeros_ = false;
     synced_.clear();
   }
   for (uint32_t i : chosen) selected_.push_back(devices[i]);

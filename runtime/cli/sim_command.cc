@@ -50,6 +50,9 @@ namespace {
 
 using Series = SimSeries;
 
+// The downlink codec of a run with links when --downlink-codec is not given.
+constexpr char kSlowLinkDownlinkCodec[] = "dqsg:s=16";
+
 int Fail(const std::string& message) {
   std::fprintf(stderr, "fedrt sim: %s\n", message.c_str());
   return 1;
@@ -477,6 +480,16 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     Fail(links.status().ToString());
     return 2;  // a usage error
   }
+  if (!links->empty() && flags.downlink_codecs.empty()) {
+    // On a slow link the model broadcast is most of a round: without
+    // --downlink-codec every compressed codec's run gets a compressed one
+    // (dqsg:s=16 reached 85% in the rounds an fp32 downlink needs, in less
+    // time than s=4 or s=2; runtime/README.md), and the fp32 run stays the
+    // uncompressed baseline.
+    for (std::size_t i = 0; i < flags.codecs.size(); ++i) {
+      if (flags.codecs[i] != "fp32") (*downlinks)[i] = kSlowLinkDownlinkCodec;
+    }
+  }
   // SIGINT and SIGTERM stop the run cleanly, so that what it set up (the
   // kernel links above all) is removed.
   std::atomic<bool>* interrupted = CatchStopSignals();
@@ -772,7 +785,8 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
       ->capture_default_str();
   sim->add_option("--downlink-codec", flags->downlink_codecs,
                   "Star: broadcast the model's delta with this codec; once: every codec's run, or once per --codec "
-                  "in order (none: the full fp32 model; default: none)");
+                  "in order (none: the full fp32 model; default: none, with --link or --link-file dqsg:s=16 "
+                  "for every codec but fp32)");
   sim->add_option("--init-model", flags->init_model,
                   "Every codec's run starts from this model (.npz or a checkpoint); its spec unless --model is given");
   sim->add_option("--save-model", flags->save_model,

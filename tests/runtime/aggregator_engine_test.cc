@@ -329,6 +329,28 @@ TEST_CASE("aggregator engine: the round deadline closes a round without its sile
   CHECK(f.aggregator->finished());
 }
 
+TEST_CASE("aggregator engine: over-selected devices are spares: the round closes once the devices it wants answered") {
+  AggregatorConfig config = Config("fp32", 1, 4);
+  config.sampling.fraction = 0.5;        // wants 2 of 4
+  config.sampling.over_selection = 0.5;  // samples 1 more
+  Federation f(config, 4);
+  for (Member& m : f.members) m.silent = true;
+  f.Settle();
+  std::vector<std::string> sampled;
+  for (const auto& [sent, times] : f.instructions_sent) {
+    if (sent.first == 0) sampled.push_back(sent.second);
+  }
+  REQUIRE(sampled.size() == 3);
+  // Two of the three answer, the third stays silent: no deadline is needed.
+  f.Find(sampled[0]).silent = false;
+  f.Find(sampled[1]).silent = false;
+  f.Settle();
+  REQUIRE(f.reports.size() == 1);
+  CHECK(f.reports[0].sampled == 3);
+  CHECK(f.reports[0].updates == 2);
+  CHECK(f.reports[0].seconds < kDeadlineMs / 1000.0);
+}
+
 TEST_CASE("aggregator engine: a connection that does not join in time is closed") {
   LogCapture log;
   Federation f(Config("fp32", 1, 2), 2);

@@ -118,10 +118,12 @@ struct Aggregator::State {
   void Joined(Peer& peer);
   bool StillHeard(Peer& peer);
   uint64_t StaleAfterMs() const { return config_.idle_timeout_ms / 2; }
-  // Updates that close the open round before its deadline.
+  // Updates that close the open round before its deadline: a share of the
+  // devices the round wants, so over-selected devices are spares whose late
+  // updates the round does not wait for.
   std::size_t Quorum() const {
-    return std::max<std::size_t>(
-        1, static_cast<std::size_t>(std::ceil(config_.quorum * static_cast<double>(selected_.size()))));
+    const std::size_t wanted = std::min(wanted_, selected_.size());
+    return std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(config_.quorum * static_cast<double>(wanted))));
   }
   void OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame);
   void OnUpdateFrame(Peer& peer, Connection& connection, const Frame& frame);
@@ -185,6 +187,7 @@ struct Aggregator::State {
   uint64_t round_started_ms_ = 0;
   uint64_t round_deadline_ms_ = 0;
   std::vector<std::string> selected_;
+  std::size_t wanted_ = 0;  // devices this round wants, before over-selection (SampleTarget)
   std::map<std::string, Assignment> assigned_;
   std::vector<Received> received_;
   std::unique_ptr<UpdateAccumulator> sum_;  // this round's weighted sum
@@ -1074,6 +1077,7 @@ void Aggregator::State::StartRound() {
     synced_.clear();
   }
   for (uint32_t i : chosen) selected_.push_back(devices[i]);
+  wanted_ = SampleTarget(devices.size(), config_.sampling);
 
   std::set<uint32_t> anchors;
   if (nested_) {

@@ -66,6 +66,10 @@ struct Peer {
   LevelStatistics levels;  // ALQ / AMQ: the statistics of the update being received
   uint64_t instructions_acked_ms = 0;  // this round's instructions arrived (0: not acknowledged)
   uint32_t compute_ms = 0;             // what its update says it took to train and encode
+  // The round whose instructions last went out on this connection: the
+  // stream is ordered, so the device holds that round's model before it
+  // reads any later instructions, acknowledged or not.
+  int64_t instructions_round = -1;
 };
 
 // What a device was told to send this round.
@@ -993,8 +997,12 @@ Status Aggregator::State::SendInstructions(Peer& peer) {
   // round's broadcast is the whole model (from zeros).
   ModelEncoding encoding = ModelEncoding::kFullModelFp32;
   if (downlink_) {
+    // A straggler whose acknowledgement of the previous round is still on
+    // its way (a round closed at its quorum or deadline) gets the delta too,
+    // not the full model its slow link would take longest to carry.
     auto synced = synced_.find(peer.device_id);
-    if (synced != synced_.end() && synced->second + 1 == static_cast<int64_t>(round_)) {
+    const int64_t previous = static_cast<int64_t>(round_) - 1;
+    if (previous >= 0 && ((synced != synced_.end() && synced->second == previous) || peer.instructions_round == previous)) {
       encoding = ModelEncoding::kCompressedDelta;
     } else if (broadcast_from_zeros_) {
       encoding = ModelEncoding::kCompressedModel;
@@ -1011,6 +1019,7 @@ Status Aggregator::State::SendInstructions(Peer& peer) {
     hooks_.on_instructions(round_, peer.device_id, bytes);
   }
   for (const OutFrame& frame : frames) FEDRT_RETURN_IF_ERROR(peer.connection->Send(frame));
+  peer.instructions_round = static_cast<int64_t>(round_);
   bytes_down_ += encoding == ModelEncoding::kFullModelFp32 ? d_ * sizeof(float) : broadcast_.size();
   return Status();
 }

@@ -50,6 +50,9 @@ namespace {
 
 using Series = SimSeries;
 
+// The downlink codec of a run with links when --downlink-codec is not given.
+constexpr char kSlowLinkDownlinkCodec[] = "dqsg:s=16";
+
 int Fail(const std::string& message) {
   std::fprintf(stderr, "fedrt sim: %s\n", message.c_str());
   return 1;
@@ -184,9 +187,10 @@ std::string TickLabel(double value, const std::vector<double>& ticks) {
 }
 
 // Hand-written SVG: two panels (accuracy vs round, accuracy vs MB uploaded on
-// a log axis), one polyline per codec with a marker on every point (a series
-// of one evaluation is a marker alone), each marker titled with its values;
-// the legend sits below the panels, clear of the curves.
+// a log axis), a third (accuracy vs wall time) when every series has its
+// times, one polyline per codec with a marker on every point (a series of
+// one evaluation is a marker alone), each marker titled with its values; the
+// legend sits below the panels, clear of the curves.
 std::string SimPlot(const std::vector<Series>& all, const std::string& title, const std::string& x_label,
                     const std::string& mb_label) {
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#7f7f7f"};
@@ -195,9 +199,12 @@ std::string SimPlot(const std::vector<Series>& all, const std::string& title, co
   const double legend_top = top + ph + 50;
   const double legend_rows = std::ceil(static_cast<double>(all.size()) / legend_columns);
   const double H = legend_top + 18 * legend_rows + 10;
-  double max_round = 0, min_acc = 1, max_acc = 0, min_mb = 1e30, max_mb = 0;
+  double max_round = 0, min_acc = 1, max_acc = 0, min_mb = 1e30, max_mb = 0, max_seconds = 0;
   bool whole_rounds = true;
+  bool timed = !all.empty();
   for (const Series& s : all) {
+    timed = timed && s.elapsed.size() == s.rounds.size();
+    for (double t : s.elapsed) max_seconds = std::max(max_seconds, t);
     for (std::size_t i = 0; i < s.rounds.size(); ++i) {
       max_round = std::max(max_round, s.rounds[i]);
       whole_rounds = whole_rounds && s.rounds[i] == std::floor(s.rounds[i]);
@@ -210,6 +217,10 @@ std::string SimPlot(const std::vector<Series>& all, const std::string& title, co
     }
   }
   if (max_round <= 0) max_round = 1;
+  timed = timed && max_seconds > 0;
+  const int panels = timed ? 3 : 2;
+  const std::vector<double> second_ticks = NiceTicks(0, timed ? max_seconds : 1, 6, false);
+  max_seconds = std::max(max_seconds, second_ticks.back());
   const std::vector<double> round_ticks = NiceTicks(0, max_round, 6, whole_rounds);
   max_round = std::max(max_round, round_ticks.back());  // the axis ends on a tick
   if (max_acc <= min_acc) max_acc = min_acc + 0.01;
@@ -222,10 +233,11 @@ std::string SimPlot(const std::vector<Series>& all, const std::string& title, co
   const double lmin = std::floor(std::log10(std::max(min_mb, 1e-6)));
   const double lmax = std::ceil(std::log10(std::max(max_mb, 1e-6)));
   std::ostringstream svg;
-  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << 2 * W << "\" height=\"" << H
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << panels * W << "\" height=\"" << H
       << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg << "<text x=\"" << W << "\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">" << title << "</text>\n";
-  for (int panel = 0; panel < 2; ++panel) {
+  svg << "<text x=\"" << panels * W / 2 << "\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">" << title
+      << "</text>\n";
+  for (int panel = 0; panel < panels; ++panel) {
     const double ox = panel * W + left;
     svg << "<rect x=\"" << ox << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph
         << "\" fill=\"none\" stroke=\"black\"/>\n";
@@ -241,6 +253,13 @@ std::string SimPlot(const std::vector<Series>& all, const std::string& title, co
             << "\" text-anchor=\"middle\">" << TickLabel(r, round_ticks) << "</text>\n";
       }
       svg << "<text x=\"" << ox + pw / 2 << "\" y=\"" << top + ph + 34 << "\" text-anchor=\"middle\">" << x_label << "</text>\n";
+    } else if (panel == 2) {
+      for (double t : second_ticks) {
+        svg << "<text class=\"stick\" x=\"" << ox + pw * t / max_seconds << "\" y=\"" << top + ph + 16
+            << "\" text-anchor=\"middle\">" << TickLabel(t, second_ticks) << "</text>\n";
+      }
+      svg << "<text x=\"" << ox + pw / 2 << "\" y=\"" << top + ph + 34
+          << "\" text-anchor=\"middle\">wall time (s)</text>\n";
     } else {
       for (double e = lmin; e <= lmax; e += 1) {
         const double x = ox + pw * (e - lmin) / std::max(1.0, lmax - lmin);
@@ -258,14 +277,15 @@ std::string SimPlot(const std::vector<Series>& all, const std::string& title, co
       std::ostringstream points, markers;
       for (std::size_t i = 0; i < s.rounds.size(); ++i) {
         if (panel == 1 && !(s.megabytes[i] > 0)) continue;
-        const double fx = panel == 0 ? s.rounds[i] / max_round
-                                     : (std::log10(std::max(s.megabytes[i], 1e-6)) - lmin) / std::max(1.0, lmax - lmin);
+        const double fx = panel == 0   ? s.rounds[i] / max_round
+                          : panel == 2 ? s.elapsed[i] / max_seconds
+                                       : (std::log10(std::max(s.megabytes[i], 1e-6)) - lmin) / std::max(1.0, lmax - lmin);
         const double fy = (s.accuracy[i] - min_acc) / (max_acc - min_acc);
         const double x = ox + pw * std::clamp(fx, 0.0, 1.0), y = top + ph - ph * std::clamp(fy, 0.0, 1.0);
         points << x << "," << y << " ";
         char value[96];
-        std::snprintf(value, sizeof value, "%s %g: %.2f%%", panel == 0 ? "x" : "MB",
-                      panel == 0 ? s.rounds[i] : s.megabytes[i], 100 * s.accuracy[i]);
+        std::snprintf(value, sizeof value, "%s %g: %.2f%%", panel == 0 ? "x" : panel == 2 ? "s" : "MB",
+                      panel == 0 ? s.rounds[i] : panel == 2 ? s.elapsed[i] : s.megabytes[i], 100 * s.accuracy[i]);
         markers << "<circle class=\"point\" cx=\"" << x << "\" cy=\"" << y << "\" r=\"3\" fill=\"" << colors[k % 8]
                 << "\"><title>" << s.codec << " " << value << "</title></circle>\n";
       }
@@ -277,7 +297,7 @@ std::string SimPlot(const std::vector<Series>& all, const std::string& title, co
     }
   }
   for (std::size_t k = 0; k < all.size(); ++k) {  // the legend, below both panels
-    const double lx = left + static_cast<double>(k % legend_columns) * (2 * W - left) / legend_columns;
+    const double lx = left + static_cast<double>(k % legend_columns) * (panels * W - left) / legend_columns;
     const double ly = legend_top + 18.0 * static_cast<double>(k / legend_columns);
     svg << "<g class=\"legend\"><line x1=\"" << lx << "\" x2=\"" << lx + 20 << "\" y1=\"" << ly << "\" y2=\"" << ly
         << "\" stroke-width=\"2\" stroke=\"" << colors[k % 8] << "\"/><text x=\"" << lx + 26 << "\" y=\"" << ly + 4
@@ -344,8 +364,8 @@ void PrintSimTable(const std::vector<Series>& all, const char* name_header, cons
   char target_header[32], mb_target_header[32];
   std::snprintf(target_header, sizeof(target_header), "time to %.4g%%", 100 * target);
   std::snprintf(mb_target_header, sizeof(mb_target_header), "MB to %.4g%%", 100 * target);
-  std::printf("\n%-40s %14s %7s %12s %16s   %s\n", name_header, target_header, "rounds", mb_target_header,
-              "speed-up vs fp32", "mean round: download + compute + upload");
+  std::printf("\n%-40s %14s %7s %12s %16s %9s   %s\n", name_header, target_header, "rounds", mb_target_header,
+              "speed-up vs fp32", "missing", "mean round: download + compute + upload");
   for (const Series& s : all) {
     char time[32] = "not reached", rounds[16] = "-", mb[32] = "-", speedup[32] = "-";
     if (s.seconds_to_target >= 0) {
@@ -357,8 +377,8 @@ void PrintSimTable(const std::vector<Series>& all, const char* name_header, cons
       }
     }
     const double n = std::max<double>(1, static_cast<double>(s.rounds.size()));
-    std::printf("%-40s %14s %7s %12s %16s   %.2f + %.2f + %.2f s\n", s.codec.c_str(), time, rounds, mb, speedup,
-                s.download_seconds / n, s.compute_seconds / n, s.upload_seconds / n);
+    std::printf("%-40s %14s %7s %12s %16s %9zu   %.2f + %.2f + %.2f s\n", s.codec.c_str(), time, rounds, mb, speedup,
+                s.missing_updates, s.download_seconds / n, s.compute_seconds / n, s.upload_seconds / n);
   }
 }
 
@@ -397,6 +417,9 @@ Status CheckSimFlags(const SimFlags& flags, const CLI::App& app) {
       {"--devices", star, "--topology star"},
       {"--rounds", star, "--topology star"},
       {"--deadline-ms", star, "--topology star"},
+      {"--fraction", star, "--topology star"},
+      {"--over-selection", star, "--topology star"},
+      {"--quorum", star, "--topology star"},
       {"--partition-seed", star, "--topology star"},
       {"--downlink-codec", star, "--topology star"},
       {"--target-accuracy", star, "--topology star"},
@@ -476,6 +499,16 @@ int RunSim(SimFlags flags, const CLI::App& app) {
   if (!links.ok()) {
     Fail(links.status().ToString());
     return 2;  // a usage error
+  }
+  if (!links->empty() && flags.downlink_codecs.empty()) {
+    // On a slow link the model broadcast is most of a round: without
+    // --downlink-codec every compressed codec's run gets a compressed one
+    // (dqsg:s=16 reached 85% in the rounds an fp32 downlink needs, in less
+    // time than s=4 or s=2; runtime/README.md), and the fp32 run stays the
+    // uncompressed baseline.
+    for (std::size_t i = 0; i < flags.codecs.size(); ++i) {
+      if (flags.codecs[i] != "fp32") (*downlinks)[i] = kSlowLinkDownlinkCodec;
+    }
   }
   // SIGINT and SIGTERM stop the run cleanly, so that what it set up (the
   // kernel links above all) is removed.
@@ -577,7 +610,6 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     std::string early_exit;  // under children_mutex: why the run was stopped
     std::atomic<bool> stop{false};
     std::atomic<uint32_t> applied{0};
-    std::size_t short_rounds = 0;  // closed by the deadline with fewer updates than sampled
     AggregatorOptions options;
     options.aggregation = *rule;
     options.clip_update_norm = flags.star.clip_update_norm;
@@ -589,6 +621,9 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     options.rounds = flags.rounds;
     options.min_devices = static_cast<std::size_t>(flags.devices);
     options.round_deadline_ms = flags.deadline_ms;
+    options.sampling.fraction = flags.fraction;
+    options.sampling.over_selection = flags.over_selection;
+    options.quorum = flags.quorum;
     options.local_epochs = flags.epochs;
     options.learning_rate = flags.lr;
     options.session_seed = flags.seed;
@@ -633,7 +668,8 @@ int RunSim(SimFlags flags, const CLI::App& app) {
         return;
       }
       series.bytes_up += report.bytes_up;
-      if (report.updates < report.sampled) short_rounds++;
+      if (report.updates < report.sampled) series.short_rounds++;
+      series.missing_updates += report.sampled - std::min(report.sampled, report.updates);
       series.fp32_bytes_up += report.fp32_bytes_up;
       series.near_wraps += report.near_wraps;
       series.bytes_down += report.bytes_down;
@@ -645,6 +681,7 @@ int RunSim(SimFlags flags, const CLI::App& app) {
       series.upload_seconds += report.upload_seconds;
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      series.elapsed.push_back(elapsed);
       if (flags.target_accuracy > 0 && series.seconds_to_target < 0 && report.test_accuracy >= flags.target_accuracy) {
         series.seconds_to_target = elapsed;
         series.bytes_to_target = series.bytes_up + series.bytes_down;
@@ -727,9 +764,9 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     if (!early_exit.empty()) return Fail(codec + ": " + early_exit);
     if (!status.ok()) return Fail(codec + ": " + status.ToString());
     series.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    if (short_rounds > 0) {
+    if (series.short_rounds > 0 && flags.quorum >= 1 && flags.over_selection == 0) {
       std::printf("[%s] warning: %zu rounds closed with fewer updates than devices sampled (raise --deadline-ms)\n",
-                  codec.c_str(), short_rounds);
+                  codec.c_str(), series.short_rounds);
     }
     if (!options.save_model.empty()) std::printf("[%s] saved the final model to %s\n", codec.c_str(), options.save_model.c_str());
     all.push_back(series);
@@ -760,6 +797,14 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   sim->add_option("--lr", flags->lr, "Devices' local learning rate")->capture_default_str();
   sim->add_option("--batch", flags->batch, "Devices' batch size")->capture_default_str();
   sim->add_option("--deadline-ms", flags->deadline_ms, "Round deadline")->capture_default_str();
+  sim->add_option("--fraction", flags->fraction, "Star: fraction of the devices a round wants")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  sim->add_option("--over-selection", flags->over_selection,
+                  "Star: extra devices sampled as spares, as a fraction of those a round wants")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  sim->add_option("--quorum", flags->quorum,
+                  "Star: fraction of the devices a round wants whose updates close it before --deadline-ms")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   sim->add_option("--seed", flags->seed, "Session seed (star: codec randomness, sampling, initial model)")
       ->capture_default_str();
   sim->add_option("--partition-seed", flags->partition_seed, "Star: seed of the devices' shares and data order")
@@ -772,7 +817,8 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
       ->capture_default_str();
   sim->add_option("--downlink-codec", flags->downlink_codecs,
                   "Star: broadcast the model's delta with this codec; once: every codec's run, or once per --codec "
-                  "in order (none: the full fp32 model; default: none)");
+                  "in order (none: the full fp32 model; default: none, with --link or --link-file dqsg:s=16 "
+                  "for every codec but fp32)");
   sim->add_option("--init-model", flags->init_model,
                   "Every codec's run starts from this model (.npz or a checkpoint); its spec unless --model is given");
   sim->add_option("--save-model", flags->save_model,

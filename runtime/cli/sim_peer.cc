@@ -471,6 +471,7 @@ int RunSimCompare(const SimFlags& flags) {
       s.megabytes.push_back(static_cast<double>(s.bytes_up) / 1e6);
       s.near_wraps += static_cast<uint64_t>(Number(row, "near_wraps"));
       s.seconds = Number(row, "elapsed_seconds");
+      if (star && row.contains("elapsed_seconds")) s.elapsed.push_back(s.seconds);  // the star's rounds are timed
     }
   }
   if (all.empty()) return Fail("the --compare directories hold no metrics");

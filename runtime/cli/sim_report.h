@@ -29,6 +29,12 @@ struct SimFlags {
   float lr = 0.05f;
   int batch = 32;
   uint32_t deadline_ms = 300000;
+  // Star, stragglers: the share of the devices a round wants, spares sampled
+  // on top (over-selection), and the share of the wanted whose updates close
+  // the round before the deadline (AggregatorConfig::quorum).
+  double fraction = 1.0;
+  double over_selection = 0.0;
+  double quorum = 1.0;
   uint64_t seed = 1;             // star: codec randomness, sampling and the initial model
   uint64_t partition_seed = 7;   // star: the devices' shares and their local data order
   // Star: a codec's run ends at the first round whose test accuracy reaches
@@ -87,9 +93,16 @@ struct SimSeries {
   double rounds_to_target = 0;
   // Where the applied rounds' time went (RoundReport's split, summed).
   double download_seconds = 0, compute_seconds = 0, upload_seconds = 0;
+  // Wall time of each point (empty: not known; the plot's third panel needs
+  // it for every series).
+  std::vector<double> elapsed;
+  // Star: applied rounds that closed with fewer updates than sampled, and
+  // the sampled devices' updates they went without (late, lost or refused).
+  std::size_t short_rounds = 0, missing_updates = 0;
 };
 
-// SVG with two panels: accuracy vs `x_label`, accuracy vs MB (log axis); a
+// SVG with two panels: accuracy vs `x_label`, accuracy vs MB (log axis),
+// and a third, accuracy vs wall time, when every series has `elapsed`; a
 // marker (class "point", titled with its values) on every point, tick labels
 // of class "xtick", "ytick" and "mbtick", the legend below the panels.
 std::string SimPlot(const std::vector<SimSeries>& all, const std::string& title,

@@ -264,7 +264,7 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
       ->capture_default_str();
   serve->add_option("--over-selection", flags->over_selection, "Extra devices sampled, as a fraction")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  serve->add_option("--quorum", o.quorum, "Fraction of the sampled devices that closes a round")
+  serve->add_option("--quorum", o.quorum, "Fraction of the devices a round wants (before --over-selection) whose updates close it")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   serve->add_option("--deadline-ms", o.round_deadline_ms, "A round closes at this deadline with what arrived")
       ->capture_default_str();

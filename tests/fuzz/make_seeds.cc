@@ -241,6 +241,9 @@ void FrameSeeds(const fs::path& out) {
   delta.level_table = nullptr;
   delta.level_table_size = 0;
   seeds.Add("round-instructions-delta", Body(Encode(delta, limits), "round instructions (delta)"));
+  RoundInstructionsMessage whole = delta;  // the first broadcast: the whole model, compressed
+  whole.model_encoding = ModelEncoding::kCompressedModel;
+  seeds.Add("round-instructions-whole", Body(Encode(whole, limits), "round instructions (compressed model)"));
   RoundInstructionsMessage later;  // a later chunk: identifying fields and the payload
   later.round_id = 5;
   later.payload.index = 1;

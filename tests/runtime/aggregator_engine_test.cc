@@ -79,6 +79,7 @@ struct Member {
   std::shared_ptr<DeviceConnectionHandler> link;
   std::unique_ptr<MemoryPipe> pipe;  // a: the aggregator's side, b: the device's
   bool silent = false;               // receives, never trains or answers
+  bool cut = false;                  // its pipe moves nothing (a link slower than the rounds)
 };
 
 // An aggregator and `devices` device engines over memory pipes.
@@ -96,6 +97,7 @@ struct Federation {
   std::map<std::pair<uint32_t, std::string>, int> instructions_sent;  // (round, device) -> times
 
   bool devices_measure = false;  // devices report their compute time (on `clock`)
+  std::size_t settle_until_reports = SIZE_MAX;  // Settle() returns once this many rounds closed
 
   Federation(AggregatorConfig config, int devices, bool measure = false) : devices_measure(measure) {
     std::string text;
@@ -189,6 +191,7 @@ struct Federation {
       bool moved = false;
       for (std::size_t k = 0; k < members.size(); ++k) {
         Member& m = members[reverse ? members.size() - 1 - k : k];
+        if (m.cut) continue;
         if (m.pipe && m.pipe->Pump()) moved = true;
         if (!m.silent && m.pipe && m.client->has_work() && !m.pipe->b().closed()) {
           const Status worked = m.client->Work(m.pipe->b(), 0);
@@ -197,8 +200,9 @@ struct Federation {
         }
       }
       if (aggregator->Tick() == 0) moved = true;
+      if (reports.size() >= settle_until_reports) return;
       for (Member& m : members) {
-        if (m.pipe && m.pipe->Pump()) moved = true;  // what Tick sent (a round's instructions)
+        if (!m.cut && m.pipe && m.pipe->Pump()) moved = true;  // what Tick sent (a round's instructions)
       }
       if (!moved) return;
     }
@@ -327,6 +331,61 @@ TEST_CASE("aggregator engine: the round deadline closes a round without its sile
   REQUIRE(f.reports.size() == 2);
   CHECK(f.reports[1].updates == 3);
   CHECK(f.aggregator->finished());
+}
+
+TEST_CASE("aggregator engine: over-selected devices are spares: the round closes once the devices it wants answered") {
+  AggregatorConfig config = Config("fp32", 1, 4);
+  config.sampling.fraction = 0.5;        // wants 2 of 4
+  config.sampling.over_selection = 0.5;  // samples 1 more
+  Federation f(config, 4);
+  for (Member& m : f.members) m.silent = true;
+  f.Settle();
+  std::vector<std::string> sampled;
+  for (const auto& [sent, times] : f.instructions_sent) {
+    if (sent.first == 0) sampled.push_back(sent.second);
+  }
+  REQUIRE(sampled.size() == 3);
+  // Two of the three answer, the third stays silent: no deadline is needed.
+  f.Find(sampled[0]).silent = false;
+  f.Find(sampled[1]).silent = false;
+  f.Settle();
+  REQUIRE(f.reports.size() == 1);
+  CHECK(f.reports[0].sampled == 3);
+  CHECK(f.reports[0].updates == 2);
+  CHECK(f.reports[0].seconds < kDeadlineMs / 1000.0);
+}
+
+TEST_CASE("aggregator engine: a straggler whose acknowledgement is still on its way gets model deltas, not full models") {
+  AggregatorConfig config = Config("dqsg", 4, 3);
+  config.downlink_codec = "dqsg:s=16";
+  config.quorum = 0.6;  // 2 of 3 close a round
+  LogCapture log;
+  Federation f(config, 3);
+  Member& slow = f.Find("dev-2");
+  // Round 0 closes without dev-2's update (it holds round 0's model), then
+  // dev-2's link carries nothing: its acknowledgement of round 1 is not in
+  // when round 2 starts.
+  slow.silent = true;  // holds round 0's model, never answers it
+  f.settle_until_reports = 1;
+  f.Settle();
+  REQUIRE(f.reports.size() == 1);
+  slow.silent = false;
+  slow.cut = true;
+  f.settle_until_reports = 3;
+  f.Settle();
+  REQUIRE(f.reports.size() == 3);
+  f.settle_until_reports = SIZE_MAX;
+  CHECK(f.reports[1].updates == 2);
+  CHECK(f.reports[2].updates == 2);
+  CHECK(f.instructions_sent.count({2, "dev-2"}) == 1);
+  // Its link comes back: the queued deltas of rounds 1 and 2 (and 3) apply
+  // in order and it trains again; nobody ever got a full model.
+  slow.cut = false;
+  f.Settle();
+  REQUIRE(f.reports.size() == 4);
+  CHECK(f.aggregator->finished());
+  for (const RoundReport& r : f.reports) CHECK(r.full_models_down == 0);
+  CHECK(log.Count("without the model of the round before") == 0);  // every delta fitted
 }
 
 TEST_CASE("aggregator engine: a connection that does not join in time is closed") {

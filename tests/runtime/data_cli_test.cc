@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <fstream>
 #include <string>
 
 #include "run_cli.h"
@@ -170,6 +171,27 @@ TEST_CASE("fedrt sim --topology ring and gossip save rank 0's final model for Nu
                "m = np.load('gossip-fp32.npz')\n"
                "print(all(not m[k].any() for k in ('dense1.weight', 'dense1.bias', 'dense2.weight')),"
                " bool(m['dense2.bias'].any()))\n") == "True True\n");
+}
+
+TEST_CASE("fedrt sim with links compresses every codec's downlink but fp32's, the first model too") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const CliRun run = RunCli("sim --data " FEDRT_TINY_IDX_DIR " --devices 2 --rounds 2 --model mlp:784-16-10"
+                            " --codec fp32 --codec dqsg:s=3 --link 1000mbit --shaper user --out " + dir.File("s"));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.output.find("codecs: fp32 dqsg:s=3 (downlink dqsg:s=16)") != std::string::npos);
+  CHECK(run.output.find("[fp32] round 2/2") != std::string::npos);
+  CHECK(run.output.find("[dqsg:s=3 (down dqsg:s=16)] round 2/2") != std::string::npos);
+  // No device of the compressed run got the fp32 model, not even in round 1.
+  std::ifstream metrics(dir.File("s/metrics.jsonl"));
+  int compressed_rounds = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    if (line.find("\"downlink_codec\":\"dqsg:s=16\"") == std::string::npos) continue;
+    compressed_rounds++;
+    CHECK(line.find("\"full_models_down\":0,") != std::string::npos);
+  }
+  CHECK(compressed_rounds == 2);
 }
 
 TEST_CASE("fedrt sim whose devices exit at start stops within 30 s with their reason") {

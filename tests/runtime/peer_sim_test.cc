@@ -326,6 +326,24 @@ TEST_CASE("the plot draws a point for a run of one evaluation, ticks that differ
   CHECK(std::stod(svg.substr(y1, svg.find('"', y1) - y1)) > 280 + 20);
 }
 
+TEST_CASE("the plot of timed star rounds has a third panel of accuracy against wall time") {
+  testing::TempDir dir;
+  REQUIRE(::mkdir(dir.File("timed").c_str(), 0755) == 0);
+  std::ofstream(dir.File("timed/metrics.jsonl"))
+      << R"({"codec":"fp32","round":1,"test_accuracy":0.70,"total_bytes_up":1000000,"elapsed_seconds":20.5})" << "\n"
+      << R"({"codec":"fp32","round":2,"test_accuracy":0.80,"total_bytes_up":2000000,"elapsed_seconds":39.0})" << "\n"
+      << R"({"codec":"dqsg","round":1,"test_accuracy":0.72,"total_bytes_up":50000,"elapsed_seconds":3.0})" << "\n";
+  Run run = RunCli("sim --compare " + dir.File("timed") + " --out " + dir.File("plot"));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const std::string svg = testing::ReadFileBytes(dir.File("plot/plot.svg"));
+  CHECK(Count(svg, "<polyline") == 6);  // two codecs, three panels
+  CHECK(svg.find("<title>star fp32 s 39: 80.00%</title>") != std::string::npos);
+  CHECK(svg.find("<title>star dqsg s 3: 72.00%</title>") != std::string::npos);
+  CHECK(svg.find(">wall time (s)</text>") != std::string::npos);
+  CHECK(SvgTexts(svg, "<text class=\"stick\"") == std::vector<std::string>{"0", "10", "20", "30"});
+}
+
 TEST_CASE("fedrt sim refuses a codec its topology cannot run and a compare folder without metrics") {
   testing::TempDir dir;
   Run ring = RunCli("sim --topology ring --peers 2 --out " + dir.File("x") + " --codec moniqua:bits=1,theta=0.5");

@@ -409,10 +409,10 @@ TEST_CASE("a compressed model broadcast keeps every device on the model the aggr
   for (std::thread& t : devices) t.join();
   server.join();
   REQUIRE(reports.size() == 4);
+  // Round 0 sends the whole model compressed (a delta from zeros): no device
+  // gets d floats, even the first time.
   const uint64_t fp32_down = 3 * static_cast<uint64_t>(tracked[0].size()) * sizeof(float);
-  CHECK(reports[0].full_models_down == 3);
-  CHECK(reports[0].bytes_down == fp32_down);
-  for (std::size_t k = 1; k < reports.size(); ++k) {
+  for (std::size_t k = 0; k < reports.size(); ++k) {
     CHECK(reports[k].full_models_down == 0);
     CHECK(reports[k].bytes_down < fp32_down * 6 / 10);  // fp16 deltas and their headers
   }

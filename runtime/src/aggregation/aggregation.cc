@@ -145,14 +145,18 @@ Status ServerOptimizer::Restore(std::vector<float> first_moment, std::vector<flo
   return Status::Ok();
 }
 
+std::size_t SampleTarget(std::size_t available, const SamplingOptions& options) {
+  std::size_t wanted = static_cast<std::size_t>(std::ceil(options.fraction * static_cast<double>(available)));
+  return std::min(std::max(wanted, options.minimum), available);
+}
+
 std::vector<uint32_t> SampleDevices(const std::vector<uint32_t>& available, const SamplingOptions& options,
                                     uint64_t seed, uint32_t round) {
   std::vector<uint32_t> pool = available;
   std::sort(pool.begin(), pool.end());
   pool.erase(std::unique(pool.begin(), pool.end()), pool.end());
   const std::size_t n = pool.size();
-  std::size_t wanted = static_cast<std::size_t>(std::ceil(options.fraction * static_cast<double>(n)));
-  wanted = std::max(wanted, options.minimum);
+  std::size_t wanted = SampleTarget(n, options);
   wanted += static_cast<std::size_t>(std::ceil(options.over_selection * static_cast<double>(wanted)));
   wanted = std::min(wanted, n);
   // Partial Fisher-Yates driven by a Philox stream of its own (the random

@@ -70,6 +70,10 @@ struct Peer {
   // own limit, at least kMinFrameBytes): its instructions are cut to it, so a
   // microcontroller that announces 64 KiB gets the model in 32 KiB chunks.
   uint32_t max_frame_bytes = 0;
+  // The round whose instructions last went out on this connection: the
+  // stream is ordered, so the device holds that round's model before it
+  // reads any later instructions, acknowledged or not.
+  int64_t instructions_round = -1;
 };
 
 // What a device was told to send this round.
@@ -122,10 +126,12 @@ struct Aggregator::State {
   void Joined(Peer& peer);
   bool StillHeard(Peer& peer);
   uint64_t StaleAfterMs() const { return config_.idle_timeout_ms / 2; }
-  // Updates that close the open round before its deadline.
+  // Updates that close the open round before its deadline: a share of the
+  // devices the round wants, so over-selected devices are spares whose late
+  // updates the round does not wait for.
   std::size_t Quorum() const {
-    return std::max<std::size_t>(
-        1, static_cast<std::size_t>(std::ceil(config_.quorum * static_cast<double>(selected_.size()))));
+    const std::size_t wanted = std::min(wanted_, selected_.size());
+    return std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(config_.quorum * static_cast<double>(wanted))));
   }
   void OnJoinFrame(Peer& peer, Connection& connection, const Frame& frame);
   void OnUpdateFrame(Peer& peer, Connection& connection, const Frame& frame);
@@ -138,7 +144,7 @@ struct Aggregator::State {
   CodecContext ContextFor(uint32_t sender_id) const;
   void StartRound();
   Status SendInstructions(Peer& peer);
-  Status EncodeInstructions(const Assignment& assignment, bool send_delta, uint32_t max_frame_bytes,
+  Status EncodeInstructions(const Assignment& assignment, ModelEncoding encoding, uint32_t max_frame_bytes,
                             std::vector<OutFrame>* frames);
   void CloseRound();
   Status PrepareBroadcast();
@@ -190,6 +196,7 @@ struct Aggregator::State {
   uint64_t round_started_ms_ = 0;
   uint64_t round_deadline_ms_ = 0;
   std::vector<std::string> selected_;
+  std::size_t wanted_ = 0;  // devices this round wants, before over-selection (SampleTarget)
   std::map<std::string, Assignment> assigned_;
   std::vector<Received> received_;
   std::unique_ptr<UpdateAccumulator> sum_;  // this round's weighted sum
@@ -197,11 +204,11 @@ struct Aggregator::State {
   // Plain rounds sum the updates in the order of selected_ (sorted device
   // ids), whatever order they arrive in: selected_[0, next_sum_) are summed.
   std::size_t next_sum_ = 0;
-  // This round's instruction frames per (codec spec, anchor role, compressed
-  // delta or full model, level table version): encoded once and shared by
+  // This round's instruction frames per (codec spec, anchor role, model
+  // encoding, level table version): encoded once and shared by
   // every connection they go to.
-  // By assignment (spec, role, delta or full model, level table version) and frame limit.
-  std::map<std::tuple<std::string, AnchorRole, bool, uint32_t, uint32_t>, std::vector<OutFrame>> instruction_frames_;
+  // By assignment (spec, role, model encoding, level table version) and frame limit.
+  std::map<std::tuple<std::string, AnchorRole, ModelEncoding, uint32_t, uint32_t>, std::vector<OutFrame>> instruction_frames_;
   // ALQ / AMQ: the codec holding the table of the current round (updates are
   // decoded with it), and the statistics merged from this round's accepted
   // updates, which the next table is fitted to when the round closes.
@@ -226,6 +233,13 @@ struct Aggregator::State {
   std::vector<float> device_model_;
   int64_t device_model_round_ = -1;     // round whose instructions carry device_model_
   std::vector<uint8_t> broadcast_;      // compressed delta device_model_(round-1) -> device_model_(round)
+  // The devices' model starts at zeros (not the fp32 model) when nothing was
+  // restored, so the first broadcast is the whole model compressed: a device
+  // that holds no model takes it as kCompressedModel instead of d floats, the
+  // largest transfer of a run on a slow link. What the codec loses of the
+  // initial model stays in model - device_model_, as any delta's loss does.
+  bool device_model_zero_ = false;      // device_model_ is zeros and never broadcast
+  bool broadcast_from_zeros_ = false;   // broadcast_ is device_model_ itself (delta from zeros)
   std::map<std::string, int64_t> synced_;  // device -> last round whose model it acknowledged
   std::vector<float> scratch_;
   std::vector<float> zeros_;
@@ -358,7 +372,8 @@ Status Aggregator::State::Init(const DataView* test_set) {
       return InvalidArgument("downlink codec '" + config_.downlink_codec + "' needs side information");
     }
     downlink_ = std::move(*downlink);
-    device_model_.assign(model_->parameters(), model_->parameters() + d_);
+    device_model_.assign(d_, 0.0f);
+    device_model_zero_ = true;
   }
   return Status();
 }
@@ -385,7 +400,11 @@ Status Aggregator::State::Restore(AggregatorCheckpoint& saved) {
   }
   if (dp() && round_ > 0) counters_.dp_epsilon = accountant_.Epsilon(config_.dp.delta);
   FEDRT_RETURN_IF_ERROR(RestoreCodecState(saved));
-  if (downlink_ && device_model_round_ < 0) device_model_.assign(model_->parameters(), model_->parameters() + d_);
+  if (downlink_ && device_model_round_ < 0) {
+    // A trained model resumes exactly: its first broadcast is full models.
+    device_model_.assign(model_->parameters(), model_->parameters() + d_);
+    device_model_zero_ = false;
+  }
   return Status();
 }
 
@@ -416,6 +435,7 @@ Status Aggregator::State::RestoreCodecState(AggregatorCheckpoint& saved) {
       saved.device_model_round >= 0 && CheckFinite(saved.device_model.data(), d_).ok()) {
     device_model_ = std::move(saved.device_model);
     device_model_round_ = saved.device_model_round;
+    device_model_zero_ = false;
     synced_ = std::move(saved.synced);
   }
   return Status();
@@ -460,6 +480,8 @@ Status Aggregator::State::PrepareBroadcast() {
   broadcast_.resize(*size);
   FEDRT_RETURN_IF_ERROR(downlink_->DecodeAccumulate(broadcast_.data(), broadcast_.size(), context, 1.0f,
                                                     device_model_.data(), d_));
+  broadcast_from_zeros_ = device_model_zero_;
+  device_model_zero_ = false;
   device_model_round_ = round_;
   if (hooks_.on_broadcast) hooks_.on_broadcast(round_, device_model_);
   return Status();
@@ -981,35 +1003,44 @@ Peer* Aggregator::State::PeerOf(const std::string& device_id) {
 Status Aggregator::State::SendInstructions(Peer& peer) {
   const Assignment& assignment = assigned_[peer.device_id];
   // A compressed delta only fits a device holding the previous round's device
-  // model; every other device gets the full model.
-  bool send_delta = false;
+  // model; every other device gets the full model, compressed when this
+  // round's broadcast is the whole model (from zeros).
+  ModelEncoding encoding = ModelEncoding::kFullModelFp32;
   if (downlink_) {
+    // A straggler whose acknowledgement of the previous round is still on
+    // its way (a round closed at its quorum or deadline) gets the delta too,
+    // not the full model its slow link would take longest to carry.
     auto synced = synced_.find(peer.device_id);
-    send_delta = synced != synced_.end() && synced->second + 1 == static_cast<int64_t>(round_);
-    if (!send_delta) full_models_down_++;
+    const int64_t previous = static_cast<int64_t>(round_) - 1;
+    if (previous >= 0 && ((synced != synced_.end() && synced->second == previous) || peer.instructions_round == previous)) {
+      encoding = ModelEncoding::kCompressedDelta;
+    } else if (broadcast_from_zeros_) {
+      encoding = ModelEncoding::kCompressedModel;
+    } else {
+      full_models_down_++;
+    }
   }
-  std::vector<OutFrame>& frames = instruction_frames_[{assignment.spec, assignment.role, send_delta,
+  std::vector<OutFrame>& frames = instruction_frames_[{assignment.spec, assignment.role, encoding,
                                                        assignment.level_table_version, peer.max_frame_bytes}];
-  if (frames.empty()) FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, send_delta, peer.max_frame_bytes, &frames));
+  if (frames.empty()) FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, encoding, peer.max_frame_bytes, &frames));
   if (hooks_.on_instructions) {  // before sending: a test may read it as soon as the frames arrive
     std::vector<uint8_t> bytes;
     for (const OutFrame& frame : frames) frame.AppendWireBytes(&bytes);
     hooks_.on_instructions(round_, peer.device_id, bytes);
   }
   for (const OutFrame& frame : frames) FEDRT_RETURN_IF_ERROR(peer.connection->Send(frame));
-  bytes_down_ += send_delta ? broadcast_.size() : d_ * sizeof(float);
+  peer.instructions_round = static_cast<int64_t>(round_);
+  bytes_down_ += encoding == ModelEncoding::kFullModelFp32 ? d_ * sizeof(float) : broadcast_.size();
   return Status();
 }
 
-Status Aggregator::State::EncodeInstructions(const Assignment& assignment, bool send_delta, uint32_t max_frame_bytes,
+Status Aggregator::State::EncodeInstructions(const Assignment& assignment, ModelEncoding encoding, uint32_t max_frame_bytes,
                                              std::vector<OutFrame>* frames) {
   const uint8_t* model = reinterpret_cast<const uint8_t*>(model_->parameters());
   std::size_t model_size = d_ * sizeof(float);
-  ModelEncoding encoding = ModelEncoding::kFullModelFp32;
-  if (send_delta) {
+  if (encoding != ModelEncoding::kFullModelFp32) {
     model = broadcast_.data();
     model_size = broadcast_.size();
-    encoding = ModelEncoding::kCompressedDelta;
   } else if (downlink_) {
     model = reinterpret_cast<const uint8_t*>(device_model_.data());
   }
@@ -1063,9 +1094,11 @@ void Aggregator::State::StartRound() {
     Log(LogLevel::kError, "aggregator: downlink: %s", prepared.ToString().c_str());
     device_model_.assign(model_->parameters(), model_->parameters() + d_);
     device_model_round_ = round_;
+    device_model_zero_ = broadcast_from_zeros_ = false;
     synced_.clear();
   }
   for (uint32_t i : chosen) selected_.push_back(devices[i]);
+  wanted_ = SampleTarget(devices.size(), config_.sampling);
 
   std::set<uint32_t> anchors;
   if (nested_) {

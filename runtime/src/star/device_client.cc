@@ -658,8 +658,8 @@ void DeviceClient::State::SendAck(Connection& link) {
 
 // The aggregator's broadcast, once complete (in the parameters, or the
 // payload buffer): the full model, or a delta compressed with the codec its
-// payload names, added to the previous round's model exactly as the
-// aggregator adds it to its copy.
+// payload names, added to the previous round's model (to zeros for a
+// compressed whole model) exactly as the aggregator adds it to its copy.
 Status DeviceClient::State::ApplyModel() {
   // The next model is built in the model's parameters (training copies
   // `global` into them before it starts anyway) and becomes `global` only
@@ -673,7 +673,8 @@ Status DeviceClient::State::ApplyModel() {
       return Corrupt("the global model has the wrong size");
     }
   } else {
-    if (model_round < 0 || model_round + 1 != static_cast<int64_t>(plan.round)) {
+    const bool whole = model_encoding == ModelEncoding::kCompressedModel;  // a delta from zeros
+    if (!whole && (model_round < 0 || model_round + 1 != static_cast<int64_t>(plan.round))) {
       return Status(StatusCode::kFailedPrecondition, "a model delta for round " + std::to_string(plan.round) +
                                                          " without the model of the round before");
     }
@@ -686,7 +687,11 @@ Status DeviceClient::State::ApplyModel() {
     context.session_seed = plan.session_seed;
     context.round = static_cast<uint32_t>(plan.round);
     context.sender_id = 0xFFFFFFu;  // the aggregator's broadcast
-    std::memcpy(next, global, d * sizeof(float));
+    if (whole) {
+      std::memset(next, 0, d * sizeof(float));
+    } else {
+      std::memcpy(next, global, d * sizeof(float));
+    }
     const Status decoded = (*delta_codec)->DecodeAccumulate(payload, bytes, context, 1.0f, next, d);
     if (!decoded.ok()) {
       std::memcpy(next, global, d * sizeof(float));

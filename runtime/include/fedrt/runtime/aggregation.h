@@ -136,6 +136,11 @@ struct SamplingOptions {
 };
 std::vector<uint32_t> SampleDevices(const std::vector<uint32_t>& available, const SamplingOptions& options,
                                     uint64_t seed, uint32_t round);
+// The devices a round wants of `available` ones, before over-selection:
+// max(minimum, ceil(fraction * available)), capped at available. The quorum
+// counts against it, so the over-selected extras are spares, not devices the
+// round waits for.
+std::size_t SampleTarget(std::size_t available, const SamplingOptions& options);
 
 }  // namespace fedrt
 

@@ -88,7 +88,10 @@ struct AggregatorConfig {
   uint32_t rounds = 10;                // stop after this many rounds (counting resumed ones)
   std::size_t min_devices = 1;         // joined devices before the first round starts
   SamplingOptions sampling;            // devices per round
-  double quorum = 1.0;                 // fraction of the sampled devices that closes a round early
+  // Fraction of the devices a round wants (SampleTarget: sampled before
+  // over-selection) whose updates close it before the deadline; with
+  // over-selection the first of the sampled to answer close it.
+  double quorum = 1.0;
   uint32_t round_deadline_ms = 120000; // a round closes at the deadline with what has arrived
   // Rounds in a row that may apply nothing (RoundReport::applied false: no
   // update arrived, every update was refused, the rule could not combine

@@ -101,7 +101,7 @@ struct JoinResponseMessage {
   uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
 };
 
-enum class ModelEncoding : uint8_t { kFullModelFp32 = 0, kCompressedDelta = 1 };
+enum class ModelEncoding : uint8_t { kFullModelFp32 = 0, kCompressedDelta = 1, kCompressedModel = 2 };
 enum class AnchorRole : uint8_t { kNone = 0, kAnchor = 1, kNested = 2 };
 
 struct RoundInstructionsMessage {

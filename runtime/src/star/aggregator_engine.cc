@@ -58,8 +58,11 @@ struct Peer {
   // heartbeats), for StillHeard().
   uint64_t heard_ms = 0;
   uint64_t heard_bytes = 0;
-  // The update being received.
-  std::unique_ptr<Reassembler> update;
+  // The update being received: its chunks are checked by `update` and copied
+  // into the round's payload slot `slot` (-1: none).
+  ChunkSequence update{0};
+  bool receiving = false;
+  int slot = -1;
   uint64_t update_round = 0;
   uint64_t num_samples = 0;
   float loss = 0;
@@ -85,8 +88,11 @@ struct Received {
   int rho = 0;
   uint64_t num_samples = 0;
   float loss = 0;
-  std::vector<uint8_t> payload;  // kept for nested NDQSG decoding
-  std::vector<float> decoded;    // everything else is decoded on arrival
+  // The payload in its slot of the block, until it is summed (mean rounds) or
+  // the round closes (NDQSG, rules other than mean).
+  const uint8_t* payload = nullptr;
+  int slot = -1;                 // -1: summed, the slot given back
+  bool in_scratch = false;       // decoded into scratch_ on arrival, and still there
   uint64_t wire_bytes = 0;       // payload size as received
   bool added = true;             // plain rounds: false when the sum refused it
   LevelStatistics levels;        // ALQ / AMQ: the statistics it carried
@@ -94,6 +100,31 @@ struct Received {
   // device's own compute time, the rest until its last chunk arrived.
   uint64_t download_ms = 0, compute_ms = 0, upload_ms = 0;
   uint64_t arrived_ms = 0;
+};
+
+// What the block holds, measured by an initialised State.
+struct BlockSizes {
+  std::size_t d = 0;
+  std::size_t updates = 0;       // max_updates_
+  std::size_t slot_bytes = 0;    // payload_slot_bytes_
+  bool holds = false;            // a rule other than mean: decoded updates
+  bool dp = false;
+  bool downlink = false;
+};
+
+// RequiredBytes' stand-in for the application's Crypto: measuring the block
+// needs no key and no randomness that matters.
+class MeasuringCrypto final : public Crypto {
+ public:
+  Status RandomBytes(uint8_t* out, std::size_t size) override {
+    std::fill(out, out + size, uint8_t{1});
+    return Status::Ok();
+  }
+  Status HmacSha256(const uint8_t*, std::size_t, const uint8_t*, std::size_t,
+                    std::array<uint8_t, kSha256Bytes>*) override {
+    return Status(StatusCode::kFailedPrecondition, "measuring only");
+  }
+  bool ConstantTimeEqual(const uint8_t*, const uint8_t*, std::size_t) override { return false; }
 };
 
 }  // namespace
@@ -104,6 +135,7 @@ struct Aggregator::State {
       : config_(config), keys_(keys), crypto_(crypto), clock_(clock), hooks_(std::move(hooks)) {}
 
   Status Init(const DataView* test_set);
+  BlockSizes Sizes() const;
   Status Restore(AggregatorCheckpoint& saved);
 
   void OnOpen(const std::shared_ptr<Connection>& connection);
@@ -187,7 +219,11 @@ struct Aggregator::State {
   std::vector<std::string> selected_;
   std::map<std::string, Assignment> assigned_;
   std::vector<Received> received_;
-  std::unique_ptr<UpdateAccumulator> sum_;  // this round's weighted sum
+  // The round's running aggregate (RoundSum in the header's words): the
+  // weighted double sum of the decoded updates in selected_ order, their
+  // count and total weight, in the block. Robust rules hold the updates
+  // (held_) instead; NDQSG anchors feed ndqsg_mean_ first.
+  std::unique_ptr<UpdateAccumulator> sum_;
   std::map<std::string, std::size_t> answered_;  // device -> its entry in received_ (O(log n) per event)
   // Plain rounds sum the updates in the order of selected_ (sorted device
   // ids), whatever order they arrive in: selected_[0, next_sum_) are summed.
@@ -221,20 +257,41 @@ struct Aggregator::State {
   int64_t device_model_round_ = -1;     // round whose instructions carry device_model_
   std::vector<uint8_t> broadcast_;      // compressed delta device_model_(round-1) -> device_model_(round)
   std::map<std::string, int64_t> synced_;  // device -> last round whose model it acknowledged
-  std::vector<float> scratch_;
-  std::vector<float> zeros_;
-  // Robust rules: this round's decoded (clipped) updates and their weights,
-  // in the order of selected_; mean sums into sum_ instead.
-  std::vector<std::vector<float>> held_;
+  // Model-sized buffers in the block (d floats each; delta_ with a downlink
+  // codec, noised_ (d doubles) under DP).
+  float* scratch_ = nullptr;
+  float* zeros_ = nullptr;
+  float* contribution_ = nullptr;  // the update being clipped
+  float* delta_ = nullptr;
+  double* noised_ = nullptr;
+  std::vector<float> mean_;        // the combined update (on_aggregate's type), made at Create
+  std::unique_ptr<NdqsgRunningMean> ndqsg_mean_;
+  // The round's update storage in the block: payload slots of
+  // payload_slot_bytes_ each, those free, and (rules other than mean) as
+  // many decoded updates of d floats.
+  std::size_t max_updates_ = 0;
+  std::size_t max_payload_bytes_ = 0;
+  std::size_t payload_slot_bytes_ = 0;
+  uint8_t* payload_slots_ = nullptr;
+  std::vector<int> free_slots_;
+  uint8_t* SlotData(int slot) { return payload_slots_ + static_cast<std::size_t>(slot) * payload_slot_bytes_; }
+  void FreeSlot(int& slot) {
+    if (slot >= 0) free_slots_.push_back(slot);
+    slot = -1;
+  }
+  // Robust rules: this round's decoded (clipped) updates, in held_memory_,
+  // and their weights, in the order of selected_; mean sums into sum_.
+  float* held_memory_ = nullptr;
+  std::vector<const float*> held_;
   std::vector<double> held_weights_;
   std::vector<std::string> held_devices_;
-  std::vector<float> contribution_;  // the update being clipped
   std::size_t clipped_ = 0;
   // DP: the accountant, the noise key and the devices connected when the
   // round was sampled (q = sampled / connected).
   RdpAccountant accountant_;
   uint64_t dp_noise_seed_ = 0;
   std::size_t population_ = 0;
+  std::size_t max_devices_ = 0;  // config_.max_devices, at most the keys known
 };
 
 Status Aggregator::State::Init(const DataView* test_set) {
@@ -341,10 +398,41 @@ Status Aggregator::State::Init(const DataView* test_set) {
     evaluate_ = true;
   }
 
-  scratch_.assign(d_, 0.0f);
-  zeros_.assign(d_, 0.0f);
-  contribution_.assign(d_, 0.0f);
-  sum_ = std::make_unique<UpdateAccumulator>(d_);
+  if (config_.max_devices < 1) return InvalidArgument("max devices must be at least 1");
+  if (config_.min_devices > config_.max_devices) {
+    return InvalidArgument("min devices " + std::to_string(config_.min_devices) + " is more than max devices " +
+                           std::to_string(config_.max_devices));
+  }
+  // Devices join with a key of the key store: no more can be joined at once.
+  max_devices_ = std::min(config_.max_devices, std::max({std::size_t{1}, keys_.size(), config_.min_devices}));
+  {
+    std::vector<uint32_t> all(max_devices_);
+    for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+    const std::size_t bound = SampleDevices(all, config_.sampling, config_.session_seed, 0).size();
+    if (config_.max_updates_per_round != 0 && config_.max_updates_per_round < bound) {
+      return InvalidArgument("max updates per round " + std::to_string(config_.max_updates_per_round) +
+                             " is less than a round samples from " + std::to_string(max_devices_) +
+                             " devices (" + std::to_string(bound) + ")");
+    }
+    max_updates_ = config_.max_updates_per_round != 0 ? config_.max_updates_per_round : bound;
+  }
+  // The largest payload a round may bring: every spec a device can be told
+  // to send (NDQSG: the anchors' DQSG and each rho of the ladder).
+  {
+    std::vector<std::string> specs = {config_.codec};
+    if (nested_) {
+      specs.push_back(anchor_spec_);
+      for (int rho = base_rho_; rho <= config_.max_rho; rho = NdqsgNextRho(rho)) specs.push_back(NestedSpec(rho));
+    }
+    for (const std::string& spec : specs) {
+      TensorSetCodec* built = CodecFor(spec);
+      if (built == nullptr) return InvalidArgument("codec '" + spec + "' cannot be built for the model");
+      max_payload_bytes_ = std::max(max_payload_bytes_, built->MaxEncodedSize(d_));
+    }
+  }
+  payload_slot_bytes_ = (max_payload_bytes_ + 63) / 64 * 64;
+  mean_.assign(d_, 0.0f);
+  if (nested_) ndqsg_mean_ = std::make_unique<NdqsgRunningMean>(d_);
   if (!config_.downlink_codec.empty() && config_.downlink_codec != "fp32") {
     Result<std::unique_ptr<Codec>> downlink = MakeCodec(config_.downlink_codec);
     if (!downlink.ok()) return downlink.status();
@@ -444,12 +532,12 @@ AggregatorCheckpoint Aggregator::State::CheckpointState() const {
 // stays in model - device_model_ and goes out with the next delta.
 Status Aggregator::State::PrepareBroadcast() {
   if (!downlink_ || device_model_round_ == static_cast<int64_t>(round_)) return Status();
-  std::vector<float> delta(d_);
+  float* delta = delta_;
   const float* model = model_->parameters();
   for (std::size_t i = 0; i < d_; ++i) delta[i] = model[i] - device_model_[i];
   const CodecContext context = ContextFor(kBroadcastSender);
   broadcast_.resize(downlink_->MaxEncodedSize(d_));
-  Result<std::size_t> size = downlink_->Encode(delta.data(), d_, context, broadcast_.data(), broadcast_.size());
+  Result<std::size_t> size = downlink_->Encode(delta, d_, context, broadcast_.data(), broadcast_.size());
   if (!size.ok()) return size.status();
   broadcast_.resize(*size);
   FEDRT_RETURN_IF_ERROR(downlink_->DecodeAccumulate(broadcast_.data(), broadcast_.size(), context, 1.0f,
@@ -562,6 +650,7 @@ void Aggregator::State::OnClose(Connection& connection, const Status& reason) {
     if (owner != device_connection_.end() && owner->second == connection.id()) device_connection_.erase(owner);
   }
   if (!it->second.authenticated) Joined(it->second);
+  FreeSlot(it->second.slot);
   peers_.erase(it);
 }
 
@@ -636,6 +725,11 @@ void Aggregator::State::OnJoinFrame(Peer& peer, Connection& connection, const Fr
       replaced = old->second.connection;
     }
   }
+  if (previous == device_connection_.end() && device_connection_.size() >= max_devices_) {
+    return Refuse(connection, Status(StatusCode::kResourceExhausted,
+                                     std::to_string(device_connection_.size()) +
+                                         " devices are connected, as many as the aggregator holds (max devices)"));
+  }
   // Full-size frames (updates) from now on.
   connection.LiftInitialFrameLimit();
   (void)connection.Send(*reply);
@@ -689,7 +783,8 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
       Log(LogLevel::kInfo, "aggregator: dropping an update of round %llu from %s (round %" PRIu32 " is %s)",
           static_cast<unsigned long long>(m.round_id), peer.device_id.c_str(), round_,
           in_round_ ? "open" : "next");
-      peer.update.reset();
+      peer.receiving = false;
+      FreeSlot(peer.slot);
       return;
     }
     if (m.codec_spec != assignment->second.spec) {
@@ -717,20 +812,32 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
         return Refuse(connection, levels);
       }
     }
-    peer.update = std::make_unique<Reassembler>(codec->MaxEncodedSize(d_));
+    FreeSlot(peer.slot);  // an update started before, not finished
+    if (free_slots_.empty()) {
+      // Cannot happen: a round samples at most max_updates_ devices, each
+      // receiving one update at a time.
+      return Refuse(connection, Status(StatusCode::kResourceExhausted, "no room for another update this round"));
+    }
+    peer.slot = free_slots_.back();
+    free_slots_.pop_back();
+    peer.update = ChunkSequence(codec->MaxEncodedSize(d_));
+    peer.receiving = true;
     peer.update_round = m.round_id;
     peer.num_samples = m.num_samples;
     peer.loss = m.training_loss;
     peer.compute_ms = m.compute_ms;
-  } else if (!peer.update || m.round_id != peer.update_round) {
+  } else if (!peer.receiving || m.round_id != peer.update_round) {
     return;  // rest of a dropped update
   }
-  const Status added = peer.update->Add(m.payload);
+  const uint64_t offset = peer.update.received();
+  const Status added = peer.update.Accept(m.payload);
   if (!added.ok()) {
     Reject(UpdateRejection::kBadChunks);
     return Refuse(connection, added);
   }
-  if (!peer.update->complete()) return;
+  // Accept bounds total_size by the codec's largest payload, which the slot holds.
+  if (m.payload.size != 0) std::memcpy(SlotData(peer.slot) + offset, m.payload.data, m.payload.size);
+  if (!peer.update.complete()) return;
 
   Received received;
   received.device_id = peer.device_id;
@@ -740,24 +847,28 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
   received.rho = assigned_[peer.device_id].rho;
   received.num_samples = peer.num_samples;
   received.loss = peer.loss;
-  received.payload.assign(peer.update->data(), peer.update->data() + peer.update->size());
-  received.wire_bytes = received.payload.size();
+  received.payload = SlotData(peer.slot);
+  received.wire_bytes = peer.update.total_size();
+  received.slot = peer.slot;
+  peer.slot = -1;
+  peer.receiving = false;
   received.arrived_ms = clock_.NowMs();
   if (peer.instructions_acked_ms >= round_started_ms_ && peer.instructions_acked_ms != 0) {
     received.download_ms = peer.instructions_acked_ms - round_started_ms_;
     received.compute_ms = std::min<uint64_t>(peer.compute_ms, received.arrived_ms - peer.instructions_acked_ms);
     received.upload_ms = received.arrived_ms - peer.instructions_acked_ms - received.compute_ms;
   }
-  peer.update.reset();
   if (answered_.count(received.device_id) != 0) {
     // A round that closed without updates runs again with the same id, so a
     // device can answer both attempts: the first answer counts.
     Log(LogLevel::kInfo, "aggregator: dropping a second update of round %" PRIu32 " from %s", round_,
         received.device_id.c_str());
+    FreeSlot(received.slot);
     return;
   }
   const Status checked = CheckUpdate(received);
   if (!checked.ok()) {
+    FreeSlot(received.slot);
     Reject(UpdateRejection::kBadValues);
     return Refuse(connection, checked);
   }
@@ -765,6 +876,8 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
   answered_[received.device_id] = received_.size();
   received_.push_back(std::move(received));
   if (!nested_) SumInOrder(false);
+  // Summed, or not its turn: scratch_ is reused by the next decode.
+  received_.back().in_scratch = false;
   AckMessage ack;
   ack.round_id = round_;
   ack.acked = MessageKind::kUpdate;
@@ -829,29 +942,19 @@ Status Aggregator::State::CheckUpdate(Received& received) {
   if (codec == nullptr) return InvalidArgument("unknown codec '" + received.spec + "'");
   const CodecContext context = ContextFor(received.sender_id);
   const bool nested = codec->needs_side_info();
-  received.decoded.assign(d_, 0.0f);
-  FEDRT_RETURN_IF_ERROR(codec->Decode(received.payload.data(), received.payload.size(), context,
-                                      received.decoded.data(), d_, nested ? zeros_.data() : nullptr));
-  FEDRT_RETURN_IF_ERROR(CheckFinite(received.decoded.data(), d_));
-  if (nested) {
-    // Its real values exist only against the running mean: bounded at the close.
-    received.decoded.clear();
-    received.decoded.shrink_to_fit();
-    return Status();
-  }
-  FEDRT_RETURN_IF_ERROR(CheckUpdateNorm(received.decoded.data(), d_, config_.max_update_norm));
-  // NDQSG anchors keep the decoded vector for the running mean. A plain
-  // update whose turn it is keeps it too and is summed right away
-  // (SumInOrder); one that arrived before an earlier device's keeps only its
-  // payload, decoded again at its turn. So a round holds one model-sized sum
-  // plus the payloads of early arrivals, and its float sum does not depend on
-  // the arrival order.
-  const bool keep_decoded = nested_ || (next_sum_ < selected_.size() && selected_[next_sum_] == received.device_id);
-  if (keep_decoded) {
-    std::vector<uint8_t>().swap(received.payload);
-  } else {
-    std::vector<float>().swap(received.decoded);
-  }
+  FEDRT_RETURN_IF_ERROR(codec->Decode(received.payload, received.wire_bytes, context, scratch_, d_,
+                                      nested ? zeros_ : nullptr));
+  FEDRT_RETURN_IF_ERROR(CheckFinite(scratch_, d_));
+  // Its real values exist only against the running mean: bounded at the close.
+  if (nested) return Status();
+  FEDRT_RETURN_IF_ERROR(CheckUpdateNorm(scratch_, d_, config_.max_update_norm));
+  // Every update keeps its payload in its slot. A plain update whose turn it
+  // is is summed right away from scratch_ (SumInOrder), and its slot freed;
+  // one that arrived before an earlier device's is decoded again at its
+  // turn, and NDQSG anchors when the round closes. So a round holds one
+  // model-sized sum plus the payloads of early arrivals, and its float sum
+  // does not depend on the arrival order.
+  received.in_scratch = true;
   return Status();
 }
 
@@ -875,20 +978,16 @@ void Aggregator::State::SumInOrder(bool closing) {
     }
     Received& r = received_[it->second];
     Status added;
-    if (r.decoded.empty()) {
-      added = CodecFor(r.spec)->Decode(r.payload.data(), r.payload.size(), ContextFor(r.sender_id), scratch_.data(),
-                                       d_, nullptr);
-      if (added.ok()) added = Contribute(r, scratch_.data());
-    } else {
-      added = Contribute(r, r.decoded.data());
+    if (!r.in_scratch) {
+      added = CodecFor(r.spec)->Decode(r.payload, r.wire_bytes, ContextFor(r.sender_id), scratch_, d_, nullptr);
     }
+    if (added.ok()) added = Contribute(r, scratch_);
     if (!added.ok()) {
       // Checked on arrival; cannot fail unless memory is corrupt.
       Log(LogLevel::kError, "aggregator: update of %s not added: %s", r.device_id.c_str(), added.ToString().c_str());
       r.added = false;
     }
-    std::vector<uint8_t>().swap(r.payload);
-    std::vector<float>().swap(r.decoded);
+    FreeSlot(r.slot);
   }
 }
 
@@ -902,13 +1001,16 @@ Status Aggregator::State::Contribute(const Received& received, const float* deco
   if (dp()) weight = 1.0;
   const float* update = decoded;
   if (clip > 0) {
-    std::copy(decoded, decoded + d_, contribution_.begin());
-    if (ClipToNorm(contribution_.data(), d_, clip) < 1.0) clipped_++;
-    update = contribution_.data();
+    std::copy(decoded, decoded + d_, contribution_);
+    if (ClipToNorm(contribution_, d_, clip) < 1.0) clipped_++;
+    update = contribution_;
   }
   if (!HoldsUpdates(config_.aggregation)) return sum_->AddDecoded(update, weight);
   if (!(weight > 0.0) || !std::isfinite(weight)) return InvalidArgument("update weight must be positive");
-  held_.emplace_back(update, update + d_);
+  if (held_.size() >= max_updates_) return Status(StatusCode::kResourceExhausted, "no room for another update");
+  float* held = held_memory_ + held_.size() * d_;
+  std::copy(update, update + d_, held);
+  held_.push_back(held);
   held_weights_.push_back(weight);
   held_devices_.push_back(received.device_id);
   return Status::Ok();
@@ -918,22 +1020,18 @@ Status Aggregator::State::Contribute(const Received& received, const float* deco
 // held updates, or the DP-FedAvg estimate (noised sum / devices sampled).
 Status Aggregator::State::Combine(std::vector<float>* mean, RoundReport& report) {
   if (dp()) {
-    std::vector<double> noised = sum_->sum();
-    AddGaussianNoise(dp_noise_seed_, round_, config_.dp.noise_multiplier * config_.dp.clip, noised.data(), d_);
+    std::copy(sum_->sum(), sum_->sum() + d_, noised_);
+    AddGaussianNoise(dp_noise_seed_, round_, config_.dp.noise_multiplier * config_.dp.clip, noised_, d_);
     const double denominator = static_cast<double>(std::max<std::size_t>(1, selected_.size()));
-    mean->resize(d_);
-    for (std::size_t i = 0; i < d_; ++i) (*mean)[i] = static_cast<float>(noised[i] / denominator);
+    for (std::size_t i = 0; i < d_; ++i) (*mean)[i] = static_cast<float>(noised_[i] / denominator);
     return Status::Ok();
   }
   if (!HoldsUpdates(config_.aggregation)) {
-    *mean = sum_->Mean();
+    sum_->MeanInto(mean->data());
     return Status::Ok();
   }
-  std::vector<const float*> updates;
-  for (const std::vector<float>& held : held_) updates.push_back(held.data());
-  mean->resize(d_);
   AggregationDetail detail;
-  FEDRT_RETURN_IF_ERROR(Aggregate(config_.aggregation, updates, held_weights_, d_, mean->data(), &detail));
+  FEDRT_RETURN_IF_ERROR(Aggregate(config_.aggregation, held_, held_weights_, d_, mean->data(), &detail));
   for (std::size_t k : detail.selected) report.selected.push_back(held_devices_[k]);
   return Status::Ok();
 }
@@ -1033,6 +1131,14 @@ void Aggregator::State::StartRound() {
   assigned_.clear();
   received_.clear();
   sum_->Reset();
+  // Every slot is free again: updates still arriving for the last round are
+  // dropped at their next chunk (their round id).
+  free_slots_.clear();
+  for (std::size_t i = max_updates_; i-- > 0;) free_slots_.push_back(static_cast<int>(i));
+  for (auto& entry : peers_) {
+    entry.second.slot = -1;
+    entry.second.receiving = false;
+  }
   held_.clear();
   held_weights_.clear();
   held_devices_.clear();
@@ -1151,11 +1257,22 @@ void Aggregator::State::CloseRound() {
     if (it != answered_.end()) ordered.push_back(&received_[it->second]);
   }
   if (nested_) {
-    NdqsgRunningMean mean(d_);
+    NdqsgRunningMean& mean = *ndqsg_mean_;
+    mean.Reset();
     for (const Received* anchor : ordered) {
       const Received& r = *anchor;
       if (r.role == AnchorRole::kNested) continue;
-      mean.Add(r.decoded.data());
+      // Decoded and checked on arrival; decoded again here, from its slot.
+      const Status decoded = CodecFor(r.spec)->Decode(r.payload, r.wire_bytes, ContextFor(r.sender_id), scratch_,
+                                                      d_, nullptr);
+      if (!decoded.ok()) {
+        Log(LogLevel::kError, "aggregator: anchor update of %s not added: %s", r.device_id.c_str(),
+            decoded.ToString().c_str());
+        report.rejected++;
+        counters_.updates_rejected[static_cast<int>(UpdateRejection::kNotCombined)]++;
+        continue;
+      }
+      mean.Add(scratch_);
       report.anchors++;
       report.anchor_bytes_up += r.wire_bytes;
       DeviceRoundReport device;
@@ -1164,7 +1281,7 @@ void Aggregator::State::CloseRound() {
       device.next_rho = RhoOf(r.device_id);
       device.bytes = r.wire_bytes;
       report.devices.push_back(device);
-      add(r, r.decoded.data());
+      add(r, scratch_);
     }
     for (const Received* nested : ordered) {
       const Received& r = *nested;
@@ -1178,9 +1295,9 @@ void Aggregator::State::CloseRound() {
         continue;
       }
       NdqsgWrapReport wraps;
-      Status status = mean.AddNested(*CodecFor(r.spec), r.payload.data(), r.payload.size(), ContextFor(r.sender_id),
-                                     scratch_.data(), config_.wrap_margin, &wraps);
-      if (status.ok()) status = CheckUpdateNorm(scratch_.data(), d_, config_.max_update_norm);
+      Status status = mean.AddNested(*CodecFor(r.spec), r.payload, r.wire_bytes, ContextFor(r.sender_id), scratch_,
+                                     config_.wrap_margin, &wraps);
+      if (status.ok()) status = CheckUpdateNorm(scratch_, d_, config_.max_update_norm);
       if (!status.ok()) {
         Log(LogLevel::kWarning, "aggregator: nested update of %s: %s", r.device_id.c_str(), status.ToString().c_str());
         report.rejected++;
@@ -1195,7 +1312,7 @@ void Aggregator::State::CloseRound() {
       device.bytes = r.wire_bytes;
       device.next_rho = Adapt(r.device_id, r.rho, wraps.near_wrap, report);
       report.devices.push_back(device);
-      add(r, scratch_.data());
+      add(r, scratch_);
     }
   } else {
     for (const Received* r : ordered) {
@@ -1264,13 +1381,12 @@ void Aggregator::State::CloseRound() {
     return fail(report.rejected == 0 ? "no update arrived"
                                      : "every update was rejected (" + std::to_string(report.rejected) + ")");
   }
-  std::vector<float> mean;
-  const Status combined = Combine(&mean, report);
+  const Status combined = Combine(&mean_, report);
   if (!combined.ok()) return fail(combined.message());
-  if (hooks_.on_aggregate) hooks_.on_aggregate(round_, mean);
+  if (hooks_.on_aggregate) hooks_.on_aggregate(round_, mean_);
   // Apply checks the mean before it changes anything: a refusal leaves the
   // model and the optimizer state as they were.
-  const Status applied = optimizer_->Apply(mean.data(), model_->parameters());
+  const Status applied = optimizer_->Apply(mean_.data(), model_->parameters());
   if (!applied.ok()) return fail("the server optimizer refused the mean: " + applied.ToString());
   failed_in_a_row_ = 0;
   report.train_loss = sample_sum > 0 ? loss_sum / sample_sum : 0;
@@ -1382,20 +1498,162 @@ void Aggregator::State::AbortAll(const Status& reason) {
   for (auto& entry : peers) entry.second.connection->Abort(reason);
 }
 
+// ---- The memory block -------------------------------------------------------------
+
+namespace {
+
+constexpr std::size_t kBlockAlignment = 64;  // kSimdAlignment: floats and doubles for the kernels
+
+std::size_t AlignUp(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+// The block's layout: the aggregator object (CreateIn only), the state, then
+// the pieces. The same function measures (null base) and places.
+struct BlockLayout {
+  Aggregator* aggregator = nullptr;
+  Aggregator::State* state = nullptr;
+  double* sum = nullptr;
+  float* scratch = nullptr;
+  float* zeros = nullptr;
+  float* contribution = nullptr;
+  float* delta = nullptr;
+  double* noised = nullptr;
+  uint8_t* slots = nullptr;
+  float* held = nullptr;
+  std::size_t used = 0;
+};
+
+BlockLayout CarveBlock(unsigned char* base, const BlockSizes& z, bool with_aggregator) {
+  BlockLayout l;
+  std::size_t at = 0;
+  const auto take = [&](std::size_t bytes, std::size_t alignment) -> void* {
+    at = AlignUp(at, alignment);
+    void* p = base != nullptr ? base + at : nullptr;
+    at += bytes;
+    return p;
+  };
+  if (with_aggregator) l.aggregator = static_cast<Aggregator*>(take(sizeof(Aggregator), alignof(Aggregator)));
+  l.state = static_cast<Aggregator::State*>(take(sizeof(Aggregator::State), alignof(Aggregator::State)));
+  l.sum = static_cast<double*>(take(z.d * sizeof(double), kBlockAlignment));
+  l.scratch = static_cast<float*>(take(z.d * sizeof(float), kBlockAlignment));
+  l.zeros = static_cast<float*>(take(z.d * sizeof(float), kBlockAlignment));
+  l.contribution = static_cast<float*>(take(z.d * sizeof(float), kBlockAlignment));
+  if (z.downlink) l.delta = static_cast<float*>(take(z.d * sizeof(float), kBlockAlignment));
+  if (z.dp) l.noised = static_cast<double*>(take(z.d * sizeof(double), kBlockAlignment));
+  l.slots = static_cast<uint8_t*>(take(z.updates * z.slot_bytes, kBlockAlignment));
+  if (z.holds) l.held = static_cast<float*>(take(z.updates * z.d * sizeof(float), kBlockAlignment));
+  l.used = at + kBlockAlignment - 1;  // at any alignment of the memory
+  return l;
+}
+
+unsigned char* AlignedBlock(void* memory) {
+  const auto at = reinterpret_cast<std::uintptr_t>(memory);
+  return static_cast<unsigned char*>(memory) + (AlignUp(at, kBlockAlignment) - at);
+}
+
+}  // namespace
+
+// Measures the block: a State initialised on the heap (codecs and model
+// built once more by the real one).
+static Result<BlockSizes> MeasureBlock(const AggregatorConfig& config, const KeyStore& keys, Crypto& crypto,
+                                       const Clock& clock, const DataView* test_set) {
+  Aggregator::State probe(config, keys, crypto, clock, AggregatorHooks());
+  FEDRT_RETURN_IF_ERROR(probe.Init(test_set));
+  return probe.Sizes();
+}
+
+BlockSizes Aggregator::State::Sizes() const {
+  BlockSizes z;
+  z.d = d_;
+  z.updates = max_updates_;
+  z.slot_bytes = payload_slot_bytes_;
+  z.holds = HoldsUpdates(config_.aggregation);
+  z.dp = dp();
+  z.downlink = downlink_ != nullptr;
+  return z;
+}
+
+// Builds the state in a carved block.
+static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSizes& z, const AggregatorConfig& config,
+                                             const KeyStore& keys, Crypto& crypto, const Clock& clock,
+                                             const DataView* test_set, AggregatorHooks hooks) {
+  auto* s = new (l.state) Aggregator::State(config, keys, crypto, clock, std::move(hooks));
+  const Status initialised = s->Init(test_set);
+  if (initialised.ok() && (s->d_ != z.d || s->max_updates_ != z.updates || s->payload_slot_bytes_ != z.slot_bytes)) {
+    s->~State();
+    return Status(StatusCode::kInternal, "the aggregator's block was measured for another config");
+  }
+  if (!initialised.ok()) {
+    s->~State();
+    return initialised;
+  }
+  s->sum_ = std::make_unique<UpdateAccumulator>(l.sum, z.d);
+  s->scratch_ = l.scratch;
+  s->zeros_ = l.zeros;
+  s->contribution_ = l.contribution;
+  std::fill(s->zeros_, s->zeros_ + z.d, 0.0f);
+  s->delta_ = l.delta;
+  s->noised_ = l.noised;
+  s->payload_slots_ = l.slots;
+  s->held_memory_ = l.held;
+  s->free_slots_.reserve(z.updates);
+  s->held_.reserve(z.updates);
+  s->held_weights_.reserve(z.updates);
+  s->held_devices_.reserve(z.updates);
+  return s;
+}
+
 // ---- Aggregator -------------------------------------------------------------------
 
-Aggregator::Aggregator(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Aggregator::Aggregator(State* state, std::unique_ptr<unsigned char[]> block)
+    : state_(state), block_(std::move(block)) {}
 
 Aggregator::~Aggregator() {
-  if (state_) state_->AbortAll(Status(StatusCode::kCancelled, "aggregator destroyed"));
+  state_->AbortAll(Status(StatusCode::kCancelled, "aggregator destroyed"));
+  state_->~State();
+}
+
+Result<std::size_t> Aggregator::RequiredBytes(const AggregatorConfig& config, const KeyStore& keys) {
+  MeasuringCrypto crypto;
+  const ManualClock clock;  // NOLINT: measuring reads no time
+  Result<BlockSizes> sizes = MeasureBlock(config, keys, crypto, clock, nullptr);
+  if (!sizes.ok()) return sizes.status();
+  return CarveBlock(nullptr, *sizes, true).used;
+}
+
+Result<Aggregator*> Aggregator::CreateIn(void* memory, std::size_t size, const AggregatorConfig& config,
+                                         const KeyStore& keys, Crypto& crypto, const Clock& clock,
+                                         const DataView* test_set, AggregatorHooks hooks) {
+  Result<BlockSizes> sizes = MeasureBlock(config, keys, crypto, clock, test_set);
+  if (!sizes.ok()) return sizes.status();
+  const std::size_t needed = CarveBlock(nullptr, *sizes, true).used;
+  if (memory == nullptr || size < needed) {
+    return OutOfRange("the aggregator needs " + std::to_string(needed) + " bytes of memory, it was given " +
+                      std::to_string(memory == nullptr ? 0 : size));
+  }
+  const BlockLayout l = CarveBlock(AlignedBlock(memory), *sizes, true);
+  Result<State*> state = PlaceState(l, *sizes, config, keys, crypto, clock, test_set, std::move(hooks));
+  if (!state.ok()) return state.status();
+  return new (l.aggregator) Aggregator(*state, nullptr);
+}
+
+void Aggregator::Destroy(Aggregator* aggregator) {
+  if (aggregator != nullptr) aggregator->~Aggregator();
 }
 
 Result<std::shared_ptr<Aggregator>> Aggregator::Create(const AggregatorConfig& config, const KeyStore& keys,
                                                        Crypto& crypto, const Clock& clock, const DataView* test_set,
                                                        AggregatorHooks hooks) {
-  auto state = std::make_unique<State>(config, keys, crypto, clock, std::move(hooks));
-  FEDRT_RETURN_IF_ERROR(state->Init(test_set));
-  return std::shared_ptr<Aggregator>(new Aggregator(std::move(state)));
+  Result<BlockSizes> sizes = MeasureBlock(config, keys, crypto, clock, test_set);
+  if (!sizes.ok()) return sizes.status();
+  const std::size_t needed = CarveBlock(nullptr, *sizes, false).used;
+  std::unique_ptr<unsigned char[]> block(new (std::nothrow) unsigned char[needed]);
+  if (block == nullptr) {
+    return Status(StatusCode::kResourceExhausted, "cannot allocate the aggregator's " + std::to_string(needed) + " bytes");
+  }
+  const BlockLayout l = CarveBlock(AlignedBlock(block.get()), *sizes, false);
+  Result<State*> state = PlaceState(l, *sizes, config, keys, crypto, clock, test_set, std::move(hooks));
+  if (!state.ok()) return state.status();
+  return std::shared_ptr<Aggregator>(new Aggregator(*state, std::move(block)));
 }
 
 Status Aggregator::Restore(AggregatorCheckpoint checkpoint) { return state_->Restore(checkpoint); }

@@ -37,31 +37,32 @@
 // close, and the aggregator holds its open connections: Finish() or Abort()
 // closes them, which a host must do before it lets go of the aggregator.
 // Memory: sized by a query first, like the device client (zstd, TFLM):
-// RequiredBytes(config) measures one block and CreateIn places the
+// RequiredBytes(config, keys) measures one block and CreateIn places the
 // aggregator in the caller's memory (Create does the same on one heap
 // block). The block holds what is model-sized or per round: the round sum
-// (RoundSum: d doubles, the count and the total weight), five model-sized
-// float buffers (decoding scratch, zeros, clipping, the mean, with a
-// downlink codec the delta), under DP a noised copy of the sum, and the
-// round's bounded update storage: max_updates_per_round payload slots of the
-// largest payload the codec may send (an update is reassembled straight into
-// its slot; a mean round decodes it into the sum at its turn and frees the
-// slot) and, with a rule other than mean, as many decoded updates of d
-// floats. Per connection: a Peer entry (ids, counters, the chunk sequence of
-// the update being received, no buffer; about 300 bytes and, until it
-// joins, a JoinServer), at most max_devices joined and
-// max_unjoined_connections unjoined.
+// (an UpdateAccumulator over d doubles: the weighted sum in device order,
+// the count, the total weight), four d-float buffers (decoding scratch,
+// zeros, clipping, with a downlink codec the delta), under DP a noised copy
+// of the sum, and the round's bounded update storage: max_updates_per_round
+// payload slots of the largest payload the codecs may send (an update is
+// reassembled straight into its slot; a mean round decodes it into the sum
+// at its turn and frees the slot; NDQSG decodes at the close) and, with a
+// rule other than mean, as many decoded updates of d floats. Per
+// connection, outside the block: a 208-byte entry in a map (no buffer) and
+// one in the device map once joined, so about 350 bytes of the engine's per
+// idle joined device (its connection's buffers are the binding's); a
+// JoinServer (280 bytes) until it joins.
 // Allocation: Create / CreateIn make the global model, the server
-// optimizer's moments, the codecs (ALQ / AMQ, downlink, the NDQSG running
-// mean) and, with a downlink codec, the device model, outside the block. A
-// connection's join allocates (JoinServer, its map entries). The round path
-// no longer allocates anything model-sized or per update payload (no
-// Reassembler, payload copy or decoded vector per update); what it still
-// allocates, a few hundred small blocks a round (runtime_aggregator_arena_test
-// counts them): the round's bookkeeping maps and device-id strings, the
-// sampling and anchor choice vectors, the instruction frames (once per codec
-// spec and role) and the update acks, the RoundReport, the ALQ / AMQ table
-// fit, and the checkpoint's copy of the model.
+// optimizer's moments, the mean handed to the optimizer (d floats), the
+// codecs (ALQ / AMQ, downlink, the NDQSG running mean) and, with a downlink
+// codec, the device model. A join allocates its connection's entries. The
+// round path allocates nothing model-sized or per payload (no buffer, copy
+// or decoded vector per update); it still allocates a few hundred small
+// blocks a round (runtime_aggregator_arena_test counts them): the round's
+// bookkeeping maps and strings (sampled devices, assignments, answers), the
+// sampling and anchor vectors, the instruction frames (once per codec spec
+// and role), the update acks, the RoundReport, the ALQ / AMQ table fit and,
+// with on_checkpoint, the checkpoint's copy of the model.
 //
 // Thread-safety: none. Every call, and every connection callback, runs on one
 // thread (an EventLoop's, or the application's).

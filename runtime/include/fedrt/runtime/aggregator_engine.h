@@ -172,8 +172,9 @@ struct AggregatorConfig {
   std::size_t max_unjoined_connections = 1024;
   std::size_t max_unjoined_per_address = 64;
   // Joined devices at once: a join beyond it is refused (kResourceExhausted).
-  // It bounds the sampling, and so the round's update storage.
-  std::size_t max_devices = 1024;
+  // Capped by the keys known (only they can join; `fedrt serve` sizes by its
+  // keys file), it bounds the sampling, and so the round's update storage.
+  std::size_t max_devices = std::size_t{1} << 16;
   // Updates one round holds (the memory block's payload slots, and decoded
   // updates for rules other than mean). 0: what the sampling takes from
   // max_devices joined devices; a smaller value is refused by Create.

@@ -26,6 +26,7 @@
 #include "fedrt/transport/chunking.h"
 #include "fedrt/transport/join.h"
 #include "fedrt/transport/messages.h"
+#include "star/block_carver.h"
 
 namespace fedrt {
 
@@ -1502,10 +1503,6 @@ void Aggregator::State::AbortAll(const Status& reason) {
 
 namespace {
 
-constexpr std::size_t kBlockAlignment = 64;  // kSimdAlignment: floats and doubles for the kernels
-
-std::size_t AlignUp(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
-
 // The block's layout: the aggregator object (CreateIn only), the state, then
 // the pieces. The same function measures (null base) and places.
 struct BlockLayout {
@@ -1523,31 +1520,20 @@ struct BlockLayout {
 };
 
 BlockLayout CarveBlock(unsigned char* base, const BlockSizes& z, bool with_aggregator) {
+  Carver carve(base);
   BlockLayout l;
-  std::size_t at = 0;
-  const auto take = [&](std::size_t bytes, std::size_t alignment) -> void* {
-    at = AlignUp(at, alignment);
-    void* p = base != nullptr ? base + at : nullptr;
-    at += bytes;
-    return p;
-  };
-  if (with_aggregator) l.aggregator = static_cast<Aggregator*>(take(sizeof(Aggregator), alignof(Aggregator)));
-  l.state = static_cast<Aggregator::State*>(take(sizeof(Aggregator::State), alignof(Aggregator::State)));
-  l.sum = static_cast<double*>(take(z.d * sizeof(double), kBlockAlignment));
-  l.scratch = static_cast<float*>(take(z.d * sizeof(float), kBlockAlignment));
-  l.zeros = static_cast<float*>(take(z.d * sizeof(float), kBlockAlignment));
-  l.contribution = static_cast<float*>(take(z.d * sizeof(float), kBlockAlignment));
-  if (z.downlink) l.delta = static_cast<float*>(take(z.d * sizeof(float), kBlockAlignment));
-  if (z.dp) l.noised = static_cast<double*>(take(z.d * sizeof(double), kBlockAlignment));
-  l.slots = static_cast<uint8_t*>(take(z.updates * z.slot_bytes, kBlockAlignment));
-  if (z.holds) l.held = static_cast<float*>(take(z.updates * z.d * sizeof(float), kBlockAlignment));
-  l.used = at + kBlockAlignment - 1;  // at any alignment of the memory
+  if (with_aggregator) l.aggregator = carve.Take<Aggregator>(1);
+  l.state = carve.Take<Aggregator::State>(1);
+  l.sum = carve.Take<double>(z.d, kBlockAlignment);
+  l.scratch = carve.Take<float>(z.d, kBlockAlignment);
+  l.zeros = carve.Take<float>(z.d, kBlockAlignment);
+  l.contribution = carve.Take<float>(z.d, kBlockAlignment);
+  if (z.downlink) l.delta = carve.Take<float>(z.d, kBlockAlignment);
+  if (z.dp) l.noised = carve.Take<double>(z.d, kBlockAlignment);
+  l.slots = carve.Take<uint8_t>(z.updates * z.slot_bytes, kBlockAlignment);
+  if (z.holds) l.held = carve.Take<float>(z.updates * z.d, kBlockAlignment);
+  l.used = carve.used() + kBlockAlignment - 1;  // at any alignment of the memory
   return l;
-}
-
-unsigned char* AlignedBlock(void* memory) {
-  const auto at = reinterpret_cast<std::uintptr_t>(memory);
-  return static_cast<unsigned char*>(memory) + (AlignUp(at, kBlockAlignment) - at);
 }
 
 }  // namespace

@@ -161,7 +161,18 @@ std::vector<uint32_t> SampleDevices(const std::vector<uint32_t>& available, cons
   std::vector<uint32_t> pool = available;
   std::sort(pool.begin(), pool.end());
   pool.erase(std::unique(pool.begin(), pool.end()), pool.end());
-  const std::size_t n = pool.size();
+  std::vector<uint32_t> chosen, words;
+  SampleDeviceIndices(pool.size(), options, seed, round, &chosen, &words);
+  // pool is increasing, so the chosen values are in increasing order too.
+  for (uint32_t& c : chosen) c = pool[c];
+  return chosen;
+}
+
+void SampleDeviceIndices(std::size_t n, const SamplingOptions& options, uint64_t seed, uint32_t round,
+                         std::vector<uint32_t>* chosen, std::vector<uint32_t>* words) {
+  std::vector<uint32_t>& pool = *chosen;
+  pool.resize(n);
+  for (std::size_t i = 0; i < n; ++i) pool[i] = static_cast<uint32_t>(i);
   std::size_t wanted = static_cast<std::size_t>(std::ceil(options.fraction * static_cast<double>(n)));
   wanted = std::max(wanted, options.minimum);
   wanted += static_cast<std::size_t>(std::ceil(options.over_selection * static_cast<double>(wanted)));
@@ -174,15 +185,14 @@ std::vector<uint32_t> SampleDevices(const std::vector<uint32_t>& available, cons
   stream.round = round;
   stream.sender_id = 0xFFFFFF;
   stream.purpose = RandomPurpose::kRandomSubset;
-  std::vector<uint32_t> words(wanted);
-  PhiloxWords(stream, 0, wanted, words.data());
+  words->resize(wanted);
+  PhiloxWords(stream, 0, wanted, words->data());
   for (std::size_t i = 0; i < wanted; ++i) {
-    const std::size_t j = i + static_cast<std::size_t>((uint64_t{words[i]} * (n - i)) >> 32);
+    const std::size_t j = i + static_cast<std::size_t>((uint64_t{(*words)[i]} * (n - i)) >> 32);
     std::swap(pool[i], pool[j]);
   }
   pool.resize(wanted);
   std::sort(pool.begin(), pool.end());
-  return pool;
 }
 
 }  // namespace fedrt

@@ -72,6 +72,33 @@ struct Peer {
   uint32_t compute_ms = 0;             // what its update says it took to train and encode
 };
 
+// A map whose entries are recycled from round to round: Recycle() empties
+// it into spare nodes (C++17 node handles) and Put() takes one for a new key,
+// so once the nodes and their strings have grown, a round's bookkeeping
+// allocates nothing.
+template <typename Key, typename Value>
+class ReusedMap : public std::map<Key, Value> {
+ public:
+  void Recycle() {
+    while (!this->empty()) spare_.push_back(this->extract(this->begin()));
+  }
+  // The entry of `key`, made from a spare node when absent (its value is the
+  // last round's: the caller assigns every field).
+  Value& Put(const Key& key) {
+    auto it = this->find(key);
+    if (it != this->end()) return it->second;
+    if (spare_.empty()) return (*this)[key];
+    auto node = std::move(spare_.back());
+    spare_.pop_back();
+    node.key() = key;  // copy-assigned: reuses the string's capacity
+    return this->insert(std::move(node)).position->second;
+  }
+  void ReserveSpares(std::size_t n) { spare_.reserve(n); }
+
+ private:
+  std::vector<typename std::map<Key, Value>::node_type> spare_;
+};
+
 // What a device was told to send this round.
 struct Assignment {
   std::string spec;
@@ -174,7 +201,6 @@ struct Aggregator::State {
   TensorSetCodec* CodecFor(const std::string& spec);
   const std::string& NestedSpec(int rho);
   int RhoOf(const std::string& device) const;
-  std::vector<std::string> ConnectedDevices() const;
   Peer* PeerOf(const std::string& device_id);
   Status CheckLevels(const UpdateMessage& m, const Assignment& assignment, LevelStatistics* levels) const;
   void RefitLevels();
@@ -218,14 +244,22 @@ struct Aggregator::State {
   uint64_t round_started_ms_ = 0;
   uint64_t round_deadline_ms_ = 0;
   std::vector<std::string> selected_;
-  std::map<std::string, Assignment> assigned_;
+  ReusedMap<std::string, Assignment> assigned_;
+  // The round's updates in arrival order: received_[0, received_count_);
+  // the entries past it keep their strings' memory for the next ones.
   std::vector<Received> received_;
+  std::size_t received_count_ = 0;
+  std::vector<const Received*> ordered_;  // CloseRound: the updates in selected_ order
+  // StartRound's sampling buffers.
+  std::vector<const std::string*> connected_;
+  std::vector<uint32_t> chosen_, sample_words_;
+  transport::OutFrame round_ack_;  // the Ack of an update this round, shared by every connection
   // The round's running aggregate (RoundSum in the header's words): the
   // weighted double sum of the decoded updates in selected_ order, their
   // count and total weight, in the block. Robust rules hold the updates
   // (held_) instead; NDQSG anchors feed ndqsg_mean_ first.
   std::unique_ptr<UpdateAccumulator> sum_;
-  std::map<std::string, std::size_t> answered_;  // device -> its entry in received_ (O(log n) per event)
+  ReusedMap<std::string, std::size_t> answered_;  // device -> its entry in received_ (O(log n) per event)
   // Plain rounds sum the updates in the order of selected_ (sorted device
   // ids), whatever order they arrive in: selected_[0, next_sum_) are summed.
   std::size_t next_sum_ = 0;
@@ -840,12 +874,18 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
   if (m.payload.size != 0) std::memcpy(SlotData(peer.slot) + offset, m.payload.data, m.payload.size);
   if (!peer.update.complete()) return;
 
-  Received received;
+  if (received_count_ == received_.size()) received_.emplace_back();
+  Received& received = received_[received_count_];  // committed below, when accepted
   received.device_id = peer.device_id;
   received.sender_id = DeviceSenderId(peer.device_id);
-  received.spec = assigned_[peer.device_id].spec;
-  received.role = assigned_[peer.device_id].role;
-  received.rho = assigned_[peer.device_id].rho;
+  const Assignment& assignment = assigned_[peer.device_id];
+  received.spec = assignment.spec;
+  received.role = assignment.role;
+  received.rho = assignment.rho;
+  received.slot = -1;
+  received.in_scratch = false;
+  received.added = true;
+  received.download_ms = received.compute_ms = received.upload_ms = 0;
   received.num_samples = peer.num_samples;
   received.loss = peer.loss;
   received.payload = SlotData(peer.slot);
@@ -873,17 +913,14 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
     Reject(UpdateRejection::kBadValues);
     return Refuse(connection, checked);
   }
-  if (levels_ && received.spec == levels_->spec()) received.levels = std::move(peer.levels);
-  answered_[received.device_id] = received_.size();
-  received_.push_back(std::move(received));
+  // Swapped, not moved: both keep their vectors' memory.
+  if (levels_ && received.spec == levels_->spec()) std::swap(received.levels, peer.levels);
+  answered_.Put(received.device_id) = received_count_;
+  received_count_++;
   if (!nested_) SumInOrder(false);
   // Summed, or not its turn: scratch_ is reused by the next decode.
-  received_.back().in_scratch = false;
-  AckMessage ack;
-  ack.round_id = round_;
-  ack.acked = MessageKind::kUpdate;
-  Result<OutFrame> out = Encode(ack, limits_);
-  if (out.ok()) (void)connection.Send(*out);
+  received.in_scratch = false;
+  if (!round_ack_.empty()) (void)connection.Send(round_ack_);
 }
 
 // ALQ / AMQ: the update must name the table version this round instructed
@@ -900,11 +937,12 @@ Status Aggregator::State::CheckLevels(const UpdateMessage& m, const Assignment& 
   }
   const LevelStatisticsMessage& s = m.stats.level_statistics;
   if (!s.present) return InvalidArgument("an " + assignment.spec + " update without level statistics");
-  *levels = LevelStatistics();
+  levels->bucket_norms.clear();
+  levels->largest_buckets.clear();
   levels->count = s.count;
   levels->sum = s.sum;
   levels->sum_sq = s.sum_sq;
-  levels->bucket_norms = s.bucket_norms;
+  levels->bucket_norms.assign(s.bucket_norms.begin(), s.bucket_norms.end());
   for (const BucketMomentsMessage& b : s.largest_buckets) {
     levels->largest_buckets.push_back({b.norm, b.count, b.sum, b.sum_sq});
   }
@@ -1054,12 +1092,6 @@ bool Aggregator::State::BudgetAllowsRound() {
   return false;
 }
 
-std::vector<std::string> Aggregator::State::ConnectedDevices() const {
-  std::vector<std::string> devices;
-  for (const auto& entry : device_connection_) devices.push_back(entry.first);
-  return devices;  // sorted (map order)
-}
-
 Peer* Aggregator::State::PeerOf(const std::string& device_id) {
   auto it = device_connection_.find(device_id);
   if (it == device_connection_.end()) return nullptr;
@@ -1124,13 +1156,11 @@ Status Aggregator::State::EncodeInstructions(const Assignment& assignment, bool 
 }
 
 void Aggregator::State::StartRound() {
-  const std::vector<std::string> devices = ConnectedDevices();
-  std::vector<uint32_t> indices(devices.size());
-  for (uint32_t i = 0; i < indices.size(); ++i) indices[i] = i;
-  const std::vector<uint32_t> chosen = SampleDevices(indices, config_.sampling, config_.session_seed, round_);
-  selected_.clear();
-  assigned_.clear();
-  received_.clear();
+  connected_.clear();
+  for (const auto& entry : device_connection_) connected_.push_back(&entry.first);  // sorted (map order)
+  SampleDeviceIndices(connected_.size(), config_.sampling, config_.session_seed, round_, &chosen_, &sample_words_);
+  assigned_.Recycle();
+  received_count_ = 0;
   sum_->Reset();
   // Every slot is free again: updates still arriving for the last round are
   // dropped at their next chunk (their round id).
@@ -1144,8 +1174,13 @@ void Aggregator::State::StartRound() {
   held_weights_.clear();
   held_devices_.clear();
   clipped_ = 0;
-  population_ = devices.size();
-  answered_.clear();
+  population_ = connected_.size();
+  answered_.Recycle();
+  AckMessage ack;
+  ack.round_id = round_;
+  ack.acked = MessageKind::kUpdate;
+  Result<OutFrame> ack_frame = Encode(ack, limits_);
+  round_ack_ = ack_frame.ok() ? std::move(*ack_frame) : OutFrame();
   next_sum_ = 0;
   instruction_frames_.clear();
   rejected_ = 0;
@@ -1159,7 +1194,9 @@ void Aggregator::State::StartRound() {
     device_model_round_ = round_;
     synced_.clear();
   }
-  for (uint32_t i : chosen) selected_.push_back(devices[i]);
+  // Assigned over the last round's strings (a shrink and regrow loses some).
+  selected_.resize(chosen_.size());
+  for (std::size_t k = 0; k < chosen_.size(); ++k) selected_[k] = *connected_[chosen_[k]];
 
   std::set<uint32_t> anchors;
   if (nested_) {
@@ -1180,7 +1217,7 @@ void Aggregator::State::StartRound() {
       assignment.spec = anchor ? anchor_spec_ : NestedSpec(assignment.rho);
       assignment.role = anchor ? AnchorRole::kAnchor : AnchorRole::kNested;
     }
-    assigned_[device] = assignment;
+    assigned_.Put(device) = assignment;  // copy-assigned: the spec reuses its string
   }
   in_round_ = true;
   round_started_ms_ = clock_.NowMs();
@@ -1252,7 +1289,8 @@ void Aggregator::State::CloseRound() {
   // of arrival: float sums, the NDQSG running mean (and so the nested
   // decodes and their wraps) are the same whatever the timing.
   if (!nested_) SumInOrder(true);
-  std::vector<const Received*> ordered;
+  std::vector<const Received*>& ordered = ordered_;
+  ordered.clear();
   for (const std::string& device : selected_) {
     auto it = answered_.find(device);
     if (it != answered_.end()) ordered.push_back(&received_[it->second]);
@@ -1328,7 +1366,8 @@ void Aggregator::State::CloseRound() {
   // Payload sizes of the decoded-on-arrival updates.
   report.bytes_up = 0;
   const Received* last = nullptr;  // the critical path: the update that arrived last
-  for (const Received& r : received_) {
+  for (std::size_t k = 0; k < received_count_; ++k) {
+    const Received& r = received_[k];
     report.bytes_up += r.wire_bytes;
     if (last == nullptr || r.arrived_ms > last->arrived_ms) last = &r;
   }
@@ -1465,7 +1504,7 @@ uint32_t Aggregator::State::Tick() {
   for (const std::string& device : selected_) {
     if (answered_.count(device) == 0 && device_connection_.count(device) != 0) waiting++;
   }
-  if (received_.size() >= quorum || now >= round_deadline_ms_ || (waiting == 0 && !received_.empty())) {
+  if (received_count_ >= quorum || now >= round_deadline_ms_ || (waiting == 0 && received_count_ != 0)) {
     CloseRound();
     return 0;  // the next round can start at once
   }
@@ -1582,6 +1621,14 @@ static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSi
   s->payload_slots_ = l.slots;
   s->held_memory_ = l.held;
   s->free_slots_.reserve(z.updates);
+  s->received_.reserve(z.updates);
+  s->ordered_.reserve(z.updates);
+  s->selected_.reserve(z.updates);
+  s->chosen_.reserve(s->max_devices_);
+  s->sample_words_.reserve(z.updates);
+  s->connected_.reserve(s->max_devices_);
+  s->assigned_.ReserveSpares(z.updates);
+  s->answered_.ReserveSpares(z.updates);
   s->held_.reserve(z.updates);
   s->held_weights_.reserve(z.updates);
   s->held_devices_.reserve(z.updates);
@@ -1664,7 +1711,7 @@ RoundProgress Aggregator::round_progress() const {
   progress.open = true;
   progress.round = s.round_ + 1;
   progress.sampled = s.selected_.size();
-  progress.received = s.received_.size();
+  progress.received = s.received_count_;
   progress.quorum = s.Quorum();
   progress.elapsed_ms = now - s.round_started_ms_;
   progress.deadline_in_ms = s.round_deadline_ms_ > now ? s.round_deadline_ms_ - now : 0;

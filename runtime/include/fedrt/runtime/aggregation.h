@@ -148,6 +148,11 @@ struct SamplingOptions {
 };
 std::vector<uint32_t> SampleDevices(const std::vector<uint32_t>& available, const SamplingOptions& options,
                                     uint64_t seed, uint32_t round);
+// The same over the indices 0 .. n-1, into *chosen, with *words as
+// scratch: once both have grown to the sample, nothing is allocated (the
+// aggregator samples its sorted devices every round).
+void SampleDeviceIndices(std::size_t n, const SamplingOptions& options, uint64_t seed, uint32_t round,
+                         std::vector<uint32_t>* chosen, std::vector<uint32_t>* words);
 
 }  // namespace fedrt
 

@@ -136,6 +136,8 @@ struct BlockSizes {
   std::size_t updates = 0;       // max_updates_
   std::size_t slot_bytes = 0;    // payload_slot_bytes_
   bool holds = false;            // a rule other than mean: decoded updates
+  std::size_t codec_bytes = 0;   // the update codecs (ConstructCodec), in codecs_ order
+  std::size_t codec_alignment = 1;
   bool dp = false;
   bool downlink = false;
 };
@@ -164,6 +166,13 @@ struct Aggregator::State {
 
   Status Init(const DataView* test_set);
   BlockSizes Sizes() const;
+  // Lays the update codecs Init made out in `storage` (null: measures), so
+  // decoding allocates no scratch. Returns the bytes used.
+  Result<std::size_t> PlaceCodecs(unsigned char* storage);
+  ~State() {
+    codecs_.clear();  // the wrappers borrow the placed codecs
+    for (Codec* codec : placed_codecs_) DestroyCodec(codec);
+  }
   Status Restore(AggregatorCheckpoint& saved);
 
   void OnOpen(const std::shared_ptr<Connection>& connection);
@@ -221,6 +230,7 @@ struct Aggregator::State {
   std::map<std::string, uint64_t> device_connection_;
   // Update codecs by spec, each over the model's tensor table (MakeUpdateCodec).
   std::map<std::string, std::unique_ptr<TensorSetCodec>> codecs_;
+  std::vector<Codec*> placed_codecs_;  // those codecs, constructed in the block
   std::vector<std::size_t> tensor_sizes_;  // the model's tensor table (lengths)
 
   std::unique_ptr<Model> model_;
@@ -1555,6 +1565,7 @@ struct BlockLayout {
   double* noised = nullptr;
   uint8_t* slots = nullptr;
   float* held = nullptr;
+  unsigned char* codecs = nullptr;
   std::size_t used = 0;
 };
 
@@ -1571,6 +1582,7 @@ BlockLayout CarveBlock(unsigned char* base, const BlockSizes& z, bool with_aggre
   if (z.dp) l.noised = carve.Take<double>(z.d, kBlockAlignment);
   l.slots = carve.Take<uint8_t>(z.updates * z.slot_bytes, kBlockAlignment);
   if (z.holds) l.held = carve.Take<float>(z.updates * z.d, kBlockAlignment);
+  l.codecs = carve.Take<unsigned char>(z.codec_bytes, std::max(z.codec_alignment, kBlockAlignment));
   l.used = carve.used() + kBlockAlignment - 1;  // at any alignment of the memory
   return l;
 }
@@ -1583,7 +1595,28 @@ static Result<BlockSizes> MeasureBlock(const AggregatorConfig& config, const Key
                                        const Clock& clock, const DataView* test_set) {
   Aggregator::State probe(config, keys, crypto, clock, AggregatorHooks());
   FEDRT_RETURN_IF_ERROR(probe.Init(test_set));
-  return probe.Sizes();
+  BlockSizes z = probe.Sizes();
+  Result<std::size_t> codec_bytes = probe.PlaceCodecs(nullptr);
+  if (!codec_bytes.ok()) return codec_bytes.status();
+  z.codec_bytes = *codec_bytes;
+  return z;
+}
+
+Result<std::size_t> Aggregator::State::PlaceCodecs(unsigned char* storage) {
+  Carver carve(storage);
+  for (auto& entry : codecs_) {
+    Result<CodecFootprint> footprint = CodecFootprintFor(entry.first, d_);
+    if (!footprint.ok()) return footprint.status();
+    unsigned char* at = carve.Take<unsigned char>(footprint->size, footprint->alignment);
+    if (storage == nullptr) continue;
+    Result<Codec*> codec = ConstructCodec(entry.first, d_, at, footprint->size);
+    if (!codec.ok()) return codec.status();
+    placed_codecs_.push_back(*codec);
+    Result<std::unique_ptr<TensorSetCodec>> tensors = BorrowUpdateCodec(**codec, tensor_sizes_);
+    if (!tensors.ok()) return tensors.status();
+    entry.second = std::move(*tensors);
+  }
+  return carve.used();
 }
 
 BlockSizes Aggregator::State::Sizes() const {
@@ -1594,6 +1627,10 @@ BlockSizes Aggregator::State::Sizes() const {
   z.holds = HoldsUpdates(config_.aggregation);
   z.dp = dp();
   z.downlink = downlink_ != nullptr;
+  for (const auto& entry : codecs_) {
+    Result<CodecFootprint> footprint = CodecFootprintFor(entry.first, d_);
+    if (footprint.ok()) z.codec_alignment = std::max(z.codec_alignment, footprint->alignment);
+  }
   return z;
 }
 
@@ -1610,6 +1647,12 @@ static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSi
   if (!initialised.ok()) {
     s->~State();
     return initialised;
+  }
+  const Result<std::size_t> placed = s->PlaceCodecs(l.codecs);
+  if (!placed.ok() || *placed != z.codec_bytes) {
+    s->~State();
+    return placed.ok() ? Status(StatusCode::kInternal, "the aggregator's codecs were measured for another config")
+                       : placed.status();
   }
   s->sum_ = std::make_unique<UpdateAccumulator>(l.sum, z.d);
   s->scratch_ = l.scratch;

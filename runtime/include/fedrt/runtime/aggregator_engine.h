@@ -43,26 +43,30 @@
 // (an UpdateAccumulator over d doubles: the weighted sum in device order,
 // the count, the total weight), four d-float buffers (decoding scratch,
 // zeros, clipping, with a downlink codec the delta), under DP a noised copy
-// of the sum, and the round's bounded update storage: max_updates_per_round
-// payload slots of the largest payload the codecs may send (an update is
-// reassembled straight into its slot; a mean round decodes it into the sum
-// at its turn and frees the slot; NDQSG decodes at the close) and, with a
-// rule other than mean, as many decoded updates of d floats. Per
-// connection, outside the block: a 208-byte entry in a map (no buffer) and
-// one in the device map once joined, so about 350 bytes of the engine's per
-// idle joined device (its connection's buffers are the binding's); a
-// JoinServer (280 bytes) until it joins.
+// of the sum, the update codecs with their decoding working space
+// (ConstructCodec), and the round's bounded update storage:
+// max_updates_per_round payload slots of the largest payload the codecs may
+// send (an update is reassembled straight into its slot; a mean round
+// decodes it into the sum at its turn and frees the slot; NDQSG decodes at
+// the close) and, with a rule other than mean, as many decoded updates of d
+// floats. Per connection, outside the block: a 208-byte entry in a map (no
+// buffer) and one in the device map once joined, so about 350 bytes of the
+// engine's per idle joined device (its connection's buffers are the
+// binding's); a JoinServer (280 bytes) until it joins.
 // Allocation: Create / CreateIn make the global model, the server
 // optimizer's moments, the mean handed to the optimizer (d floats), the
-// codecs (ALQ / AMQ, downlink, the NDQSG running mean) and, with a downlink
-// codec, the device model. A join allocates its connection's entries. The
-// round path allocates nothing model-sized or per payload (no buffer, copy
-// or decoded vector per update); it still allocates a few hundred small
-// blocks a round (runtime_aggregator_arena_test counts them): the round's
-// bookkeeping maps and strings (sampled devices, assignments, answers), the
-// sampling and anchor vectors, the instruction frames (once per codec spec
-// and role), the update acks, the RoundReport, the ALQ / AMQ table fit and,
-// with on_checkpoint, the checkpoint's copy of the model.
+// ALQ / AMQ and downlink codecs, the NDQSG running mean and, with a
+// downlink codec, the device model. A join allocates its connection's
+// entries. The round path allocates nothing model-sized or per payload (no
+// buffer, copy or decoded vector per update); the round's bookkeeping
+// (sampled devices, assignments, answers, sampling buffers) reuses its
+// memory from round to round. What it still allocates, about 20 small
+// blocks a round for fp32 and 5 devices (runtime_aggregator_arena_test
+// counts them): the instruction frames (once per codec spec and role), the
+// round's Ack frame, the RoundReport, the test-set evaluation, device ids
+// longer than std::string's inline capacity; NDQSG its anchor choice; ALQ /
+// AMQ their decoding scratch and the table fit; with on_checkpoint, the
+// checkpoint's copy of the model.
 //
 // Thread-safety: none. Every call, and every connection callback, runs on one
 // thread (an EventLoop's, or the application's).

@@ -768,6 +768,10 @@ void Aggregator::State::OnJoinFrame(Peer& peer, Connection& connection, const Fr
                                              "; another connection is refused while that one is alive"));
       }
       replaced = old->second.connection;
+      // Its unfinished update gives its slot back now, whenever the binding
+      // reports the close.
+      FreeSlot(old->second.slot);
+      old->second.receiving = false;
     }
   }
   if (previous == device_connection_.end() && device_connection_.size() >= max_devices_) {

@@ -119,6 +119,7 @@ struct Received {
   // The payload in its slot of the block, until it is summed (mean rounds) or
   // the round closes (NDQSG, rules other than mean).
   const uint8_t* payload = nullptr;
+  std::size_t payload_size = 0;  // bounded by the slot (the codec's largest payload)
   int slot = -1;                 // -1: summed, the slot given back
   bool in_scratch = false;       // decoded into scratch_ on arrival, and still there
   uint64_t wire_bytes = 0;       // payload size as received
@@ -903,7 +904,8 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
   received.num_samples = peer.num_samples;
   received.loss = peer.loss;
   received.payload = SlotData(peer.slot);
-  received.wire_bytes = peer.update.total_size();
+  received.payload_size = static_cast<std::size_t>(peer.update.total_size());
+  received.wire_bytes = received.payload_size;
   received.slot = peer.slot;
   peer.slot = -1;
   peer.receiving = false;
@@ -995,7 +997,7 @@ Status Aggregator::State::CheckUpdate(Received& received) {
   if (codec == nullptr) return InvalidArgument("unknown codec '" + received.spec + "'");
   const CodecContext context = ContextFor(received.sender_id);
   const bool nested = codec->needs_side_info();
-  FEDRT_RETURN_IF_ERROR(codec->Decode(received.payload, received.wire_bytes, context, scratch_, d_,
+  FEDRT_RETURN_IF_ERROR(codec->Decode(received.payload, received.payload_size, context, scratch_, d_,
                                       nested ? zeros_ : nullptr));
   FEDRT_RETURN_IF_ERROR(CheckFinite(scratch_, d_));
   // Its real values exist only against the running mean: bounded at the close.
@@ -1032,7 +1034,7 @@ void Aggregator::State::SumInOrder(bool closing) {
     Received& r = received_[it->second];
     Status added;
     if (!r.in_scratch) {
-      added = CodecFor(r.spec)->Decode(r.payload, r.wire_bytes, ContextFor(r.sender_id), scratch_, d_, nullptr);
+      added = CodecFor(r.spec)->Decode(r.payload, r.payload_size, ContextFor(r.sender_id), scratch_, d_, nullptr);
     }
     if (added.ok()) added = Contribute(r, scratch_);
     if (!added.ok()) {
@@ -1316,7 +1318,7 @@ void Aggregator::State::CloseRound() {
       const Received& r = *anchor;
       if (r.role == AnchorRole::kNested) continue;
       // Decoded and checked on arrival; decoded again here, from its slot.
-      const Status decoded = CodecFor(r.spec)->Decode(r.payload, r.wire_bytes, ContextFor(r.sender_id), scratch_,
+      const Status decoded = CodecFor(r.spec)->Decode(r.payload, r.payload_size, ContextFor(r.sender_id), scratch_,
                                                       d_, nullptr);
       if (!decoded.ok()) {
         Log(LogLevel::kError, "aggregator: anchor update of %s not added: %s", r.device_id.c_str(),
@@ -1348,7 +1350,7 @@ void Aggregator::State::CloseRound() {
         continue;
       }
       NdqsgWrapReport wraps;
-      Status status = mean.AddNested(*CodecFor(r.spec), r.payload, r.wire_bytes, ContextFor(r.sender_id), scratch_,
+      Status status = mean.AddNested(*CodecFor(r.spec), r.payload, r.payload_size, ContextFor(r.sender_id), scratch_,
                                      config_.wrap_margin, &wraps);
       if (status.ok()) status = CheckUpdateNorm(scratch_, d_, config_.max_update_norm);
       if (!status.ok()) {

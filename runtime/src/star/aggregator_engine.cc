@@ -265,7 +265,7 @@ struct Aggregator::State {
   std::vector<const std::string*> connected_;
   std::vector<uint32_t> chosen_, sample_words_;
   transport::OutFrame round_ack_;  // the Ack of an update this round, shared by every connection
-  // The round's running aggregate (RoundSum in the header's words): the
+  // The round sum (the running aggregate an MPI tier would export): the
   // weighted double sum of the decoded updates in selected_ order, their
   // count and total weight, in the block. Robust rules hold the updates
   // (held_) instead; NDQSG anchors feed ndqsg_mean_ first.

@@ -32,34 +32,45 @@ Result<std::unique_ptr<TensorSetCodec>> BorrowUpdateCodec(Codec& codec, const st
   return TensorSetCodec::Borrow(codec, UpdateTensorSizes(codec, model_tensors));
 }
 
+UpdateAccumulator::UpdateAccumulator(double* sum, std::size_t d) : sum_(sum), d_(d) {
+  std::fill(sum_, sum_ + d_, 0.0);
+}
+
 Status UpdateAccumulator::AddEncoded(const Codec& codec, const uint8_t* payload, std::size_t size,
                                      const CodecContext& context, double weight, const float* side_info) {
   if (!(weight > 0.0) || !std::isfinite(weight)) return InvalidArgument("update weight must be positive");
   // Decode into scratch first: a payload that fails half-way must not leave a
   // partial update in the sum.
-  scratch_.resize(sum_.size());
+  scratch_.resize(d_);
   FEDRT_RETURN_IF_ERROR(codec.Decode(payload, size, context, scratch_.data(), scratch_.size(), side_info));
   return AddDecoded(scratch_.data(), weight);
 }
 
 Status UpdateAccumulator::AddDecoded(const float* update, double weight) {
   if (!(weight > 0.0) || !std::isfinite(weight)) return InvalidArgument("update weight must be positive");
-  FEDRT_RETURN_IF_ERROR(CheckFinite(update, sum_.size()));
-  for (std::size_t i = 0; i < sum_.size(); ++i) sum_[i] += weight * static_cast<double>(update[i]);
+  FEDRT_RETURN_IF_ERROR(CheckFinite(update, d_));
+  for (std::size_t i = 0; i < d_; ++i) sum_[i] += weight * static_cast<double>(update[i]);
   ++count_;
   total_weight_ += weight;
   return Status::Ok();
 }
 
 std::vector<float> UpdateAccumulator::Mean() const {
-  std::vector<float> mean(sum_.size(), 0.0f);
-  if (total_weight_ <= 0) return mean;
-  for (std::size_t i = 0; i < sum_.size(); ++i) mean[i] = static_cast<float>(sum_[i] / total_weight_);
+  std::vector<float> mean(d_, 0.0f);
+  MeanInto(mean.data());
   return mean;
 }
 
+void UpdateAccumulator::MeanInto(float* mean) const {
+  if (total_weight_ <= 0) {
+    std::fill(mean, mean + d_, 0.0f);
+    return;
+  }
+  for (std::size_t i = 0; i < d_; ++i) mean[i] = static_cast<float>(sum_[i] / total_weight_);
+}
+
 void UpdateAccumulator::Reset() {
-  std::fill(sum_.begin(), sum_.end(), 0.0);
+  std::fill(sum_, sum_ + d_, 0.0);
   count_ = 0;
   total_weight_ = 0;
 }
@@ -155,7 +166,18 @@ std::vector<uint32_t> SampleDevices(const std::vector<uint32_t>& available, cons
   std::vector<uint32_t> pool = available;
   std::sort(pool.begin(), pool.end());
   pool.erase(std::unique(pool.begin(), pool.end()), pool.end());
-  const std::size_t n = pool.size();
+  std::vector<uint32_t> chosen, words;
+  SampleDeviceIndices(pool.size(), options, seed, round, &chosen, &words);
+  // pool is increasing, so the chosen values are in increasing order too.
+  for (uint32_t& c : chosen) c = pool[c];
+  return chosen;
+}
+
+void SampleDeviceIndices(std::size_t n, const SamplingOptions& options, uint64_t seed, uint32_t round,
+                         std::vector<uint32_t>* chosen, std::vector<uint32_t>* words) {
+  std::vector<uint32_t>& pool = *chosen;
+  pool.resize(n);
+  for (std::size_t i = 0; i < n; ++i) pool[i] = static_cast<uint32_t>(i);
   std::size_t wanted = SampleTarget(n, options);
   wanted += static_cast<std::size_t>(std::ceil(options.over_selection * static_cast<double>(wanted)));
   wanted = std::min(wanted, n);
@@ -167,15 +189,14 @@ std::vector<uint32_t> SampleDevices(const std::vector<uint32_t>& available, cons
   stream.round = round;
   stream.sender_id = 0xFFFFFF;
   stream.purpose = RandomPurpose::kRandomSubset;
-  std::vector<uint32_t> words(wanted);
-  PhiloxWords(stream, 0, wanted, words.data());
+  words->resize(wanted);
+  PhiloxWords(stream, 0, wanted, words->data());
   for (std::size_t i = 0; i < wanted; ++i) {
-    const std::size_t j = i + static_cast<std::size_t>((uint64_t{words[i]} * (n - i)) >> 32);
+    const std::size_t j = i + static_cast<std::size_t>((uint64_t{(*words)[i]} * (n - i)) >> 32);
     std::swap(pool[i], pool[j]);
   }
   pool.resize(wanted);
   std::sort(pool.begin(), pool.end());
-  return pool;
 }
 
 }  // namespace fedrt

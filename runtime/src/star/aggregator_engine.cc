@@ -26,6 +26,7 @@
 #include "fedrt/transport/chunking.h"
 #include "fedrt/transport/join.h"
 #include "fedrt/transport/messages.h"
+#include "star/block_carver.h"
 
 namespace fedrt {
 
@@ -58,8 +59,11 @@ struct Peer {
   // heartbeats), for StillHeard().
   uint64_t heard_ms = 0;
   uint64_t heard_bytes = 0;
-  // The update being received.
-  std::unique_ptr<Reassembler> update;
+  // The update being received: its chunks are checked by `update` and copied
+  // into the round's payload slot `slot` (-1: none).
+  ChunkSequence update{0};
+  bool receiving = false;
+  int slot = -1;
   uint64_t update_round = 0;
   uint64_t num_samples = 0;
   float loss = 0;
@@ -74,6 +78,33 @@ struct Peer {
   // stream is ordered, so the device holds that round's model before it
   // reads any later instructions, acknowledged or not.
   int64_t instructions_round = -1;
+};
+
+// A map whose entries are recycled from round to round: Recycle() empties
+// it into spare nodes (C++17 node handles) and Put() takes one for a new key,
+// so once the nodes and their strings have grown, a round's bookkeeping
+// allocates nothing.
+template <typename Key, typename Value>
+class ReusedMap : public std::map<Key, Value> {
+ public:
+  void Recycle() {
+    while (!this->empty()) spare_.push_back(this->extract(this->begin()));
+  }
+  // The entry of `key`, made from a spare node when absent (its value is the
+  // last round's: the caller assigns every field).
+  Value& Put(const Key& key) {
+    auto it = this->find(key);
+    if (it != this->end()) return it->second;
+    if (spare_.empty()) return (*this)[key];
+    auto node = std::move(spare_.back());
+    spare_.pop_back();
+    node.key() = key;  // copy-assigned: reuses the string's capacity
+    return this->insert(std::move(node)).position->second;
+  }
+  void ReserveSpares(std::size_t n) { spare_.reserve(n); }
+
+ private:
+  std::vector<typename std::map<Key, Value>::node_type> spare_;
 };
 
 // What a device was told to send this round.
@@ -93,8 +124,12 @@ struct Received {
   int rho = 0;
   uint64_t num_samples = 0;
   float loss = 0;
-  std::vector<uint8_t> payload;  // kept for nested NDQSG decoding
-  std::vector<float> decoded;    // everything else is decoded on arrival
+  // The payload in its slot of the block, until it is summed (mean rounds) or
+  // the round closes (NDQSG, rules other than mean).
+  const uint8_t* payload = nullptr;
+  std::size_t payload_size = 0;  // bounded by the slot (the codec's largest payload)
+  int slot = -1;                 // -1: summed, the slot given back
+  bool in_scratch = false;       // decoded into scratch_ on arrival, and still there
   uint64_t wire_bytes = 0;       // payload size as received
   bool added = true;             // plain rounds: false when the sum refused it
   LevelStatistics levels;        // ALQ / AMQ: the statistics it carried
@@ -102,6 +137,33 @@ struct Received {
   // device's own compute time, the rest until its last chunk arrived.
   uint64_t download_ms = 0, compute_ms = 0, upload_ms = 0;
   uint64_t arrived_ms = 0;
+};
+
+// What the block holds, measured by an initialised State.
+struct BlockSizes {
+  std::size_t d = 0;
+  std::size_t updates = 0;       // max_updates_
+  std::size_t slot_bytes = 0;    // payload_slot_bytes_
+  bool holds = false;            // a rule other than mean: decoded updates
+  std::size_t codec_bytes = 0;   // the update codecs (ConstructCodec), in codecs_ order
+  std::size_t codec_alignment = 1;
+  bool dp = false;
+  bool downlink = false;
+};
+
+// RequiredBytes' stand-in for the application's Crypto: measuring the block
+// needs no key and no randomness that matters.
+class MeasuringCrypto final : public Crypto {
+ public:
+  Status RandomBytes(uint8_t* out, std::size_t size) override {
+    std::fill(out, out + size, uint8_t{1});
+    return Status::Ok();
+  }
+  Status HmacSha256(const uint8_t*, std::size_t, const uint8_t*, std::size_t,
+                    std::array<uint8_t, kSha256Bytes>*) override {
+    return Status(StatusCode::kFailedPrecondition, "measuring only");
+  }
+  bool ConstantTimeEqual(const uint8_t*, const uint8_t*, std::size_t) override { return false; }
 };
 
 }  // namespace
@@ -112,6 +174,14 @@ struct Aggregator::State {
       : config_(config), keys_(keys), crypto_(crypto), clock_(clock), hooks_(std::move(hooks)) {}
 
   Status Init(const DataView* test_set);
+  BlockSizes Sizes() const;
+  // Lays the update codecs Init made out in `storage` (null: measures), so
+  // decoding allocates no scratch. Returns the bytes used.
+  Result<std::size_t> PlaceCodecs(unsigned char* storage);
+  ~State() {
+    codecs_.clear();  // the wrappers borrow the placed codecs
+    for (Codec* codec : placed_codecs_) DestroyCodec(codec);
+  }
   Status Restore(AggregatorCheckpoint& saved);
 
   void OnOpen(const std::shared_ptr<Connection>& connection);
@@ -152,7 +222,6 @@ struct Aggregator::State {
   TensorSetCodec* CodecFor(const std::string& spec);
   const std::string& NestedSpec(int rho);
   int RhoOf(const std::string& device) const;
-  std::vector<std::string> ConnectedDevices() const;
   Peer* PeerOf(const std::string& device_id);
   Status CheckLevels(const UpdateMessage& m, const Assignment& assignment, LevelStatistics* levels) const;
   void RefitLevels();
@@ -173,6 +242,7 @@ struct Aggregator::State {
   std::map<std::string, uint64_t> device_connection_;
   // Update codecs by spec, each over the model's tensor table (MakeUpdateCodec).
   std::map<std::string, std::unique_ptr<TensorSetCodec>> codecs_;
+  std::vector<Codec*> placed_codecs_;  // those codecs, constructed in the block
   std::vector<std::size_t> tensor_sizes_;  // the model's tensor table (lengths)
 
   std::unique_ptr<Model> model_;
@@ -197,10 +267,22 @@ struct Aggregator::State {
   uint64_t round_deadline_ms_ = 0;
   std::vector<std::string> selected_;
   std::size_t wanted_ = 0;  // devices this round wants, before over-selection (SampleTarget)
-  std::map<std::string, Assignment> assigned_;
+  ReusedMap<std::string, Assignment> assigned_;
+  // The round's updates in arrival order: received_[0, received_count_);
+  // the entries past it keep their strings' memory for the next ones.
   std::vector<Received> received_;
-  std::unique_ptr<UpdateAccumulator> sum_;  // this round's weighted sum
-  std::map<std::string, std::size_t> answered_;  // device -> its entry in received_ (O(log n) per event)
+  std::size_t received_count_ = 0;
+  std::vector<const Received*> ordered_;  // CloseRound: the updates in selected_ order
+  // StartRound's sampling buffers.
+  std::vector<const std::string*> connected_;
+  std::vector<uint32_t> chosen_, sample_words_;
+  transport::OutFrame round_ack_;  // the Ack of an update this round, shared by every connection
+  // The round sum (the running aggregate an MPI tier would export): the
+  // weighted double sum of the decoded updates in selected_ order, their
+  // count and total weight, in the block. Robust rules hold the updates
+  // (held_) instead; NDQSG anchors feed ndqsg_mean_ first.
+  std::unique_ptr<UpdateAccumulator> sum_;
+  ReusedMap<std::string, std::size_t> answered_;  // device -> its entry in received_ (O(log n) per event)
   // Plain rounds sum the updates in the order of selected_ (sorted device
   // ids), whatever order they arrive in: selected_[0, next_sum_) are summed.
   std::size_t next_sum_ = 0;
@@ -241,20 +323,41 @@ struct Aggregator::State {
   bool device_model_zero_ = false;      // device_model_ is zeros and never broadcast
   bool broadcast_from_zeros_ = false;   // broadcast_ is device_model_ itself (delta from zeros)
   std::map<std::string, int64_t> synced_;  // device -> last round whose model it acknowledged
-  std::vector<float> scratch_;
-  std::vector<float> zeros_;
-  // Robust rules: this round's decoded (clipped) updates and their weights,
-  // in the order of selected_; mean sums into sum_ instead.
-  std::vector<std::vector<float>> held_;
+  // Model-sized buffers in the block (d floats each; delta_ with a downlink
+  // codec, noised_ (d doubles) under DP).
+  float* scratch_ = nullptr;
+  float* zeros_ = nullptr;
+  float* contribution_ = nullptr;  // the update being clipped
+  float* delta_ = nullptr;
+  double* noised_ = nullptr;
+  std::vector<float> mean_;        // the combined update (on_aggregate's type), made at Create
+  std::unique_ptr<NdqsgRunningMean> ndqsg_mean_;
+  // The round's update storage in the block: payload slots of
+  // payload_slot_bytes_ each, those free, and (rules other than mean) as
+  // many decoded updates of d floats.
+  std::size_t max_updates_ = 0;
+  std::size_t max_payload_bytes_ = 0;
+  std::size_t payload_slot_bytes_ = 0;
+  uint8_t* payload_slots_ = nullptr;
+  std::vector<int> free_slots_;
+  uint8_t* SlotData(int slot) { return payload_slots_ + static_cast<std::size_t>(slot) * payload_slot_bytes_; }
+  void FreeSlot(int& slot) {
+    if (slot >= 0) free_slots_.push_back(slot);
+    slot = -1;
+  }
+  // Robust rules: this round's decoded (clipped) updates, in held_memory_,
+  // and their weights, in the order of selected_; mean sums into sum_.
+  float* held_memory_ = nullptr;
+  std::vector<const float*> held_;
   std::vector<double> held_weights_;
   std::vector<std::string> held_devices_;
-  std::vector<float> contribution_;  // the update being clipped
   std::size_t clipped_ = 0;
   // DP: the accountant, the noise key and the devices connected when the
   // round was sampled (q = sampled / connected).
   RdpAccountant accountant_;
   uint64_t dp_noise_seed_ = 0;
   std::size_t population_ = 0;
+  std::size_t max_devices_ = 0;  // config_.max_devices, at most the keys known
 };
 
 Status Aggregator::State::Init(const DataView* test_set) {
@@ -361,10 +464,41 @@ Status Aggregator::State::Init(const DataView* test_set) {
     evaluate_ = true;
   }
 
-  scratch_.assign(d_, 0.0f);
-  zeros_.assign(d_, 0.0f);
-  contribution_.assign(d_, 0.0f);
-  sum_ = std::make_unique<UpdateAccumulator>(d_);
+  if (config_.max_devices < 1) return InvalidArgument("max devices must be at least 1");
+  if (config_.min_devices > config_.max_devices) {
+    return InvalidArgument("min devices " + std::to_string(config_.min_devices) + " is more than max devices " +
+                           std::to_string(config_.max_devices));
+  }
+  // Devices join with a key of the key store: no more can be joined at once.
+  max_devices_ = std::min(config_.max_devices, std::max({std::size_t{1}, keys_.size(), config_.min_devices}));
+  {
+    std::vector<uint32_t> all(max_devices_);
+    for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+    const std::size_t bound = SampleDevices(all, config_.sampling, config_.session_seed, 0).size();
+    if (config_.max_updates_per_round != 0 && config_.max_updates_per_round < bound) {
+      return InvalidArgument("max updates per round " + std::to_string(config_.max_updates_per_round) +
+                             " is less than a round samples from " + std::to_string(max_devices_) +
+                             " devices (" + std::to_string(bound) + ")");
+    }
+    max_updates_ = config_.max_updates_per_round != 0 ? config_.max_updates_per_round : bound;
+  }
+  // The largest payload a round may bring: every spec a device can be told
+  // to send (NDQSG: the anchors' DQSG and each rho of the ladder).
+  {
+    std::vector<std::string> specs = {config_.codec};
+    if (nested_) {
+      specs.push_back(anchor_spec_);
+      for (int rho = base_rho_; rho <= config_.max_rho; rho = NdqsgNextRho(rho)) specs.push_back(NestedSpec(rho));
+    }
+    for (const std::string& spec : specs) {
+      TensorSetCodec* built = CodecFor(spec);
+      if (built == nullptr) return InvalidArgument("codec '" + spec + "' cannot be built for the model");
+      max_payload_bytes_ = std::max(max_payload_bytes_, built->MaxEncodedSize(d_));
+    }
+  }
+  payload_slot_bytes_ = (max_payload_bytes_ + 63) / 64 * 64;
+  mean_.assign(d_, 0.0f);
+  if (nested_) ndqsg_mean_ = std::make_unique<NdqsgRunningMean>(d_);
   if (!config_.downlink_codec.empty() && config_.downlink_codec != "fp32") {
     Result<std::unique_ptr<Codec>> downlink = MakeCodec(config_.downlink_codec);
     if (!downlink.ok()) return downlink.status();
@@ -470,12 +604,12 @@ AggregatorCheckpoint Aggregator::State::CheckpointState() const {
 // stays in model - device_model_ and goes out with the next delta.
 Status Aggregator::State::PrepareBroadcast() {
   if (!downlink_ || device_model_round_ == static_cast<int64_t>(round_)) return Status();
-  std::vector<float> delta(d_);
+  float* delta = delta_;
   const float* model = model_->parameters();
   for (std::size_t i = 0; i < d_; ++i) delta[i] = model[i] - device_model_[i];
   const CodecContext context = ContextFor(kBroadcastSender);
   broadcast_.resize(downlink_->MaxEncodedSize(d_));
-  Result<std::size_t> size = downlink_->Encode(delta.data(), d_, context, broadcast_.data(), broadcast_.size());
+  Result<std::size_t> size = downlink_->Encode(delta, d_, context, broadcast_.data(), broadcast_.size());
   if (!size.ok()) return size.status();
   broadcast_.resize(*size);
   FEDRT_RETURN_IF_ERROR(downlink_->DecodeAccumulate(broadcast_.data(), broadcast_.size(), context, 1.0f,
@@ -590,6 +724,7 @@ void Aggregator::State::OnClose(Connection& connection, const Status& reason) {
     if (owner != device_connection_.end() && owner->second == connection.id()) device_connection_.erase(owner);
   }
   if (!it->second.authenticated) Joined(it->second);
+  FreeSlot(it->second.slot);
   peers_.erase(it);
 }
 
@@ -662,7 +797,16 @@ void Aggregator::State::OnJoinFrame(Peer& peer, Connection& connection, const Fr
                                              "; another connection is refused while that one is alive"));
       }
       replaced = old->second.connection;
+      // Its unfinished update gives its slot back now, whenever the binding
+      // reports the close.
+      FreeSlot(old->second.slot);
+      old->second.receiving = false;
     }
+  }
+  if (previous == device_connection_.end() && device_connection_.size() >= max_devices_) {
+    return Refuse(connection, Status(StatusCode::kResourceExhausted,
+                                     std::to_string(device_connection_.size()) +
+                                         " devices are connected, as many as the aggregator holds (max devices)"));
   }
   // Full-size frames (updates) from now on.
   connection.LiftInitialFrameLimit();
@@ -721,7 +865,8 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
       Log(LogLevel::kInfo, "aggregator: dropping an update of round %llu from %s (round %" PRIu32 " is %s)",
           static_cast<unsigned long long>(m.round_id), peer.device_id.c_str(), round_,
           in_round_ ? "open" : "next");
-      peer.update.reset();
+      peer.receiving = false;
+      FreeSlot(peer.slot);
       return;
     }
     if (m.codec_spec != assignment->second.spec) {
@@ -749,59 +894,81 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
         return Refuse(connection, levels);
       }
     }
-    peer.update = std::make_unique<Reassembler>(codec->MaxEncodedSize(d_));
+    FreeSlot(peer.slot);  // an update started before, not finished
+    if (free_slots_.empty()) {
+      // Cannot happen: a round samples at most max_updates_ devices, each
+      // receiving one update at a time.
+      return Refuse(connection, Status(StatusCode::kResourceExhausted, "no room for another update this round"));
+    }
+    peer.slot = free_slots_.back();
+    free_slots_.pop_back();
+    peer.update = ChunkSequence(codec->MaxEncodedSize(d_));
+    peer.receiving = true;
     peer.update_round = m.round_id;
     peer.num_samples = m.num_samples;
     peer.loss = m.training_loss;
     peer.compute_ms = m.compute_ms;
-  } else if (!peer.update || m.round_id != peer.update_round) {
+  } else if (!peer.receiving || m.round_id != peer.update_round) {
     return;  // rest of a dropped update
   }
-  const Status added = peer.update->Add(m.payload);
+  const uint64_t offset = peer.update.received();
+  const Status added = peer.update.Accept(m.payload);
   if (!added.ok()) {
     Reject(UpdateRejection::kBadChunks);
     return Refuse(connection, added);
   }
-  if (!peer.update->complete()) return;
+  // Accept bounds total_size by the codec's largest payload, which the slot holds.
+  if (m.payload.size != 0) std::memcpy(SlotData(peer.slot) + offset, m.payload.data, m.payload.size);
+  if (!peer.update.complete()) return;
 
-  Received received;
+  if (received_count_ == received_.size()) received_.emplace_back();
+  Received& received = received_[received_count_];  // committed below, when accepted
   received.device_id = peer.device_id;
   received.sender_id = DeviceSenderId(peer.device_id);
-  received.spec = assigned_[peer.device_id].spec;
-  received.role = assigned_[peer.device_id].role;
-  received.rho = assigned_[peer.device_id].rho;
+  const Assignment& assignment = assigned_[peer.device_id];
+  received.spec = assignment.spec;
+  received.role = assignment.role;
+  received.rho = assignment.rho;
+  received.slot = -1;
+  received.in_scratch = false;
+  received.added = true;
+  received.download_ms = received.compute_ms = received.upload_ms = 0;
   received.num_samples = peer.num_samples;
   received.loss = peer.loss;
-  received.payload.assign(peer.update->data(), peer.update->data() + peer.update->size());
-  received.wire_bytes = received.payload.size();
+  received.payload = SlotData(peer.slot);
+  received.payload_size = static_cast<std::size_t>(peer.update.total_size());
+  received.wire_bytes = received.payload_size;
+  received.slot = peer.slot;
+  peer.slot = -1;
+  peer.receiving = false;
   received.arrived_ms = clock_.NowMs();
   if (peer.instructions_acked_ms >= round_started_ms_ && peer.instructions_acked_ms != 0) {
     received.download_ms = peer.instructions_acked_ms - round_started_ms_;
     received.compute_ms = std::min<uint64_t>(peer.compute_ms, received.arrived_ms - peer.instructions_acked_ms);
     received.upload_ms = received.arrived_ms - peer.instructions_acked_ms - received.compute_ms;
   }
-  peer.update.reset();
   if (answered_.count(received.device_id) != 0) {
     // A round that closed without updates runs again with the same id, so a
     // device can answer both attempts: the first answer counts.
     Log(LogLevel::kInfo, "aggregator: dropping a second update of round %" PRIu32 " from %s", round_,
         received.device_id.c_str());
+    FreeSlot(received.slot);
     return;
   }
   const Status checked = CheckUpdate(received);
   if (!checked.ok()) {
+    FreeSlot(received.slot);
     Reject(UpdateRejection::kBadValues);
     return Refuse(connection, checked);
   }
-  if (levels_ && received.spec == levels_->spec()) received.levels = std::move(peer.levels);
-  answered_[received.device_id] = received_.size();
-  received_.push_back(std::move(received));
+  // Swapped, not moved: both keep their vectors' memory.
+  if (levels_ && received.spec == levels_->spec()) std::swap(received.levels, peer.levels);
+  answered_.Put(received.device_id) = received_count_;
+  received_count_++;
   if (!nested_) SumInOrder(false);
-  AckMessage ack;
-  ack.round_id = round_;
-  ack.acked = MessageKind::kUpdate;
-  Result<OutFrame> out = Encode(ack, limits_);
-  if (out.ok()) (void)connection.Send(*out);
+  // Summed, or not its turn: scratch_ is reused by the next decode.
+  received.in_scratch = false;
+  if (!round_ack_.empty()) (void)connection.Send(round_ack_);
 }
 
 // ALQ / AMQ: the update must name the table version this round instructed
@@ -818,11 +985,12 @@ Status Aggregator::State::CheckLevels(const UpdateMessage& m, const Assignment& 
   }
   const LevelStatisticsMessage& s = m.stats.level_statistics;
   if (!s.present) return InvalidArgument("an " + assignment.spec + " update without level statistics");
-  *levels = LevelStatistics();
+  levels->bucket_norms.clear();
+  levels->largest_buckets.clear();
   levels->count = s.count;
   levels->sum = s.sum;
   levels->sum_sq = s.sum_sq;
-  levels->bucket_norms = s.bucket_norms;
+  levels->bucket_norms.assign(s.bucket_norms.begin(), s.bucket_norms.end());
   for (const BucketMomentsMessage& b : s.largest_buckets) {
     levels->largest_buckets.push_back({b.norm, b.count, b.sum, b.sum_sq});
   }
@@ -861,29 +1029,19 @@ Status Aggregator::State::CheckUpdate(Received& received) {
   if (codec == nullptr) return InvalidArgument("unknown codec '" + received.spec + "'");
   const CodecContext context = ContextFor(received.sender_id);
   const bool nested = codec->needs_side_info();
-  received.decoded.assign(d_, 0.0f);
-  FEDRT_RETURN_IF_ERROR(codec->Decode(received.payload.data(), received.payload.size(), context,
-                                      received.decoded.data(), d_, nested ? zeros_.data() : nullptr));
-  FEDRT_RETURN_IF_ERROR(CheckFinite(received.decoded.data(), d_));
-  if (nested) {
-    // Its real values exist only against the running mean: bounded at the close.
-    received.decoded.clear();
-    received.decoded.shrink_to_fit();
-    return Status();
-  }
-  FEDRT_RETURN_IF_ERROR(CheckUpdateNorm(received.decoded.data(), d_, config_.max_update_norm));
-  // NDQSG anchors keep the decoded vector for the running mean. A plain
-  // update whose turn it is keeps it too and is summed right away
-  // (SumInOrder); one that arrived before an earlier device's keeps only its
-  // payload, decoded again at its turn. So a round holds one model-sized sum
-  // plus the payloads of early arrivals, and its float sum does not depend on
-  // the arrival order.
-  const bool keep_decoded = nested_ || (next_sum_ < selected_.size() && selected_[next_sum_] == received.device_id);
-  if (keep_decoded) {
-    std::vector<uint8_t>().swap(received.payload);
-  } else {
-    std::vector<float>().swap(received.decoded);
-  }
+  FEDRT_RETURN_IF_ERROR(codec->Decode(received.payload, received.payload_size, context, scratch_, d_,
+                                      nested ? zeros_ : nullptr));
+  FEDRT_RETURN_IF_ERROR(CheckFinite(scratch_, d_));
+  // Its real values exist only against the running mean: bounded at the close.
+  if (nested) return Status();
+  FEDRT_RETURN_IF_ERROR(CheckUpdateNorm(scratch_, d_, config_.max_update_norm));
+  // Every update keeps its payload in its slot. A plain update whose turn it
+  // is is summed right away from scratch_ (SumInOrder), and its slot freed;
+  // one that arrived before an earlier device's is decoded again at its
+  // turn, and NDQSG anchors when the round closes. So a round holds one
+  // model-sized sum plus the payloads of early arrivals, and its float sum
+  // does not depend on the arrival order.
+  received.in_scratch = true;
   return Status();
 }
 
@@ -907,20 +1065,16 @@ void Aggregator::State::SumInOrder(bool closing) {
     }
     Received& r = received_[it->second];
     Status added;
-    if (r.decoded.empty()) {
-      added = CodecFor(r.spec)->Decode(r.payload.data(), r.payload.size(), ContextFor(r.sender_id), scratch_.data(),
-                                       d_, nullptr);
-      if (added.ok()) added = Contribute(r, scratch_.data());
-    } else {
-      added = Contribute(r, r.decoded.data());
+    if (!r.in_scratch) {
+      added = CodecFor(r.spec)->Decode(r.payload, r.payload_size, ContextFor(r.sender_id), scratch_, d_, nullptr);
     }
+    if (added.ok()) added = Contribute(r, scratch_);
     if (!added.ok()) {
       // Checked on arrival; cannot fail unless memory is corrupt.
       Log(LogLevel::kError, "aggregator: update of %s not added: %s", r.device_id.c_str(), added.ToString().c_str());
       r.added = false;
     }
-    std::vector<uint8_t>().swap(r.payload);
-    std::vector<float>().swap(r.decoded);
+    FreeSlot(r.slot);
   }
 }
 
@@ -934,13 +1088,16 @@ Status Aggregator::State::Contribute(const Received& received, const float* deco
   if (dp()) weight = 1.0;
   const float* update = decoded;
   if (clip > 0) {
-    std::copy(decoded, decoded + d_, contribution_.begin());
-    if (ClipToNorm(contribution_.data(), d_, clip) < 1.0) clipped_++;
-    update = contribution_.data();
+    std::copy(decoded, decoded + d_, contribution_);
+    if (ClipToNorm(contribution_, d_, clip) < 1.0) clipped_++;
+    update = contribution_;
   }
   if (!HoldsUpdates(config_.aggregation)) return sum_->AddDecoded(update, weight);
   if (!(weight > 0.0) || !std::isfinite(weight)) return InvalidArgument("update weight must be positive");
-  held_.emplace_back(update, update + d_);
+  if (held_.size() >= max_updates_) return Status(StatusCode::kResourceExhausted, "no room for another update");
+  float* held = held_memory_ + held_.size() * d_;
+  std::copy(update, update + d_, held);
+  held_.push_back(held);
   held_weights_.push_back(weight);
   held_devices_.push_back(received.device_id);
   return Status::Ok();
@@ -950,22 +1107,18 @@ Status Aggregator::State::Contribute(const Received& received, const float* deco
 // held updates, or the DP-FedAvg estimate (noised sum / devices sampled).
 Status Aggregator::State::Combine(std::vector<float>* mean, RoundReport& report) {
   if (dp()) {
-    std::vector<double> noised = sum_->sum();
-    AddGaussianNoise(dp_noise_seed_, round_, config_.dp.noise_multiplier * config_.dp.clip, noised.data(), d_);
+    std::copy(sum_->sum(), sum_->sum() + d_, noised_);
+    AddGaussianNoise(dp_noise_seed_, round_, config_.dp.noise_multiplier * config_.dp.clip, noised_, d_);
     const double denominator = static_cast<double>(std::max<std::size_t>(1, selected_.size()));
-    mean->resize(d_);
-    for (std::size_t i = 0; i < d_; ++i) (*mean)[i] = static_cast<float>(noised[i] / denominator);
+    for (std::size_t i = 0; i < d_; ++i) (*mean)[i] = static_cast<float>(noised_[i] / denominator);
     return Status::Ok();
   }
   if (!HoldsUpdates(config_.aggregation)) {
-    *mean = sum_->Mean();
+    sum_->MeanInto(mean->data());
     return Status::Ok();
   }
-  std::vector<const float*> updates;
-  for (const std::vector<float>& held : held_) updates.push_back(held.data());
-  mean->resize(d_);
   AggregationDetail detail;
-  FEDRT_RETURN_IF_ERROR(Aggregate(config_.aggregation, updates, held_weights_, d_, mean->data(), &detail));
+  FEDRT_RETURN_IF_ERROR(Aggregate(config_.aggregation, held_, held_weights_, d_, mean->data(), &detail));
   for (std::size_t k : detail.selected) report.selected.push_back(held_devices_[k]);
   return Status::Ok();
 }
@@ -985,12 +1138,6 @@ bool Aggregator::State::BudgetAllowsRound() {
       "aggregator: DP budget: round %" PRIu32 " would spend epsilon %.4g > budget %.4g at delta %g (spent %.4g); stopping",
       round_ + 1, next, config_.dp.epsilon_budget, config_.dp.delta, accountant_.Epsilon(config_.dp.delta));
   return false;
-}
-
-std::vector<std::string> Aggregator::State::ConnectedDevices() const {
-  std::vector<std::string> devices;
-  for (const auto& entry : device_connection_) devices.push_back(entry.first);
-  return devices;  // sorted (map order)
 }
 
 Peer* Aggregator::State::PeerOf(const std::string& device_id) {
@@ -1069,20 +1216,31 @@ Status Aggregator::State::EncodeInstructions(const Assignment& assignment, Model
 }
 
 void Aggregator::State::StartRound() {
-  const std::vector<std::string> devices = ConnectedDevices();
-  std::vector<uint32_t> indices(devices.size());
-  for (uint32_t i = 0; i < indices.size(); ++i) indices[i] = i;
-  const std::vector<uint32_t> chosen = SampleDevices(indices, config_.sampling, config_.session_seed, round_);
-  selected_.clear();
-  assigned_.clear();
-  received_.clear();
+  connected_.clear();
+  for (const auto& entry : device_connection_) connected_.push_back(&entry.first);  // sorted (map order)
+  SampleDeviceIndices(connected_.size(), config_.sampling, config_.session_seed, round_, &chosen_, &sample_words_);
+  assigned_.Recycle();
+  received_count_ = 0;
   sum_->Reset();
+  // Every slot is free again: updates still arriving for the last round are
+  // dropped at their next chunk (their round id).
+  free_slots_.clear();
+  for (std::size_t i = max_updates_; i-- > 0;) free_slots_.push_back(static_cast<int>(i));
+  for (auto& entry : peers_) {
+    entry.second.slot = -1;
+    entry.second.receiving = false;
+  }
   held_.clear();
   held_weights_.clear();
   held_devices_.clear();
   clipped_ = 0;
-  population_ = devices.size();
-  answered_.clear();
+  population_ = connected_.size();
+  answered_.Recycle();
+  AckMessage ack;
+  ack.round_id = round_;
+  ack.acked = MessageKind::kUpdate;
+  Result<OutFrame> ack_frame = Encode(ack, limits_);
+  round_ack_ = ack_frame.ok() ? std::move(*ack_frame) : OutFrame();
   next_sum_ = 0;
   instruction_frames_.clear();
   rejected_ = 0;
@@ -1097,8 +1255,10 @@ void Aggregator::State::StartRound() {
     device_model_zero_ = broadcast_from_zeros_ = false;
     synced_.clear();
   }
-  for (uint32_t i : chosen) selected_.push_back(devices[i]);
-  wanted_ = SampleTarget(devices.size(), config_.sampling);
+  // Assigned over the last round's strings (a shrink and regrow loses some).
+  selected_.resize(chosen_.size());
+  for (std::size_t k = 0; k < chosen_.size(); ++k) selected_[k] = *connected_[chosen_[k]];
+  wanted_ = SampleTarget(connected_.size(), config_.sampling);
 
   std::set<uint32_t> anchors;
   if (nested_) {
@@ -1119,7 +1279,7 @@ void Aggregator::State::StartRound() {
       assignment.spec = anchor ? anchor_spec_ : NestedSpec(assignment.rho);
       assignment.role = anchor ? AnchorRole::kAnchor : AnchorRole::kNested;
     }
-    assigned_[device] = assignment;
+    assigned_.Put(device) = assignment;  // copy-assigned: the spec reuses its string
   }
   in_round_ = true;
   round_started_ms_ = clock_.NowMs();
@@ -1191,17 +1351,29 @@ void Aggregator::State::CloseRound() {
   // of arrival: float sums, the NDQSG running mean (and so the nested
   // decodes and their wraps) are the same whatever the timing.
   if (!nested_) SumInOrder(true);
-  std::vector<const Received*> ordered;
+  std::vector<const Received*>& ordered = ordered_;
+  ordered.clear();
   for (const std::string& device : selected_) {
     auto it = answered_.find(device);
     if (it != answered_.end()) ordered.push_back(&received_[it->second]);
   }
   if (nested_) {
-    NdqsgRunningMean mean(d_);
+    NdqsgRunningMean& mean = *ndqsg_mean_;
+    mean.Reset();
     for (const Received* anchor : ordered) {
       const Received& r = *anchor;
       if (r.role == AnchorRole::kNested) continue;
-      mean.Add(r.decoded.data());
+      // Decoded and checked on arrival; decoded again here, from its slot.
+      const Status decoded = CodecFor(r.spec)->Decode(r.payload, r.payload_size, ContextFor(r.sender_id), scratch_,
+                                                      d_, nullptr);
+      if (!decoded.ok()) {
+        Log(LogLevel::kError, "aggregator: anchor update of %s not added: %s", r.device_id.c_str(),
+            decoded.ToString().c_str());
+        report.rejected++;
+        counters_.updates_rejected[static_cast<int>(UpdateRejection::kNotCombined)]++;
+        continue;
+      }
+      mean.Add(scratch_);
       report.anchors++;
       report.anchor_bytes_up += r.wire_bytes;
       DeviceRoundReport device;
@@ -1210,7 +1382,7 @@ void Aggregator::State::CloseRound() {
       device.next_rho = RhoOf(r.device_id);
       device.bytes = r.wire_bytes;
       report.devices.push_back(device);
-      add(r, r.decoded.data());
+      add(r, scratch_);
     }
     for (const Received* nested : ordered) {
       const Received& r = *nested;
@@ -1224,9 +1396,9 @@ void Aggregator::State::CloseRound() {
         continue;
       }
       NdqsgWrapReport wraps;
-      Status status = mean.AddNested(*CodecFor(r.spec), r.payload.data(), r.payload.size(), ContextFor(r.sender_id),
-                                     scratch_.data(), config_.wrap_margin, &wraps);
-      if (status.ok()) status = CheckUpdateNorm(scratch_.data(), d_, config_.max_update_norm);
+      Status status = mean.AddNested(*CodecFor(r.spec), r.payload, r.payload_size, ContextFor(r.sender_id), scratch_,
+                                     config_.wrap_margin, &wraps);
+      if (status.ok()) status = CheckUpdateNorm(scratch_, d_, config_.max_update_norm);
       if (!status.ok()) {
         Log(LogLevel::kWarning, "aggregator: nested update of %s: %s", r.device_id.c_str(), status.ToString().c_str());
         report.rejected++;
@@ -1241,7 +1413,7 @@ void Aggregator::State::CloseRound() {
       device.bytes = r.wire_bytes;
       device.next_rho = Adapt(r.device_id, r.rho, wraps.near_wrap, report);
       report.devices.push_back(device);
-      add(r, scratch_.data());
+      add(r, scratch_);
     }
   } else {
     for (const Received* r : ordered) {
@@ -1256,7 +1428,8 @@ void Aggregator::State::CloseRound() {
   // Payload sizes of the decoded-on-arrival updates.
   report.bytes_up = 0;
   const Received* last = nullptr;  // the critical path: the update that arrived last
-  for (const Received& r : received_) {
+  for (std::size_t k = 0; k < received_count_; ++k) {
+    const Received& r = received_[k];
     report.bytes_up += r.wire_bytes;
     if (last == nullptr || r.arrived_ms > last->arrived_ms) last = &r;
   }
@@ -1310,13 +1483,12 @@ void Aggregator::State::CloseRound() {
     return fail(report.rejected == 0 ? "no update arrived"
                                      : "every update was rejected (" + std::to_string(report.rejected) + ")");
   }
-  std::vector<float> mean;
-  const Status combined = Combine(&mean, report);
+  const Status combined = Combine(&mean_, report);
   if (!combined.ok()) return fail(combined.message());
-  if (hooks_.on_aggregate) hooks_.on_aggregate(round_, mean);
+  if (hooks_.on_aggregate) hooks_.on_aggregate(round_, mean_);
   // Apply checks the mean before it changes anything: a refusal leaves the
   // model and the optimizer state as they were.
-  const Status applied = optimizer_->Apply(mean.data(), model_->parameters());
+  const Status applied = optimizer_->Apply(mean_.data(), model_->parameters());
   if (!applied.ok()) return fail("the server optimizer refused the mean: " + applied.ToString());
   failed_in_a_row_ = 0;
   report.train_loss = sample_sum > 0 ? loss_sum / sample_sum : 0;
@@ -1394,7 +1566,7 @@ uint32_t Aggregator::State::Tick() {
   for (const std::string& device : selected_) {
     if (answered_.count(device) == 0 && device_connection_.count(device) != 0) waiting++;
   }
-  if (received_.size() >= quorum || now >= round_deadline_ms_ || (waiting == 0 && !received_.empty())) {
+  if (received_count_ >= quorum || now >= round_deadline_ms_ || (waiting == 0 && received_count_ != 0)) {
     CloseRound();
     return 0;  // the next round can start at once
   }
@@ -1428,20 +1600,188 @@ void Aggregator::State::AbortAll(const Status& reason) {
   for (auto& entry : peers) entry.second.connection->Abort(reason);
 }
 
+// ---- The memory block -------------------------------------------------------------
+
+namespace {
+
+// The block's layout: the aggregator object (CreateIn only), the state, then
+// the pieces. The same function measures (null base) and places.
+struct BlockLayout {
+  Aggregator* aggregator = nullptr;
+  Aggregator::State* state = nullptr;
+  double* sum = nullptr;
+  float* scratch = nullptr;
+  float* zeros = nullptr;
+  float* contribution = nullptr;
+  float* delta = nullptr;
+  double* noised = nullptr;
+  uint8_t* slots = nullptr;
+  float* held = nullptr;
+  unsigned char* codecs = nullptr;
+  std::size_t used = 0;
+};
+
+BlockLayout CarveBlock(unsigned char* base, const BlockSizes& z, bool with_aggregator) {
+  Carver carve(base);
+  BlockLayout l;
+  if (with_aggregator) l.aggregator = carve.Take<Aggregator>(1);
+  l.state = carve.Take<Aggregator::State>(1);
+  l.sum = carve.Take<double>(z.d, kBlockAlignment);
+  l.scratch = carve.Take<float>(z.d, kBlockAlignment);
+  l.zeros = carve.Take<float>(z.d, kBlockAlignment);
+  l.contribution = carve.Take<float>(z.d, kBlockAlignment);
+  if (z.downlink) l.delta = carve.Take<float>(z.d, kBlockAlignment);
+  if (z.dp) l.noised = carve.Take<double>(z.d, kBlockAlignment);
+  l.slots = carve.Take<uint8_t>(z.updates * z.slot_bytes, kBlockAlignment);
+  if (z.holds) l.held = carve.Take<float>(z.updates * z.d, kBlockAlignment);
+  l.codecs = carve.Take<unsigned char>(z.codec_bytes, std::max(z.codec_alignment, kBlockAlignment));
+  l.used = carve.used() + kBlockAlignment - 1;  // at any alignment of the memory
+  return l;
+}
+
+}  // namespace
+
+// Measures the block: a State initialised on the heap (codecs and model
+// built once more by the real one).
+static Result<BlockSizes> MeasureBlock(const AggregatorConfig& config, const KeyStore& keys, Crypto& crypto,
+                                       const Clock& clock, const DataView* test_set) {
+  Aggregator::State probe(config, keys, crypto, clock, AggregatorHooks());
+  FEDRT_RETURN_IF_ERROR(probe.Init(test_set));
+  BlockSizes z = probe.Sizes();
+  Result<std::size_t> codec_bytes = probe.PlaceCodecs(nullptr);
+  if (!codec_bytes.ok()) return codec_bytes.status();
+  z.codec_bytes = *codec_bytes;
+  return z;
+}
+
+Result<std::size_t> Aggregator::State::PlaceCodecs(unsigned char* storage) {
+  Carver carve(storage);
+  for (auto& entry : codecs_) {
+    Result<CodecFootprint> footprint = CodecFootprintFor(entry.first, d_);
+    if (!footprint.ok()) return footprint.status();
+    unsigned char* at = carve.Take<unsigned char>(footprint->size, footprint->alignment);
+    if (storage == nullptr) continue;
+    Result<Codec*> codec = ConstructCodec(entry.first, d_, at, footprint->size);
+    if (!codec.ok()) return codec.status();
+    placed_codecs_.push_back(*codec);
+    Result<std::unique_ptr<TensorSetCodec>> tensors = BorrowUpdateCodec(**codec, tensor_sizes_);
+    if (!tensors.ok()) return tensors.status();
+    entry.second = std::move(*tensors);
+  }
+  return carve.used();
+}
+
+BlockSizes Aggregator::State::Sizes() const {
+  BlockSizes z;
+  z.d = d_;
+  z.updates = max_updates_;
+  z.slot_bytes = payload_slot_bytes_;
+  z.holds = HoldsUpdates(config_.aggregation);
+  z.dp = dp();
+  z.downlink = downlink_ != nullptr;
+  for (const auto& entry : codecs_) {
+    Result<CodecFootprint> footprint = CodecFootprintFor(entry.first, d_);
+    if (footprint.ok()) z.codec_alignment = std::max(z.codec_alignment, footprint->alignment);
+  }
+  return z;
+}
+
+// Builds the state in a carved block.
+static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSizes& z, const AggregatorConfig& config,
+                                             const KeyStore& keys, Crypto& crypto, const Clock& clock,
+                                             const DataView* test_set, AggregatorHooks hooks) {
+  auto* s = new (l.state) Aggregator::State(config, keys, crypto, clock, std::move(hooks));
+  const Status initialised = s->Init(test_set);
+  if (initialised.ok() && (s->d_ != z.d || s->max_updates_ != z.updates || s->payload_slot_bytes_ != z.slot_bytes)) {
+    s->~State();
+    return Status(StatusCode::kInternal, "the aggregator's block was measured for another config");
+  }
+  if (!initialised.ok()) {
+    s->~State();
+    return initialised;
+  }
+  const Result<std::size_t> placed = s->PlaceCodecs(l.codecs);
+  if (!placed.ok() || *placed != z.codec_bytes) {
+    s->~State();
+    return placed.ok() ? Status(StatusCode::kInternal, "the aggregator's codecs were measured for another config")
+                       : placed.status();
+  }
+  s->sum_ = std::make_unique<UpdateAccumulator>(l.sum, z.d);
+  s->scratch_ = l.scratch;
+  s->zeros_ = l.zeros;
+  s->contribution_ = l.contribution;
+  std::fill(s->zeros_, s->zeros_ + z.d, 0.0f);
+  s->delta_ = l.delta;
+  s->noised_ = l.noised;
+  s->payload_slots_ = l.slots;
+  s->held_memory_ = l.held;
+  s->free_slots_.reserve(z.updates);
+  s->received_.reserve(z.updates);
+  s->ordered_.reserve(z.updates);
+  s->selected_.reserve(z.updates);
+  s->chosen_.reserve(s->max_devices_);
+  s->sample_words_.reserve(z.updates);
+  s->connected_.reserve(s->max_devices_);
+  s->assigned_.ReserveSpares(z.updates);
+  s->answered_.ReserveSpares(z.updates);
+  s->held_.reserve(z.updates);
+  s->held_weights_.reserve(z.updates);
+  s->held_devices_.reserve(z.updates);
+  return s;
+}
+
 // ---- Aggregator -------------------------------------------------------------------
 
-Aggregator::Aggregator(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Aggregator::Aggregator(State* state, std::unique_ptr<unsigned char[]> block)
+    : state_(state), block_(std::move(block)) {}
 
 Aggregator::~Aggregator() {
-  if (state_) state_->AbortAll(Status(StatusCode::kCancelled, "aggregator destroyed"));
+  state_->AbortAll(Status(StatusCode::kCancelled, "aggregator destroyed"));
+  state_->~State();
+}
+
+Result<std::size_t> Aggregator::RequiredBytes(const AggregatorConfig& config, const KeyStore& keys) {
+  MeasuringCrypto crypto;
+  const ManualClock clock;  // NOLINT: measuring reads no time
+  Result<BlockSizes> sizes = MeasureBlock(config, keys, crypto, clock, nullptr);
+  if (!sizes.ok()) return sizes.status();
+  return CarveBlock(nullptr, *sizes, true).used;
+}
+
+Result<Aggregator*> Aggregator::CreateIn(void* memory, std::size_t size, const AggregatorConfig& config,
+                                         const KeyStore& keys, Crypto& crypto, const Clock& clock,
+                                         const DataView* test_set, AggregatorHooks hooks) {
+  Result<BlockSizes> sizes = MeasureBlock(config, keys, crypto, clock, test_set);
+  if (!sizes.ok()) return sizes.status();
+  const std::size_t needed = CarveBlock(nullptr, *sizes, true).used;
+  if (memory == nullptr || size < needed) {
+    return OutOfRange("the aggregator needs " + std::to_string(needed) + " bytes of memory, it was given " +
+                      std::to_string(memory == nullptr ? 0 : size));
+  }
+  const BlockLayout l = CarveBlock(AlignedBlock(memory), *sizes, true);
+  Result<State*> state = PlaceState(l, *sizes, config, keys, crypto, clock, test_set, std::move(hooks));
+  if (!state.ok()) return state.status();
+  return new (l.aggregator) Aggregator(*state, nullptr);
+}
+
+void Aggregator::Destroy(Aggregator* aggregator) {
+  if (aggregator != nullptr) aggregator->~Aggregator();
 }
 
 Result<std::shared_ptr<Aggregator>> Aggregator::Create(const AggregatorConfig& config, const KeyStore& keys,
                                                        Crypto& crypto, const Clock& clock, const DataView* test_set,
                                                        AggregatorHooks hooks) {
-  auto state = std::make_unique<State>(config, keys, crypto, clock, std::move(hooks));
-  FEDRT_RETURN_IF_ERROR(state->Init(test_set));
-  return std::shared_ptr<Aggregator>(new Aggregator(std::move(state)));
+  Result<BlockSizes> sizes = MeasureBlock(config, keys, crypto, clock, test_set);
+  if (!sizes.ok()) return sizes.status();
+  const std::size_t needed = CarveBlock(nullptr, *sizes, false).used;
+  std::unique_ptr<unsigned char[]> block(new (std::nothrow) unsigned char[needed]);
+  if (block == nullptr) {
+    return Status(StatusCode::kResourceExhausted, "cannot allocate the aggregator's " + std::to_string(needed) + " bytes");
+  }
+  const BlockLayout l = CarveBlock(AlignedBlock(block.get()), *sizes, false);
+  Result<State*> state = PlaceState(l, *sizes, config, keys, crypto, clock, test_set, std::move(hooks));
+  if (!state.ok()) return state.status();
+  return std::shared_ptr<Aggregator>(new Aggregator(*state, std::move(block)));
 }
 
 Status Aggregator::Restore(AggregatorCheckpoint checkpoint) { return state_->Restore(checkpoint); }
@@ -1466,7 +1806,7 @@ RoundProgress Aggregator::round_progress() const {
   progress.open = true;
   progress.round = s.round_ + 1;
   progress.sampled = s.selected_.size();
-  progress.received = s.received_.size();
+  progress.received = s.received_count_;
   progress.quorum = s.Quorum();
   progress.elapsed_ms = now - s.round_started_ms_;
   progress.deadline_in_ms = s.round_deadline_ms_ > now ? s.round_deadline_ms_ - now : 0;

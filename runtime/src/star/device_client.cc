@@ -22,6 +22,7 @@
 #include "fedrt/transport/join.h"
 #include "fedrt/transport/messages.h"
 #include "fedrt/transport/stream.h"
+#include "star/block_carver.h"
 
 namespace fedrt {
 
@@ -50,29 +51,7 @@ struct RoundPlan {
 
 namespace {
 
-constexpr std::size_t kArenaAlignment = 64;  // kSimdAlignment: floats for the kernels, payload bytes
-
-std::size_t AlignUp(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
-
-// Cuts the device's block into its pieces. With a null base it only
-// measures, so RequiredBytes and CreateIn share one layout.
-class Carver {
- public:
-  explicit Carver(unsigned char* base) : base_(base) {}
-  template <typename T>
-  T* Take(std::size_t count, std::size_t alignment = alignof(T)) {
-    used_ = AlignUp(used_, std::max(alignment, alignof(T)));
-    // Through void*: the offset was aligned for T just above (-Wcast-align on 32-bit ARM).
-    T* at = base_ != nullptr ? static_cast<T*>(static_cast<void*>(base_ + used_)) : nullptr;
-    used_ += count * sizeof(T);
-    return at;
-  }
-  std::size_t used() const { return used_; }
-
- private:
-  unsigned char* base_;
-  std::size_t used_ = 0;
-};
+constexpr std::size_t kArenaAlignment = kBlockAlignment;
 
 // What the codecs a device accepts need: the largest update payload (or
 // downlink delta), codec storage, and whether any asks for error feedback or
@@ -413,10 +392,6 @@ Result<Prepared> Prepare(const DeviceClientConfig& config, const Model& model, c
   return p;
 }
 
-unsigned char* AlignedBase(void* memory) {
-  const auto at = reinterpret_cast<std::uintptr_t>(memory);
-  return static_cast<unsigned char*>(memory) + (AlignUp(at, kArenaAlignment) - at);
-}
 
 }  // namespace
 
@@ -436,7 +411,7 @@ Result<DeviceClient*> DeviceClient::CreateIn(void* memory, std::size_t size, con
     return OutOfRange("the device client needs " + std::to_string(prepared->bytes) +
                       " bytes of memory, it was given " + std::to_string(memory == nullptr ? 0 : size));
   }
-  const Layout l = Carve(AlignedBase(memory), prepared->sizes, true);
+  const Layout l = Carve(AlignedBlock(memory), prepared->sizes, true);
   Result<State*> state = Place(l, prepared->sizes, config, model, data, share, crypto, std::move(hooks));
   if (!state.ok()) return state.status();
   return new (l.client) DeviceClient(*state, nullptr);
@@ -456,7 +431,7 @@ Result<std::unique_ptr<DeviceClient>> DeviceClient::Create(const DeviceClientCon
     return Status(StatusCode::kResourceExhausted,
                   "cannot allocate the device client's " + std::to_string(prepared->bytes) + " bytes");
   }
-  const Layout l = Carve(AlignedBase(block.get()), prepared->sizes, false);
+  const Layout l = Carve(AlignedBlock(block.get()), prepared->sizes, false);
   Result<State*> state = Place(l, prepared->sizes, config, model, data, share, crypto, std::move(hooks));
   if (!state.ok()) return state.status();
   return std::unique_ptr<DeviceClient>(new DeviceClient(*state, std::move(block)));

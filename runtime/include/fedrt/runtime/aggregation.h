@@ -40,9 +40,17 @@ namespace fedrt {
 // what one update may contribute (its norm, its weight) is the caller's
 // policy: CheckUpdateNorm below, and the aggregator's limits
 // (AggregatorConfig::max_update_norm, max_update_samples).
+//
+// Memory: d doubles, its own (the first constructor) or the caller's (the
+// second: the aggregator keeps its round's sum in its block).
 class UpdateAccumulator {
  public:
-  explicit UpdateAccumulator(std::size_t d) : sum_(d, 0.0) {}
+  explicit UpdateAccumulator(std::size_t d) : owned_(d, 0.0), sum_(owned_.data()), d_(d) {}
+  // Over caller memory: `sum` holds d doubles, zeroed here, and must outlive
+  // the accumulator.
+  UpdateAccumulator(double* sum, std::size_t d);
+  UpdateAccumulator(const UpdateAccumulator&) = delete;
+  UpdateAccumulator& operator=(const UpdateAccumulator&) = delete;
 
   // Decodes `payload` with `codec` and adds weight * decoded. On error
   // nothing is added (the sum is unchanged), so one bad device never spoils
@@ -53,17 +61,21 @@ class UpdateAccumulator {
   // and so is a weight that is not positive and finite.
   Status AddDecoded(const float* update, double weight);
 
-  std::size_t size() const { return sum_.size(); }
+  std::size_t size() const { return d_; }
   std::size_t count() const { return count_; }
   double total_weight() const { return total_weight_; }
-  // The weighted sum itself (DP-FedAvg adds noise to it).
-  const std::vector<double>& sum() const { return sum_; }
+  // The weighted sum itself, d doubles (DP-FedAvg adds noise to it).
+  const double* sum() const { return sum_; }
   // sum / total_weight, rounded to float; zeros when nothing was added.
   std::vector<float> Mean() const;
+  // The same into mean[0..d).
+  void MeanInto(float* mean) const;
   void Reset();
 
  private:
-  std::vector<double> sum_;
+  std::vector<double> owned_;
+  double* sum_;
+  std::size_t d_;
   std::vector<float> scratch_;
   std::size_t count_ = 0;
   double total_weight_ = 0;
@@ -141,6 +153,11 @@ std::vector<uint32_t> SampleDevices(const std::vector<uint32_t>& available, cons
 // counts against it, so the over-selected extras are spares, not devices the
 // round waits for.
 std::size_t SampleTarget(std::size_t available, const SamplingOptions& options);
+// The same over the indices 0 .. n-1, into *chosen, with *words as
+// scratch: once both have grown to the sample, nothing is allocated (the
+// aggregator samples its sorted devices every round).
+void SampleDeviceIndices(std::size_t n, const SamplingOptions& options, uint64_t seed, uint32_t round,
+                         std::vector<uint32_t>* chosen, std::vector<uint32_t>* words);
 
 }  // namespace fedrt
 

@@ -36,22 +36,37 @@
 // the aggregator. Connections hold the aggregator (their handler) until they
 // close, and the aggregator holds its open connections: Finish() or Abort()
 // closes them, which a host must do before it lets go of the aggregator.
-// Memory: the global model, the server optimizer's moments, one model-sized
-// round sum (in double), three model-sized scratch vectors, with a downlink
-// codec the devices' model, and per round the payloads that arrive before
-// their turn (NDQSG rounds: the anchors' decoded vectors and the nested
-// payloads); with an aggregation rule other than mean, every decoded update
-// of the round (AggregatorConfig::aggregation).
-// Allocation (a host role: unlike the device, it is not sized by a query):
-// Create makes the model, the optimizer's moments, the sum, the three
-// scratch vectors, the codecs (ALQ / AMQ, downlink) and, with a downlink
-// codec, the device model. Per connection: its JoinServer and peer entry.
-// Per round: the instruction frames (once per codec spec and role), with a
-// downlink codec the delta and its payload, per update a Reassembler of the
-// codec's largest payload and a copy of the payload, the decoded vector of
-// an update that arrives before its turn (and every one with a rule other
-// than mean), the mean handed to the optimizer, the checkpoint's copy of
-// the model and, under DP, a noised copy of the sum.
+// Memory: sized by a query first, like the device client (zstd, TFLM):
+// RequiredBytes(config, keys) measures one block and CreateIn places the
+// aggregator in the caller's memory (Create does the same on one heap
+// block). The block holds what is model-sized or per round: the round sum
+// (an UpdateAccumulator over d doubles: the weighted sum in device order,
+// the count, the total weight), four d-float buffers (decoding scratch,
+// zeros, clipping, with a downlink codec the delta), under DP a noised copy
+// of the sum, the update codecs with their decoding working space
+// (ConstructCodec), and the round's bounded update storage:
+// max_updates_per_round payload slots of the largest payload the codecs may
+// send (an update is reassembled straight into its slot; a mean round
+// decodes it into the sum at its turn and frees the slot; NDQSG decodes at
+// the close) and, with a rule other than mean, as many decoded updates of d
+// floats. Per connection, outside the block: a 208-byte entry in a map (no
+// buffer) and one in the device map once joined, so about 350 bytes of the
+// engine's per idle joined device (its connection's buffers are the
+// binding's); a JoinServer (280 bytes) until it joins.
+// Allocation: Create / CreateIn make the global model, the server
+// optimizer's moments, the mean handed to the optimizer (d floats), the
+// ALQ / AMQ and downlink codecs, the NDQSG running mean and, with a
+// downlink codec, the device model. A join allocates its connection's
+// entries. The round path allocates nothing model-sized or per payload (no
+// buffer, copy or decoded vector per update); the round's bookkeeping
+// (sampled devices, assignments, answers, sampling buffers) reuses its
+// memory from round to round. What it still allocates, about 20 small
+// blocks a round for fp32 and 5 devices (runtime_aggregator_arena_test
+// counts them): the instruction frames (once per codec spec and role), the
+// round's Ack frame, the RoundReport, the test-set evaluation, device ids
+// longer than std::string's inline capacity; NDQSG its anchor choice; ALQ /
+// AMQ their decoding scratch and the table fit; with on_checkpoint, the
+// checkpoint's copy of the model.
 //
 // Thread-safety: none. Every call, and every connection callback, runs on one
 // thread (an EventLoop's, or the application's).
@@ -163,6 +178,14 @@ struct AggregatorConfig {
   DpOptions dp;
   std::size_t max_unjoined_connections = 1024;
   std::size_t max_unjoined_per_address = 64;
+  // Joined devices at once: a join beyond it is refused (kResourceExhausted).
+  // Capped by the keys known (only they can join; `fedrt serve` sizes by its
+  // keys file), it bounds the sampling, and so the round's update storage.
+  std::size_t max_devices = std::size_t{1} << 16;
+  // Updates one round holds (the memory block's payload slots, and decoded
+  // updates for rules other than mean). 0: what the sampling takes from
+  // max_devices joined devices; a smaller value is refused by Create.
+  std::size_t max_updates_per_round = 0;
   // connection_options(): a connection silent this long is closed. A join
   // for a device id whose connection was heard from within half of it is
   // refused, the established connection kept; one quiet for longer is
@@ -335,9 +358,22 @@ class Aggregator final : public transport::ConnectionHandler {
   // limit) and the test set (null: no evaluation; it must fit the model) and
   // builds the initial global model from model_seed. kInvalidArgument (or the
   // parser's status) naming what is wrong.
+  // Create makes the block on the heap.
   static Result<std::shared_ptr<Aggregator>> Create(const AggregatorConfig& config, const transport::KeyStore& keys,
                                                     transport::Crypto& crypto, const Clock& clock,
                                                     const DataView* test_set, AggregatorHooks hooks = {});
+  // The bytes CreateIn needs for `config` (at any alignment), or the
+  // config's error. The keys count: no more devices can join than have one.
+  static Result<std::size_t> RequiredBytes(const AggregatorConfig& config, const transport::KeyStore& keys);
+  // Places the aggregator in `memory` (`size` bytes, at least RequiredBytes;
+  // kOutOfRange otherwise), which must outlive it; Destroy ends it (Abort
+  // first). Connections hold their handler by shared_ptr: hand them a
+  // non-owning one, std::shared_ptr<Aggregator>(std::shared_ptr<void>(), a),
+  // and Abort or Finish before Destroy.
+  static Result<Aggregator*> CreateIn(void* memory, std::size_t size, const AggregatorConfig& config,
+                                      const transport::KeyStore& keys, transport::Crypto& crypto, const Clock& clock,
+                                      const DataView* test_set, AggregatorHooks hooks = {});
+  static void Destroy(Aggregator* aggregator);
   ~Aggregator() override;
   Aggregator(const Aggregator&) = delete;
   Aggregator& operator=(const Aggregator&) = delete;
@@ -388,8 +424,9 @@ class Aggregator final : public transport::ConnectionHandler {
   struct State;  // private to the runtime
 
  private:
-  explicit Aggregator(std::unique_ptr<State> state);
-  std::unique_ptr<State> state_;
+  Aggregator(State* state, std::unique_ptr<unsigned char[]> block);
+  State* state_;                          // in the block
+  std::unique_ptr<unsigned char[]> block_;  // Create's heap block (null for CreateIn)
 };
 
 }  // namespace fedrt

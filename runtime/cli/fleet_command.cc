@@ -49,6 +49,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -93,6 +94,7 @@ struct FleetFlags {
   std::string model = "mlp:784-300-100-10";
   std::string data = "/usr/share/datasets/fashion-mnist";
   double fraction = 1.0;
+  std::string downlink_codec;  // the started server's --downlink-codec
   int join_concurrency = 48;
   uint32_t timeout_s = 600;
   std::string prefix = "dev-";
@@ -192,6 +194,7 @@ struct Fleet {
   std::size_t failed = 0;      // connections that failed or were closed with an error
   std::size_t finished = 0;    // devices that were told to leave
   uint64_t updates_sent = 0;
+  std::map<uint64_t, uint64_t> updates_by_round;
   uint64_t update_bytes = 0;
   double encode_seconds = 0;
   std::string first_error;
@@ -233,6 +236,7 @@ class FleetDevice final : public transport::ConnectionHandler {
   }
 
   void OnFrame(Connection& link, Frame frame) override {
+    if (finished_) return;  // told to leave, or closed by the bench
     const Status handled = Handle(link, frame);
     if (!handled.ok() && !link.closed()) {
       fleet_.Fail(handled);
@@ -253,7 +257,9 @@ class FleetDevice final : public transport::ConnectionHandler {
     --fleet_.connecting;
     fleet_.Fail(reason);
   }
+  // The bench is done with the device (its closing is no failure).
   void Close() {
+    finished_ = true;
     if (link_ && !link_->closed()) link_->Close();
   }
 
@@ -348,6 +354,7 @@ class FleetDevice final : public transport::ConnectionHandler {
     if (!frames.ok()) return frames.status();
     for (OutFrame& frame : *frames) FEDRT_RETURN_IF_ERROR(link.Send(std::move(frame)));
     ++fleet_.updates_sent;
+    ++fleet_.updates_by_round[round_];
     fleet_.update_bytes += *size;
     return Status::Ok();
   }
@@ -394,6 +401,9 @@ Result<OwnServer> StartServer(const FleetFlags& flags) {
                                    std::to_string(flags.rounds), "--min-devices", std::to_string(flags.devices),
                                    "--fraction", fraction, "--data", "", "--metrics", server.metrics,
                                    "--deadline-ms", std::to_string(flags.timeout_s * 1000), "--log-level", "warn"};
+  if (!flags.downlink_codec.empty()) {
+    args.insert(args.end(), {"--downlink-codec", flags.downlink_codec});
+  }
   server.pid = SpawnLogged(args, server.log);
   if (server.pid < 0) return Status(StatusCode::kInternal, "cannot start fedrt serve");
   const double deadline = NowSeconds() + 30;
@@ -465,10 +475,12 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
                  flags.prefix.c_str(), flags.prefix.c_str(), flags.devices - 1);
     return 2;
   }
-  if (!own && app.count("--fraction") > 0) {
-    std::fprintf(stderr, "fedrt bench fleet: --fraction configures the server the bench starts; give it to your "
-                         "fedrt serve\n");
-    return 2;
+  for (const char* option : {"--fraction", "--downlink-codec"}) {
+    if (!own && app.count(option) > 0) {
+      std::fprintf(stderr, "fedrt bench fleet: %s configures the server the bench starts; give it to your "
+                           "fedrt serve\n", option);
+      return 2;
+    }
   }
   std::vector<std::pair<std::string, uint16_t>> servers;
   if (!own && !ParseServerList(flags.server, &servers)) {
@@ -587,6 +599,12 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
       cpu_rounds_start = ReadCpuSeconds(server_pid);
     }
     if (next == devices.size() && fleet.connecting == 0 && fleet.finished + fleet.failed >= devices.size()) break;
+    // A server of the user's: R rounds are done once round R + 1 starts.
+    if (!own && fleet.round_first_seen.size() > flags.rounds) {
+      fleet.end_seen = std::prev(fleet.round_first_seen.end())->second;
+      fleet.round_first_seen.erase(std::prev(fleet.round_first_seen.end()));
+      break;
+    }
     if (NowSeconds() > deadline) {
       timed_out = true;
       break;
@@ -635,7 +653,9 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
     if (previous >= 0 && fleet.end_seen > previous) round_seconds.push_back(fleet.end_seen - previous);
     // Without the server's account: an update counts as accepted unless its
     // connection was closed with an error.
-    accepted = fleet.failed == 0 ? fleet.updates_sent : 0;
+    if (fleet.failed == 0) {
+      for (const auto& [round, seen] : fleet.round_first_seen) accepted += fleet.updates_by_round[round];
+    }
     rounds_applied = round_seconds.size();
   }
   double total_round_seconds = 0;
@@ -722,7 +742,7 @@ void RegisterFleetBench(CLI::App& app, CommandList& commands) {
       "fleet", "N lightweight devices in one process against one aggregator: joins, memory per device, updates/s, "
                "decode+sum throughput, round times");
   fleet->add_option("--devices", flags->devices, "Devices")->capture_default_str()->check(CLI::Range(1, 1000000));
-  fleet->add_option("--rounds", flags->rounds, "Rounds (of the server the bench starts)")->capture_default_str()
+  fleet->add_option("--rounds", flags->rounds, "Rounds to run (with --server: to measure, then the devices leave)")->capture_default_str()
       ->check(CLI::Range(1u, 1000000u));
   fleet->add_option("--codec", flags->codec, "Codec spec the devices send with")->capture_default_str();
   fleet->add_option("--server", flags->server,
@@ -736,6 +756,8 @@ void RegisterFleetBench(CLI::App& app, CommandList& commands) {
   fleet->add_option("--data", flags->data, "MNIST-style directory the deltas are trained on")->capture_default_str();
   fleet->add_option("--fraction", flags->fraction, "Fraction of the devices sampled per round (the started server)")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  fleet->add_option("--downlink-codec", flags->downlink_codec,
+                    "The started server sends the model's delta in this codec (default: the full fp32 model)");
   fleet->add_option("--join-concurrency", flags->join_concurrency, "Connects and joins in flight at once")
       ->capture_default_str()->check(CLI::Range(1, 100000));
   fleet->add_option("--timeout", flags->timeout_s, "Give up after this many seconds")->capture_default_str();

@@ -10,7 +10,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <future>
 #include <string>
 #include <vector>
@@ -446,15 +445,16 @@ class TcpConnection final : public Connection,
     // write is pending. Reserved here, not at construction: an idle
     // connection holds none of the write path's memory (ReleaseWriteMemory).
     in_flight_.reserve(std::min(queue_.size(), kMaxFramesPerWrite));
-    while (!queue_.empty() && in_flight_.size() < kMaxFramesPerWrite) {
-      in_flight_.push_back(std::move(queue_.front()));
-      queue_.pop_front();
+    std::size_t taken = 0;
+    while (taken < queue_.size() && in_flight_.size() < kMaxFramesPerWrite) {
+      in_flight_.push_back(std::move(queue_[taken++]));
       const OutFrame& f = in_flight_.back();
       buffers_.emplace_back(f.prefix(), kFramePrefixBytes);
       for (std::size_t i = 0; i < f.piece_count(); ++i) {
         if (f.piece(i).size != 0) buffers_.emplace_back(f.piece(i).data, f.piece(i).size);
       }
     }
+    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(taken));
     ArmTimer(write_timer_, options_.io_timeout_ms, ++write_sequence_, "write did not complete in time");
 #if FEDRT_WITH_TLS
     if (tls_) {
@@ -544,16 +544,19 @@ class TcpConnection final : public Connection,
     ResolveFlushes();
     if (handler_) handler_->OnSent(*this);
     liveness_.OnSent(NowMs());
+    // A Send from OnSent (on this thread) may have started the next write.
+    if (writing_) return;
     if (!queue_.empty()) return Write();
     ReleaseWriteMemory();
     if (state_ == State::kClosing) ShutdownSending();
   }
 
   // Nothing left to write: the write path's vectors go back to the heap
-  // (2.3 KiB with a full write's reservation), so thousands of idle
-  // connections (a fleet between rounds) hold none of it; the next Write
-  // reserves what it needs again.
+  // (2.3 KiB with a full write's reservation, more after a long queue), so
+  // thousands of idle connections (a fleet between rounds) hold none of it;
+  // the next Write reserves what it needs again.
   void ReleaseWriteMemory() {
+    std::vector<OutFrame>().swap(queue_);
     std::vector<OutFrame>().swap(in_flight_);
     std::vector<asio::const_buffer>().swap(buffers_);
     std::vector<asio::const_buffer>().swap(tls_buffers_);
@@ -717,7 +720,10 @@ class TcpConnection final : public Connection,
   uint64_t read_sequence_ = 0;
   uint64_t write_sequence_ = 0;
 
-  std::deque<OutFrame> queue_;
+  // Frames waiting for the write in flight, oldest first. A vector, not a
+  // deque: it holds no memory while empty (libstdc++'s deque allocates 512
+  // bytes when constructed), and Write takes its front in one erase.
+  std::vector<OutFrame> queue_;
   std::vector<OutFrame> in_flight_;
   std::vector<asio::const_buffer> buffers_;
   bool writing_ = false;
@@ -732,9 +738,7 @@ class TcpConnection final : public Connection,
   uint64_t frames_written_ = 0;
   uint64_t frames_lost_ = 0;  // dropped by Enqueue or discarded by Finish
   Status close_reason_;
-  // A vector, not a deque: few are ever pending, and an empty vector holds
-  // no memory (libstdc++'s deque allocates 512 bytes when constructed).
-  std::vector<PendingFlush> flushes_;
+  std::vector<PendingFlush> flushes_;  // few are ever pending; a vector for queue_'s reason
 
   std::atomic<uint64_t> frames_sent_{0}, frames_received_{0}, bytes_sent_{0}, bytes_received_{0};
   std::atomic<uint64_t> heartbeats_sent_{0}, heartbeats_received_{0};

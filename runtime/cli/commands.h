@@ -33,6 +33,8 @@ void RegisterSim(CLI::App& app, CommandList& commands);
 void RegisterKeygen(CLI::App& app, CommandList& commands);
 // `fedrt bench train` (RegisterTrain calls it, after RegisterBench).
 void RegisterTrainBench(CLI::App& app, CommandList& commands);
+// `fedrt bench fleet` (after RegisterBench).
+void RegisterFleetBench(CLI::App& app, CommandList& commands);
 
 }  // namespace fedrt::cli
 

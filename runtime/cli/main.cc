@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
   fedrt::cli::RegisterInfo(app, commands);
   fedrt::cli::RegisterCodec(app, commands);
   fedrt::cli::RegisterBench(app, commands);
+  fedrt::cli::RegisterFleetBench(app, commands);
   fedrt::cli::RegisterTrain(app, commands);
   fedrt::cli::RegisterModel(app, commands);
   fedrt::cli::RegisterPeer(app, commands);

@@ -5,11 +5,11 @@
 #include "fedrt/transport/tcp.h"
 
 #include <asio.hpp>
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <future>
 #include <string>
 #include <vector>
@@ -81,10 +81,6 @@ class TcpConnection final : public Connection,
         receive_limit_(options.initial_max_frame_bytes != 0 ? options.initial_max_frame_bytes
                                                             : options.limits.max_frame_bytes),
         liveness_(options.heartbeat_interval_ms, options.idle_timeout_ms) {
-    // Buffers point at the prefixes stored inside the in-flight frames: the
-    // vector must never reallocate while a write is pending.
-    in_flight_.reserve(kMaxFramesPerWrite);
-    buffers_.reserve(4 * kMaxFramesPerWrite);
     std::error_code ec;
     socket_.set_option(tcp::no_delay(true), ec);
     const tcp::endpoint remote = socket_.remote_endpoint(ec);
@@ -444,15 +440,21 @@ class TcpConnection final : public Connection,
     writing_ = true;
     in_flight_.clear();
     buffers_.clear();
-    while (!queue_.empty() && in_flight_.size() < kMaxFramesPerWrite) {
-      in_flight_.push_back(std::move(queue_.front()));
-      queue_.pop_front();
+    // Buffers point at the prefixes stored inside the in-flight frames: the
+    // vector must not reallocate once the first is taken, nor while the
+    // write is pending. Reserved here, not at construction: an idle
+    // connection holds none of the write path's memory (ReleaseWriteMemory).
+    in_flight_.reserve(std::min(queue_.size(), kMaxFramesPerWrite));
+    std::size_t taken = 0;
+    while (taken < queue_.size() && in_flight_.size() < kMaxFramesPerWrite) {
+      in_flight_.push_back(std::move(queue_[taken++]));
       const OutFrame& f = in_flight_.back();
       buffers_.emplace_back(f.prefix(), kFramePrefixBytes);
       for (std::size_t i = 0; i < f.piece_count(); ++i) {
         if (f.piece(i).size != 0) buffers_.emplace_back(f.piece(i).data, f.piece(i).size);
       }
     }
+    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(taken));
     ArmTimer(write_timer_, options_.io_timeout_ms, ++write_sequence_, "write did not complete in time");
 #if FEDRT_WITH_TLS
     if (tls_) {
@@ -482,10 +484,12 @@ class TcpConnection final : public Connection,
   }
 
   void ResolveFlushes() {
-    while (!flushes_.empty() && flushes_.front().target <= frames_written_) {
-      flushes_.front().promise.Resolve(Status::Ok());
-      flushes_.pop_front();
+    std::size_t done = 0;
+    while (done < flushes_.size() && flushes_[done].target <= frames_written_) {
+      flushes_[done].promise.Resolve(Status::Ok());
+      ++done;
     }
+    flushes_.erase(flushes_.begin(), flushes_.begin() + static_cast<std::ptrdiff_t>(done));
   }
 
   // tls_buffers_ = buffers_ with every run of small pieces copied into one
@@ -540,8 +544,23 @@ class TcpConnection final : public Connection,
     ResolveFlushes();
     if (handler_) handler_->OnSent(*this);
     liveness_.OnSent(NowMs());
+    // A Send from OnSent (on this thread) may have started the next write.
+    if (writing_) return;
     if (!queue_.empty()) return Write();
+    ReleaseWriteMemory();
     if (state_ == State::kClosing) ShutdownSending();
+  }
+
+  // Nothing left to write: the write path's vectors go back to the heap
+  // (2.3 KiB with a full write's reservation, more after a long queue), so
+  // thousands of idle connections (a fleet between rounds) hold none of it;
+  // the next Write reserves what it needs again.
+  void ReleaseWriteMemory() {
+    std::vector<OutFrame>().swap(queue_);
+    std::vector<OutFrame>().swap(in_flight_);
+    std::vector<asio::const_buffer>().swap(buffers_);
+    std::vector<asio::const_buffer>().swap(tls_buffers_);
+    std::vector<uint8_t>().swap(tls_staging_);
   }
 
   // ---- Heartbeats and deadlines ------------------------------------------------
@@ -701,7 +720,10 @@ class TcpConnection final : public Connection,
   uint64_t read_sequence_ = 0;
   uint64_t write_sequence_ = 0;
 
-  std::deque<OutFrame> queue_;
+  // Frames waiting for the write in flight, oldest first. A vector, not a
+  // deque: it holds no memory while empty (libstdc++'s deque allocates 512
+  // bytes when constructed), and Write takes its front in one erase.
+  std::vector<OutFrame> queue_;
   std::vector<OutFrame> in_flight_;
   std::vector<asio::const_buffer> buffers_;
   bool writing_ = false;
@@ -716,7 +738,7 @@ class TcpConnection final : public Connection,
   uint64_t frames_written_ = 0;
   uint64_t frames_lost_ = 0;  // dropped by Enqueue or discarded by Finish
   Status close_reason_;
-  std::deque<PendingFlush> flushes_;
+  std::vector<PendingFlush> flushes_;  // few are ever pending; a vector for queue_'s reason
 
   std::atomic<uint64_t> frames_sent_{0}, frames_received_{0}, bytes_sent_{0}, bytes_received_{0};
   std::atomic<uint64_t> heartbeats_sent_{0}, heartbeats_received_{0};

@@ -397,6 +397,7 @@ Status CheckSimFlags(const SimFlags& flags, const CLI::App& app) {
       {"--devices", star, "--topology star"},
       {"--rounds", star, "--topology star"},
       {"--deadline-ms", star, "--topology star"},
+      {"--max-failed-rounds", star, "--topology star"},
       {"--partition-seed", star, "--topology star"},
       {"--downlink-codec", star, "--topology star"},
       {"--init-model", star, "--topology star"},
@@ -582,6 +583,7 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     options.rounds = flags.rounds;
     options.min_devices = static_cast<std::size_t>(flags.devices);
     options.round_deadline_ms = flags.deadline_ms;
+    options.max_failed_rounds = flags.star.max_failed_rounds;
     options.local_epochs = flags.epochs;
     options.learning_rate = flags.lr;
     options.session_seed = flags.seed;
@@ -749,6 +751,9 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   sim->add_option("--lr", flags->lr, "Devices' local learning rate")->capture_default_str();
   sim->add_option("--batch", flags->batch, "Devices' batch size")->capture_default_str();
   sim->add_option("--deadline-ms", flags->deadline_ms, "Round deadline")->capture_default_str();
+  sim->add_option("--max-failed-rounds", flags->star.max_failed_rounds,
+                  "Star: stop (exit 1) after this many rounds in a row that applied nothing")
+      ->capture_default_str()->check(CLI::Range(1u, 1000000u));
   sim->add_option("--seed", flags->seed, "Session seed (star: codec randomness, sampling, initial model)")
       ->capture_default_str();
   sim->add_option("--partition-seed", flags->partition_seed, "Star: seed of the devices' shares and data order")

@@ -365,6 +365,18 @@ TEST_CASE("fedrt sim runs byzantine devices against a robust rule, and DP stops 
   REQUIRE(dp_rows.size() == 2);
   CHECK(dp_rows[1]["dp_epsilon"].get<double>() == doctest::Approx(7.0879).epsilon(1e-3));
 
+  // Every device byzantine with updates far above --max-update-norm (1e4 by
+  // default): every round applies nothing, and the run stops after
+  // --max-failed-rounds of them instead of running them again forever.
+  Run refused = testing::RunCommand(common + " --devices 2 --rounds 3 --byzantine 2:scaled:1e9 --deadline-ms 1000 "
+                                    "--max-failed-rounds 2 --out " + dir.File("refused"));
+  INFO(refused.output);
+  CHECK(refused.exit_code == 1);
+  CHECK(refused.output.find("fedrt sim: fp32: failed_precondition: training stopped at round 1: 2 rounds in a row "
+                            "applied nothing (max failed rounds 2); the last: every update was rejected (") !=
+        std::string::npos);
+  CHECK(Lines(dir.File("refused") + "/metrics.jsonl").empty());
+
   Run ring = testing::RunCommand(common + " --topology ring --peers 2 --byzantine 1:signflip --out " + dir.File("ring"));
   CHECK(ring.exit_code == 1);
   CHECK(ring.output.find("apply to --topology star only") != std::string::npos);

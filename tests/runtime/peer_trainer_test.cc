@@ -289,19 +289,27 @@ TEST_CASE("the peer trainer with local DP reports a growing epsilon and stops ev
   }
 }
 
-TEST_CASE("the peer trainer refuses a robust rule or a clip outside gossip, and DP settings that do not fit") {
+// One formed rank with a small data set, for Create's refusals.
+struct OneRank {
   const Synthetic data = MakeData(40);
-  LoopbackRing ring(1);
-  ring.FormAll();
-  auto model = Model::Create(kSpec, 3).value();
+  LoopbackRing ring{1};
+  Model model = Model::Create(kSpec, 3).value();
   const std::vector<uint32_t> share = Share(data.count, 1, 0);
   peer::PeerData view;
-  view.set = data.View(/*bytes=*/false);
-  view.share = share.data();
-  view.share_size = share.size();
-  auto create = [&](const peer::PeerTrainerOptions& o) {
-    return peer::PeerTrainer::Create(model, view, ring.groups[0]->context(), o).status();
-  };
+  OneRank() {
+    ring.FormAll();
+    view.set = data.View(/*bytes=*/false);
+    view.share = share.data();
+    view.share_size = share.size();
+  }
+  Status Create(const peer::PeerData& v, const peer::PeerTrainerOptions& o) {
+    return peer::PeerTrainer::Create(model, v, ring.groups[0]->context(), o).status();
+  }
+};
+
+TEST_CASE("the peer trainer refuses a robust rule or a clip outside gossip, and DP settings that do not fit") {
+  OneRank one;
+  auto create = [&](const peer::PeerTrainerOptions& o) { return one.Create(one.view, o); };
   for (peer::PeerReduce reduce : {peer::PeerReduce::kDense, peer::PeerReduce::kIwp, peer::PeerReduce::kLocal}) {
     peer::PeerTrainerOptions median = Options(reduce);
     median.gossip_defense.rule = ParseAggregationRule("median").value();
@@ -330,18 +338,10 @@ TEST_CASE("the peer trainer refuses a robust rule or a clip outside gossip, and 
 }
 
 TEST_CASE("the peer trainer refuses options and data that do not fit") {
-  const Synthetic data = MakeData(40);
-  LoopbackRing ring(1);
-  ring.FormAll();
-  auto model = Model::Create(kSpec, 3).value();
-  const std::vector<uint32_t> share = Share(data.count, 1, 0);
-  peer::PeerData view;
-  view.set = data.View(/*bytes=*/false);
-  view.share = share.data();
-  view.share_size = share.size();
-  auto create = [&](const peer::PeerData& v, const peer::PeerTrainerOptions& o) {
-    return peer::PeerTrainer::Create(model, v, ring.groups[0]->context(), o).status();
-  };
+  OneRank one;
+  const Synthetic& data = one.data;
+  const peer::PeerData& view = one.view;
+  auto create = [&](const peer::PeerData& v, const peer::PeerTrainerOptions& o) { return one.Create(v, o); };
   CHECK(create(view, Options(peer::PeerReduce::kDense)).ok());
   CHECK(create(view, Options(peer::PeerReduce::kDense, "fp16")).code() == StatusCode::kInvalidArgument);
   CHECK(create(view, Options(peer::PeerReduce::kCodec)).code() == StatusCode::kInvalidArgument);

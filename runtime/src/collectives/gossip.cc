@@ -207,6 +207,9 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
                            "' does not recover the neighbours' models: robust rules and clipping need fp32 gossip "
                            "or a codec that decodes without side information");
   }
+  if (send_transform_ && choco) {
+    return InvalidArgument("gossip codec '" + codec_spec + "' sends replica differences, not models: no send transform");
+  }
   if (defended && context_.neighbours().size() + 1 < MinimumUpdates(defense_.rule)) {
     return InvalidArgument("aggregation " + AggregationRuleName(defense_.rule) + " needs " +
                            std::to_string(MinimumUpdates(defense_.rule)) + " models per gossip step; this peer has " +

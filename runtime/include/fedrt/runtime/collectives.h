@@ -279,7 +279,8 @@ class Gossip {
   Status SetDefense(const GossipDefense& defense);
   // Tests of the defense: what this peer sends in place of its model (a
   // copy of the model, changed in place by `transform`); its own model and
-  // mixing stay honest. Empty: the model itself.
+  // mixing stay honest. Empty: the model itself. Replica (CHOCO) gossip
+  // sends no model and refuses it.
   void SetSendTransform(std::function<void(uint64_t step, float* values, std::size_t d)> transform) {
     send_transform_ = std::move(transform);
   }

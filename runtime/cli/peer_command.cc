@@ -24,6 +24,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,9 @@
 #include "cli/flag_scope.h"
 #include "cli/model_files.h"
 #include "cli/peer_launch.h"
+#include "cli/star_report.h"
 #include "cli/tls_flags.h"
+#include "fedrt/runtime/byzantine.h"
 #include "fedrt/runtime/dataset.h"
 #include "fedrt/runtime/model.h"
 #include "fedrt/runtime/model_file.h"
@@ -95,6 +98,11 @@ struct PeerFlags {
   std::string save_model;   // this peer's final model as .npz
   int evals_per_epoch = 1;  // test-set evaluations per epoch (the last at the epoch's end)
   transport::TlsConfig tls;  // empty: plain TCP links
+  // Robust gossip and local DP (peer_trainer.h; runtime/README.md).
+  std::string aggregation = "mean";
+  double clip_update_norm = 0;
+  DpOptions dp;
+  std::string byzantine;  // hidden: this peer sends a transformed model (byzantine.h), to test the defense
 };
 
 int Fail(const char* who, const Status& status) {
@@ -159,6 +167,7 @@ class PeerPrinter : public peer::PeerTrainerObserver {
           {"near_wraps", p.wraps},
           {"near_wraps_per_step", p.step_wraps},
           {"moniqua_theta", p.moniqua_theta},
+          {"dp_epsilon", p.dp_epsilon},
           {"elapsed_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()}};
       *metrics_ << line.dump() << "\n" << std::flush;
     }
@@ -169,10 +178,12 @@ class PeerPrinter : public peer::PeerTrainerObserver {
           p.epoch_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
       char theta[48] = "";
       if (p.moniqua_theta > 0) std::snprintf(theta, sizeof theta, "  theta %.4g", p.moniqua_theta);
-      std::printf("peer rank %d epoch %d/%d  loss %.4f  test acc %.2f%%  sent %.1f MB  wraps %llu%s  %.1f s\n",
+      char epsilon[48] = "";
+      if (p.dp_epsilon >= 0) std::snprintf(epsilon, sizeof epsilon, "  DP epsilon %.4g", p.dp_epsilon);
+      std::printf("peer rank %d epoch %d/%d  loss %.4f  test acc %.2f%%  sent %.1f MB  wraps %llu%s%s  %.1f s\n",
                   flags_.rank, p.epoch + 1, flags_.epochs, p.epoch_loss, 100.0 * eval->accuracy,
                   static_cast<double>(p.total_bytes_sent) / 1e6, static_cast<unsigned long long>(p.epoch_wraps),
-                  theta, seconds);
+                  theta, epsilon, seconds);
       std::fflush(stdout);
     }
     return Status::Ok();
@@ -252,6 +263,15 @@ Status CheckPeerFlags(const PeerFlags& flags, const CLI::App& app) {
       {"--momentum", !gossip && flags.reduce != "local", "--reduce dense, fp16, compressed and iwp"},
       {"--repair", flags.reduce != "local", "peers that communicate (not --reduce local)"},
   };
+  // The ring all-reduces sum: no peer sees another's gradient, so a robust
+  // rule or a clip has nothing to judge there.
+  for (const char* option : {"--aggregation", "--clip-update-norm", "--byzantine"}) {
+    scopes.push_back({option, gossip, "--reduce gossip (the ring all-reduces sum: no rule applies to a sum)"});
+  }
+  for (const char* option : {"--dp-noise-multiplier", "--dp-clip", "--dp-delta", "--dp-epsilon-budget",
+                             "--dp-noise-seed"}) {
+    scopes.push_back({option, flags.reduce != "local", "peers that communicate (not --reduce local)"});
+  }
   for (const char* option : {"--density", "--iwp-momentum-correction", "--iwp-accumulate", "--iwp-per-tensor",
                              "--iwp-threshold", "--iwp-probabilistic",
                              "--iwp-dense-below", "--iwp-warmup-steps", "--iwp-warmup-density", "--iwp-warmup-shape",
@@ -352,11 +372,36 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
   options.iwp.warmup_density = flags.iwp_warmup_density;
   options.iwp.warmup_exponential = flags.iwp_warmup_shape == "exponential";
   options.iwp.clip = flags.iwp_clip;
+  Result<AggregationRule> rule = ParseAggregationRule(flags.aggregation);
+  if (!rule.ok()) return Fail("peer", rule.status());
+  options.gossip_defense.rule = *rule;
+  options.gossip_defense.clip = flags.clip_update_norm;
+  if (!flags.byzantine.empty()) {
+    Result<ByzantineBehaviour> behaviour = ParseByzantine(flags.byzantine);
+    if (!behaviour.ok()) return Fail("peer", behaviour.status());
+    auto byzantine = std::make_shared<ByzantineUpdate>(*behaviour, flags.seed + static_cast<uint64_t>(flags.rank));
+    options.gossip_send_transform = [byzantine](uint64_t step, float* values, std::size_t d) {
+      byzantine->Apply(static_cast<uint32_t>(step), values, d);
+    };
+    std::printf("byzantine: every model sent is %s\n", flags.byzantine.c_str());
+  }
+  options.dp = flags.dp;
+  if (options.dp.noise_multiplier > 0 && options.dp.noise_seed == 0) {
+    // Drawn, not derived from --seed: the other peers know that.
+    std::random_device random;
+    while (options.dp.noise_seed == 0) options.dp.noise_seed = uint64_t{random()} << 32 | random();
+  }
   auto trainer = peer::PeerTrainer::Create(*model, view, context, options);
   if (!trainer.ok()) return Fail("peer", trainer.status());
-  std::printf("peer rank %d of %d: %s, %zu parameters, %zu examples (%s), %zu steps/epoch, reduce %s\n",
+  std::printf("peer rank %d of %d: %s, %zu parameters, %zu examples (%s), %zu steps/epoch, reduce %s",
               flags.rank, n, model_spec.c_str(), model->parameter_count(), mine.size(), flags.partition.c_str(),
               (*trainer)->steps_per_epoch(), flags.reduce.c_str());
+  if (*reduce == peer::PeerReduce::kGossip) std::printf(", aggregation %s", AggregationRuleName(*rule).c_str());
+  if (flags.clip_update_norm > 0) std::printf(", neighbours clipped to %g", flags.clip_update_norm);
+  if (flags.dp.noise_multiplier > 0) {
+    std::printf(", local DP z=%g C=%g delta=%g", flags.dp.noise_multiplier, flags.dp.clip, flags.dp.delta);
+  }
+  std::printf("\n");
   std::fflush(stdout);
   const std::string& gossip_codec = (*trainer)->gossip_codec();
   if (const uint32_t t_mix = (*trainer)->moniqua_mixing_time(); t_mix != 0) {
@@ -584,6 +629,10 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--init-model", flags->init_model,
                 "Start from this model (.npz or checkpoint; give every peer the same file), with its model spec");
   p->add_option("--save-model", flags->save_model, "Write this peer's final model to this .npz (numpy.load reads it)");
+  AddRobustFlags(*p, flags->aggregation, flags->clip_update_norm, flags->dp);
+  p->add_option("--byzantine", flags->byzantine,
+                "Gossip, to test a defense: send a transformed model (signflip[:k], scaled[:k], random[:s], stale)")
+      ->group("");
   p->add_option("--evals-per-epoch", flags->evals_per_epoch, "Test-set evaluations per epoch")
       ->capture_default_str()->check(CLI::Range(1, 1000));
   AddTlsPeerFlags(*p, flags->tls);

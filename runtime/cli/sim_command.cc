@@ -66,21 +66,6 @@ Status MakeKeys(const std::string& out, int devices) {
   return WriteDeviceKeys(out, ids, /*overwrite=*/true);
 }
 
-// "N:KIND" of --byzantine: how many devices and what they do.
-Status ParseSimByzantine(const std::string& text, int devices, int* count, std::string* kind) {
-  const std::size_t colon = text.find(':');
-  const long n = colon == std::string::npos ? -1 : std::strtol(text.substr(0, colon).c_str(), nullptr, 10);
-  if (colon == std::string::npos || n < 1 || n > devices ||
-      text.substr(0, colon) != std::to_string(n)) {
-    return InvalidArgument("--byzantine " + text + ": expected N:KIND with N from 1 to the device count (" +
-                           std::to_string(devices) + ")");
-  }
-  *count = static_cast<int>(n);
-  *kind = text.substr(colon + 1);
-  Result<ByzantineBehaviour> behaviour = ParseByzantine(*kind);
-  return behaviour.ok() ? Status::Ok() : behaviour.status();
-}
-
 // The last line a process wrote to its log (its error, when it failed), or "".
 std::string LastLogLine(const std::string& path) {
   std::ifstream log(path);
@@ -120,6 +105,20 @@ pid_t SpawnDevice(const SimFlags& flags, int i, uint16_t port, const std::string
 }
 
 }  // namespace
+
+Status ParseSimByzantine(const std::string& text, int members, int* count, std::string* kind) {
+  const std::size_t colon = text.find(':');
+  const long n = colon == std::string::npos ? -1 : std::strtol(text.substr(0, colon).c_str(), nullptr, 10);
+  if (colon == std::string::npos || n < 1 || n > members ||
+      text.substr(0, colon) != std::to_string(n)) {
+    return InvalidArgument("--byzantine " + text + ": expected N:KIND with N from 1 to the device count (" +
+                           std::to_string(members) + ")");
+  }
+  *count = static_cast<int>(n);
+  *kind = text.substr(colon + 1);
+  Result<ByzantineBehaviour> behaviour = ParseByzantine(*kind);
+  return behaviour.ok() ? Status::Ok() : behaviour.status();
+}
 
 Result<std::vector<std::string>> PairDownlinkCodecs(const std::vector<std::string>& downlinks,
                                                     const std::vector<std::string>& codecs) {
@@ -420,6 +419,7 @@ Status CheckSimFlags(const SimFlags& flags, const CLI::App& app) {
       {"--fraction", star, "--topology star"},
       {"--over-selection", star, "--topology star"},
       {"--quorum", star, "--topology star"},
+      {"--max-failed-rounds", star, "--topology star"},
       {"--partition-seed", star, "--topology star"},
       {"--downlink-codec", star, "--topology star"},
       {"--target-accuracy", star, "--topology star"},
@@ -453,9 +453,21 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     if (!written.ok()) return Fail("--tls: " + written.ToString());
   }
   if (flags.topology != "star") {
-    if (!flags.byzantine.empty() || flags.aggregation != "mean" || flags.star.clip_update_norm != 0 ||
-        flags.star.dp.noise_multiplier != 0 || flags.star.dp.clip != 0) {
-      return Fail("--byzantine, --aggregation, --clip-update-norm and --dp-* apply to --topology star only");
+    // Robust rules judge the neighbours' models in gossip; the ring sums
+    // (runtime/README.md, "Robust aggregation and differential privacy").
+    if (flags.topology == "ring" &&
+        (!flags.byzantine.empty() || flags.aggregation != "mean" || flags.star.clip_update_norm != 0)) {
+      Fail("--byzantine, --aggregation and --clip-update-norm apply to --topology star and gossip: the ring "
+           "all-reduce sums, and no rule applies to a sum");
+      return 2;  // a usage error
+    }
+    Result<AggregationRule> peer_rule = ParseAggregationRule(flags.aggregation);
+    if (!peer_rule.ok()) return Fail(peer_rule.status().ToString());
+    if (!flags.byzantine.empty()) {
+      int count = 0;
+      std::string kind;
+      const Status parsed = ParseSimByzantine(flags.byzantine, flags.peers, &count, &kind);
+      if (!parsed.ok()) return Fail(parsed.ToString());
     }
     if (!flags.init_model.empty()) {
       // Read once here so a bad file stops the sim before any peer starts;
@@ -624,6 +636,7 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     options.sampling.fraction = flags.fraction;
     options.sampling.over_selection = flags.over_selection;
     options.quorum = flags.quorum;
+    options.max_failed_rounds = flags.star.max_failed_rounds;
     options.local_epochs = flags.epochs;
     options.learning_rate = flags.lr;
     options.session_seed = flags.seed;
@@ -805,6 +818,9 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   sim->add_option("--quorum", flags->quorum,
                   "Star: fraction of the devices a round wants whose updates close it before --deadline-ms")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  sim->add_option("--max-failed-rounds", flags->star.max_failed_rounds,
+                  "Star: stop (exit 1) after this many rounds in a row that applied nothing")
+      ->capture_default_str()->check(CLI::Range(1u, 1000000u));
   sim->add_option("--seed", flags->seed, "Session seed (star: codec randomness, sampling, initial model)")
       ->capture_default_str();
   sim->add_option("--partition-seed", flags->partition_seed, "Star: seed of the devices' shares and data order")
@@ -843,9 +859,9 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
       ->allow_extra_args(false);
   sim->add_option("--compare", flags->compare, "Only plot: earlier runs' --out directories, drawn on one plot in --out")
       ->expected(1, -1);
-  AddRobustFlags(*sim, flags->aggregation, flags->star);
+  AddRobustFlags(*sim, flags->aggregation, flags->star.clip_update_norm, flags->star.dp);
   sim->add_option("--byzantine", flags->byzantine,
-                  "Star: N:KIND, devices dev-0..dev-(N-1) misbehave (signflip[:k], scaled[:k], random[:s], stale)");
+                  "Star, gossip: N:KIND, devices dev-0..dev-(N-1) (peers of rank 0..N-1) misbehave (signflip[:k], scaled[:k], random[:s], stale)");
   sim->add_option("--target-accuracy", flags->target_accuracy,
                   "Star: end each codec's run at this test accuracy (a fraction) and report time and bytes to it")
       ->check(CLI::Range(0.0, 1.0));

@@ -131,6 +131,13 @@ struct RankFeed {
   }
 };
 
+// A flag value that reads back as the same double.
+std::string FormatDouble(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
 double Number(const nlohmann::json& row, const char* key) {
   auto it = row.find(key);
   return it != row.end() && it->is_number() ? it->get<double>() : 0.0;
@@ -150,6 +157,9 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
   for (int r = 0; links != nullptr && r < flags.peers; ++r) hosts.push_back(links->device_address(r));
   Result<LocalPeerFiles> files = WriteLocalPeerFiles(dir, flags.peers, flags.step_timeout_ms, hosts);
   if (!files.ok()) return files.status();
+  int byzantine_count = 0;
+  std::string byzantine_kind;
+  if (!flags.byzantine.empty()) FEDRT_RETURN_IF_ERROR(ParseSimByzantine(flags.byzantine, flags.peers, &byzantine_count, &byzantine_kind));
   std::vector<RankFeed> feeds(static_cast<std::size_t>(flags.peers));
   const auto started = std::chrono::steady_clock::now();
   for (int r = 0; r < flags.peers; ++r) {
@@ -179,6 +189,22 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
     // Ring peers end with one model; gossip peers each with their own, of
     // which rank 0's is kept (the others' are in its neighbourhood).
     if (!flags.save_model.empty() && r == 0) args.insert(args.end(), {"--save-model", SimModelPath(flags.save_model, codec)});
+    // Robust gossip and local DP (checked by RunSim): the same flags for
+    // every peer, --byzantine for ranks 0..N-1.
+    if (flags.aggregation != "mean") args.insert(args.end(), {"--aggregation", flags.aggregation});
+    if (flags.star.clip_update_norm > 0) {
+      args.insert(args.end(), {"--clip-update-norm", FormatDouble(flags.star.clip_update_norm)});
+    }
+    if (r < byzantine_count) args.insert(args.end(), {"--byzantine", byzantine_kind});
+    const DpOptions& dp = flags.star.dp;
+    if (dp.noise_multiplier > 0) {
+      args.insert(args.end(), {"--dp-noise-multiplier", FormatDouble(dp.noise_multiplier), "--dp-clip",
+                               FormatDouble(dp.clip), "--dp-delta", FormatDouble(dp.delta)});
+      if (dp.epsilon_budget > 0) args.insert(args.end(), {"--dp-epsilon-budget", FormatDouble(dp.epsilon_budget)});
+      if (dp.noise_seed != 0) {
+        args.insert(args.end(), {"--dp-noise-seed", std::to_string(dp.noise_seed + static_cast<uint64_t>(r))});
+      }
+    }
     args.insert(args.end(), flags.peer_args.begin(), flags.peer_args.end());
     if (flags.tls) {
       // Every peer presents the sim's 127.0.0.1 certificate (server and client use).
@@ -268,6 +294,17 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
       }
       accuracy /= count;
       loss /= count;
+      // With byzantine peers: the mean over the honest ones (what the defense
+      // protects), and the largest DP epsilon any peer reports.
+      double honest = 0, dp_epsilon = -1;
+      int honest_count = 0;
+      for (std::size_t r = 0; r < feeds.size(); ++r) {
+        if (feeds[r].rows.size() <= next) continue;
+        dp_epsilon = std::max(dp_epsilon, feeds[r].rows[next].value("dp_epsilon", -1.0));
+        if (static_cast<int>(r) < byzantine_count) continue;
+        honest += Number(feeds[r].rows[next], "test_accuracy");
+        ++honest_count;
+      }
       series.rounds.push_back(epoch);
       series.accuracy.push_back(accuracy);
       series.megabytes.push_back(static_cast<double>(bytes) / 1e6);
@@ -300,7 +337,20 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
                              {"near_wraps_per_step", step_wraps},
                              {"partition", flags.partition},
                              {"elapsed_seconds", elapsed}};
-      if (flags.topology == "gossip") line["graph"] = flags.graph;
+      if (flags.topology == "gossip") {
+        line["graph"] = flags.graph;
+        line["aggregation"] = flags.aggregation;
+      }
+      if (byzantine_count > 0 && honest_count > 0) {
+        line["byzantine"] = flags.byzantine;
+        line["test_accuracy_honest"] = honest / honest_count;
+        std::printf("[%s]   honest peers' test acc %.2f%%\n", name.c_str(), 100.0 * honest / honest_count);
+      }
+      if (dp_epsilon >= 0) {
+        line["dp_epsilon"] = dp_epsilon;
+        std::printf("[%s]   DP epsilon %.4g at delta %g\n", name.c_str(), dp_epsilon, flags.star.dp.delta);
+      }
+      std::fflush(stdout);
       metrics << line.dump() << "\n" << std::flush;
       ++next;
     }

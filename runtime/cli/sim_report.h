@@ -137,6 +137,10 @@ std::string SimLabel(const std::string& codec);
 // trailing ".npz", "-", SimLabel(codec), ".npz" (m.npz, fp32: m-fp32.npz).
 std::string SimModelPath(const std::string& save_model, const std::string& codec);
 
+// "N:KIND" of --byzantine: how many devices (peers) and what they do;
+// kInvalidArgument unless 1 <= N <= `members` and KIND parses (byzantine.h).
+Status ParseSimByzantine(const std::string& text, int members, int* count, std::string* kind);
+
 int RunPeerSim(const SimFlags& flags);
 int RunSimCompare(const SimFlags& flags);
 

@@ -223,22 +223,25 @@ Status LoadInitialModel(const std::string& path, bool model_given, AggregatorOpt
   return Status::Ok();
 }
 
-void AddRobustFlags(CLI::App& command, std::string& aggregation, AggregatorConfig& o) {
+void AddRobustFlags(CLI::App& command, std::string& aggregation, double& clip_update_norm, DpOptions& dp) {
   command.add_option("--aggregation", aggregation,
-                     "How updates are combined: mean, median, trimmed-mean:F, krum:F or multi-krum:F")
+                     "How updates (star) or the neighbours' models (gossip) are combined: mean, median, "
+                     "trimmed-mean:F, krum:F or multi-krum:F")
       ->capture_default_str();
-  command.add_option("--clip-update-norm", o.clip_update_norm,
-                     "Scale every decoded update down to this L2 norm (0: no clipping)")
+  command.add_option("--clip-update-norm", clip_update_norm,
+                     "Scale every decoded update (gossip: every neighbour's model's distance from this peer's) down "
+                     "to this L2 norm (0: no clipping)")
       ->capture_default_str();
-  command.add_option("--dp-noise-multiplier", o.dp.noise_multiplier,
-                     "DP-FedAvg: Gaussian noise std on the sum, in units of --dp-clip (0: no DP)")
+  command.add_option("--dp-noise-multiplier", dp.noise_multiplier,
+                     "DP: Gaussian noise std in units of --dp-clip, on the sum (star, DP-FedAvg) or on every step's "
+                     "gradient (peers) (0: no DP)")
       ->capture_default_str();
-  command.add_option("--dp-clip", o.dp.clip, "DP-FedAvg: every update's L2 norm is clipped to this");
-  command.add_option("--dp-delta", o.dp.delta, "DP-FedAvg: the delta epsilon is reported at")->capture_default_str();
-  command.add_option("--dp-epsilon-budget", o.dp.epsilon_budget,
-                     "DP-FedAvg: stop before a round would spend more epsilon (0: no budget)");
-  command.add_option("--dp-noise-seed", o.dp.noise_seed,
-                     "DP-FedAvg: key of the noise, to reproduce a run (default: from the system's random source)");
+  command.add_option("--dp-clip", dp.clip, "DP: every update's (peers: every step's gradient's) L2 norm is clipped to this");
+  command.add_option("--dp-delta", dp.delta, "DP: the delta epsilon is reported at")->capture_default_str();
+  command.add_option("--dp-epsilon-budget", dp.epsilon_budget,
+                     "DP: stop before a round (a step) would spend more epsilon (0: no budget)");
+  command.add_option("--dp-noise-seed", dp.noise_seed,
+                     "DP: key of the noise, to reproduce a run (default: from the system's random source)");
 }
 
 void RegisterServe(CLI::App& app, CommandList& commands) {
@@ -317,7 +320,7 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
   serve->add_option("--max-update-samples", o.max_update_samples,
                     "Refuse an update that claims more samples (its FedAvg weight; 1 to 2^32)")
       ->capture_default_str();
-  AddRobustFlags(*serve, flags->aggregation, o);
+  AddRobustFlags(*serve, flags->aggregation, o.clip_update_norm, o.dp);
   AddTlsServerFlags(*serve, o.tls);
   commands.push_back({serve, [flags, serve] { return RunServe(*flags, *serve); }});
 }

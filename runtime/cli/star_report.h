@@ -18,8 +18,8 @@ class App;
 
 namespace fedrt::cli {
 
-// --aggregation, --clip-update-norm and the --dp-* options (serve and sim).
-void AddRobustFlags(CLI::App& command, std::string& aggregation, AggregatorConfig& o);
+// --aggregation, --clip-update-norm and the --dp-* options (serve, sim and peer).
+void AddRobustFlags(CLI::App& command, std::string& aggregation, double& clip_update_norm, DpOptions& dp);
 // --init-model of serve and sim: the file's model (cli/model_files.h) as the
 // round-0 model, and its spec unless --model was given (then they must agree).
 Status LoadInitialModel(const std::string& path, bool model_given, AggregatorOptions& options);

@@ -14,6 +14,7 @@
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/moniqua.h"
 #include "fedrt/runtime/peer.h"
+#include "fedrt/runtime/robust_aggregation.h"
 #include "peer_checks.h"
 #include "peer_ring.h"
 
@@ -292,6 +293,105 @@ TEST_CASE("gossip refuses a model whose size is not its tensor table's") {
   peer::GossipStats stats;
   CHECK(ring.groups[0]->GossipStep(model.data(), grad.data(), 10, 0.0f, "dqsg", 1, &stats).code() ==
         StatusCode::kInvalidArgument);
+}
+
+// Rank 0 of a 3-ring sends its model times -1000 (a sign-flipping, scaled
+// hostile peer); lr 0 and no gradient, so one step is the mixing alone.
+std::vector<std::vector<float>> StepWithHostileRank0(const peer::GossipDefense& defense,
+                                                     const std::vector<std::vector<float>>& models,
+                                                     const std::string& codec = "") {
+  const int n = 3;
+  const std::size_t d = models[0].size();
+  PeerRing ring(n);
+  ring.FormAll();
+  auto out = models;
+  std::vector<float> grad(d, 0.0f);
+  ring.groups[0]->SetGossipSendTransform([](uint64_t, float* values, std::size_t size) {
+    for (std::size_t k = 0; k < size; ++k) values[k] *= -1000.0f;
+  });
+  for (int r = 0; r < n; ++r) REQUIRE(ring.groups[static_cast<std::size_t>(r)]->SetGossipDefense(defense).ok());
+  std::vector<peer::GossipStats> stats(n);
+  auto st = ring.Each(ring.All(), [&](uint32_t r) {
+    return ring.groups[r]->GossipStep(out[r].data(), grad.data(), d, 0.0f, codec, 1, &stats[r]);
+  });
+  for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  return out;
+}
+
+double Distance(const std::vector<float>& a, const std::vector<float>& b) {
+  double sum = 0;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    const double diff = static_cast<double>(a[k]) - static_cast<double>(b[k]);
+    sum += diff * diff;
+  }
+  return std::sqrt(sum);
+}
+
+TEST_CASE("gossip with the median takes each coordinate's middle of the own and the neighbours' models, so one hostile neighbour cannot move it far") {
+  const std::size_t d = 1000;
+  const auto models = Models(3, d, 0.05f);
+  peer::GossipDefense mean;
+  const auto pulled = StepWithHostileRank0(mean, models);
+  peer::GossipDefense median;
+  median.rule = ParseAggregationRule("median").value();
+  const auto held = StepWithHostileRank0(median, models);
+  for (int r : {1, 2}) {
+    INFO("rank ", r);
+    // Ring of 3: every rank's neighbours are the other two, weights 1/3.
+    std::vector<float> expected(d);
+    const int other = r == 1 ? 2 : 1;
+    for (std::size_t k = 0; k < d; ++k) {
+      float v[3] = {models[r][k], -1000.0f * models[0][k], models[other][k]};
+      std::sort(v, v + 3);
+      expected[k] = v[1];
+    }
+    CHECK(held[r] == expected);
+    CHECK(Distance(held[r], models[r]) < 0.1 * Distance(pulled[r], models[r]));
+    MESSAGE("rank " << r << " moved " << Distance(pulled[r], models[r]) << " with the mean, "
+                    << Distance(held[r], models[r]) << " with the median");
+  }
+  // The hostile rank's own model mixes what it heard honestly.
+  CHECK(Distance(held[0], models[0]) < 1.0);
+}
+
+TEST_CASE("gossip with a clip bounds how far each neighbour's model moves this peer's") {
+  const std::size_t d = 1000;
+  const auto models = Models(3, d, 0.05f);
+  peer::GossipDefense clipped;
+  clipped.clip = 0.01;
+  const auto out = StepWithHostileRank0(clipped, models);
+  for (int r : {1, 2}) {
+    // Two neighbours at weight 1/3, each deviation at most 0.01.
+    CHECK(Distance(out[r], models[r]) <= 2.0 / 3.0 * 0.01 * (1 + 1e-5));
+    CHECK(Distance(out[r], models[r]) > 0.001);
+  }
+  // A plain codec recovers the neighbours' models: the defense applies.
+  const auto coded = StepWithHostileRank0(clipped, models, "fp16");
+  CHECK(Distance(coded[1], models[1]) <= 2.0 / 3.0 * 0.01 * 1.01);
+}
+
+TEST_CASE("gossip refuses a defense it cannot apply: a rule needing more models than the neighbourhood, a codec that hides the models, a bad clip") {
+  PeerRing ring(3);
+  ring.FormAll();
+  std::vector<float> model(10, 0.0f), grad(10, 0.0f);
+  peer::GossipStats stats;
+  peer::GossipDefense krum;
+  krum.rule = ParseAggregationRule("krum:1").value();  // 2F + 3 = 5 models; a ring peer has 3
+  REQUIRE(ring.groups[0]->SetGossipDefense(krum).ok());
+  Status s = ring.groups[0]->GossipStep(model.data(), grad.data(), 10, 0.0f, "", 1, &stats);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("krum:1 needs 5 models per gossip step; this peer has 2 neighbours") != std::string::npos);
+  peer::GossipDefense median;
+  median.rule = ParseAggregationRule("median").value();
+  REQUIRE(ring.groups[0]->SetGossipDefense(median).ok());
+  for (const char* codec : {"moniqua:bits=1,theta=0.5", "choco+sign:b=16"}) {
+    s = ring.groups[0]->GossipStep(model.data(), grad.data(), 10, 0.0f, codec, 1, &stats);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("does not recover the neighbours' models") != std::string::npos);
+  }
+  peer::GossipDefense bad;
+  bad.clip = -1;
+  CHECK(ring.groups[0]->SetGossipDefense(bad).code() == StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -383,9 +383,52 @@ TEST_CASE("fedrt sim runs byzantine devices against a robust rule, and DP stops 
   REQUIRE(dp_rows.size() == 2);
   CHECK(dp_rows[1]["dp_epsilon"].get<double>() == doctest::Approx(7.0879).epsilon(1e-3));
 
-  Run ring = testing::RunCommand(common + " --topology ring --peers 2 --byzantine 1:signflip --out " + dir.File("ring"));
-  CHECK(ring.exit_code == 1);
-  CHECK(ring.output.find("apply to --topology star only") != std::string::npos);
+  // Every device byzantine with updates far above --max-update-norm (1e4 by
+  // default): every round applies nothing, and the run stops after
+  // --max-failed-rounds of them instead of running them again forever.
+  Run refused = testing::RunCommand(common + " --devices 2 --rounds 3 --byzantine 2:scaled:1e9 --deadline-ms 1000 "
+                                    "--max-failed-rounds 2 --out " + dir.File("refused"));
+  INFO(refused.output);
+  CHECK(refused.exit_code == 1);
+  CHECK(refused.output.find("fedrt sim: fp32: failed_precondition: training stopped at round 1: 2 rounds in a row "
+                            "applied nothing (max failed rounds 2); the last: every update was rejected (") !=
+        std::string::npos);
+  CHECK(Lines(dir.File("refused") + "/metrics.jsonl").empty());
+
+  // The ring sums: no rule or clip applies there.
+  for (const std::string flags : {"--byzantine 1:signflip", "--aggregation median", "--clip-update-norm 1"}) {
+    Run ring = testing::RunCommand(common + " --topology ring --peers 2 " + flags + " --out " + dir.File("ring"));
+    INFO(flags, ": ", ring.output);
+    CHECK(ring.exit_code == 2);
+    CHECK(ring.output.find("apply to --topology star and gossip: the ring all-reduce sums") != std::string::npos);
+  }
+  // Gossip: a byzantine peer, the median over each neighbourhood, and local DP.
+  Run gossip = testing::RunCommand(common + " --topology gossip --peers 4 --byzantine 1:signflip:3 --aggregation median "
+                                   "--dp-noise-multiplier 2 --dp-clip 10 --out " + dir.File("gossip"));
+  INFO(gossip.output);
+  REQUIRE(gossip.exit_code == 0);
+  const std::vector<nlohmann::json> gossip_rows = Lines(dir.File("gossip") + "/metrics.jsonl");
+  REQUIRE(gossip_rows.size() == 1);
+  CHECK(gossip_rows[0]["aggregation"] == "median");
+  CHECK(gossip_rows[0]["byzantine"] == "1:signflip:3");
+  CHECK(gossip_rows[0]["test_accuracy_honest"].get<double>() >= 0);
+  CHECK(gossip_rows[0]["dp_epsilon"].get<double>() > 0);
+  const std::string rank0 = Slurp(dir.File("gossip") + "/gossip-fp32/rank-0.log");
+  CHECK(rank0.find("byzantine: every model sent is signflip:3") != std::string::npos);
+  CHECK(rank0.find("aggregation median, local DP z=2 C=10") != std::string::npos);
+  CHECK(Slurp(dir.File("gossip") + "/gossip-fp32/rank-1.log").find("byzantine") == std::string::npos);
+  for (const std::string flags : {"--reduce dense --aggregation median", "--reduce iwp --clip-update-norm 1",
+                                  "--reduce local --dp-noise-multiplier 1"}) {
+    Run peer = testing::RunCommand(std::string(FEDRT_CLI_PATH) + " peer --peers x.json --keys k.txt --rank 0 " + flags);
+    INFO(flags, ": ", peer.output);
+    CHECK(peer.exit_code == 2);
+    CHECK(peer.output.find(" only; this run is --reduce ") != std::string::npos);
+  }
+  Run krum = testing::RunCommand(common + " --topology gossip --peers 4 --aggregation krum:1 --out " + dir.File("krum"));
+  CHECK(krum.exit_code == 1);
+  CHECK(krum.output.find("peer rank 0 exited with status 1") != std::string::npos);
+  CHECK(Slurp(dir.File("krum") + "/gossip-fp32/rank-0.log").find("krum:1 needs 5 models per gossip step") !=
+        std::string::npos);
   Run bad = testing::RunCommand(common + " --devices 2 --byzantine 3:signflip --out " + dir.File("bad"));
   CHECK(bad.exit_code == 1);
   CHECK(bad.output.find("expected N:KIND with N from 1 to the device count (2)") != std::string::npos);

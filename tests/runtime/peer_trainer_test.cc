@@ -87,6 +87,8 @@ struct RankResult {
   std::vector<double> thetas;        // Moniqua's agreed theta at each epoch's end
   std::string gossip_codec;          // at the end
   uint64_t bytes_sent = 0;
+  std::vector<double> epsilons;      // local DP at each epoch's end
+  uint32_t steps = 0;                // at the end
 };
 
 // Trains every rank of `ring` with `options`; `pixels` picks the uint8 view.
@@ -111,6 +113,8 @@ std::vector<RankResult> Train(LoopbackRing& ring, const Synthetic& data, const p
       out.epoch_losses.push_back(p.epoch_loss);
       out.members.push_back(p.members);
       out.thetas.push_back(p.moniqua_theta);
+      out.epsilons.push_back(p.dp_epsilon);
+      out.steps = p.step;
       if (static_cast<int>(r) == stop_rank) return Status(StatusCode::kCancelled, "this rank stops here");
       return Status::Ok();
     });
@@ -247,19 +251,97 @@ TEST_CASE("the peer trainer with repair re-forms without a rank that drops out a
   }
 }
 
-TEST_CASE("the peer trainer refuses options and data that do not fit") {
-  const Synthetic data = MakeData(40);
-  LoopbackRing ring(1);
+TEST_CASE("the peer trainer with local DP reports a growing epsilon and stops every rank at the same step within its budget") {
+  const Synthetic data = MakeData(480);
+  auto options = Options(peer::PeerReduce::kGossip);
+  options.epochs = 4;
+  options.dp.noise_multiplier = 4;
+  options.dp.clip = 5;
+  options.dp.noise_seed = 77;
+  {
+    LoopbackRing ring(3);
+    ring.FormAll();
+    auto results = Train(ring, data, options, /*pixels=*/false);
+    for (auto& r : results) {
+      REQUIRE_MESSAGE(r.status.ok(), r.status.ToString());
+      for (double loss : r.epoch_losses) CHECK(std::isfinite(loss));
+    }
+    // 20 steps per epoch at q = 1 and sigma = z / 2 = 2 (sensitivity 2 C).
+    RdpAccountant expected;
+    REQUIRE(results[0].epsilons.size() == 4);
+    for (std::size_t e = 0; e < results[0].epsilons.size(); ++e) {
+      expected.Compose(1.0, 2.0, 20);
+      CHECK(results[0].epsilons[e] == doctest::Approx(expected.Epsilon(1e-5)));
+      if (e > 0) CHECK(results[0].epsilons[e] > results[0].epsilons[e - 1]);
+    }
+  }
+  // A budget just above two epochs' spend: every rank stops after step 40.
+  RdpAccountant two_epochs;
+  two_epochs.Compose(1.0, 2.0, 40);
+  options.dp.epsilon_budget = two_epochs.Epsilon(1e-5) + 0.01;
+  LoopbackRing ring(3);
   ring.FormAll();
-  auto model = Model::Create(kSpec, 3).value();
+  auto results = Train(ring, data, options, /*pixels=*/false);
+  for (auto& r : results) {
+    REQUIRE_MESSAGE(r.status.ok(), r.status.ToString());
+    CHECK(r.steps == 40);
+    CHECK(r.epsilons.back() <= options.dp.epsilon_budget);
+  }
+}
+
+// One formed rank with a small data set, for Create's refusals.
+struct OneRank {
+  const Synthetic data = MakeData(40);
+  LoopbackRing ring{1};
+  Model model = Model::Create(kSpec, 3).value();
   const std::vector<uint32_t> share = Share(data.count, 1, 0);
   peer::PeerData view;
-  view.set = data.View(/*bytes=*/false);
-  view.share = share.data();
-  view.share_size = share.size();
-  auto create = [&](const peer::PeerData& v, const peer::PeerTrainerOptions& o) {
+  OneRank() {
+    ring.FormAll();
+    view.set = data.View(/*bytes=*/false);
+    view.share = share.data();
+    view.share_size = share.size();
+  }
+  Status Create(const peer::PeerData& v, const peer::PeerTrainerOptions& o) {
     return peer::PeerTrainer::Create(model, v, ring.groups[0]->context(), o).status();
-  };
+  }
+};
+
+TEST_CASE("the peer trainer refuses a robust rule or a clip outside gossip, and DP settings that do not fit") {
+  OneRank one;
+  auto create = [&](const peer::PeerTrainerOptions& o) { return one.Create(one.view, o); };
+  for (peer::PeerReduce reduce : {peer::PeerReduce::kDense, peer::PeerReduce::kIwp, peer::PeerReduce::kLocal}) {
+    peer::PeerTrainerOptions median = Options(reduce);
+    median.gossip_defense.rule = ParseAggregationRule("median").value();
+    const Status refused = create(median);
+    CHECK(refused.code() == StatusCode::kInvalidArgument);
+    CHECK(refused.message().find("apply to gossip only: the ring all-reduces sum") != std::string::npos);
+    peer::PeerTrainerOptions clipped = Options(reduce);
+    clipped.gossip_defense.clip = 1;
+    CHECK(create(clipped).code() == StatusCode::kInvalidArgument);
+  }
+  peer::PeerTrainerOptions dp = Options(peer::PeerReduce::kDense);
+  dp.dp.noise_multiplier = 1;
+  dp.dp.clip = 1;
+  CHECK(create(dp).code() == StatusCode::kInvalidArgument);  // no noise seed
+  dp.dp.noise_seed = 5;
+  CHECK(create(dp).ok());
+  peer::PeerTrainerOptions alone = dp;
+  alone.reduce = peer::PeerReduce::kLocal;
+  CHECK(create(alone).code() == StatusCode::kInvalidArgument);  // sends nothing to protect
+  peer::PeerTrainerOptions no_clip = dp;
+  no_clip.dp.clip = 0;
+  CHECK(create(no_clip).code() == StatusCode::kInvalidArgument);
+  peer::PeerTrainerOptions clip_only = Options(peer::PeerReduce::kDense);
+  clip_only.dp.clip = 1;
+  CHECK(create(clip_only).code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("the peer trainer refuses options and data that do not fit") {
+  OneRank one;
+  const Synthetic& data = one.data;
+  const peer::PeerData& view = one.view;
+  auto create = [&](const peer::PeerData& v, const peer::PeerTrainerOptions& o) { return one.Create(v, o); };
   CHECK(create(view, Options(peer::PeerReduce::kDense)).ok());
   CHECK(create(view, Options(peer::PeerReduce::kDense, "fp16")).code() == StatusCode::kInvalidArgument);
   CHECK(create(view, Options(peer::PeerReduce::kCodec)).code() == StatusCode::kInvalidArgument);

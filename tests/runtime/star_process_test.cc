@@ -79,8 +79,10 @@ struct Star {
   std::vector<std::string> Serve(std::vector<std::string> extra) const {
     std::vector<std::string> args = {"serve", "--key-file", dir.File("keys.txt"), "--data",
                                      FEDRT_TINY_IDX_DIR, "--model", kModel, "--epochs", "1", "--lr", "0.1",
-                                     "--idle-timeout-ms", "600000", "--join-timeout-ms", "60000",
-                                     "--deadline-ms", "120000"};
+                                     "--idle-timeout-ms", "600000", "--join-timeout-ms", "60000"};
+    if (std::find(extra.begin(), extra.end(), "--deadline-ms") == extra.end()) {
+      args.insert(args.end(), {"--deadline-ms", "120000"});
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     return Cli(args);
   }
@@ -817,6 +819,90 @@ TEST_CASE("fedrt serve --http serves /metrics that promtool accepts with counter
   gate.Answer();
   CHECK(serve.Wait() == 0);
   CHECK(dev1.Wait() == 0);
+}
+
+// An update whose norm the aggregator refuses (--max-update-norm, 1e4 by
+// default): the connection closes with the reason, and a round whose every
+// update was refused applies nothing and closes at its deadline.
+void SendRefusedUpdate(Gatekeeper& gate) {
+  const std::vector<float> huge(gate.d, 1000.0f);  // norm 1000 sqrt(d), far above 1e4
+  REQUIRE(gate.client.SendUpdate(gate.round.round, gate.round.codec_spec, EncodeFor(gate.round, gate.id, huge)).ok());
+  std::string reason;
+  CHECK(gate.client.ReadUntilClosed(&reason));
+  CHECK_MESSAGE(reason.find("exceeds the limit of 10000") != std::string::npos, reason);
+}
+
+TEST_CASE("fedrt serve exits 1 with the reason after --max-failed-rounds rounds in a row applied nothing, and /healthz says 503 while rounds fail") {
+  // A short deadline closes the rounds whose only update was refused (the
+  // refused device could have come back with a good one until then).
+  Served star({"--codec", "fp32", "--rounds", "3", "--min-devices", "1", "--max-failed-rounds", "2",
+               "--deadline-ms", "1000", "--http", "127.0.0.1:0"});
+  ChildProcess& serve = *star.serve;
+  const uint16_t http = static_cast<uint16_t>(std::atoi(serve.WaitForLine("metrics on port ").c_str()));
+  REQUIRE_MESSAGE(http != 0, serve.output());
+  // Waiting for the first device is healthy.
+  std::string response = HttpGet(http, "/healthz");
+  CHECK_MESSAGE(HttpStatus(response) == 200, response);
+  CHECK(HttpBody(response) == "ok: round 0 of 3 done, 0 devices connected\n");
+
+  // Round 1: the only update is refused; the round applies nothing and waits
+  // for a device to run again.
+  auto gate = std::make_unique<Gatekeeper>(star.port, 0, star.d);
+  REQUIRE(gate->Await() == 0);
+  SendRefusedUpdate(*gate);
+  REQUIRE_MESSAGE(serve.WaitFor("round 1 not applied: every update was rejected (1); running it again (1 of 2 in a row)"),
+                  serve.output());
+  response = HttpGet(http, "/healthz");
+  CHECK(HttpStatus(response) == 503);
+  CHECK(HttpBody(response) ==
+        "failing: round 1 applied nothing 1 times in a row (stops at 2): every update was rejected (1)\n");
+  CHECK(Sample(HttpBody(HttpGet(http, "/metrics")), "fedrt_rounds_not_applied_total") == 1);
+
+  // The device comes back with a good update: round 1 applies, healthy again.
+  gate = std::make_unique<Gatekeeper>(star.port, 0, star.d);
+  REQUIRE(gate->Await() == 0);
+  gate->Answer();
+  REQUIRE(gate->Await() == 1);
+  response = HttpGet(http, "/healthz");
+  CHECK_MESSAGE(HttpStatus(response) == 200, response);
+  CHECK(HttpBody(response).rfind("ok: round 1 of 3 done", 0) == 0);
+
+  // Round 2 applies nothing twice in a row: the run stops with the reason.
+  SendRefusedUpdate(*gate);
+  REQUIRE_MESSAGE(serve.WaitFor("round 2 not applied"), serve.output());
+  gate = std::make_unique<Gatekeeper>(star.port, 0, star.d);
+  REQUIRE(gate->Await() == 1);
+  SendRefusedUpdate(*gate);
+  CHECK(serve.Wait() == 1);
+  INFO(serve.output());
+  CHECK(serve.Count("fedrt serve: failed_precondition: training stopped at round 2: 2 rounds in a row applied nothing "
+                    "(max failed rounds 2); the last: every update was rejected (1)") == 1);
+}
+
+TEST_CASE("fedrt serve --http with DP-FedAvg reports the epsilon spent in /metrics, growing every round") {
+  Served star({"--codec", "fp32", "--rounds", "3", "--min-devices", "1", "--dp-noise-multiplier", "1", "--dp-clip",
+               "1", "--http", "127.0.0.1:0"});
+  ChildProcess& serve = *star.serve;
+  const uint16_t http = static_cast<uint16_t>(std::atoi(serve.WaitForLine("metrics on port ").c_str()));
+  REQUIRE_MESSAGE(http != 0, serve.output());
+  Gatekeeper gate(star.port, 0, star.d);
+  REQUIRE(gate.Await() == 0);
+  CHECK(Sample(HttpBody(HttpGet(http, "/metrics")), "fedrt_dp_epsilon") == -1);  // nothing released yet
+  // One device of one sampled each round (q = 1), z = 1, delta 1e-5: the
+  // sampled Gaussian's epsilon is 4.75 after one round, 7.09 after two.
+  gate.Answer();
+  REQUIRE(gate.Await() == 1);
+  std::string body = HttpBody(HttpGet(http, "/metrics"));
+  CHECK_MESSAGE(PromtoolProblems(body, star.dir.path()) == "", body);
+  const double first = Sample(body, "fedrt_dp_epsilon");
+  CHECK(first == doctest::Approx(4.75).epsilon(0.01));
+  gate.Answer();
+  REQUIRE(gate.Await() == 2);
+  const double second = Sample(HttpBody(HttpGet(http, "/metrics")), "fedrt_dp_epsilon");
+  CHECK(second > first);
+  CHECK(second == doctest::Approx(7.09).epsilon(0.01));
+  gate.Answer();
+  CHECK(serve.Wait() == 0);
 }
 
 TEST_CASE("fedrt serve refuses a malformed --http address and a port in use, and other commands have no --http") {

@@ -2,6 +2,7 @@
 // with CHOCO replicas. A model goes to each neighbour as GossipModel chunks
 // {step, source rank, codec, chunk} of at most one frame each.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "fedrt/codecs/codec_spec.h"
@@ -98,9 +99,57 @@ Status Gossip::Receive(uint32_t from, Deadline deadline, uint64_t step, std::siz
   return Status::Ok();
 }
 
+Status Gossip::SetDefense(const GossipDefense& defense) {
+  if (!(defense.clip >= 0) || !std::isfinite(defense.clip)) {
+    return InvalidArgument("the gossip clip norm must be finite and not negative (0: no clipping)");
+  }
+  defense_ = defense;
+  return Status::Ok();
+}
+
 void Gossip::SetTensorTable(std::vector<std::size_t> tensor_sizes) {
   tensor_sizes_ = std::move(tensor_sizes);
   codec_.reset();  // made again, over the new table, by the next Step
+}
+
+// GossipDefense::clip: x = x'_self + clip(x - x'_self), in double.
+void Gossip::ClipToOwn(float* x, std::size_t d) const {
+  double norm2 = 0;
+  for (std::size_t k = 0; k < d; ++k) {
+    const double diff = static_cast<double>(x[k]) - static_cast<double>(own_recovered_[k]);
+    norm2 += diff * diff;
+  }
+  const double norm = std::sqrt(norm2);
+  if (!(norm > defense_.clip)) return;
+  const double scale = defense_.clip / norm;
+  for (std::size_t k = 0; k < d; ++k) {
+    const double own = static_cast<double>(own_recovered_[k]);
+    x[k] = static_cast<float>(own + scale * (static_cast<double>(x[k]) - own));
+  }
+}
+
+// The defended mixing (GossipDefense): the neighbours heard are in mix_
+// (their models, clipped already, and Metropolis weights).
+void Gossip::Defend(float* model, const float* grad, std::size_t d, float lr) {
+  double neighbour_weight = 0;
+  for (const MoniquaNeighbour& n : mix_) neighbour_weight += static_cast<double>(n.weight);
+  if (defense_.rule.kind == AggregationKind::kMean) {
+    MoniquaMixStep(model, own_recovered_.data(), mix_.data(), mix_.size(), lr, grad, d);
+    return;
+  }
+  models_.assign(1, own_recovered_.data());
+  // The own weight is what the neighbours leave (Metropolis: positive).
+  weights_.assign(1, std::max(1e-6, 1.0 - neighbour_weight));
+  for (const MoniquaNeighbour& n : mix_) {
+    models_.push_back(n.recovered);
+    weights_.push_back(static_cast<double>(n.weight));
+  }
+  combined_.resize(d);
+  const Status combined = Aggregate(defense_.rule, models_, weights_, d, combined_.data());
+  // Too few models (neighbours left) or a value that is not finite: this
+  // step keeps the own model (what a peer alone does).
+  const float* base = combined.ok() ? combined_.data() : model;
+  for (std::size_t k = 0; k < d; ++k) model[k] = base[k] - lr * grad[k];
 }
 
 Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, const std::string& codec_spec,
@@ -152,14 +201,34 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
     moniqua = parameters.ok();
     if (moniqua) gamma = parameters->gamma;
   }
+  const bool defended = defense_.clip > 0 || defense_.rule.kind != AggregationKind::kMean;
+  if (defended && (choco || moniqua || (codec != nullptr && codec->needs_side_info()))) {
+    return InvalidArgument("gossip codec '" + codec_spec +
+                           "' does not recover the neighbours' models: robust rules and clipping need fp32 gossip "
+                           "or a codec that decodes without side information");
+  }
+  if (send_transform_ && choco) {
+    return InvalidArgument("gossip codec '" + codec_spec + "' sends replica differences, not models: no send transform");
+  }
+  if (defended && context_.neighbours().size() + 1 < MinimumUpdates(defense_.rule)) {
+    return InvalidArgument("aggregation " + AggregationRuleName(defense_.rule) + " needs " +
+                           std::to_string(MinimumUpdates(defense_.rule)) + " models per gossip step; this peer has " +
+                           std::to_string(context_.neighbours().size()) + " neighbours (" +
+                           std::to_string(context_.neighbours().size() + 1) + " with its own)");
+  }
   own_recovered_.resize(d);
   CodecContext context;
   context.round = static_cast<uint32_t>(step);
   context.sender_id = context_.rank();
-  const uint8_t* payload = reinterpret_cast<const uint8_t*>(model);
+  const float* to_send = model;
+  if (send_transform_) {
+    sent_.assign(model, model + d);
+    send_transform_(step, sent_.data(), d);
+    to_send = sent_.data();
+  }
+  const uint8_t* payload = reinterpret_cast<const uint8_t*>(to_send);
   std::size_t payload_size = d * sizeof(float);
   std::size_t max_size = payload_size;
-  const float* to_send = model;
   if (choco) {
     if (choco_public_.size() != d || choco_members_ != context_.members()) {
       choco_public_.assign(d, 0.0f);
@@ -185,6 +254,7 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
     // x'_self: the own model through the same channel.
     FEDRT_RETURN_IF_ERROR(codec->Decode(payload, payload_size, context, own_recovered_.data(), d,
                                         codec->needs_side_info() ? model : nullptr));
+    if (send_transform_) std::copy(model, model + d, own_recovered_.begin());  // it mixes its honest model
   } else {
     std::copy(model, model + d, own_recovered_.begin());
   }
@@ -231,6 +301,7 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
       }
       if (!s.ok()) return context_.Fail(static_cast<int>(from), context_.Named(from, s));
     }
+    if (defense_.clip > 0) ClipToOwn(recovered_[i].data(), d);
     mix_.push_back({recovered_[i].data(), gamma * neighbours[i].weight});
     got[i] = true;
   }
@@ -251,6 +322,8 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
     }
     // x_i = x_i + sum_j gamma W_ij (x^_j - x^_i): the mixing step without a gradient (taken before).
     MoniquaMixStep(model, choco_public_.data(), mix_.data(), mix_.size(), 0.0f, own_recovered_.data(), d);
+  } else if (defended) {
+    Defend(model, grad, d, lr);
   } else {
     MoniquaMixStep(model, own_recovered_.data(), mix_.data(), mix_.size(), lr, grad, d);
   }

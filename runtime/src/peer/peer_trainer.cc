@@ -9,6 +9,8 @@
 
 #include "fedrt/runtime/aggregation.h"
 #include "fedrt/runtime/peer.h"
+#include "fedrt/runtime/privacy.h"
+#include "fedrt/runtime/robust_aggregation.h"
 #include "fedrt/runtime/trainer.h"
 
 namespace fedrt {
@@ -56,6 +58,22 @@ Result<std::unique_ptr<PeerTrainer>> PeerTrainer::Create(Model& model, const Pee
   if (!TakesCodec(options.reduce) && !options.codec.empty()) {
     return InvalidArgument("codec '" + options.codec + "' does not apply: only gossip and the codec all-reduces take one");
   }
+  const bool defended = options.gossip_defense.clip != 0 || options.gossip_defense.rule.kind != AggregationKind::kMean;
+  if ((defended || options.gossip_send_transform) && options.reduce != PeerReduce::kGossip) {
+    return InvalidArgument(
+        "robust rules and clipping of the neighbours' models apply to gossip only: the ring all-reduces sum, so no "
+        "peer sees another's gradient to judge it");
+  }
+  if (options.dp.noise_multiplier > 0) {
+    FEDRT_RETURN_IF_ERROR(ValidateDpOptions(options.dp));
+    if (options.reduce == PeerReduce::kLocal) {
+      return InvalidArgument("local DP protects what a peer sends; --reduce local sends nothing");
+    }
+    if (options.dp.noise_seed == 0) return InvalidArgument("local DP needs a noise seed that is not 0");
+  } else if (options.dp.noise_multiplier < 0 || options.dp.clip != 0 || options.dp.epsilon_budget != 0 ||
+             options.dp.noise_seed != 0) {
+    return InvalidArgument("the DP clip, budget and noise seed apply only with a DP noise multiplier above 0");
+  }
   if (context.members().empty()) return Status(StatusCode::kFailedPrecondition, "the context is not formed yet");
   const std::size_t n = context.members().size();
   const std::size_t steps_per_epoch = (data.set.count / n) / static_cast<std::size_t>(options.batch);
@@ -83,6 +101,11 @@ Result<std::unique_ptr<PeerTrainer>> PeerTrainer::Create(Model& model, const Pee
   std::unique_ptr<PeerTrainer> trainer(
       new PeerTrainer(model, data, context, options, std::move(*sgd), steps_per_epoch));
   trainer->schedule_ = schedule;
+  if (options.reduce == PeerReduce::kGossip) {
+    FEDRT_RETURN_IF_ERROR(trainer->group_->SetGossipDefense(options.gossip_defense));
+    trainer->group_->SetGossipSendTransform(options.gossip_send_transform);
+  }
+  if (options.dp.noise_multiplier > 0) trainer->dp_noise_.resize(d);
   if (iwp) {
     IwpOptions io;
     io.target_fraction = options.iwp.density;
@@ -270,6 +293,7 @@ Status PeerTrainer::Report(PeerTrainerObserver& observer, int epoch, std::size_t
   progress.epoch_loss = epoch_loss;
   progress.epoch_wraps = epoch_wraps;
   progress.epoch_seconds = epoch_seconds;
+  if (options_.dp.noise_multiplier > 0) progress.dp_epsilon = accountant_.Epsilon(options_.dp.delta);
   FEDRT_RETURN_IF_ERROR(observer.OnProgress(progress));
   interval_loss_ = 0;
   interval_steps_ = 0;
@@ -294,6 +318,11 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
   const bool iwp_updates = options_.reduce == PeerReduce::kIwp && options_.iwp.accumulate_updates;
   const std::string ring_codec = options_.reduce == PeerReduce::kCodec ? options_.codec : std::string();
   const uint64_t order_seed = options_.seed + static_cast<uint64_t>(context_.rank());
+  // Local DP: sensitivity 2 clip, so the mechanism's noise multiplier is z / 2.
+  const bool dp = options_.dp.noise_multiplier > 0;
+  const double dp_sigma = options_.dp.noise_multiplier / 2.0;
+  const uint64_t dp_key = options_.dp.noise_seed ^ (0x9e3779b97f4a7c15ull * (context_.rank() + 1ull));
+  bool out_of_budget = false;
   uint32_t step = 0;
   uint32_t skip_steps = 0;  // gossip: batches the survivors took while this peer failed (step counts them)
   std::vector<uint32_t> order;
@@ -312,6 +341,11 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
     const uint64_t start = context_.clock().NowNanos();
     for (std::size_t s = 0; s < steps_per_epoch_; ++s) {
       if (options_.max_steps > 0 && step >= options_.max_steps) break;
+      if (dp && options_.dp.epsilon_budget > 0 &&
+          accountant_.EpsilonAfter(1.0, dp_sigma, options_.dp.delta) > options_.dp.epsilon_budget) {
+        out_of_budget = true;
+        break;
+      }
       if (skip_steps > 0) {
         --skip_steps;
         continue;
@@ -331,6 +365,14 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
       ++steps_done;
       float* g = model_.gradients();
       float* x = model_.parameters();
+      if (dp) {
+        // The release: clipped and noised before any collective sees it.
+        ClipToNorm(g, d, options_.dp.clip);
+        std::fill(dp_noise_.begin(), dp_noise_.end(), 0.0);
+        AddGaussianNoise(dp_key, step, options_.dp.noise_multiplier * options_.dp.clip, dp_noise_.data(), d);
+        for (std::size_t i = 0; i < d; ++i) g[i] = static_cast<float>(static_cast<double>(g[i]) + dp_noise_[i]);
+        accountant_.Compose(1.0, dp_sigma);
+      }
       if (options_.reduce == PeerReduce::kLocal) {
         // The no-communication baseline: gossip's plain SGD step without mixing.
         const float lr = static_cast<float>(sgd_.current_lr());
@@ -435,6 +477,7 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
     const double seconds = static_cast<double>(context_.clock().NowNanos() - start) * 1e-9;
     FEDRT_RETURN_IF_ERROR(Report(observer, epoch, steps_done, step, true,
                                  loss_sum / static_cast<double>(std::max<std::size_t>(1, steps_done)), wraps, seconds));
+    if (out_of_budget) break;
   }
   return Status::Ok();
 }

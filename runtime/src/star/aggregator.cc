@@ -204,10 +204,23 @@ transport::HttpResponse Monitor(const std::string& path, const Aggregator& aggre
     response.content_type = star::kPrometheusContentType;
     response.body = star::RenderAggregatorMetrics(aggregator.counters(), host);
   } else if (path == "/healthz") {
+    // Unhealthy: the training has ended (done, or stopped with a reason), the
+    // last round applied nothing (it runs again, and the run stops after
+    // max_failed_rounds such rounds in a row), or the latest state cannot be
+    // saved. Waiting for devices to join is healthy: nothing is wrong yet.
     const std::string trouble = checkpoints != nullptr ? checkpoints->trouble() : "";
-    if (aggregator.finished()) {
+    const AggregatorCounters& counters = aggregator.counters();
+    if (!aggregator.status().ok()) {
+      response.status = 503;
+      response.body = "stopped: " + aggregator.status().message() + "\n";
+    } else if (aggregator.finished()) {
       response.status = 503;
       response.body = "finished: " + std::to_string(aggregator.round()) + " rounds done\n";
+    } else if (counters.failed_in_a_row > 0) {
+      response.status = 503;
+      response.body = "failing: round " + std::to_string(aggregator.round() + 1) + " applied nothing " +
+                      std::to_string(counters.failed_in_a_row) + " times in a row (stops at " +
+                      std::to_string(aggregator.config().max_failed_rounds) + "): " + counters.last_failure + "\n";
     } else if (!trouble.empty()) {
       response.status = 503;
       response.body = "checkpoint failing: " + trouble + "\n";

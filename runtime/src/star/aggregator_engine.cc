@@ -1467,6 +1467,8 @@ void Aggregator::State::CloseRound() {
         config_.max_failed_rounds);
     timed(static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0);
     counters_.rounds_not_applied++;
+    counters_.failed_in_a_row = failed_in_a_row_;
+    counters_.last_failure = report.failure;
     if (hooks_.on_round) hooks_.on_round(report);
     if (report.stopped) {
       stopped_ = Status(StatusCode::kFailedPrecondition,
@@ -1491,6 +1493,7 @@ void Aggregator::State::CloseRound() {
   const Status applied = optimizer_->Apply(mean_.data(), model_->parameters());
   if (!applied.ok()) return fail("the server optimizer refused the mean: " + applied.ToString());
   failed_in_a_row_ = 0;
+  counters_.failed_in_a_row = 0;
   report.train_loss = sample_sum > 0 ? loss_sum / sample_sum : 0;
   if (dp()) {
     report.dp_sampling_rate = population_ > 0 ? static_cast<double>(selected_.size()) / static_cast<double>(population_) : 1.0;

@@ -84,7 +84,8 @@ struct AggregatorOptions : AggregatorConfig {
   // text format: rounds, joins, updates accepted and rejected by reason,
   // payload bytes, round time, test accuracy, checkpoint age, DP epsilon)
   // and GET /healthz (200 while serving; 503 with the reason once the
-  // training has finished or the latest state cannot be saved). Empty: none.
+  // training has finished or stopped, while the last round applied nothing,
+  // or when the latest state cannot be saved). Empty: none.
   std::string http_host;
   uint16_t http_port = 0;              // 0: any free port (reported by on_http_listening)
 };

@@ -281,6 +281,8 @@ const char* UpdateRejectionName(UpdateRejection reason);
 struct AggregatorCounters {
   uint64_t rounds_completed = 0;       // round(): applied rounds, resumed ones included
   uint64_t rounds_not_applied = 0;     // rounds closed with nothing applied (run again)
+  uint32_t failed_in_a_row = 0;        // of those, since the last applied round (0: the last one applied)
+  std::string last_failure;            // why the last round that applied nothing did not (empty: none yet)
   uint64_t joins = 0;                  // successful joins (reconnects count again)
   uint64_t connections_refused = 0;    // closed at once for the caps on unjoined connections
   uint64_t updates_accepted = 0;       // updates combined into an applied or failed round

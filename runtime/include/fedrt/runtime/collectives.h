@@ -47,6 +47,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,7 @@
 #include "fedrt/codecs/moniqua.h"
 #include "fedrt/codecs/tensor_set.h"
 #include "fedrt/platform/status.h"
+#include "fedrt/runtime/robust_aggregation.h"
 #include "fedrt/runtime/collective_context.h"
 
 namespace fedrt {
@@ -249,10 +251,39 @@ struct GossipStats {
 // sender's step). A neighbour that has left (Close()) is skipped and its
 // weight stays with this peer. A failed step leaves a replica-gossip model as
 // it was (the caller repeats the step).
+//
+// Byzantine-robust gossip (SetDefense; runtime/README.md, "Robust
+// aggregation and differential privacy"): a peer cannot trust the models its
+// neighbours send. With `clip` > 0 each neighbour's model counts as
+// x'_self + clip(x'_i - x'_self) (its deviation scaled to L2 norm at most
+// clip: ClippedGossip, He, Karimireddy and Jaggi 2022); with a rule other
+// than mean the step becomes
+//   x = Rule({x'_self, x'_i ...}, weights {W_self, W_i ...}) - lr * grad
+// (robust_aggregation.h; BRIDGE, Yang and Bajwa 2019, with the own model in
+// the set). The rule needs MinimumUpdates models among own + neighbours.
+// Only full-precision gossip and codecs that decode without side
+// information take a defense (Moniqua decodes against the own model, CHOCO
+// mixes replicas of sums: neither recovers a neighbour's model to judge).
+struct GossipDefense {
+  AggregationRule rule;  // mean: the Metropolis mixing above
+  double clip = 0;       // 0: the neighbours' models as received
+};
+
 class Gossip {
  public:
   explicit Gossip(CollectiveContext& context);
   ~Gossip();
+
+  // kInvalidArgument for a clip that is negative or not finite. Checked
+  // against the neighbour count and the codec at every Step.
+  Status SetDefense(const GossipDefense& defense);
+  // Tests of the defense: what this peer sends in place of its model (a
+  // copy of the model, changed in place by `transform`); its own model and
+  // mixing stay honest. Empty: the model itself. Replica (CHOCO) gossip
+  // sends no model and refuses it.
+  void SetSendTransform(std::function<void(uint64_t step, float* values, std::size_t d)> transform) {
+    send_transform_ = std::move(transform);
+  }
 
   Status Step(float* model, const float* grad, std::size_t d, float lr, const std::string& codec_spec,
               uint64_t step, GossipStats* stats);
@@ -271,6 +302,8 @@ class Gossip {
                  uint64_t* sender_step);
   Status Send(uint32_t to, uint64_t step, const std::string& spec, const uint8_t* bytes, std::size_t size,
               uint64_t* sent, Deadline deadline);
+  void ClipToOwn(float* x, std::size_t d) const;
+  void Defend(float* model, const float* grad, std::size_t d, float lr);
 
   CollectiveContext& context_;
   std::unique_ptr<Codec> codec_;  // over tensor_sizes_ when it encodes per tensor
@@ -289,6 +322,12 @@ class Gossip {
   std::vector<std::vector<float>> choco_replicas_;
   std::vector<float> choco_diff_;
   std::vector<uint32_t> choco_members_;
+  GossipDefense defense_;
+  std::function<void(uint64_t, float*, std::size_t)> send_transform_;
+  std::vector<float> sent_;           // send_transform_'s copy
+  std::vector<const float*> models_;  // the defense's set: own, then the neighbours heard
+  std::vector<double> weights_;
+  std::vector<float> combined_;
   uint64_t total_bytes_sent_ = 0;
 };
 

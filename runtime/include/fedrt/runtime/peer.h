@@ -48,6 +48,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -132,6 +133,11 @@ class PeerGroup {
                     uint64_t step, GossipStats* stats);
   // The model's tensor table for the gossip codec and the compressed
   // all-reduce (Gossip::SetTensorTable, AllGatherAllReduce::SetTensorTable).
+  // Gossip::SetDefense and Gossip::SetSendTransform.
+  Status SetGossipDefense(const GossipDefense& defense) { return gossip_.SetDefense(defense); }
+  void SetGossipSendTransform(std::function<void(uint64_t, float*, std::size_t)> transform) {
+    gossip_.SetSendTransform(std::move(transform));
+  }
   void SetTensorTable(std::vector<std::size_t> tensor_sizes) {
     gathered_.SetTensorTable(tensor_sizes);
     gossip_.SetTensorTable(std::move(tensor_sizes));

@@ -51,9 +51,12 @@
 #include "fedrt/codecs/iwp.h"
 #include "fedrt/platform/status.h"
 #include "fedrt/runtime/collective_context.h"
+#include "fedrt/runtime/collectives.h"
 #include "fedrt/runtime/dataset.h"
 #include "fedrt/runtime/model.h"
 #include "fedrt/runtime/optimizer.h"
+#include "fedrt/runtime/privacy.h"
+#include "fedrt/runtime/robust_aggregation.h"
 
 namespace fedrt {
 namespace peer {
@@ -105,6 +108,28 @@ struct PeerTrainerOptions {
   int evals_per_epoch = 1;      // PeerProgress reports per epoch, the last at its end
   uint32_t chunk_floats = 0;    // ring all-reduce pipelining (RingAllReduce; 0: automatic)
 
+  // Robust gossip (kGossip only; collectives.h, GossipDefense): a rule over
+  // the own and the neighbours' models and a clip of each neighbour's
+  // deviation. Any other reduce refuses a rule other than mean and a clip:
+  // the ring all-reduces sum, a peer sees partial sums and never another
+  // peer's gradient, so no rule has anything to judge.
+  GossipDefense gossip_defense;
+  // Tests of the defense (kGossip): what this peer sends in place of its
+  // model (Gossip::SetSendTransform). Empty: its model.
+  std::function<void(uint64_t step, float* values, std::size_t d)> gossip_send_transform;
+  // Local differential privacy (dp.noise_multiplier > 0; every reduce but
+  // kLocal): every step this peer clips its batch gradient to L2 norm
+  // dp.clip and adds Gaussian noise of std dp.noise_multiplier * dp.clip
+  // before anything leaves it, so whatever it sends is post-processing of
+  // that release. Accounting: one Gaussian mechanism per step (q = 1; the
+  // peer takes part in every step) with sensitivity 2 * clip (any change of
+  // the peer's data moves a clipped gradient by at most that), composed in
+  // RDP (privacy.h); PeerProgress::dp_epsilon at dp.delta. With
+  // dp.epsilon_budget the training ends before the step that would pass it
+  // (every peer computes the same accountant, so all stop at that step).
+  // dp.noise_seed must not be 0: the application draws it from its random
+  // source (each peer its own; the rank is mixed in as well).
+  DpOptions dp;
   // IWP (codecs/README.md; defaults in runtime/README.md).
   struct Iwp {
     float density = 1.0f / 64;     // share of coordinates per step
@@ -149,6 +174,7 @@ struct PeerProgress {
   uint64_t wraps = 0;               // gossip: Moniqua wrap counts since the last report (GossipStats)
   double moniqua_theta = 0;         // gossip, theta from Moniqua's bound: the one in use (0: another rule)
   std::vector<uint64_t> step_wraps; //   and per step
+  double dp_epsilon = -1;           // local DP: epsilon spent so far at dp.delta (-1: DP off)
   // At the epoch's end: its mean batch loss, wrap count and wall time.
   double epoch_loss = 0;
   uint64_t epoch_wraps = 0;
@@ -265,6 +291,8 @@ class PeerTrainer {
   std::size_t interval_steps_ = 0;
   uint64_t interval_wraps_ = 0;
   std::vector<uint64_t> interval_step_wraps_;
+  RdpAccountant accountant_;      // local DP
+  std::vector<double> dp_noise_;  // local DP: one step's noise
 };
 
 }  // namespace peer

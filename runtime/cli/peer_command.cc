@@ -79,12 +79,12 @@ struct PeerFlags {
   // the learning rate of the step that sends them.
   std::string iwp_accumulate = "update";
   bool iwp_per_tensor = true;           // one threshold per tensor
-  std::string iwp_threshold = "quantile";  // quantile | dispersion (the paper's layer-wise rule)
-  bool iwp_probabilistic = false;       // low-importance coordinates sent with probability I / tau
+  std::string iwp_threshold = "dispersion";  // dispersion (the paper's layer-wise rule) | quantile
+  bool iwp_probabilistic = true;        // low-importance coordinates sent with probability I / tau
   float iwp_eps = 1e-8f;                // importance = |a| / (|w| + eps)
-  // Deep-gradient-compression extras, opt-in: --iwp-dense-below 2000
-  // --iwp-warmup-steps -1 (the defaults before the paper's rule).
-  uint64_t iwp_dense_below = 0;         // tensors smaller than this are sent whole
+  // Small tensors whole (the paper's rule needs it: docs/design/peer.md);
+  // the deep-gradient-compression warm-up is opt-in: --iwp-warmup-steps -1.
+  uint64_t iwp_dense_below = 2000;      // tensors smaller than this are sent whole
   int iwp_warmup_steps = 0;             // -1: one epoch
   float iwp_warmup_density = 0;         // 0: 4 x --density (at most 1)
   std::string iwp_warmup_shape = "exponential";  // constant | exponential (density falls geometrically)
@@ -603,7 +603,7 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
                  "probabilistic update)")
       ->capture_default_str();
   p->add_option("--iwp-dense-below", flags->iwp_dense_below,
-                 "IWP: tensors with fewer coordinates are sent whole (a deep-gradient-compression extra; 2000 on LeNet-300-100)")
+                 "IWP: tensors with fewer coordinates are sent whole (0: none; the paper's rule needs the small ones whole on LeNet-300-100)")
       ->capture_default_str();
   p->add_option("--iwp-warmup-steps", flags->iwp_warmup_steps, "IWP: first steps use --iwp-warmup-density (-1: one epoch, 0: none; the deep-gradient-compression warm-up is -1)")
       ->capture_default_str()->check(CLI::Range(-1, 1 << 30));

@@ -67,8 +67,9 @@ enum class IwpThreshold : uint8_t {
 
 struct IwpOptions {
   float target_fraction = 1.0f / 64;  // share of coordinates kept per step, in (0, 1]
-  // The quantile by default: with the dispersion rule and the probabilistic
-  // update LeNet-300-100 diverged (docs/benchmarks/peer-accuracy.md, "IWP as the paper has it").
+  // The quantile here; the peer trainer defaults to the dispersion rule with
+  // the probabilistic update and small tensors whole (dense_below), without
+  // which LeNet-300-100 diverged (docs/benchmarks/peer-accuracy.md).
   IwpThreshold threshold = IwpThreshold::kQuantile;
   // The paper's probabilistic update of low-importance gradients: a
   // coordinate with 0 < importance I < tau is also kept with probability

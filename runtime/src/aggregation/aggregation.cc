@@ -51,6 +51,16 @@ Status UpdateAccumulator::AddDecoded(const float* update, double weight) {
   return Status::Ok();
 }
 
+Status UpdateAccumulator::AddPartial(const std::vector<double>& sum, double weight, std::size_t count) {
+  if (sum.size() != sum_.size()) return InvalidArgument("partial sum of another length");
+  if (count == 0) return Status::Ok();
+  if (!(weight > 0.0) || !std::isfinite(weight)) return InvalidArgument("partial weight must be positive");
+  for (std::size_t i = 0; i < sum_.size(); ++i) sum_[i] += sum[i];
+  count_ += count;
+  total_weight_ += weight;
+  return Status::Ok();
+}
+
 std::vector<float> UpdateAccumulator::Mean() const {
   std::vector<float> mean(sum_.size(), 0.0f);
   if (total_weight_ <= 0) return mean;

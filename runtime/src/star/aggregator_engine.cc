@@ -21,11 +21,13 @@
 #include "fedrt/codecs/codec_spec.h"
 #include "fedrt/codecs/ndqsg.h"
 #include "fedrt/platform/log.h"
+#include "fedrt/runtime/aggregator_tier.h"
 #include "fedrt/runtime/device_client.h"
 #include "fedrt/runtime/trainer.h"
 #include "fedrt/transport/chunking.h"
 #include "fedrt/transport/join.h"
 #include "fedrt/transport/messages.h"
+#include "persist/coding.h"
 
 namespace fedrt {
 
@@ -101,7 +103,9 @@ struct Received {
 struct Aggregator::State {
   State(const AggregatorConfig& config, const KeyStore& keys, Crypto& crypto, const Clock& clock,
         AggregatorHooks hooks)
-      : config_(config), keys_(keys), crypto_(crypto), clock_(clock), hooks_(std::move(hooks)) {}
+      : config_(config), keys_(keys), crypto_(crypto), clock_(clock), hooks_(std::move(hooks)) {
+    tier_ = hooks_.tier;
+  }
 
   Status Init(const DataView* test_set);
   Status Restore(AggregatorCheckpoint& saved);
@@ -144,7 +148,25 @@ struct Aggregator::State {
   std::vector<std::string> ConnectedDevices() const;
   Peer* PeerOf(const std::string& device_id);
   Status CheckLevels(const UpdateMessage& m, const Assignment& assignment, LevelStatistics* levels) const;
-  void RefitLevels();
+  void RefitLevels(const LevelStatistics& round_levels);
+  // Aggregator tier (aggregator_tier.h): this Tick's counts over every rank,
+  // a device's shard, and the two exchanges of a closing round.
+  struct TickView {
+    uint64_t connected = 0, received = 0, waiting = 0;
+    bool deadline_passed = false, target_reached = false;
+  };
+  Status AgreeTick(TickView* view);
+  bool Mine(const std::string& device) const {
+    return tier_ == nullptr || ShardOfDevice(device, tier_->size()) == tier_->rank();
+  }
+  Status ShareNestedUpdates();
+  // The ranks no longer agree (a collective failed): the training stops.
+  void TierFailed(const Status& why) {
+    stopped_ = Status(why.code(), "aggregator tier: " + why.message());
+    Log(LogLevel::kError, "aggregator: %s", stopped_.message().c_str());
+    FinishAll(stopped_.message());
+  }
+  Status SharePlainRound(RoundReport& report, double* loss_sum, double* sample_sum, LevelStatistics* levels);
   Status RestoreCodecState(AggregatorCheckpoint& saved);
   AggregatorCheckpoint CheckpointState() const;
 
@@ -235,11 +257,18 @@ struct Aggregator::State {
   RdpAccountant accountant_;
   uint64_t dp_noise_seed_ = 0;
   std::size_t population_ = 0;
+  AggregatorTier* tier_ = nullptr;  // hooks_.tier: null when this engine is the whole aggregator
 };
 
 Status Aggregator::State::Init(const DataView* test_set) {
   limits_.max_frame_bytes = config_.max_frame_bytes;
   FEDRT_RETURN_IF_ERROR(limits_.Validate());
+  // The tier combines partial sums (or gathers NDQSG updates): a rule that
+  // needs every update, and DP's accounting over the whole population, are
+  // not carried across ranks yet.
+  if (tier_ != nullptr && (config_.aggregation.kind != AggregationKind::kMean || config_.dp.noise_multiplier > 0)) {
+    return InvalidArgument("an aggregator tier (--mpi) supports aggregation mean without DP only");
+  }
   if (!(config_.max_update_norm >= 0) || !std::isfinite(config_.max_update_norm)) {
     return InvalidArgument("max update norm must be finite and not negative (0: no bound)");
   }
@@ -622,6 +651,22 @@ void Aggregator::State::OnJoinFrame(Peer& peer, Connection& connection, const Fr
   // otherwise displace each other in a loop); one that has gone quiet (a
   // device whose link died without a close) gives way to the new join.
   const std::string device = peer.join->announcement().device_id;
+  if (!Mine(device)) {
+    // Served by another rank: complete the join (the Welcome proves this
+    // rank holds the device's key, so the device can trust where it is sent),
+    // then tell it where to go (transport/README.md, "Star protocol") and close.
+    (void)connection.Send(*reply);
+    const std::string to = tier_->AddressOf(ShardOfDevice(device, tier_->size()));
+    LeaveMessage leave;
+    const std::string reason = std::string(kRedirectPrefix) + to;
+    leave.reason = reason;
+    Result<OutFrame> out = Encode(leave, limits_);
+    if (out.ok()) (void)connection.Send(*out);
+    Log(LogLevel::kInfo, "aggregator: device %s joined from %s: redirected to its shard at %s", device.c_str(),
+        connection.peer().c_str(), to.c_str());
+    connection.Close();
+    return;
+  }
   std::shared_ptr<Connection> replaced;
   auto previous = device_connection_.find(device);
   if (previous != device_connection_.end() && previous->second != connection.id()) {
@@ -801,19 +846,17 @@ Status Aggregator::State::CheckLevels(const UpdateMessage& m, const Assignment& 
 // updates join those since the last fit; every refit=N rounds the next table,
 // version + 1, is fitted to them (deterministic, and the merge does not depend
 // on arrival order). Without statistics the table stays.
-void Aggregator::State::RefitLevels() {
+void Aggregator::State::RefitLevels(const LevelStatistics& round_levels) {
   if (!levels_) return;
-  // Merged in device order, like the sums: the double sums then do not depend
-  // on the order the updates arrived in.
-  for (const auto& entry : answered_) pending_levels_.Merge(received_[entry.second].levels);
+  pending_levels_.Merge(round_levels);
   // refit=N: every N applied rounds, from the statistics of all N.
   if (++rounds_since_refit_ < levels_->refit_interval()) return;
   rounds_since_refit_ = 0;
-  LevelStatistics round_levels = std::move(pending_levels_);
+  LevelStatistics interval_levels = std::move(pending_levels_);
   pending_levels_ = LevelStatistics();
-  if (round_levels.count == 0) return;
+  if (interval_levels.count == 0) return;
   const uint32_t next = levels_->level_table().version + 1;
-  Result<LevelTable> table = FitLevelTable(*levels_, round_levels, next);
+  Result<LevelTable> table = FitLevelTable(*levels_, interval_levels, next);
   const Status installed = table.ok() ? levels_->SetLevelTable(*table) : table.status();
   if (!installed.ok()) {
     Log(LogLevel::kWarning, "aggregator: level table %" PRIu32 " not fitted, version %" PRIu32 " stays: %s", next, next - 1,
@@ -870,7 +913,7 @@ void Aggregator::State::SumInOrder(bool closing) {
   for (; next_sum_ < selected_.size(); ++next_sum_) {
     auto it = answered_.find(selected_[next_sum_]);
     if (it == answered_.end()) {
-      if (closing) continue;
+      if (closing || !Mine(selected_[next_sum_])) continue;  // another rank sums it
       return;
     }
     Received& r = received_[it->second];
@@ -1025,7 +1068,28 @@ Status Aggregator::State::EncodeInstructions(const Assignment& assignment, bool 
 }
 
 void Aggregator::State::StartRound() {
-  const std::vector<std::string> devices = ConnectedDevices();
+  std::vector<std::string> devices = ConnectedDevices();
+  if (tier_ != nullptr) {
+    // Every rank's devices, sorted: every rank samples the same ones.
+    persist::Writer mine;
+    mine.U32(static_cast<uint32_t>(devices.size()));
+    for (const std::string& device : devices) mine.String(device);
+    std::vector<std::vector<uint8_t>> all;
+    Status gathered = tier_->AllGather(std::move(mine).Take(), &all);
+    devices.clear();
+    for (std::size_t rank = 0; gathered.ok() && rank < all.size(); ++rank) {
+      persist::Reader r(all[rank].data(), all[rank].size());
+      const uint32_t n = r.U32();
+      for (uint32_t i = 0; r.ok() && i < n; ++i) devices.push_back(r.String(kMaxDeviceIdBytes));
+      if (!r.AtEnd()) gathered = Corrupt("device list of rank " + std::to_string(rank));
+    }
+    if (!gathered.ok()) {
+      // A collective that fails ends the job; the round starts with nobody.
+      Log(LogLevel::kError, "aggregator tier: %s", gathered.ToString().c_str());
+      devices.clear();
+    }
+    std::sort(devices.begin(), devices.end());
+  }
   std::vector<uint32_t> indices(devices.size());
   for (uint32_t i = 0; i < indices.size(); ++i) indices[i] = i;
   const std::vector<uint32_t> chosen = SampleDevices(indices, config_.sampling, config_.session_seed, round_);
@@ -1145,6 +1209,16 @@ void Aggregator::State::CloseRound() {
   // of arrival: float sums, the NDQSG running mean (and so the nested
   // decodes and their wraps) are the same whatever the timing.
   if (!nested_) SumInOrder(true);
+  if (nested_ && tier_ != nullptr) {
+    const Status shared = ShareNestedUpdates();
+    if (!shared.ok()) return TierFailed(shared);
+  }
+  // ALQ / AMQ: the statistics of the round's updates, merged in device order
+  // like the sums, so they do not depend on the order the updates arrived in.
+  LevelStatistics round_levels;
+  if (levels_) {
+    for (const auto& entry : answered_) round_levels.Merge(received_[entry.second].levels);
+  }
   std::vector<const Received*> ordered;
   for (const std::string& device : selected_) {
     auto it = answered_.find(device);
@@ -1219,10 +1293,14 @@ void Aggregator::State::CloseRound() {
     report.compute_seconds = static_cast<double>(last->compute_ms) / 1000.0;
     report.upload_seconds = static_cast<double>(last->upload_ms) / 1000.0;
   }
-  report.fp32_bytes_up = static_cast<uint64_t>(report.updates) * d_ * sizeof(float);
   report.rejected += rejected_;
   report.bytes_down = bytes_down_;
   report.full_models_down = full_models_down_;
+  if (!nested_ && tier_ != nullptr) {
+    const Status shared = SharePlainRound(report, &loss_sum, &sample_sum, &round_levels);
+    if (!shared.ok()) return TierFailed(shared);
+  }
+  report.fp32_bytes_up = static_cast<uint64_t>(report.updates) * d_ * sizeof(float);
   counters_.updates_accepted += report.updates;
   counters_.bytes_up += report.bytes_up;
   counters_.bytes_down += report.bytes_down;
@@ -1290,7 +1368,7 @@ void Aggregator::State::CloseRound() {
       if (config_.target_accuracy > 0 && eval->accuracy >= config_.target_accuracy) reached_target_ = true;
     }
   }
-  RefitLevels();
+  RefitLevels(round_levels);
   if (levels_) {
     report.level_table_version = levels_->level_table().version;
     report.level_table = levels_->level_table().levels;
@@ -1304,6 +1382,118 @@ void Aggregator::State::CloseRound() {
   if (hooks_.on_checkpoint) hooks_.on_checkpoint(CheckpointState());
   timed(static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0);
   if (hooks_.on_round) hooks_.on_round(report);
+}
+
+// One AllGather of this rank's counts; every rank sums them, and takes the
+// clock and the target from rank 0.
+Status Aggregator::State::AgreeTick(TickView* view) {
+  persist::Writer mine;
+  mine.U64(view->connected);
+  mine.U64(view->received);
+  mine.U64(view->waiting);
+  mine.U8(view->deadline_passed ? 1 : 0);
+  mine.U8(view->target_reached ? 1 : 0);
+  std::vector<std::vector<uint8_t>> all;
+  FEDRT_RETURN_IF_ERROR(tier_->AllGather(std::move(mine).Take(), &all));
+  *view = TickView();
+  for (std::size_t rank = 0; rank < all.size(); ++rank) {
+    persist::Reader r(all[rank].data(), all[rank].size());
+    view->connected += r.U64();
+    view->received += r.U64();
+    view->waiting += r.U64();
+    const bool deadline_passed = r.U8() != 0;
+    const bool target_reached = r.U8() != 0;
+    if (!r.AtEnd()) return Corrupt("tick counts of rank " + std::to_string(rank));
+    if (rank == 0) {
+      view->deadline_passed = deadline_passed;
+      view->target_reached = target_reached;
+    }
+  }
+  return Status::Ok();
+}
+
+// NDQSG rounds with a tier: every rank's received updates, so that every
+// rank decodes the round (anchors, then the nested updates against the
+// running mean) in the order of selected_, as one aggregator would.
+Status Aggregator::State::ShareNestedUpdates() {
+  RoundPartial mine;
+  for (const Received& r : received_) {
+    ShardUpdate u;
+    u.device_id = r.device_id;
+    u.sender_id = r.sender_id;
+    u.spec = r.spec;
+    u.role = static_cast<uint8_t>(r.role);
+    u.rho = r.rho;
+    u.num_samples = r.num_samples;
+    u.loss = r.loss;
+    u.wire_bytes = r.wire_bytes;
+    u.payload = r.payload;
+    u.decoded = r.decoded;
+    mine.received.push_back(std::move(u));
+  }
+  mine.rejected = rejected_;
+  mine.bytes_down = bytes_down_;
+  mine.full_models_down = full_models_down_;
+  Result<RoundPartial> all = CombineRoundPartials(*tier_, mine);
+  if (!all.ok()) return all.status();
+  for (ShardUpdate& u : all->received) {
+    if (answered_.count(u.device_id) != 0 || assigned_.count(u.device_id) == 0) continue;  // ours, or not sampled
+    // Checked by the rank that received it; the same checks hold here.
+    if ((!u.decoded.empty() && u.decoded.size() != d_) || CodecFor(u.spec) == nullptr) {
+      return Corrupt("update of " + u.device_id + " from another rank does not fit the model");
+    }
+    Received r;
+    r.device_id = u.device_id;
+    r.sender_id = u.sender_id;
+    r.spec = u.spec;
+    r.role = static_cast<AnchorRole>(u.role);
+    r.rho = u.rho;
+    r.num_samples = u.num_samples;
+    r.loss = u.loss;
+    r.wire_bytes = u.wire_bytes;
+    r.payload = std::move(u.payload);
+    r.decoded = std::move(u.decoded);
+    answered_[r.device_id] = received_.size();
+    received_.push_back(std::move(r));
+  }
+  rejected_ = static_cast<std::size_t>(all->rejected);
+  bytes_down_ = all->bytes_down;
+  full_models_down_ = static_cast<std::size_t>(all->full_models_down);
+  return Status::Ok();
+}
+
+// Plain rounds with a tier: the ranks' double sums, weights, counts and
+// statistics, added in rank order; the report then speaks for every rank.
+Status Aggregator::State::SharePlainRound(RoundReport& report, double* loss_sum, double* sample_sum,
+                                          LevelStatistics* levels) {
+  RoundPartial mine;
+  mine.sum = sum_->sum();
+  mine.weight = sum_->total_weight();
+  mine.count = sum_->count();
+  mine.updates = report.updates;
+  mine.rejected = report.rejected;
+  mine.clipped = clipped_;
+  mine.loss_sum = *loss_sum;
+  mine.sample_sum = *sample_sum;
+  mine.bytes_up = report.bytes_up;
+  mine.bytes_down = report.bytes_down;
+  mine.full_models_down = report.full_models_down;
+  mine.levels = std::move(*levels);
+  Result<RoundPartial> all = CombineRoundPartials(*tier_, mine);
+  if (!all.ok()) return all.status();
+  if (all->sum.size() != d_) return Corrupt("round sums of " + std::to_string(all->sum.size()) + " values");
+  sum_->Reset();
+  FEDRT_RETURN_IF_ERROR(sum_->AddPartial(all->sum, all->weight, static_cast<std::size_t>(all->count)));
+  report.updates = static_cast<std::size_t>(all->updates);
+  report.rejected = static_cast<std::size_t>(all->rejected);
+  clipped_ = static_cast<std::size_t>(all->clipped);
+  *loss_sum = all->loss_sum;
+  *sample_sum = all->sample_sum;
+  report.bytes_up = all->bytes_up;
+  report.bytes_down = all->bytes_down;
+  report.full_models_down = static_cast<std::size_t>(all->full_models_down);
+  *levels = std::move(all->levels);
+  return Status::Ok();
 }
 
 uint32_t Aggregator::State::Tick() {
@@ -1325,15 +1515,32 @@ uint32_t Aggregator::State::Tick() {
                                                                   std::to_string(config_.join_timeout_ms) + " ms"));
   }
   if (finished_) return static_cast<uint32_t>(next);
+  // What the decisions below see: this engine's counts, or with a tier every
+  // rank's, with rank 0's clock and target (the same on every rank).
+  TickView view;
+  view.connected = device_connection_.size();
+  view.received = received_.size();
+  for (const std::string& device : in_round_ ? selected_ : std::vector<std::string>()) {
+    if (answered_.count(device) == 0 && device_connection_.count(device) != 0) view.waiting++;
+  }
+  view.deadline_passed = in_round_ && now >= round_deadline_ms_;
+  view.target_reached = reached_target_;
+  if (tier_ != nullptr) {
+    const Status agreed = AgreeTick(&view);
+    if (!agreed.ok()) {
+      TierFailed(agreed);
+      return static_cast<uint32_t>(next);
+    }
+  }
   if (!in_round_) {
-    if (round_ >= config_.rounds || reached_target_) {
+    if (round_ >= config_.rounds || view.target_reached) {
       FinishAll();
       return static_cast<uint32_t>(next);
     }
     // The minimum gates the first round; later rounds go on with whoever is
     // connected, so a lost device never stops the training.
     const std::size_t needed = started_any_ ? 1 : std::max<std::size_t>(1, config_.min_devices);
-    if (device_connection_.size() < needed) return static_cast<uint32_t>(next);
+    if (view.connected < needed) return static_cast<uint32_t>(next);
     if (!BudgetAllowsRound()) {
       FinishAll();
       return static_cast<uint32_t>(next);
@@ -1342,13 +1549,8 @@ uint32_t Aggregator::State::Tick() {
     StartRound();
     return static_cast<uint32_t>(std::min<uint64_t>(next, config_.round_deadline_ms));
   }
-  const std::size_t quorum = Quorum();
-  // Sampled devices still able to answer (connected, not answered yet).
-  std::size_t waiting = 0;
-  for (const std::string& device : selected_) {
-    if (answered_.count(device) == 0 && device_connection_.count(device) != 0) waiting++;
-  }
-  if (received_.size() >= quorum || now >= round_deadline_ms_ || (waiting == 0 && !received_.empty())) {
+  // view.waiting: sampled devices still able to answer (connected, not answered yet).
+  if (view.received >= Quorum() || view.deadline_passed || (view.waiting == 0 && view.received > 0)) {
     CloseRound();
     return 0;  // the next round can start at once
   }

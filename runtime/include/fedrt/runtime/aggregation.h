@@ -58,6 +58,10 @@ class UpdateAccumulator {
   double total_weight() const { return total_weight_; }
   // The weighted sum itself (DP-FedAvg adds noise to it).
   const std::vector<double>& sum() const { return sum_; }
+  // Adds another accumulator's state (a partial sum of `count` updates of
+  // total `weight`, e.g. another aggregator rank's). kInvalidArgument for
+  // another length or a weight that is not finite and positive.
+  Status AddPartial(const std::vector<double>& sum, double weight, std::size_t count);
   // sum / total_weight, rounded to float; zeros when nothing was added.
   std::vector<float> Mean() const;
   void Reset();

@@ -80,6 +80,8 @@
 
 namespace fedrt {
 
+class AggregatorTier;  // aggregator_tier.h
+
 // The protocol and training decisions of an aggregator.
 struct AggregatorConfig {
   std::string model = "mlp:784-300-100-10";
@@ -324,6 +326,11 @@ struct AggregatorHooks {
   // The instruction frames sent to a device for `round`, as wire bytes (tests).
   std::function<void(uint32_t round, const std::string& device_id, const std::vector<uint8_t>& wire_bytes)>
       on_instructions;
+  // The aggregator tier this engine is one rank of (aggregator_tier.h: it
+  // then serves the devices of its shard, redirects the others, and agrees
+  // every Tick and every round with the other ranks). Null: this engine is
+  // the whole aggregator. Not owned; it outlives the engine.
+  AggregatorTier* tier = nullptr;
 };
 
 class Aggregator final : public transport::ConnectionHandler {

@@ -48,6 +48,19 @@ void F64s(persist::Reader& r, uint64_t count, std::vector<double>* out) {
 
 }  // namespace
 
+std::string AggregatorTier::AddressOf(int rank) const {
+  return rank >= 0 && static_cast<std::size_t>(rank) < addresses_.size() ? addresses_[static_cast<std::size_t>(rank)]
+                                                                         : std::string();
+}
+
+Status AggregatorTier::ShareAddress(const std::string& mine) {
+  std::vector<std::vector<uint8_t>> all;
+  FEDRT_RETURN_IF_ERROR(AllGather(std::vector<uint8_t>(mine.begin(), mine.end()), &all));
+  addresses_.clear();
+  for (const std::vector<uint8_t>& address : all) addresses_.emplace_back(address.begin(), address.end());
+  return Status::Ok();
+}
+
 int ShardOfDevice(const std::string& device_id, int ranks) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a of the id
   for (unsigned char c : device_id) h = (h ^ c) * 1099511628211ULL;

@@ -57,8 +57,15 @@ class AggregatorTier {
   // Every rank's `mine`, in rank order, on every rank. Collective: blocks
   // until every rank has called it. An error ends the training.
   virtual Status AllGather(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all) = 0;
-  // Where devices reach `rank` (HOST:PORT), for redirects.
-  virtual std::string AddressOf(int rank) const = 0;
+  // Where devices reach `rank` (HOST:PORT), for redirects: what that rank
+  // gave ShareAddress (empty before).
+  virtual std::string AddressOf(int rank) const;
+  // Tells every rank where this one listens (HOST:PORT). Collective; a host
+  // calls it once it listens, before the engine's first Tick.
+  Status ShareAddress(const std::string& mine);
+
+ private:
+  std::vector<std::string> addresses_;
 };
 
 // The rank (0..ranks-1) that serves `device_id`: rendezvous hashing, the

@@ -167,6 +167,10 @@ int RunServe(ServeFlags& flags, const CLI::App& app) {
   const Status status = RunAggregator(flags.options, hooks, stop);
   if (!status.ok()) {
     std::fprintf(stderr, "fedrt serve: %s\n", status.ToString().c_str());
+#if FEDRT_HAVE_MPI
+    // The other ranks may wait in a collective for this one: end them too.
+    if (tier) AbortMpiJob(1);
+#endif
     return 1;
   }
   return 0;

@@ -68,6 +68,11 @@ class MpiTier final : public AggregatorTier {
 
 }  // namespace
 
+void AbortMpiJob(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; should it, this rank still ends
+}
+
 Result<std::unique_ptr<AggregatorTier>> StartMpiTier() {
   if (started) return Status(StatusCode::kFailedPrecondition, "MPI was started once in this process already");
   if (!UnderLauncher()) {

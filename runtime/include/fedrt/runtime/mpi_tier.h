@@ -22,6 +22,10 @@ namespace fedrt {
 // has been made in this process.
 Result<std::unique_ptr<AggregatorTier>> StartMpiTier();
 
+// Ends every rank of the job with `code` (MPI_Abort): a rank that fails
+// must not leave the others waiting in a collective.
+[[noreturn]] void AbortMpiJob(int code);
+
 }  // namespace fedrt
 
 #endif  // FEDRT_RUNTIME_MPI_TIER_H_

@@ -17,7 +17,11 @@
 #include "cli/star_report.h"
 #include "cli/tls_flags.h"
 #include "fedrt/runtime/aggregator.h"
+#include "fedrt/runtime/aggregator_tier.h"
 #include "fedrt/runtime/device.h"
+#if FEDRT_HAVE_MPI
+#include "fedrt/runtime/mpi_tier.h"
+#endif
 
 namespace fedrt::cli {
 namespace {
@@ -45,6 +49,7 @@ struct ServeFlags {
   std::size_t sample_minimum = 1;
   double over_selection = 0.0;
   std::string init_model;
+  bool mpi = false;
 };
 
 
@@ -98,9 +103,26 @@ int RunServe(ServeFlags& flags, const CLI::App& app) {
       return 1;
     }
   }
+  std::unique_ptr<AggregatorTier> tier;
+  if (flags.mpi) {
+#if FEDRT_HAVE_MPI
+    Result<std::unique_ptr<AggregatorTier>> started = StartMpiTier();
+    if (!started.ok()) {
+      std::fprintf(stderr, "fedrt serve: %s\n", started.status().ToString().c_str());
+      return 2;
+    }
+    tier = std::move(*started);
+#else
+    std::fprintf(stderr, "fedrt serve: --mpi: this fedrt was built without MPI (configure with FEDRT_WITH_MPI=ON and "
+                         "an MPI installed, e.g. Debian's openmpi-bin libopenmpi-dev)\n");
+    return 2;
+#endif
+  }
+  // Rank 0 speaks for an aggregator tier; the other ranks print only their port.
+  const bool rank0 = !tier || tier->rank() == 0;
   std::atomic<bool>* stop = CatchStopSignals();
   std::ofstream metrics;
-  if (!flags.metrics.empty()) {
+  if (!flags.metrics.empty() && rank0) {
     metrics.open(flags.metrics, std::ios::app);
     if (!metrics) {
       std::fprintf(stderr, "fedrt serve: %s: cannot open for writing\n", flags.metrics.c_str());
@@ -108,18 +130,26 @@ int RunServe(ServeFlags& flags, const CLI::App& app) {
     }
   }
   AggregatorHooks hooks;
-  hooks.on_listening = [](uint16_t port) {
-    std::printf("listening on port %u\n", port);
+  hooks.on_listening = [rank = tier ? tier->rank() : -1](uint16_t port) {
+    if (rank >= 0) {
+      std::printf("rank %d listening on port %u\n", rank, port);
+    } else {
+      std::printf("listening on port %u\n", port);
+    }
     std::fflush(stdout);
   };
+  hooks.tier = tier.get();
   hooks.on_http_listening = [](uint16_t port) {
     std::printf("metrics on port %u\n", port);
     std::fflush(stdout);
   };
   RoundProgressLine progress("", flags.options.rounds, /*whole_run=*/false);  // a terminal only
-  hooks.on_round_progress = [&](const RoundProgress& p) { progress.Update(p); };
+  hooks.on_round_progress = [&](const RoundProgress& p) {
+    if (rank0) progress.Update(p);
+  };
   const std::string codec = flags.options.codec;
   hooks.on_round = [&](const RoundReport& report) {
+    if (!rank0) return;
     progress.Hide();
     std::printf("%s\n", FormatRound(report, flags.options.rounds).c_str());
     std::fflush(stdout);
@@ -128,6 +158,10 @@ int RunServe(ServeFlags& flags, const CLI::App& app) {
   const Status status = RunAggregator(flags.options, hooks, stop);
   if (!status.ok()) {
     std::fprintf(stderr, "fedrt serve: %s\n", status.ToString().c_str());
+#if FEDRT_HAVE_MPI
+    // The other ranks may wait in a collective for this one: end them too.
+    if (tier) AbortMpiJob(1);
+#endif
     return 1;
   }
   return 0;
@@ -147,10 +181,24 @@ int RunDeviceCommand(DeviceFlags& flags) {
                          "the aggregator every round; give --init-model to fedrt serve\n");
     return 2;
   }
-  if (!ParseHostPort(flags.server, /*any_port=*/false, &flags.options.host, &flags.options.port)) {
-    std::fprintf(stderr, "fedrt device: --server must be HOST:PORT (port 1 to 65535), not '%s'\n",
-                 flags.server.c_str());
-    return 1;
+  // HOST:PORT, or a comma-separated list of an aggregator tier's ranks.
+  for (std::size_t start = 0; start <= flags.server.size();) {
+    const std::size_t comma = std::min(flags.server.find(',', start), flags.server.size());
+    const std::string address = flags.server.substr(start, comma - start);
+    std::string host;
+    uint16_t port = 0;
+    if (!ParseHostPort(address, /*any_port=*/false, &host, &port)) {
+      std::fprintf(stderr, "fedrt device: --server must be HOST:PORT[,HOST:PORT...] (port 1 to 65535), not '%s'\n",
+                   flags.server.c_str());
+      return 1;
+    }
+    if (start == 0) {
+      flags.options.host = host;
+      flags.options.port = port;
+    } else {
+      flags.options.more_servers.push_back(address);
+    }
+    start = comma + 1;
   }
   if (!flags.link.empty()) {
     Result<transport::LinkProfile> link = transport::ParseLinkProfile(flags.link);
@@ -252,7 +300,11 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
   serve->add_option("--config", flags->config,
                     "JSON object of any of these options, keys without the dashes; the command line wins");
   serve->add_option("--host", o.host, "Address to listen on")->capture_default_str();
-  serve->add_option("--port", o.port, "Port to listen on (0: any free one, printed)")->capture_default_str();
+  serve->add_option("--port", o.port, "Port to listen on (0: any free one, printed); with --mpi rank r listens on port + r")
+      ->capture_default_str();
+  serve->add_flag("--mpi", flags->mpi,
+                  "One rank of an aggregator tier started by `mpirun -np K fedrt serve --mpi`: each rank serves a "
+                  "shard of the devices and redirects the others; rank 0 evaluates and checkpoints");
   serve->add_option("--key-file", o.key_file, "Every device's key, one '<id> <hex>' line each");
   serve->add_option("--data", o.data_dir, "MNIST-style directory for the test set (empty: no evaluation)")
       ->capture_default_str();
@@ -332,7 +384,7 @@ void RegisterDevice(CLI::App& app, CommandList& commands) {
   CLI::App* device = app.add_subcommand("device", "Run one device: join an aggregator and train its rounds");
   device->add_option("--config", flags->config,
                      "JSON object of any of these options, keys without the dashes; the command line wins");
-  device->add_option("--server", flags->server, "Aggregator HOST:PORT")->required();
+  device->add_option("--server", flags->server, "Aggregator HOST:PORT, or an aggregator tier's ranks HOST:PORT,HOST:PORT,... (tried in turn; a rank redirects the device to its shard)")->required();
   device->add_option("--id", o.device_id, "Device id (default: the key file's only entry)");
   device->add_option("--key-file", o.key_file, "This device's key file")->required();
   device->add_option("--data", o.data_dir, "MNIST-style directory")->capture_default_str();

@@ -76,6 +76,26 @@ TEST_CASE("a corrupt or non-finite update leaves the accumulator unchanged") {
   CHECK(accumulator.Mean() == std::vector<float>{1, 1});
 }
 
+TEST_CASE("a partial sum adds to the accumulator as its updates would, and a bad one changes nothing") {
+  const float a[] = {1, 2}, b[] = {3, -2};
+  UpdateAccumulator whole(2), part(2), combined(2);
+  REQUIRE(whole.AddDecoded(a, 2).ok());
+  REQUIRE(whole.AddDecoded(b, 1).ok());
+  REQUIRE(part.AddDecoded(b, 1).ok());
+  REQUIRE(combined.AddDecoded(a, 2).ok());
+  REQUIRE(combined.AddPartial(part.sum(), 2, part.total_weight(), part.count()).ok());
+  CHECK(combined.count() == 2);
+  CHECK(combined.total_weight() == 3);
+  CHECK(combined.Mean() == whole.Mean());
+  CHECK(combined.AddPartial(part.sum(), 1, 1, 1).code() == StatusCode::kInvalidArgument);
+  CHECK(combined.AddPartial(part.sum(), 2, 0, 1).code() == StatusCode::kInvalidArgument);
+  CHECK(combined.AddPartial(part.sum(), 2, std::numeric_limits<double>::infinity(), 1).code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(combined.AddPartial(part.sum(), 2, 0, 0).ok());  // nothing to add
+  CHECK(combined.count() == 2);
+  CHECK(combined.Mean() == whole.Mean());
+}
+
 TEST_CASE("fedavg adds the mean delta and fedavgm accumulates momentum") {
   const float delta[] = {1.0f, -2.0f};
   float global_avg[] = {0, 0};

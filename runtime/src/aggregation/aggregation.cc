@@ -55,6 +55,16 @@ Status UpdateAccumulator::AddDecoded(const float* update, double weight) {
   return Status::Ok();
 }
 
+Status UpdateAccumulator::AddPartial(const double* sum, std::size_t d, double weight, std::size_t count) {
+  if (d != d_) return InvalidArgument("partial sum of another length");
+  if (count == 0) return Status::Ok();
+  if (!(weight > 0.0) || !std::isfinite(weight)) return InvalidArgument("partial weight must be positive");
+  for (std::size_t i = 0; i < d_; ++i) sum_[i] += sum[i];
+  count_ += count;
+  total_weight_ += weight;
+  return Status::Ok();
+}
+
 std::vector<float> UpdateAccumulator::Mean() const {
   std::vector<float> mean(d_, 0.0f);
   MeanInto(mean.data());

@@ -23,6 +23,7 @@
 #include "fedrt/platform/clock.h"
 #include "fedrt/platform/log.h"
 #include "fedrt/runtime/aggregator_engine.h"
+#include "fedrt/runtime/aggregator_tier.h"
 #include "fedrt/transport/auth.h"
 #include "fedrt/transport/connection.h"
 #include "fedrt/transport/crypto.h"
@@ -236,10 +237,37 @@ transport::HttpResponse Monitor(const std::string& path, const Aggregator& aggre
   return response;
 }
 
+// With a tier, every rank resumes from rank 0's file: rank 0 reads the
+// bytes and sends them (a leading byte: 0 no file, 1 the file, 2 an error and
+// its message), every rank decodes them.
+Result<AggregatorCheckpoint> ReadRank0Checkpoint(const std::string& path, AggregatorTier& tier) {
+  std::vector<uint8_t> mine;
+  if (tier.rank() == 0) {
+    Result<std::vector<uint8_t>> bytes = ReadAggregatorCheckpointBytes(path);
+    if (bytes.ok()) {
+      mine.push_back(1);
+      mine.insert(mine.end(), bytes->begin(), bytes->end());
+    } else if (bytes.status().code() == StatusCode::kNotFound) {
+      mine.push_back(0);
+    } else {
+      const std::string message = bytes.status().ToString();
+      mine.push_back(2);
+      mine.insert(mine.end(), message.begin(), message.end());
+    }
+  }
+  std::vector<std::vector<uint8_t>> all;
+  FEDRT_RETURN_IF_ERROR(tier.AllGather(mine, &all));
+  const std::vector<uint8_t>& file = all.at(0);
+  if (file.empty()) return Corrupt("aggregator tier: rank 0 sent no checkpoint answer");
+  if (file[0] == 0) return Status(StatusCode::kNotFound, path + ": no such file on rank 0");
+  if (file[0] == 2) return Status(StatusCode::kUnavailable, "rank 0: " + std::string(file.begin() + 1, file.end()));
+  return DecodeAggregatorCheckpoint(file.data() + 1, file.size() - 1, path + " (rank 0's)");
+}
+
 // Resumes from the saved state if the file exists (*resumed); errors name
 // the file.
-Status RestoreCheckpoint(const std::string& path, Aggregator& aggregator, bool* resumed) {
-  Result<AggregatorCheckpoint> saved = ReadAggregatorCheckpoint(path);
+Status RestoreCheckpoint(const std::string& path, Aggregator& aggregator, AggregatorTier* tier, bool* resumed) {
+  Result<AggregatorCheckpoint> saved = tier != nullptr ? ReadRank0Checkpoint(path, *tier) : ReadAggregatorCheckpoint(path);
   if (saved.status().code() == StatusCode::kNotFound) {
     Log(LogLevel::kInfo, "aggregator: no checkpoint at %s yet: starting at round 0", path.c_str());
     return Status();
@@ -258,9 +286,14 @@ Status RestoreCheckpoint(const std::string& path, Aggregator& aggregator, bool* 
 Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& hooks, const std::atomic<bool>* stop) {
   Result<transport::KeyStore> keys = transport::KeyStore::LoadFile(options.key_file);
   if (!keys.ok()) return keys.status();
+  // An aggregator tier's rank 0 alone evaluates, checkpoints, serves the
+  // monitoring endpoint and saves the model (aggregator_tier.h).
+  AggregatorTier* tier = hooks.tier;
+  const bool rank0 = tier == nullptr || tier->rank() == 0;
   TrainTestData data;
   DataView test_set;
-  if (!options.data_dir.empty()) {
+  const bool evaluate = rank0 && !options.data_dir.empty();
+  if (evaluate) {
     Result<TrainTestData> loaded = star::LoadNormalized(options.data_dir);
     if (!loaded.ok()) return loaded.status();
     data = std::move(*loaded);
@@ -268,7 +301,7 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
   }
   AggregatorHooks engine_hooks = hooks;
   std::unique_ptr<CheckpointWriter> checkpoints;
-  if (!options.checkpoint.empty()) {
+  if (!options.checkpoint.empty() && rank0) {
     checkpoints = std::make_unique<CheckpointWriter>(options.checkpoint);
     engine_hooks.on_checkpoint = [writer = checkpoints.get(), also = hooks.on_checkpoint](const AggregatorCheckpoint& state) {
       writer->Save(state);
@@ -280,13 +313,13 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
   transport::EventLoop loop;
   Result<std::shared_ptr<Aggregator>> created =
       Aggregator::Create(options, *keys, transport::SystemCrypto(), SystemClock(),
-                         options.data_dir.empty() ? nullptr : &test_set, std::move(engine_hooks));
+                         evaluate ? &test_set : nullptr, std::move(engine_hooks));
   if (!created.ok()) return created.status();
   std::shared_ptr<Aggregator> aggregator = std::move(*created);
   bool resumed = false;
   if (!options.checkpoint.empty()) {
-    FEDRT_RETURN_IF_ERROR(RestoreCheckpoint(options.checkpoint, *aggregator, &resumed));
-    if (aggregator->round() > 0) checkpoints->Resumed();
+    FEDRT_RETURN_IF_ERROR(RestoreCheckpoint(options.checkpoint, *aggregator, tier, &resumed));
+    if (aggregator->round() > 0 && checkpoints) checkpoints->Resumed();
   }
   if (!options.initial_parameters.empty() && !resumed) {
     AggregatorCheckpoint initial;
@@ -303,15 +336,24 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
   Result<std::shared_ptr<const transport::TlsContext>> tls = transport::CreateTlsIfConfigured(options.tls);
   if (!tls.ok()) return tls.status();
   connection_options.tls = *tls;
+  // Ranks on one host need ports of their own: a fixed --port is rank 0's,
+  // rank r listens on port + r.
+  const uint16_t port =
+      tier != nullptr && options.port != 0 ? static_cast<uint16_t>(options.port + tier->rank()) : options.port;
   Result<std::shared_ptr<transport::TcpListener>> listener =
-      transport::TcpListener::Listen(loop, options.host, options.port, connection_options, aggregator);
+      transport::TcpListener::Listen(loop, options.host, port, connection_options, aggregator);
   if (!listener.ok()) return listener.status();
+  if (tier != nullptr) {
+    const Status shared = tier->ShareAddress(options.host + ":" + std::to_string((*listener)->port()));
+    if (!shared.ok()) return shared;
+    Log(LogLevel::kInfo, "aggregator: rank %d of %d", tier->rank(), tier->size());
+  }
   Log(LogLevel::kInfo, "aggregator: listening on %s:%u, model %s (%zu parameters), codec %s, round %u of %u",
       options.host.c_str(), (*listener)->port(), options.model.c_str(), aggregator->model().parameter_count(),
       aggregator->codec().c_str(), aggregator->round(), options.rounds);
   if (hooks.on_listening) hooks.on_listening((*listener)->port());
   std::shared_ptr<transport::HttpListener> http;
-  if (!options.http_host.empty()) {
+  if (!options.http_host.empty() && rank0) {
     // Called on this thread, inside loop.RunFor, between the engine's calls.
     Result<std::shared_ptr<transport::HttpListener>> opened = transport::HttpListener::Listen(
         loop, options.http_host, options.http_port,
@@ -345,7 +387,7 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
   if (http) http->Close();
   aggregator->Abort(Status(StatusCode::kCancelled, "aggregator stopped"));
   loop.RunFor(50);
-  if (!options.save_model.empty()) {
+  if (!options.save_model.empty() && rank0) {
     FEDRT_RETURN_IF_ERROR(WriteModelNpz(options.save_model, aggregator->model()));
     Log(LogLevel::kInfo, "aggregator: saved the global model of round %u to %s", aggregator->round(),
         options.save_model.c_str());

@@ -180,6 +180,8 @@ Result<std::vector<uint8_t>> ReadFile(const std::string& path) {
 
 }  // namespace
 
+Result<std::vector<uint8_t>> ReadAggregatorCheckpointBytes(const std::string& path) { return ReadFile(path); }
+
 Result<AggregatorCheckpoint> ReadAggregatorCheckpoint(const std::string& path) {
   Result<std::vector<uint8_t>> file = ReadFile(path);
   if (!file.ok()) return file.status();

@@ -54,6 +54,9 @@ Result<AggregatorCheckpoint> AggregatorStateOf(Checkpoint file, const std::strin
 Result<Checkpoint> ReadAnyCheckpointFile(const std::string& path);
 // The same checks on a file's bytes (what ReadAggregatorCheckpoint does after
 // reading it; the fuzzers call it directly). `path` names the bytes in errors.
+// The file's bytes, unchecked (kNotFound when it does not exist): an
+// aggregator tier's rank 0 sends them to the other ranks, which decode them.
+Result<std::vector<uint8_t>> ReadAggregatorCheckpointBytes(const std::string& path);
 Result<AggregatorCheckpoint> DecodeAggregatorCheckpoint(const uint8_t* bytes, std::size_t size,
                                                         const std::string& path);
 

@@ -21,11 +21,13 @@
 #include "fedrt/codecs/codec_spec.h"
 #include "fedrt/codecs/ndqsg.h"
 #include "fedrt/platform/log.h"
+#include "fedrt/runtime/aggregator_tier.h"
 #include "fedrt/runtime/device_client.h"
 #include "fedrt/runtime/trainer.h"
 #include "fedrt/transport/chunking.h"
 #include "fedrt/transport/join.h"
 #include "fedrt/transport/messages.h"
+#include "persist/coding.h"
 #include "star/block_carver.h"
 
 namespace fedrt {
@@ -171,7 +173,9 @@ class MeasuringCrypto final : public Crypto {
 struct Aggregator::State {
   State(const AggregatorConfig& config, const KeyStore& keys, Crypto& crypto, const Clock& clock,
         AggregatorHooks hooks)
-      : config_(config), keys_(keys), crypto_(crypto), clock_(clock), hooks_(std::move(hooks)) {}
+      : config_(config), keys_(keys), crypto_(crypto), clock_(clock), hooks_(std::move(hooks)) {
+    tier_ = hooks_.tier;
+  }
 
   Status Init(const DataView* test_set);
   BlockSizes Sizes() const;
@@ -225,6 +229,25 @@ struct Aggregator::State {
   Peer* PeerOf(const std::string& device_id);
   Status CheckLevels(const UpdateMessage& m, const Assignment& assignment, LevelStatistics* levels) const;
   void RefitLevels();
+  // Aggregator tier (aggregator_tier.h): this Tick's counts over every rank,
+  // a device's shard, and the two exchanges of a closing round.
+  struct TickView {
+    uint64_t connected = 0, received = 0, waiting = 0;
+    bool deadline_passed = false, target_reached = false;
+  };
+  Status AgreeTick(TickView* view);
+  bool Mine(const std::string& device) const {
+    return tier_ == nullptr || ShardOfDevice(device, tier_->size()) == tier_->rank();
+  }
+  Status GatherDevices();
+  Status ShareNestedUpdates();
+  // The ranks no longer agree (a collective failed): the training stops.
+  void TierFailed(const Status& why) {
+    stopped_ = Status(why.code(), "aggregator tier: " + why.message());
+    Log(LogLevel::kError, "aggregator: %s", stopped_.message().c_str());
+    FinishAll(stopped_.message());
+  }
+  Status SharePlainRound(RoundReport& report, double* loss_sum, double* sample_sum);
   Status RestoreCodecState(AggregatorCheckpoint& saved);
   AggregatorCheckpoint CheckpointState() const;
 
@@ -358,11 +381,25 @@ struct Aggregator::State {
   uint64_t dp_noise_seed_ = 0;
   std::size_t population_ = 0;
   std::size_t max_devices_ = 0;  // config_.max_devices, at most the keys known
+  AggregatorTier* tier_ = nullptr;  // hooks_.tier: null when this engine is the whole aggregator
+  // With a tier: every rank's connected devices, sorted (connected_ points
+  // into it), this round's exchange of NDQSG updates (the payloads of other
+  // ranks' devices, pointed to by their received_ entries until the next
+  // round starts) and the ALQ / AMQ statistics of every rank.
+  std::vector<std::string> tier_devices_;
+  RoundPartial tier_round_;
+  LevelStatistics tier_levels_;
 };
 
 Status Aggregator::State::Init(const DataView* test_set) {
   limits_.max_frame_bytes = config_.max_frame_bytes;
   FEDRT_RETURN_IF_ERROR(limits_.Validate());
+  // The tier combines partial sums (or gathers NDQSG updates): a rule that
+  // needs every update, and DP's accounting over the whole population, are
+  // not carried across ranks yet.
+  if (tier_ != nullptr && (config_.aggregation.kind != AggregationKind::kMean || config_.dp.noise_multiplier > 0)) {
+    return InvalidArgument("an aggregator tier (--mpi) supports aggregation mean without DP only");
+  }
   if (!(config_.max_update_norm >= 0) || !std::isfinite(config_.max_update_norm)) {
     return InvalidArgument("max update norm must be finite and not negative (0: no bound)");
   }
@@ -785,6 +822,22 @@ void Aggregator::State::OnJoinFrame(Peer& peer, Connection& connection, const Fr
   // otherwise displace each other in a loop); one that has gone quiet (a
   // device whose link died without a close) gives way to the new join.
   const std::string device = peer.join->announcement().device_id;
+  if (!Mine(device)) {
+    // Served by another rank: complete the join (the Welcome proves this
+    // rank holds the device's key, so the device can trust where it is sent),
+    // then tell it where to go (transport/README.md, "Star protocol") and close.
+    (void)connection.Send(*reply);
+    const std::string to = tier_->AddressOf(ShardOfDevice(device, tier_->size()));
+    LeaveMessage leave;
+    const std::string reason = std::string(kRedirectPrefix) + to;
+    leave.reason = reason;
+    Result<OutFrame> out = Encode(leave, limits_);
+    if (out.ok()) (void)connection.Send(*out);
+    Log(LogLevel::kInfo, "aggregator: device %s joined from %s: redirected to its shard at %s", device.c_str(),
+        connection.peer().c_str(), to.c_str());
+    connection.Close();
+    return;
+  }
   std::shared_ptr<Connection> replaced;
   auto previous = device_connection_.find(device);
   if (previous != device_connection_.end() && previous->second != connection.id()) {
@@ -1003,9 +1056,13 @@ Status Aggregator::State::CheckLevels(const UpdateMessage& m, const Assignment& 
 // on arrival order). Without statistics the table stays.
 void Aggregator::State::RefitLevels() {
   if (!levels_) return;
-  // Merged in device order, like the sums: the double sums then do not depend
-  // on the order the updates arrived in.
-  for (const auto& entry : answered_) pending_levels_.Merge(received_[entry.second].levels);
+  if (tier_ != nullptr) {
+    pending_levels_.Merge(tier_levels_);  // every rank's, merged by SharePlainRound
+  } else {
+    // Merged in device order, like the sums: the double sums then do not
+    // depend on the order the updates arrived in.
+    for (const auto& entry : answered_) pending_levels_.Merge(received_[entry.second].levels);
+  }
   // refit=N: every N applied rounds, from the statistics of all N.
   if (++rounds_since_refit_ < levels_->refit_interval()) return;
   rounds_since_refit_ = 0;
@@ -1060,7 +1117,7 @@ void Aggregator::State::SumInOrder(bool closing) {
   for (; next_sum_ < selected_.size(); ++next_sum_) {
     auto it = answered_.find(selected_[next_sum_]);
     if (it == answered_.end()) {
-      if (closing) continue;
+      if (closing || !Mine(selected_[next_sum_])) continue;  // another rank sums it
       return;
     }
     Received& r = received_[it->second];
@@ -1217,7 +1274,14 @@ Status Aggregator::State::EncodeInstructions(const Assignment& assignment, Model
 
 void Aggregator::State::StartRound() {
   connected_.clear();
-  for (const auto& entry : device_connection_) connected_.push_back(&entry.first);  // sorted (map order)
+  if (tier_ == nullptr) {
+    for (const auto& entry : device_connection_) connected_.push_back(&entry.first);  // sorted (map order)
+  } else {
+    const Status gathered = GatherDevices();
+    if (!gathered.ok()) return TierFailed(gathered);
+    for (const std::string& device : tier_devices_) connected_.push_back(&device);
+    tier_round_.received.clear();
+  }
   SampleDeviceIndices(connected_.size(), config_.sampling, config_.session_seed, round_, &chosen_, &sample_words_);
   assigned_.Recycle();
   received_count_ = 0;
@@ -1351,6 +1415,12 @@ void Aggregator::State::CloseRound() {
   // of arrival: float sums, the NDQSG running mean (and so the nested
   // decodes and their wraps) are the same whatever the timing.
   if (!nested_) SumInOrder(true);
+  // With a tier every rank decodes the whole NDQSG round: the other ranks'
+  // updates join received_ here.
+  if (nested_ && tier_ != nullptr) {
+    const Status shared = ShareNestedUpdates();
+    if (!shared.ok()) return TierFailed(shared);
+  }
   std::vector<const Received*>& ordered = ordered_;
   ordered.clear();
   for (const std::string& device : selected_) {
@@ -1438,10 +1508,14 @@ void Aggregator::State::CloseRound() {
     report.compute_seconds = static_cast<double>(last->compute_ms) / 1000.0;
     report.upload_seconds = static_cast<double>(last->upload_ms) / 1000.0;
   }
-  report.fp32_bytes_up = static_cast<uint64_t>(report.updates) * d_ * sizeof(float);
   report.rejected += rejected_;
   report.bytes_down = bytes_down_;
   report.full_models_down = full_models_down_;
+  if (!nested_ && tier_ != nullptr) {
+    const Status shared = SharePlainRound(report, &loss_sum, &sample_sum);
+    if (!shared.ok()) return TierFailed(shared);
+  }
+  report.fp32_bytes_up = static_cast<uint64_t>(report.updates) * d_ * sizeof(float);
   counters_.updates_accepted += report.updates;
   counters_.bytes_up += report.bytes_up;
   counters_.bytes_down += report.bytes_down;
@@ -1527,6 +1601,151 @@ void Aggregator::State::CloseRound() {
   if (hooks_.on_round) hooks_.on_round(report);
 }
 
+// One AllGather of this rank's counts; every rank sums them, and takes the
+// clock and the target from rank 0.
+Status Aggregator::State::AgreeTick(TickView* view) {
+  persist::Writer mine;
+  mine.U64(view->connected);
+  mine.U64(view->received);
+  mine.U64(view->waiting);
+  mine.U8(view->deadline_passed ? 1 : 0);
+  mine.U8(view->target_reached ? 1 : 0);
+  std::vector<std::vector<uint8_t>> all;
+  FEDRT_RETURN_IF_ERROR(tier_->AllGather(std::move(mine).Take(), &all));
+  *view = TickView();
+  for (std::size_t rank = 0; rank < all.size(); ++rank) {
+    persist::Reader r(all[rank].data(), all[rank].size());
+    view->connected += r.U64();
+    view->received += r.U64();
+    view->waiting += r.U64();
+    const bool deadline_passed = r.U8() != 0;
+    const bool target_reached = r.U8() != 0;
+    if (!r.AtEnd()) return Corrupt("tick counts of rank " + std::to_string(rank));
+    if (rank == 0) {
+      view->deadline_passed = deadline_passed;
+      view->target_reached = target_reached;
+    }
+  }
+  return Status::Ok();
+}
+
+// With a tier, at the start of a round: every rank's connected devices,
+// sorted into tier_devices_, so every rank samples the same ones.
+Status Aggregator::State::GatherDevices() {
+  persist::Writer mine;
+  mine.U32(static_cast<uint32_t>(device_connection_.size()));
+  for (const auto& entry : device_connection_) mine.String(entry.first);
+  std::vector<std::vector<uint8_t>> all;
+  FEDRT_RETURN_IF_ERROR(tier_->AllGather(std::move(mine).Take(), &all));
+  tier_devices_.clear();
+  for (std::size_t rank = 0; rank < all.size(); ++rank) {
+    persist::Reader r(all[rank].data(), all[rank].size());
+    const uint32_t n = r.U32();
+    for (uint32_t i = 0; r.ok() && i < n; ++i) tier_devices_.push_back(r.String(kMaxDeviceIdBytes));
+    if (!r.AtEnd()) return Corrupt("device list of rank " + std::to_string(rank));
+  }
+  std::sort(tier_devices_.begin(), tier_devices_.end());
+  return Status::Ok();
+}
+
+// NDQSG rounds with a tier: every rank's received payloads, so that every
+// rank decodes the round (anchors, then the nested updates against the
+// running mean) in the order of selected_, as one aggregator would. The
+// other ranks' updates join received_ with their payloads in tier_round_.
+Status Aggregator::State::ShareNestedUpdates() {
+  RoundPartial mine;
+  mine.received.resize(received_count_);
+  for (std::size_t k = 0; k < received_count_; ++k) {
+    const Received& r = received_[k];
+    ShardUpdate& u = mine.received[k];
+    u.device_id = r.device_id;
+    u.sender_id = r.sender_id;
+    u.spec = r.spec;
+    u.role = static_cast<uint8_t>(r.role);
+    u.rho = r.rho;
+    u.num_samples = r.num_samples;
+    u.loss = r.loss;
+    u.wire_bytes = r.wire_bytes;
+    u.payload.assign(r.payload, r.payload + r.payload_size);
+  }
+  mine.rejected = rejected_;
+  mine.bytes_down = bytes_down_;
+  mine.full_models_down = full_models_down_;
+  Result<RoundPartial> all = CombineRoundPartials(*tier_, mine);
+  if (!all.ok()) return all.status();
+  tier_round_ = std::move(*all);
+  for (const ShardUpdate& u : tier_round_.received) {
+    if (answered_.count(u.device_id) != 0) continue;  // this rank's own
+    // Checked by the rank that received it against the same assignment.
+    auto assignment = assigned_.find(u.device_id);
+    TensorSetCodec* codec = CodecFor(u.spec);
+    if (assignment == assigned_.end() || u.spec != assignment->second.spec ||
+        u.role != static_cast<uint8_t>(assignment->second.role) || codec == nullptr ||
+        u.payload.size() > codec->MaxEncodedSize(d_)) {
+      return Corrupt("update of " + u.device_id + " from another rank does not fit this round");
+    }
+    if (received_count_ == received_.size()) received_.emplace_back();
+    Received& r = received_[received_count_];
+    r.device_id = u.device_id;
+    r.sender_id = u.sender_id;
+    r.spec = u.spec;
+    r.role = assignment->second.role;
+    r.rho = assignment->second.rho;
+    r.num_samples = u.num_samples;
+    r.loss = u.loss;
+    r.payload = u.payload.data();
+    r.payload_size = u.payload.size();
+    r.slot = -1;
+    r.in_scratch = false;
+    r.wire_bytes = u.wire_bytes;
+    r.added = true;
+    r.download_ms = r.compute_ms = r.upload_ms = r.arrived_ms = 0;
+    answered_.Put(r.device_id) = received_count_;
+    received_count_++;
+  }
+  rejected_ = static_cast<std::size_t>(tier_round_.rejected);
+  bytes_down_ = tier_round_.bytes_down;
+  full_models_down_ = static_cast<std::size_t>(tier_round_.full_models_down);
+  return Status::Ok();
+}
+
+// Plain rounds with a tier: the ranks' double sums, weights, counts and
+// ALQ / AMQ statistics (each rank's merged in device order), added in rank
+// order; the report then speaks for every rank.
+Status Aggregator::State::SharePlainRound(RoundReport& report, double* loss_sum, double* sample_sum) {
+  RoundPartial mine;
+  mine.sum.assign(sum_->sum(), sum_->sum() + d_);
+  mine.weight = sum_->total_weight();
+  mine.count = sum_->count();
+  mine.updates = report.updates;
+  mine.rejected = report.rejected;
+  mine.clipped = clipped_;
+  mine.loss_sum = *loss_sum;
+  mine.sample_sum = *sample_sum;
+  mine.bytes_up = report.bytes_up;
+  mine.bytes_down = report.bytes_down;
+  mine.full_models_down = report.full_models_down;
+  if (levels_) {
+    for (const auto& entry : answered_) mine.levels.Merge(received_[entry.second].levels);
+  }
+  Result<RoundPartial> all = CombineRoundPartials(*tier_, mine);
+  if (!all.ok()) return all.status();
+  if (all->sum.size() != d_) return Corrupt("round sums of " + std::to_string(all->sum.size()) + " values");
+  sum_->Reset();
+  FEDRT_RETURN_IF_ERROR(sum_->AddPartial(all->sum.data(), all->sum.size(), all->weight,
+                                         static_cast<std::size_t>(all->count)));
+  report.updates = static_cast<std::size_t>(all->updates);
+  report.rejected = static_cast<std::size_t>(all->rejected);
+  clipped_ = static_cast<std::size_t>(all->clipped);
+  *loss_sum = all->loss_sum;
+  *sample_sum = all->sample_sum;
+  report.bytes_up = all->bytes_up;
+  report.bytes_down = all->bytes_down;
+  report.full_models_down = static_cast<std::size_t>(all->full_models_down);
+  tier_levels_ = std::move(all->levels);
+  return Status::Ok();
+}
+
 uint32_t Aggregator::State::Tick() {
   const uint64_t now = clock_.NowMs();
   std::vector<std::shared_ptr<Connection>> late;
@@ -1546,15 +1765,32 @@ uint32_t Aggregator::State::Tick() {
                                                                   std::to_string(config_.join_timeout_ms) + " ms"));
   }
   if (finished_) return static_cast<uint32_t>(next);
+  // What the decisions below see: this engine's counts, or with a tier every
+  // rank's, with rank 0's clock and target (the same on every rank).
+  TickView view;
+  view.connected = device_connection_.size();
+  view.received = received_count_;
+  for (std::size_t k = 0; in_round_ && k < selected_.size(); ++k) {
+    if (answered_.count(selected_[k]) == 0 && device_connection_.count(selected_[k]) != 0) view.waiting++;
+  }
+  view.deadline_passed = in_round_ && now >= round_deadline_ms_;
+  view.target_reached = reached_target_;
+  if (tier_ != nullptr) {
+    const Status agreed = AgreeTick(&view);
+    if (!agreed.ok()) {
+      TierFailed(agreed);
+      return static_cast<uint32_t>(next);
+    }
+  }
   if (!in_round_) {
-    if (round_ >= config_.rounds || reached_target_) {
+    if (round_ >= config_.rounds || view.target_reached) {
       FinishAll();
       return static_cast<uint32_t>(next);
     }
     // The minimum gates the first round; later rounds go on with whoever is
     // connected, so a lost device never stops the training.
     const std::size_t needed = started_any_ ? 1 : std::max<std::size_t>(1, config_.min_devices);
-    if (device_connection_.size() < needed) return static_cast<uint32_t>(next);
+    if (view.connected < needed) return static_cast<uint32_t>(next);
     if (!BudgetAllowsRound()) {
       FinishAll();
       return static_cast<uint32_t>(next);
@@ -1563,13 +1799,8 @@ uint32_t Aggregator::State::Tick() {
     StartRound();
     return static_cast<uint32_t>(std::min<uint64_t>(next, config_.round_deadline_ms));
   }
-  const std::size_t quorum = Quorum();
-  // Sampled devices still able to answer (connected, not answered yet).
-  std::size_t waiting = 0;
-  for (const std::string& device : selected_) {
-    if (answered_.count(device) == 0 && device_connection_.count(device) != 0) waiting++;
-  }
-  if (received_count_ >= quorum || now >= round_deadline_ms_ || (waiting == 0 && received_count_ != 0)) {
+  // view.waiting: sampled devices still able to answer (connected, not answered yet).
+  if (view.received >= Quorum() || view.deadline_passed || (view.waiting == 0 && view.received > 0)) {
     CloseRound();
     return 0;  // the next round can start at once
   }

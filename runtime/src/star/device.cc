@@ -184,6 +184,11 @@ Status DeviceHost::Session(bool* joined) {
     }
     const Status handled = client_->OnFrame(link, *frame);
     if (!handled.ok()) return fail(handled);
+    if (!client_->redirect().empty()) {
+      queue->WaitClosed(2000);
+      client_->OnDisconnected();
+      return Status(StatusCode::kUnavailable, "redirected to " + client_->redirect());
+    }
     if (client_->joined()) *joined = true;
     if (client_->finished()) {
       link.Close();
@@ -212,9 +217,33 @@ Status DeviceHost::Run() {
       Log(LogLevel::kError, "device %s: %s", id_.c_str(), status.ToString().c_str());
       return status;
     }
+    if (!client_->redirect().empty()) {
+      // An aggregator tier's rank sent it to the rank serving its shard: join
+      // there at once (the redirect came after a Welcome, from a rank that
+      // holds this device's key).
+      const std::string to = client_->redirect();
+      const std::size_t colon = to.rfind(':');
+      const long port = colon == std::string::npos ? 0 : std::strtol(to.c_str() + colon + 1, nullptr, 10);
+      if (colon == std::string::npos || colon == 0 || port < 1 || port > 65535) {
+        return Status(StatusCode::kFailedPrecondition, "redirected to '" + to + "', not HOST:PORT");
+      }
+      options_.host = to.substr(0, colon);
+      options_.port = static_cast<uint16_t>(port);
+      backoff_ms = 100;
+      unreachable_since = star::NowMs();
+      continue;
+    }
     if (joined) {
       backoff_ms = 100;
       unreachable_since = star::NowMs();
+    } else if (!options_.more_servers.empty()) {
+      // Not reached: the next rank of the list (the first goes to the back).
+      options_.more_servers.push_back(options_.host + ":" + std::to_string(options_.port));
+      const std::string next = options_.more_servers.front();
+      options_.more_servers.erase(options_.more_servers.begin());
+      const std::size_t colon = next.rfind(':');
+      options_.host = next.substr(0, colon);
+      options_.port = static_cast<uint16_t>(std::strtol(next.c_str() + colon + 1, nullptr, 10));
     }
     if (star::NowMs() - unreachable_since > options_.give_up_ms) {
       return Status(StatusCode::kUnavailable, "the aggregator at " + options_.host + ":" + std::to_string(options_.port) +

@@ -204,6 +204,7 @@ struct DeviceClient::State {
   bool joined = false;
   uint64_t joins = 0;
   bool finished = false;
+  std::string redirect;  // a redirect Leave's HOST:PORT (cleared by Start)
   uint64_t next_round = 0;            // the round the device expects next (announced when joining)
   int64_t model_round = -1;           // round whose global model `global` holds
 
@@ -441,6 +442,7 @@ bool DeviceClient::joined() const { return state_->joined; }
 uint64_t DeviceClient::joins() const { return state_->joins; }
 bool DeviceClient::has_work() const { return state_->round_ready; }
 bool DeviceClient::finished() const { return state_->finished; }
+const std::string& DeviceClient::redirect() const { return state_->redirect; }
 uint64_t DeviceClient::round() const { return state_->plan.round; }
 uint32_t DeviceClient::sender_id() const { return state_->sender_id; }
 std::size_t DeviceClient::parameter_count() const { return state_->d; }
@@ -478,6 +480,7 @@ Status DeviceClient::RestoreResidual(const float* residual, std::size_t d) {
 Status DeviceClient::Start(Connection& link) {
   State& s = *state_;
   OnDisconnected();
+  s.redirect.clear();
   s.join = std::make_unique<JoinClient>(s.config.device_id, s.config.key, s.crypto, s.limits);
   JoinRequest request;
   if (s.config.codecs.empty()) {
@@ -537,6 +540,15 @@ Status DeviceClient::OnFrame(Connection& link, const Frame& frame) {
     case MessageKind::kLeave: {
       Result<LeaveMessage> leave = DecodeLeave(frame);
       const std::string_view reason = leave.ok() ? leave->reason : std::string_view("no reason");
+      const std::string_view redirect_prefix(kRedirectPrefix);
+      if (reason.substr(0, redirect_prefix.size()) == redirect_prefix) {
+        // An aggregator tier: another rank serves this device; the host joins there.
+        s.redirect.assign(reason.substr(redirect_prefix.size()));
+        Log(LogLevel::kInfo, "device %s: redirected to %s", s.config.device_id.c_str(), s.redirect.c_str());
+        s.round_ready = false;
+        link.Close();
+        return Status::Ok();
+      }
       Log(LogLevel::kInfo, "device %s: the aggregator ended the training (%.*s)", s.config.device_id.c_str(),
           static_cast<int>(reason.size()), reason.data());
       s.finished = true;

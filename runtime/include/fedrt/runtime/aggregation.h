@@ -66,6 +66,11 @@ class UpdateAccumulator {
   double total_weight() const { return total_weight_; }
   // The weighted sum itself, d doubles (DP-FedAvg adds noise to it).
   const double* sum() const { return sum_; }
+  // Adds another accumulator's state: `sum` (d doubles), a partial sum of
+  // `count` updates of total `weight` (e.g. another aggregator rank's).
+  // kInvalidArgument for another length or a weight that is not finite and
+  // positive; nothing is added then.
+  Status AddPartial(const double* sum, std::size_t d, double weight, std::size_t count);
   // sum / total_weight, rounded to float; zeros when nothing was added.
   std::vector<float> Mean() const;
   // The same into mean[0..d).

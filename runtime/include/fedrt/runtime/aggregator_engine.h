@@ -66,7 +66,13 @@
 // round's Ack frame, the RoundReport, the test-set evaluation, device ids
 // longer than std::string's inline capacity; NDQSG its anchor choice; ALQ /
 // AMQ their decoding scratch and the table fit; with on_checkpoint, the
-// checkpoint's copy of the model.
+// checkpoint's copy of the model. With an aggregator tier
+// (AggregatorHooks::tier) every exchange allocates its messages: each Tick's
+// counts, the devices of every rank at a round's start (kept sorted in a
+// list the sampling points into), and at the close a plain round's partial
+// sum (d doubles, sent and gathered from every rank) or an NDQSG round's
+// payloads (every rank's, held until the next round starts, plus received
+// entries beyond max_updates_per_round for the other ranks' devices).
 //
 // Thread-safety: none. Every call, and every connection callback, runs on one
 // thread (an EventLoop's, or the application's).
@@ -94,6 +100,8 @@
 #include "fedrt/transport/crypto.h"
 
 namespace fedrt {
+
+class AggregatorTier;  // aggregator_tier.h
 
 // The protocol and training decisions of an aggregator.
 struct AggregatorConfig {
@@ -352,6 +360,11 @@ struct AggregatorHooks {
   // The instruction frames sent to a device for `round`, as wire bytes (tests).
   std::function<void(uint32_t round, const std::string& device_id, const std::vector<uint8_t>& wire_bytes)>
       on_instructions;
+  // The aggregator tier this engine is one rank of (aggregator_tier.h: it
+  // then serves the devices of its shard, redirects the others, and agrees
+  // every Tick and every round with the other ranks). Null: this engine is
+  // the whole aggregator. Not owned; it outlives the engine.
+  AggregatorTier* tier = nullptr;
 };
 
 class Aggregator final : public transport::ConnectionHandler {

@@ -35,6 +35,11 @@ namespace fedrt {
 struct DeviceOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;
+  // An aggregator tier (aggregator_tier.h): further ranks' HOST:PORT. The
+  // device joins host:port; when that cannot be reached it tries these in
+  // turn, and a rank that redirects it (the rank serving its shard) is where
+  // it joins next.
+  std::vector<std::string> more_servers;
   std::string device_id;
   std::string key_file;              // the device's own key line
   std::string data_dir;              // MNIST-style directory (training set)

@@ -173,6 +173,11 @@ class DeviceClient {
   bool has_work() const;
   // The aggregator ended the training (a Leave).
   bool finished() const;
+  // An aggregator rank sent this device to the rank that serves it (a
+  // Leave with transport::kRedirectPrefix; aggregator_tier.h): its HOST:PORT,
+  // where the host joins next. The client closed the link. Empty otherwise;
+  // Start() clears it.
+  const std::string& redirect() const;
   // The round the device trains or trained last.
   uint64_t round() const;
 

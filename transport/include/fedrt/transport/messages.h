@@ -50,6 +50,11 @@ inline constexpr std::size_t kMaxCodecNameBytes = 64;
 inline constexpr std::size_t kMaxCodecs = 64;
 inline constexpr std::size_t kMaxIsaBytes = 16;
 inline constexpr std::size_t kMaxReasonBytes = 1024;
+// A Leave whose reason starts with this is a redirect, not the end of the
+// training: the rest is HOST:PORT of the aggregator rank that serves the
+// device (an aggregator tier, transport/README.md "Star protocol"); the
+// device joins there instead.
+inline constexpr const char kRedirectPrefix[] = "redirect ";
 inline constexpr std::size_t kMaxLevelTableSize = 4096;
 // Bounds of LevelStatisticsMessage (fedrt::kMaxBucketNorms and
 // fedrt::kMaxMixtureBuckets of the codecs).

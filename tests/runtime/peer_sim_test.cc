@@ -10,6 +10,7 @@
 
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -268,7 +269,13 @@ TEST_CASE("fedrt sim stops a ring with the reason when one of its peers dies ins
                              "--epochs", "200", "--step-timeout-ms", "600000", "--data", data, "--model",
                              "mlp:784-32-10", "--batch", "8", "--out", dir.File("out")});
   REQUIRE(sim.WaitFor("peer processes started"));
-  const pid_t victim = ChildWith(sim.pid(), "--rank", "1");
+  // Started means forked: on a loaded machine a child may not have exec'd
+  // yet (its command line is still the sim's), so look again for a while.
+  pid_t victim = -1;
+  for (int tries = 0; tries < 200 && victim <= 0; ++tries) {
+    victim = ChildWith(sim.pid(), "--rank", "1");
+    if (victim <= 0) ::usleep(50 * 1000);
+  }
   REQUIRE(victim > 0);
   REQUIRE(::kill(victim, SIGKILL) == 0);
   CHECK(sim.Wait(120) == 1);

@@ -33,7 +33,7 @@ RingAllReduce::RingAllReduce(CollectiveContext& context, uint32_t chunk_floats)
 RingAllReduce::~RingAllReduce() = default;
 
 Status RingAllReduce::Run(float* data, std::size_t n) {
-  if (n != 0 && SmallAllReduce::Fits(n, context_.limits())) {
+  if (n != 0 && SmallAllReduce::Fits(n, context_.members().size(), context_.limits())) {
     Status s = small_.Run(data, n);
     stats_ = small_.stats();
     if (s.ok()) total_bytes_sent_ += stats_.bytes_sent;

@@ -11,7 +11,9 @@
 // ring's geometry (RingShape) starts with position s's values and adds
 // positions s + 1, s + 2, ... in turn; float addition commutes, so these are
 // the bits the ring would give, on every member.
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "collectives/ring.h"
 #include "fedrt/codecs/reduce.h"
@@ -26,9 +28,9 @@ SmallAllReduce::SmallAllReduce(CollectiveContext& context) : context_(context) {
 
 SmallAllReduce::~SmallAllReduce() = default;
 
-bool SmallAllReduce::Fits(std::size_t n, const transport::FrameLimits& limits) {
+bool SmallAllReduce::Fits(std::size_t n, std::size_t p, const transport::FrameLimits& limits) {
   const std::size_t bytes = n * sizeof(float);
-  return bytes <= kMaxBytes && bytes + 4096 <= limits.MaxChunkBytes();
+  return bytes * std::max<std::size_t>(1, p / 2) <= kMaxLinkBytes && bytes + 4096 <= limits.MaxChunkBytes();
 }
 
 Status SmallAllReduce::Run(float* data, std::size_t n) {
@@ -39,8 +41,9 @@ Status SmallAllReduce::Run(float* data, std::size_t n) {
   FEDRT_RETURN_IF_ERROR(internal::CheckRing(context_));
   const std::size_t p = context_.members().size();
   if (p == 1 || n == 0) return Status::Ok();
-  if (!Fits(n, context_.limits())) {
-    return InvalidArgument("SmallAllReduce takes at most " + std::to_string(kMaxBytes) + " bytes");
+  if (!Fits(n, p, context_.limits())) {
+    return InvalidArgument("SmallAllReduce takes at most " + std::to_string(kMaxLinkBytes / (p / 2)) +
+                           " bytes with " + std::to_string(p) + " members, not " + std::to_string(n * sizeof(float)));
   }
   // On every return from here on, no queued frame may still read vectors_.
   internal::ReleaseOnReturn release_on_return(context_, deadline);

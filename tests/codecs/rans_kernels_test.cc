@@ -6,6 +6,7 @@
 // the encoder in its vector loop.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -163,34 +164,100 @@ TEST_CASE("the vector encoders stop at the output limit exactly where the refere
 }
 
 TEST_CASE("every ISA refuses damaged rANS streams as the reference does") {
-  const uint32_t alphabet = 5;
-  const std::size_t count = 5000;
-  const std::vector<uint8_t> symbols = Symbols(count, alphabet, 0.5, 3);
-  REQUIRE(SetIsaOverride(Isa::kScalar));
-  const Coded coded = Encode(symbols, alphabet);
-  REQUIRE(coded.flags == kFlagSymbolsRans);
-  std::vector<uint8_t> out(count);
-  std::mt19937 rng(5);
-  for (int trial = 0; trial < 200; ++trial) {
-    std::vector<uint8_t> bytes = coded.bytes;
-    if (trial % 3 == 0) {
-      bytes.resize(bytes.size() - 2 * (1 + rng() % 40));  // truncated by whole words
-    } else {
-      bytes[14 + rng() % (bytes.size() - 14)] ^= static_cast<uint8_t>(1 + rng() % 255);
-    }
+  for (const uint32_t alphabet : {5u, 13u}) {  // both below the vector decoders' limits (8, 16) and between
+    INFO("alphabet " << alphabet);
+    const std::size_t count = 5000;
+    const std::vector<uint8_t> symbols = Symbols(count, alphabet, 0.5, 3);
     REQUIRE(SetIsaOverride(Isa::kScalar));
-    std::vector<uint8_t> expected(count);
-    const Status want = DecodeSymbols(bytes.data(), bytes.size(), count, alphabet, coded.flags, expected.data());
-    CHECK(!want.ok());  // a damaged stream cannot end in every initial state
-    for (Isa isa : AvailableIsas()) {
-      INFO("isa " << IsaName(isa) << " trial " << trial);
-      REQUIRE(SetIsaOverride(isa));
-      const Status got = DecodeSymbols(bytes.data(), bytes.size(), count, alphabet, coded.flags, out.data());
-      CHECK(got.code() == want.code());
-      CHECK(got.message() == want.message());
+    const Coded coded = Encode(symbols, alphabet);
+    REQUIRE(coded.flags == kFlagSymbolsRans);
+    std::vector<uint8_t> out(count);
+    std::mt19937 rng(5);
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<uint8_t> bytes = coded.bytes;
+      if (trial % 3 == 0) {
+        bytes.resize(bytes.size() - 2 * (1 + rng() % 40));  // truncated by whole words
+      } else {
+        bytes[14 + rng() % (bytes.size() - 14)] ^= static_cast<uint8_t>(1 + rng() % 255);
+      }
+      REQUIRE(SetIsaOverride(Isa::kScalar));
+      std::vector<uint8_t> expected(count);
+      const Status want = DecodeSymbols(bytes.data(), bytes.size(), count, alphabet, coded.flags, expected.data());
+      CHECK(!want.ok());  // a damaged stream cannot end in every initial state
+      for (Isa isa : AvailableIsas()) {
+        INFO("isa " << IsaName(isa) << " trial " << trial);
+        REQUIRE(SetIsaOverride(isa));
+        const Status got = DecodeSymbols(bytes.data(), bytes.size(), count, alphabet, coded.flags, out.data());
+        CHECK(got.code() == want.code());
+        CHECK(got.message() == want.message());
+      }
     }
   }
   ClearIsaOverride();
+}
+
+TEST_CASE("every ISA's rANS decode kernel matches the reference on random tables, states and words") {
+  // The kernel's whole contract, on input no encoder made: any table (absent
+  // symbols, scale 1..12 bits, alphabets on both sides of 16), any states in
+  // [2^15, 2^31), any words, streams that end inside the vector loop or
+  // before it: the same symbols, the same count, position and final states.
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 3000; ++trial) {
+    RansDecodeTable table;
+    table.scale_bits = 1 + static_cast<int>(rng() % kRansMaxScaleBits);
+    const uint32_t total = 1u << table.scale_bits;
+    const uint32_t alphabet = 2 + static_cast<uint32_t>(rng() % 17);  // 2..18
+    // Frequencies summing to 2^L over a random subset (at least two symbols
+    // when 2^L allows; one otherwise is still a valid table for the kernel).
+    std::vector<uint32_t> freq(alphabet, 0);
+    for (uint32_t k = 0; k < total; ++k) {
+      uint32_t s = static_cast<uint32_t>(rng() % alphabet);
+      if (rng() % 3 == 0) s = (s / 3) * 3;  // favour some symbols, leave others absent
+      ++freq[s];
+    }
+    table.alphabet = 0;
+    uint32_t cumulative = 0;
+    for (uint32_t s = 0; s < 256; ++s) {
+      table.freq[s] = s < alphabet ? freq[s] : 0;
+      table.start[s] = cumulative;
+      for (uint32_t k = 0; k < table.freq[s]; ++k) table.slot_symbol[cumulative + k] = static_cast<uint8_t>(s);
+      if (table.freq[s] != 0) table.alphabet = s + 1;
+      cumulative += table.freq[s];
+    }
+    uint32_t states[kRansLanes];
+    for (uint32_t& x : states) x = kRansLow + static_cast<uint32_t>(rng() % ((kRansLow << 16) - kRansLow));
+    std::vector<uint8_t> stream(rng() % 600);
+    for (uint8_t& b : stream) b = static_cast<uint8_t>(rng());
+    const std::size_t start = stream.empty() ? 0 : rng() % (stream.size() / 4 + 1);
+    const std::size_t count = rng() % 700;
+    INFO("trial " << trial << " alphabet " << table.alphabet << " bits " << table.scale_bits << " size "
+                  << stream.size() << " count " << count);
+    std::size_t want_at = start;
+    uint32_t want_states[kRansLanes];
+    std::copy(states, states + kRansLanes, want_states);
+    std::vector<uint8_t> want(count + 1, 0xA5);
+    const std::size_t want_count = RansKernelsFor(Isa::kScalar)
+                                       .decode(stream.data(), stream.size(), &want_at, count, table, want_states,
+                                               want.data());
+    for (Isa isa : AvailableIsas()) {
+      INFO("isa " << IsaName(isa));
+      std::size_t at = start;
+      uint32_t got_states[kRansLanes];
+      std::copy(states, states + kRansLanes, got_states);
+      std::vector<uint8_t> got(count + 1, 0xA5);
+      const std::size_t got_count =
+          RansKernelsFor(isa).decode(stream.data(), stream.size(), &at, count, table, got_states, got.data());
+      REQUIRE(got_count == want_count);
+      CHECK(at == want_at);
+      CHECK(std::vector<uint32_t>(got_states, got_states + kRansLanes) ==
+            std::vector<uint32_t>(want_states, want_states + kRansLanes));
+      CHECK(got[count] == 0xA5);  // nothing written past the symbols asked for
+      got.resize(want_count);
+      want.resize(want_count);
+      REQUIRE(got == want);
+      want.resize(count + 1, 0xA5);
+    }
+  }
 }
 
 TEST_CASE("a stream of the single-state rANS format is refused by name") {

@@ -39,6 +39,20 @@ TEST_CASE("ring all-reduce of 2 to 8 peers equals the exact sum for awkward size
   }
 }
 
+TEST_CASE("dense all-reduce over tcp gives every peer the ring order's bits, small or not") {
+  // SmallAllReduce up to 16384 floats, above it the ring with its automatic
+  // chunks (reduce-scatter pieces added as they arrive, all-gather placed).
+  const std::size_t sizes[] = {1, 7, 16383, 16384, 16385, 300001};
+  for (int n = 2; n <= 4; ++n) {
+    PeerRing ring(n, peer::PeerOptions());
+    ring.FormAll();
+    for (std::size_t size : sizes) {
+      INFO("peers ", n, ", size ", size);
+      testing::CheckRingOrderSum(ring, size, 3);
+    }
+  }
+}
+
 TEST_CASE("ring all-reduce with the automatic chunk size adds megabyte chunks piece by piece and equals the exact sum") {
   // 2^20 + 3 floats: chunks of 1 MiB (several receive pieces each) and a
   // remainder too small to be taken piece by piece, over three collectives.

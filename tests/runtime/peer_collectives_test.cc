@@ -13,6 +13,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "fedrt/codecs/adaptive.h"
@@ -46,6 +47,42 @@ TEST_CASE("dense ring all-reduce over the loopback of 2, 3 and 4 ranks equals th
       if (size > 0) CHECK(ring.groups[0]->last_stats().bytes_sent > 0);
     }
   }
+}
+
+TEST_CASE("dense all-reduce over the loopback of 1 to 4 ranks gives every rank the ring order's bits, small or not") {
+  // Up to 16384 floats (64 KiB; 8192 with 4 ranks) SmallAllReduce sums;
+  // above, the ring (chunks of 1000 floats). Both must give the bits of the
+  // ring's order.
+  const std::size_t sizes[] = {0, 1, 2, 3, 5, 7, 1001, 8192, 8193, 16383, 16384, 16385, 70001};
+  for (int n = 1; n <= 4; ++n) {
+    LoopbackRing ring(n, {}, /*chunk_floats=*/1000);
+    ring.FormAll();
+    for (std::size_t size : sizes) {
+      for (uint32_t seed : {0u, 7u}) {
+        INFO("ranks ", n, ", size ", size, ", seed ", seed);
+        testing::CheckRingOrderSum(ring, size, seed);
+        const uint64_t bytes = size * sizeof(float);
+        const std::size_t limit = n == 4 ? 8192 : 16384;
+        if (n > 1 && size > 0 && size <= limit) {
+          // Every rank sends every other rank's vector or its own: p - 1 vectors.
+          CHECK(ring.groups[0]->last_stats().bytes_sent == (n - 1) * bytes);
+        } else if (n > 2 && size > limit) {
+          // The ring's 2 (p - 1) / p of the vector (with 2 ranks that is one too).
+          CHECK(ring.groups[0]->last_stats().bytes_sent < (n - 1) * bytes);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("SmallAllReduce refuses a vector above its limit") {
+  LoopbackRing ring(2);
+  ring.FormAll();
+  peer::SmallAllReduce small(ring.groups[0]->context());
+  std::vector<float> x(peer::SmallAllReduce::kMaxLinkBytes / sizeof(float) + 1, 1.0f);
+  const Status s = small.Run(x.data(), x.size());
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("at most 65536 bytes with 2 members") != std::string::npos);
 }
 
 TEST_CASE("fp16 hops over the loopback equal the reference of the same hops on every rank") {
@@ -416,13 +453,14 @@ TEST_CASE("after a loopback re-formation every rank agrees on the furthest step"
 // the collective for what it would send: every survivor fails naming rank 2,
 // and the survivors re-form and reduce again.
 TEST_CASE("a loopback rank failing mid-collective gives every survivor the same failed rank") {
-  for (const std::string codec : {"", "fp16"}) {
-    INFO("codec '", codec, "'");
+  // 3000 floats: SmallAllReduce (dense) or the ring (fp16); 20000: the ring.
+  for (const auto& [codec, size] : {std::pair<std::string, std::size_t>{"", 3000}, {"", 20000}, {"fp16", 3000}}) {
+    INFO("codec '", codec, "', size ", size);
     peer::ContextOptions options;
     options.step_timeout_ms = 5000;
     LoopbackRing ring(4, options, /*chunk_floats=*/100);
     ring.FormAll();
-    std::vector<std::vector<float>> data(4, std::vector<float>(3000, 1.0f));
+    std::vector<std::vector<float>> data(4, std::vector<float>(size, 1.0f));
     for (auto& s : ring.Reduce(ring.All(), data, codec)) REQUIRE_MESSAGE(s.ok(), s.ToString());
     const std::vector<uint32_t> survivors = {0, 1, 3};
     auto st = ring.Each(ring.All(), [&](uint32_t r) -> Status {
@@ -445,7 +483,7 @@ TEST_CASE("a loopback rank failing mid-collective gives every survivor the same 
     for (auto& s : ring.Form(survivors)) REQUIRE_MESSAGE(s.ok(), s.ToString());
     for (uint32_t r : survivors) {
       CHECK(ring.groups[r]->members() == survivors);
-      data[r].assign(3000, static_cast<float>(r + 1));
+      data[r].assign(size, static_cast<float>(r + 1));
     }
     auto again = ring.Reduce(survivors, data, codec);
     for (uint32_t r : survivors) {
@@ -492,14 +530,16 @@ TEST_CASE("a loopback gossip neighbour failing on a torus is named by the surviv
 TEST_CASE("a stalled loopback rank is named by every other rank after the step deadline") {
   peer::ContextOptions options;
   options.step_timeout_ms = 2000;  // a 500 ms grace for the suspicions
-  LoopbackRing ring(4, options);
-  ring.FormAll();
-  std::vector<std::vector<float>> data(4, std::vector<float>(1000, 1.0f));
-  auto st = ring.Reduce({0, 1, 3}, data);  // rank 2 never joins the step
-  for (uint32_t r : {0u, 1u, 3u}) {
-    INFO("rank ", r, ": ", st[r].ToString());
-    CHECK_FALSE(st[r].ok());
-    CHECK(ring.groups[r]->FailedRank() == 2);
+  for (std::size_t size : {std::size_t{1000}, std::size_t{20000}}) {  // SmallAllReduce, the ring
+    LoopbackRing ring(4, options);
+    ring.FormAll();
+    std::vector<std::vector<float>> data(4, std::vector<float>(size, 1.0f));
+    auto st = ring.Reduce({0, 1, 3}, data);  // rank 2 never joins the step
+    for (uint32_t r : {0u, 1u, 3u}) {
+      INFO("size ", size, ", rank ", r, ": ", st[r].ToString());
+      CHECK_FALSE(st[r].ok());
+      CHECK(ring.groups[r]->FailedRank() == 2);
+    }
   }
 }
 

@@ -43,28 +43,32 @@ TEST_CASE("a dead peer makes the others fail the step naming its rank and the ri
   peer::PeerOptions options;
   options.step_timeout_ms = 3000;
   options.join_timeout_ms = 5000;
-  PeerRing ring(4, options);
-  for (auto& s : ring.Form({0, 1, 2, 3})) REQUIRE_MESSAGE(s.ok(), s.ToString());
-  auto data = Ones(4, 10000);
-  for (auto& s : ring.Reduce({0, 1, 2, 3}, data)) REQUIRE(s.ok());
-  CHECK(data[3][9999] == 10.0f);
+  // 5000 floats: SmallAllReduce (at most 8192 with 4 peers); 30000: the ring.
+  for (std::size_t size : {std::size_t{5000}, std::size_t{30000}}) {
+    INFO("size ", size);
+    PeerRing ring(4, options);
+    for (auto& s : ring.Form({0, 1, 2, 3})) REQUIRE_MESSAGE(s.ok(), s.ToString());
+    auto data = Ones(4, size);
+    for (auto& s : ring.Reduce({0, 1, 2, 3}, data)) REQUIRE(s.ok());
+    CHECK(data[3][size - 1] == 10.0f);
 
-  ring.groups[2].reset();  // rank 2's process is gone: its sockets close
-  const std::vector<uint32_t> survivors = {0, 1, 3};
-  const auto start = Clock::now();
-  auto st = ring.Reduce(survivors, data);
-  const auto elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  CheckSurvivorsBlame(ring, survivors, st, 2);
-  CHECK(elapsed < 3.0 + 0.75 + 10.0);  // deadline, grace, scheduling slack: no hang
+    ring.groups[2].reset();  // rank 2's process is gone: its sockets close
+    const std::vector<uint32_t> survivors = {0, 1, 3};
+    const auto start = Clock::now();
+    auto st = ring.Reduce(survivors, data);
+    const auto elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    CheckSurvivorsBlame(ring, survivors, st, 2);
+    CHECK(elapsed < 3.0 + 0.75 + 10.0);  // deadline, grace, scheduling slack: no hang
 
-  for (auto& s : ring.Form(survivors)) REQUIRE_MESSAGE(s.ok(), s.ToString());
-  data = Ones(4, 10000);
-  for (uint32_t r : survivors) {
-    CHECK(ring.groups[r]->members() == survivors);
+    for (auto& s : ring.Form(survivors)) REQUIRE_MESSAGE(s.ok(), s.ToString());
+    data = Ones(4, size);
+    for (uint32_t r : survivors) {
+      CHECK(ring.groups[r]->members() == survivors);
+    }
+    auto again = ring.Reduce(survivors, data);
+    for (uint32_t r : survivors) REQUIRE_MESSAGE(again[r].ok(), again[r].ToString());
+    for (uint32_t r : survivors) CHECK(data[r][0] == 1.0f + 2.0f + 4.0f);
   }
-  auto again = ring.Reduce(survivors, data);
-  for (uint32_t r : survivors) REQUIRE_MESSAGE(again[r].ok(), again[r].ToString());
-  for (uint32_t r : survivors) CHECK(data[r][0] == 1.0f + 2.0f + 4.0f);
 }
 
 TEST_CASE("a stalled peer is named by every other peer within the step deadline") {

@@ -1,16 +1,23 @@
 // TCP connections and listener on standalone Asio (contract in tcp.h and
 // connection.h). Every object here lives on one loop thread: public methods
 // called from elsewhere are dispatched there, so the only shared state is a
-// few atomics.
+// few atomics, and the send lock under which a small frame sent from another
+// thread goes straight into an idle socket (TcpConnection::TryDirectSend).
 #include "fedrt/transport/tcp.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <asio.hpp>
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -36,6 +43,9 @@ using asio::ip::tcp;
 using Clock = asio::steady_timer::clock_type;
 
 constexpr std::size_t kMaxFramesPerWrite = 16;
+// Frames up to this size are written by the thread that sends them when
+// nothing is queued before them (TcpConnection::TryDirectSend).
+constexpr std::size_t kDirectSendBytes = 64u << 10;
 // TLS: each SSL_write makes at least one record per buffer, so pieces below
 // this size are copied together into one buffer before they are written.
 constexpr std::size_t kTlsCoalesceBytes = 16u << 10;
@@ -171,10 +181,18 @@ class TcpConnection final : public Connection,
       return Status(StatusCode::kUnavailable, "connection " + peer_ + " is closed");
     }
     const std::size_t size = frame.wire_size();
+    std::unique_lock<std::mutex> lock(send_mutex_);
+    if (size <= kDirectSendBytes && !loop_.io.get_executor().running_in_this_thread()) {
+      bool written = false;
+      Status direct = TryDirectSend(frame, &written);
+      if (!direct.ok() || written) return direct;
+    }
     if (queued_bytes_.fetch_add(size) + size > options_.max_queued_bytes) {
       queued_bytes_.fetch_sub(size);
       return Status(StatusCode::kResourceExhausted, "send queue to " + peer_ + " is full");
     }
+    ++pending_frames_;
+    lock.unlock();
     asio::dispatch(loop_.io, [self = shared_from_this(), frame = std::move(frame)]() mutable {
       self->Enqueue(std::move(frame));
     });
@@ -425,10 +443,87 @@ class TcpConnection final : public Connection,
 
   // ---- Writing: one write in flight, the rest queued --------------------------
 
+  // Small frames, from a thread other than the loop's, under send_mutex_:
+  // when no frame is queued or being written (pending_frames_ == 0), the
+  // frame goes into the socket from the calling thread, which saves waking
+  // the loop for it (one of the four thread hand-offs of a small message).
+  // *written: it was (the frame is released on return); false: the socket
+  // took none of it, or this connection cannot (TLS, not open), and the
+  // caller queues it. A socket that took part of it gets the rest from
+  // here, waiting for room up to io_timeout_ms (the loop thread waits for
+  // send_mutex_ meanwhile only if it has a frame of its own to write);
+  // a failure then closes the connection.
+  Status TryDirectSend(const OutFrame& frame, bool* written) {
+    *written = false;
+#if FEDRT_WITH_TLS
+    if (tls_) return Status::Ok();
+#endif
+    if (pending_frames_ != 0 || socket_closed_ || state_.load() != State::kOpen) return Status::Ok();
+    std::array<iovec, 4> iov;  // the prefix and at most three body pieces
+    std::size_t count = 0;
+    iov[count++] = {const_cast<uint8_t*>(frame.prefix()), kFramePrefixBytes};
+    for (std::size_t i = 0; i < frame.piece_count(); ++i) {
+      if (frame.piece(i).size != 0) iov[count++] = {const_cast<uint8_t*>(frame.piece(i).data), frame.piece(i).size};
+    }
+    const int fd = socket_.native_handle();
+    std::size_t total = frame.wire_size();
+    std::size_t sent = 0;
+    std::size_t first = 0;  // iov[first..count) still to write, iov[first] advanced
+    const uint64_t deadline = NowMs() + options_.io_timeout_ms;
+    for (;;) {
+      msghdr message{};
+      message.msg_iov = iov.data() + first;
+      message.msg_iovlen = count - first;
+      const ssize_t n = ::sendmsg(fd, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (sent == 0) return Status::Ok();  // the loop writes it when there is room
+        pollfd p{};
+        p.fd = fd;
+        p.events = POLLOUT;
+        const uint64_t now = NowMs();
+        if (options_.io_timeout_ms != 0 && now >= deadline) {
+          return DirectSendFailed(Status(StatusCode::kDeadlineExceeded, "write did not complete in time (" + peer_ + ")"));
+        }
+        (void)::poll(&p, 1, options_.io_timeout_ms == 0 ? 1000 : static_cast<int>(deadline - now));
+        continue;
+      }
+      if (n < 0) {
+        return DirectSendFailed(Status(StatusCode::kUnavailable,
+                                       "write to " + peer_ + ": " + std::error_code(errno, std::generic_category()).message()));
+      }
+      sent += static_cast<std::size_t>(n);
+      if (sent == total) break;
+      std::size_t advance = static_cast<std::size_t>(n);
+      while (advance >= iov[first].iov_len) advance -= iov[first++].iov_len;
+      iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + advance;
+      iov[first].iov_len -= advance;
+    }
+    bytes_sent_.fetch_add(total, std::memory_order_relaxed);
+    frames_sent_.fetch_add(1, std::memory_order_relaxed);
+    *written = true;
+    return Status::Ok();
+  }
+
+  // A direct write failed part-way: the stream is cut inside a frame, so the
+  // connection closes (on the loop) and the send reports it.
+  Status DirectSendFailed(Status reason) {
+    send_closed_ = true;
+    asio::dispatch(loop_.io, [self = shared_from_this(), reason]() mutable { self->Fail(std::move(reason), false); });
+    return Status(StatusCode::kUnavailable, "connection " + peer_ + " is closed: " + reason.message());
+  }
+
+  // The loop is done with `n` frames it was handed (written or dropped).
+  void FramesDone(std::size_t n) {
+    std::lock_guard<std::mutex> lock(send_mutex_);
+    pending_frames_ -= n;
+  }
+
   void Enqueue(OutFrame frame) {
     if (state_ != State::kOpen) {
       queued_bytes_.fetch_sub(frame.wire_size());
       ++frames_lost_;
+      FramesDone(1);
       return;
     }
     ++frames_enqueued_;
@@ -523,6 +618,7 @@ class TcpConnection final : public Connection,
     if (state_ == State::kClosed || ec) {
       // The socket no longer reads these frames: release them (and the
       // payloads they borrow) now rather than when the connection dies.
+      FramesDone(in_flight_.size());
       buffers_.clear();
       tls_buffers_.clear();
       in_flight_.clear();
@@ -538,6 +634,7 @@ class TcpConnection final : public Connection,
     bytes_sent_.fetch_add(n, std::memory_order_relaxed);
     frames_sent_.fetch_add(in_flight_.size(), std::memory_order_relaxed);
     frames_written_ += in_flight_.size();
+    FramesDone(in_flight_.size());
     buffers_.clear();
     tls_buffers_.clear();
     in_flight_.clear();
@@ -581,6 +678,10 @@ class TcpConnection final : public Connection,
             Result<OutFrame> frame = Encode(self->liveness_.NextHeartbeat(MonotonicNanos()), self->options_.limits);
             if (frame.ok()) {
               self->queued_bytes_.fetch_add(frame->wire_size());
+              {
+                std::lock_guard<std::mutex> lock(self->send_mutex_);
+                ++self->pending_frames_;
+              }
               self->Enqueue(std::move(*frame));
             }
           }
@@ -639,7 +740,9 @@ class TcpConnection final : public Connection,
       // Best effort, bounded: one synchronous write of a small frame on a
       // socket we are about to close anyway; never blocks (non-blocking mode).
       Result<OutFrame> error = EncodeStatus(reason, options_.limits);
-      if (error.ok() && !writing_) {
+      // send_mutex_: not in the middle of another thread's direct write.
+      std::lock_guard<std::mutex> lock(send_mutex_);
+      if (error.ok() && !writing_ && pending_frames_ == 0) {
         std::error_code ec;
         socket_.non_blocking(true, ec);
         const std::array<asio::const_buffer, 2> buffers = {
@@ -665,8 +768,14 @@ class TcpConnection final : public Connection,
     const bool opened = state_ != State::kHandshake;  // the handler knows of it
     state_ = State::kClosed;
     std::error_code ec;
-    socket_.shutdown(tcp::socket::shutdown_both, ec);
-    socket_.close(ec);
+    {
+      // No direct write may use the descriptor once it is closed (and
+      // perhaps reused).
+      std::lock_guard<std::mutex> lock(send_mutex_);
+      socket_closed_ = true;
+      socket_.shutdown(tcp::socket::shutdown_both, ec);
+      socket_.close(ec);
+    }
     read_timer_.cancel();
     write_timer_.cancel();
     liveness_timer_.cancel();
@@ -719,6 +828,12 @@ class TcpConnection final : public Connection,
   std::unique_ptr<uint8_t, PieceFree> piece_;  // kPayloadPieceBytes, allocated at the first consumption
   uint64_t read_sequence_ = 0;
   uint64_t write_sequence_ = 0;
+
+  // Direct writes (TryDirectSend): frames handed to the loop and not yet
+  // written or dropped, and whether the socket is closed, under send_mutex_.
+  std::mutex send_mutex_;
+  std::size_t pending_frames_ = 0;
+  bool socket_closed_ = false;
 
   // Frames waiting for the write in flight, oldest first. A vector, not a
   // deque: it holds no memory while empty (libstdc++'s deque allocates 512

@@ -91,6 +91,11 @@ namespace avx2 {
 FEDRT_RANS_KERNEL_DECLS
 }
 #undef FEDRT_RANS_KERNEL_DECLS
+// NEON (AArch64): the decoder only; the rest is the scalar reference.
+namespace neon {
+std::size_t RansDecodeLanes(const uint8_t* stream, std::size_t size, std::size_t* at, std::size_t count,
+                            const RansDecodeTable& table, uint32_t* states, uint8_t* symbols);
+}
 
 struct RansKernels {
   void (*histogram)(const uint8_t* symbols, std::size_t count, uint32_t alphabet, uint64_t* histogram);

@@ -316,6 +316,12 @@ const RansKernels& RansKernelsFor(Isa requested) {
       return kAvx2;
     }
 #endif
+#if FEDRT_HAVE_NEON_KERNELS && defined(__aarch64__)
+    case Isa::kNeon: {
+      static const RansKernels kNeon = {&scalar::RansHistogram, &scalar::RansEncodeLanes, &neon::RansDecodeLanes};
+      return kNeon;
+    }
+#endif
     default: return kScalar;
   }
 }

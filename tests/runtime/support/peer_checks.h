@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -64,6 +65,37 @@ inline void CheckRingSum(PeerGroups& ring, int n, std::size_t size, uint32_t see
   for (std::size_t i = 0; i < size; ++i) worst = std::max(worst, std::fabs(data[0][i] - exact[i]));
   CHECK(worst <= 1e-5);
   for (int r = 1; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == data[0]);
+}
+
+// The dense all-reduce's sum, in its order (collectives.h, SmallAllReduce):
+// coordinates of segment s ([s size / p, (s + 1) size / p)) added in float
+// from ring position s on, wrapping; data[i] is position i's vector.
+inline std::vector<float> RingOrderSum(const std::vector<std::vector<float>>& data) {
+  const std::size_t p = data.size();
+  const std::size_t size = data[0].size();
+  std::vector<float> sum(size);
+  for (std::size_t s = 0; s < p; ++s) {
+    for (std::size_t i = s * size / p; i < (s + 1) * size / p; ++i) {
+      float acc = data[s][i];
+      for (std::size_t j = 1; j < p; ++j) acc += data[(s + j) % p][i];
+      sum[i] = acc;
+    }
+  }
+  return sum;
+}
+
+// Every member of `ring` (all of them, ranks in order) all-reduces its
+// Input(rank + seed, size): every one must hold RingOrderSum's bits.
+inline void CheckRingOrderSum(PeerGroups& ring, std::size_t size, uint32_t seed) {
+  std::vector<std::vector<float>> data;
+  for (uint32_t r = 0; r < ring.groups.size(); ++r) data.push_back(Input(r + seed, size));
+  const std::vector<float> expected = size == 0 ? std::vector<float>() : RingOrderSum(data);
+  for (auto& s : ring.Reduce(ring.All(), data)) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  for (std::size_t r = 0; r < data.size(); ++r) {
+    INFO("rank ", r);
+    REQUIRE(data[r].size() == expected.size());
+    CHECK(std::memcmp(data[r].data(), expected.data(), size * sizeof(float)) == 0);
+  }
 }
 
 // What an fp16 ring all-reduce of `data` (one vector per rank) gives every

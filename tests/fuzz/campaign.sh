@@ -12,7 +12,12 @@
 # --build --preset fuzz). Each chunk runs as
 #   $FEDRT_FUZZ_WRAP <fuzzer> -max_total_time=<chunk> -print_final_stats=1 ...
 # with FEDRT_FUZZ_WRAP="nice -n 19" unless set (a shared machine can put a
-# lock command in front, so a chunk takes one of its build slots).
+# lock command in front, so a chunk takes one of its build slots, or a wrapper
+# that pauses the fuzzer while measurements run). libFuzzer's -timeout is wall
+# time, so a fuzzer that is starved or paused reports a hang that is none:
+# FEDRT_FUZZ_TIMEOUT (seconds per input, default 25) raises it for such runs.
+# Every crash-, timeout-, oom- or leak- file counts as a crash; slow-unit files
+# are kept for a look but do not count.
 #
 # Work files go to build/fuzz/campaign/: per fuzzer the working corpus
 # (seeds from make_seeds plus the repository corpus plus what it finds),
@@ -49,6 +54,7 @@ if [[ ${#fuzzers[@]} -eq 0 ]]; then
            codec_roundtrip_fuzzer)
 fi
 wrap=(${FEDRT_FUZZ_WRAP:-nice -n 19})
+timeout="${FEDRT_FUZZ_TIMEOUT:-25}"
 
 [[ -x "$build/tests/fuzz/make_seeds" ]] || { echo "campaign: build the fuzz preset first" >&2; exit 1; }
 mkdir -p "$work/bin"
@@ -70,10 +76,10 @@ run_chunk() {
   cp "$build/tests/fuzz/$f" "$work/bin/$f.new" && mv "$work/bin/$f.new" "$work/bin/$f"
   started=$(date -u +%H:%M:%S)  # when the chunk was queued (FEDRT_FUZZ_WRAP may wait for a slot)
   local before after
-  before=$(ls "$work/$f/artifacts" | wc -l)
-  "${wrap[@]}" /usr/bin/time -f 'campaign: %e seconds, %U user, %S system' "$work/bin/$f" -max_total_time="$t" -print_final_stats=1 -max_len=16384 -timeout=25 \
+  before=$(ls "$work/$f/artifacts" | grep -cvE '^slow-unit-')
+  "${wrap[@]}" /usr/bin/time -f 'campaign: %e seconds, %U user, %S system' "$work/bin/$f" -max_total_time="$t" -print_final_stats=1 -max_len=16384 -timeout="$timeout" \
     -rss_limit_mb=2048 -artifact_prefix="$work/$f/artifacts/" "$work/$f/corpus" >"$log" 2>&1
-  after=$(ls "$work/$f/artifacts" | wc -l)
+  after=$(ls "$work/$f/artifacts" | grep -cvE '^slow-unit-')
   local inited last execs secs
   inited=$(grep -m1 -E '^#[0-9]+[[:space:]]+INITED' "$log")
   last=$(grep -E '^#[0-9]+[[:space:]].*cov: ' "$log" | tail -1)
@@ -100,7 +106,7 @@ done
 # smallest set of inputs with the working corpus's coverage.
 for f in "${fuzzers[@]}"; do
   mkdir -p "tests/fuzz/corpus/$f.merged"
-  if "${wrap[@]}" "$work/bin/$f" -merge=1 -max_len=16384 -timeout=25 -rss_limit_mb=2048 "tests/fuzz/corpus/$f.merged" \
+  if "${wrap[@]}" "$work/bin/$f" -merge=1 -max_len=16384 -timeout="$timeout" -rss_limit_mb=2048 "tests/fuzz/corpus/$f.merged" \
        "$work/$f/corpus" >"$work/$f/merge.log" 2>&1; then
     rm -rf "tests/fuzz/corpus/$f" && mv "tests/fuzz/corpus/$f.merged" "tests/fuzz/corpus/$f"
   else

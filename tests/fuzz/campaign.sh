@@ -12,12 +12,19 @@
 # --build --preset fuzz). Each chunk runs as
 #   $FEDRT_FUZZ_WRAP <fuzzer> -max_total_time=<chunk> -print_final_stats=1 ...
 # with FEDRT_FUZZ_WRAP="nice -n 19" unless set (a shared machine can put a
-# lock command in front, so a chunk takes one of its build slots).
+# lock command in front, so a chunk takes one of its build slots, or a wrapper
+# that pauses the fuzzer while measurements run). libFuzzer's -timeout is wall
+# time, so a fuzzer that is starved or paused reports a hang that is none:
+# FEDRT_FUZZ_TIMEOUT (seconds per input, default 25) raises it for such runs.
+# Every crash-, timeout-, oom- or leak- file counts as a crash; slow-unit files
+# are kept for a look but do not count.
 #
 # Work files go to build/fuzz/campaign/: per fuzzer the working corpus
 # (seeds from make_seeds plus the repository corpus plus what it finds),
 # each chunk's log, and crash-*, timeout-*, oom-* reproducers. results.tsv
-# has one line per chunk; the summary sums them.
+# has one line per chunk; the summary sums them. Seconds are wall time of the
+# fuzzer process; cpu_seconds (user + system) is what it actually ran, which is
+# what counts on a shared machine where it runs at nice 19 behind other work.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root="$PWD"
@@ -47,6 +54,7 @@ if [[ ${#fuzzers[@]} -eq 0 ]]; then
            codec_roundtrip_fuzzer)
 fi
 wrap=(${FEDRT_FUZZ_WRAP:-nice -n 19})
+timeout="${FEDRT_FUZZ_TIMEOUT:-25}"
 
 [[ -x "$build/tests/fuzz/make_seeds" ]] || { echo "campaign: build the fuzz preset first" >&2; exit 1; }
 mkdir -p "$work/bin"
@@ -57,7 +65,7 @@ for f in "${fuzzers[@]}"; do
   [[ -d "tests/fuzz/corpus/$f" ]] && cp -n "tests/fuzz/corpus/$f"/* "$work/$f/corpus/" 2>/dev/null
 done
 results="$work/results.tsv"
-[[ -f "$results" ]] || printf 'fuzzer\tqueued\tseconds\texecutions\tcov_start\tcov_end\tft_start\tft_end\tcrashes\n' >"$results"
+[[ -f "$results" ]] || printf 'fuzzer\tqueued\tseconds\texecutions\tcov_start\tcov_end\tft_start\tft_end\tcrashes\tcpu_seconds\n' >"$results"
 
 # One chunk of one fuzzer; appends its line to results.tsv.
 run_chunk() {
@@ -68,19 +76,20 @@ run_chunk() {
   cp "$build/tests/fuzz/$f" "$work/bin/$f.new" && mv "$work/bin/$f.new" "$work/bin/$f"
   started=$(date -u +%H:%M:%S)  # when the chunk was queued (FEDRT_FUZZ_WRAP may wait for a slot)
   local before after
-  before=$(ls "$work/$f/artifacts" | wc -l)
-  "${wrap[@]}" /usr/bin/time -f 'campaign: %e seconds' "$work/bin/$f" -max_total_time="$t" -print_final_stats=1 -max_len=16384 -timeout=25 \
+  before=$(ls "$work/$f/artifacts" | grep -cvE '^slow-unit-')
+  "${wrap[@]}" /usr/bin/time -f 'campaign: %e seconds, %U user, %S system' "$work/bin/$f" -max_total_time="$t" -print_final_stats=1 -max_len=16384 -timeout="$timeout" \
     -rss_limit_mb=2048 -artifact_prefix="$work/$f/artifacts/" "$work/$f/corpus" >"$log" 2>&1
-  after=$(ls "$work/$f/artifacts" | wc -l)
+  after=$(ls "$work/$f/artifacts" | grep -cvE '^slow-unit-')
   local inited last execs secs
   inited=$(grep -m1 -E '^#[0-9]+[[:space:]]+INITED' "$log")
   last=$(grep -E '^#[0-9]+[[:space:]].*cov: ' "$log" | tail -1)
   execs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' "$log" | grep -oE '[0-9]+$')
   secs=$(grep -oE '^campaign: [0-9]+' "$log" | grep -oE '[0-9]+$')  # the fuzzer's own time, not the wait for a slot
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$f" "$started" "${secs:-0}" "${execs:-0}" \
+  cpu=$(sed -nE 's/^campaign: [0-9.]+ seconds, ([0-9.]+) user, ([0-9.]+) system.*/\1 \2/p' "$log" | awk '{ printf "%d", $1 + $2 }')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$f" "$started" "${secs:-0}" "${execs:-0}" \
     "$(grep -oE 'cov: [0-9]+' <<<"$inited" | grep -oE '[0-9]+')" "$(grep -oE 'cov: [0-9]+' <<<"$last" | grep -oE '[0-9]+')" \
     "$(grep -oE 'ft: [0-9]+' <<<"$inited" | grep -oE '[0-9]+')" "$(grep -oE 'ft: [0-9]+' <<<"$last" | grep -oE '[0-9]+')" \
-    "$((after - before))" >>"$results"
+    "$((after - before))" "${cpu:-0}" >>"$results"
   tail -1 "$results"
 }
 
@@ -97,7 +106,7 @@ done
 # smallest set of inputs with the working corpus's coverage.
 for f in "${fuzzers[@]}"; do
   mkdir -p "tests/fuzz/corpus/$f.merged"
-  if "${wrap[@]}" "$work/bin/$f" -merge=1 -max_len=16384 -timeout=25 -rss_limit_mb=2048 "tests/fuzz/corpus/$f.merged" \
+  if "${wrap[@]}" "$work/bin/$f" -merge=1 -max_len=16384 -timeout="$timeout" -rss_limit_mb=2048 "tests/fuzz/corpus/$f.merged" \
        "$work/$f/corpus" >"$work/$f/merge.log" 2>&1; then
     rm -rf "tests/fuzz/corpus/$f" && mv "tests/fuzz/corpus/$f.merged" "tests/fuzz/corpus/$f"
   else
@@ -107,9 +116,9 @@ for f in "${fuzzers[@]}"; do
 done
 
 echo
-printf '%-24s %8s %12s %10s %10s %8s  %s\n' fuzzer seconds executions cov_start cov_end crashes corpus
+printf '%-24s %8s %8s %12s %10s %10s %8s  %s\n' fuzzer seconds cpu_s executions cov_start cov_end crashes corpus
 for f in "${fuzzers[@]}"; do
-  awk -F'\t' -v f="$f" '$1 == f { s += $3; e += $4; c += $9; if (first == "") first = $5; last = $6 }
-    END { printf "%-24s %8d %12d %10s %10s %8d", f, s, e, first, last, c }' "$results"
+  awk -F'\t' -v f="$f" '$1 == f { s += $3; e += $4; c += $9; u += $10; if (first == "") first = $5; last = $6 }
+    END { printf "%-24s %8d %8d %12d %10s %10s %8d", f, s, u, e, first, last, c }' "$results"
   printf '  %s files, %s KB\n' "$(ls "tests/fuzz/corpus/$f" 2>/dev/null | wc -l)" "$(du -sk "tests/fuzz/corpus/$f" 2>/dev/null | cut -f1)"
 done

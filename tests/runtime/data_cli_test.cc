@@ -194,6 +194,22 @@ TEST_CASE("fedrt sim with links compresses every codec's downlink but fp32's, th
   CHECK(compressed_rounds == 2);
 }
 
+TEST_CASE("fedrt sim devices make room for a codec spec that needs more than the defaults (small buckets)") {
+  // A fedrt device is sized for the build's codecs at their default
+  // parameters; b=1 needs more codec storage and payload than b=0 (and so
+  // does each rho the aggregator moves it to). Before, every device refused
+  // every round with resource_exhausted; now a device reports it once per
+  // such spec, makes room, joins again and sends its update in the round.
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const CliRun run = RunCli("sim --data " FEDRT_TINY_IDX_DIR " --devices 2 --rounds 2 --model mlp:784-16-10"
+                            " --codec ndqsg:s1=1,rho=2,b=1,ec=pack --out " + dir.File("s"));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.output.find("round 1/2  updates 2/2") != std::string::npos);
+  CHECK(run.output.find("round 2/2  updates 2/2") != std::string::npos);
+}
+
 TEST_CASE("fedrt sim whose devices exit at start stops within 30 s with their reason") {
   testing::TempDir dir;
   REQUIRE(dir.ok());

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "fedrt/codecs/codec.h"
 #include "fedrt/platform/clock.h"
 #include "fedrt/platform/log.h"
 #include "fedrt/runtime/byzantine.h"
@@ -46,6 +47,9 @@ class DeviceHost {
  private:
   bool Stopping() const { return stop_ != nullptr && stop_->load(); }
   Status Setup();
+  // Makes client_ from client_config_ and client_hooks_, and restores the
+  // error-feedback residual from the state file if there is one.
+  Status MakeClient();
   // One connection's life. OK: the aggregator ended the training.
   // kUnauthenticated, kFailedPrecondition: fatal. Anything else: reconnect.
   Status Session(bool* joined);
@@ -57,6 +61,8 @@ class DeviceHost {
   Dataset train_;                  // this device's share of the training set
   std::vector<uint32_t> share_;    // 0 .. n-1 over train_
   std::unique_ptr<Model> model_;
+  DeviceClientConfig client_config_;
+  DeviceHooks client_hooks_;
   std::unique_ptr<DeviceClient> client_;
   std::shared_ptr<const TlsContext> tls_;  // null: plain TCP
 };
@@ -110,8 +116,18 @@ Status DeviceHost::Setup() {
       misbehave->Apply(round, delta, d);
     };
   }
+  client_config_ = std::move(config);
+  client_hooks_ = std::move(hooks);
+  FEDRT_RETURN_IF_ERROR(MakeClient());
+  Log(LogLevel::kInfo, "device %s: %zu examples (%s, share %d of %d), model %s", id_.c_str(), share_.size(),
+      options_.partition.c_str(), index, options_.devices, options_.model.c_str());
+  return Status();
+}
+
+Status DeviceHost::MakeClient() {
+  client_.reset();
   Result<std::unique_ptr<DeviceClient>> client =
-      DeviceClient::Create(config, *model_, train_, &share_, SystemCrypto(), std::move(hooks));
+      DeviceClient::Create(client_config_, *model_, train_, &share_, SystemCrypto(), client_hooks_);
   if (!client.ok()) return client.status();
   client_ = std::move(*client);
   if (!options_.state_file.empty()) {
@@ -129,8 +145,6 @@ Status DeviceHost::Setup() {
           options_.state_file.c_str());
     }
   }
-  Log(LogLevel::kInfo, "device %s: %zu examples (%s, share %d of %d), model %s", id_.c_str(), share_.size(),
-      options_.partition.c_str(), index, options_.devices, options_.model.c_str());
   return Status();
 }
 
@@ -216,6 +230,25 @@ Status DeviceHost::Run() {
     if (status.code() == StatusCode::kUnauthenticated || status.code() == StatusCode::kFailedPrecondition) {
       Log(LogLevel::kError, "device %s: %s", id_.c_str(), status.ToString().c_str());
       return status;
+    }
+    if (status.code() == StatusCode::kResourceExhausted && !client_->outgrown_spec().empty()) {
+      // The client is sized for the build's codecs at their default
+      // parameters; the aggregator asked for one that needs more (a bucket
+      // size, more levels). A host can allocate: a new client that accepts
+      // it too, and the device joins again (it missed this round).
+      const std::string spec = client_->outgrown_spec();
+      std::vector<std::string>& accepted = client_config_.codecs;
+      if (std::find(accepted.begin(), accepted.end(), spec) != accepted.end()) return status;  // it did not help
+      if (accepted.empty()) {
+        for (const std::string& name : CodecNames()) {
+          if (MakeCodec(name).ok()) accepted.push_back(name);  // every codec with default parameters
+        }
+      }
+      accepted.push_back(spec);
+      Log(LogLevel::kInfo, "device %s: the aggregator asks for '%s', which needs more memory than this device "
+          "was sized for: making it room", id_.c_str(), spec.c_str());
+      FEDRT_RETURN_IF_ERROR(MakeClient());
+      continue;
     }
     if (!client_->redirect().empty()) {
       // An aggregator tier's rank sent it to the rank serving its shard: join

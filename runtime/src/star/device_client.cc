@@ -205,6 +205,7 @@ struct DeviceClient::State {
   uint64_t joins = 0;
   bool finished = false;
   std::string redirect;  // a redirect Leave's HOST:PORT (cleared by Start)
+  std::string outgrown_spec;  // an instructed spec the block could not hold (outgrown_spec())
   uint64_t next_round = 0;            // the round the device expects next (announced when joining)
   int64_t model_round = -1;           // round whose global model `global` holds
 
@@ -443,6 +444,7 @@ uint64_t DeviceClient::joins() const { return state_->joins; }
 bool DeviceClient::has_work() const { return state_->round_ready; }
 bool DeviceClient::finished() const { return state_->finished; }
 const std::string& DeviceClient::redirect() const { return state_->redirect; }
+const std::string& DeviceClient::outgrown_spec() const { return state_->outgrown_spec; }
 uint64_t DeviceClient::round() const { return state_->plan.round; }
 uint32_t DeviceClient::sender_id() const { return state_->sender_id; }
 std::size_t DeviceClient::parameter_count() const { return state_->d; }
@@ -668,7 +670,10 @@ Status DeviceClient::State::ApplyModel() {
     Result<PayloadView> view = ParsePayload(payload, bytes);
     if (!view.ok()) return view.status();
     Result<Codec*> delta_codec = codec.For(view->spec, d);
-    if (!delta_codec.ok()) return delta_codec.status();
+    if (!delta_codec.ok()) {
+      if (delta_codec.status().code() == StatusCode::kResourceExhausted) outgrown_spec = std::string(view->spec);
+      return delta_codec.status();
+    }
     if ((*delta_codec)->needs_side_info()) return InvalidArgument("a model delta in '" + std::string(view->spec) + "'");
     CodecContext context;
     context.session_seed = plan.session_seed;
@@ -749,7 +754,10 @@ Status DeviceClient::State::Train(uint32_t max_steps) {
 Result<Codec*> DeviceClient::State::InstructedCodec(uint32_t* version) {
   bool built = false;
   Result<Codec*> made = codec.For(plan.codec_spec, d, &built);
-  if (!made.ok()) return made;
+  if (!made.ok()) {
+    if (made.status().code() == StatusCode::kResourceExhausted) outgrown_spec = plan.codec_spec;
+    return made;
+  }
   AdaptiveCodec* levels = AsAdaptiveCodec(*made);
   if (levels == nullptr) return made;
   if (built) {
@@ -810,6 +818,7 @@ Result<std::size_t> DeviceClient::State::EncodeUpdate(Codec& instructed, float* 
   }
   const std::size_t needed = encoder->MaxEncodedSize(d);
   if (needed > payload_capacity) {
+    outgrown_spec = plan.codec_spec;
     return Status(StatusCode::kResourceExhausted, "an update in '" + plan.codec_spec + "' takes up to " +
                                                       std::to_string(needed) + " bytes; this device holds " +
                                                       std::to_string(payload_capacity) +
@@ -817,6 +826,7 @@ Result<std::size_t> DeviceClient::State::EncodeUpdate(Codec& instructed, float* 
   }
   if (!instructed.wants_error_feedback()) return encoder->Encode(delta, d, context, payload, payload_capacity);
   if (!feedback) {
+    outgrown_spec = plan.codec_spec;
     return Status(StatusCode::kResourceExhausted, "'" + plan.codec_spec +
                                                       "' asks for error feedback; this device holds no residual "
                                                       "(DeviceClientConfig::codecs sizes it)");

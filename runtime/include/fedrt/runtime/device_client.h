@@ -178,6 +178,12 @@ class DeviceClient {
   // where the host joins next. The client closed the link. Empty otherwise;
   // Start() clears it.
   const std::string& redirect() const;
+  // The instructed codec spec this client's memory could not hold (the
+  // session ended with kResourceExhausted naming it: a larger payload or
+  // codec storage than DeviceClientConfig::codecs sized); empty otherwise.
+  // A host that can allocate makes a new client whose codecs include it
+  // (RunDevice does); firmware sizes its codecs list for the aggregator's.
+  const std::string& outgrown_spec() const;
   // The round the device trains or trained last.
   uint64_t round() const;
 

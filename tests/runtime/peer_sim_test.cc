@@ -434,7 +434,8 @@ TEST_CASE("fedrt sim runs byzantine devices against a robust rule, and DP stops 
   }
   Run krum = testing::RunCommand(common + " --topology gossip --peers 4 --aggregation krum:1 --out " + dir.File("krum"));
   CHECK(krum.exit_code == 1);
-  CHECK(krum.output.find("peer rank 0 exited with status 1") != std::string::npos);
+  // Every peer refuses krum at its first step; whichever exit the sim sees first is named.
+  CHECK(krum.output.find(" exited with status 1") != std::string::npos);
   CHECK(Slurp(dir.File("krum") + "/gossip-fp32/rank-0.log").find("krum:1 needs 5 models per gossip step") !=
         std::string::npos);
   Run bad = testing::RunCommand(common + " --devices 2 --byzantine 3:signflip --out " + dir.File("bad"));

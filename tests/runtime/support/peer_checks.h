@@ -94,7 +94,7 @@ inline void CheckRingOrderSum(PeerGroups& ring, std::size_t size, uint32_t seed)
   for (std::size_t r = 0; r < data.size(); ++r) {
     INFO("rank ", r);
     REQUIRE(data[r].size() == expected.size());
-    CHECK(std::memcmp(data[r].data(), expected.data(), size * sizeof(float)) == 0);
+    if (size != 0) CHECK(std::memcmp(data[r].data(), expected.data(), size * sizeof(float)) == 0);  // no memcmp of null
   }
 }
 

@@ -13,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include "fedrt/codecs/codec.h"
 #include "fedrt/platform/clock.h"
 #include "fedrt/platform/log.h"
 #include "fedrt/runtime/byzantine.h"
@@ -239,11 +238,7 @@ Status DeviceHost::Run() {
       const std::string spec = client_->outgrown_spec();
       std::vector<std::string>& accepted = client_config_.codecs;
       if (std::find(accepted.begin(), accepted.end(), spec) != accepted.end()) return status;  // it did not help
-      if (accepted.empty()) {
-        for (const std::string& name : CodecNames()) {
-          if (MakeCodec(name).ok()) accepted.push_back(name);  // every codec with default parameters
-        }
-      }
+      if (accepted.empty()) accepted = DefaultDeviceCodecs();
       accepted.push_back(spec);
       Log(LogLevel::kInfo, "device %s: the aggregator asks for '%s', which needs more memory than this device "
           "was sized for: making it room", id_.c_str(), spec.c_str());

@@ -67,16 +67,12 @@ struct CodecNeeds {
 Result<CodecNeeds> MeasureCodecs(const DeviceClientConfig& config, const Model& model) {
   const std::size_t d = model.parameter_count();
   const std::vector<std::size_t> tensors = ModelTensorSizes(model);
-  const bool defaults = config.codecs.empty();
-  const std::vector<std::string> specs = defaults ? CodecNames() : config.codecs;
+  const std::vector<std::string> specs = config.codecs.empty() ? DefaultDeviceCodecs() : config.codecs;
   CodecNeeds needs;
   for (const std::string& spec : specs) {
     Result<CodecFootprint> footprint = CodecFootprintFor(spec, d);
     Result<std::unique_ptr<Codec>> codec = footprint.ok() ? MakeCodec(spec) : footprint.status();
-    if (!codec.ok()) {
-      if (defaults) continue;  // a codec whose parameters have no default (moniqua's theta)
-      return Status(codec.status().code(), "device codec '" + spec + "': " + codec.status().message());
-    }
+    if (!codec.ok()) return Status(codec.status().code(), "device codec '" + spec + "': " + codec.status().message());
     Result<std::unique_ptr<TensorSetCodec>> update = BorrowUpdateCodec(**codec, tensors);
     if (!update.ok()) return update.status();
     needs.payload_bytes = std::max({needs.payload_bytes, (*update)->MaxEncodedSize(d), (*codec)->MaxEncodedSize(d)});
@@ -99,6 +95,14 @@ std::size_t FirstFrameBytes(bool adaptive) {
 }
 
 }  // namespace
+
+std::vector<std::string> DefaultDeviceCodecs() {
+  std::vector<std::string> specs;
+  for (const std::string& name : CodecNames()) {
+    if (MakeCodec(name).ok()) specs.push_back(name);
+  }
+  return specs;
+}
 
 // The instructed and downlink codecs take turns in one storage: each is
 // built in place (ConstructCodec, no allocation) when the other, or another

@@ -119,6 +119,10 @@ struct DeviceClientConfig {
   const Clock* clock = nullptr;
 };
 
+// What an empty DeviceClientConfig::codecs means: every codec of this build
+// that has default parameters (moniqua, whose theta has none, is left out).
+std::vector<std::string> DefaultDeviceCodecs();
+
 // A sender id both ends derive from the device id (24 bits, FNV-1a): the
 // codec randomness of a device's payloads depends on it.
 uint32_t DeviceSenderId(const std::string& device_id);

@@ -251,4 +251,49 @@ void KernelLinks::Remove() {
 
 KernelLinks::~KernelLinks() { Remove(); }
 
+Result<ShaperPlan> PlanShapers(const std::vector<LinkProfile>& profiles, const std::string& shaper,
+                               const std::string& who) {
+  ShaperPlan plan;
+  plan.user.assign(profiles.size(), LinkProfile());
+  if (profiles.empty()) return plan;
+  const std::string where = "tc on a veth pair per " + who + ", namespaces fedrt-" + Pid() + "-N";
+  Status kernel = shaper == "user" ? Status(StatusCode::kUnavailable, "--shaper user") : KernelLinks::Available(profiles);
+  if (kernel.ok()) {
+    Result<std::unique_ptr<KernelLinks>> made = KernelLinks::Create(profiles);
+    if (made.ok()) {
+      plan.kernel = std::move(*made);
+      plan.note = "kernel (" + where + ")";
+      return plan;
+    }
+    kernel = made.status();
+  }
+  if (shaper == "kernel") {
+    return Status(StatusCode::kUnavailable, "--shaper kernel: " + kernel.message() +
+                                                " (--shaper auto shapes in user space what the kernel cannot)");
+  }
+  // A kernel without sch_netem still has tbf for the rates.
+  bool delay = false, loss = false, rate = false;
+  std::vector<LinkProfile> rates = profiles;
+  for (LinkProfile& p : rates) {
+    delay = delay || p.delay_ms != 0;
+    loss = loss || p.loss > 0;
+    rate = rate || p.up_bits_per_second != 0 || p.down_bits_per_second != 0;
+    p.delay_ms = 0;
+    p.loss = 0;
+  }
+  if (shaper == "auto" && delay && !loss && rate && KernelLinks::Available(rates).ok()) {
+    Result<std::unique_ptr<KernelLinks>> made = KernelLinks::Create(rates);
+    if (made.ok()) {
+      plan.kernel = std::move(*made);
+      for (std::size_t i = 0; i < profiles.size(); ++i) plan.user[i].delay_ms = profiles[i].delay_ms;
+      plan.note = "kernel for the rate (" + where + "), user space for the delay (the kernel cannot: " +
+                  kernel.message() + ")";
+      return plan;
+    }
+  }
+  plan.user = profiles;
+  plan.note = "user space (the kernel cannot: " + kernel.message() + ")";
+  return plan;
+}
+
 }  // namespace fedrt::cli

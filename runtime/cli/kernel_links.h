@@ -59,6 +59,28 @@ class KernelLinks {
   std::vector<std::string> host_ends_;
 };
 
+// Which shaper does what for a run's links (`--shaper auto|kernel|user`),
+// for the devices of a star sim and the peers of a ring or gossip sim:
+// - the kernel shapes everything when it can (root, ip netns, tbf, and
+//   sch_netem for a delay or a loss);
+// - auto on a kernel that has tbf but not sch_netem: the kernel shapes the
+//   rate and the user-space shaper adds the delay (each process gets the
+//   delay-only profile `unlimited,delay=MS`), unless a profile has a loss,
+//   which the user-space shaper models as retransmission time on its own
+//   rate: then user space does everything;
+// - otherwise (or --shaper user) the user-space shaper does everything.
+// `note` says which did what, for the run's header; `who` is "device" or
+// "peer". --shaper kernel is an error when the kernel cannot do it all.
+struct ShaperPlan {
+  std::unique_ptr<KernelLinks> kernel;  // null: no namespaces (everything on 127.0.0.1)
+  // Per device / peer: what its own user-space shaper does (`fedrt device
+  // --link`, `fedrt peer --link`); shaped() false: nothing.
+  std::vector<transport::LinkProfile> user;
+  std::string note;
+};
+Result<ShaperPlan> PlanShapers(const std::vector<transport::LinkProfile>& profiles, const std::string& shaper,
+                               const std::string& who);
+
 // Runs `args` (a program and its arguments, no shell) and returns its
 // output; kUnavailable with the output when it fails. For ip and tc.
 Result<std::string> RunTool(const std::vector<std::string>& args);

@@ -98,6 +98,7 @@ struct PeerFlags {
   std::string save_model;   // this peer's final model as .npz
   int evals_per_epoch = 1;  // test-set evaluations per epoch (the last at the epoch's end)
   transport::TlsConfig tls;  // empty: plain TCP links
+  std::string link;          // --link: parsed into PeerOptions::link
   // Robust gossip and local DP (peer_trainer.h; runtime/README.md).
   std::string aggregation = "mean";
   double clip_update_norm = 0;
@@ -118,10 +119,12 @@ struct Joined {
 
 Result<Joined> Join(const std::string& config, const std::string& keys_path, int rank, transport::KeyStore* keys,
                     peer::GossipGraph graph = peer::GossipGraph::kRing, uint32_t chunk_floats = 0,
-                    const transport::TlsConfig& tls = transport::TlsConfig()) {
+                    const transport::TlsConfig& tls = transport::TlsConfig(),
+                    const transport::LinkProfile& link = transport::LinkProfile()) {
   Joined joined;
   joined.options.graph = graph;
   joined.options.tls = tls;
+  joined.options.link = link;
   auto peers = ReadPeerConfig(config, &joined.options);
   if (!peers.ok()) return peers.status();
   if (chunk_floats != 0) joined.options.chunk_floats = chunk_floats;
@@ -320,11 +323,21 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
     init = std::move(*loaded);
     model_spec = init.spec;
   }
+  transport::LinkProfile link;
+  if (!flags.link.empty()) {
+    Result<transport::LinkProfile> parsed = transport::ParseLinkProfile(flags.link);
+    if (!parsed.ok()) {
+      Fail("peer", InvalidArgument("--link: " + parsed.status().message()));
+      return 2;  // a usage error
+    }
+    link = *parsed;
+  }
   transport::KeyStore keys;
   auto joined = Join(flags.config, flags.keys, flags.rank, &keys,
                      graph_applies && flags.graph == "torus" ? peer::GossipGraph::kTorus : peer::GossipGraph::kRing,
-                     0, flags.tls);
+                     0, flags.tls, link);
   if (!joined.ok()) return Fail("peer", joined.status());
+  if (link.shaped()) std::printf("links shaped in user space: %s\n", transport::FormatLinkProfile(link).c_str());
   peer::CollectiveContext& context = *joined->context;
   const int n = static_cast<int>(context.members().size());
 
@@ -636,6 +649,9 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--evals-per-epoch", flags->evals_per_epoch, "Test-set evaluations per epoch")
       ->capture_default_str()->check(CLI::Range(1, 1000));
   AddTlsPeerFlags(*p, flags->tls);
+  p->add_option("--link", flags->link,
+                "Shape this peer's links in user space: RATE[,delay=MS][,loss=PCT][,down=RATE] (its uplink is all it "
+                "sends, its downlink all it receives)");
   commands.push_back({p, [flags, p] { return RunPeer(*flags, *p); }});
 
   CLI::App* bench = app.get_subcommand("bench");

@@ -525,25 +525,15 @@ int RunSim(SimFlags flags, const CLI::App& app) {
   // SIGINT and SIGTERM stop the run cleanly, so that what it set up (the
   // kernel links above all) is removed.
   std::atomic<bool>* interrupted = CatchStopSignals();
-  std::unique_ptr<KernelLinks> kernel_links;  // removed however this function returns
-  std::string shaper_note;
-  if (!links->empty()) {
-    Status kernel = flags.shaper == "user" ? Status(StatusCode::kUnavailable, "--shaper user")
-                                           : KernelLinks::Available(*links);
-    if (kernel.ok()) {
-      Result<std::unique_ptr<KernelLinks>> made = KernelLinks::Create(*links);
-      if (made.ok()) {
-        kernel_links = std::move(*made);
-      } else {
-        kernel = made.status();
-      }
-    }
-    if (!kernel_links && flags.shaper == "kernel") return Fail("--shaper kernel: " + kernel.ToString());
-    shaper_note = kernel_links ? "kernel (tc on a veth pair per device, namespaces fedrt-" +
-                                     std::to_string(::getpid()) + "-N, aggregator on " +
-                                     kernel_links->host_address() + ")"
-                               : "user space (the kernel cannot: " + kernel.message() + ")";
-    if (flags.tls && kernel_links) {  // the devices dial the bridge's address
+  // Which shaper does what (cli/kernel_links.h); the kernel links are
+  // removed however this function returns.
+  Result<ShaperPlan> plan = PlanShapers(*links, flags.shaper, "device");
+  if (!plan.ok()) return Fail(plan.status().ToString());
+  const std::unique_ptr<KernelLinks>& kernel_links = plan->kernel;
+  std::string shaper_note = plan->note;
+  if (kernel_links) {
+    shaper_note.insert(shaper_note.find(')'), ", aggregator on " + kernel_links->host_address());
+    if (flags.tls) {  // the devices dial the bridge's address
       const Status written = WriteSimTlsFiles(&flags, {"127.0.0.1", kernel_links->host_address()});
       if (!written.ok()) return Fail("--tls: " + written.ToString());
     }
@@ -565,9 +555,11 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     if (kernel_links) {
       link.server_host = kernel_links->host_address();
       link.wrapper = {"ip", "netns", "exec", kernel_links->netns(i)};
-    } else {
+    }
+    const transport::LinkProfile& user = plan->user[static_cast<std::size_t>(i)];
+    if (user.shaped()) {
       link.args.push_back("--link");
-      link.args.push_back(transport::FormatLinkProfile((*links)[static_cast<std::size_t>(i)]));
+      link.args.push_back(transport::FormatLinkProfile(user));
     }
   }
   ::mkdir(flags.out.c_str(), 0755);
@@ -870,7 +862,8 @@ void RegisterSim(CLI::App& app, CommandList& commands) {
   sim->add_option("--link-file", flags->link_file,
                   "A link profile per device (peer) or per share of the fleet (runtime/README.md)");
   sim->add_option("--shaper", flags->shaper,
-                  "With links: kernel (root: namespaces and tc), user (star: in the devices) or auto (kernel when it can)")
+                  "With links: kernel (root: namespaces and tc), user (in the devices or peers) or auto (kernel when it can; "
+                  "without sch_netem the kernel shapes the rate and user space the delay)")
       ->capture_default_str()->check(CLI::IsMember({"auto", "kernel", "user"}));
   sim->add_flag("--tls", flags->tls, "TLS on every connection, with a throwaway CA and certificate in <out>/tls");
   commands.push_back({sim, [flags, sim] { return RunSim(*flags, *sim); }});

@@ -144,10 +144,12 @@ double Number(const nlohmann::json& row, const char* key) {
 }
 
 // Runs one codec; appends its rows to `metrics`, its series to `all`.
-// `links`: the peers run in its namespaces (null: on 127.0.0.1). A stop
-// signal (`interrupted`) stops the peers and ends the run with kCancelled.
+// `shapers`: the peers run in its kernel links' namespaces (none: on
+// 127.0.0.1), each with its user-space profile. A stop signal
+// (`interrupted`) stops the peers and ends the run with kCancelled.
 Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& metrics, std::vector<SimSeries>* all,
-              const KernelLinks* links, const std::atomic<bool>* interrupted) {
+              const ShaperPlan& shapers, const std::atomic<bool>* interrupted) {
+  const KernelLinks* links = shapers.kernel.get();
   Result<PeerMode> mode = ModeFor(flags, codec);
   if (!mode.ok()) return mode.status();
   const std::string name = flags.topology + " " + codec + (flags.topology == "gossip" && flags.graph == "torus" ? " (torus)" : "");
@@ -210,6 +212,9 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
       // Every peer presents the sim's 127.0.0.1 certificate (server and client use).
       args.insert(args.end(), {"--tls-cert", flags.tls_cert_file, "--tls-key", flags.tls_key_file, "--tls-ca",
                                flags.tls_ca_file});
+    }
+    if (!shapers.user.empty() && shapers.user[static_cast<std::size_t>(r)].shaped()) {
+      args.insert(args.end(), {"--link", transport::FormatLinkProfile(shapers.user[static_cast<std::size_t>(r)])});
     }
     std::vector<std::string> wrapper;
     if (links != nullptr) wrapper = {"ip", "netns", "exec", links->netns(r)};
@@ -417,33 +422,22 @@ int RunPeerSim(const SimFlags& flags_in) {
     Result<PeerMode> mode = ModeFor(flags, codec);
     if (!mode.ok()) return Fail(mode.status().ToString());
   }
-  // Links: each peer in a network namespace of its own, its veth pair
-  // shaped both ways (cli/kernel_links.h). The user-space shaper delivers
-  // frames on its own thread, which the collectives' handlers do not allow,
-  // so peers take links from the kernel only.
+  // Links: the kernel shaper puts each peer in a network namespace of its
+  // own, its veth pair shaped both ways; the user-space shaper shapes each
+  // peer's connections in the peer (`fedrt peer --link`); or both, the
+  // kernel the rate and user space the delay (cli/kernel_links.h).
   Result<std::vector<transport::LinkProfile>> links = FleetLinks(flags.link, flags.link_file, flags.peers);
   if (!links.ok()) {
     Fail(links.status().ToString());
     return 2;  // a usage error
   }
   std::atomic<bool>* interrupted = CatchStopSignals();
-  std::unique_ptr<KernelLinks> kernel_links;  // removed however this function returns
-  if (!links->empty()) {
-    if (flags.shaper == "user" || flags.tls) {
-      Fail(flags.tls ? "--tls with --link: the peers' throwaway certificate names 127.0.0.1 only"
-                     : "--shaper user: peer topologies take links from the kernel shaper only");
-      return 2;  // a usage error
-    }
-    Status available = KernelLinks::Available(*links);
-    if (available.ok()) {
-      Result<std::unique_ptr<KernelLinks>> made = KernelLinks::Create(*links);
-      if (made.ok()) kernel_links = std::move(*made);
-      available = made.status();
-    }
-    if (!kernel_links) {
-      return Fail("--link with --topology " + flags.topology +
-                  " needs the kernel shaper (root, ip netns, tbf; netem for delay and loss): " + available.message());
-    }
+  Result<ShaperPlan> plan = PlanShapers(*links, flags.shaper, "peer");  // removed however this function returns
+  if (!plan.ok()) return Fail(plan.status().ToString());
+  if (plan->kernel && flags.tls) {
+    Fail("--tls with the kernel shaper: the peers' throwaway certificate names 127.0.0.1 only (--shaper user "
+         "keeps the peers there)");
+    return 2;  // a usage error
   }
   ::mkdir(flags.out.c_str(), 0755);
   std::ofstream metrics(flags.out + "/metrics.jsonl", std::ios::trunc);
@@ -452,15 +446,12 @@ int RunPeerSim(const SimFlags& flags_in) {
   std::printf("fedrt sim: %s, %d peers, %u epochs, %s, %s partition, codecs:", what.c_str(), flags.peers, flags.epochs,
               flags.model.c_str(), flags.partition.c_str());
   for (const std::string& c : flags.codecs) std::printf(" %s", c.c_str());
-  if (kernel_links) {
-    std::printf("\n  links: %s; shaper: kernel (tc on a veth pair per peer, namespaces fedrt-%d-N)",
-                DescribeFleetLinks(*links).c_str(), static_cast<int>(::getpid()));
-  }
+  if (!links->empty()) std::printf("\n  links: %s; shaper: %s", DescribeFleetLinks(*links).c_str(), plan->note.c_str());
   std::printf("\n  output in %s/ (metrics.jsonl, plot.svg, one folder of peer logs per codec)\n", flags.out.c_str());
   std::fflush(stdout);
   std::vector<SimSeries> all;
   for (const std::string& codec : flags.codecs) {
-    Status s = RunOne(flags, codec, metrics, &all, kernel_links.get(), interrupted);
+    Status s = RunOne(flags, codec, metrics, &all, *plan, interrupted);
     if (s.code() == StatusCode::kCancelled) {
       std::printf("%s\n", s.message().c_str());
       return 0;  // main() exits with 128 + the signal

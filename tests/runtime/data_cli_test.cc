@@ -194,6 +194,60 @@ TEST_CASE("fedrt sim with links compresses every codec's downlink but fp32's, th
   CHECK(compressed_rounds == 2);
 }
 
+// The number after `"key":` in a metrics line (-1 when absent).
+double MetricsNumber(const std::string& line, const std::string& key) {
+  const std::size_t at = line.find("\"" + key + "\":");
+  return at == std::string::npos ? -1 : std::stod(line.substr(at + key.size() + 3));
+}
+
+TEST_CASE("fedrt sim with a link delay says which shaper did what and every round's download waits for it") {
+  // As root without sch_netem (this build machine) the kernel shapes the
+  // rate and each device's user-space shaper the delay; elsewhere one of
+  // them does both. Either way, a round's download runs from its start to
+  // the device's acknowledgement: the instructions cross the delayed
+  // downlink and the acknowledgement the delayed uplink, 2 x 300 ms at least.
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const CliRun run = RunCli("sim --data " FEDRT_TINY_IDX_DIR " --devices 2 --rounds 2 --model mlp:784-16-10"
+                            " --codec fp32 --link 1000mbit,delay=300ms --out " + dir.File("s"));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.output.find("links: 2 x 1gbit,delay=300ms; shaper: ") != std::string::npos);
+  const bool split = run.output.find("shaper: kernel for the rate (") != std::string::npos;
+  const bool kernel = run.output.find("shaper: kernel (") != std::string::npos;
+  const bool user = run.output.find("shaper: user space (the kernel cannot: ") != std::string::npos;
+  CHECK(int{split} + int{kernel} + int{user} == 1);
+  if (split) CHECK(run.output.find("), user space for the delay (the kernel cannot: ") != std::string::npos);
+  CHECK(run.output.find("[fp32] round 2/2  updates 2/2") != std::string::npos);
+  std::ifstream metrics(dir.File("s/metrics.jsonl"));
+  int rounds = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    ++rounds;
+    INFO(line);
+    CHECK(MetricsNumber(line, "download_seconds") >= 0.6);
+  }
+  CHECK(rounds == 2);
+}
+
+TEST_CASE("fedrt sim --topology ring and gossip shape every peer's links in user space") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  for (const char* topology : {"ring", "gossip"}) {
+    const CliRun run = RunCli(std::string("sim --topology ") + topology + " --data " FEDRT_TINY_IDX_DIR
+                              " --peers 2 --epochs 1 --batch 16 --model mlp:784-16-10 --codec fp32"
+                              " --link 100mbit,delay=20ms --shaper user --out " + dir.File(topology));
+    INFO(run.output);
+    REQUIRE(run.exit_code == 0);
+    CHECK(run.output.find("links: 2 x 100mbit,delay=20ms; shaper: user space (the kernel cannot: --shaper user)") !=
+          std::string::npos);
+    // Each peer was started with its own link.
+    std::ifstream log(dir.File(std::string(topology) + "/" + topology + "-fp32/rank-1.log"));
+    bool shaped = false;
+    for (std::string line; std::getline(log, line);) shaped = shaped || line == "links shaped in user space: 100mbit,delay=20ms";
+    CHECK(shaped);
+  }
+}
+
 TEST_CASE("fedrt sim devices make room for a codec spec that needs more than the defaults (small buckets)") {
   // A fedrt device is sized for the build's codecs at their default
   // parameters; b=1 needs more codec storage and payload than b=0 (and so

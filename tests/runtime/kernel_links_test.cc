@@ -128,6 +128,57 @@ TEST_CASE("the kernel shaper carries n bytes in n over the rate within 10% up an
   CHECK(!RunTool({"ip", "link", "show", bridge}).ok());
 }
 
+// Whatever this machine can do (no root; root without sch_netem, as here;
+// root with it), every part of a profile is shaped by exactly one shaper,
+// and the note says which.
+TEST_CASE("the shaper plan gives the rate and the delay each to one shaper and says which") {
+  Result<transport::LinkProfile> profile = transport::ParseLinkProfile("4mbit,delay=50ms");
+  REQUIRE(profile.ok());
+  const std::vector<transport::LinkProfile> profiles = {*profile, *profile};
+  {
+    Result<ShaperPlan> plan = PlanShapers(profiles, "auto", "device");
+    REQUIRE_MESSAGE(plan.ok(), plan.status().ToString());
+    MESSAGE("auto: " << plan->note);
+    REQUIRE(plan->user.size() == 2);
+    for (const transport::LinkProfile& user : plan->user) {
+      if (!plan->kernel) {  // user space does everything
+        CHECK(user.up_bits_per_second == 4000000);
+        CHECK(user.down_bits_per_second == 4000000);
+        CHECK(user.delay_ms == 50);
+        CHECK(plan->note.rfind("user space (the kernel cannot: ", 0) == 0);
+      } else if (user.shaped()) {  // the kernel the rate, user space the delay
+        CHECK(user.up_bits_per_second == 0);
+        CHECK(user.down_bits_per_second == 0);
+        CHECK(user.delay_ms == 50);
+        CHECK(transport::FormatLinkProfile(user) == "unlimited,delay=50ms");
+        CHECK(plan->note.find("kernel for the rate (tc on a veth pair per device") == 0);
+        CHECK(plan->note.find("user space for the delay (the kernel cannot: sch_netem") != std::string::npos);
+      } else {  // the kernel everything
+        CHECK(plan->note.rfind("kernel (", 0) == 0);
+      }
+    }
+    // The plain rate never needs user space where the kernel shapes.
+    if (plan->kernel) {
+      plan->kernel.reset();
+      Result<ShaperPlan> rate = PlanShapers({*transport::ParseLinkProfile("4mbit")}, "auto", "device");
+      REQUIRE(rate.ok());
+      CHECK(rate->kernel != nullptr);
+      CHECK(!rate->user[0].shaped());
+    }
+  }
+  Result<ShaperPlan> user = PlanShapers(profiles, "user", "peer");
+  REQUIRE(user.ok());
+  CHECK(user->kernel == nullptr);
+  CHECK(user->user[1].up_bits_per_second == 4000000);
+  CHECK(user->user[1].delay_ms == 50);
+  CHECK(user->note == "user space (the kernel cannot: --shaper user)");
+  // --shaper kernel takes nothing less than the whole profile.
+  const Status kernel_can = KernelLinks::Available(profiles);
+  Result<ShaperPlan> kernel = PlanShapers(profiles, "kernel", "device");
+  CHECK(kernel.ok() == kernel_can.ok());
+  if (!kernel.ok()) CHECK(kernel.status().message().find("--shaper auto") != std::string::npos);
+}
+
 TEST_CASE("the kernel shaper refuses more devices than its subnet holds") {
   std::vector<transport::LinkProfile> many(251, *transport::ParseLinkProfile("1mbit"));
   CHECK(KernelLinks::Available(many).code() == StatusCode::kUnavailable);

@@ -87,6 +87,32 @@ TEST_CASE("a lossy link direction costs each lost packet its bytes and a round t
   CHECK(slow - clean == lost * (kLinkPacketBytes * 8 + 40000));
 }
 
+TEST_CASE("a link direction forwards a paced message as it comes: a hop costs its time once, plus both delays") {
+  // 1 byte per microsecond each way, 10 ms of delay each: the sender's
+  // uplink, then the receiver's downlink.
+  LinkDirection up(8000000, 10, 0, 1);
+  LinkDirection down(8000000, 10, 0, 2);
+  LinkDirection store(8000000, 10, 0, 2);
+  const std::size_t bytes = 100000;
+  const uint64_t at_far_end = up.Transmit(0, bytes);
+  CHECK(at_far_end == bytes - kLinkBurstBytes + 10000);
+  // Cut-through: the message's time once, and the second delay.
+  CHECK(down.Forward(at_far_end, bytes) == at_far_end + 10000);
+  // Store and forward charges the time again.
+  CHECK(store.Transmit(at_far_end, bytes) == at_far_end + bytes - kLinkBurstBytes + 10000);
+  // A slower downlink sets the pace of a stream: 10 messages of 10000 bytes
+  // offered at 1 byte/us reach the far end of a 4 bit/us downlink 20000 us apart.
+  LinkDirection fast(8000000, 0, 0, 1);
+  LinkDirection slow(4000000, 0, 0, 2);
+  uint64_t last = 0, previous = 0;
+  for (int i = 0; i < 10; ++i) {
+    previous = last;
+    last = slow.Forward(fast.Transmit(0, 10000), 10000);
+  }
+  CHECK(last - previous == 20000);
+  CHECK(last == doctest::Approx(10 * 20000.0).epsilon(0.05));
+}
+
 using testing::UpdateFrames;
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
@@ -140,6 +166,63 @@ TEST_CASE("the user-space shaper carries n bytes in n over the rate within 10% u
   link->Close();
   CHECK(client->WaitClosed(5000));
   CHECK(client->close_reason().ok());
+}
+
+// The delay line: the same transfer takes n over the rate plus the one-way
+// delay (within 10%, the delay being most of the margin's worth thrice
+// over), and a frame of a few bytes takes at least the delay, both ways.
+TEST_CASE("the user-space shaper adds its one-way delay to n over the rate, up and down over tcp") {
+  Result<LinkProfile> profile = ParseLinkProfile("4mbit,delay=200ms");
+  REQUIRE(profile.ok());
+  LinkShaper shaper(*profile, 1);
+  EventLoopThread loop;
+  auto server = std::make_shared<FrameQueue>();
+  Result<std::shared_ptr<TcpListener>> listener =
+      TcpListener::Listen(loop.loop(), "127.0.0.1", 0, ConnectionOptions(), server);
+  REQUIRE(listener.ok());
+  auto client = std::make_shared<FrameQueue>();
+  Result<std::shared_ptr<Connection>> inner = TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(),
+                                                                ConnectionOptions(), shaper.Wrap(client), 5000);
+  REQUIRE(inner.ok());
+  std::shared_ptr<Connection> link = shaper.Shaped(**inner);
+  REQUIRE(link.get() != nullptr);
+
+  // A small frame: the delay is all there is to see.
+  const std::vector<uint8_t> tiny(16, 1);
+  auto start = std::chrono::steady_clock::now();
+  REQUIRE(link->Send(UpdateFrames(tiny, 1)[0]).ok());
+  REQUIRE(server->Pop(5000).ok());
+  const double tiny_up = SecondsSince(start);
+  std::shared_ptr<Connection> server_end = server->connection();
+  REQUIRE(server_end.get() != nullptr);
+  start = std::chrono::steady_clock::now();
+  REQUIRE(server_end->Send(UpdateFrames(tiny, 1)[0]).ok());
+  REQUIRE(client->Pop(5000).ok());
+  const double tiny_down = SecondsSince(start);
+  MESSAGE("a 16-byte frame: " << tiny_up << " s up, " << tiny_down << " s down, delay 0.2 s");
+  CHECK(tiny_up >= 0.2);
+  CHECK(tiny_down >= 0.2);
+
+  const std::vector<uint8_t> payload(32u << 10, 7);
+  const int count = 8;
+  std::size_t wire_bytes = 0;
+  for (const OutFrame& frame : UpdateFrames(payload, count)) wire_bytes += frame.wire_size();
+  const double expected = static_cast<double>(wire_bytes) * 8 / 4e6 + 0.2;
+  start = std::chrono::steady_clock::now();
+  for (OutFrame& frame : UpdateFrames(payload, count)) REQUIRE(link->Send(std::move(frame)).ok());
+  REQUIRE(link->Flush(10000).ok());
+  const double up = SecondsSince(start);
+  for (int i = 0; i < count; ++i) REQUIRE(server->Pop(5000).ok());
+  MESSAGE("uplink: " << wire_bytes << " bytes in " << up << " s, expected " << expected << " s");
+  CHECK(up == doctest::Approx(expected).epsilon(0.10));
+  start = std::chrono::steady_clock::now();
+  for (OutFrame& frame : UpdateFrames(payload, count)) REQUIRE(server_end->Send(std::move(frame)).ok());
+  for (int i = 0; i < count; ++i) REQUIRE(client->Pop(5000).ok());
+  const double down = SecondsSince(start);
+  MESSAGE("downlink: " << wire_bytes << " bytes in " << down << " s, expected " << expected << " s");
+  CHECK(down == doctest::Approx(expected).epsilon(0.10));
+  link->Close();
+  CHECK(client->WaitClosed(5000));
 }
 
 TEST_CASE("a shaped connection that is aborted drops what it holds and its flush says so") {

@@ -46,6 +46,14 @@ Result<double> ParseLoss(const std::string& text) {
   return value / 100;
 }
 
+// A profile's rates may be `unlimited` (0): the form FormatLinkProfile
+// gives a direction it does not limit, such as the delay-only profile the
+// user-space shaper gets beside a kernel that shapes the rate.
+Result<uint64_t> ParseRateOrUnlimited(const std::string& text) {
+  if (text == "unlimited") return uint64_t{0};
+  return ParseLinkRate(text);
+}
+
 std::string FormatNumber(double value) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.6g", value);
@@ -89,7 +97,7 @@ Result<LinkProfile> ParseLinkProfile(const std::string& text) {
     begin = comma + 1;
   }
   LinkProfile profile;
-  Result<uint64_t> up = ParseLinkRate(parts[0]);
+  Result<uint64_t> up = ParseRateOrUnlimited(parts[0]);
   if (!up.ok()) {
     return InvalidArgument("link profile '" + text + "': " + up.status().message() +
                            " (form: RATE[,delay=MS][,loss=PCT][,down=RATE])");
@@ -114,7 +122,7 @@ Result<LinkProfile> ParseLinkProfile(const std::string& text) {
       bad = loss.status();
     } else if (key == "down" && !seen_down) {
       seen_down = true;
-      Result<uint64_t> down = ParseLinkRate(value);
+      Result<uint64_t> down = ParseRateOrUnlimited(value);
       if (down.ok()) profile.down_bits_per_second = *down;
       bad = down.status();
     } else {
@@ -122,6 +130,7 @@ Result<LinkProfile> ParseLinkProfile(const std::string& text) {
     }
     if (!bad.ok()) return InvalidArgument("link profile '" + text + "': " + bad.message());
   }
+  if (!profile.shaped()) return InvalidArgument("link profile '" + text + "' shapes nothing");
   return profile;
 }
 
@@ -172,6 +181,15 @@ uint64_t LinkDirection::Transmit(uint64_t now_us, std::size_t bytes) {
   done += lost * std::max<uint64_t>(1000, 2 * delay_us_);
   busy_until_us_ = done;
   return done + delay_us_;
+}
+
+uint64_t LinkDirection::Forward(uint64_t now_us, std::size_t bytes) {
+  uint64_t lead = 0;
+  if (bits_per_second_ != 0) {
+    lead = static_cast<uint64_t>(static_cast<double>(bytes) * 8e6 / static_cast<double>(bits_per_second_));
+  }
+  const uint64_t arrival = Transmit(now_us - std::min(now_us, lead), bytes);
+  return std::max(arrival, now_us + delay_us_);
 }
 
 }  // namespace transport

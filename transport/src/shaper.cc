@@ -17,9 +17,10 @@ namespace fedrt {
 namespace transport {
 
 struct LinkShaper::Core {
-  Core(const LinkProfile& profile, uint64_t seed)
+  Core(const LinkProfile& profile, uint64_t seed, LinkShaper::FarEnd far_end)
       : up(profile.up_bits_per_second, profile.delay_ms, profile.loss, seed),
-        down(profile.down_bits_per_second, profile.delay_ms, profile.loss, seed ^ 0x5bd1e995u) {}
+        down(profile.down_bits_per_second, profile.delay_ms, profile.loss, seed ^ 0x5bd1e995u),
+        paced(far_end == LinkShaper::FarEnd::kShaped) {}
 
   static uint64_t NowUs() {
     return static_cast<uint64_t>(
@@ -76,6 +77,7 @@ struct LinkShaper::Core {
   uint64_t next_seq = 0;
   bool stopping = false;
   LinkDirection up, down;
+  const bool paced;  // frames arrive paced by the far end's shaper: down.Forward
   std::thread thread;
   // Shaped connections by the id of the connection they wrap.
   // Held until the wrapped connection closes (or the shaper stops).
@@ -104,7 +106,12 @@ class ShapedConnection final : public Connection, public std::enable_shared_from
     }
     last_due_us_ = due;
     ++held_;
-    core_->Schedule(due, [self = shared_from_this(), frame = std::move(frame)] { self->Release(frame); });
+    // The frame moves on into the real connection (Release): once that has
+    // written it no copy is left here, so a FrameSlot is free again when the
+    // real connection's OnSent says so.
+    core_->Schedule(due, [self = shared_from_this(), frame = std::move(frame)]() mutable {
+      self->Release(std::move(frame));
+    });
     return Status::Ok();
   }
 
@@ -154,14 +161,14 @@ class ShapedConnection final : public Connection, public std::enable_shared_from
   ConnectionStats stats() const override { return inner_->stats(); }
 
  private:
-  void Release(const OutFrame& frame) {
+  void Release(OutFrame frame) {
     bool skip = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       skip = aborted_;
     }
     const Status sent = skip ? Status(StatusCode::kUnavailable, "connection " + inner_->peer() + " was aborted")
-                             : inner_->Send(frame);
+                             : inner_->Send(std::move(frame));
     std::lock_guard<std::mutex> lock(mutex_);
     if (!sent.ok() && lost_.ok()) {
       lost_ = Status(StatusCode::kUnavailable, "connection " + inner_->peer() +
@@ -202,7 +209,9 @@ class ShapingHandler final : public ConnectionHandler {
     uint64_t due = 0;
     {
       std::lock_guard<std::mutex> lock(core_->mutex);
-      due = core_->down.Transmit(Core::NowUs(), kFramePrefixBytes + frame.size());
+      const uint64_t now = Core::NowUs();
+      const std::size_t bytes = kFramePrefixBytes + frame.size();
+      due = core_->paced ? core_->down.Forward(now, bytes) : core_->down.Transmit(now, bytes);
       last_due_us_ = due;
     }
     auto held = std::make_shared<Frame>(std::move(frame));
@@ -239,7 +248,8 @@ class ShapingHandler final : public ConnectionHandler {
 
 }  // namespace
 
-LinkShaper::LinkShaper(const LinkProfile& profile, uint64_t seed) : core_(std::make_shared<Core>(profile, seed)) {
+LinkShaper::LinkShaper(const LinkProfile& profile, uint64_t seed, FarEnd far_end)
+    : core_(std::make_shared<Core>(profile, seed, far_end)) {
   core_->thread = std::thread([core = core_.get()] { core->Run(); });
 }
 

@@ -24,6 +24,7 @@
 #include "fedrt/transport/event_loop.h"
 #include "fedrt/transport/join.h"
 #include "fedrt/transport/messages.h"
+#include "fedrt/transport/shaper.h"
 #include "fedrt/transport/tcp.h"
 #include "peer/link_context.h"
 
@@ -208,7 +209,11 @@ class TcpContext final : public TcpPeerContext, public internal::LinkContext {
              const PeerOptions& options)
       : internal::LinkContext(Ids(peers), rank, options, LinkOptions(options).limits),
         peers_(std::move(peers)), keys_(keys), tls_(options.tls), connection_options_(LinkOptions(options)),
-        acceptor_(std::make_shared<Acceptor>(signal())) {}
+        acceptor_(std::make_shared<Acceptor>(signal())),
+        // Every peer shapes what it sends: frames arrive paced.
+        shaper_(options.link.shaped() ? std::make_unique<transport::LinkShaper>(options.link, rank,
+                                                                              transport::LinkShaper::FarEnd::kShaped)
+                                      : nullptr) {}
 
   ~TcpContext() override {
     DropLinks("peer group closed", /*graceful=*/false);
@@ -223,7 +228,8 @@ class TcpContext final : public TcpPeerContext, public internal::LinkContext {
     }
     connection_options_.tls = *tls;
     const PeerAddress& self = peers_[rank()];
-    auto listener = transport::TcpListener::Listen(loop_.loop(), self.host, self.port, connection_options_, acceptor_);
+    auto listener = transport::TcpListener::Listen(loop_.loop(), self.host, self.port, connection_options_,
+                                                   Shaping(acceptor_));
     if (!listener.ok()) return Named(rank(), listener.status());
     listener_ = *listener;
     peers_[rank()].port = listener_->port();
@@ -263,7 +269,12 @@ class TcpContext final : public TcpPeerContext, public internal::LinkContext {
     while (Remaining(clock(), deadline) > 0) {
       auto link = std::make_shared<Link>(signal());
       auto connection = transport::TcpConnectAndWait(loop_.loop(), address.host, address.port, connection_options_,
-                                                     link, std::min<uint32_t>(Remaining(clock(), deadline), 2000));
+                                                     Shaping(link), std::min<uint32_t>(Remaining(clock(), deadline), 2000));
+      if (connection.ok() && shaper_) {  // the link was handed the shaped connection
+        std::shared_ptr<Connection> shaped = shaper_->Shaped(**connection);
+        connection = shaped ? Result<std::shared_ptr<Connection>>(shaped)
+                            : Status(StatusCode::kUnavailable, "closed as it opened");
+      }
       if (!connection.ok()) {
         last = connection.status();
         std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the neighbour may start later
@@ -276,6 +287,12 @@ class TcpContext final : public TcpPeerContext, public internal::LinkContext {
       return Status::Ok();
     }
     return Named(to, last);
+  }
+
+  // The handler to open connections with: `handler` itself, or wrapped by
+  // the user-space shaper (then the handler sees shaped connections only).
+  std::shared_ptr<transport::ConnectionHandler> Shaping(std::shared_ptr<transport::ConnectionHandler> handler) {
+    return shaper_ ? shaper_->Wrap(std::move(handler)) : handler;
   }
 
   // Takes the joins of every rank in `expected` (any order).
@@ -318,6 +335,9 @@ class TcpContext final : public TcpPeerContext, public internal::LinkContext {
   const transport::TlsConfig tls_;
   transport::ConnectionOptions connection_options_;
   std::shared_ptr<Acceptor> acceptor_;
+  // PeerOptions::link; null: not shaped. Declared before the loop, which
+  // must stop before the shaper does (transport/shaper.h).
+  std::unique_ptr<transport::LinkShaper> shaper_;
   // Declared after the acceptor: the loop (and with it every connection)
   // goes first.
   transport::EventLoopThread loop_;

@@ -58,6 +58,7 @@
 #include "fedrt/platform/status.h"
 #include "fedrt/runtime/collective_context.h"
 #include "fedrt/runtime/collectives.h"
+#include "fedrt/transport/link_profile.h"
 #include "fedrt/transport/tls.h"
 
 namespace fedrt {
@@ -80,6 +81,11 @@ struct PeerOptions : ContextOptions {
   // TLS on every link: cert_file + key_file (accepting) and ca_file (dialling;
   // peers then also require each other's certificates). Empty: plain TCP.
   transport::TlsConfig tls;
+  // Shape this peer's links in user space (transport/shaper.h): what it
+  // sends to all its neighbours shares the uplink, what it receives the
+  // downlink, as on a real link of that rate, delay and loss. Not shaped():
+  // none (TCP binding only).
+  transport::LinkProfile link;
 };
 
 // The TCP binding of the collective context (built with the Linux hosts:

@@ -3,7 +3,9 @@
 //
 // A profile is written `RATE[,delay=MS][,loss=PCT][,down=RATE]`
 // (`1mbit,delay=50ms,loss=1%`): RATE is the uplink (what the device sends),
-// `down` the downlink (the same as RATE when absent); the delay is one way,
+// `down` the downlink (the same as RATE when absent), either of them
+// `unlimited` for a direction without a rate limit
+// (`unlimited,delay=50ms`: a delay only); the delay is one way,
 // per direction; the loss is the share of packets lost, per direction.
 // Rates are decimal as in tc: `bit`, `kbit` (1e3), `mbit` (1e6), `gbit`
 // (1e9) bits per second, a decimal number before the unit (`1.5mbit`).
@@ -41,7 +43,8 @@ struct LinkProfile {
   bool shaped() const { return up_bits_per_second != 0 || down_bits_per_second != 0 || delay_ms != 0 || loss != 0; }
 };
 
-// Parses the text form above; kInvalidArgument naming the part that is wrong.
+// Parses the text form above; kInvalidArgument naming the part that is
+// wrong, or for a profile that shapes nothing (`unlimited` alone).
 Result<LinkProfile> ParseLinkProfile(const std::string& text);
 // The canonical text form ("1mbit,delay=50ms,down=10mbit"); parses back to
 // the same profile.
@@ -67,6 +70,16 @@ class LinkDirection {
   // before it: returns when its last byte reaches the far end. Never earlier
   // than the previous message's arrival (the link keeps order).
   uint64_t Transmit(uint64_t now_us, std::size_t bytes);
+  // The same for a message whose last byte reached this direction's input
+  // at `now_us` after crossing another shaped link (a peer's uplink): it was
+  // arriving all along, so its transmission here started when its first
+  // byte came, taken as its own time at this rate before `now_us` (exact
+  // when the far link is no faster than this one), after every earlier
+  // message, and never ends before `now_us`: cut-through, as a router
+  // forwards packets. Transmit stores a whole message and then forwards it,
+  // right for a message that came at once; for a paced one it would charge
+  // the message its time at both links.
+  uint64_t Forward(uint64_t now_us, std::size_t bytes);
 
   // Packets counted lost so far (tests, reports).
   uint64_t lost_packets() const { return lost_packets_; }

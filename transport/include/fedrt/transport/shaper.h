@@ -15,7 +15,13 @@
 // means what it means on a real link of that rate.
 //
 // All connections of one LinkShaper share its two directions: the shaper is
-// one device's link, not one connection's.
+// one device's (or one peer's) link, not one connection's.
+//
+// A frame Sent moves into the real connection when it is released (the
+// shaper keeps no copy), so a FrameSlot's frame stops being busy once the
+// real connection has written it, which OnSent reports as usual. Payload
+// placement and consumption (connection.h) are not offered through the
+// shaper: its frames reach the handler whole.
 //
 // Ownership: the LinkShaper owns a thread that releases held frames; destroy
 // it after the EventLoop of its connections (it drops what it still holds).
@@ -23,7 +29,8 @@
 // LinkShaper object.
 // Thread-safety: as connection.h, except that the handler's OnFrame and
 // OnClose run on the shaper's thread (OnOpen and OnSent on the loop's): use
-// it with handlers that take frames from any thread, such as FrameQueue.
+// it with handlers that take frames from any thread under their own lock,
+// such as FrameQueue and the peer topology's links.
 #ifndef FEDRT_TRANSPORT_SHAPER_H_
 #define FEDRT_TRANSPORT_SHAPER_H_
 
@@ -38,9 +45,20 @@ namespace transport {
 
 class LinkShaper {
  public:
+  // How frames reach this shaper's connections. kUnshaped: the far end
+  // sends as fast as it can (the aggregator of a star, for a device's
+  // shaper), so a received frame is held for its whole time at the
+  // downlink's rate from when it arrived (LinkDirection::Transmit).
+  // kShaped: the far end shapes its own uplink (every peer of a shaped peer
+  // topology), so a frame arrives paced and the downlink passes it on as it
+  // comes (LinkDirection::Forward): a hop costs a frame's time once, at the
+  // slower of the two links, and both ends' delays, as the kernel shaper's
+  // veth pairs give it.
+  enum class FarEnd { kUnshaped, kShaped };
+
   // Starts the shaper's thread. `seed` draws the losses (the same seed, the
   // same losses for the same traffic).
-  LinkShaper(const LinkProfile& profile, uint64_t seed);
+  LinkShaper(const LinkProfile& profile, uint64_t seed, FarEnd far_end = FarEnd::kUnshaped);
   ~LinkShaper();
   LinkShaper(const LinkShaper&) = delete;
   LinkShaper& operator=(const LinkShaper&) = delete;

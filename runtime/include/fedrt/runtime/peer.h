@@ -83,8 +83,10 @@ struct PeerOptions : ContextOptions {
   transport::TlsConfig tls;
   // Shape this peer's links in user space (transport/shaper.h): what it
   // sends to all its neighbours shares the uplink, what it receives the
-  // downlink, as on a real link of that rate, delay and loss. Not shaped():
-  // none (TCP binding only).
+  // downlink, as on a real link of that rate, delay and loss. The neighbours
+  // are taken to shape theirs too (LinkShaper::FarEnd::kShaped: a hop costs
+  // a frame's time once, plus both ends' delays). Not shaped(): none (TCP
+  // binding only).
   transport::LinkProfile link;
 };
 

@@ -62,7 +62,10 @@ TEST_CASE("fedrt sim refuses options of another topology, of an absent codec, an
   Refused("sim --topology gossip --momentum 0.5", "--momentum applies to --topology ring only");
   Refused("sim --codec fp32 --codec dqsg --max-rho 7", "--max-rho applies to --topology star with an ndqsg --codec only");
   Refused("sim --compare a b --devices 3", "--devices does not apply to --compare");
-  Refused("sim --topology ring --link 1mbit --shaper user", "peer topologies take links from the kernel shaper only");
+  // Peer topologies take links from either shaper; a profile is checked
+  // before any peer starts.
+  Refused("sim --topology ring --link unlimited", "--link: link profile 'unlimited' shapes nothing");
+  Refused(kPeer + "--link 1mbps", "fedrt peer: invalid_argument: --link: link profile '1mbps'");
   Refused("sim --topology gossip --target-accuracy 0.8", "--target-accuracy applies to --topology star only");
   Refused("sim --shaper user", "--shaper applies to --link or --link-file only");
 }

@@ -68,9 +68,9 @@ struct SimFlags {
   // <out>/tls; the three files are set when the run starts. The star
   // aggregator and every peer present the 127.0.0.1 certificate.
   bool tls = false;
-  // Star: each device's link (cli/link_flags.h): --link for all, or
-  // --link-file; shaped in the kernel (cli/kernel_links.h) or in user space
-  // (transport/shaper.h): shaper is auto, kernel or user.
+  // Each device's (peer's) link (cli/link_flags.h): --link for all, or
+  // --link-file; shaped in the kernel, in user space or both, as
+  // PlanShapers (cli/kernel_links.h) decides: shaper is auto, kernel or user.
   std::string link;
   std::string link_file;
   std::string shaper = "auto";

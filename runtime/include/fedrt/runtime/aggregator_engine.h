@@ -419,6 +419,11 @@ class Aggregator final : public transport::ConnectionHandler {
   uint32_t round() const;                 // rounds completed (counting resumed ones)
   std::size_t connected_devices() const;  // joined devices with an open connection
   std::size_t open_connections() const;   // joined or not
+  // The same over every rank of the engine's tier (AggregatorHooks::tier)
+  // as of its last Tick (agreed there, no extra exchange); without a tier,
+  // the two above. Rank 0's /metrics and /healthz report these.
+  std::size_t all_connected_devices() const;
+  std::size_t all_open_connections() const;
   const Model& model() const;             // the global model
   const std::string& codec() const;       // the update codec's canonical spec
   const AggregatorConfig& config() const;

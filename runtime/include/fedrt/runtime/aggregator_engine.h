@@ -72,7 +72,9 @@
 // list the sampling points into), and at the close a plain round's partial
 // sum (d doubles, sent and gathered from every rank) or an NDQSG round's
 // payloads (every rank's, held until the next round starts, plus received
-// entries beyond max_updates_per_round for the other ranks' devices).
+// entries beyond max_updates_per_round for the other ranks' devices); a DP
+// round's noised mean sent by rank 0 (d floats); with a downlink codec the
+// ranks' download states gathered on rank 0 (a map entry per device there).
 //
 // Thread-safety: none. Every call, and every connection callback, runs on one
 // thread (an EventLoop's, or the application's).

@@ -615,7 +615,9 @@ Status Aggregator::State::RestoreCodecState(AggregatorCheckpoint& saved) {
     device_model_zero_ = false;
     synced_ = std::move(saved.synced);
     // Rank 0's file holds every rank's devices: a rank keeps its own.
-    for (auto it = synced_.begin(); tier_ != nullptr && it != synced_.end();) it = Mine(it->first) ? std::next(it) : synced_.erase(it);
+    if (tier_ != nullptr) {
+      for (auto it = synced_.begin(); it != synced_.end();) it = Mine(it->first) ? std::next(it) : synced_.erase(it);
+    }
   }
   return Status();
 }

@@ -1,6 +1,6 @@
 // What the MPI aggregator tier (fedrt/runtime/mpi_tier.h) costs each rank,
 // the per-rank figures of the capacity model (runtime/README.md, "Aggregator
-// tier on MPI"): the Tick agreement (an AllGather of 18 bytes a rank, every
+// tier on MPI"): the Tick agreement (an AllGather of 26 bytes a rank, every
 // 20 ms slice), the close of a plain round (CombineRoundPartials of a
 // model-sized double sum: encode, AllGather, decode and add in rank order),
 // and the NDQSG close's gather of the round's payloads.
@@ -52,9 +52,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   fedrt::AggregatorTier& tier = **started;
-  const std::vector<uint8_t> counts(18, 1);
+  const std::vector<uint8_t> counts(26, 1);  // four counts and two flags
   std::vector<std::vector<uint8_t>> all;
-  Time(tier, "tick agreement (18 bytes a rank)", iterations * 10, [&] { (void)tier.AllGather(counts, &all); });
+  Time(tier, "tick agreement (26 bytes a rank)", iterations * 10, [&] { (void)tier.AllGather(counts, &all); });
   for (const auto& [d, name] : {std::pair<std::size_t, const char*>{266610, "LeNet-300-100"},
                                 std::pair<std::size_t, const char*>{262144, "1 MB model"}}) {
     fedrt::RoundPartial mine;

@@ -19,22 +19,30 @@
 // Without --server the bench starts `fedrt serve` itself (generated keys,
 // 127.0.0.1, any free port, no evaluation, --metrics to a file it reads)
 // and reads the server's /proc/PID/status (VmRSS) and /proc/PID/stat (CPU
-// time). With --server it needs the key file, and --server-pid (a local
-// server) for the memory and CPU figures.
+// time). With --server it needs the key file, --server-pid (local servers,
+// one pid per address) for the memory and CPU figures and --server-metrics
+// (the file of rank 0's or the server's --metrics) for the server's own
+// round times and counts. The devices spread over the listed addresses
+// round-robin; an aggregator tier's rank that does not serve a device
+// redirects it (a Leave naming the rank that does), and the device joins
+// there, as `fedrt device --server A,B,...` does.
 //
 // Figures (--json prints them as one object):
 //   rss_bytes_per_device: the server's VmRSS after N - 1 devices joined and
 //     idle, less its VmRSS before the first connected, over N - 1 (the last
-//     device joins after the reading: with --min-devices N it starts round 1).
+//     device joins after the reading: with --min-devices N it starts round 1);
+//     with several servers (an aggregator tier's ranks) their sums.
 //   updates_per_second: accepted updates over the rounds' total time.
 //   decode_sum_bytes_per_second: fp32-equivalent bytes (d * 4 per accepted
 //     update) over the CPU seconds the server spent from the first round's
 //     instructions to the last round's close: everything it did in the rounds
 //     (receiving, verifying, decoding, summing, sending the next model),
-//     so a lower bound on the decode+sum throughput of one aggregator core.
+//     so a lower bound on the decode+sum throughput of one aggregator core;
+//     with several servers, over the sum of their CPU seconds.
 //   round_seconds_p50 / p99: the server's own round times (its metrics
-//     file) or, with --server, the time between the first instructions of
-//     one round and of the next as the devices see them.
+//     file, or --server-metrics) or, with --server alone, the time between
+//     the first instructions of one round and of the next as the devices see
+//     them.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <signal.h>
@@ -83,6 +91,8 @@ using transport::MessageKind;
 using transport::OutFrame;
 
 constexpr std::size_t kDeltas = 8;  // distinct real deltas; device i sends delta i % kDeltas
+// A tier redirects a device once (to its shard); more is a loop.
+constexpr int kMaxRedirects = 2;
 
 struct FleetFlags {
   int devices = 100;
@@ -90,7 +100,8 @@ struct FleetFlags {
   std::string codec = "fp32";
   std::string server;  // HOST:PORT,...; empty: start fedrt serve
   std::string key_file;
-  int server_pid = 0;
+  std::vector<int> server_pids;  // with --server: one per address, in order
+  std::string server_metrics;    // with --server: the server's (rank 0's) --metrics file
   std::string model = "mlp:784-300-100-10";
   std::string data = "/usr/share/datasets/fashion-mnist";
   double fraction = 1.0;
@@ -193,6 +204,8 @@ struct Fleet {
   std::size_t joined = 0;
   std::size_t failed = 0;      // connections that failed or were closed with an error
   std::size_t finished = 0;    // devices that were told to leave
+  std::size_t redirected = 0;  // joins an aggregator tier sent to another rank
+  std::vector<std::pair<std::size_t, std::string>> redirects;  // (device, HOST:PORT) to dial
   uint64_t updates_sent = 0;
   std::map<uint64_t, uint64_t> updates_by_round;
   uint64_t update_bytes = 0;
@@ -243,7 +256,12 @@ class FleetDevice final : public transport::ConnectionHandler {
       link.Abort(handled, /*notify_peer=*/true);
     }
   }
-  void OnClose(Connection&, const Status& reason) override {
+  void OnClose(Connection& link, const Status& reason) override {
+    if (link_ && &link != link_.get()) return;  // the link a redirect left
+    if (redirecting_) {
+      link_.reset();
+      return;
+    }
     if (!joined_) --fleet_.connecting;
     if (!finished_ && !failed_) {
       failed_ = true;
@@ -251,7 +269,12 @@ class FleetDevice final : public transport::ConnectionHandler {
     }
     link_.reset();
   }
-  void set_link(std::shared_ptr<Connection> link) { link_ = std::move(link); }
+  // The device's connection (a new one after a redirect: the old one's close
+  // is no longer the device's).
+  void set_link(std::shared_ptr<Connection> link) {
+    link_ = std::move(link);
+    redirecting_ = false;
+  }
   void Abandon(const Status& reason) {
     failed_ = true;
     --fleet_.connecting;
@@ -279,12 +302,32 @@ class FleetDevice final : public transport::ConnectionHandler {
     switch (frame.kind()) {
       case MessageKind::kRoundInstructions:
         return OnInstructions(link, frame);
-      case MessageKind::kLeave:
+      case MessageKind::kLeave: {
+        Result<transport::LeaveMessage> leave = transport::DecodeLeave(frame);
+        const std::string_view reason = leave.ok() ? leave->reason : std::string_view();
+        const std::string_view prefix(transport::kRedirectPrefix);
+        if (reason.substr(0, prefix.size()) == prefix) {
+          // An aggregator tier's rank that does not serve this device: the
+          // bench dials the one it names.
+          const std::string to(reason.substr(prefix.size()));
+          if (++redirects_ > kMaxRedirects) {
+            return Status(StatusCode::kFailedPrecondition,
+                          id_ + " redirected " + std::to_string(redirects_) + " times (the last to " + to + ")");
+          }
+          redirecting_ = true;
+          joined_ = false;
+          --fleet_.joined;
+          ++fleet_.redirected;
+          fleet_.redirects.emplace_back(index_, to);
+          link.Close();
+          return Status::Ok();
+        }
         finished_ = true;
         ++fleet_.finished;
         if (fleet_.end_seen == 0) fleet_.end_seen = NowSeconds();
         link.Close();
         return Status::Ok();
+      }
       case MessageKind::kError: {
         Result<transport::ErrorMessage> error = transport::DecodeError(frame);
         return error.ok() ? transport::ToStatus(*error) : error.status();
@@ -371,6 +414,8 @@ class FleetDevice final : public transport::ConnectionHandler {
   bool joined_ = false;
   bool finished_ = false;
   bool failed_ = false;
+  bool redirecting_ = false;  // told to join another rank; this link is closing
+  int redirects_ = 0;
   uint64_t round_ = 0;
   uint64_t seed_ = 0;
   std::string spec_;
@@ -466,8 +511,8 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
     return 1;
   };
   const bool own = flags.server.empty();
-  if (own && (app.count("--key-file") > 0 || app.count("--server-pid") > 0)) {
-    std::fprintf(stderr, "fedrt bench fleet: --key-file and --server-pid apply to --server only\n");
+  if (own && (app.count("--key-file") > 0 || app.count("--server-pid") > 0 || app.count("--server-metrics") > 0)) {
+    std::fprintf(stderr, "fedrt bench fleet: --key-file, --server-pid and --server-metrics apply to --server only\n");
     return 2;
   }
   if (!own && flags.key_file.empty()) {
@@ -486,6 +531,11 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
   if (!own && !ParseServerList(flags.server, &servers)) {
     std::fprintf(stderr, "fedrt bench fleet: --server must be HOST:PORT[,HOST:PORT...], not '%s'\n",
                  flags.server.c_str());
+    return 2;
+  }
+  if (!flags.server_pids.empty() && flags.server_pids.size() != servers.size()) {
+    std::fprintf(stderr, "fedrt bench fleet: --server-pid needs one pid per --server address (%zu), not %zu\n",
+                 servers.size(), flags.server_pids.size());
     return 2;
   }
   {
@@ -512,15 +562,32 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
 
   OwnServer own_server;
   std::string key_file = flags.key_file;
-  int server_pid = flags.server_pid;
+  std::vector<int> server_pids = flags.server_pids;
   if (own) {
     Result<OwnServer> started = StartServer(flags);
     if (!started.ok()) return fail(started.status().ToString());
     own_server = *started;
     servers = {{"127.0.0.1", own_server.port}};
     key_file = own_server.keys;
-    server_pid = own_server.pid;
+    server_pids = {own_server.pid};
   }
+  // Per server (an aggregator tier's ranks): memory before the devices and
+  // with N - 1 joined, CPU seconds over the rounds.
+  struct ServerFigures {
+    uint64_t rss_before = 0, rss_joined = 0;
+    double cpu_start = -1, cpu_end = -1;
+  };
+  std::vector<ServerFigures> figures(server_pids.size());
+  // The server's metrics file and its length before the run (it appends).
+  const std::string metrics_file = own ? own_server.metrics : flags.server_metrics;
+  std::error_code no_size;
+  const uintmax_t length = metrics_file.empty() ? 0 : std::filesystem::file_size(metrics_file, no_size);
+  const uintmax_t metrics_offset = no_size ? 0 : length;
+  const auto total = [&](auto field) {
+    double sum = 0;
+    for (const ServerFigures& f : figures) sum += static_cast<double>(f.*field);
+    return sum;
+  };
   const auto stop_server = [&] {
     if (own_server.pid > 0) {
       ::kill(own_server.pid, SIGTERM);
@@ -551,8 +618,7 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
   options.heartbeat_interval_ms = 10000;     // an idle device phones in every 10 s
   options.io_timeout_ms = 60000;
   options.log_errors = false;                // failures are counted and the first one reported
-  const uint64_t rss_before = server_pid > 0 ? ReadRssBytes(server_pid) : 0;
-  uint64_t rss_joined = 0;
+  for (std::size_t k = 0; k < figures.size(); ++k) figures[k].rss_before = ReadRssBytes(server_pids[k]);
   std::size_t rss_devices = 0;  // joined when the memory was read
   bool rss_read = false;
   std::size_t next = 0;
@@ -561,24 +627,38 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
   const double deadline = join_start + flags.timeout_s;
   // The last device waits until the others' memory has been read.
   const std::size_t first_batch = flags.devices > 1 ? static_cast<std::size_t>(flags.devices) - 1 : 1;
-  double cpu_rounds_start = -1;
+  bool cpu_read = false;
   bool timed_out = false;
+  const auto dial = [&](const std::shared_ptr<FleetDevice>& device, const std::string& host, uint16_t port) {
+    ++fleet.connecting;
+    transport::TcpConnect(loop, host, port, options, device, 10000,
+                          [device](Result<std::shared_ptr<Connection>> connection) {
+                            if (!connection.ok()) {
+                              device->Abandon(connection.status());
+                              return;
+                            }
+                            device->set_link(*connection);
+                            const Status started = device->Start(**connection);
+                            if (!started.ok()) (*connection)->Abort(started);
+                          });
+  };
+  // Redirected devices first (they joined once already), then new ones.
   const auto connect_next = [&](std::size_t limit) {
+    while (!fleet.redirects.empty() && fleet.connecting < static_cast<std::size_t>(flags.join_concurrency)) {
+      const auto [index, to] = fleet.redirects.back();
+      fleet.redirects.pop_back();
+      std::vector<std::pair<std::string, uint16_t>> address;
+      if (!ParseServerList(to, &address) || address.size() != 1) {
+        ++fleet.connecting;  // Abandon ends a connect in flight
+        devices[index]->Abandon(Status(StatusCode::kCorrupt, "redirected to '" + to + "', not HOST:PORT"));
+        continue;
+      }
+      dial(devices[index], address[0].first, address[0].second);
+    }
     while (next < limit && fleet.connecting < static_cast<std::size_t>(flags.join_concurrency)) {
-      std::shared_ptr<FleetDevice> device = devices[next];
       const auto& [host, port] = servers[next % servers.size()];
+      dial(devices[next], host, port);
       ++next;
-      ++fleet.connecting;
-      transport::TcpConnect(loop, host, port, options, device, 10000,
-                            [device](Result<std::shared_ptr<Connection>> connection) {
-                              if (!connection.ok()) {
-                                device->Abandon(connection.status());
-                                return;
-                              }
-                              device->set_link(*connection);
-                              const Status started = device->Start(**connection);
-                              if (!started.ok()) (*connection)->Abort(started);
-                            });
     }
   };
   // Joins, the memory reading, then rounds until every device left or failed.
@@ -587,18 +667,20 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
     connect_next(limit);
     loop.RunFor(5);
     const std::size_t settled = fleet.joined + fleet.failed;
-    if (!rss_read && next == first_batch && fleet.connecting == 0 && settled >= first_batch) {
+    const bool quiet = fleet.connecting == 0 && fleet.redirects.empty();  // no join in flight
+    if (!rss_read && next == first_batch && quiet && settled >= first_batch) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the server's allocations settle
       loop.RunFor(5);
-      rss_joined = server_pid > 0 ? ReadRssBytes(server_pid) : 0;
+      for (std::size_t k = 0; k < figures.size(); ++k) figures[k].rss_joined = ReadRssBytes(server_pids[k]);
       rss_devices = fleet.joined;
       rss_read = true;
     }
-    if (join_seconds == 0 && next == devices.size() && fleet.connecting == 0) join_seconds = NowSeconds() - join_start;
-    if (cpu_rounds_start < 0 && !fleet.round_first_seen.empty() && server_pid > 0) {
-      cpu_rounds_start = ReadCpuSeconds(server_pid);
+    if (join_seconds == 0 && next == devices.size() && quiet) join_seconds = NowSeconds() - join_start;
+    if (!cpu_read && !fleet.round_first_seen.empty()) {
+      for (std::size_t k = 0; k < figures.size(); ++k) figures[k].cpu_start = ReadCpuSeconds(server_pids[k]);
+      cpu_read = true;
     }
-    if (next == devices.size() && fleet.connecting == 0 && fleet.finished + fleet.failed >= devices.size()) break;
+    if (next == devices.size() && quiet && fleet.finished + fleet.failed >= devices.size()) break;
     // A server of the user's: R rounds are done once round R + 1 starts.
     if (!own && fleet.round_first_seen.size() > flags.rounds) {
       fleet.end_seen = std::prev(fleet.round_first_seen.end())->second;
@@ -610,11 +692,10 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
       break;
     }
   }
-  const double cpu_rounds_end = server_pid > 0 ? ReadCpuSeconds(server_pid) : -1;
+  for (std::size_t k = 0; k < figures.size(); ++k) figures[k].cpu_end = ReadCpuSeconds(server_pids[k]);
   for (auto& device : devices) device->Close();
   loop.RunFor(200);
 
-  // The server's own account of its rounds, when the bench started it.
   std::vector<double> round_seconds;
   uint64_t accepted = 0, rejected = 0, rounds_applied = 0;
   bool server_ok = true;
@@ -633,9 +714,13 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
     own_server.pid = -1;
     server_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     server_exit = DescribeExit(status);
-    std::ifstream metrics(own_server.metrics);
+  }
+  if (!metrics_file.empty()) {
+    // The server's account of the rounds (the lines it appended during the run).
+    std::ifstream metrics(metrics_file);
+    metrics.seekg(static_cast<std::streamoff>(metrics_offset));
     std::string line;
-    while (std::getline(metrics, line)) {
+    while (rounds_applied < flags.rounds && std::getline(metrics, line)) {
       nlohmann::json round = nlohmann::json::parse(line, nullptr, false);
       if (round.is_discarded()) continue;
       accepted += round.value("updates", uint64_t{0});
@@ -661,8 +746,17 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
   double total_round_seconds = 0;
   for (double s : round_seconds) total_round_seconds += s;
   const double fp32_bytes = static_cast<double>(accepted) * static_cast<double>(d) * 4.0;
-  const double server_cpu =
-      cpu_rounds_start >= 0 && cpu_rounds_end >= cpu_rounds_start ? cpu_rounds_end - cpu_rounds_start : -1;
+  double server_cpu = figures.empty() ? -1 : 0;
+  nlohmann::json per_server = nlohmann::json::array();
+  for (std::size_t k = 0; k < figures.size(); ++k) {
+    const ServerFigures& f = figures[k];
+    const double cpu = f.cpu_start >= 0 && f.cpu_end >= f.cpu_start ? f.cpu_end - f.cpu_start : -1;
+    server_cpu = cpu >= 0 && server_cpu >= 0 ? server_cpu + cpu : -1;
+    per_server.push_back({{"pid", server_pids[k]},
+                          {"rss_bytes_before", f.rss_before},
+                          {"rss_bytes_joined", f.rss_joined},
+                          {"cpu_seconds", cpu >= 0 ? nlohmann::json(cpu) : nlohmann::json()}});
+  }
 
   nlohmann::json report = {
       {"devices", flags.devices},
@@ -674,6 +768,7 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
       {"open_files_limit", open_files},
       {"joined", fleet.joined},
       {"failed", fleet.failed},
+      {"redirected", fleet.redirected},
       {"join_seconds", join_seconds},
       {"setup_seconds", setup_seconds},
       {"rounds_applied", rounds_applied},
@@ -692,17 +787,19 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
   report["server_cpu_seconds"] = server_cpu >= 0 ? nlohmann::json(server_cpu) : nlohmann::json();
   report["decode_sum_bytes_per_second"] =
       server_cpu > 0 ? nlohmann::json(fp32_bytes / server_cpu) : nlohmann::json();
-  if (server_pid > 0 && rss_devices > 0) {
+  const double rss_before = total(&ServerFigures::rss_before), rss_joined = total(&ServerFigures::rss_joined);
+  if (!figures.empty() && rss_devices > 0) {
     report["server_rss_bytes_before"] = rss_before;
     report["server_rss_bytes_joined"] = rss_joined;
     report["rss_devices"] = rss_devices;
-    report["rss_bytes_per_device"] = rss_joined > rss_before ? static_cast<double>(rss_joined - rss_before) /
+    report["rss_bytes_per_device"] = rss_joined > rss_before ? (rss_joined - rss_before) /
                                                                    static_cast<double>(rss_devices)
                                                              : 0.0;
   } else {
     report["rss_bytes_per_device"] = nullptr;
   }
   if (!fleet.first_error.empty()) report["first_error"] = fleet.first_error;
+  if (!figures.empty()) report["servers"] = per_server;
   if (own) report["server_exit"] = server_exit;
   if (timed_out) report["timed_out"] = true;
 
@@ -716,9 +813,17 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
                 join_seconds);
     if (!report["rss_bytes_per_device"].is_null()) {
       std::printf("server memory: %.0f bytes per joined device (VmRSS %.1f MB -> %.1f MB for %zu devices)\n",
-                  static_cast<double>(report["rss_bytes_per_device"]), static_cast<double>(rss_before) / 1e6,
-                  static_cast<double>(rss_joined) / 1e6, rss_devices);
+                  static_cast<double>(report["rss_bytes_per_device"]), rss_before / 1e6, rss_joined / 1e6,
+                  rss_devices);
     }
+    if (figures.size() > 1) {
+      for (std::size_t k = 0; k < figures.size(); ++k) {
+        std::printf("server %zu (pid %d): VmRSS %.1f MB -> %.1f MB, %.2f CPU s in the rounds\n", k, server_pids[k],
+                    static_cast<double>(figures[k].rss_before) / 1e6, static_cast<double>(figures[k].rss_joined) / 1e6,
+                    figures[k].cpu_end - figures[k].cpu_start);
+      }
+    }
+    if (fleet.redirected > 0) std::printf("redirected joins: %zu\n", fleet.redirected);
     std::printf("updates: %llu accepted, %llu rejected, %.1f per second; round time p50 %.3f s, p99 %.3f s\n",
                 static_cast<unsigned long long>(accepted), static_cast<unsigned long long>(rejected),
                 static_cast<double>(report["updates_per_second"]), static_cast<double>(report["round_seconds_p50"]),
@@ -749,8 +854,13 @@ void RegisterFleetBench(CLI::App& app, CommandList& commands) {
                     "HOST:PORT[,HOST:PORT...] of running aggregators (devices spread round-robin); "
                     "default: start fedrt serve with generated keys on 127.0.0.1");
   fleet->add_option("--key-file", flags->key_file, "With --server: the aggregator's key file (ids <prefix>0..N-1)");
-  fleet->add_option("--server-pid", flags->server_pid,
-                    "With --server on this host: its pid, for the memory and CPU figures");
+  fleet->add_option("--server-pid", flags->server_pids,
+                    "With --server on this host: the servers' pids (one per address, comma-separated), for the "
+                    "memory and CPU figures")
+      ->delimiter(',');
+  fleet->add_option("--server-metrics", flags->server_metrics,
+                    "With --server: the server's --metrics file (an aggregator tier's: rank 0's), for its own round "
+                    "times and counts");
   fleet->add_option("--prefix", flags->prefix, "Device ids are <prefix><n>")->capture_default_str();
   fleet->add_option("--model", flags->model, "Model spec (the server's)")->capture_default_str();
   fleet->add_option("--data", flags->data, "MNIST-style directory the deltas are trained on")->capture_default_str();

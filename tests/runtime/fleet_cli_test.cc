@@ -58,6 +58,9 @@ TEST_CASE("fedrt bench fleet: 50 devices join and every update of 2 rounds is ac
 
 TEST_CASE("fedrt bench fleet refuses options that do not apply, and a --server without keys") {
   CHECK(RunCli("bench fleet --devices 2 --key-file keys.txt").exit_code == 2);
+  CHECK(RunCli("bench fleet --devices 2 --server-metrics m.jsonl").exit_code == 2);
+  // One pid per --server address.
+  CHECK(RunCli("bench fleet --devices 2 --server 127.0.0.1:1,127.0.0.1:2 --key-file k --server-pid 1").exit_code == 2);
   CHECK(RunCli("bench fleet --devices 2 --server 127.0.0.1:1").exit_code == 2);
   CHECK(RunCli("bench fleet --devices 2 --server nowhere --key-file k").exit_code == 2);
   const CliRun alq = RunCli("bench fleet --devices 2 --codec alq");

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # `mpirun -np K fedrt serve --mpi` against one `fedrt serve`: 8 devices (all
 # pointed at rank 0 first, so the others are redirected to their shard), 5
-# rounds; the saved global models must agree to 1e-6 relative (L2).
-# Usage: mpi_serve_test.sh FEDRT TINY_IDX_DIR CODEC RANKS
+# rounds; the saved global models must agree to 1e-6 relative (L2). Further
+# arguments go to both serves (DP with a fixed noise seed: rank 0 alone adds
+# the noise, so the tier's model is the single aggregator's).
+# Usage: mpi_serve_test.sh FEDRT TINY_IDX_DIR CODEC RANKS [SERVE-FLAGS...]
 set -euo pipefail
 fedrt=$1 data=$2 codec=$3 ranks=$4
+extra=("${@:5}")
 work=$(mktemp -d)
 echo "work: $work"
 trap 'kill $(jobs -p) 2>/dev/null || true; [[ -n ${KEEP:-} ]] || rm -rf "$work"' EXIT
 "$fedrt" keygen --devices 8 --out "$work/keys" >/dev/null
 common=(--key-file "$work/keys/keys.txt" --data "$data" --model mlp:784-32-10 --epochs 1 --lr 0.1
-        --rounds 5 --min-devices 8 --codec "$codec" --deadline-ms 120000 --join-timeout-ms 60000)
+        --rounds 5 --min-devices 8 --codec "$codec" --deadline-ms 120000 --join-timeout-ms 60000 "${extra[@]}")
 # The root user (CI containers) must say so to Open MPI.
 mpi=(mpirun --oversubscribe -np "$ranks")
 if [[ $(id -u) -eq 0 ]]; then

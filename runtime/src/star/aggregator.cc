@@ -194,8 +194,8 @@ transport::HttpResponse Monitor(const std::string& path, const Aggregator& aggre
   if (path == "/metrics") {
     star::AggregatorHostMetrics host;
     host.rounds_target = aggregator.config().rounds;
-    host.devices_connected = aggregator.connected_devices();
-    host.open_connections = aggregator.open_connections();
+    host.devices_connected = aggregator.all_connected_devices();  // every rank's with a tier
+    host.open_connections = aggregator.all_open_connections();
     host.dp = aggregator.config().dp.noise_multiplier > 0;
     host.checkpointing = checkpoints != nullptr;
     if (checkpoints != nullptr) {
@@ -228,7 +228,7 @@ transport::HttpResponse Monitor(const std::string& path, const Aggregator& aggre
     } else {
       response.body = "ok: round " + std::to_string(aggregator.round()) + " of " +
                       std::to_string(aggregator.config().rounds) + " done, " +
-                      std::to_string(aggregator.connected_devices()) + " devices connected\n";
+                      std::to_string(aggregator.all_connected_devices()) + " devices connected\n";
     }
   } else {
     response.status = 404;
@@ -255,9 +255,8 @@ Result<AggregatorCheckpoint> ReadRank0Checkpoint(const std::string& path, Aggreg
       mine.insert(mine.end(), message.begin(), message.end());
     }
   }
-  std::vector<std::vector<uint8_t>> all;
-  FEDRT_RETURN_IF_ERROR(tier.AllGather(mine, &all));
-  const std::vector<uint8_t>& file = all.at(0);
+  FEDRT_RETURN_IF_ERROR(tier.BroadcastFromRank0(&mine));
+  const std::vector<uint8_t>& file = mine;
   if (file.empty()) return Corrupt("aggregator tier: rank 0 sent no checkpoint answer");
   if (file[0] == 0) return Status(StatusCode::kNotFound, path + ": no such file on rank 0");
   if (file[0] == 2) return Status(StatusCode::kUnavailable, "rank 0: " + std::string(file.begin() + 1, file.end()));

@@ -213,7 +213,7 @@ struct Aggregator::State {
   Status Contribute(const Received& received, const float* decoded);
   Status Combine(std::vector<float>* mean, RoundReport& report);
   bool dp() const { return config_.dp.noise_multiplier > 0; }
-  bool BudgetAllowsRound();
+  bool BudgetAllowsRound(std::size_t connected);
   void SumInOrder(bool closing);
   CodecContext ContextFor(uint32_t sender_id) const;
   void StartRound();
@@ -232,9 +232,10 @@ struct Aggregator::State {
   // Aggregator tier (aggregator_tier.h): this Tick's counts over every rank,
   // a device's shard, and the two exchanges of a closing round.
   struct TickView {
-    uint64_t connected = 0, received = 0, waiting = 0;
+    uint64_t connected = 0, received = 0, waiting = 0, open = 0;
     bool deadline_passed = false, target_reached = false;
   };
+  TickView last_view_;  // the last Tick's (every rank's with a tier), for monitoring
   Status AgreeTick(TickView* view);
   bool Mine(const std::string& device) const {
     return tier_ == nullptr || ShardOfDevice(device, tier_->size()) == tier_->rank();
@@ -248,6 +249,8 @@ struct Aggregator::State {
     FinishAll(stopped_.message());
   }
   Status SharePlainRound(RoundReport& report, double* loss_sum, double* sample_sum);
+  Status ShareRank0Mean(std::vector<float>* mean);
+  Status ShareSynced();
   Status RestoreCodecState(AggregatorCheckpoint& saved);
   AggregatorCheckpoint CheckpointState() const;
 
@@ -346,6 +349,8 @@ struct Aggregator::State {
   bool device_model_zero_ = false;      // device_model_ is zeros and never broadcast
   bool broadcast_from_zeros_ = false;   // broadcast_ is device_model_ itself (delta from zeros)
   std::map<std::string, int64_t> synced_;  // device -> last round whose model it acknowledged
+  // With a tier, on rank 0: every rank's synced_ (its own devices'), for the checkpoint.
+  std::map<std::string, int64_t> tier_synced_;
   // Model-sized buffers in the block (d floats each; delta_ with a downlink
   // codec, noised_ (d doubles) under DP).
   float* scratch_ = nullptr;
@@ -394,11 +399,12 @@ struct Aggregator::State {
 Status Aggregator::State::Init(const DataView* test_set) {
   limits_.max_frame_bytes = config_.max_frame_bytes;
   FEDRT_RETURN_IF_ERROR(limits_.Validate());
-  // The tier combines partial sums (or gathers NDQSG updates): a rule that
-  // needs every update, and DP's accounting over the whole population, are
-  // not carried across ranks yet.
-  if (tier_ != nullptr && (config_.aggregation.kind != AggregationKind::kMean || config_.dp.noise_multiplier > 0)) {
-    return InvalidArgument("an aggregator tier (--mpi) supports aggregation mean without DP only");
+  // The tier combines partial sums (or gathers NDQSG payloads): a rule that
+  // needs every decoded update in one place is not carried across ranks
+  // (aggregator_tier.h); DP is (rank 0 adds the noise).
+  if (tier_ != nullptr && config_.aggregation.kind != AggregationKind::kMean) {
+    return InvalidArgument("an aggregator tier (--mpi) supports aggregation mean only (with or without DP), not " +
+                           AggregationRuleName(config_.aggregation));
   }
   if (!(config_.max_update_norm >= 0) || !std::isfinite(config_.max_update_norm)) {
     return InvalidArgument("max update norm must be finite and not negative (0: no bound)");
@@ -608,6 +614,10 @@ Status Aggregator::State::RestoreCodecState(AggregatorCheckpoint& saved) {
     device_model_round_ = saved.device_model_round;
     device_model_zero_ = false;
     synced_ = std::move(saved.synced);
+    // Rank 0's file holds every rank's devices: a rank keeps its own.
+    if (tier_ != nullptr) {
+      for (auto it = synced_.begin(); it != synced_.end();) it = Mine(it->first) ? std::next(it) : synced_.erase(it);
+    }
   }
   return Status();
 }
@@ -631,7 +641,7 @@ AggregatorCheckpoint Aggregator::State::CheckpointState() const {
     checkpoint.downlink_codec = downlink_->spec();
     checkpoint.device_model_round = device_model_round_;
     checkpoint.device_model = device_model_;
-    checkpoint.synced = synced_;
+    checkpoint.synced = tier_ != nullptr ? tier_synced_ : synced_;
   }
   return checkpoint;
 }
@@ -1164,11 +1174,16 @@ Status Aggregator::State::Contribute(const Received& received, const float* deco
 // held updates, or the DP-FedAvg estimate (noised sum / devices sampled).
 Status Aggregator::State::Combine(std::vector<float>* mean, RoundReport& report) {
   if (dp()) {
-    std::copy(sum_->sum(), sum_->sum() + d_, noised_);
-    AddGaussianNoise(dp_noise_seed_, round_, config_.dp.noise_multiplier * config_.dp.clip, noised_, d_);
-    const double denominator = static_cast<double>(std::max<std::size_t>(1, selected_.size()));
-    for (std::size_t i = 0; i < d_; ++i) (*mean)[i] = static_cast<float>(noised_[i] / denominator);
-    return Status::Ok();
+    // With a tier every rank holds the same clipped sum (SharePlainRound):
+    // rank 0 alone adds the noise and the others take its mean, so the
+    // noise is drawn once (aggregator_tier.h).
+    if (tier_ == nullptr || tier_->rank() == 0) {
+      std::copy(sum_->sum(), sum_->sum() + d_, noised_);
+      AddGaussianNoise(dp_noise_seed_, round_, config_.dp.noise_multiplier * config_.dp.clip, noised_, d_);
+      const double denominator = static_cast<double>(std::max<std::size_t>(1, selected_.size()));
+      for (std::size_t i = 0; i < d_; ++i) (*mean)[i] = static_cast<float>(noised_[i] / denominator);
+    }
+    return tier_ != nullptr ? ShareRank0Mean(mean) : Status::Ok();
   }
   if (!HoldsUpdates(config_.aggregation)) {
     sum_->MeanInto(mean->data());
@@ -1182,9 +1197,10 @@ Status Aggregator::State::Combine(std::vector<float>* mean, RoundReport& report)
 
 // DP with a budget: whether the next round, sampled as StartRound will
 // sample it, keeps epsilon within the budget.
-bool Aggregator::State::BudgetAllowsRound() {
+// `connected`: every rank's devices with a tier (TickView), so every rank
+// decides the same.
+bool Aggregator::State::BudgetAllowsRound(std::size_t connected) {
   if (!dp() || config_.dp.epsilon_budget <= 0) return true;
-  const std::size_t connected = device_connection_.size();
   std::vector<uint32_t> indices(connected);
   for (uint32_t i = 0; i < indices.size(); ++i) indices[i] = i;
   const std::size_t sampled = SampleDevices(indices, config_.sampling, config_.session_seed, round_).size();
@@ -1596,6 +1612,10 @@ void Aggregator::State::CloseRound() {
     counters_.best_test_accuracy = std::max(counters_.best_test_accuracy, report.test_accuracy);
   }
   if (report.dp_epsilon >= 0) counters_.dp_epsilon = report.dp_epsilon;
+  if (tier_ != nullptr && downlink_) {
+    const Status shared = ShareSynced();
+    if (!shared.ok()) return TierFailed(shared);
+  }
   if (hooks_.on_checkpoint) hooks_.on_checkpoint(CheckpointState());
   timed(static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0);
   if (hooks_.on_round) hooks_.on_round(report);
@@ -1608,6 +1628,7 @@ Status Aggregator::State::AgreeTick(TickView* view) {
   mine.U64(view->connected);
   mine.U64(view->received);
   mine.U64(view->waiting);
+  mine.U64(view->open);
   mine.U8(view->deadline_passed ? 1 : 0);
   mine.U8(view->target_reached ? 1 : 0);
   std::vector<std::vector<uint8_t>> all;
@@ -1618,6 +1639,7 @@ Status Aggregator::State::AgreeTick(TickView* view) {
     view->connected += r.U64();
     view->received += r.U64();
     view->waiting += r.U64();
+    view->open += r.U64();
     const bool deadline_passed = r.U8() != 0;
     const bool target_reached = r.U8() != 0;
     if (!r.AtEnd()) return Corrupt("tick counts of rank " + std::to_string(rank));
@@ -1746,6 +1768,51 @@ Status Aggregator::State::SharePlainRound(RoundReport& report, double* loss_sum,
   return Status::Ok();
 }
 
+// DP rounds with a tier: rank 0's noised mean on every rank.
+Status Aggregator::State::ShareRank0Mean(std::vector<float>* mean) {
+  std::vector<uint8_t> bytes;
+  if (tier_->rank() == 0) {
+    const uint8_t* raw = reinterpret_cast<const uint8_t*>(mean->data());
+    bytes.assign(raw, raw + mean->size() * sizeof(float));
+  }
+  FEDRT_RETURN_IF_ERROR(tier_->BroadcastFromRank0(&bytes));
+  if (bytes.size() != mean->size() * sizeof(float)) {
+    return Corrupt("rank 0's mean has " + std::to_string(bytes.size()) + " bytes, not " +
+                   std::to_string(mean->size() * sizeof(float)));
+  }
+  std::memcpy(mean->data(), bytes.data(), bytes.size());
+  return Status::Ok();
+}
+
+// With a tier and a downlink codec, once a round is applied: every rank's
+// per-device download state (its own devices') to rank 0, whose checkpoint
+// then lets every shard's devices resume deltas after a restart.
+Status Aggregator::State::ShareSynced() {
+  persist::Writer mine;
+  uint32_t count = 0;
+  for (const auto& entry : synced_) count += Mine(entry.first) ? 1 : 0;
+  mine.U32(count);
+  for (const auto& [device, round] : synced_) {
+    if (!Mine(device)) continue;
+    mine.String(device);
+    mine.U64(static_cast<uint64_t>(round));
+  }
+  std::vector<std::vector<uint8_t>> all;
+  FEDRT_RETURN_IF_ERROR(tier_->AllGather(std::move(mine).Take(), &all));
+  tier_synced_.clear();
+  if (tier_->rank() != 0) return Status::Ok();
+  for (std::size_t rank = 0; rank < all.size(); ++rank) {
+    persist::Reader r(all[rank].data(), all[rank].size());
+    const uint32_t n = r.U32();
+    for (uint32_t i = 0; r.ok() && i < n; ++i) {
+      std::string device = r.String(kMaxDeviceIdBytes);
+      tier_synced_[std::move(device)] = static_cast<int64_t>(r.U64());
+    }
+    if (!r.AtEnd()) return Corrupt("download state of rank " + std::to_string(rank));
+  }
+  return Status::Ok();
+}
+
 uint32_t Aggregator::State::Tick() {
   const uint64_t now = clock_.NowMs();
   std::vector<std::shared_ptr<Connection>> late;
@@ -1773,6 +1840,7 @@ uint32_t Aggregator::State::Tick() {
   for (std::size_t k = 0; in_round_ && k < selected_.size(); ++k) {
     if (answered_.count(selected_[k]) == 0 && device_connection_.count(selected_[k]) != 0) view.waiting++;
   }
+  view.open = peers_.size();
   view.deadline_passed = in_round_ && now >= round_deadline_ms_;
   view.target_reached = reached_target_;
   if (tier_ != nullptr) {
@@ -1782,6 +1850,7 @@ uint32_t Aggregator::State::Tick() {
       return static_cast<uint32_t>(next);
     }
   }
+  last_view_ = view;
   if (!in_round_) {
     if (round_ >= config_.rounds || view.target_reached) {
       FinishAll();
@@ -1791,7 +1860,7 @@ uint32_t Aggregator::State::Tick() {
     // connected, so a lost device never stops the training.
     const std::size_t needed = started_any_ ? 1 : std::max<std::size_t>(1, config_.min_devices);
     if (view.connected < needed) return static_cast<uint32_t>(next);
-    if (!BudgetAllowsRound()) {
+    if (!BudgetAllowsRound(static_cast<std::size_t>(view.connected))) {
       FinishAll();
       return static_cast<uint32_t>(next);
     }
@@ -2027,6 +2096,12 @@ Status Aggregator::status() const { return state_->stopped_; }
 uint32_t Aggregator::round() const { return state_->round_; }
 std::size_t Aggregator::connected_devices() const { return state_->device_connection_.size(); }
 std::size_t Aggregator::open_connections() const { return state_->peers_.size(); }
+std::size_t Aggregator::all_connected_devices() const {
+  return state_->tier_ != nullptr ? static_cast<std::size_t>(state_->last_view_.connected) : connected_devices();
+}
+std::size_t Aggregator::all_open_connections() const {
+  return state_->tier_ != nullptr ? static_cast<std::size_t>(state_->last_view_.open) : open_connections();
+}
 const Model& Aggregator::model() const { return *state_->model_; }
 const std::string& Aggregator::codec() const { return state_->config_.codec; }
 const AggregatorConfig& Aggregator::config() const { return state_->config_; }

@@ -61,6 +61,14 @@ Status AggregatorTier::ShareAddress(const std::string& mine) {
   return Status::Ok();
 }
 
+Status AggregatorTier::BroadcastFromRank0(std::vector<uint8_t>* bytes) {
+  std::vector<std::vector<uint8_t>> all;
+  FEDRT_RETURN_IF_ERROR(AllGather(rank() == 0 ? *bytes : std::vector<uint8_t>(), &all));
+  if (all.empty()) return Corrupt("aggregator tier: no rank 0 in the gather");
+  *bytes = std::move(all[0]);
+  return Status::Ok();
+}
+
 int ShardOfDevice(const std::string& device_id, int ranks) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a of the id
   for (unsigned char c : device_id) h = (h ^ c) * 1099511628211ULL;

@@ -72,7 +72,9 @@
 // list the sampling points into), and at the close a plain round's partial
 // sum (d doubles, sent and gathered from every rank) or an NDQSG round's
 // payloads (every rank's, held until the next round starts, plus received
-// entries beyond max_updates_per_round for the other ranks' devices).
+// entries beyond max_updates_per_round for the other ranks' devices); a DP
+// round's noised mean sent by rank 0 (d floats); with a downlink codec the
+// ranks' download states gathered on rank 0 (a map entry per device there).
 //
 // Thread-safety: none. Every call, and every connection callback, runs on one
 // thread (an EventLoop's, or the application's).
@@ -419,6 +421,11 @@ class Aggregator final : public transport::ConnectionHandler {
   uint32_t round() const;                 // rounds completed (counting resumed ones)
   std::size_t connected_devices() const;  // joined devices with an open connection
   std::size_t open_connections() const;   // joined or not
+  // The same over every rank of the engine's tier (AggregatorHooks::tier)
+  // as of its last Tick (agreed there, no extra exchange); without a tier,
+  // the two above. Rank 0's /metrics and /healthz report these.
+  std::size_t all_connected_devices() const;
+  std::size_t all_open_connections() const;
   const Model& model() const;             // the global model
   const std::string& codec() const;       // the update codec's canonical spec
   const AggregatorConfig& config() const;

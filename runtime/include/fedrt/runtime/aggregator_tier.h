@@ -26,6 +26,15 @@
 // Rank 0 alone evaluates and checkpoints (its host gives it the test set and
 // the checkpoint hook); the others get neither.
 //
+// DP-FedAvg (privacy.h) over a tier: every rank clips its shard's updates and
+// sums them with weight 1, the sums are added as above, and rank 0 alone adds
+// the Gaussian noise (with its noise key) and divides; the other ranks take
+// its noised mean (BroadcastFromRank0), so the noise is drawn exactly once and
+// every rank applies the same step. The accountant's sampling rate counts
+// every rank's devices. Robust rules (median, trimmed mean, Krum) are refused
+// with a tier: they need every decoded update of the round in one place
+// (runtime/README.md says why the tier does not gather them).
+//
 // A device belongs to the rank ShardOfDevice names (rendezvous hashing of
 // its id over the ranks: consistent, so another K moves only the devices
 // whose shard changed). A device that joins another rank is told where to
@@ -63,6 +72,10 @@ class AggregatorTier {
   // Tells every rank where this one listens (HOST:PORT). Collective; a host
   // calls it once it listens, before the engine's first Tick.
   Status ShareAddress(const std::string& mine);
+  // Rank 0's `bytes` on every rank (the others' are replaced; what they
+  // pass is not sent). Collective, one AllGather: what rank 0 alone decides
+  // (the checkpoint it read, the DP round's noised mean) reaches every rank.
+  Status BroadcastFromRank0(std::vector<uint8_t>* bytes);
 
  private:
   std::vector<std::string> addresses_;

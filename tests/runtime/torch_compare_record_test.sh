@@ -8,6 +8,7 @@
 set -euo pipefail
 fedrt="$1"
 src="$2"
+source "$src/tests/runtime/bench_record_checks.sh"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cat > "$work/torch_step.py" <<'PY'
@@ -26,16 +27,10 @@ fail() { echo "FAIL: $*"; echo "--- results file:"; cat "$work/training.md" 2>/d
 TORCH_STEP="$work/torch_step.py" FEDRT_BENCH_RECORD_DIR="$work" \
   bash "$src/runtime/bench/torch_compare.sh" --record "$fedrt" 3 5 mlp:784-32-10 8 "1 2" > "$work/out.txt" 2>&1 ||
   { cat "$work/out.txt"; fail "the script failed"; }
-grep -q "recorded in $work/training.md" "$work/out.txt" || fail "no 'recorded in' line"
 md="$work/training.md"
-[ "$(head -n 1 "$md")" = "# Benchmark results" ] || fail "no heading"
-grep -Eq '^## Training step time, fedrt against PyTorch \(batch 8, 5 steps\) \([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2} UTC\)$' "$md" ||
-  fail "no dated section"
-grep -q "^- command: \`runtime/bench/torch_compare.sh $fedrt 3 5 mlp:784-32-10 8 1 2\`$" "$md" || fail "no command"
-grep -Eq '^- fedrt [0-9].*cores; load average [0-9.]+ [0-9.]+ [0-9.]+ before, [0-9.]+ [0-9.]+ [0-9.]+ after$' "$md" ||
-  fail "no machine line"
-grep -q '^| model | implementation | threads | median p50 ms | median CPU ms/step | runs |$' "$md" || fail "no table header"
-grep -q '^|---|---|---|---|---|---|$' "$md" || fail "no separator row"
+check_record_section "$work/out.txt" "$md" 'Training step time, fedrt against PyTorch \(batch 8, 5 steps\)' \
+  "runtime/bench/torch_compare.sh $fedrt 3 5 mlp:784-32-10 8 1 2" \
+  '| model | implementation | threads | median p50 ms | median CPU ms/step | runs |'
 for threads in 1 2; do
   grep -Eq "^\| mlp:784-32-10 \| fedrt \| $threads \| [0-9]+\.[0-9]{3} \| [0-9]+\.[0-9]{3} \| 3 \|$" "$md" ||
     fail "no fedrt row for $threads threads"

@@ -39,7 +39,10 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
 run_fedrt() { "$fedrt" bench train --model "$1" --batch "$batch" --threads "$2" --steps "$steps" --json; }
-run_torch() { /usr/bin/python3 "$here/torch_step.py" --model "$1" --batch "$batch" --threads "$2" --steps "$steps" --json; }
+# TORCH_STEP: another PyTorch step script with torch_step.py's flags and JSON
+# line (the test of --record stands one in where PyTorch is not installed).
+torch_step=${TORCH_STEP:-$here/torch_step.py}
+run_torch() { /usr/bin/python3 "$torch_step" --model "$1" --batch "$batch" --threads "$2" --steps "$steps" --json; }
 
 for model in $models; do
   for threads in $thread_counts; do

@@ -81,6 +81,10 @@ int RunServe(ServeFlags& flags, const CLI::App& app) {
                  flags.http.c_str());
     return 2;
   }
+  if (flags.http.empty() && FlagGiven(app, "--http-linger-ms")) {
+    std::fprintf(stderr, "fedrt serve: --http-linger-ms needs --http (it keeps the monitoring endpoint up)\n");
+    return 2;
+  }
   Result<ServerOptimizerKind> kind = ParseServerOptimizer(flags.optimizer);
   if (!kind.ok()) {
     std::fprintf(stderr, "fedrt serve: %s\n", kind.status().ToString().c_str());
@@ -351,6 +355,10 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
   serve->add_option("--metrics", flags->metrics, "Append one JSON object per round to this file");
   serve->add_option("--http", flags->http,
                     "Serve GET /metrics (Prometheus text) and /healthz on HOST:PORT (port 0: any free one, printed)");
+  serve->add_option("--http-linger-ms", o.http_linger_ms,
+                    "After the training ends (and the model and checkpoint are saved), keep answering /metrics and "
+                    "/healthz this long, so a scraper sees the final state; SIGTERM ends it (0: exit at once)")
+      ->capture_default_str()->check(CLI::Range(0, 86400000));
   serve->add_option("--idle-timeout-ms", o.idle_timeout_ms, "Close a connection silent for this long")
       ->capture_default_str();
   serve->add_option("--io-timeout-ms", o.io_timeout_ms, "A frame body or a write must complete within this")

@@ -7,6 +7,7 @@
 set -euo pipefail
 fedrt="$1"
 src="$2"
+source "$src/tests/runtime/bench_record_checks.sh"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/bin"
@@ -30,17 +31,10 @@ fail() { echo "FAIL: $*"; echo "--- results file:"; cat "$work/allreduce.md" 2>/
 PATH="$work/bin:$PATH" MPI_BENCH="$work/mpi_bench" FEDRT_BENCH_RECORD_DIR="$work" ITERATIONS=2 \
   bash "$src/runtime/bench/allreduce_vs_mpi.sh" --record "$fedrt" 1 4096 2 > "$work/out.txt" 2>&1 ||
   { cat "$work/out.txt"; fail "the script failed"; }
-grep -q "recorded in $work/allreduce.md" "$work/out.txt" || fail "no 'recorded in' line"
 md="$work/allreduce.md"
-[ "$(head -n 1 "$md")" = "# Benchmark results" ] || fail "no heading"
-grep -Eq '^## Dense fp32 all-reduce, fedrt against OpenMPI \(loopback TCP\) \([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2} UTC\)$' "$md" ||
-  fail "no dated section"
-grep -q "^- command: \`runtime/bench/allreduce_vs_mpi.sh $fedrt 1 4096 2\`$" "$md" || fail "no command"
-grep -Eq '^- fedrt [0-9].*cores; load average [0-9.]+ [0-9.]+ [0-9.]+ before, [0-9.]+ [0-9.]+ [0-9.]+ after$' "$md" ||
-  fail "no machine line"
-grep -q '^| round | implementation | processes | bytes | iterations | p50 ms | p99 ms | bus GB/s | CPU ms per all-reduce |$' "$md" ||
-  fail "no table header"
-grep -q '^|---|---|---|---|---|---|---|---|---|$' "$md" || fail "no separator row"
+check_record_section "$work/out.txt" "$md" 'Dense fp32 all-reduce, fedrt against OpenMPI \(loopback TCP\)' \
+  "runtime/bench/allreduce_vs_mpi.sh $fedrt 1 4096 2" \
+  '| round | implementation | processes | bytes | iterations | p50 ms | p99 ms | bus GB/s | CPU ms per all-reduce |'
 grep -Eq '^\| 1 \| fedrt \| 2 \| 4096 \| 20 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$' "$md" || fail "no fedrt row"
 grep -q '^| 1 | OpenMPI | 2 | 4096 | 20 | 0.020 | 0.030 | 0.205 | 0.050 |$' "$md" || fail "no OpenMPI row"
 # Without --record nothing is written.

@@ -879,6 +879,61 @@ TEST_CASE("fedrt serve exits 1 with the reason after --max-failed-rounds rounds 
                     "(max failed rounds 2); the last: every update was rejected (1)") == 1);
 }
 
+TEST_CASE("fedrt serve --http-linger-ms keeps /healthz up after the training stopped, says why, and still exits 1 on SIGTERM") {
+  Served star({"--codec", "fp32", "--rounds", "3", "--min-devices", "1", "--max-failed-rounds", "1",
+               "--deadline-ms", "1000", "--http", "127.0.0.1:0", "--http-linger-ms", "600000"});
+  ChildProcess& serve = *star.serve;
+  const uint16_t http = static_cast<uint16_t>(std::atoi(serve.WaitForLine("metrics on port ").c_str()));
+  REQUIRE_MESSAGE(http != 0, serve.output());
+  Gatekeeper gate(star.port, 0, star.d);
+  REQUIRE(gate.Await() == 0);
+  SendRefusedUpdate(gate);
+  // The run stops at its first failed round; the endpoint stays for the linger.
+  REQUIRE_MESSAGE(serve.WaitFor("training ended; /metrics and /healthz answer for 600000 ms more"), serve.output());
+  std::string response = HttpGet(http, "/healthz");
+  CHECK(HttpStatus(response) == 503);
+  CHECK_MESSAGE(HttpBody(response) ==
+                    "stopped: training stopped at round 1: 1 rounds in a row applied nothing (max failed rounds 1); "
+                    "the last: every update was rejected (1)\n",
+                response);
+  const std::string body = HttpBody(HttpGet(http, "/metrics"));
+  CHECK_MESSAGE(PromtoolProblems(body, star.dir.path()) == "", body);
+  CHECK(Sample(body, "fedrt_rounds_not_applied_total") == 1);
+  CHECK(Sample(body, "fedrt_rounds_completed_total") == 0);
+  // The device port is closed by then: nothing can join a run that ended.
+  BlockingStarClient late;
+  CHECK_FALSE(late.Connect(star.port));
+  // SIGTERM ends the linger; the exit still reports the stop, not the signal.
+  serve.Signal(SIGTERM);
+  CHECK(serve.Wait() == 1);
+  INFO(serve.output());
+  CHECK(serve.Count("fedrt serve: failed_precondition: training stopped at round 1") == 1);
+}
+
+TEST_CASE("fedrt serve --http-linger-ms after a finished run: /healthz says finished, SIGTERM ends it with 143, and it needs --http") {
+  Served star({"--codec", "fp32", "--rounds", "1", "--min-devices", "1", "--http", "127.0.0.1:0", "--http-linger-ms",
+               "600000"});
+  ChildProcess& serve = *star.serve;
+  const uint16_t http = static_cast<uint16_t>(std::atoi(serve.WaitForLine("metrics on port ").c_str()));
+  REQUIRE_MESSAGE(http != 0, serve.output());
+  {
+    Gatekeeper gate(star.port, 0, star.d);
+    REQUIRE(gate.Await() == 0);
+    gate.Answer();
+  }  // the device leaves: the run ends without the 3 s grace for connected devices
+  REQUIRE_MESSAGE(serve.WaitFor("answer for 600000 ms more"), serve.output());
+  const std::string response = HttpGet(http, "/healthz");
+  CHECK(HttpStatus(response) == 503);
+  CHECK_MESSAGE(HttpBody(response) == "finished: 1 rounds done\n", response);
+  CHECK(Sample(HttpBody(HttpGet(http, "/metrics")), "fedrt_rounds_completed_total") == 1);
+  serve.Signal(SIGTERM);
+  CHECK(serve.Wait() == 128 + SIGTERM);  // a signal never reads as success
+
+  ChildProcess alone(star.Serve({"--http-linger-ms", "1000"}));
+  CHECK(alone.Wait() == 2);
+  CHECK(alone.Count("--http-linger-ms needs --http") == 1);
+}
+
 TEST_CASE("fedrt serve --http with DP-FedAvg reports the epsilon spent in /metrics, growing every round") {
   Served star({"--codec", "fp32", "--rounds", "3", "--min-devices", "1", "--dp-noise-multiplier", "1", "--dp-clip",
                "1", "--http", "127.0.0.1:0"});

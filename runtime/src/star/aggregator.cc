@@ -383,17 +383,27 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
     }
   }
   (*listener)->Close();
-  if (http) http->Close();
   aggregator->Abort(Status(StatusCode::kCancelled, "aggregator stopped"));
   loop.RunFor(50);
   if (!options.save_model.empty() && rank0) {
-    FEDRT_RETURN_IF_ERROR(WriteModelNpz(options.save_model, aggregator->model()));
+    const Status written = WriteModelNpz(options.save_model, aggregator->model());
+    if (!written.ok()) {
+      if (http) http->Close();
+      return written;
+    }
     Log(LogLevel::kInfo, "aggregator: saved the global model of round %u to %s", aggregator->round(),
         options.save_model.c_str());
   }
   // Training that went on while its state could not be saved ends as an
   // error, and so does training that stopped because no round could apply.
   const Status saved = checkpoints ? checkpoints->Finish() : Status();
+  if (http && options.http_linger_ms > 0 && aggregator->finished() && (stop == nullptr || !stop->load())) {
+    // Everything is on disk: a kill during the linger loses nothing.
+    Log(LogLevel::kInfo, "aggregator: training ended; /metrics and /healthz answer for %u ms more", options.http_linger_ms);
+    const uint64_t until = SystemClock().NowMs() + options.http_linger_ms;
+    while ((stop == nullptr || !stop->load()) && SystemClock().NowMs() < until) loop.RunFor(kSliceMs);
+  }
+  if (http) http->Close();
   if (!aggregator->status().ok()) return aggregator->status();
   return saved;
 }

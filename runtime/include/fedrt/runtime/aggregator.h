@@ -88,6 +88,12 @@ struct AggregatorOptions : AggregatorConfig {
   // or when the latest state cannot be saved). Empty: none.
   std::string http_host;
   uint16_t http_port = 0;              // 0: any free port (reported by on_http_listening)
+  // After the training has ended (finished, or stopped with a reason) and
+  // the model and checkpoint are saved, /metrics and /healthz keep answering
+  // this long, so a scraper polling every 15-60 s sees the final state
+  // (healthz "finished: ..." or "stopped: ..."); the device port is closed
+  // by then. `stop` ends it at once. 0: serving ends with the training.
+  uint32_t http_linger_ms = 0;
 };
 
 // Serves until `options.rounds` rounds are done (then tells the devices to

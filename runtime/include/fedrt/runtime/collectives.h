@@ -305,9 +305,11 @@ struct GossipStats {
 // x'_self + clip(x'_i - x'_self) (its deviation scaled to L2 norm at most
 // clip: ClippedGossip, He, Karimireddy and Jaggi 2022); with a rule other
 // than mean the step becomes
-//   x = Rule({x'_self, x'_i ...}, weights {W_self, W_i ...}) - lr * grad
+//   x = x + (Rule({x'_self, x'_i ...}, weights {W_self, W_i ...}) - x'_self) / 2 - lr * grad
 // (robust_aggregation.h; BRIDGE, Yang and Bajwa 2019, with the own model in
-// the set). The rule needs MinimumUpdates models among own + neighbours.
+// the set, taken half way: the whole step swaps the two sides of a bipartite
+// graph every step, which the gradient step then grows; gossip.cc). The rule
+// needs MinimumUpdates models among own + neighbours.
 // Only full-precision gossip and codecs that decode without side
 // information take a defense (Moniqua decodes against the own model, CHOCO
 // mixes replicas of sums: neither recovers a neighbour's model to judge).

@@ -33,26 +33,90 @@ Status IwpAccumulator::Check(std::size_t d, const IwpOptions& o) {
   return Status::Ok();
 }
 
+namespace {
+
+std::size_t SampleFloats(std::size_t d, const IwpOptions& options) {
+  return std::min(options.sample_size, d == 0 ? 1 : d);
+}
+
+}  // namespace
+
 IwpAccumulator::IwpAccumulator(std::size_t d, const IwpOptions& options)
-    : options_(options),
-      accumulator_(d, 0.0f),
-      velocity_(options.momentum > 0 ? d : 0, 0.0f),
-      tensor_sizes_(1, d),
-      sample_(std::min(options.sample_size, d == 0 ? 1 : d)) {}
+    : options_(options), d_(d), sample_size_(SampleFloats(d, options)) {
+  const std::size_t velocity = options.momentum > 0 ? d : 0;
+  owned_.assign(d + velocity + sample_size_, 0.0f);
+  accumulator_ = owned_.data();
+  velocity_ = velocity > 0 ? owned_.data() + d : nullptr;
+  sample_ = owned_.data() + d + velocity;
+  tensor_sizes_.assign(1, d);
+}
+
+IwpAccumulator::IwpAccumulator(const IwpAccumulator& other)
+    : options_(other.options_), d_(other.d_), sample_size_(other.sample_size_), tensor_sizes_(other.tensor_sizes_),
+      taus_(other.taus_) {
+  const std::size_t velocity = other.velocity_ != nullptr ? d_ : 0;
+  owned_.assign(other.accumulator_, other.accumulator_ + d_);
+  if (velocity > 0) owned_.insert(owned_.end(), other.velocity_, other.velocity_ + d_);
+  owned_.resize(d_ + velocity + sample_size_, 0.0f);  // the sample is scratch
+  accumulator_ = owned_.data();
+  velocity_ = velocity > 0 ? owned_.data() + d_ : nullptr;
+  sample_ = owned_.data() + d_ + velocity;
+}
+
+IwpAccumulator& IwpAccumulator::operator=(const IwpAccumulator& other) {
+  if (this != &other) *this = IwpAccumulator(other);
+  return *this;
+}
+
+std::size_t IwpAccumulator::MemoryFloats(std::size_t d, const IwpOptions& options, std::size_t max_tensors) {
+  const std::size_t velocity = options.momentum > 0 ? d : 0;
+  return d + velocity + SampleFloats(d, options) * (1 + std::max<std::size_t>(1, max_tensors));
+}
+
+IwpAccumulator::IwpAccumulator(std::size_t d, const IwpOptions& options, std::size_t max_tensors, float* memory)
+    : options_(options), d_(d), sample_size_(SampleFloats(d, options)),
+      max_tensors_(std::max<std::size_t>(1, max_tensors)) {
+  std::fill(memory, memory + MemoryFloats(d, options, max_tensors), 0.0f);
+  accumulator_ = memory;
+  float* at = memory + d;
+  if (options.momentum > 0) {
+    velocity_ = at;
+    at += d;
+  }
+  sample_ = at;
+  samples_ = at + sample_size_;
+  tensor_sizes_.reserve(max_tensors_);
+  tensor_sizes_.assign(1, d);
+  taus_.reserve(max_tensors_);
+  sampled_.reserve(max_tensors_);
+}
 
 Status IwpAccumulator::SetTensors(const std::vector<std::size_t>& sizes) {
   uint64_t total = 0;
   for (std::size_t s : sizes) total += s;
-  if (total != accumulator_.size()) {
-    return InvalidArgument("iwp: tensor sizes add up to " + std::to_string(total) + ", not " +
-                           std::to_string(accumulator_.size()));
+  if (total != d_) {
+    return InvalidArgument("iwp: tensor sizes add up to " + std::to_string(total) + ", not " + std::to_string(d_));
+  }
+  if (samples_ != nullptr && sizes.size() > max_tensors_) {
+    return InvalidArgument("iwp: " + std::to_string(sizes.size()) + " tensors, the memory holds samples of " +
+                           std::to_string(max_tensors_));
   }
   tensor_sizes_ = sizes;
+  if (samples_ == nullptr) {
+    taus_.reserve(sizes.size());
+    sampled_.reserve(sizes.size());
+  }
   return Status::Ok();
 }
 
+float* IwpAccumulator::Samples(std::size_t tensors) {
+  if (samples_ != nullptr) return samples_;  // SetTensors kept tensors within max_tensors_
+  owned_samples_.resize(sample_size_ * tensors);
+  return owned_samples_.data();
+}
+
 Status IwpAccumulator::Accumulate(const float* grad, float rate) {
-  const std::size_t d = accumulator_.size();
+  const std::size_t d = d_;
   if (!(rate >= 0) || !std::isfinite(rate)) return InvalidArgument("iwp: accumulation rate must be finite and >= 0");
   FEDRT_RETURN_IF_ERROR(CheckFinite(grad, d));
   float scale = 1.0f;
@@ -62,7 +126,7 @@ Status IwpAccumulator::Accumulate(const float* grad, float rate) {
     const double norm = std::sqrt(sum);
     if (norm > options_.clip_norm) scale = static_cast<float>(options_.clip_norm / norm);
   }
-  if (!velocity_.empty()) {
+  if (velocity_ != nullptr) {
     const float m = options_.momentum;
     for (std::size_t i = 0; i < d; ++i) {
       velocity_[i] = m * velocity_[i] + grad[i] * scale;
@@ -107,10 +171,10 @@ RandomStream TensorStream(const IwpStepContext& context, std::size_t k, RandomPu
 std::size_t IwpAccumulator::Sample(const float* weights, const IwpStepContext& context, std::size_t k,
                                    std::size_t begin, std::size_t n, float* out) const {
   // m positions of this tensor with replacement: floor(word * n / 2^32).
-  const float* a = accumulator_.data();
+  const float* a = accumulator_;
   const float eps = options_.eps;
   const RandomStream stream = TensorStream(context, k, RandomPurpose::kRandomSubset);
-  const std::size_t m = std::min(sample_.size(), n);
+  const std::size_t m = std::min(sample_size_, n);
   uint32_t words[256];
   for (std::size_t at = 0; at < m; at += 256) {
     const std::size_t c = std::min<std::size_t>(256, m - at);
@@ -125,14 +189,6 @@ std::size_t IwpAccumulator::Sample(const float* weights, const IwpStepContext& c
 
 namespace {
 
-// One sparse tensor's sample under the dispersion rule.
-struct TensorSample {
-  std::size_t k = 0, begin = 0, n = 0;
-  const float* sample = nullptr;
-  std::size_t m = 0;
-  double mu = 0, sd = 0, dispersion = 0;
-};
-
 // D_l / mean(D), held within [1/4, 4]: a tensor far burstier than the rest
 // (the first layer's constant border pixels) would otherwise keep nothing for
 // hundreds of steps and then send its whole accumulated update at once
@@ -141,10 +197,13 @@ double DispersionWeight(double dispersion, double mean_dispersion) {
   return std::min(4.0, std::max(0.25, dispersion / mean_dispersion));
 }
 
+}  // namespace
+
 // The expected share of the tensors' coordinates kept with threshold
 // multiplier `k` (each sampled importance counts 1 at or above tau, I / tau
 // below it with probabilistic updates, else 0), weighted by tensor size.
-double ExpectedKept(const std::vector<TensorSample>& tensors, double mean_dispersion, double k, bool probabilistic) {
+double IwpAccumulator::ExpectedKept(const std::vector<TensorSample>& tensors, double mean_dispersion, double k,
+                                    bool probabilistic) {
   double kept = 0, total = 0;
   for (const TensorSample& t : tensors) {
     total += static_cast<double>(t.n);
@@ -164,11 +223,9 @@ double ExpectedKept(const std::vector<TensorSample>& tensors, double mean_disper
   return total > 0 ? kept / total : 0;
 }
 
-}  // namespace
-
 void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& context,
                                    std::vector<uint32_t>* indices) {
-  const float* a = accumulator_.data();
+  const float* a = accumulator_;
   const float eps = options_.eps;
   auto importance = [a, weights, eps](std::size_t i) { return std::fabs(a[i]) / (std::fabs(weights[i]) + eps); };
   indices->clear();
@@ -183,19 +240,20 @@ void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& c
     for (std::size_t k = 0; k < tensors; ++k) {
       const std::size_t n = tensor_sizes_[k];
       if (n > 0 && n >= options_.dense_below) {
-        const std::size_t m = Sample(weights, context, k, begin, n, sample_.data());
+        const std::size_t m = Sample(weights, context, k, begin, n, sample_);
         // tau = the ceil(m f)-th largest sampled importance.
         std::size_t keep = static_cast<std::size_t>(std::ceil(static_cast<double>(m) * fraction));
         keep = std::max<std::size_t>(1, std::min(keep, m));
-        auto nth = sample_.begin() + static_cast<std::ptrdiff_t>(m - keep);
-        std::nth_element(sample_.begin(), nth, sample_.begin() + static_cast<std::ptrdiff_t>(m));
+        float* nth = sample_ + (m - keep);
+        std::nth_element(sample_, nth, sample_ + m);
         taus[k] = *nth;
       }
       begin += n;
     }
   } else if (sparse) {
-    std::vector<TensorSample> sampled;
-    samples_.resize(sample_.size() * tensors);
+    std::vector<TensorSample>& sampled = sampled_;
+    sampled.clear();
+    float* samples = Samples(tensors);
     std::size_t begin = 0;
     double dispersion_sum = 0;
     std::size_t dispersed = 0;
@@ -206,7 +264,7 @@ void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& c
         t.k = k;
         t.begin = begin;
         t.n = n;
-        float* out = samples_.data() + k * sample_.size();
+        float* out = samples + k * sample_size_;
         t.m = Sample(weights, context, k, begin, n, out);
         t.sample = out;
         double sum = 0, sum_sq = 0;
@@ -281,7 +339,7 @@ void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& c
 }
 
 Status IwpAccumulator::CheckIndices(const uint32_t* indices, std::size_t count) const {
-  const std::size_t d = accumulator_.size();
+  const std::size_t d = d_;
   for (std::size_t j = 0; j < count; ++j) {
     if (indices[j] >= d) {
       return OutOfRange("iwp: index " + std::to_string(indices[j]) + " at " + std::to_string(j) +
@@ -297,7 +355,7 @@ Status IwpAccumulator::GatherAndZero(const uint32_t* indices, std::size_t count,
     values[j] = accumulator_[indices[j]];
     accumulator_[indices[j]] = 0.0f;
   }
-  if (!velocity_.empty()) {
+  if (velocity_ != nullptr) {
     for (std::size_t j = 0; j < count; ++j) velocity_[indices[j]] = 0.0f;
   }
   return Status::Ok();

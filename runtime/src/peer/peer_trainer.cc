@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <utility>
 
 #include "fedrt/runtime/aggregation.h"
@@ -12,6 +13,7 @@
 #include "fedrt/runtime/privacy.h"
 #include "fedrt/runtime/robust_aggregation.h"
 #include "fedrt/runtime/trainer.h"
+#include "common/block_carver.h"
 
 namespace fedrt {
 namespace peer {
@@ -21,11 +23,57 @@ bool TakesCodec(PeerReduce reduce) {
   return reduce == PeerReduce::kCodec || reduce == PeerReduce::kCompressed || reduce == PeerReduce::kGossip;
 }
 
+bool RingReduce(PeerReduce reduce) {
+  return reduce == PeerReduce::kDense || reduce == PeerReduce::kCodec || reduce == PeerReduce::kCompressed;
+}
+
+// Room for ",theta=<%.9g>,check=<uint32>" after the options' codec spec.
+constexpr std::size_t kThetaSpecBytes = 64;
+
 }  // namespace
 
-Result<std::unique_ptr<PeerTrainer>> PeerTrainer::Create(Model& model, const PeerData& data,
-                                                         CollectiveContext& context,
-                                                         const PeerTrainerOptions& options) {
+// What the inputs make of a trainer, checked once: the sizes RequiredBytes,
+// CreateIn and Create share.
+struct PeerTrainer::Plan {
+  std::size_t d = 0;
+  std::size_t steps_per_epoch = 0;
+  SgdOptions sgd_options;
+  LrSchedule schedule;       // IWP updates' learning rate
+  std::size_t sgd_floats = 0;
+  bool iwp = false;
+  IwpOptions iwp_options;
+  std::size_t tensors = 1;   // IWP: thresholds per tensor
+  std::size_t iwp_floats = 0;
+  std::size_t batch = 0;
+  std::size_t example_size = 0;
+  std::size_t order = 0;     // uint32s of an epoch's order
+  bool saved = false;        // ring modes keep the gradient of a step that may fail
+  bool dp = false;
+  bool resync = false;       // repair of the ring modes (IWP too)
+  std::size_t peer_count = 0;
+};
+
+// Where the block's pieces lie (null base: measuring).
+struct PeerTrainer::Layout {
+  PeerTrainer* trainer = nullptr;  // CreateIn only
+  PeerGroup* group = nullptr;
+  float* velocity = nullptr;
+  IwpAccumulator* accumulator = nullptr;
+  float* iwp_memory = nullptr;
+  float* features = nullptr;
+  uint8_t* labels = nullptr;
+  uint32_t* batch_indices = nullptr;
+  uint32_t* order = nullptr;
+  float* saved = nullptr;
+  double* dp_noise = nullptr;
+  float* resync_steps = nullptr;
+  float* resync_state = nullptr;
+  std::size_t used = 0;
+};
+
+Result<PeerTrainer::Plan> PeerTrainer::MakePlan(const Model& model, const PeerData& data,
+                                                const CollectiveContext& context,
+                                                const PeerTrainerOptions& options) {
   FEDRT_RETURN_IF_ERROR(data.set.Validate());
   if (data.share == nullptr || data.share_size == 0) return InvalidArgument("this peer's share of the data is empty");
   for (std::size_t i = 0; i < data.share_size; ++i) {
@@ -75,43 +123,41 @@ Result<std::unique_ptr<PeerTrainer>> PeerTrainer::Create(Model& model, const Pee
     return InvalidArgument("the DP clip, budget and noise seed apply only with a DP noise multiplier above 0");
   }
   if (context.members().empty()) return Status(StatusCode::kFailedPrecondition, "the context is not formed yet");
+  Plan plan;
   const std::size_t n = context.members().size();
-  const std::size_t steps_per_epoch = (data.set.count / n) / static_cast<std::size_t>(options.batch);
-  const std::size_t d = model.parameter_count();
+  plan.batch = static_cast<std::size_t>(options.batch);
+  plan.steps_per_epoch = (data.set.count / n) / plan.batch;
+  plan.d = model.parameter_count();
+  plan.example_size = data.set.example_size;
+  plan.peer_count = context.peer_count();
 
   // IWP accumulating updates: the schedule scales what goes into the
   // accumulator, and the optimizer applies the reduced mean at rate 1; with
   // momentum correction the momentum lives in the accumulator.
-  const bool iwp = options.reduce == PeerReduce::kIwp;
-  const bool corrected = iwp && options.iwp.momentum_correction;
-  SgdOptions sgd_options = options.sgd;
-  if (sgd_options.schedule.kind == LrScheduleKind::kCosine && sgd_options.schedule.total_steps == 0) {
-    sgd_options.schedule.total_steps = steps_per_epoch * static_cast<std::size_t>(options.epochs);
+  plan.iwp = options.reduce == PeerReduce::kIwp;
+  const bool corrected = plan.iwp && options.iwp.momentum_correction;
+  plan.sgd_options = options.sgd;
+  if (plan.sgd_options.schedule.kind == LrScheduleKind::kCosine && plan.sgd_options.schedule.total_steps == 0) {
+    plan.sgd_options.schedule.total_steps = plan.steps_per_epoch * static_cast<std::size_t>(options.epochs);
   }
-  const LrSchedule schedule = sgd_options.schedule;
-  if (iwp && options.iwp.accumulate_updates) {
-    sgd_options.schedule = LrSchedule();
-    sgd_options.schedule.base_lr = 1.0;
+  plan.schedule = plan.sgd_options.schedule;
+  if (plan.iwp && options.iwp.accumulate_updates) {
+    plan.sgd_options.schedule = LrSchedule();
+    plan.sgd_options.schedule.base_lr = 1.0;
   }
-  sgd_options.momentum = corrected ? 0.0f : options.sgd.momentum;
-  auto sgd = Sgd::Create(sgd_options, d);
-  if (!sgd.ok()) return sgd.status();
-  FEDRT_RETURN_IF_ERROR(model.Reserve(options.batch));
-
-  std::unique_ptr<PeerTrainer> trainer(
-      new PeerTrainer(model, data, context, options, std::move(*sgd), steps_per_epoch));
-  trainer->schedule_ = schedule;
-  if (options.reduce == PeerReduce::kGossip) {
-    FEDRT_RETURN_IF_ERROR(trainer->group_->SetGossipDefense(options.gossip_defense));
-    trainer->group_->SetGossipSendTransform(options.gossip_send_transform);
+  plan.sgd_options.momentum = corrected ? 0.0f : options.sgd.momentum;
+  // The options checked on a one-parameter optimizer over a local float.
+  float probe = 0;
+  if (Result<Sgd> checked = Sgd::CreateInBuffer(plan.sgd_options, 1, FloatSpan{&probe, 1}); !checked.ok()) {
+    return checked.status();
   }
-  if (options.dp.noise_multiplier > 0) trainer->dp_noise_.resize(d);
-  if (iwp) {
-    IwpOptions io;
+  plan.sgd_floats = Sgd::StateFloats(plan.sgd_options, plan.d);
+  if (plan.iwp) {
+    IwpOptions& io = plan.iwp_options;
     io.target_fraction = options.iwp.density;
     io.momentum = corrected ? options.sgd.momentum : 0.0f;
     io.dense_below = static_cast<std::size_t>(options.iwp.dense_below);
-    io.warmup_steps = options.iwp.warmup_steps < 0 ? static_cast<uint32_t>(steps_per_epoch)
+    io.warmup_steps = options.iwp.warmup_steps < 0 ? static_cast<uint32_t>(plan.steps_per_epoch)
                                                    : static_cast<uint32_t>(options.iwp.warmup_steps);
     io.warmup_fraction =
         options.iwp.warmup_density > 0 ? options.iwp.warmup_density : std::min(1.0f, 4 * options.iwp.density);
@@ -120,40 +166,146 @@ Result<std::unique_ptr<PeerTrainer>> PeerTrainer::Create(Model& model, const Pee
     io.eps = options.iwp.eps;
     io.threshold = options.iwp.threshold;
     io.probabilistic = options.iwp.probabilistic;
-    FEDRT_RETURN_IF_ERROR(IwpAccumulator::Check(d, io));
-    trainer->accumulator_ = std::make_unique<IwpAccumulator>(d, io);
-    if (options.iwp.per_tensor) {
-      std::vector<std::size_t> sizes;
-      for (const TensorInfo& t : model.tensors()) sizes.push_back(t.size);
-      FEDRT_RETURN_IF_ERROR(trainer->accumulator_->SetTensors(sizes));
+    FEDRT_RETURN_IF_ERROR(IwpAccumulator::Check(plan.d, io));
+    plan.tensors = options.iwp.per_tensor ? std::max<std::size_t>(1, model.tensors().size()) : 1;
+    plan.iwp_floats = IwpAccumulator::MemoryFloats(plan.d, io, plan.tensors);
+  }
+  plan.order = plan.steps_per_epoch * plan.batch + data.share_size;
+  plan.saved = RingReduce(options.reduce);
+  plan.dp = options.dp.noise_multiplier > 0;
+  plan.resync = options.repair && (plan.saved || plan.iwp);
+  return plan;
+}
+
+PeerTrainer::Layout PeerTrainer::Carve(unsigned char* base, const Plan& plan, bool with_trainer) {
+  Carver carve(base);
+  Layout l;
+  if (with_trainer) l.trainer = carve.Take<PeerTrainer>(1);
+  l.group = carve.Take<PeerGroup>(1);
+  l.velocity = carve.Take<float>(plan.sgd_floats, kBlockAlignment);
+  if (plan.iwp) {
+    l.accumulator = carve.Take<IwpAccumulator>(1);
+    l.iwp_memory = carve.Take<float>(plan.iwp_floats, kBlockAlignment);
+  }
+  l.features = carve.Take<float>(plan.batch * plan.example_size, kBlockAlignment);
+  l.labels = carve.Take<uint8_t>(plan.batch);
+  l.batch_indices = carve.Take<uint32_t>(plan.batch);
+  l.order = carve.Take<uint32_t>(plan.order);
+  if (plan.saved) l.saved = carve.Take<float>(plan.d, kBlockAlignment);
+  if (plan.dp) l.dp_noise = carve.Take<double>(plan.d, kBlockAlignment);
+  if (plan.resync) {
+    l.resync_steps = carve.Take<float>(plan.peer_count);
+    l.resync_state = carve.Take<float>(plan.d + plan.sgd_floats, kBlockAlignment);
+  }
+  l.used = carve.used() + kBlockAlignment - 1;  // any alignment of the caller's memory
+  return l;
+}
+
+Result<std::size_t> PeerTrainer::RequiredBytes(const Model& model, const PeerData& data,
+                                               const CollectiveContext& context, const PeerTrainerOptions& options) {
+  Result<Plan> plan = MakePlan(model, data, context, options);
+  if (!plan.ok()) return plan.status();
+  return Carve(nullptr, *plan, true).used;
+}
+
+Result<PeerTrainer*> PeerTrainer::CreateIn(void* memory, std::size_t size, Model& model, const PeerData& data,
+                                           CollectiveContext& context, const PeerTrainerOptions& options) {
+  Result<Plan> plan = MakePlan(model, data, context, options);
+  if (!plan.ok()) return plan.status();
+  const std::size_t needed = Carve(nullptr, *plan, true).used;
+  if (memory == nullptr || size < needed) {
+    return OutOfRange("the peer trainer needs " + std::to_string(needed) + " bytes of memory, it was given " +
+                      std::to_string(memory == nullptr ? 0 : size));
+  }
+  return Place(*plan, Carve(AlignedBlock(memory), *plan, true), nullptr, model, data, context, options);
+}
+
+void PeerTrainer::Destroy(PeerTrainer* trainer) {
+  if (trainer != nullptr) trainer->~PeerTrainer();
+}
+
+Result<std::unique_ptr<PeerTrainer>> PeerTrainer::Create(Model& model, const PeerData& data,
+                                                         CollectiveContext& context,
+                                                         const PeerTrainerOptions& options) {
+  Result<Plan> plan = MakePlan(model, data, context, options);
+  if (!plan.ok()) return plan.status();
+  const std::size_t bytes = Carve(nullptr, *plan, false).used;
+  std::unique_ptr<unsigned char[]> block(new (std::nothrow) unsigned char[bytes]);
+  if (block == nullptr) {
+    return Status(StatusCode::kResourceExhausted, "cannot allocate the peer trainer's " + std::to_string(bytes) + " bytes");
+  }
+  const Layout layout = Carve(AlignedBlock(block.get()), *plan, false);
+  Result<PeerTrainer*> trainer = Place(*plan, layout, std::move(block), model, data, context, options);
+  if (!trainer.ok()) return trainer.status();
+  return std::unique_ptr<PeerTrainer>(*trainer);
+}
+
+// Builds the trainer on a carved layout: in it (layout.trainer) or on the
+// heap (Create, which hands over its block).
+Result<PeerTrainer*> PeerTrainer::Place(const Plan& plan, const Layout& layout,
+                                        std::unique_ptr<unsigned char[]> block, Model& model, const PeerData& data,
+                                        CollectiveContext& context, const PeerTrainerOptions& options) {
+  Result<Sgd> sgd = Sgd::CreateInBuffer(plan.sgd_options, plan.d, FloatSpan{layout.velocity, plan.sgd_floats});
+  if (!sgd.ok()) return sgd.status();
+  FEDRT_RETURN_IF_ERROR(model.Reserve(options.batch));
+  PeerTrainer* trainer =
+      layout.trainer != nullptr
+          ? new (layout.trainer) PeerTrainer(model, data, context, options, std::move(*sgd), plan, layout, nullptr)
+          : new PeerTrainer(model, data, context, options, std::move(*sgd), plan, layout, std::move(block));
+  Status placed;
+  if (options.reduce == PeerReduce::kGossip) {
+    placed = trainer->group_->SetGossipDefense(options.gossip_defense);
+    trainer->group_->SetGossipSendTransform(options.gossip_send_transform);
+  }
+  if (placed.ok() && plan.iwp && options.iwp.per_tensor) {
+    placed = trainer->accumulator_->SetTensors(ModelTensorSizes(model));
+  }
+  if (!placed.ok()) {
+    if (layout.trainer != nullptr) {
+      Destroy(trainer);
+    } else {
+      delete trainer;
     }
+    return placed;
   }
   return trainer;
 }
 
 PeerTrainer::PeerTrainer(Model& model, const PeerData& data, CollectiveContext& context,
-                         const PeerTrainerOptions& options, Sgd sgd, std::size_t steps_per_epoch)
+                         const PeerTrainerOptions& options, Sgd sgd, const Plan& plan, const Layout& layout,
+                         std::unique_ptr<unsigned char[]> block)
     : model_(model), data_(data), context_(context), options_(options),
       derived_theta_(options.reduce == PeerReduce::kGossip && options.codec.rfind("moniqua", 0) == 0 &&
                      options.codec.find("theta=") == std::string::npos),
       bound_theta_(derived_theta_ && !(options.moniqua_theta_per_lr > 0)),
-      sgd_(std::move(sgd)), steps_per_epoch_(steps_per_epoch), peer_count_(context.peer_count()),
-      group_(std::make_unique<PeerGroup>(context, options.chunk_floats)),
-      gossip_codec_(options.reduce == PeerReduce::kGossip ? GossipCodec(options.sgd.schedule.base_lr) : ""),
-      features_(static_cast<std::size_t>(options.batch) * data.set.example_size),
-      labels_(static_cast<std::size_t>(options.batch)), batch_indices_(static_cast<std::size_t>(options.batch)),
-      saved_(model.parameter_count()) {
+      sgd_(std::move(sgd)), schedule_(plan.schedule), steps_per_epoch_(plan.steps_per_epoch),
+      peer_count_(context.peer_count()), features_(layout.features), labels_(layout.labels),
+      batch_indices_(layout.batch_indices), order_(layout.order), saved_(layout.saved), dp_noise_(layout.dp_noise),
+      resync_steps_(layout.resync_steps), resync_state_(layout.resync_state), block_(std::move(block)) {
+  group_ = new (layout.group) PeerGroup(context, options.chunk_floats);
+  if (plan.iwp) {
+    accumulator_ = new (layout.accumulator) IwpAccumulator(plan.d, plan.iwp_options, plan.tensors, layout.iwp_memory);
+    indices_.reserve(plan.d);
+    sums_.reserve(plan.d);
+  }
   // Gossip codecs that encode per tensor send one stream per tensor.
   group_->SetTensorTable(ModelTensorSizes(model));
+  if (options.reduce == PeerReduce::kGossip) {
+    gossip_codec_.reserve(options.codec.size() + kThetaSpecBytes);
+    SetGossipCodec(options.sgd.schedule.base_lr);
+    interval_step_wraps_.reserve(plan.steps_per_epoch + 1);
+  }
   if (bound_theta_) {
     const uint32_t n = static_cast<uint32_t>(context.members().size());
     const std::vector<double> w = MetropolisWeights(GraphNeighbours(context.graph(), n));
     mixing_time_ = MixingTime(SecondLargestEigenvalueModulus(w, n), n);
-    gossip_codec_.clear();  // set by the first refresh
   }
 }
 
-PeerTrainer::~PeerTrainer() = default;
+PeerTrainer::~PeerTrainer() {
+  if (accumulator_ != nullptr) accumulator_->~IwpAccumulator();
+  group_->~PeerGroup();
+}
 
 uint64_t PeerTrainer::total_bytes_sent() const { return group_->total_bytes_sent(); }
 
@@ -161,12 +313,17 @@ uint64_t PeerTrainer::total_bytes_sent() const { return group_->total_bytes_sent
 // learning rate (codecs/README.md, "Moniqua"): a codec spec without theta
 // gets theta = moniqua_theta_per_lr * lr. Every peer computes the same
 // schedule, so all use the same theta in a step.
-std::string PeerTrainer::GossipCodec(double lr) const {
-  if (!derived_theta_) return options_.codec;
-  if (bound_theta_) return "";  // RefreshTheta sets it
+void PeerTrainer::SetGossipCodec(double lr) {
+  if (!derived_theta_) {
+    gossip_codec_ = options_.codec;
+    return;
+  }
+  gossip_codec_.clear();
+  if (bound_theta_) return;  // RefreshTheta sets it
   char theta[40];
-  std::snprintf(theta, sizeof theta, "theta=%.6g", options_.moniqua_theta_per_lr * lr);
-  return options_.codec + (options_.codec.find(':') == std::string::npos ? ":" : ",") + theta;
+  std::snprintf(theta, sizeof theta, "%ctheta=%.6g", options_.codec.find(':') == std::string::npos ? ':' : ',',
+                options_.moniqua_theta_per_lr * lr);
+  gossip_codec_.assign(options_.codec).append(theta);  // within the reserved capacity
 }
 
 // Moniqua's theta from its bound (PeerTrainerOptions::moniqua_theta_per_lr
@@ -193,13 +350,16 @@ Status PeerTrainer::RefreshTheta(double lr) {
   float theta = 0;
   std::memcpy(&theta, &agreed_bits, sizeof theta);
   theta_ = theta;
-  char text[64];
-  std::snprintf(text, sizeof text, "theta=%.9g", static_cast<double>(theta));
-  std::string spec = options_.codec + (options_.codec.find(':') == std::string::npos ? ":" : ",") + text;
+  // Within gossip_codec_'s reserved capacity: no allocation per refresh.
+  const char separator = options_.codec.find(':') == std::string::npos ? ':' : ',';
+  char text[kThetaSpecBytes];
   if (options_.moniqua_check > 0 && options_.codec.find("check=") == std::string::npos) {
-    spec += ",check=" + std::to_string(options_.moniqua_check);
+    std::snprintf(text, sizeof text, "%ctheta=%.9g,check=%u", separator, static_cast<double>(theta),
+                  static_cast<unsigned>(options_.moniqua_check));
+  } else {
+    std::snprintf(text, sizeof text, "%ctheta=%.9g", separator, static_cast<double>(theta));
   }
-  gossip_codec_ = spec;
+  gossip_codec_.assign(options_.codec).append(text);
   grad_bound_ = 0;
   wraps_since_refresh_ = 0;
   theta_agreed_ = true;
@@ -249,9 +409,10 @@ Status PeerTrainer::Reform(PeerTrainerObserver& observer) {
 // resumes at that step. *behind: this peer's failed step is done already.
 Status PeerTrainer::Resync(uint32_t* step, bool* behind) {
   const uint32_t rank = context_.rank();
-  std::vector<float> steps(peer_count_, 0.0f);
+  float* steps = resync_steps_;  // peer_count_ floats of the block
+  std::fill(steps, steps + peer_count_, 0.0f);
   steps[rank] = static_cast<float>(*step) + 1.0f;  // 0: not a member
-  FEDRT_RETURN_IF_ERROR(group_->AllReduce(steps.data(), steps.size()));
+  FEDRT_RETURN_IF_ERROR(group_->AllReduce(steps, peer_count_));
   uint32_t resume = 0, root = rank;
   for (uint32_t r : context_.members()) resume = std::max(resume, static_cast<uint32_t>(steps[r]) - 1);
   for (uint32_t r : context_.members()) {
@@ -261,14 +422,15 @@ Status PeerTrainer::Resync(uint32_t* step, bool* behind) {
     }
   }
   const std::size_t d = model_.parameter_count(), v = sgd_.velocity_size();
-  std::vector<float> state(d + v, 0.0f);
+  float* state = resync_state_;  // d + v floats of the block
+  std::fill(state, state + d + v, 0.0f);
   if (rank == root) {
-    std::copy(model_.parameters(), model_.parameters() + d, state.begin());
-    std::copy(sgd_.velocity(), sgd_.velocity() + v, state.begin() + static_cast<std::ptrdiff_t>(d));
+    std::copy(model_.parameters(), model_.parameters() + d, state);
+    std::copy(sgd_.velocity(), sgd_.velocity() + v, state + d);
   }
-  FEDRT_RETURN_IF_ERROR(group_->AllReduce(state.data(), state.size()));
-  std::copy(state.begin(), state.begin() + static_cast<std::ptrdiff_t>(d), model_.parameters());
-  std::copy(state.begin() + static_cast<std::ptrdiff_t>(d), state.end(), sgd_.velocity());
+  FEDRT_RETURN_IF_ERROR(group_->AllReduce(state, d + v));
+  std::copy(state, state + d, model_.parameters());
+  std::copy(state + d, state + d + v, sgd_.velocity());
   *behind = *step < resume;
   *step = resume;
   sgd_.set_step(resume);
@@ -325,15 +487,15 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
   bool out_of_budget = false;
   uint32_t step = 0;
   uint32_t skip_steps = 0;  // gossip: batches the survivors took while this peer failed (step counts them)
-  std::vector<uint32_t> order;
+  const uint32_t* order = order_;
   for (int epoch = 0; epoch < options_.epochs; ++epoch) {
-    order.clear();
     const std::size_t needed = steps_per_epoch_ * batch;
-    for (uint64_t pass = 0; order.size() < needed; ++pass) {
+    // Passes over the share until the epoch's steps are covered: at most
+    // needed + share_size indices, the block's order_.
+    for (std::size_t filled = 0, pass = 0; filled < needed; filled += data_.share_size, ++pass) {
       // Pass 0 of every epoch is the order an equal share always had.
-      const std::vector<uint32_t> more =
-          ShuffledIndices(data_.share_size, order_seed, static_cast<uint64_t>(epoch) + (pass << 32));
-      order.insert(order.end(), more.begin(), more.end());
+      ShuffleIndicesInto(order_ + filled, data_.share_size, order_seed,
+                         static_cast<uint64_t>(epoch) + (static_cast<uint64_t>(pass) << 32));
     }
     double loss_sum = 0;
     uint64_t wraps = 0;
@@ -356,8 +518,8 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
       }
       observer.OnStep(epoch, s, steps_per_epoch_);
       for (std::size_t b = 0; b < batch; ++b) batch_indices_[b] = data_.share[order[s * batch + b]];
-      GatherBatch(data_.set, batch_indices_.data(), batch, features_.data(), labels_.data());
-      auto loss = model_.ComputeGradients(features_.data(), labels_.data(), options_.batch);
+      GatherBatch(data_.set, batch_indices_, batch, features_, labels_);
+      auto loss = model_.ComputeGradients(features_, labels_, options_.batch);
       if (!loss.ok()) return loss.status();
       loss_sum += loss->loss;
       interval_loss_ += loss->loss;
@@ -368,8 +530,8 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
       if (dp) {
         // The release: clipped and noised before any collective sees it.
         ClipToNorm(g, d, options_.dp.clip);
-        std::fill(dp_noise_.begin(), dp_noise_.end(), 0.0);
-        AddGaussianNoise(dp_key, step, options_.dp.noise_multiplier * options_.dp.clip, dp_noise_.data(), d);
+        std::fill(dp_noise_, dp_noise_ + d, 0.0);
+        AddGaussianNoise(dp_key, step, options_.dp.noise_multiplier * options_.dp.clip, dp_noise_, d);
         for (std::size_t i = 0; i < d; ++i) g[i] = static_cast<float>(static_cast<double>(g[i]) + dp_noise_[i]);
         accountant_.Compose(1.0, dp_sigma);
       }
@@ -386,7 +548,7 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
         GossipStats gossip;
         const float lr = static_cast<float>(sgd_.current_lr());
         if (derived_theta_ && !bound_theta_ && options_.sgd.schedule.kind != LrScheduleKind::kConstant) {
-          gossip_codec_ = GossipCodec(sgd_.current_lr());
+          SetGossipCodec(sgd_.current_lr());
         }
         Status mixed = MoniquaGossipStep(x, g, d, lr, step, &gossip);
         bool done_elsewhere = false;
@@ -442,13 +604,13 @@ Status PeerTrainer::Run(PeerTrainerObserver& observer) {
             for (std::size_t j = 0; j < indices_.size(); ++j) g[indices_[j]] = sums_[j] / members;
           }
         } else {
-          std::copy(g, g + d, saved_.begin());
+          std::copy(g, g + d, saved_);
           reduced = options_.reduce == PeerReduce::kCompressed ? group_->CompressedAllReduce(g, d, options_.codec)
                                                               : group_->AllReduce(g, d, ring_codec);
           if (reduced.ok()) {
             for (std::size_t i = 0; i < d; ++i) g[i] /= members;
           } else {
-            std::copy(saved_.begin(), saved_.end(), g);
+            std::copy(saved_, saved_ + d, g);
           }
         }
         if (reduced.ok()) break;

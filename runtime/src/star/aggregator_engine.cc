@@ -28,7 +28,7 @@
 #include "fedrt/transport/join.h"
 #include "fedrt/transport/messages.h"
 #include "persist/coding.h"
-#include "star/block_carver.h"
+#include "common/block_carver.h"
 
 namespace fedrt {
 

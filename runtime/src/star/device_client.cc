@@ -22,7 +22,7 @@
 #include "fedrt/transport/join.h"
 #include "fedrt/transport/messages.h"
 #include "fedrt/transport/stream.h"
-#include "star/block_carver.h"
+#include "common/block_carver.h"
 
 namespace fedrt {
 

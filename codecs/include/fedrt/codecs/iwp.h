@@ -33,10 +33,12 @@
 // about the target fraction whatever its scale), and tensors of fewer than
 // dense_below coordinates (biases, a small output layer) are kept whole.
 //
-// Memory: IwpAccumulator owns its accumulator (d floats), the velocity (d
-// floats, with momentum correction only) and a sample buffer;
-// the caller owns the other arrays and the index vector (its capacity is
-// reused, so steady-state steps do not allocate). Thread-safety: one
+// Memory: the accumulator (d floats), the velocity (d floats, with momentum
+// correction only) and the threshold's samples are the accumulator's own, or
+// lie in caller memory of MemoryFloats() (the peer trainer's block); the
+// per-tensor bookkeeping (sizes, thresholds, O(tensors)) is reserved when the
+// tensors are set. The caller owns the other arrays and the index vector (its
+// capacity is reused), so steady-state steps do not allocate. Thread-safety: one
 // IwpAccumulator (a tensor, or a model split by SetTensors) per thread;
 // IwpLeader is pure.
 #ifndef FEDRT_CODECS_IWP_H_
@@ -107,12 +109,25 @@ class IwpAccumulator {
  public:
   // kInvalidArgument for options out of range or d >= 2^32.
   static Status Check(std::size_t d, const IwpOptions& options);
-  // Use Check first; the constructor assumes valid arguments.
+  // Use Check first; the constructors assume valid arguments.
   IwpAccumulator(std::size_t d, const IwpOptions& options);
+  // Floats of caller memory for d coordinates split into at most
+  // `max_tensors` tensors (SetTensors): the accumulator, the velocity and
+  // the samples of the thresholds.
+  static std::size_t MemoryFloats(std::size_t d, const IwpOptions& options, std::size_t max_tensors);
+  // On caller memory: `memory` holds MemoryFloats(d, options, max_tensors)
+  // floats, is zeroed here and must outlive the accumulator; SetTensors
+  // then refuses more than max_tensors tensors.
+  IwpAccumulator(std::size_t d, const IwpOptions& options, std::size_t max_tensors, float* memory);
+  // A copy owns its memory (whatever the original's); a move keeps it.
+  IwpAccumulator(const IwpAccumulator& other);
+  IwpAccumulator& operator=(const IwpAccumulator& other);
+  IwpAccumulator(IwpAccumulator&&) = default;
+  IwpAccumulator& operator=(IwpAccumulator&&) = default;
 
   // Per-tensor thresholds: `sizes` are the model's tensor sizes in order;
-  // kInvalidArgument unless they add up to size(). Without it the whole
-  // vector is one tensor.
+  // kInvalidArgument unless they add up to size() (and, on caller memory,
+  // number at most max_tensors). Without it the whole vector is one tensor.
   Status SetTensors(const std::vector<std::size_t>& sizes);
 
   // a += rate * g (momentum correction: u = m u + g, a += rate * u), after
@@ -148,10 +163,10 @@ class IwpAccumulator {
   // NaN/Inf value (nothing is changed then).
   Status Restore(const uint32_t* indices, std::size_t count, const float* values);
 
-  const float* accumulator() const { return accumulator_.data(); }
-  // The velocity u (size() floats; empty without momentum correction).
-  const float* velocity() const { return velocity_.data(); }
-  std::size_t size() const { return accumulator_.size(); }
+  const float* accumulator() const { return accumulator_; }
+  // The velocity u (size() floats; null without momentum correction).
+  const float* velocity() const { return velocity_; }
+  std::size_t size() const { return d_; }
   const IwpOptions& options() const { return options_; }
   // Each tensor's threshold in the last SelectIndices (0: kept whole;
   // infinite: nothing to send).
@@ -163,13 +178,33 @@ class IwpAccumulator {
   std::size_t Sample(const float* weights, const IwpStepContext& context, std::size_t k, std::size_t begin,
                      std::size_t n, float* out) const;
 
+  // One sparse tensor's sample under the dispersion rule.
+  struct TensorSample {
+    std::size_t k = 0, begin = 0, n = 0;
+    const float* sample = nullptr;
+    std::size_t m = 0;
+    double mu = 0, sd = 0, dispersion = 0;
+  };
+  // The expected share of the tensors' coordinates kept with threshold
+  // multiplier `k` (iwp.cc).
+  static double ExpectedKept(const std::vector<TensorSample>& tensors, double mean_dispersion, double k,
+                             bool probabilistic);
+  // kDispersion: room for `tensors` samples of sample_size_ floats.
+  float* Samples(std::size_t tensors);
+
   IwpOptions options_;
-  std::vector<float> accumulator_;
-  std::vector<float> velocity_;
+  std::size_t d_ = 0;
+  std::vector<float> owned_;           // the constructor without memory: accumulator, velocity, sample
+  std::vector<float> owned_samples_;   //   and the samples of every sparse tensor
+  float* accumulator_ = nullptr;
+  float* velocity_ = nullptr;          // null without momentum correction
+  float* sample_ = nullptr;            // one tensor's sample (sample_size_ floats)
+  std::size_t sample_size_ = 0;
+  float* samples_ = nullptr;           // caller memory: max_tensors_ samples, one after another
+  std::size_t max_tensors_ = 0;        // caller memory only
   std::vector<std::size_t> tensor_sizes_;
-  std::vector<float> sample_;
-  std::vector<float> samples_;  // kDispersion: every sparse tensor's sample, one after another
-  std::vector<float> taus_;     // each tensor's threshold in the last SelectIndices
+  std::vector<float> taus_;            // each tensor's threshold in the last SelectIndices
+  std::vector<TensorSample> sampled_;  // kDispersion: the sparse tensors' samples of a step
 };
 
 // Compact form of an index set for the leader's broadcast (the sparsifiers'

@@ -30,13 +30,26 @@
 // application owns the data, the model and the context, and hears about
 // progress through PeerTrainerObserver (evaluations, failures, re-formations).
 //
+// Memory (TFLM's arena, zstd's size query then init, as the device client
+// and the aggregator): RequiredBytes measures one block and CreateIn places
+// the trainer in the caller's memory (any alignment); Create does the same on
+// one heap block. The block holds what the trainer keeps across steps: the
+// optimizer's velocity, the IWP accumulator (accumulator, velocity, threshold
+// samples), the batch, the epoch's example order, the saved gradient of a
+// ring step, the DP noise, the repair's step and model vectors, and the
+// collectives' objects (PeerGroup). Moniqua's theta is a value of the trainer;
+// its codec spec is a string reserved at creation.
+//
 // Ownership: the model, the data and the context are the caller's and must
-// outlive the trainer; the trainer owns its optimizer, IWP accumulator and
-// batch buffers (allocated by Create; a step allocates nothing of its own).
-// Allocation besides: Create makes the peer group; each epoch its example
-// order (ShuffledIndices per pass over the share); a re-formation after a
-// failure the survivor list and two all-reduce vectors (steps; model and
-// momentum); the collectives allocate per their own headers.
+// outlive the trainer (and the block, for CreateIn).
+// Allocation besides the block: creation copies the options, reserves the
+// gossip codec spec, the IWP index vectors (d each: the collective's
+// interface takes vectors) and the per-tensor bookkeeping, and grows the
+// model's workspace for the batch; Run allocates nothing of the trainer's own
+// per step (a report copies its per-step wrap counts into PeerProgress; a
+// re-formation builds the survivor list). The collectives keep their scratch
+// (frames, codecs, the neighbours' models) on the heap, grown at first use
+// and reused (collectives.h); runtime/README.md gives the step path's counts.
 // Thread-safety: one thread (the context's).
 #ifndef FEDRT_RUNTIME_PEER_TRAINER_H_
 #define FEDRT_RUNTIME_PEER_TRAINER_H_
@@ -231,6 +244,15 @@ class PeerTrainer {
   // length of an epoch.
   static Result<std::unique_ptr<PeerTrainer>> Create(Model& model, const PeerData& data, CollectiveContext& context,
                                                      const PeerTrainerOptions& options);
+  // The bytes CreateIn needs (at any alignment), with Create's errors.
+  static Result<std::size_t> RequiredBytes(const Model& model, const PeerData& data, const CollectiveContext& context,
+                                           const PeerTrainerOptions& options);
+  // Places the trainer in memory[0 .. size) (kOutOfRange when size is below
+  // RequiredBytes), which must stay valid and untouched until Destroy.
+  static Result<PeerTrainer*> CreateIn(void* memory, std::size_t size, Model& model, const PeerData& data,
+                                       CollectiveContext& context, const PeerTrainerOptions& options);
+  // Ends a trainer from CreateIn (nullptr is a no-op); frees nothing.
+  static void Destroy(PeerTrainer* trainer);
   ~PeerTrainer();
   PeerTrainer(const PeerTrainer&) = delete;
   PeerTrainer& operator=(const PeerTrainer&) = delete;
@@ -251,10 +273,18 @@ class PeerTrainer {
   uint64_t total_bytes_sent() const;
 
  private:
+  struct Plan;    // what the inputs make of a trainer (sizes, optimizer and IWP options)
+  struct Layout;  // where the block's pieces lie
+  static Result<Plan> MakePlan(const Model& model, const PeerData& data, const CollectiveContext& context,
+                               const PeerTrainerOptions& options);
+  static Layout Carve(unsigned char* base, const Plan& plan, bool with_trainer);
+  static Result<PeerTrainer*> Place(const Plan& plan, const Layout& layout, std::unique_ptr<unsigned char[]> block,
+                                    Model& model, const PeerData& data, CollectiveContext& context,
+                                    const PeerTrainerOptions& options);
   PeerTrainer(Model& model, const PeerData& data, CollectiveContext& context, const PeerTrainerOptions& options,
-              Sgd sgd, std::size_t steps_per_epoch);
-  // The gossip codec for a step at learning rate `lr`.
-  std::string GossipCodec(double lr) const;
+              Sgd sgd, const Plan& plan, const Layout& layout, std::unique_ptr<unsigned char[]> block);
+  // The gossip codec for a step at learning rate `lr`, into gossip_codec_.
+  void SetGossipCodec(double lr);
   // Moniqua's bound: agrees on the next theta (RefreshTheta) when due, then
   // gossips.
   Status MoniquaGossipStep(float* x, const float* g, std::size_t d, float lr, uint32_t step, GossipStats* gossip);
@@ -282,14 +312,20 @@ class PeerTrainer {
   LrSchedule schedule_;  // the learning rate of IWP updates (the optimizer's is 1 then)
   const std::size_t steps_per_epoch_;
   const std::size_t peer_count_;
-  std::unique_ptr<PeerGroup> group_;
-  std::unique_ptr<IwpAccumulator> accumulator_;
+  // In the block (Layout): the collectives, the IWP accumulator (null but
+  // for kIwp) and the arrays below.
+  PeerGroup* group_ = nullptr;
+  IwpAccumulator* accumulator_ = nullptr;
   std::string gossip_codec_;
-  std::vector<float> features_;
-  std::vector<uint8_t> labels_;
-  std::vector<uint32_t> batch_indices_;
-  std::vector<float> saved_;
-  std::vector<uint32_t> indices_;
+  float* features_ = nullptr;        // batch x example_size
+  uint8_t* labels_ = nullptr;        // batch
+  uint32_t* batch_indices_ = nullptr;
+  uint32_t* order_ = nullptr;        // an epoch's example order: steps x batch, plus one pass
+  float* saved_ = nullptr;           // ring modes: the gradient before a failed all-reduce
+  double* dp_noise_ = nullptr;       // local DP: one step's noise
+  float* resync_steps_ = nullptr;    // repair of ring modes: peer_count floats
+  float* resync_state_ = nullptr;    //   and the model and momentum
+  std::vector<uint32_t> indices_;    // IWP: the step's index set and sums (IwpAllReduce's vectors)
   std::vector<float> sums_;
   double fp32_bytes_ = 0;
   double interval_loss_ = 0;
@@ -297,7 +333,7 @@ class PeerTrainer {
   uint64_t interval_wraps_ = 0;
   std::vector<uint64_t> interval_step_wraps_;
   RdpAccountant accountant_;      // local DP
-  std::vector<double> dp_noise_;  // local DP: one step's noise
+  std::unique_ptr<unsigned char[]> block_;  // Create's heap block; null for CreateIn
 };
 
 }  // namespace peer

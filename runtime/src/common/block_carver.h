@@ -1,8 +1,9 @@
-// Cutting an engine's memory block into its pieces (the device client's and
-// the aggregator's): one layout function measures (null base) and places, so
-// RequiredBytes and CreateIn share it.
-#ifndef FEDRT_RUNTIME_SRC_STAR_BLOCK_CARVER_H_
-#define FEDRT_RUNTIME_SRC_STAR_BLOCK_CARVER_H_
+// Cutting an engine's memory block into its pieces (the device client's, the
+// aggregator's and the peer trainer's): one layout function measures (null
+// base) and places, so RequiredBytes and CreateIn share it. In src/common/
+// so that star and peer both use it without depending on each other.
+#ifndef FEDRT_RUNTIME_SRC_COMMON_BLOCK_CARVER_H_
+#define FEDRT_RUNTIME_SRC_COMMON_BLOCK_CARVER_H_
 
 #include <algorithm>
 #include <cstddef>
@@ -42,4 +43,4 @@ inline unsigned char* AlignedBlock(void* memory) {
 
 }  // namespace fedrt
 
-#endif  // FEDRT_RUNTIME_SRC_STAR_BLOCK_CARVER_H_
+#endif  // FEDRT_RUNTIME_SRC_COMMON_BLOCK_CARVER_H_

@@ -70,6 +70,7 @@ struct RunResult {
   std::size_t applied = 0;
   std::size_t rejected = 0;
   long allocations = 0;  // by the aggregator from round 2 on
+  uint64_t deferred = 0;  // AggregatorCounters::updates_deferred
   bool finished = false;
 };
 
@@ -90,7 +91,9 @@ AggregatorConfig Config(const std::string& codec, const std::string& rule) {
 
 // Runs the config's rounds with kDevices devices, serving them in reverse
 // order (so updates arrive before their turn in the sum) when `reverse`.
-RunResult Run(const AggregatorConfig& config, bool reverse, bool arena) {
+// `hold_first`: dev-0, whose turn in the sum is first, trains only when
+// nothing else moves, so every other update arrives before its turn.
+RunResult Run(const AggregatorConfig& config, bool reverse, bool arena, bool hold_first = false) {
   ManualClock clock{1000000000};
   Blobs train(400, 3);
   Blobs test(80, 4);
@@ -148,6 +151,7 @@ RunResult Run(const AggregatorConfig& config, bool reverse, bool arena) {
     for (int k = 0; k < kDevices; ++k) {
       Device& d = devices[reverse ? kDevices - 1 - k : k];
       if (d.pipe->Pump()) moved = true;
+      if (hold_first && &d == &devices[0]) continue;
       if (d.client->has_work() && !d.pipe->b().closed()) {
         REQUIRE(d.client->Work(d.pipe->b(), 0).ok());
         moved = true;
@@ -160,9 +164,14 @@ RunResult Run(const AggregatorConfig& config, bool reverse, bool arena) {
     for (int k = 0; k < kDevices; ++k) {
       if (devices[k].pipe->Pump()) moved = true;
     }
+    if (hold_first && !moved && devices[0].client->has_work() && !devices[0].pipe->b().closed()) {
+      REQUIRE(devices[0].client->Work(devices[0].pipe->b(), 0).ok());
+      moved = true;
+    }
     if (!moved) break;
   }
   result.finished = aggregator->finished();
+  result.deferred = aggregator->counters().updates_deferred;
   result.hash = Hash(aggregator->model());
   result.allocations += handler->allocations;
   aggregator->Abort(Status(StatusCode::kCancelled, "test over"));
@@ -215,7 +224,50 @@ TEST_CASE("aggregator arena: the global model is the golden one, in a caller blo
         CHECK(r.allocations < 400);
       }
     }
+    if (std::string(g.codec) == "ndqsg") continue;  // holds every payload: no pool
+    // One update may wait for its turn: with dev-0 (the first to sum) held
+    // back, the first of dev-1..4 to arrive waits, the other three find the
+    // pool full and are asked again one by one as the sum reaches them.
+    // Same bits.
+    INFO(g.codec << " " << g.rule << " with one waiting update, dev-0 last");
+    AggregatorConfig pooled = Config(g.codec, g.rule);
+    pooled.max_waiting_updates = 1;
+    const RunResult r = Run(pooled, true, true, true);
+    CHECK(r.finished);
+    CHECK(r.applied == 3);
+    CHECK(r.rejected == 0);
+    CHECK(r.deferred >= 3 * 3);  // three devices, three rounds
+    CHECK(r.hash == first_hash);
+#if defined(__x86_64__) && FEDRT_HAVE_OPENBLAS
+    CHECK(r.hash == g.hash);
+#endif
   }
+}
+
+TEST_CASE("aggregator arena: 10,000 keys and LeNet-300-100 fp32 take a pool of payload slots, not one per device") {
+  std::string keys_text;
+  for (int i = 0; i < 10000; ++i) keys_text += "dev-" + std::to_string(i) + " " + HexKey(i % 256) + "\n";
+  KeyStore keys = KeyStore::Parse(keys_text).value();
+  AggregatorConfig config;  // mlp:784-300-100-10, fp32, every device sampled
+  config.model = "mlp:784-300-100-10";
+  config.codec = "fp32";
+  config.sampling.fraction = 1.0;
+  Result<std::size_t> pooled = Aggregator::RequiredBytes(config, keys);
+  REQUIRE_MESSAGE(pooled.ok(), pooled.status().ToString());
+  // A slot per sampled device, as the block was before the pool: ~10 GB.
+  AggregatorConfig unpooled = config;
+  unpooled.max_waiting_updates = 9999;
+  Result<std::size_t> every = Aggregator::RequiredBytes(unpooled, keys);
+  REQUIRE(every.ok());
+  MESSAGE("RequiredBytes, 10,000 keys, LeNet-300-100 fp32: " << *pooled << " with the default pool, " << *every
+                                                              << " with a slot per device");
+  CHECK(*pooled < (std::size_t{128} << 20));
+  CHECK(*every > std::size_t{10000} * 266610 * 4);
+  // NDQSG holds every payload until the round closes: the pool does not apply.
+  AggregatorConfig nested = config;
+  nested.codec = "ndqsg";
+  nested.max_waiting_updates = 8;
+  CHECK(Aggregator::RequiredBytes(nested, keys).status().code() == StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("aggregator arena: the size query covers the block, a smaller block is refused, the bounds are checked") {

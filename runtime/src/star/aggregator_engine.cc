@@ -145,6 +145,7 @@ struct Received {
 struct BlockSizes {
   std::size_t d = 0;
   std::size_t updates = 0;       // max_updates_
+  std::size_t slots = 0;         // payload_slot_count_
   std::size_t slot_bytes = 0;    // payload_slot_bytes_
   bool holds = false;            // a rule other than mean: decoded updates
   std::size_t codec_bytes = 0;   // the update codecs (ConstructCodec), in codecs_ order
@@ -218,6 +219,12 @@ struct Aggregator::State {
   CodecContext ContextFor(uint32_t sender_id) const;
   void StartRound();
   Status SendInstructions(Peer& peer);
+  // The pool of payload slots (max_waiting_updates): whether the device's
+  // turn in the sum has come, deferring an update that finds no room, and
+  // inviting deferred devices again as slots free.
+  bool IsNextToSum(const std::string& device) const;
+  void Defer(Peer& peer, Connection& connection);
+  void InviteDeferred();
   Status EncodeInstructions(const Assignment& assignment, ModelEncoding encoding, uint32_t max_frame_bytes,
                             std::vector<OutFrame>* frames);
   void CloseRound();
@@ -355,12 +362,18 @@ struct Aggregator::State {
   double* noised_ = nullptr;
   std::vector<float> mean_;        // the combined update (on_aggregate's type), made at Create
   std::unique_ptr<NdqsgRunningMean> ndqsg_mean_;
-  // The round's update storage in the block: payload slots of
-  // payload_slot_bytes_ each, those free, and (rules other than mean) as
-  // many decoded updates of d floats.
+  // The round's update storage in the block: payload_slot_count_ slots of
+  // payload_slot_bytes_ each (max_waiting_updates + 1, or max_updates_ for
+  // NDQSG), those free, and (rules other than mean) max_updates_ decoded
+  // updates of d floats.
   std::size_t max_updates_ = 0;
   std::size_t max_payload_bytes_ = 0;
+  std::size_t payload_slot_count_ = 0;
   std::size_t payload_slot_bytes_ = 0;
+  // Devices whose update found the pool full (in the order they were
+  // deferred): InviteDeferred sends them the round's instructions again.
+  std::vector<std::string> deferred_;
+  std::size_t deferred_count_ = 0;  // deferred_[0, deferred_count_) wait; the rest keep their strings
   uint8_t* payload_slots_ = nullptr;
   std::vector<int> free_slots_;
   uint8_t* SlotData(int slot) { return payload_slots_ + static_cast<std::size_t>(slot) * payload_slot_bytes_; }
@@ -534,6 +547,18 @@ Status Aggregator::State::Init(const DataView* test_set) {
     }
   }
   payload_slot_bytes_ = (max_payload_bytes_ + 63) / 64 * 64;
+  if (nested_) {
+    if (config_.max_waiting_updates != 0) {
+      return InvalidArgument("max waiting updates does not apply to NDQSG: its nested updates are decoded against "
+                             "the mean of every anchor, so a round holds every payload until it closes");
+    }
+    payload_slot_count_ = max_updates_;
+  } else {
+    const std::size_t waiting = config_.max_waiting_updates != 0 ? config_.max_waiting_updates
+                                                                 : AggregatorConfig::kDefaultWaitingUpdates;
+    // The waiting ones plus one for the device whose turn it is.
+    payload_slot_count_ = std::min(max_updates_, waiting + 1);
+  }
   mean_.assign(d_, 0.0f);
   if (nested_) ndqsg_mean_ = std::make_unique<NdqsgRunningMean>(d_);
   if (!config_.downlink_codec.empty() && config_.downlink_codec != "fp32") {
@@ -918,8 +943,8 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
       Log(LogLevel::kInfo, "aggregator: dropping an update of round %llu from %s (round %" PRIu32 " is %s)",
           static_cast<unsigned long long>(m.round_id), peer.device_id.c_str(), round_,
           in_round_ ? "open" : "next");
+      if (peer.receiving) FreeSlot(peer.slot);  // a reserved slot stays (InviteDeferred)
       peer.receiving = false;
-      FreeSlot(peer.slot);
       return;
     }
     if (m.codec_spec != assignment->second.spec) {
@@ -947,14 +972,23 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
         return Refuse(connection, levels);
       }
     }
-    FreeSlot(peer.slot);  // an update started before, not finished
-    if (free_slots_.empty()) {
-      // Cannot happen: a round samples at most max_updates_ devices, each
-      // receiving one update at a time.
-      return Refuse(connection, Status(StatusCode::kResourceExhausted, "no room for another update this round"));
+    // A slot of an update started before and not finished is given back; one
+    // reserved when the device was invited again (InviteDeferred) is used.
+    if (peer.receiving) FreeSlot(peer.slot);
+    if (peer.slot < 0) {
+      // The last free slot is kept for the device whose turn in the sum it
+      // is, so the sum always moves on. NDQSG has a slot for every update.
+      if (free_slots_.empty() || (!nested_ && free_slots_.size() == 1 && !IsNextToSum(peer.device_id))) {
+        if (nested_) {
+          // Cannot happen: a round samples at most max_updates_ devices, each
+          // receiving one update at a time.
+          return Refuse(connection, Status(StatusCode::kResourceExhausted, "no room for another update this round"));
+        }
+        return Defer(peer, connection);
+      }
+      peer.slot = free_slots_.back();
+      free_slots_.pop_back();
     }
-    peer.slot = free_slots_.back();
-    free_slots_.pop_back();
     peer.update = ChunkSequence(codec->MaxEncodedSize(d_));
     peer.receiving = true;
     peer.update_round = m.round_id;
@@ -1108,6 +1142,76 @@ CodecContext Aggregator::State::ContextFor(uint32_t sender_id) const {
   context.round = round_;
   context.sender_id = sender_id;
   return context;
+}
+
+// Whether `device` is the next one SumInOrder waits for: the first of
+// selected_[next_sum_..] this rank serves that has not answered.
+bool Aggregator::State::IsNextToSum(const std::string& device) const {
+  for (std::size_t k = next_sum_; k < selected_.size(); ++k) {
+    if (!Mine(selected_[k]) || answered_.count(selected_[k]) != 0) continue;
+    return selected_[k] == device;
+  }
+  return false;
+}
+
+// An update that found the pool full and whose turn it is not: dropped, and
+// the device told why; it is invited again (InviteDeferred) when a slot is
+// free. Its connection stays open, so the round still waits for it.
+void Aggregator::State::Defer(Peer& peer, Connection& connection) {
+  peer.receiving = false;  // its further chunks are dropped
+  counters_.updates_deferred++;
+  for (std::size_t k = 0; k < deferred_count_; ++k) {
+    if (deferred_[k] == peer.device_id) return;  // already waiting for a slot
+  }
+  if (deferred_count_ == deferred_.size()) deferred_.emplace_back();
+  deferred_[deferred_count_++] = peer.device_id;  // copy-assigned: reuses the string's capacity
+  const uint64_t deferred = counters_.updates_deferred;
+  uint64_t power = 1;
+  while (power * 10 <= deferred) power *= 10;
+  if (deferred == power) {
+    Log(LogLevel::kInfo, "aggregator: round %" PRIu32 ": %zu updates wait for their turn (max waiting updates); "
+        "deferred %llu so far, the last from %s", round_ + 1, payload_slot_count_ - 1,
+        static_cast<unsigned long long>(deferred), peer.device_id.c_str());
+  }
+  const Status busy(StatusCode::kUnavailable,
+                    "round " + std::to_string(round_ + 1) + ": " + std::to_string(payload_slot_count_ - 1) +
+                        " updates wait for their turn in the sum (max waiting updates); this one is dropped and "
+                        "the round's instructions come again when there is room for it");
+  Result<OutFrame> out = EncodeStatus(busy, limits_);
+  if (out.ok()) (void)connection.Send(std::move(*out));
+}
+
+// Gives free slots to deferred devices and sends them the round's
+// instructions again: the one whose turn it is first (it may take the last
+// slot), then in the order they were deferred while more than one is free.
+// A slot is reserved for the device while it trains again.
+void Aggregator::State::InviteDeferred() {
+  if (!in_round_ || deferred_count_ == 0 || free_slots_.empty()) return;
+  const auto invite = [&](std::size_t k) {
+    // Out of the list, in order; the strings keep their memory.
+    std::rotate(deferred_.begin() + static_cast<std::ptrdiff_t>(k),
+                deferred_.begin() + static_cast<std::ptrdiff_t>(k) + 1,
+                deferred_.begin() + static_cast<std::ptrdiff_t>(deferred_count_));
+    deferred_count_--;
+    const std::string& device = deferred_[deferred_count_];
+    Peer* peer = PeerOf(device);
+    if (peer == nullptr || answered_.count(device) != 0 || assigned_.count(device) == 0) return;
+    if (peer->receiving) FreeSlot(peer->slot);
+    peer->receiving = false;
+    if (peer->slot < 0) {
+      peer->slot = free_slots_.back();
+      free_slots_.pop_back();
+    }
+    const Status sent = SendInstructions(*peer);
+    if (!sent.ok()) Refuse(*peer->connection, sent);
+  };
+  for (std::size_t k = 0; k < deferred_count_; ++k) {
+    if (IsNextToSum(deferred_[k])) {
+      invite(k);
+      break;
+    }
+  }
+  while (deferred_count_ > 0 && free_slots_.size() > 1) invite(0);
 }
 
 // Adds the plain updates of selected_[next_sum_..] that have arrived, in that
@@ -1289,7 +1393,8 @@ void Aggregator::State::StartRound() {
   // Every slot is free again: updates still arriving for the last round are
   // dropped at their next chunk (their round id).
   free_slots_.clear();
-  for (std::size_t i = max_updates_; i-- > 0;) free_slots_.push_back(static_cast<int>(i));
+  for (std::size_t i = payload_slot_count_; i-- > 0;) free_slots_.push_back(static_cast<int>(i));
+  deferred_count_ = 0;
   for (auto& entry : peers_) {
     entry.second.slot = -1;
     entry.second.receiving = false;
@@ -1782,6 +1887,7 @@ uint32_t Aggregator::State::Tick() {
       return static_cast<uint32_t>(next);
     }
   }
+  InviteDeferred();
   if (!in_round_) {
     if (round_ >= config_.rounds || view.target_reached) {
       FinishAll();
@@ -1866,7 +1972,7 @@ BlockLayout CarveBlock(unsigned char* base, const BlockSizes& z, bool with_aggre
   l.contribution = carve.Take<float>(z.d, kBlockAlignment);
   if (z.downlink) l.delta = carve.Take<float>(z.d, kBlockAlignment);
   if (z.dp) l.noised = carve.Take<double>(z.d, kBlockAlignment);
-  l.slots = carve.Take<uint8_t>(z.updates * z.slot_bytes, kBlockAlignment);
+  l.slots = carve.Take<uint8_t>(z.slots * z.slot_bytes, kBlockAlignment);
   if (z.holds) l.held = carve.Take<float>(z.updates * z.d, kBlockAlignment);
   l.codecs = carve.Take<unsigned char>(z.codec_bytes, std::max(z.codec_alignment, kBlockAlignment));
   l.used = carve.used() + kBlockAlignment - 1;  // at any alignment of the memory
@@ -1909,6 +2015,7 @@ BlockSizes Aggregator::State::Sizes() const {
   BlockSizes z;
   z.d = d_;
   z.updates = max_updates_;
+  z.slots = payload_slot_count_;
   z.slot_bytes = payload_slot_bytes_;
   z.holds = HoldsUpdates(config_.aggregation);
   z.dp = dp();
@@ -1926,7 +2033,8 @@ static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSi
                                              const DataView* test_set, AggregatorHooks hooks) {
   auto* s = new (l.state) Aggregator::State(config, keys, crypto, clock, std::move(hooks));
   const Status initialised = s->Init(test_set);
-  if (initialised.ok() && (s->d_ != z.d || s->max_updates_ != z.updates || s->payload_slot_bytes_ != z.slot_bytes)) {
+  if (initialised.ok() && (s->d_ != z.d || s->max_updates_ != z.updates || s->payload_slot_count_ != z.slots ||
+                             s->payload_slot_bytes_ != z.slot_bytes)) {
     s->~State();
     return Status(StatusCode::kInternal, "the aggregator's block was measured for another config");
   }
@@ -1949,7 +2057,8 @@ static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSi
   s->noised_ = l.noised;
   s->payload_slots_ = l.slots;
   s->held_memory_ = l.held;
-  s->free_slots_.reserve(z.updates);
+  s->free_slots_.reserve(z.slots);
+  s->deferred_.reserve(z.updates);
   s->received_.reserve(z.updates);
   s->ordered_.reserve(z.updates);
   s->selected_.reserve(z.updates);

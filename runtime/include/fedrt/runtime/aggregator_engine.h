@@ -44,12 +44,14 @@
 // the count, the total weight), four d-float buffers (decoding scratch,
 // zeros, clipping, with a downlink codec the delta), under DP a noised copy
 // of the sum, the update codecs with their decoding working space
-// (ConstructCodec), and the round's bounded update storage:
-// max_updates_per_round payload slots of the largest payload the codecs may
-// send (an update is reassembled straight into its slot; a mean round
-// decodes it into the sum at its turn and frees the slot; NDQSG decodes at
-// the close) and, with a rule other than mean, as many decoded updates of d
-// floats. Per connection, outside the block: a 208-byte entry in a map (no
+// (ConstructCodec), and the round's bounded update storage: a pool of
+// payload slots of the largest payload the codecs may send (an update is
+// reassembled straight into its slot and decoded into the sum, or held
+// decoded by a rule other than mean, at its turn, which frees the slot):
+// max_waiting_updates + 1 of them, so 10,000 devices of LeNet-300-100 fp32
+// take 75 MB, not a slot per device (10.7 GB); NDQSG decodes at the close and
+// takes max_updates_per_round slots. With a rule other than mean, also
+// max_updates_per_round decoded updates of d floats. Per connection, outside the block: a 208-byte entry in a map (no
 // buffer) and one in the device map once joined, so about 350 bytes of the
 // engine's per idle joined device (its connection's buffers are the
 // binding's); a JoinServer (280 bytes) until it joins.
@@ -190,10 +192,24 @@ struct AggregatorConfig {
   // Capped by the keys known (only they can join; `fedrt serve` sizes by its
   // keys file), it bounds the sampling, and so the round's update storage.
   std::size_t max_devices = std::size_t{1} << 16;
-  // Updates one round holds (the memory block's payload slots, and decoded
-  // updates for rules other than mean). 0: what the sampling takes from
-  // max_devices joined devices; a smaller value is refused by Create.
+  // Updates one round takes (its bookkeeping, the decoded updates of rules
+  // other than mean, and NDQSG's payload slots). 0: what the sampling takes
+  // from max_devices joined devices; a smaller value is refused by Create.
   std::size_t max_updates_per_round = 0;
+  // Every codec but NDQSG: updates a round holds as payloads at once, being
+  // received or waiting for their turn in the sum (the block's payload slots,
+  // one more kept for the device whose turn it is). An update is folded
+  // into the sum when its turn comes (sampled devices in sorted order), so
+  // only early arrivals wait. When they fill the pool, a device whose turn
+  // it is not is told so (an Error, kUnavailable, the connection kept; its
+  // update is dropped, AggregatorCounters::updates_deferred counts it) and
+  // gets the round's instructions again once a slot is free for it: it
+  // trains the same update again (same model, seed and round) and sends it.
+  // 0: kDefaultWaitingUpdates. NDQSG decodes its nested updates against the
+  // mean of every anchor, so it holds every payload until the round closes
+  // (max_updates_per_round slots): a value other than 0 is refused there.
+  std::size_t max_waiting_updates = 0;
+  static constexpr std::size_t kDefaultWaitingUpdates = 64;
   // connection_options(): a connection silent this long is closed. A join
   // for a device id whose connection was heard from within half of it is
   // refused, the established connection kept; one quiet for longer is
@@ -295,6 +311,7 @@ struct AggregatorCounters {
   uint64_t connections_refused = 0;    // closed at once for the caps on unjoined connections
   uint64_t updates_accepted = 0;       // updates combined into an applied or failed round
   uint64_t updates_rejected[kUpdateRejectionCount] = {};  // by UpdateRejection
+  uint64_t updates_deferred = 0;       // told to send again later: max_waiting_updates were waiting
   uint64_t bytes_up = 0;               // update payload bytes received in closed rounds
   uint64_t bytes_down = 0;             // model payload bytes sent in closed rounds
   uint64_t rounds_timed = 0;           // closed rounds (applied or not) ...

@@ -185,16 +185,22 @@ RunResult Run(const AggregatorConfig& config, bool reverse, bool arena, bool hol
 
 // The global model after 3 rounds, recorded from the engine before its
 // memory moved into the block (the same on every order of service).
+// max_allocations: what the round path may still allocate over rounds 2-3
+// (measured on x86-64: fp32 0, its median 4, dqsg 20 and 24, ndqsg 106 and
+// 94, alq 172 and 176: the codecs' decoding, NDQSG's running mean and
+// nested decodes, ALQ's table fit; before the block 230 to 602, before the
+// frames and the report were reused 40 to 272).
 struct Golden {
   const char* codec;
   const char* rule;
   uint64_t hash;
+  long max_allocations;
 };
 constexpr Golden kGolden[] = {
-    {"fp32", "", 5117803062961757739ull},  {"fp32", "median", 1156164519254011526ull},
-    {"dqsg", "", 1698873338641934525ull},  {"dqsg", "median", 16821511782197176208ull},
-    {"ndqsg", "", 16057503879270174569ull}, {"ndqsg", "median", 1175716058177854718ull},
-    {"alq", "", 1111670308870704604ull},   {"alq", "median", 13396863355188227678ull},
+    {"fp32", "", 5117803062961757739ull, 0},     {"fp32", "median", 1156164519254011526ull, 8},
+    {"dqsg", "", 1698873338641934525ull, 24},    {"dqsg", "median", 16821511782197176208ull, 32},
+    {"ndqsg", "", 16057503879270174569ull, 120}, {"ndqsg", "median", 1175716058177854718ull, 110},
+    {"alq", "", 1111670308870704604ull, 190},    {"alq", "median", 13396863355188227678ull, 190},
 };
 
 TEST_CASE("aggregator arena: the global model is the golden one, in a caller block or on the heap, in any order") {
@@ -217,11 +223,10 @@ TEST_CASE("aggregator arena: the global model is the golden one, in a caller blo
         // order, so the devices' updates, and the model, differ in the last bits.
         CHECK(r.hash == g.hash);
 #endif
-        // What the round path still allocates (the header lists it): small
-        // bookkeeping, nothing per model coordinate. Before the block it
-        // was 230 to 602 over these two rounds; now 40 (fp32) to 272 (alq).
-        MESSAGE("allocations in rounds 2-3: " << r.allocations);
-        CHECK(r.allocations < 400);
+        // What the round path still allocates (the header lists it): nothing
+        // for fp32, small codec scratch for the others.
+        MESSAGE(g.codec << " " << g.rule << ": allocations in rounds 2-3: " << r.allocations);
+        CHECK(r.allocations <= g.max_allocations);
       }
     }
     if (std::string(g.codec) == "ndqsg") continue;  // holds every payload: no pool

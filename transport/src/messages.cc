@@ -736,6 +736,37 @@ Result<OutFrame> Encode(const UpdateMessage& m, const FrameLimits& limits, Frame
                       });
 }
 
+Result<OutFrame> Encode(const RoundInstructionsMessage& m, const FrameLimits& limits, FrameSlot& slot,
+                        PayloadMode mode) {
+  const bool first = m.payload.index == 0;
+  if (first) {
+    if (m.codec_spec.empty()) return InvalidArgument("round instructions need a codec spec");
+    if (!IsFinite(m.learning_rate) || m.learning_rate < 0) return InvalidArgument("learning rate must be finite and >= 0");
+    const std::string problem = LevelTableProblem(m.level_table, m.level_table_size);
+    if (!problem.empty()) return InvalidArgument(problem);
+  }
+  // Built in the order EncodeInstructions builds: chunk, spec, table, table
+  // of fields, so the bytes are the same.
+  return EncodeInSlot(slot, mode, &m.payload, first ? m.codec_spec : std::string_view(),
+                      wire::Message::RoundInstructions, limits,
+                      [&](Builder& b, fb::Offset<wire::Chunk> chunk, fb::Offset<fb::String> spec) {
+                        if (!first) {
+                          wire::RoundInstructionsBuilder rb(b);
+                          rb.add_round_id(m.round_id);
+                          rb.add_payload(chunk);
+                          return rb.Finish().Union();
+                        }
+                        fb::Offset<fb::Vector<float>> table = 0;
+                        if (m.level_table_size != 0) table = b.CreateVector(m.level_table, m.level_table_size);
+                        return wire::CreateRoundInstructions(
+                                   b, m.round_id, static_cast<wire::ModelEncoding>(m.model_encoding),
+                                   m.model_parameters, spec, m.session_seed, m.local_epochs, m.local_steps,
+                                   m.learning_rate, static_cast<wire::AnchorRole>(m.anchor_role),
+                                   m.level_table_version, table, m.deadline_ms, chunk)
+                            .Union();
+                      });
+}
+
 Result<OutFrame> Encode(const AckMessage& m, const FrameLimits& limits, FrameSlot& slot) {
   return EncodeInSlot(slot, PayloadMode::kCopy, nullptr, std::string_view(), wire::Message::Ack, limits,
                       [&](Builder& b, fb::Offset<wire::Chunk>, fb::Offset<fb::String>) {

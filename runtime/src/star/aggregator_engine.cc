@@ -256,7 +256,8 @@ struct Aggregator::State {
   }
   Status SharePlainRound(RoundReport& report, double* loss_sum, double* sample_sum);
   Status RestoreCodecState(AggregatorCheckpoint& saved);
-  AggregatorCheckpoint CheckpointState() const;
+  // The state to persist, into *checkpoint (its vectors reused from the last round).
+  void FillCheckpoint(AggregatorCheckpoint* checkpoint) const;
 
   AggregatorConfig config_;
   const KeyStore& keys_;
@@ -307,6 +308,19 @@ struct Aggregator::State {
   std::vector<const std::string*> connected_;
   std::vector<uint32_t> chosen_, sample_words_;
   transport::OutFrame round_ack_;  // the Ack of an update this round, shared by every connection
+  transport::FrameSlot ack_slot_{256};  // where it is encoded (unless a connection still holds last round's)
+  // The round's instruction frames are encoded in these slots (each holds
+  // one frame; one still queued on a connection is skipped), so a round
+  // allocates no frame once they have grown.
+  std::vector<std::unique_ptr<transport::FrameSlot>> instruction_slots_;
+  // NDQSG: this round's senders, then (ChooseNdqsgAnchors) its anchors, sorted.
+  std::vector<uint32_t> anchors_;
+  // Reused from round to round: the report handed to on_round, the test
+  // evaluation and its buffers, the checkpoint handed to on_checkpoint.
+  RoundReport report_;
+  Evaluation evaluation_;
+  EvaluationScratch evaluation_scratch_;
+  AggregatorCheckpoint checkpoint_;
   // The round sum (the running aggregate an MPI tier would export): the
   // weighted double sum of the decoded updates in selected_ order, their
   // count and total weight, in the block. Robust rules hold the updates
@@ -319,8 +333,19 @@ struct Aggregator::State {
   // This round's instruction frames per (codec spec, anchor role, model
   // encoding, level table version): encoded once and shared by
   // every connection they go to.
-  // By assignment (spec, role, model encoding, level table version) and frame limit.
-  std::map<std::tuple<std::string, AnchorRole, ModelEncoding, uint32_t, uint32_t>, std::vector<OutFrame>> instruction_frames_;
+  // By assignment (spec, role, model encoding, level table version) and
+  // frame limit; instruction_frames_[0, instruction_frames_used_) are this
+  // round's, the rest keep their memory for the next.
+  struct InstructionFrames {
+    std::string spec;
+    AnchorRole role = AnchorRole::kNone;
+    ModelEncoding encoding = ModelEncoding::kFullModelFp32;
+    uint32_t level_table_version = 0;
+    uint32_t max_frame_bytes = 0;
+    std::vector<OutFrame> frames;
+  };
+  std::vector<InstructionFrames> instruction_frames_;
+  std::size_t instruction_frames_used_ = 0;
   // ALQ / AMQ: the codec holding the table of the current round (updates are
   // decoded with it), and the statistics merged from this round's accepted
   // updates, which the next table is fitted to when the round closes.
@@ -637,28 +662,35 @@ Status Aggregator::State::RestoreCodecState(AggregatorCheckpoint& saved) {
   return Status();
 }
 
-AggregatorCheckpoint Aggregator::State::CheckpointState() const {
-  AggregatorCheckpoint checkpoint;
+void Aggregator::State::FillCheckpoint(AggregatorCheckpoint* checkpoint_out) const {
+  AggregatorCheckpoint& checkpoint = *checkpoint_out;
   checkpoint.model = config_.model;
   checkpoint.round = round_;
   checkpoint.parameters.assign(model_->parameters(), model_->parameters() + d_);
   checkpoint.first_moment = optimizer_->first_moment();
   checkpoint.second_moment = optimizer_->second_moment();
   checkpoint.codec = config_.codec;
+  checkpoint.level_table_version = 0;
+  checkpoint.level_table.clear();
   if (levels_) {
     checkpoint.level_table_version = levels_->level_table().version;
     checkpoint.level_table = levels_->level_table().levels;
   }
+  checkpoint.rho.clear();
   for (const auto& [device, rho] : rho_) checkpoint.rho[device] = rho;
   checkpoint.forced_anchors = forced_anchors_;
+  checkpoint.dp_rdp.clear();
   if (dp()) checkpoint.dp_rdp = accountant_.rdp();
+  checkpoint.downlink_codec.clear();
+  checkpoint.device_model_round = -1;
+  checkpoint.device_model.clear();
+  checkpoint.synced.clear();
   if (downlink_ && device_model_round_ >= 0) {
     checkpoint.downlink_codec = downlink_->spec();
     checkpoint.device_model_round = device_model_round_;
     checkpoint.device_model = device_model_;
     checkpoint.synced = synced_;
   }
-  return checkpoint;
 }
 
 // Once per round id: compresses model - device_model_ and applies the decoded
@@ -1100,11 +1132,14 @@ void Aggregator::State::RefitLevels() {
   // refit=N: every N applied rounds, from the statistics of all N.
   if (++rounds_since_refit_ < levels_->refit_interval()) return;
   rounds_since_refit_ = 0;
-  LevelStatistics round_levels = std::move(pending_levels_);
-  pending_levels_ = LevelStatistics();
+  const LevelStatistics& round_levels = pending_levels_;
   if (round_levels.count == 0) return;
   const uint32_t next = levels_->level_table().version + 1;
   Result<LevelTable> table = FitLevelTable(*levels_, round_levels, next);
+  // Emptied for the next interval; its vectors keep their memory.
+  pending_levels_.count = pending_levels_.sum = pending_levels_.sum_sq = 0;
+  pending_levels_.bucket_norms.clear();
+  pending_levels_.largest_buckets.clear();
   const Status installed = table.ok() ? levels_->SetLevelTable(*table) : table.status();
   if (!installed.ok()) {
     Log(LogLevel::kWarning, "aggregator: level table %" PRIu32 " not fitted, version %" PRIu32 " stays: %s", next, next - 1,
@@ -1328,9 +1363,28 @@ Status Aggregator::State::SendInstructions(Peer& peer) {
       full_models_down_++;
     }
   }
-  std::vector<OutFrame>& frames = instruction_frames_[{assignment.spec, assignment.role, encoding,
-                                                       assignment.level_table_version, peer.max_frame_bytes}];
-  if (frames.empty()) FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, encoding, peer.max_frame_bytes, &frames));
+  InstructionFrames* entry = nullptr;
+  for (std::size_t k = 0; k < instruction_frames_used_ && entry == nullptr; ++k) {
+    InstructionFrames& e = instruction_frames_[k];
+    if (e.spec == assignment.spec && e.role == assignment.role && e.encoding == encoding &&
+        e.level_table_version == assignment.level_table_version && e.max_frame_bytes == peer.max_frame_bytes) {
+      entry = &e;
+    }
+  }
+  if (entry == nullptr) {
+    if (instruction_frames_used_ == instruction_frames_.size()) instruction_frames_.emplace_back();
+    InstructionFrames& e = instruction_frames_[instruction_frames_used_];
+    e.spec = assignment.spec;  // copy-assigned: reuses the string's capacity
+    e.role = assignment.role;
+    e.encoding = encoding;
+    e.level_table_version = assignment.level_table_version;
+    e.max_frame_bytes = peer.max_frame_bytes;
+    e.frames.clear();
+    FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, encoding, peer.max_frame_bytes, &e.frames));
+    instruction_frames_used_++;
+    entry = &e;
+  }
+  const std::vector<OutFrame>& frames = entry->frames;
   if (hooks_.on_instructions) {  // before sending: a test may read it as soon as the frames arrive
     std::vector<uint8_t> bytes;
     for (const OutFrame& frame : frames) frame.AppendWireBytes(&bytes);
@@ -1370,10 +1424,26 @@ Status Aggregator::State::EncodeInstructions(const Assignment& assignment, Model
   m.deadline_ms = config_.round_deadline_ms;
   FrameLimits limits = limits_;
   limits.max_frame_bytes = max_frame_bytes;
-  Result<std::vector<OutFrame>> encoded = EncodeChunked(m, model, model_size, limits);
-  if (!encoded.ok()) return encoded.status();
-  *frames = std::move(*encoded);
-  return Status();
+  // Each frame in a slot no connection holds a frame of (the model is
+  // copied in: it changes when the round closes, while a slow connection may
+  // still be sending); a new slot only when every one is busy.
+  return ForEachChunk(m, model, model_size, limits, [&](uint32_t, uint32_t, const RoundInstructionsMessage& chunk) {
+    FrameSlot* slot = nullptr;
+    for (const auto& candidate : instruction_slots_) {
+      if (!candidate->busy()) {
+        slot = candidate.get();
+        break;
+      }
+    }
+    if (slot == nullptr) {
+      instruction_slots_.push_back(std::make_unique<FrameSlot>());
+      slot = instruction_slots_.back().get();
+    }
+    Result<OutFrame> frame = Encode(chunk, limits, *slot, PayloadMode::kCopy);
+    if (!frame.ok()) return frame.status();
+    frames->push_back(std::move(*frame));
+    return Status::Ok();
+  });
 }
 
 void Aggregator::State::StartRound() {
@@ -1408,10 +1478,13 @@ void Aggregator::State::StartRound() {
   AckMessage ack;
   ack.round_id = round_;
   ack.acked = MessageKind::kUpdate;
-  Result<OutFrame> ack_frame = Encode(ack, limits_);
+  round_ack_ = OutFrame();  // lets go of the slot, unless a connection still holds last round's Ack
+  Result<OutFrame> ack_frame = ack_slot_.busy() ? Encode(ack, limits_) : Encode(ack, limits_, ack_slot_);
   round_ack_ = ack_frame.ok() ? std::move(*ack_frame) : OutFrame();
   next_sum_ = 0;
-  instruction_frames_.clear();
+  // Last round's frames let go of their slots (unless still queued).
+  for (std::size_t k = 0; k < instruction_frames_used_; ++k) instruction_frames_[k].frames.clear();
+  instruction_frames_used_ = 0;
   rejected_ = 0;
   bytes_down_ = 0;
   full_models_down_ = 0;
@@ -1429,21 +1502,20 @@ void Aggregator::State::StartRound() {
   for (std::size_t k = 0; k < chosen_.size(); ++k) selected_[k] = *connected_[chosen_[k]];
   wanted_ = SampleTarget(connected_.size(), config_.sampling);
 
-  std::set<uint32_t> anchors;
+  anchors_.clear();
   if (nested_) {
-    std::vector<uint32_t> senders;
-    for (const std::string& device : selected_) senders.push_back(DeviceSenderId(device));
-    for (uint32_t a : ChooseNdqsgAnchors(config_.session_seed, round_, senders,
-                                         NdqsgAnchorCount(senders.size(), config_.anchor_fraction))) {
-      anchors.insert(a);
-    }
+    for (const std::string& device : selected_) anchors_.push_back(DeviceSenderId(device));
+    const std::size_t count = NdqsgAnchorCount(anchors_.size(), config_.anchor_fraction);
+    // Moved in and out: the vector keeps its memory.
+    anchors_ = ChooseNdqsgAnchors(config_.session_seed, round_, std::move(anchors_), count);
   }
   for (const std::string& device : selected_) {
     Assignment assignment;
     assignment.spec = config_.codec;
     if (levels_) assignment.level_table_version = levels_->level_table().version;
     if (nested_) {
-      const bool anchor = anchors.count(DeviceSenderId(device)) != 0 || forced_anchors_.count(device) != 0;
+      const bool anchor = std::binary_search(anchors_.begin(), anchors_.end(), DeviceSenderId(device)) ||
+                          forced_anchors_.count(device) != 0;
       assignment.rho = anchor ? 0 : RhoOf(device);
       assignment.spec = anchor ? anchor_spec_ : NestedSpec(assignment.rho);
       assignment.role = anchor ? AnchorRole::kAnchor : AnchorRole::kNested;
@@ -1495,7 +1567,20 @@ int Aggregator::State::Adapt(const std::string& device, int rho, std::size_t nea
 void Aggregator::State::CloseRound() {
   in_round_ = false;
   UpdateAccumulator& accumulator = *sum_;  // plain rounds: filled as the updates arrived
-  RoundReport report;
+  // The last round's report, emptied: its vectors keep their memory.
+  RoundReport& report = report_;
+  {
+    std::vector<DeviceRoundReport> devices = std::move(report.devices);
+    std::vector<float> level_table = std::move(report.level_table);
+    std::vector<std::string> selected = std::move(report.selected);
+    report = RoundReport();
+    devices.clear();
+    level_table.clear();
+    selected.clear();
+    report.devices = std::move(devices);
+    report.level_table = std::move(level_table);
+    report.selected = std::move(selected);
+  }
   report.round = round_ + 1;
   report.sampled = selected_.size();
   double loss_sum = 0;
@@ -1683,8 +1768,9 @@ void Aggregator::State::CloseRound() {
   }
   round_++;
   if (evaluate_) {
-    Result<Evaluation> eval = EvaluateModel(*model_, test_, 256);
-    if (eval.ok()) {
+    const Status evaluated = EvaluateModel(*model_, test_, 256, &evaluation_, &evaluation_scratch_);
+    const Evaluation* eval = evaluated.ok() ? &evaluation_ : nullptr;
+    if (eval != nullptr) {
       report.test_accuracy = eval->accuracy;
       report.test_loss = eval->loss;
       if (config_.target_accuracy > 0 && eval->accuracy >= config_.target_accuracy) reached_target_ = true;
@@ -1701,7 +1787,10 @@ void Aggregator::State::CloseRound() {
     counters_.best_test_accuracy = std::max(counters_.best_test_accuracy, report.test_accuracy);
   }
   if (report.dp_epsilon >= 0) counters_.dp_epsilon = report.dp_epsilon;
-  if (hooks_.on_checkpoint) hooks_.on_checkpoint(CheckpointState());
+  if (hooks_.on_checkpoint) {
+    FillCheckpoint(&checkpoint_);
+    hooks_.on_checkpoint(checkpoint_);
+  }
   timed(static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0);
   if (hooks_.on_round) hooks_.on_round(report);
 }

@@ -62,13 +62,16 @@
 // entries. The round path allocates nothing model-sized or per payload (no
 // buffer, copy or decoded vector per update); the round's bookkeeping
 // (sampled devices, assignments, answers, sampling buffers) reuses its
-// memory from round to round. What it still allocates, about 20 small
-// blocks a round for fp32 and 5 devices (runtime_aggregator_arena_test
-// counts them): the instruction frames (once per codec spec and role), the
-// round's Ack frame, the RoundReport, the test-set evaluation, device ids
-// longer than std::string's inline capacity; NDQSG its anchor choice; ALQ /
-// AMQ their decoding scratch and the table fit; with on_checkpoint, the
-// checkpoint's copy of the model. With an aggregator tier
+// memory from round to round, and so do the instruction frames (encoded
+// into reusable frame slots), the round's Ack, the RoundReport, the test
+// evaluation and the checkpoint handed to on_checkpoint: an fp32 round
+// allocates nothing (runtime_aggregator_arena_test counts it). What the
+// others still allocate: the codecs' decoding (dqsg about 2 blocks per
+// update), NDQSG its nested decodes, ALQ / AMQ their decoding scratch and
+// the table fit; device ids longer than std::string's inline capacity in
+// the report; a slot that a slow connection still holds when a round starts
+// is not reused (a new one is made); the checkpoint's maps.
+// With an aggregator tier
 // (AggregatorHooks::tier) every exchange allocates its messages: each Tick's
 // counts, the devices of every rank at a round's start (kept sorted in a
 // list the sampling points into), and at the close a plain round's partial

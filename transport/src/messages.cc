@@ -341,16 +341,21 @@ Result<JoinResponseMessage> DecodeJoinResponse(const Frame& frame) {
 
 namespace {
 
+// What Decode enforces of a first chunk's fields, checked by both encoders.
+Status CheckInstructions(const RoundInstructionsMessage& m) {
+  if (m.payload.index != 0) return Status::Ok();
+  if (m.codec_spec.empty()) return InvalidArgument("round instructions need a codec spec");
+  if (!IsFinite(m.learning_rate) || m.learning_rate < 0) return InvalidArgument("learning rate must be finite and >= 0");
+  const std::string problem = LevelTableProblem(m.level_table, m.level_table_size);
+  if (!problem.empty()) return InvalidArgument(problem);
+  return Status::Ok();
+}
+
 Result<OutFrame> EncodeInstructions(const RoundInstructionsMessage& m, const FrameLimits& limits,
                                     const PayloadFill* fill) {
   FEDRT_RETURN_IF_ERROR(CheckString(m.codec_spec, kMaxCodecSpecBytes, "codec spec"));
   const bool first = m.payload.index == 0;
-  if (first) {
-    if (m.codec_spec.empty()) return InvalidArgument("round instructions need a codec spec");
-    if (!IsFinite(m.learning_rate) || m.learning_rate < 0) return InvalidArgument("learning rate must be finite and >= 0");
-    const std::string problem = LevelTableProblem(m.level_table, m.level_table_size);
-    if (!problem.empty()) return InvalidArgument(problem);
-  }
+  FEDRT_RETURN_IF_ERROR(CheckInstructions(m));
   auto b = NewBuilder(m.payload.size + (first ? m.level_table_size * sizeof(float) : 0));
   Result<fb::Offset<wire::Chunk>> chunk = BuildChunk(*b, m.payload, fill, limits);
   if (!chunk.ok()) return chunk.status();
@@ -739,12 +744,7 @@ Result<OutFrame> Encode(const UpdateMessage& m, const FrameLimits& limits, Frame
 Result<OutFrame> Encode(const RoundInstructionsMessage& m, const FrameLimits& limits, FrameSlot& slot,
                         PayloadMode mode) {
   const bool first = m.payload.index == 0;
-  if (first) {
-    if (m.codec_spec.empty()) return InvalidArgument("round instructions need a codec spec");
-    if (!IsFinite(m.learning_rate) || m.learning_rate < 0) return InvalidArgument("learning rate must be finite and >= 0");
-    const std::string problem = LevelTableProblem(m.level_table, m.level_table_size);
-    if (!problem.empty()) return InvalidArgument(problem);
-  }
+  FEDRT_RETURN_IF_ERROR(CheckInstructions(m));
   // Built in the order EncodeInstructions builds: chunk, spec, table, table
   // of fields, so the bytes are the same.
   return EncodeInSlot(slot, mode, &m.payload, first ? m.codec_spec : std::string_view(),

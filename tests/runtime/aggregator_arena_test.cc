@@ -70,6 +70,7 @@ struct RunResult {
   std::size_t applied = 0;
   std::size_t rejected = 0;
   long allocations = 0;  // by the aggregator from round 2 on
+  uint64_t deferred = 0;  // AggregatorCounters::updates_deferred
   bool finished = false;
 };
 
@@ -90,7 +91,9 @@ AggregatorConfig Config(const std::string& codec, const std::string& rule) {
 
 // Runs the config's rounds with kDevices devices, serving them in reverse
 // order (so updates arrive before their turn in the sum) when `reverse`.
-RunResult Run(const AggregatorConfig& config, bool reverse, bool arena) {
+// `hold_first`: dev-0, whose turn in the sum is first, trains only when
+// nothing else moves, so every other update arrives before its turn.
+RunResult Run(const AggregatorConfig& config, bool reverse, bool arena, bool hold_first = false) {
   ManualClock clock{1000000000};
   Blobs train(400, 3);
   Blobs test(80, 4);
@@ -148,6 +151,7 @@ RunResult Run(const AggregatorConfig& config, bool reverse, bool arena) {
     for (int k = 0; k < kDevices; ++k) {
       Device& d = devices[reverse ? kDevices - 1 - k : k];
       if (d.pipe->Pump()) moved = true;
+      if (hold_first && &d == &devices[0]) continue;
       if (d.client->has_work() && !d.pipe->b().closed()) {
         REQUIRE(d.client->Work(d.pipe->b(), 0).ok());
         moved = true;
@@ -160,9 +164,14 @@ RunResult Run(const AggregatorConfig& config, bool reverse, bool arena) {
     for (int k = 0; k < kDevices; ++k) {
       if (devices[k].pipe->Pump()) moved = true;
     }
+    if (hold_first && !moved && devices[0].client->has_work() && !devices[0].pipe->b().closed()) {
+      REQUIRE(devices[0].client->Work(devices[0].pipe->b(), 0).ok());
+      moved = true;
+    }
     if (!moved) break;
   }
   result.finished = aggregator->finished();
+  result.deferred = aggregator->counters().updates_deferred;
   result.hash = Hash(aggregator->model());
   result.allocations += handler->allocations;
   aggregator->Abort(Status(StatusCode::kCancelled, "test over"));
@@ -176,16 +185,22 @@ RunResult Run(const AggregatorConfig& config, bool reverse, bool arena) {
 
 // The global model after 3 rounds, recorded from the engine before its
 // memory moved into the block (the same on every order of service).
+// max_allocations: what the round path may still allocate over rounds 2-3
+// (measured on x86-64: fp32 0, its median 4, dqsg 20 and 24, ndqsg 106 and
+// 94, alq 172 and 176: the codecs' decoding, NDQSG's running mean and
+// nested decodes, ALQ's table fit; before the block 230 to 602, before the
+// frames and the report were reused 40 to 272).
 struct Golden {
   const char* codec;
   const char* rule;
   uint64_t hash;
+  long max_allocations;
 };
 constexpr Golden kGolden[] = {
-    {"fp32", "", 5117803062961757739ull},  {"fp32", "median", 1156164519254011526ull},
-    {"dqsg", "", 1698873338641934525ull},  {"dqsg", "median", 16821511782197176208ull},
-    {"ndqsg", "", 16057503879270174569ull}, {"ndqsg", "median", 1175716058177854718ull},
-    {"alq", "", 1111670308870704604ull},   {"alq", "median", 13396863355188227678ull},
+    {"fp32", "", 5117803062961757739ull, 0},     {"fp32", "median", 1156164519254011526ull, 8},
+    {"dqsg", "", 1698873338641934525ull, 24},    {"dqsg", "median", 16821511782197176208ull, 32},
+    {"ndqsg", "", 16057503879270174569ull, 120}, {"ndqsg", "median", 1175716058177854718ull, 110},
+    {"alq", "", 1111670308870704604ull, 190},    {"alq", "median", 13396863355188227678ull, 190},
 };
 
 TEST_CASE("aggregator arena: the global model is the golden one, in a caller block or on the heap, in any order") {
@@ -208,14 +223,56 @@ TEST_CASE("aggregator arena: the global model is the golden one, in a caller blo
         // order, so the devices' updates, and the model, differ in the last bits.
         CHECK(r.hash == g.hash);
 #endif
-        // What the round path still allocates (the header lists it): small
-        // bookkeeping, nothing per model coordinate. Before the block it
-        // was 230 to 602 over these two rounds; now 40 (fp32) to 272 (alq).
-        MESSAGE("allocations in rounds 2-3: " << r.allocations);
-        CHECK(r.allocations < 400);
+        // What the round path still allocates (the header lists it): nothing
+        // for fp32, small codec scratch for the others.
+        MESSAGE(g.codec << " " << g.rule << ": allocations in rounds 2-3: " << r.allocations);
+        CHECK(r.allocations <= g.max_allocations);
       }
     }
+    if (std::string(g.codec) == "ndqsg") continue;  // holds every payload: no pool
+    // One update may wait for its turn: with dev-0 (the first to sum) held
+    // back, the first of dev-1..4 to arrive waits, the other three find the
+    // pool full and are asked again one by one as the sum reaches them.
+    // Same bits.
+    INFO(g.codec << " " << g.rule << " with one waiting update, dev-0 last");
+    AggregatorConfig pooled = Config(g.codec, g.rule);
+    pooled.max_waiting_updates = 1;
+    const RunResult r = Run(pooled, true, true, true);
+    CHECK(r.finished);
+    CHECK(r.applied == 3);
+    CHECK(r.rejected == 0);
+    CHECK(r.deferred >= 3 * 3);  // three devices, three rounds
+    CHECK(r.hash == first_hash);
+#if defined(__x86_64__) && FEDRT_HAVE_OPENBLAS
+    CHECK(r.hash == g.hash);
+#endif
   }
+}
+
+TEST_CASE("aggregator arena: 10,000 keys and LeNet-300-100 fp32 take a pool of payload slots, not one per device") {
+  std::string keys_text;
+  for (int i = 0; i < 10000; ++i) keys_text += "dev-" + std::to_string(i) + " " + HexKey(i % 256) + "\n";
+  KeyStore keys = KeyStore::Parse(keys_text).value();
+  AggregatorConfig config;  // mlp:784-300-100-10, fp32, every device sampled
+  config.model = "mlp:784-300-100-10";
+  config.codec = "fp32";
+  config.sampling.fraction = 1.0;
+  Result<std::size_t> pooled = Aggregator::RequiredBytes(config, keys);
+  REQUIRE_MESSAGE(pooled.ok(), pooled.status().ToString());
+  // A slot per sampled device, as the block was before the pool: ~10 GB.
+  AggregatorConfig unpooled = config;
+  unpooled.max_waiting_updates = 9999;
+  Result<std::size_t> every = Aggregator::RequiredBytes(unpooled, keys);
+  REQUIRE(every.ok());
+  MESSAGE("RequiredBytes, 10,000 keys, LeNet-300-100 fp32: " << *pooled << " with the default pool, " << *every
+                                                              << " with a slot per device");
+  CHECK(*pooled < (std::size_t{128} << 20));
+  CHECK(*every > std::size_t{10000} * 266610 * 4);
+  // NDQSG holds every payload until the round closes: the pool does not apply.
+  AggregatorConfig nested = config;
+  nested.codec = "ndqsg";
+  nested.max_waiting_updates = 8;
+  CHECK(Aggregator::RequiredBytes(nested, keys).status().code() == StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("aggregator arena: the size query covers the block, a smaller block is refused, the bounds are checked") {

@@ -406,6 +406,45 @@ TEST_CASE("a ring chunk encoded in a slot has the bytes of the plain encoding, b
   }
 }
 
+TEST_CASE("round instructions encoded in a slot are the bytes of the plain encoder, first chunk and later ones") {
+  std::vector<uint8_t> model(4096 * 3);
+  for (std::size_t i = 0; i < model.size(); ++i) model[i] = static_cast<uint8_t>(i * 13);
+  const float table[4] = {-1.0f, -0.25f, 0.25f, 1.0f};
+  RoundInstructionsMessage m;
+  m.round_id = 7;
+  m.model_encoding = ModelEncoding::kCompressedDelta;
+  m.model_parameters = 3072;
+  m.codec_spec = "alq:bits=2";
+  m.session_seed = 99;
+  m.local_epochs = 2;
+  m.local_steps = 5;
+  m.learning_rate = 0.05f;
+  m.anchor_role = AnchorRole::kNested;
+  m.level_table_version = 3;
+  m.level_table = table;
+  m.level_table_size = 4;
+  m.deadline_ms = 1234;
+  for (uint32_t index : {0u, 2u}) {
+    m.payload = {index, 3, model.size(), index * 4096, model.data() + index * 4096, 4096};
+    Result<OutFrame> plain = Encode(m, FrameLimits());
+    REQUIRE(plain.ok());
+    std::vector<uint8_t> expected;
+    plain->AppendWireBytes(&expected);
+    for (PayloadMode mode : {PayloadMode::kBorrow, PayloadMode::kCopy}) {
+      FrameSlot slot;
+      Result<OutFrame> out = Encode(m, FrameLimits(), slot, mode);
+      REQUIRE(out.ok());
+      std::vector<uint8_t> wire;
+      out->AppendWireBytes(&wire);
+      CHECK(wire == expected);
+    }
+  }
+  FrameSlot slot;
+  m.payload.index = 0;
+  m.learning_rate = -1.0f;  // the same checks as the plain encoder
+  CHECK(Encode(m, FrameLimits(), slot, PayloadMode::kCopy).status().code() == StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("a frame slot is busy while its frame is alive and refuses a second frame") {
   std::vector<uint8_t> payload(64, 1);
   RingChunkMessage m;

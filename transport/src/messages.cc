@@ -341,16 +341,21 @@ Result<JoinResponseMessage> DecodeJoinResponse(const Frame& frame) {
 
 namespace {
 
+// What Decode enforces of a first chunk's fields, checked by both encoders.
+Status CheckInstructions(const RoundInstructionsMessage& m) {
+  if (m.payload.index != 0) return Status::Ok();
+  if (m.codec_spec.empty()) return InvalidArgument("round instructions need a codec spec");
+  if (!IsFinite(m.learning_rate) || m.learning_rate < 0) return InvalidArgument("learning rate must be finite and >= 0");
+  const std::string problem = LevelTableProblem(m.level_table, m.level_table_size);
+  if (!problem.empty()) return InvalidArgument(problem);
+  return Status::Ok();
+}
+
 Result<OutFrame> EncodeInstructions(const RoundInstructionsMessage& m, const FrameLimits& limits,
                                     const PayloadFill* fill) {
   FEDRT_RETURN_IF_ERROR(CheckString(m.codec_spec, kMaxCodecSpecBytes, "codec spec"));
   const bool first = m.payload.index == 0;
-  if (first) {
-    if (m.codec_spec.empty()) return InvalidArgument("round instructions need a codec spec");
-    if (!IsFinite(m.learning_rate) || m.learning_rate < 0) return InvalidArgument("learning rate must be finite and >= 0");
-    const std::string problem = LevelTableProblem(m.level_table, m.level_table_size);
-    if (!problem.empty()) return InvalidArgument(problem);
-  }
+  FEDRT_RETURN_IF_ERROR(CheckInstructions(m));
   auto b = NewBuilder(m.payload.size + (first ? m.level_table_size * sizeof(float) : 0));
   Result<fb::Offset<wire::Chunk>> chunk = BuildChunk(*b, m.payload, fill, limits);
   if (!chunk.ok()) return chunk.status();
@@ -733,6 +738,32 @@ Result<OutFrame> Encode(const UpdateMessage& m, const FrameLimits& limits, Frame
   return EncodeInSlot(slot, mode, &m.payload, spec, wire::Message::Update, limits,
                       [&](Builder& b, fb::Offset<wire::Chunk> chunk, fb::Offset<fb::String> spec_string) {
                         return BuildUpdate(b, m, chunk, spec_string);
+                      });
+}
+
+Result<OutFrame> Encode(const RoundInstructionsMessage& m, const FrameLimits& limits, FrameSlot& slot,
+                        PayloadMode mode) {
+  const bool first = m.payload.index == 0;
+  FEDRT_RETURN_IF_ERROR(CheckInstructions(m));
+  // Built in the order EncodeInstructions builds: chunk, spec, table, table
+  // of fields, so the bytes are the same.
+  return EncodeInSlot(slot, mode, &m.payload, first ? m.codec_spec : std::string_view(),
+                      wire::Message::RoundInstructions, limits,
+                      [&](Builder& b, fb::Offset<wire::Chunk> chunk, fb::Offset<fb::String> spec) {
+                        if (!first) {
+                          wire::RoundInstructionsBuilder rb(b);
+                          rb.add_round_id(m.round_id);
+                          rb.add_payload(chunk);
+                          return rb.Finish().Union();
+                        }
+                        fb::Offset<fb::Vector<float>> table = 0;
+                        if (m.level_table_size != 0) table = b.CreateVector(m.level_table, m.level_table_size);
+                        return wire::CreateRoundInstructions(
+                                   b, m.round_id, static_cast<wire::ModelEncoding>(m.model_encoding),
+                                   m.model_parameters, spec, m.session_seed, m.local_epochs, m.local_steps,
+                                   m.learning_rate, static_cast<wire::AnchorRole>(m.anchor_role),
+                                   m.level_table_version, table, m.deadline_ms, chunk)
+                            .Union();
                       });
 }
 

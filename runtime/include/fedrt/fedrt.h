@@ -9,7 +9,7 @@
  * Conventions, for every function below:
  *
  *  - Names. Objects are opaque handles `fedrt_<object>_t` (fedrt_model_t,
- *    fedrt_codec_t, fedrt_device_t); functions are `fedrt_<object>_<action>`; plain structs
+ *    fedrt_codec_t, fedrt_device_t, fedrt_aggregator_t); functions are `fedrt_<object>_<action>`; plain structs
  *    the caller fills or reads are `fedrt_<what>` without `_t`.
  *
  *  - Status. A call that can fail returns a fedrt_status; FEDRT_OK is 0. The
@@ -48,7 +48,10 @@
  *    error feedback) the residual in the caller's memory; or
  *    fedrt_device_create() does the same on a heap block. It uses the
  *    caller's model handle and reads the caller's data view, which must both
- *    outlive it. Every other array passed in
+ *    outlive it. An aggregator is placed the same way:
+ *    fedrt_aggregator_size(), then fedrt_aggregator_init() (its block: the
+ *    round sum, decoding scratch, the codecs, the update payload slots). It
+ *    reads the caller's test set, which must outlive it. Every other array passed in
  *    (features, labels, vectors, payloads, side information, keys, share
  *    indices) is only read during the call, or copied; every output array is
  *    the caller's and is written only during the call. Strings returned by getters (specs, names, tensor
@@ -78,6 +81,18 @@
  *                              (the model chunks written into place,
  *                              training, encoding, the update's frames)
  *                              runs on the device's memory;
+ *      fedrt_aggregator_size   measures: builds the model and codecs
+ *                              once, frees them;
+ *      fedrt_aggregator_init   the copy of the keys and options, the global
+ *                              model, the server optimizer's state and the
+ *                              engine's bookkeeping (aggregator_engine.h),
+ *                              freed by fedrt_aggregator_destroy;
+ *      fedrt_aggregator_open,
+ *      _receive, _tick         per connection its stream state and map
+ *                              entries, per received frame its bytes; the
+ *                              round path what aggregator_engine.h lists
+ *                              (the round's report, the test evaluation,
+ *                              frames the engine encodes);
  *      fedrt_codec_decode,
  *      fedrt_codec_decode_accumulate
  *                              of a codec from fedrt_codec_create:
@@ -108,7 +123,9 @@
  *    client counts as using its model handle: between fedrt_device_create
  *    and fedrt_device_destroy only the device trains or sets it.
  *
- *  - Callbacks. The device client reaches the application through function
+ *  - Callbacks. The aggregator's (fedrt_aggregator_callbacks: send, close,
+ *    clock, randomness, HMAC, round reports) run only inside its calls, on
+ *    the calling thread, with its `user` pointer. The device client reaches the application through function
  *    pointers (fedrt_device_callbacks: the byte stream, the clock,
  *    randomness, HMAC-SHA256, stop, the residual). They are called only
  *    from inside fedrt_device_run_session, on the thread that called it,
@@ -530,6 +547,164 @@ size_t fedrt_device_examples(const fedrt_device_t* device);
  * create, before the first session. FEDRT_FAILED_PRECONDITION when `count`
  * is not the model's parameter count, FEDRT_CORRUPT for a NaN or Inf. */
 fedrt_status fedrt_device_restore_residual(fedrt_device_t* device, const float* residual, size_t count);
+
+/* ---- Aggregator (star topology) ------------------------------------------ */
+
+/* The server of the star topology (fedrt/runtime/aggregator_engine.h): it
+ * authenticates devices by their pre-shared keys, samples them into rounds,
+ * sends them the global model, takes their compressed updates, aggregates
+ * them and applies the server optimizer, for `rounds` rounds. It opens no
+ * socket and starts no thread: the application accepts connections (TCP,
+ * a UART, memory) and hands each one in with fedrt_aggregator_open, feeds
+ * the bytes that arrive on it to fedrt_aggregator_receive, and writes what
+ * the aggregator sends through its send callback.
+ *
+ * The application's loop, one thread:
+ *
+ *   fedrt_aggregator_size(...), then fedrt_aggregator_init(...) in that memory;
+ *   while (!fedrt_aggregator_finished(aggregator)) {
+ *     a new connection:   fedrt_aggregator_open(aggregator, id, "peer name");
+ *     bytes arrived:      fedrt_aggregator_receive(aggregator, id, bytes, n);
+ *     the peer closed:    fedrt_aggregator_stream_closed(aggregator, id);
+ *     wait = fedrt_aggregator_tick(aggregator);  // wait at most this long for I/O
+ *   }
+ *   (close callback: the aggregator is done with a connection; close it)
+ *   fedrt_aggregator_destroy(aggregator);
+ *
+ * Memory: fedrt_aggregator_init places the handle and the engine's block
+ * (the round sum, decoding scratch, the codecs, the pool of update payload
+ * slots: see max_waiting_updates) in the caller's memory. */
+typedef struct fedrt_aggregator fedrt_aggregator_t;
+
+/* A device the aggregator admits: its id and pre-shared key (copied at init). */
+typedef struct fedrt_aggregator_key {
+  const char* device_id;  /* 1..FEDRT_DEVICE_ID_MAX characters of [A-Za-z0-9._-] */
+  const uint8_t* key;     /* FEDRT_KEY_MIN_BYTES..FEDRT_KEY_MAX_BYTES bytes */
+  size_t key_size;
+} fedrt_aggregator_key;
+
+/* fedrt_aggregator_options_default() fills the defaults, which are those of
+ * `fedrt serve`. Strings are copied at init. */
+typedef struct fedrt_aggregator_options {
+  const char* model;            /* spec of the global model; "mlp:784-300-100-10" */
+  uint64_t model_seed;          /* its initialisation; 1 */
+  const char* codec;            /* what the devices send; "fp32" */
+  uint32_t rounds;              /* 10 */
+  size_t min_devices;           /* joined devices before the first round; 1 */
+  double fraction;              /* share of the connected devices a round samples; 1.0 */
+  double quorum;                /* share of them whose updates close a round early; 1.0 */
+  uint32_t round_deadline_ms;   /* a round closes then with what arrived; 120000 */
+  uint32_t local_epochs;        /* per round on each device; 1 */
+  uint32_t local_steps;         /* 0: whole epochs */
+  float learning_rate;          /* the devices' SGD; 0.05 */
+  const char* server_optimizer; /* "fedavg", "fedsgd", "fedavgm" or "fedadam"; "fedavg" */
+  float server_learning_rate;   /* 1.0 */
+  uint64_t session_seed;        /* codec randomness and sampling; 1 */
+  const char* downlink_codec;   /* NULL or "": full models down; else a codec spec ("fp16") */
+  size_t max_devices;           /* joined at once; 65536 (capped by the keys) */
+  /* Updates held at once waiting for their turn in the sum (every codec but
+   * ndqsg); when they are full a device is told to wait and asked again.
+   * 0: 64. Must be 0 with ndqsg. */
+  size_t max_waiting_updates;
+  uint32_t max_frame_bytes;     /* 4 MiB */
+  uint32_t idle_timeout_ms;     /* a connection silent this long is closed; 30000 */
+  uint32_t join_timeout_ms;     /* a connection must join within this; 10000 */
+} fedrt_aggregator_options;
+
+fedrt_aggregator_options fedrt_aggregator_options_default(void);
+
+/* What one round did, for fedrt_aggregator_callbacks.on_round. */
+typedef struct fedrt_round_summary {
+  uint32_t round;        /* 1-based */
+  int applied;           /* 0: nothing applied (no update, all refused); the round runs again */
+  size_t sampled;
+  size_t updates;        /* aggregated */
+  size_t rejected;
+  double test_accuracy;  /* -1 without a test set */
+  double test_loss;
+  double train_loss;     /* the devices' reports, weighted by their samples */
+  uint64_t bytes_up;     /* update payload bytes received */
+  uint64_t bytes_down;   /* model payload bytes sent */
+} fedrt_round_summary;
+
+/* What the aggregator needs from the application. Every callback gets
+ * `user`; connections are named by the id the application gave
+ * fedrt_aggregator_open. Called only from inside fedrt_aggregator_open,
+ * _receive, _stream_closed, _tick and _destroy, on the calling thread; they
+ * must not call back into the aggregator. */
+typedef struct fedrt_aggregator_callbacks {
+  void* user;
+  /* Writes all `size` bytes to the connection, or fails (the connection is
+   * then closed with that status). Required. */
+  fedrt_status (*send)(void* user, uint64_t connection, const uint8_t* data, size_t size);
+  /* The aggregator is done with the connection (it closed it, or the stream
+   * ended): the application closes its stream and may reuse the id. Called
+   * once for every connection opened. FEDRT_OK for a close the aggregator
+   * chose (the training ended), else why. Required. */
+  void (*close)(void* user, uint64_t connection, fedrt_status reason);
+  uint64_t (*now_ms)(void* user);  /* monotonic milliseconds. Required. */
+  /* Secure random bytes (the join's challenges). Required. */
+  fedrt_status (*random_bytes)(void* user, uint8_t* out, size_t size);
+  /* As fedrt_device_callbacks.hmac_sha256 (NULL: the system's, where the
+   * build has one). */
+  fedrt_status (*hmac_sha256)(void* user, const uint8_t* key, size_t key_size, const uint8_t* message,
+                              size_t message_size, uint8_t* mac);
+  /* After every round closes (NULL: not told). */
+  void (*on_round)(void* user, const fedrt_round_summary* round);
+} fedrt_aggregator_callbacks;
+
+/* The bytes of memory fedrt_aggregator_init needs for `options` (NULL: the
+ * defaults) and keys[0 .. key_count). FEDRT_INVALID_ARGUMENT (or the
+ * parser's status) for options or keys that are wrong, naming what. */
+fedrt_status fedrt_aggregator_size(const fedrt_aggregator_options* options, const fedrt_aggregator_key* keys,
+                                   size_t key_count, size_t* bytes);
+
+/* Places an aggregator in memory[0 .. size) (any alignment; at least what
+ * fedrt_aggregator_size says for the same options and keys). `test_set`
+ * (NULL: no evaluation) is read after every round and must outlive the
+ * aggregator; `callbacks` is copied. FEDRT_OUT_OF_RANGE when the memory is
+ * too small; FEDRT_INVALID_ARGUMENT for options, keys, a test set that does
+ * not fit the model, or a required callback that is NULL. */
+fedrt_status fedrt_aggregator_init(void* memory, size_t size, const fedrt_aggregator_options* options,
+                                   const fedrt_aggregator_key* keys, size_t key_count,
+                                   const fedrt_data_view* test_set, const fedrt_aggregator_callbacks* callbacks,
+                                   fedrt_aggregator_t** aggregator);
+
+/* Closes every open connection (close callbacks run) and ends the
+ * aggregator; the memory stays the caller's. NULL is ignored. */
+void fedrt_aggregator_destroy(fedrt_aggregator_t* aggregator);
+
+/* A new connection, named `connection` (unique among the open ones; the
+ * application's socket or link number). `peer` names it in logs and counts
+ * against the per-address cap up to its last ':' ("10.0.0.7:5123"; NULL:
+ * "connection"). FEDRT_INVALID_ARGUMENT when the id is open already. */
+fedrt_status fedrt_aggregator_open(fedrt_aggregator_t* aggregator, uint64_t connection, const char* peer);
+/* Bytes that arrived on a connection, in any split. Bad bytes close that
+ * connection (its close callback says why), not the aggregator: the call
+ * still returns FEDRT_OK. FEDRT_NOT_FOUND for an id that is not open. */
+fedrt_status fedrt_aggregator_receive(fedrt_aggregator_t* aggregator, uint64_t connection, const uint8_t* data,
+                                      size_t size);
+/* The stream of a connection ended (the peer closed it, or it failed).
+ * FEDRT_NOT_FOUND for an id that is not open. */
+fedrt_status fedrt_aggregator_stream_closed(fedrt_aggregator_t* aggregator, uint64_t connection);
+/* Timers: heartbeats, idle and join deadlines, starting and closing rounds.
+ * Call it after feeding bytes and at the latest when the milliseconds it
+ * returned have passed (UINT32_MAX: wait for I/O). */
+uint32_t fedrt_aggregator_tick(fedrt_aggregator_t* aggregator);
+
+/* Non-zero once the training is over (every round done, or stopped). */
+int fedrt_aggregator_finished(const fedrt_aggregator_t* aggregator);
+/* FEDRT_OK, or why the training stopped before its last round (the message
+ * in fedrt_last_error). */
+fedrt_status fedrt_aggregator_status(const fedrt_aggregator_t* aggregator);
+/* Rounds completed. */
+uint32_t fedrt_aggregator_round(const fedrt_aggregator_t* aggregator);
+/* Joined devices with an open connection. */
+size_t fedrt_aggregator_connected_devices(const fedrt_aggregator_t* aggregator);
+size_t fedrt_aggregator_parameter_count(const fedrt_aggregator_t* aggregator);
+/* The global model's parameters into out[0 .. parameter_count);
+ * FEDRT_OUT_OF_RANGE when capacity is smaller. */
+fedrt_status fedrt_aggregator_get_parameters(const fedrt_aggregator_t* aggregator, float* out, size_t capacity);
 
 #ifdef __cplusplus
 }  /* extern "C" */

@@ -7,6 +7,7 @@
 #include "fedrt/platform/config.h"
 #include "fedrt/platform/cpu.h"
 #include "fedrt/platform/status.h"
+#include "fedrt/transport/auth.h"
 
 namespace fedrt::capi {
 namespace {
@@ -52,6 +53,53 @@ fedrt_status Fail(const Status& status) {
 fedrt_status RequireNonNull(const void* pointer, const char* function, const char* what) {
   if (pointer != nullptr) return FEDRT_OK;
   return Fail(InvalidArgument(std::string(function) + ": " + what + " is NULL"));
+}
+
+Status FromCallback(fedrt_status status, const char* callback) {
+  if (status == FEDRT_OK) return Status::Ok();
+  const int value = static_cast<int>(status);
+  if (value < 0 || value > static_cast<int>(FEDRT_CANCELLED)) {
+    return Status(StatusCode::kInternal, std::string("the ") + callback + " callback returned " +
+                                             std::to_string(value) + ", not a fedrt_status");
+  }
+  return Status(static_cast<StatusCode>(value), std::string("the ") + callback + " callback failed");
+}
+
+DataView ToDataView(const fedrt_data_view& c) {
+  DataView view;
+  view.count = c.count;
+  view.example_size = c.example_size;
+  view.num_classes = c.num_classes;
+  view.pixels = c.pixels;
+  view.features = c.features;
+  if (c.pixels != nullptr) {  // float features are read as they are
+    view.normalization.mean = c.mean;
+    view.normalization.stddev = c.stddev;
+  }
+  view.labels = c.labels;
+  return view;
+}
+
+Status CallbackCrypto::RandomBytes(uint8_t* out, std::size_t size) {
+  return FromCallback(random_bytes_(user_, out, size), "random_bytes");
+}
+
+Status CallbackCrypto::HmacSha256(const uint8_t* key, std::size_t key_size, const uint8_t* message,
+                                  std::size_t message_size, std::array<uint8_t, transport::kSha256Bytes>* mac) {
+  if (hmac_ != nullptr) {
+    return FromCallback(hmac_(user_, key, key_size, message, message_size, mac->data()), "hmac_sha256");
+  }
+#if FEDRT_HAVE_OPENSSL
+  return transport::SystemCrypto().HmacSha256(key, key_size, message, message_size, mac);
+#else
+  return Status(StatusCode::kInternal, "no HMAC-SHA256: init should have refused a NULL hmac_sha256 callback");
+#endif
+}
+
+bool CallbackCrypto::ConstantTimeEqual(const uint8_t* a, const uint8_t* b, std::size_t size) {
+  volatile uint8_t difference = 0;
+  for (std::size_t i = 0; i < size; ++i) difference = static_cast<uint8_t>(difference | (a[i] ^ b[i]));
+  return difference == 0;
 }
 
 }  // namespace fedrt::capi

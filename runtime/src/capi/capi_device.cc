@@ -32,77 +32,6 @@ static_assert(FEDRT_KEY_MIN_BYTES == transport::kMinKeyBytes, "the C key bounds 
 static_assert(FEDRT_KEY_MAX_BYTES == transport::kMaxKeyBytes, "the C key bounds are auth.h's");
 static_assert(FEDRT_MAC_BYTES == transport::kSha256Bytes, "an HMAC-SHA256 has 32 bytes");
 
-// A status a callback returned, as the engine's Status. Values outside the
-// enum are the callback's bug, reported as internal.
-Status FromCallback(fedrt_status status, const char* callback) {
-  if (status == FEDRT_OK) return Status::Ok();
-  const int value = static_cast<int>(status);
-  if (value < 0 || value > static_cast<int>(FEDRT_CANCELLED)) {
-    return Status(StatusCode::kInternal, std::string("the ") + callback + " callback returned " +
-                                             std::to_string(value) + ", not a fedrt_status");
-  }
-  return Status(static_cast<StatusCode>(value), std::string("the ") + callback + " callback failed");
-}
-
-// The application's randomness and HMAC as the join's Crypto; a NULL HMAC is
-// the system's (create refuses it in builds without one).
-class CallbackCrypto final : public transport::Crypto {
- public:
-  explicit CallbackCrypto(const fedrt_device_callbacks& callbacks) : callbacks_(callbacks) {}
-
-  Status RandomBytes(uint8_t* out, std::size_t size) override {
-    return FromCallback(callbacks_.random_bytes(callbacks_.user, out, size), "random_bytes");
-  }
-
-  Status HmacSha256(const uint8_t* key, std::size_t key_size, const uint8_t* message, std::size_t message_size,
-                    std::array<uint8_t, transport::kSha256Bytes>* mac) override {
-    if (callbacks_.hmac_sha256 != nullptr) {
-      return FromCallback(callbacks_.hmac_sha256(callbacks_.user, key, key_size, message, message_size, mac->data()),
-                          "hmac_sha256");
-    }
-#if FEDRT_HAVE_OPENSSL
-    return transport::SystemCrypto().HmacSha256(key, key_size, message, message_size, mac);
-#else
-    return Status(StatusCode::kInternal, "no HMAC-SHA256: fedrt_device_create should have refused the device");
-#endif
-  }
-
-  // The join compares the server's proof with this: every byte is looked at
-  // whatever the first difference, so the time says nothing about where it is.
-  bool ConstantTimeEqual(const uint8_t* a, const uint8_t* b, std::size_t size) override {
-    volatile uint8_t difference = 0;
-    for (std::size_t i = 0; i < size; ++i) difference = static_cast<uint8_t>(difference | (a[i] ^ b[i]));
-    return difference == 0;
-  }
-
- private:
-  const fedrt_device_callbacks& callbacks_;
-};
-
-class CallbackClock final : public Clock {
- public:
-  explicit CallbackClock(const fedrt_device_callbacks& callbacks) : callbacks_(callbacks) {}
-  uint64_t NowNanos() const override { return callbacks_.now_ms(callbacks_.user) * 1000000u; }
-
- private:
-  const fedrt_device_callbacks& callbacks_;
-};
-
-DataView ToDataView(const fedrt_data_view& c) {
-  DataView view;
-  view.count = c.count;
-  view.example_size = c.example_size;
-  view.num_classes = c.num_classes;
-  view.pixels = c.pixels;
-  view.features = c.features;
-  if (c.pixels != nullptr) {  // float features are read as they are
-    view.normalization.mean = c.mean;
-    view.normalization.stddev = c.stddev;
-  }
-  view.labels = c.labels;
-  return view;
-}
-
 }  // namespace
 }  // namespace fedrt::capi
 
@@ -110,7 +39,8 @@ DataView ToDataView(const fedrt_data_view& c) {
 // others, is ended first. Placed at the start of the caller's memory (or of
 // fedrt_device_create's heap block), the client's block after it.
 struct fedrt_device {
-  explicit fedrt_device(const fedrt_device_callbacks& c) : callbacks(c), crypto(callbacks), clock(callbacks) {}
+  explicit fedrt_device(const fedrt_device_callbacks& c)
+      : callbacks(c), crypto(c.user, c.random_bytes, c.hmac_sha256), clock(c.user, c.now_ms) {}
   ~fedrt_device() { fedrt::DeviceClient::Destroy(client); }
 
   const fedrt_device_callbacks callbacks;

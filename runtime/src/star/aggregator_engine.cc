@@ -145,6 +145,7 @@ struct Received {
 struct BlockSizes {
   std::size_t d = 0;
   std::size_t updates = 0;       // max_updates_
+  std::size_t slots = 0;         // payload_slot_count_
   std::size_t slot_bytes = 0;    // payload_slot_bytes_
   bool holds = false;            // a rule other than mean: decoded updates
   std::size_t codec_bytes = 0;   // the update codecs (ConstructCodec), in codecs_ order
@@ -218,6 +219,12 @@ struct Aggregator::State {
   CodecContext ContextFor(uint32_t sender_id) const;
   void StartRound();
   Status SendInstructions(Peer& peer);
+  // The pool of payload slots (max_waiting_updates): whether the device's
+  // turn in the sum has come, deferring an update that finds no room, and
+  // inviting deferred devices again as slots free.
+  bool IsNextToSum(const std::string& device) const;
+  void Defer(Peer& peer, Connection& connection);
+  void InviteDeferred();
   Status EncodeInstructions(const Assignment& assignment, ModelEncoding encoding, uint32_t max_frame_bytes,
                             std::vector<OutFrame>* frames);
   void CloseRound();
@@ -252,7 +259,8 @@ struct Aggregator::State {
   Status ShareRank0Mean(std::vector<float>* mean);
   Status ShareSynced();
   Status RestoreCodecState(AggregatorCheckpoint& saved);
-  AggregatorCheckpoint CheckpointState() const;
+  // The state to persist, into *checkpoint (its vectors reused from the last round).
+  void FillCheckpoint(AggregatorCheckpoint* checkpoint) const;
 
   AggregatorConfig config_;
   const KeyStore& keys_;
@@ -303,6 +311,19 @@ struct Aggregator::State {
   std::vector<const std::string*> connected_;
   std::vector<uint32_t> chosen_, sample_words_;
   transport::OutFrame round_ack_;  // the Ack of an update this round, shared by every connection
+  transport::FrameSlot ack_slot_{256};  // where it is encoded (unless a connection still holds last round's)
+  // The round's instruction frames are encoded in these slots (each holds
+  // one frame; one still queued on a connection is skipped), so a round
+  // allocates no frame once they have grown.
+  std::vector<std::unique_ptr<transport::FrameSlot>> instruction_slots_;
+  // NDQSG: this round's senders, then (ChooseNdqsgAnchors) its anchors, sorted.
+  std::vector<uint32_t> anchors_;
+  // Reused from round to round: the report handed to on_round, the test
+  // evaluation and its buffers, the checkpoint handed to on_checkpoint.
+  RoundReport report_;
+  Evaluation evaluation_;
+  EvaluationScratch evaluation_scratch_;
+  AggregatorCheckpoint checkpoint_;
   // The round sum (the running aggregate an MPI tier would export): the
   // weighted double sum of the decoded updates in selected_ order, their
   // count and total weight, in the block. Robust rules hold the updates
@@ -315,8 +336,19 @@ struct Aggregator::State {
   // This round's instruction frames per (codec spec, anchor role, model
   // encoding, level table version): encoded once and shared by
   // every connection they go to.
-  // By assignment (spec, role, model encoding, level table version) and frame limit.
-  std::map<std::tuple<std::string, AnchorRole, ModelEncoding, uint32_t, uint32_t>, std::vector<OutFrame>> instruction_frames_;
+  // By assignment (spec, role, model encoding, level table version) and
+  // frame limit; instruction_frames_[0, instruction_frames_used_) are this
+  // round's, the rest keep their memory for the next.
+  struct InstructionFrames {
+    std::string spec;
+    AnchorRole role = AnchorRole::kNone;
+    ModelEncoding encoding = ModelEncoding::kFullModelFp32;
+    uint32_t level_table_version = 0;
+    uint32_t max_frame_bytes = 0;
+    std::vector<OutFrame> frames;
+  };
+  std::vector<InstructionFrames> instruction_frames_;
+  std::size_t instruction_frames_used_ = 0;
   // ALQ / AMQ: the codec holding the table of the current round (updates are
   // decoded with it), and the statistics merged from this round's accepted
   // updates, which the next table is fitted to when the round closes.
@@ -360,12 +392,18 @@ struct Aggregator::State {
   double* noised_ = nullptr;
   std::vector<float> mean_;        // the combined update (on_aggregate's type), made at Create
   std::unique_ptr<NdqsgRunningMean> ndqsg_mean_;
-  // The round's update storage in the block: payload slots of
-  // payload_slot_bytes_ each, those free, and (rules other than mean) as
-  // many decoded updates of d floats.
+  // The round's update storage in the block: payload_slot_count_ slots of
+  // payload_slot_bytes_ each (max_waiting_updates + 1, or max_updates_ for
+  // NDQSG), those free, and (rules other than mean) max_updates_ decoded
+  // updates of d floats.
   std::size_t max_updates_ = 0;
   std::size_t max_payload_bytes_ = 0;
+  std::size_t payload_slot_count_ = 0;
   std::size_t payload_slot_bytes_ = 0;
+  // Devices whose update found the pool full (in the order they were
+  // deferred): InviteDeferred sends them the round's instructions again.
+  std::vector<std::string> deferred_;
+  std::size_t deferred_count_ = 0;  // deferred_[0, deferred_count_) wait; the rest keep their strings
   uint8_t* payload_slots_ = nullptr;
   std::vector<int> free_slots_;
   uint8_t* SlotData(int slot) { return payload_slots_ + static_cast<std::size_t>(slot) * payload_slot_bytes_; }
@@ -540,6 +578,18 @@ Status Aggregator::State::Init(const DataView* test_set) {
     }
   }
   payload_slot_bytes_ = (max_payload_bytes_ + 63) / 64 * 64;
+  if (nested_) {
+    if (config_.max_waiting_updates != 0) {
+      return InvalidArgument("max waiting updates does not apply to NDQSG: its nested updates are decoded against "
+                             "the mean of every anchor, so a round holds every payload until it closes");
+    }
+    payload_slot_count_ = max_updates_;
+  } else {
+    const std::size_t waiting = config_.max_waiting_updates != 0 ? config_.max_waiting_updates
+                                                                 : AggregatorConfig::kDefaultWaitingUpdates;
+    // The waiting ones plus one for the device whose turn it is.
+    payload_slot_count_ = std::min(max_updates_, waiting + 1);
+  }
   mean_.assign(d_, 0.0f);
   if (nested_) ndqsg_mean_ = std::make_unique<NdqsgRunningMean>(d_);
   if (!config_.downlink_codec.empty() && config_.downlink_codec != "fp32") {
@@ -622,28 +672,35 @@ Status Aggregator::State::RestoreCodecState(AggregatorCheckpoint& saved) {
   return Status();
 }
 
-AggregatorCheckpoint Aggregator::State::CheckpointState() const {
-  AggregatorCheckpoint checkpoint;
+void Aggregator::State::FillCheckpoint(AggregatorCheckpoint* checkpoint_out) const {
+  AggregatorCheckpoint& checkpoint = *checkpoint_out;
   checkpoint.model = config_.model;
   checkpoint.round = round_;
   checkpoint.parameters.assign(model_->parameters(), model_->parameters() + d_);
   checkpoint.first_moment = optimizer_->first_moment();
   checkpoint.second_moment = optimizer_->second_moment();
   checkpoint.codec = config_.codec;
+  checkpoint.level_table_version = 0;
+  checkpoint.level_table.clear();
   if (levels_) {
     checkpoint.level_table_version = levels_->level_table().version;
     checkpoint.level_table = levels_->level_table().levels;
   }
+  checkpoint.rho.clear();
   for (const auto& [device, rho] : rho_) checkpoint.rho[device] = rho;
   checkpoint.forced_anchors = forced_anchors_;
+  checkpoint.dp_rdp.clear();
   if (dp()) checkpoint.dp_rdp = accountant_.rdp();
+  checkpoint.downlink_codec.clear();
+  checkpoint.device_model_round = -1;
+  checkpoint.device_model.clear();
+  checkpoint.synced.clear();
   if (downlink_ && device_model_round_ >= 0) {
     checkpoint.downlink_codec = downlink_->spec();
     checkpoint.device_model_round = device_model_round_;
     checkpoint.device_model = device_model_;
     checkpoint.synced = tier_ != nullptr ? tier_synced_ : synced_;
   }
-  return checkpoint;
 }
 
 // Once per round id: compresses model - device_model_ and applies the decoded
@@ -928,8 +985,8 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
       Log(LogLevel::kInfo, "aggregator: dropping an update of round %llu from %s (round %" PRIu32 " is %s)",
           static_cast<unsigned long long>(m.round_id), peer.device_id.c_str(), round_,
           in_round_ ? "open" : "next");
+      if (peer.receiving) FreeSlot(peer.slot);  // a reserved slot stays (InviteDeferred)
       peer.receiving = false;
-      FreeSlot(peer.slot);
       return;
     }
     if (m.codec_spec != assignment->second.spec) {
@@ -957,14 +1014,23 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
         return Refuse(connection, levels);
       }
     }
-    FreeSlot(peer.slot);  // an update started before, not finished
-    if (free_slots_.empty()) {
-      // Cannot happen: a round samples at most max_updates_ devices, each
-      // receiving one update at a time.
-      return Refuse(connection, Status(StatusCode::kResourceExhausted, "no room for another update this round"));
+    // A slot of an update started before and not finished is given back; one
+    // reserved when the device was invited again (InviteDeferred) is used.
+    if (peer.receiving) FreeSlot(peer.slot);
+    if (peer.slot < 0) {
+      // The last free slot is kept for the device whose turn in the sum it
+      // is, so the sum always moves on. NDQSG has a slot for every update.
+      if (free_slots_.empty() || (!nested_ && free_slots_.size() == 1 && !IsNextToSum(peer.device_id))) {
+        if (nested_) {
+          // Cannot happen: a round samples at most max_updates_ devices, each
+          // receiving one update at a time.
+          return Refuse(connection, Status(StatusCode::kResourceExhausted, "no room for another update this round"));
+        }
+        return Defer(peer, connection);
+      }
+      peer.slot = free_slots_.back();
+      free_slots_.pop_back();
     }
-    peer.slot = free_slots_.back();
-    free_slots_.pop_back();
     peer.update = ChunkSequence(codec->MaxEncodedSize(d_));
     peer.receiving = true;
     peer.update_round = m.round_id;
@@ -1076,11 +1142,14 @@ void Aggregator::State::RefitLevels() {
   // refit=N: every N applied rounds, from the statistics of all N.
   if (++rounds_since_refit_ < levels_->refit_interval()) return;
   rounds_since_refit_ = 0;
-  LevelStatistics round_levels = std::move(pending_levels_);
-  pending_levels_ = LevelStatistics();
+  const LevelStatistics& round_levels = pending_levels_;
   if (round_levels.count == 0) return;
   const uint32_t next = levels_->level_table().version + 1;
   Result<LevelTable> table = FitLevelTable(*levels_, round_levels, next);
+  // Emptied for the next interval; its vectors keep their memory.
+  pending_levels_.count = pending_levels_.sum = pending_levels_.sum_sq = 0;
+  pending_levels_.bucket_norms.clear();
+  pending_levels_.largest_buckets.clear();
   const Status installed = table.ok() ? levels_->SetLevelTable(*table) : table.status();
   if (!installed.ok()) {
     Log(LogLevel::kWarning, "aggregator: level table %" PRIu32 " not fitted, version %" PRIu32 " stays: %s", next, next - 1,
@@ -1118,6 +1187,76 @@ CodecContext Aggregator::State::ContextFor(uint32_t sender_id) const {
   context.round = round_;
   context.sender_id = sender_id;
   return context;
+}
+
+// Whether `device` is the next one SumInOrder waits for: the first of
+// selected_[next_sum_..] this rank serves that has not answered.
+bool Aggregator::State::IsNextToSum(const std::string& device) const {
+  for (std::size_t k = next_sum_; k < selected_.size(); ++k) {
+    if (!Mine(selected_[k]) || answered_.count(selected_[k]) != 0) continue;
+    return selected_[k] == device;
+  }
+  return false;
+}
+
+// An update that found the pool full and whose turn it is not: dropped, and
+// the device told why; it is invited again (InviteDeferred) when a slot is
+// free. Its connection stays open, so the round still waits for it.
+void Aggregator::State::Defer(Peer& peer, Connection& connection) {
+  peer.receiving = false;  // its further chunks are dropped
+  counters_.updates_deferred++;
+  for (std::size_t k = 0; k < deferred_count_; ++k) {
+    if (deferred_[k] == peer.device_id) return;  // already waiting for a slot
+  }
+  if (deferred_count_ == deferred_.size()) deferred_.emplace_back();
+  deferred_[deferred_count_++] = peer.device_id;  // copy-assigned: reuses the string's capacity
+  const uint64_t deferred = counters_.updates_deferred;
+  uint64_t power = 1;
+  while (power * 10 <= deferred) power *= 10;
+  if (deferred == power) {
+    Log(LogLevel::kInfo, "aggregator: round %" PRIu32 ": %zu updates wait for their turn (max waiting updates); "
+        "deferred %llu so far, the last from %s", round_ + 1, payload_slot_count_ - 1,
+        static_cast<unsigned long long>(deferred), peer.device_id.c_str());
+  }
+  const Status busy(StatusCode::kUnavailable,
+                    "round " + std::to_string(round_ + 1) + ": " + std::to_string(payload_slot_count_ - 1) +
+                        " updates wait for their turn in the sum (max waiting updates); this one is dropped and "
+                        "the round's instructions come again when there is room for it");
+  Result<OutFrame> out = EncodeStatus(busy, limits_);
+  if (out.ok()) (void)connection.Send(std::move(*out));
+}
+
+// Gives free slots to deferred devices and sends them the round's
+// instructions again: the one whose turn it is first (it may take the last
+// slot), then in the order they were deferred while more than one is free.
+// A slot is reserved for the device while it trains again.
+void Aggregator::State::InviteDeferred() {
+  if (!in_round_ || deferred_count_ == 0 || free_slots_.empty()) return;
+  const auto invite = [&](std::size_t k) {
+    // Out of the list, in order; the strings keep their memory.
+    std::rotate(deferred_.begin() + static_cast<std::ptrdiff_t>(k),
+                deferred_.begin() + static_cast<std::ptrdiff_t>(k) + 1,
+                deferred_.begin() + static_cast<std::ptrdiff_t>(deferred_count_));
+    deferred_count_--;
+    const std::string& device = deferred_[deferred_count_];
+    Peer* peer = PeerOf(device);
+    if (peer == nullptr || answered_.count(device) != 0 || assigned_.count(device) == 0) return;
+    if (peer->receiving) FreeSlot(peer->slot);
+    peer->receiving = false;
+    if (peer->slot < 0) {
+      peer->slot = free_slots_.back();
+      free_slots_.pop_back();
+    }
+    const Status sent = SendInstructions(*peer);
+    if (!sent.ok()) Refuse(*peer->connection, sent);
+  };
+  for (std::size_t k = 0; k < deferred_count_; ++k) {
+    if (IsNextToSum(deferred_[k])) {
+      invite(k);
+      break;
+    }
+  }
+  while (deferred_count_ > 0 && free_slots_.size() > 1) invite(0);
 }
 
 // Adds the plain updates of selected_[next_sum_..] that have arrived, in that
@@ -1240,9 +1379,28 @@ Status Aggregator::State::SendInstructions(Peer& peer) {
       full_models_down_++;
     }
   }
-  std::vector<OutFrame>& frames = instruction_frames_[{assignment.spec, assignment.role, encoding,
-                                                       assignment.level_table_version, peer.max_frame_bytes}];
-  if (frames.empty()) FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, encoding, peer.max_frame_bytes, &frames));
+  InstructionFrames* entry = nullptr;
+  for (std::size_t k = 0; k < instruction_frames_used_ && entry == nullptr; ++k) {
+    InstructionFrames& e = instruction_frames_[k];
+    if (e.spec == assignment.spec && e.role == assignment.role && e.encoding == encoding &&
+        e.level_table_version == assignment.level_table_version && e.max_frame_bytes == peer.max_frame_bytes) {
+      entry = &e;
+    }
+  }
+  if (entry == nullptr) {
+    if (instruction_frames_used_ == instruction_frames_.size()) instruction_frames_.emplace_back();
+    InstructionFrames& e = instruction_frames_[instruction_frames_used_];
+    e.spec = assignment.spec;  // copy-assigned: reuses the string's capacity
+    e.role = assignment.role;
+    e.encoding = encoding;
+    e.level_table_version = assignment.level_table_version;
+    e.max_frame_bytes = peer.max_frame_bytes;
+    e.frames.clear();
+    FEDRT_RETURN_IF_ERROR(EncodeInstructions(assignment, encoding, peer.max_frame_bytes, &e.frames));
+    instruction_frames_used_++;
+    entry = &e;
+  }
+  const std::vector<OutFrame>& frames = entry->frames;
   if (hooks_.on_instructions) {  // before sending: a test may read it as soon as the frames arrive
     std::vector<uint8_t> bytes;
     for (const OutFrame& frame : frames) frame.AppendWireBytes(&bytes);
@@ -1282,10 +1440,26 @@ Status Aggregator::State::EncodeInstructions(const Assignment& assignment, Model
   m.deadline_ms = config_.round_deadline_ms;
   FrameLimits limits = limits_;
   limits.max_frame_bytes = max_frame_bytes;
-  Result<std::vector<OutFrame>> encoded = EncodeChunked(m, model, model_size, limits);
-  if (!encoded.ok()) return encoded.status();
-  *frames = std::move(*encoded);
-  return Status();
+  // Each frame in a slot no connection holds a frame of (the model is
+  // copied in: it changes when the round closes, while a slow connection may
+  // still be sending); a new slot only when every one is busy.
+  return ForEachChunk(m, model, model_size, limits, [&](uint32_t, uint32_t, const RoundInstructionsMessage& chunk) {
+    FrameSlot* slot = nullptr;
+    for (const auto& candidate : instruction_slots_) {
+      if (!candidate->busy()) {
+        slot = candidate.get();
+        break;
+      }
+    }
+    if (slot == nullptr) {
+      instruction_slots_.push_back(std::make_unique<FrameSlot>());
+      slot = instruction_slots_.back().get();
+    }
+    Result<OutFrame> frame = Encode(chunk, limits, *slot, PayloadMode::kCopy);
+    if (!frame.ok()) return frame.status();
+    frames->push_back(std::move(*frame));
+    return Status::Ok();
+  });
 }
 
 void Aggregator::State::StartRound() {
@@ -1305,7 +1479,8 @@ void Aggregator::State::StartRound() {
   // Every slot is free again: updates still arriving for the last round are
   // dropped at their next chunk (their round id).
   free_slots_.clear();
-  for (std::size_t i = max_updates_; i-- > 0;) free_slots_.push_back(static_cast<int>(i));
+  for (std::size_t i = payload_slot_count_; i-- > 0;) free_slots_.push_back(static_cast<int>(i));
+  deferred_count_ = 0;
   for (auto& entry : peers_) {
     entry.second.slot = -1;
     entry.second.receiving = false;
@@ -1319,10 +1494,13 @@ void Aggregator::State::StartRound() {
   AckMessage ack;
   ack.round_id = round_;
   ack.acked = MessageKind::kUpdate;
-  Result<OutFrame> ack_frame = Encode(ack, limits_);
+  round_ack_ = OutFrame();  // lets go of the slot, unless a connection still holds last round's Ack
+  Result<OutFrame> ack_frame = ack_slot_.busy() ? Encode(ack, limits_) : Encode(ack, limits_, ack_slot_);
   round_ack_ = ack_frame.ok() ? std::move(*ack_frame) : OutFrame();
   next_sum_ = 0;
-  instruction_frames_.clear();
+  // Last round's frames let go of their slots (unless still queued).
+  for (std::size_t k = 0; k < instruction_frames_used_; ++k) instruction_frames_[k].frames.clear();
+  instruction_frames_used_ = 0;
   rejected_ = 0;
   bytes_down_ = 0;
   full_models_down_ = 0;
@@ -1340,21 +1518,20 @@ void Aggregator::State::StartRound() {
   for (std::size_t k = 0; k < chosen_.size(); ++k) selected_[k] = *connected_[chosen_[k]];
   wanted_ = SampleTarget(connected_.size(), config_.sampling);
 
-  std::set<uint32_t> anchors;
+  anchors_.clear();
   if (nested_) {
-    std::vector<uint32_t> senders;
-    for (const std::string& device : selected_) senders.push_back(DeviceSenderId(device));
-    for (uint32_t a : ChooseNdqsgAnchors(config_.session_seed, round_, senders,
-                                         NdqsgAnchorCount(senders.size(), config_.anchor_fraction))) {
-      anchors.insert(a);
-    }
+    for (const std::string& device : selected_) anchors_.push_back(DeviceSenderId(device));
+    const std::size_t count = NdqsgAnchorCount(anchors_.size(), config_.anchor_fraction);
+    // Moved in and out: the vector keeps its memory.
+    anchors_ = ChooseNdqsgAnchors(config_.session_seed, round_, std::move(anchors_), count);
   }
   for (const std::string& device : selected_) {
     Assignment assignment;
     assignment.spec = config_.codec;
     if (levels_) assignment.level_table_version = levels_->level_table().version;
     if (nested_) {
-      const bool anchor = anchors.count(DeviceSenderId(device)) != 0 || forced_anchors_.count(device) != 0;
+      const bool anchor = std::binary_search(anchors_.begin(), anchors_.end(), DeviceSenderId(device)) ||
+                          forced_anchors_.count(device) != 0;
       assignment.rho = anchor ? 0 : RhoOf(device);
       assignment.spec = anchor ? anchor_spec_ : NestedSpec(assignment.rho);
       assignment.role = anchor ? AnchorRole::kAnchor : AnchorRole::kNested;
@@ -1406,7 +1583,20 @@ int Aggregator::State::Adapt(const std::string& device, int rho, std::size_t nea
 void Aggregator::State::CloseRound() {
   in_round_ = false;
   UpdateAccumulator& accumulator = *sum_;  // plain rounds: filled as the updates arrived
-  RoundReport report;
+  // The last round's report, emptied: its vectors keep their memory.
+  RoundReport& report = report_;
+  {
+    std::vector<DeviceRoundReport> devices = std::move(report.devices);
+    std::vector<float> level_table = std::move(report.level_table);
+    std::vector<std::string> selected = std::move(report.selected);
+    report = RoundReport();
+    devices.clear();
+    level_table.clear();
+    selected.clear();
+    report.devices = std::move(devices);
+    report.level_table = std::move(level_table);
+    report.selected = std::move(selected);
+  }
   report.round = round_ + 1;
   report.sampled = selected_.size();
   double loss_sum = 0;
@@ -1594,8 +1784,9 @@ void Aggregator::State::CloseRound() {
   }
   round_++;
   if (evaluate_) {
-    Result<Evaluation> eval = EvaluateModel(*model_, test_, 256);
-    if (eval.ok()) {
+    const Status evaluated = EvaluateModel(*model_, test_, 256, &evaluation_, &evaluation_scratch_);
+    const Evaluation* eval = evaluated.ok() ? &evaluation_ : nullptr;
+    if (eval != nullptr) {
       report.test_accuracy = eval->accuracy;
       report.test_loss = eval->loss;
       if (config_.target_accuracy > 0 && eval->accuracy >= config_.target_accuracy) reached_target_ = true;
@@ -1616,7 +1807,10 @@ void Aggregator::State::CloseRound() {
     const Status shared = ShareSynced();
     if (!shared.ok()) return TierFailed(shared);
   }
-  if (hooks_.on_checkpoint) hooks_.on_checkpoint(CheckpointState());
+  if (hooks_.on_checkpoint) {
+    FillCheckpoint(&checkpoint_);
+    hooks_.on_checkpoint(checkpoint_);
+  }
   timed(static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0);
   if (hooks_.on_round) hooks_.on_round(report);
 }
@@ -1851,6 +2045,7 @@ uint32_t Aggregator::State::Tick() {
     }
   }
   last_view_ = view;
+  InviteDeferred();
   if (!in_round_) {
     if (round_ >= config_.rounds || view.target_reached) {
       FinishAll();
@@ -1935,7 +2130,7 @@ BlockLayout CarveBlock(unsigned char* base, const BlockSizes& z, bool with_aggre
   l.contribution = carve.Take<float>(z.d, kBlockAlignment);
   if (z.downlink) l.delta = carve.Take<float>(z.d, kBlockAlignment);
   if (z.dp) l.noised = carve.Take<double>(z.d, kBlockAlignment);
-  l.slots = carve.Take<uint8_t>(z.updates * z.slot_bytes, kBlockAlignment);
+  l.slots = carve.Take<uint8_t>(z.slots * z.slot_bytes, kBlockAlignment);
   if (z.holds) l.held = carve.Take<float>(z.updates * z.d, kBlockAlignment);
   l.codecs = carve.Take<unsigned char>(z.codec_bytes, std::max(z.codec_alignment, kBlockAlignment));
   l.used = carve.used() + kBlockAlignment - 1;  // at any alignment of the memory
@@ -1978,6 +2173,7 @@ BlockSizes Aggregator::State::Sizes() const {
   BlockSizes z;
   z.d = d_;
   z.updates = max_updates_;
+  z.slots = payload_slot_count_;
   z.slot_bytes = payload_slot_bytes_;
   z.holds = HoldsUpdates(config_.aggregation);
   z.dp = dp();
@@ -1995,7 +2191,8 @@ static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSi
                                              const DataView* test_set, AggregatorHooks hooks) {
   auto* s = new (l.state) Aggregator::State(config, keys, crypto, clock, std::move(hooks));
   const Status initialised = s->Init(test_set);
-  if (initialised.ok() && (s->d_ != z.d || s->max_updates_ != z.updates || s->payload_slot_bytes_ != z.slot_bytes)) {
+  if (initialised.ok() && (s->d_ != z.d || s->max_updates_ != z.updates || s->payload_slot_count_ != z.slots ||
+                             s->payload_slot_bytes_ != z.slot_bytes)) {
     s->~State();
     return Status(StatusCode::kInternal, "the aggregator's block was measured for another config");
   }
@@ -2018,7 +2215,8 @@ static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSi
   s->noised_ = l.noised;
   s->payload_slots_ = l.slots;
   s->held_memory_ = l.held;
-  s->free_slots_.reserve(z.updates);
+  s->free_slots_.reserve(z.slots);
+  s->deferred_.reserve(z.updates);
   s->received_.reserve(z.updates);
   s->ordered_.reserve(z.updates);
   s->selected_.reserve(z.updates);

@@ -71,6 +71,9 @@ std::string RenderAggregatorMetrics(const AggregatorCounters& c, const Aggregato
                  UpdateRejectionName(static_cast<UpdateRejection>(r)) + "\"}",
              U(c.updates_rejected[r]));
   }
+  t.One("fedrt_updates_deferred_total", "counter",
+        "Device updates dropped because max waiting updates were waiting for their turn; the device is asked again.",
+        U(c.updates_deferred));
   t.One("fedrt_uplink_payload_bytes_total", "counter", "Update payload bytes received from devices.",
         U(c.bytes_up));
   t.One("fedrt_downlink_payload_bytes_total", "counter", "Model payload bytes sent to devices.", U(c.bytes_down));

@@ -188,14 +188,26 @@ double Evaluation::ClassAccuracy(std::size_t c) const {
 }
 
 Result<Evaluation> EvaluateModel(Model& model, const DataView& data, int batch) {
+  Evaluation e;
+  EvaluationScratch scratch;
+  FEDRT_RETURN_IF_ERROR(EvaluateModel(model, data, batch, &e, &scratch));
+  return e;
+}
+
+Status EvaluateModel(Model& model, const DataView& data, int batch, Evaluation* evaluation,
+                     EvaluationScratch* scratch) {
   FEDRT_RETURN_IF_ERROR(CheckShapes(model, data, batch));
   FEDRT_RETURN_IF_ERROR(model.Reserve(batch));
   const std::size_t classes = static_cast<std::size_t>(model.num_classes());
-  Evaluation e;
+  Evaluation& e = *evaluation;
+  e.loss = 0.0;
+  e.accuracy = 0.0;
   e.class_examples.assign(classes, 0);
   e.class_correct.assign(classes, 0);
-  std::vector<int> predicted(static_cast<std::size_t>(batch));
-  std::vector<float> x(static_cast<std::size_t>(batch) * data.example_size);
+  std::vector<int>& predicted = scratch->predicted;
+  std::vector<float>& x = scratch->features;
+  predicted.resize(static_cast<std::size_t>(batch));
+  x.resize(static_cast<std::size_t>(batch) * data.example_size);
   double loss_sum = 0.0;
   std::size_t correct = 0;
   for (std::size_t start = 0; start < data.count; start += static_cast<std::size_t>(batch)) {
@@ -217,7 +229,7 @@ Result<Evaluation> EvaluateModel(Model& model, const DataView& data, int batch) 
     e.loss = loss_sum / static_cast<double>(data.count);
     e.accuracy = static_cast<double>(correct) / static_cast<double>(data.count);
   }
-  return e;
+  return Status::Ok();
 }
 
 }  // namespace fedrt

@@ -44,12 +44,14 @@
 // the count, the total weight), four d-float buffers (decoding scratch,
 // zeros, clipping, with a downlink codec the delta), under DP a noised copy
 // of the sum, the update codecs with their decoding working space
-// (ConstructCodec), and the round's bounded update storage:
-// max_updates_per_round payload slots of the largest payload the codecs may
-// send (an update is reassembled straight into its slot; a mean round
-// decodes it into the sum at its turn and frees the slot; NDQSG decodes at
-// the close) and, with a rule other than mean, as many decoded updates of d
-// floats. Per connection, outside the block: a 208-byte entry in a map (no
+// (ConstructCodec), and the round's bounded update storage: a pool of
+// payload slots of the largest payload the codecs may send (an update is
+// reassembled straight into its slot and decoded into the sum, or held
+// decoded by a rule other than mean, at its turn, which frees the slot):
+// max_waiting_updates + 1 of them, so 10,000 devices of LeNet-300-100 fp32
+// take 75 MB, not a slot per device (10.7 GB); NDQSG decodes at the close and
+// takes max_updates_per_round slots. With a rule other than mean, also
+// max_updates_per_round decoded updates of d floats. Per connection, outside the block: a 208-byte entry in a map (no
 // buffer) and one in the device map once joined, so about 350 bytes of the
 // engine's per idle joined device (its connection's buffers are the
 // binding's); a JoinServer (280 bytes) until it joins.
@@ -60,13 +62,16 @@
 // entries. The round path allocates nothing model-sized or per payload (no
 // buffer, copy or decoded vector per update); the round's bookkeeping
 // (sampled devices, assignments, answers, sampling buffers) reuses its
-// memory from round to round. What it still allocates, about 20 small
-// blocks a round for fp32 and 5 devices (runtime_aggregator_arena_test
-// counts them): the instruction frames (once per codec spec and role), the
-// round's Ack frame, the RoundReport, the test-set evaluation, device ids
-// longer than std::string's inline capacity; NDQSG its anchor choice; ALQ /
-// AMQ their decoding scratch and the table fit; with on_checkpoint, the
-// checkpoint's copy of the model. With an aggregator tier
+// memory from round to round, and so do the instruction frames (encoded
+// into reusable frame slots), the round's Ack, the RoundReport, the test
+// evaluation and the checkpoint handed to on_checkpoint: an fp32 round
+// allocates nothing (runtime_aggregator_arena_test counts it). What the
+// others still allocate: the codecs' decoding (dqsg about 2 blocks per
+// update), NDQSG its nested decodes, ALQ / AMQ their decoding scratch and
+// the table fit; device ids longer than std::string's inline capacity in
+// the report; a slot that a slow connection still holds when a round starts
+// is not reused (a new one is made); the checkpoint's maps.
+// With an aggregator tier
 // (AggregatorHooks::tier) every exchange allocates its messages: each Tick's
 // counts, the devices of every rank at a round's start (kept sorted in a
 // list the sampling points into), and at the close a plain round's partial
@@ -192,10 +197,24 @@ struct AggregatorConfig {
   // Capped by the keys known (only they can join; `fedrt serve` sizes by its
   // keys file), it bounds the sampling, and so the round's update storage.
   std::size_t max_devices = std::size_t{1} << 16;
-  // Updates one round holds (the memory block's payload slots, and decoded
-  // updates for rules other than mean). 0: what the sampling takes from
-  // max_devices joined devices; a smaller value is refused by Create.
+  // Updates one round takes (its bookkeeping, the decoded updates of rules
+  // other than mean, and NDQSG's payload slots). 0: what the sampling takes
+  // from max_devices joined devices; a smaller value is refused by Create.
   std::size_t max_updates_per_round = 0;
+  // Every codec but NDQSG: updates a round holds as payloads at once, being
+  // received or waiting for their turn in the sum (the block's payload slots,
+  // one more kept for the device whose turn it is). An update is folded
+  // into the sum when its turn comes (sampled devices in sorted order), so
+  // only early arrivals wait. When they fill the pool, a device whose turn
+  // it is not is told so (an Error, kUnavailable, the connection kept; its
+  // update is dropped, AggregatorCounters::updates_deferred counts it) and
+  // gets the round's instructions again once a slot is free for it: it
+  // trains the same update again (same model, seed and round) and sends it.
+  // 0: kDefaultWaitingUpdates. NDQSG decodes its nested updates against the
+  // mean of every anchor, so it holds every payload until the round closes
+  // (max_updates_per_round slots): a value other than 0 is refused there.
+  std::size_t max_waiting_updates = 0;
+  static constexpr std::size_t kDefaultWaitingUpdates = 64;
   // connection_options(): a connection silent this long is closed. A join
   // for a device id whose connection was heard from within half of it is
   // refused, the established connection kept; one quiet for longer is
@@ -297,6 +316,7 @@ struct AggregatorCounters {
   uint64_t connections_refused = 0;    // closed at once for the caps on unjoined connections
   uint64_t updates_accepted = 0;       // updates combined into an applied or failed round
   uint64_t updates_rejected[kUpdateRejectionCount] = {};  // by UpdateRejection
+  uint64_t updates_deferred = 0;       // told to send again later: max_waiting_updates were waiting
   uint64_t bytes_up = 0;               // update payload bytes received in closed rounds
   uint64_t bytes_down = 0;             // model payload bytes sent in closed rounds
   uint64_t rounds_timed = 0;           // closed rounds (applied or not) ...

@@ -166,6 +166,15 @@ struct Evaluation {
 
 // Loss, accuracy and per-class accuracy over the whole data set.
 Result<Evaluation> EvaluateModel(Model& model, const DataView& data, int batch);
+// The same into *evaluation (its per-class vectors reused) with the batch
+// buffers in *scratch: once they have grown, an evaluation allocates nothing
+// (the aggregator evaluates after every round).
+struct EvaluationScratch {
+  std::vector<float> features;
+  std::vector<int> predicted;
+};
+Status EvaluateModel(Model& model, const DataView& data, int batch, Evaluation* evaluation,
+                     EvaluationScratch* scratch);
 
 // A model's output classes against a data set's class count (its largest
 // label plus one): they must be equal, or a 100-class head trains on

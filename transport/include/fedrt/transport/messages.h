@@ -272,6 +272,10 @@ Result<OutFrame> Encode(const GossipModelMessage& m, const FrameLimits& limits, 
 // per round (EncodeChunked over slots); bytes as Encode(m, limits)'s.
 Result<OutFrame> Encode(const UpdateMessage& m, const FrameLimits& limits, FrameSlot& slot, PayloadMode mode);
 Result<OutFrame> Encode(const AckMessage& m, const FrameLimits& limits, FrameSlot& slot);
+// A round instructions chunk in `slot`, for an aggregator that allocates
+// nothing per round; bytes as Encode(m, limits)'s.
+Result<OutFrame> Encode(const RoundInstructionsMessage& m, const FrameLimits& limits, FrameSlot& slot,
+                        PayloadMode mode);
 
 // Decoders: kFailedPrecondition when the frame holds another kind of message,
 // kCorrupt when a semantic check fails. `limits` bounds chunk total sizes.

@@ -147,23 +147,20 @@ Status AllGatherAllReduce::Prepare(std::size_t n, const std::string& requested) 
 }
 
 Status AllGatherAllReduce::Run(float* data, std::size_t n, const std::string& codec_spec) {
-  const uint64_t start = context_.clock().NowNanos();
-  const Deadline deadline = context_.StepDeadline();
-  stats_ = AllReduceStats{};
-  const uint64_t collective = context_.NextCollectiveId();
-  FEDRT_RETURN_IF_ERROR(internal::CheckRing(context_));
+  auto call = internal::BeginRingCall(context_, &stats_);
+  if (!call.ok()) return call.status();
   if (n == 0) return Status::Ok();
   FEDRT_RETURN_IF_ERROR(Prepare(n, codec_spec));
-  const std::size_t p = context_.members().size();
+  const std::size_t p = call->p;
   const std::size_t r = context_.position();
   TensorSetCodec& codec = *codec_;
   const std::string spec = codec.spec();
-  internal::ReleaseOnReturn release_on_return(context_, deadline);
+  internal::ReleaseOnReturn release_on_return(context_, call->deadline);
   const std::size_t max_payload = codec.MaxEncodedSize(n);
   payloads_.resize(p);
   for (auto& payload : payloads_) payload.reserve(max_payload);
   CodecContext context;
-  context.round = static_cast<uint32_t>(collective);
+  context.round = static_cast<uint32_t>(call->collective);
 
   // This member's payload (error feedback: of data plus the residual; the
   // residual is put back when the collective fails, so a repeated step
@@ -193,7 +190,7 @@ Status AllGatherAllReduce::Run(float* data, std::size_t n, const std::string& co
                                                   : codec.Encode(data, n, context, own.data(), own.size());
   if (!size.ok()) return size.status();
   own.resize(*size);
-  Status result = Exchange(collective, deadline, spec, codec.MaxEncodedSize(n), &payloads_);
+  Status result = Exchange(call->collective, call->deadline, spec, codec.MaxEncodedSize(n), &payloads_);
   if (result.ok()) {
     // The sum in ring order, the same float operations on every member.
     std::fill(data, data + n, 0.0f);
@@ -210,11 +207,10 @@ Status AllGatherAllReduce::Run(float* data, std::size_t n, const std::string& co
   if (adaptive_ != nullptr) {
     pending_levels_.Merge(measured);
     if (++runs_since_refit_ >= adaptive_->refit_interval()) {
-      FEDRT_RETURN_IF_ERROR(Refit(deadline, n));
+      FEDRT_RETURN_IF_ERROR(Refit(call->deadline, n));
     }
   }
-  stats_.seconds = static_cast<double>(context_.clock().NowNanos() - start) * 1e-9;
-  total_bytes_sent_ += stats_.bytes_sent;
+  internal::EndRingCall(context_, *call, &stats_, &total_bytes_sent_);
   return Status::Ok();
 }
 

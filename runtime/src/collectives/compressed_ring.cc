@@ -20,12 +20,9 @@ CompressedRingAllReduce::CompressedRingAllReduce(CollectiveContext& context, uin
 CompressedRingAllReduce::~CompressedRingAllReduce() = default;
 
 Status CompressedRingAllReduce::Run(float* data, std::size_t n, const std::string& codec_spec) {
-  const uint64_t start = context_.clock().NowNanos();
-  const Deadline deadline = context_.StepDeadline();
-  stats_ = AllReduceStats{};
-  const uint64_t collective = context_.NextCollectiveId();
-  FEDRT_RETURN_IF_ERROR(internal::CheckRing(context_));
-  const std::size_t p = context_.members().size();
+  auto call = internal::BeginRingCall(context_, &stats_);
+  if (!call.ok()) return call.status();
+  const std::size_t p = call->p;
   if (p == 1 || n == 0) return Status::Ok();
   if (codec_spec != spec_ || codec_ == nullptr) {
     codec_.reset();
@@ -40,7 +37,7 @@ Status CompressedRingAllReduce::Run(float* data, std::size_t n, const std::strin
   }
   Codec& codec = *codec_;
   // On every return from here on, the context holds no frame of this call.
-  internal::ReleaseOnReturn release_on_return(context_, deadline);
+  internal::ReleaseOnReturn release_on_return(context_, call->deadline);
   const internal::RingShape shape(n, p, chunk_floats_, context_.limits());
   const std::size_t need = codec.MaxEncodedSize(std::min(shape.chunk, n));
   if (encoded_.size() < need) encoded_.resize(need);
@@ -50,7 +47,7 @@ Status CompressedRingAllReduce::Run(float* data, std::size_t n, const std::strin
   const std::string spec = codec.spec();
   CodecContext context;
   context.session_seed = 0;
-  context.round = static_cast<uint32_t>(collective);
+  context.round = static_cast<uint32_t>(call->collective);
   auto chunk_begin = [&](std::size_t s, uint32_t k) { return data + shape.begin(s) + shape.chunk_offset(k); };
 
   // Encodes chunk k of segment s (its current values) and sends it for
@@ -64,14 +61,14 @@ Status CompressedRingAllReduce::Run(float* data, std::size_t n, const std::strin
     auto size = codec.Encode(begin, len, context, encoded_.data(), encoded_.size());
     if (!size.ok()) return size.status();
     if (decode_back) FEDRT_RETURN_IF_ERROR(codec.Decode(encoded_.data(), *size, context, begin, len));
-    transport::RingChunkMessage m = internal::RingChunkHead(context_, shape, collective, phase, step, s, k);
+    transport::RingChunkMessage m = internal::RingChunkHead(context_, shape, call->collective, phase, step, s, k);
     m.codec_spec = spec;
     m.payload.total_size = *size;  // index and count: the chunk's place in the segment
     m.payload.offset = 0;
     m.payload.data = encoded_.data();
     m.payload.size = *size;
     stats_.bytes_sent += m.payload.size;
-    return internal::SendChunk(context_, deadline, m, transport::PayloadMode::kCopy);
+    return internal::SendChunk(context_, call->deadline, m, transport::PayloadMode::kCopy);
   };
 
   // Receives chunk k of segment s for (phase, step) and adds (reduce) or
@@ -79,7 +76,8 @@ Status CompressedRingAllReduce::Run(float* data, std::size_t n, const std::strin
   auto receive = [&](RingPhase phase, uint32_t step, std::size_t s, uint32_t k, bool add) -> Status {
     transport::Frame frame;
     transport::RingChunkMessage m;
-    FEDRT_RETURN_IF_ERROR(internal::ReceiveChunk(context_, deadline, shape, collective, phase, step, s, k, &frame, &m));
+    FEDRT_RETURN_IF_ERROR(
+        internal::ReceiveChunk(context_, call->deadline, shape, call->collective, phase, step, s, k, &frame, &m));
     float* begin = chunk_begin(s, k);
     const std::size_t len = shape.chunk_size(s, k);
     if (m.codec_spec != spec) {
@@ -95,8 +93,7 @@ Status CompressedRingAllReduce::Run(float* data, std::size_t n, const std::strin
   };
 
   FEDRT_RETURN_IF_ERROR(internal::RunRing(shape, r, send, receive));
-  stats_.seconds = static_cast<double>(context_.clock().NowNanos() - start) * 1e-9;
-  total_bytes_sent_ += stats_.bytes_sent;
+  internal::EndRingCall(context_, *call, &stats_, &total_bytes_sent_);
   return Status::Ok();
 }
 

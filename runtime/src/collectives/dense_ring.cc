@@ -39,15 +39,12 @@ Status RingAllReduce::Run(float* data, std::size_t n) {
     if (s.ok()) total_bytes_sent_ += stats_.bytes_sent;
     return s;
   }
-  const uint64_t start = context_.clock().NowNanos();
-  const Deadline deadline = context_.StepDeadline();
-  stats_ = AllReduceStats{};
-  const uint64_t collective = context_.NextCollectiveId();
-  FEDRT_RETURN_IF_ERROR(internal::CheckRing(context_));
-  const std::size_t p = context_.members().size();
+  auto call = internal::BeginRingCall(context_, &stats_);
+  if (!call.ok()) return call.status();
+  const std::size_t p = call->p;
   if (p == 1 || n == 0) return Status::Ok();
   // On every return from here on, no queued frame may still read `data`.
-  internal::ReleaseOnReturn release_on_return(context_, deadline);
+  internal::ReleaseOnReturn release_on_return(context_, call->deadline);
   const internal::RingShape shape(n, p, chunk_floats_, context_.limits());
   const std::size_t r = context_.position();
   const uint32_t from = context_.left();
@@ -65,7 +62,7 @@ Status RingAllReduce::Run(float* data, std::size_t n) {
         if (bytes < transport::kMinPlacedFrameBytes / 2) continue;  // never offered
         RegisteredBuffer b;
         b.head.kind = transport::MessageKind::kRingChunk;
-        b.head.tag = collective;
+        b.head.tag = call->collective;
         b.head.stage = static_cast<uint32_t>(phase);
         b.head.source = from;
         b.head.step = t;
@@ -85,11 +82,11 @@ Status RingAllReduce::Run(float* data, std::size_t n) {
   // the vector itself: the frame borrows the bytes until it is written
   // (ReleaseOnReturn waits for that).
   auto send = [&](RingPhase phase, uint32_t step, std::size_t s, uint32_t k, bool) -> Status {
-    transport::RingChunkMessage m = internal::RingChunkHead(context_, shape, collective, phase, step, s, k);
+    transport::RingChunkMessage m = internal::RingChunkHead(context_, shape, call->collective, phase, step, s, k);
     m.payload.data = reinterpret_cast<const uint8_t*>(chunk_begin(s, k));
     m.payload.size = shape.chunk_size(s, k) * sizeof(float);
     stats_.bytes_sent += m.payload.size;
-    return internal::SendChunk(context_, deadline, m, transport::PayloadMode::kBorrow);
+    return internal::SendChunk(context_, call->deadline, m, transport::PayloadMode::kBorrow);
   };
 
   // Receives chunk k of segment s for (phase, step) and adds it (reduce) or
@@ -97,7 +94,8 @@ Status RingAllReduce::Run(float* data, std::size_t n) {
   auto receive = [&](RingPhase phase, uint32_t step, std::size_t s, uint32_t k, bool add) -> Status {
     transport::Frame frame;
     transport::RingChunkMessage m;
-    FEDRT_RETURN_IF_ERROR(internal::ReceiveChunk(context_, deadline, shape, collective, phase, step, s, k, &frame, &m));
+    FEDRT_RETURN_IF_ERROR(
+        internal::ReceiveChunk(context_, call->deadline, shape, call->collective, phase, step, s, k, &frame, &m));
     float* begin = chunk_begin(s, k);
     const std::size_t len = shape.chunk_size(s, k);
     if (m.payload.size != len * sizeof(float)) {
@@ -119,8 +117,7 @@ Status RingAllReduce::Run(float* data, std::size_t n) {
   };
 
   FEDRT_RETURN_IF_ERROR(internal::RunRing(shape, r, send, receive));
-  stats_.seconds = static_cast<double>(context_.clock().NowNanos() - start) * 1e-9;
-  total_bytes_sent_ += stats_.bytes_sent;
+  internal::EndRingCall(context_, *call, &stats_, &total_bytes_sent_);
   return Status::Ok();
 }
 

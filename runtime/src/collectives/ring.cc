@@ -16,6 +16,23 @@ Status CheckRing(const CollectiveContext& context) {
   return Status::Ok();
 }
 
+Result<RingCall> BeginRingCall(CollectiveContext& context, AllReduceStats* stats) {
+  RingCall call;
+  call.start = context.clock().NowNanos();
+  call.deadline = context.StepDeadline();
+  *stats = AllReduceStats{};
+  call.collective = context.NextCollectiveId();
+  FEDRT_RETURN_IF_ERROR(CheckRing(context));
+  call.p = context.members().size();
+  return call;
+}
+
+void EndRingCall(const CollectiveContext& context, const RingCall& call, AllReduceStats* stats,
+                 uint64_t* total_bytes_sent) {
+  stats->seconds = static_cast<double>(context.clock().NowNanos() - call.start) * 1e-9;
+  *total_bytes_sent += stats->bytes_sent;
+}
+
 RingShape::RingShape(std::size_t floats, std::size_t members, uint32_t chunk_floats,
                      const transport::FrameLimits& limits)
     : n(floats), p(members) {

@@ -14,6 +14,7 @@
 
 #include "fedrt/platform/status.h"
 #include "fedrt/runtime/collective_context.h"
+#include "fedrt/runtime/collectives.h"
 #include "fedrt/transport/messages.h"
 
 namespace fedrt {
@@ -22,6 +23,25 @@ namespace internal {
 
 // kFailedPrecondition after a failure, or when the group is not a ring.
 Status CheckRing(const CollectiveContext& context);
+
+// One call of a ring collective: when it started, its deadline and number,
+// and the group's size. A struct, not a structured binding: the collectives'
+// lambdas capture it (C++17 lambdas cannot capture structured bindings).
+struct RingCall {
+  uint64_t start = 0;       // the context's clock at the call
+  Deadline deadline = 0;    // the step's (CollectiveContext::StepDeadline)
+  uint64_t collective = 0;  // NextCollectiveId(), taken on every call so every member numbers alike
+  std::size_t p = 0;        // members
+};
+
+// What every ring collective does first: clears *stats, takes the call's
+// deadline and number, then checks the ring (CheckRing's errors).
+Result<RingCall> BeginRingCall(CollectiveContext& context, AllReduceStats* stats);
+
+// What every ring collective does on success: the call's time into *stats,
+// its bytes into *total_bytes_sent.
+void EndRingCall(const CollectiveContext& context, const RingCall& call, AllReduceStats* stats,
+                 uint64_t* total_bytes_sent);
 
 // n floats over p ring positions: segment s is [begin(s), begin(s + 1)),
 // cut into chunks of `chunk` floats (the last one shorter; an empty segment

@@ -34,19 +34,16 @@ bool SmallAllReduce::Fits(std::size_t n, std::size_t p, const transport::FrameLi
 }
 
 Status SmallAllReduce::Run(float* data, std::size_t n) {
-  const uint64_t start = context_.clock().NowNanos();
-  const Deadline deadline = context_.StepDeadline();
-  stats_ = AllReduceStats{};
-  const uint64_t collective = context_.NextCollectiveId();
-  FEDRT_RETURN_IF_ERROR(internal::CheckRing(context_));
-  const std::size_t p = context_.members().size();
+  auto call = internal::BeginRingCall(context_, &stats_);
+  if (!call.ok()) return call.status();
+  const std::size_t p = call->p;
   if (p == 1 || n == 0) return Status::Ok();
   if (!Fits(n, p, context_.limits())) {
     return InvalidArgument("SmallAllReduce takes at most " + std::to_string(kMaxLinkBytes / (p / 2)) +
                            " bytes with " + std::to_string(p) + " members, not " + std::to_string(n * sizeof(float)));
   }
   // On every return from here on, no queued frame may still read vectors_.
-  internal::ReleaseOnReturn release_on_return(context_, deadline);
+  internal::ReleaseOnReturn release_on_return(context_, call->deadline);
   const std::size_t r = context_.position();
   // Vectors from the left come from positions r - 1, ..., r - a, those from
   // the right from r + 1, ..., r + b (two members: one neighbour, the left).
@@ -60,7 +57,7 @@ Status SmallAllReduce::Run(float* data, std::size_t n) {
   // borrowing it from vectors_ (ReleaseOnReturn waits until it is written).
   auto send = [&](uint32_t to, uint32_t hop, std::size_t author) -> Status {
     transport::RingChunkMessage m;
-    m.collective_id = collective;
+    m.collective_id = call->collective;
     m.step = hop;
     m.phase = RingPhase::kAllGather;
     m.source_rank = context_.rank();
@@ -71,7 +68,7 @@ Status SmallAllReduce::Run(float* data, std::size_t n) {
     m.payload.offset = 0;
     m.payload.data = reinterpret_cast<const uint8_t*>(vector_of(author));
     m.payload.size = n * sizeof(float);
-    auto slot = context_.FreeSlot(to, deadline, "a small all-reduce vector");
+    auto slot = context_.FreeSlot(to, call->deadline, "a small all-reduce vector");
     if (!slot.ok()) return slot.status();
     if (*slot == nullptr) return Status::Ok();  // the neighbour has left
     stats_.bytes_sent += m.payload.size;
@@ -80,12 +77,12 @@ Status SmallAllReduce::Run(float* data, std::size_t n) {
   // Receives position `author`'s vector at hop `hop` from neighbour `from`
   // into its place in vectors_.
   auto receive = [&](uint32_t from, uint32_t hop, std::size_t author) -> Status {
-    auto received = context_.Receive(from, deadline);
+    auto received = context_.Receive(from, call->deadline);
     if (!received.ok()) return received.status();
     const transport::Frame frame = std::move(*received);
     auto m = transport::DecodeRingChunk(frame, context_.limits());
     if (!m.ok()) return context_.Fail(static_cast<int>(from), context_.Named(from, m.status()));
-    if (m->collective_id != collective || m->phase != RingPhase::kAllGather || m->step != hop ||
+    if (m->collective_id != call->collective || m->phase != RingPhase::kAllGather || m->step != hop ||
         m->segment != author || m->source_rank != from || !m->codec_spec.empty() || m->payload.count != 1 ||
         m->payload.index != 0 || m->payload.offset != 0 || m->payload.data == nullptr ||
         m->payload.size != n * sizeof(float) || m->payload.total_size != n * sizeof(float)) {
@@ -126,8 +123,7 @@ Status SmallAllReduce::Run(float* data, std::size_t n) {
     std::memcpy(data + begin, vector_of(s) + begin, len * sizeof(float));
     for (std::size_t j = 1; j < p; ++j) AddFloats(vector_of((s + j) % p) + begin, len, data + begin);
   }
-  stats_.seconds = static_cast<double>(context_.clock().NowNanos() - start) * 1e-9;
-  total_bytes_sent_ += stats_.bytes_sent;
+  internal::EndRingCall(context_, *call, &stats_, &total_bytes_sent_);
   return Status::Ok();
 }
 

@@ -87,6 +87,14 @@ std::size_t TensorSetCodec::MaxEncodedSize(std::size_t d) const {
   return bound;
 }
 
+std::size_t TensorSetCodec::MaxPayloadSize(std::size_t d) const {
+  if (sizes_.size() == 1) return inner_->MaxPayloadSize(d);
+  if (d != total_) return inner_->MaxPayloadSize(d) + FramingSize(sizes_.size());
+  std::size_t bound = FramingSize(sizes_.size());
+  for (std::size_t size : sizes_) bound += inner_->MaxPayloadSize(size);
+  return bound;
+}
+
 Result<std::size_t> TensorSetCodec::Encode(const float* input, std::size_t d, const CodecContext& context,
                                            uint8_t* out, std::size_t capacity) {
   if (d != total_) {

@@ -111,6 +111,7 @@ class TensorSetCodec final : public Codec {
   template <typename Visit>
   Status VisitParts(const uint8_t* payload, std::size_t size, Visit visit) const;
 
+  std::size_t PartsBound(std::size_t d, std::size_t (Codec::*bound)(std::size_t) const) const;
   Codec* inner_;
   std::unique_ptr<Codec> owned_;
   std::vector<std::size_t> sizes_;

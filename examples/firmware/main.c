@@ -26,12 +26,11 @@
  *   firmware: round 2
  *   ...
  *   firmware: training finished after round 5
- *   firmware: memory: stack high-water ... of 65536 bytes, heap high-water ... bytes (model block ...)
+ *   firmware: memory: stack high-water ... of 65536 bytes, heap high-water ... bytes, static block ...: RAM ... bytes
  * and exit status 0.
  */
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "board.h"
@@ -46,6 +45,22 @@
 static const uint8_t kKey[32] = {0x66, 0x65, 0x64, 0x72, 0x74, 0x2d, 0x66, 0x69, 0x72, 0x6d, 0x77,
                                  0x61, 0x72, 0x65, 0x2d, 0x6b, 0x65, 0x79, 0x2d, 0x30, 0x31, 0x32,
                                  0x33, 0x34, 0x35, 0x36, 0x37, 0x38, 0x39, 0x61, 0x62, 0x63};
+
+/* Local batch size: 1 keeps training within the RAM budget (4 x the
+ * parameter bytes + 16 KiB); each example more costs about 3.6 KB (its
+ * features in the device block, its activations in the model's workspace). */
+#ifndef FIRMWARE_BATCH
+#define FIRMWARE_BATCH 1
+#endif
+/* The model's and the device's memory: one static block, sized for
+ * mlp:784-16-10, the codecs below and FIRMWARE_BATCH (fedrt_model_size +
+ * fedrt_device_size; main says what it needs if it is too small). Static
+ * rather than two malloc blocks: newlib's malloc grows its arena in 4 KiB
+ * steps, and the slack at the top counted against the budget. */
+#ifndef FIRMWARE_BLOCK_BYTES
+#define FIRMWARE_BLOCK_BYTES (180352 + 3600 * FIRMWARE_BATCH)
+#endif
+static uint8_t gBlock[FIRMWARE_BLOCK_BYTES];
 
 typedef struct Port {
   fedrt_device_t* device;
@@ -119,20 +134,22 @@ int main(void) {
   board_uart_init();
   const char* spec = "mlp:784-16-10";
   fedrt_device_options options = fedrt_device_options_default();
-#ifndef FIRMWARE_BATCH
-#define FIRMWARE_BATCH 32
-#endif
   options.batch = FIRMWARE_BATCH;
   size_t model_bytes = 0;
   if (fedrt_model_size(spec, NULL, options.batch, &model_bytes) != FEDRT_OK) {
     printf("firmware: %s\n", fedrt_last_error());
     return 1;
   }
-  /* The model's parameters, gradients and workspace: one block, made once. */
-  void* model_memory = malloc(model_bytes);
+  /* The model's parameters, gradients and workspace: the first part of the
+   * static block. */
+  if (model_bytes > sizeof gBlock) {
+    printf("firmware: the model needs %u bytes, FIRMWARE_BLOCK_BYTES is %u\n", (unsigned)model_bytes,
+           (unsigned)sizeof gBlock);
+    return 1;
+  }
+  void* model_memory = gBlock;
   fedrt_model_t* model = NULL;
-  if (model_memory == NULL ||
-      fedrt_model_init(model_memory, model_bytes, spec, NULL, 1, options.batch, &model) != FEDRT_OK) {
+  if (fedrt_model_init(model_memory, model_bytes, spec, NULL, 1, options.batch, &model) != FEDRT_OK) {
     printf("firmware: cannot build the model: %s\n", fedrt_last_error());
     return 1;
   }
@@ -156,19 +173,27 @@ int main(void) {
    * idle gradient buffer rather than a heap block the size of the model. */
   options.max_frame_bytes = 65536;
   size_t device_bytes = 0;
-  void* device_memory = NULL;
-  if (fedrt_device_size(model, &data, 0, &options, &device_bytes) != FEDRT_OK ||
-      (device_memory = malloc(device_bytes)) == NULL ||
-      fedrt_device_init(device_memory, device_bytes, DEVICE_ID, kKey, sizeof kKey, model, &data, NULL, 0, &options,
+  if (fedrt_device_size(model, &data, 0, &options, &device_bytes) != FEDRT_OK) {
+    printf("firmware: %s\n", fedrt_last_error());
+    return 1;
+  }
+  /* The device's block: the rest of the static block. */
+  if (device_bytes > sizeof gBlock - model_bytes) {
+    printf("firmware: the model and the device need %u bytes, FIRMWARE_BLOCK_BYTES is %u\n",
+           (unsigned)(model_bytes + device_bytes), (unsigned)sizeof gBlock);
+    return 1;
+  }
+  void* device_memory = gBlock + model_bytes;
+  if (fedrt_device_init(device_memory, device_bytes, DEVICE_ID, kKey, sizeof kKey, model, &data, NULL, 0, &options,
                         &callbacks, &port.device) != FEDRT_OK) {
-    printf("firmware: %s\n", device_memory == NULL ? "cannot allocate the device" : fedrt_last_error());
+    printf("firmware: %s\n", fedrt_last_error());
     return 1;
   }
   printf("firmware: %s, %u examples, model %u bytes of parameters, batch %d\n", DEVICE_ID,
          (unsigned)fedrt_device_examples(port.device),
          (unsigned)(fedrt_model_parameter_count(model) * sizeof(float)), options.batch);
-  printf("firmware: heap after the model (%u bytes) and the device (%u bytes): %u bytes\n", (unsigned)model_bytes,
-         (unsigned)device_bytes, (unsigned)board_heap_high_water());
+  printf("firmware: static block %u bytes: the model %u, the device %u; heap %u bytes\n", (unsigned)sizeof gBlock,
+         (unsigned)model_bytes, (unsigned)device_bytes, (unsigned)board_heap_high_water());
 
   /* One UART link, so a failed session is tried again on the same stream
    * (QEMU reconnects its socket: -chardev socket,...,reconnect=1). */
@@ -186,12 +211,14 @@ int main(void) {
   } else {
     printf("firmware: stopped: %s\n", fedrt_last_error());
   }
-  printf("firmware: memory: stack high-water %u of %u bytes, heap high-water %u bytes (model block %u)\n",
-         (unsigned)board_stack_high_water(), (unsigned)board_stack_size(), (unsigned)board_heap_high_water(),
-         (unsigned)model_bytes);
+  /* RAM: the static block, the heap's high-water mark and the stack's
+   * (firmware_federation_test checks the sum against the RAM budget). */
+  const size_t stack = board_stack_high_water(), heap = board_heap_high_water();
+  printf("firmware: memory: stack high-water %u of %u bytes, heap high-water %u bytes, static block %u bytes: "
+         "RAM %u bytes\n",
+         (unsigned)stack, (unsigned)board_stack_size(), (unsigned)heap, (unsigned)sizeof gBlock,
+         (unsigned)(stack + heap + sizeof gBlock));
   fedrt_device_destroy(port.device);
-  free(device_memory);
   fedrt_model_destroy(model);
-  free(model_memory);
   return status == FEDRT_OK ? 0 : 1;
 }

@@ -90,8 +90,14 @@ TEST_CASE("a codec in caller storage encodes the heap codec's bytes and allocate
               if (made.ok()) codec = *made;
             }) == 0);
       REQUIRE(codec != nullptr);
+      // A placed codec stages in its working space: it needs only room for
+      // the payload itself (the device's payload buffer is this size).
+      const std::size_t payload_bound = codec->MaxPayloadSize(d);
+      CHECK(payload_bound == (*heap)->MaxPayloadSize(d));
+      CHECK(codec->MaxEncodedSize(d) == payload_bound);
+      CHECK(payload_bound <= capacity);
       CHECK(testing::AllocationsDuring(
-                [&] { size = codec->Encode(input.data(), d, context, payload.data(), capacity); }) == 0);
+                [&] { size = codec->Encode(input.data(), d, context, payload.data(), payload_bound); }) == 0);
       REQUIRE(size.ok());
       CHECK(testing::AllocationsDuring([&] {
               decode = codec->Decode(payload.data(), *size, context, decoded.data(), d, side.data());
@@ -111,6 +117,33 @@ TEST_CASE("a codec in caller storage encodes the heap codec's bytes and allocate
       CHECK(std::memcmp(accumulated.data(), heap_accumulated.data(), 4 * d) == 0);
       DestroyCodec(codec);
     }
+  }
+}
+
+TEST_CASE("only a DQSG codec whose working space holds the vector encodes into MaxPayloadSize") {
+  const std::size_t d = 3000;
+  const std::vector<float> input = Input(d, 3);
+  for (const char* spec : {"dqsg", "ndqsg", "dqsg:ec=none"}) {
+    CAPTURE(std::string(spec));
+    auto heap = MakeCodec(spec);
+    REQUIRE(heap.ok());
+    // DQSG stages d raw symbols: in the output buffer for a heap codec.
+    REQUIRE((*heap)->MaxEncodedSize(d) == (*heap)->MaxPayloadSize(d) + d);
+    std::vector<uint8_t> payload((*heap)->MaxEncodedSize(d));
+    auto refused = (*heap)->Encode(input.data(), d, Context(), payload.data(), (*heap)->MaxPayloadSize(d));
+    CHECK(refused.status().code() == StatusCode::kOutOfRange);
+    // Placed for fewer coordinates: its working space cannot stage them either.
+    Result<CodecFootprint> footprint = CodecFootprintFor(spec, d / 2);
+    REQUIRE(footprint.ok());
+    Storage storage(footprint->size);
+    Result<Codec*> small = ConstructCodec(spec, d / 2, storage.data(), footprint->size);
+    REQUIRE(small.ok());
+    CHECK((*small)->Encode(input.data(), d, Context(), payload.data(), (*small)->MaxPayloadSize(d)).status().code() ==
+          StatusCode::kOutOfRange);
+    CHECK((*small)->MaxEncodedSize(d) == (*heap)->MaxEncodedSize(d));
+    auto staged_in_output = (*small)->Encode(input.data(), d, Context(), payload.data(), payload.size());
+    CHECK(staged_in_output.ok());
+    DestroyCodec(*small);
   }
 }
 

@@ -4,12 +4,15 @@ with mlp:784-16-10 and NDQSG, the firmware on a Cortex-M4 in QEMU whose UART
 QEMU connects to the aggregator's TCP port, and three Linux `fedrt device`s,
 for 5 rounds. Passes when the firmware's update is among the applied ones of
 every round, no update is rejected, the test accuracy after the last round is
-above the first round's, and the firmware ends the training with status 0.
+above the first round's, the firmware ends the training with status 0 and,
+given RAM_BUDGET, the RAM it reports (its static block plus the heap's and
+the stack's high-water marks) is within it.
 
-Usage: federation_test.py FEDRT FIRMWARE_ELF DATA_DIR WORK_DIR
+Usage: federation_test.py FEDRT FIRMWARE_ELF DATA_DIR WORK_DIR [RAM_BUDGET]
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,6 +24,7 @@ FIRMWARE_KEY = b"fedrt-firmware-key-0123456789abc"  # main.c's kKey
 
 def main():
     fedrt, firmware, data, work = sys.argv[1:5]
+    ram_budget = int(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[5] else None
     os.makedirs(work, exist_ok=True)
     lines = [f"{FIRMWARE_ID} {FIRMWARE_KEY.hex()}"]
     for i in range(1, 4):
@@ -97,6 +101,14 @@ def main():
         failures.append("the test accuracy did not rise")
     if "training finished" not in firmware_log:
         failures.append("the firmware did not see the training end")
+    ram = re.search(r"RAM (\d+) bytes", firmware_log)
+    if ram_budget is not None:
+        if ram is None:
+            failures.append("the firmware reported no RAM figure")
+        elif int(ram.group(1)) > ram_budget:
+            failures.append(f"the firmware used {ram.group(1)} bytes of RAM, the budget is {ram_budget}")
+        else:
+            print(f"RAM {ram.group(1)} bytes, within the budget of {ram_budget}")
     for failure in failures:
         print("FAILED:", failure)
     if failures:

@@ -79,13 +79,18 @@ Result<std::unique_ptr<TensorSetCodec>> TensorSetCodec::Unbound(std::vector<std:
   return std::unique_ptr<TensorSetCodec>(new TensorSetCodec(nullptr, nullptr, std::move(tensor_sizes), total));
 }
 
-std::size_t TensorSetCodec::MaxEncodedSize(std::size_t d) const {
-  if (sizes_.size() == 1) return inner_->MaxEncodedSize(d);
-  if (d != total_) return inner_->MaxEncodedSize(d) + FramingSize(sizes_.size());
-  std::size_t bound = FramingSize(sizes_.size());
-  for (std::size_t size : sizes_) bound += inner_->MaxEncodedSize(size);
-  return bound;
+// The inner codec's bound per part plus the framing.
+std::size_t TensorSetCodec::PartsBound(std::size_t d, std::size_t (Codec::*bound)(std::size_t) const) const {
+  if (sizes_.size() == 1) return (inner_->*bound)(d);
+  if (d != total_) return (inner_->*bound)(d) + FramingSize(sizes_.size());
+  std::size_t sum = FramingSize(sizes_.size());
+  for (std::size_t size : sizes_) sum += (inner_->*bound)(size);
+  return sum;
 }
+
+std::size_t TensorSetCodec::MaxEncodedSize(std::size_t d) const { return PartsBound(d, &Codec::MaxEncodedSize); }
+
+std::size_t TensorSetCodec::MaxPayloadSize(std::size_t d) const { return PartsBound(d, &Codec::MaxPayloadSize); }
 
 Result<std::size_t> TensorSetCodec::Encode(const float* input, std::size_t d, const CodecContext& context,
                                            uint8_t* out, std::size_t capacity) {

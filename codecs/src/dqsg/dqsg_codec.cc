@@ -11,10 +11,15 @@
 // The dither of coordinate i is PhiloxDither(purpose 1) word i of the stream
 // (seed, tensor, round, sender) of the context.
 //
-// Encoding allocates nothing: the raw symbols are staged in the caller's
-// output buffer past the largest possible stream (MaxEncodedSize counts
-// d extra bytes for that), then coded into place; with `ec=pack` they are
-// packed chunk by chunk instead and the staging room stays unused. Decoding a
+// Encoding allocates nothing: the raw symbols are staged in the codec's
+// working space when it holds d coordinates (a codec from ConstructCodec:
+// the decode scratch, idle while encoding, so the caller's buffer needs only
+// MaxPayloadSize), else in the caller's output buffer past the largest
+// possible stream (MaxEncodedSize counts d extra bytes for that), then coded
+// into place; with `ec=pack` they are packed chunk by chunk instead and no
+// staging room is used. Quantizing and coding are separate frames (the
+// dither chunk and the packer's buffer are gone before rANS builds its
+// tables), which keeps the encoder's stack near the coder's own. Decoding a
 // packed stream validates it whole, then unpacks it chunk by chunk; the other
 // codings allocate one byte per coordinate for the decoded symbols.
 //
@@ -61,62 +66,38 @@ class DitherCodec final : public Codec {
   bool needs_side_info() const override { return nested(); }
   bool wants_error_feedback() const override { return options_.error_feedback; }
 
+  // d bytes more for the raw symbols unless the working space stages them.
   std::size_t MaxEncodedSize(std::size_t d) const override {
-    return BodyOffset(spec_) + 4 * Buckets(d) + MaxSymbolStreamSize(d, alphabet(), options_.coding) + d;
+    return MaxPayloadSize(d) + (Workspace(WorkspaceSize(d)) != nullptr ? 0 : d);
+  }
+  std::size_t MaxPayloadSize(std::size_t d) const override {
+    return BodyOffset(spec_) + 4 * Buckets(d) + MaxSymbolStreamSize(d, alphabet(), options_.coding);
   }
 
   Result<std::size_t> Encode(const float* input, std::size_t d, const CodecContext& context, uint8_t* out,
                              std::size_t capacity) override {
     if (capacity < MaxEncodedSize(d)) return OutOfRange(Name() + ": output buffer too small");
+    const bool packed = options_.coding == SymbolCoding::kPack;
+    // The raw symbols' room: the working space, else past the stream's
+    // bound in `out` (MaxEncodedSize counts it); ec=pack uses none.
+    uint8_t* staged = packed ? nullptr : static_cast<uint8_t*>(Workspace(WorkspaceSize(d)));
     const std::size_t buckets = Buckets(d);
     const std::size_t stream_bound = MaxSymbolStreamSize(d, alphabet(), options_.coding);
     if (4 * uint64_t{buckets} + stream_bound > UINT32_MAX) {
       return OutOfRange(Name() + ": vector too long for one payload");
     }
-    const DqsgKernels& kernels = DqsgKernelsFor(ActiveIsa());
     uint8_t* body = out + BodyOffset(spec_);
     uint8_t* stream = body + 4 * buckets;
-    uint8_t* staged = stream + stream_bound;  // raw symbols, coded into `stream` at the end
-    const RandomStream dither = DitherStream(context);
+    if (!packed && staged == nullptr) staged = stream + stream_bound;
     // ec=pack: symbols are packed chunk by chunk while in L1 cache; the other
     // codings need the whole symbol vector (rANS: its histogram) first.
-    const bool packed = options_.coding == SymbolCoding::kPack;
-    PackedSymbolWriter writer(alphabet(), stream);
     std::size_t count = 0;
-    float u[kChunk];
-    for (std::size_t k = 0; k < buckets; ++k) {
-      const std::size_t start = k * BucketSize(d), length = BucketLength(d, k);
-      const float* w = input + start;
-      const float max = kernels.max_abs(w, length);
-      // max_abs orders bit patterns: any Inf or NaN in the bucket makes it non-finite,
-      // so this is the finiteness check (CheckFinite only names the coordinate).
-      if (!std::isfinite(max)) return CheckFinite(input, d);
-      const float scale = max / static_cast<float>(levels_);
-      if (!ReconstructionFinite(scale)) {
-        return InvalidArgument(Name() + ": values up to " + std::to_string(scale * static_cast<float>(levels_)) +
-                               " are too large to quantize without overflowing float");
-      }
-      StoreFloatLe(body + 4 * k, scale);
-      if (scale == 0.0f) continue;
-      for (std::size_t j = 0; j < length; j += kChunk) {
-        const std::size_t n = length - j < kChunk ? length - j : kChunk;
-        uint8_t* symbols = packed ? writer.Reserve(n) : staged + count + j;
-        if (nested()) {
-          PhiloxDither(dither, start + j, n, u);
-          kernels.nested_quantize(w + j, u, n, scale, levels_, rho_, symbols);
-        } else {
-          kernels.dither_quantize(dither, start + j, w + j, n, scale, levels_, symbols);
-        }
-        if (packed) writer.Commit(n);
-      }
-      count += length;
-    }
-    uint16_t flags = 0;
     std::size_t stream_size = 0;
-    if (packed && count > 0) {
-      stream_size = writer.Finish();
-      flags = writer.flags();
-    } else if (count > 0) {
+    uint16_t flags = 0;
+    Status quantized = packed ? QuantizePacked(input, d, context, body, stream, &count, &stream_size, &flags)
+                              : QuantizeStaged(input, d, context, body, staged, &count);
+    FEDRT_RETURN_IF_ERROR(quantized);
+    if (!packed && count > 0) {
       auto coded = EncodeSymbols(staged, count, alphabet(), options_.coding, stream, stream_bound, &flags);
       FEDRT_RETURN_IF_ERROR(coded.status());
       stream_size = *coded;
@@ -180,6 +161,70 @@ class DitherCodec final : public Codec {
   std::size_t BucketLength(std::size_t d, std::size_t k) const {
     const std::size_t b = BucketSize(d);
     return d - k * b < b ? d - k * b : b;
+  }
+
+  // Quantizes bucket by bucket: writes each bucket's scale into `body` and
+  // hands its symbols, chunk by chunk, to `sink(symbols room, n)` (the room
+  // from `room(n)`); *count: the symbols written (buckets of scale 0 have
+  // none).
+  template <typename Room, typename Sink>
+  Status Quantize(const float* input, std::size_t d, const CodecContext& context, uint8_t* body, Room room,
+                  Sink sink, std::size_t* count) const {
+    const DqsgKernels& kernels = DqsgKernelsFor(ActiveIsa());
+    const RandomStream dither = DitherStream(context);
+    float u[kChunk];
+    *count = 0;
+    for (std::size_t k = 0; k < Buckets(d); ++k) {
+      const std::size_t start = k * BucketSize(d), length = BucketLength(d, k);
+      const float* w = input + start;
+      const float max = kernels.max_abs(w, length);
+      // max_abs orders bit patterns: any Inf or NaN in the bucket makes it non-finite,
+      // so this is the finiteness check (CheckFinite only names the coordinate).
+      if (!std::isfinite(max)) return CheckFinite(input, d);
+      const float scale = max / static_cast<float>(levels_);
+      if (!ReconstructionFinite(scale)) {
+        return InvalidArgument(Name() + ": values up to " + std::to_string(scale * static_cast<float>(levels_)) +
+                               " are too large to quantize without overflowing float");
+      }
+      StoreFloatLe(body + 4 * k, scale);
+      if (scale == 0.0f) continue;
+      for (std::size_t j = 0; j < length; j += kChunk) {
+        const std::size_t n = length - j < kChunk ? length - j : kChunk;
+        uint8_t* symbols = room(*count + j, n);
+        if (nested()) {
+          PhiloxDither(dither, start + j, n, u);
+          kernels.nested_quantize(w + j, u, n, scale, levels_, rho_, symbols);
+        } else {
+          kernels.dither_quantize(dither, start + j, w + j, n, scale, levels_, symbols);
+        }
+        sink(n);
+      }
+      *count += length;
+    }
+    return Status::Ok();
+  }
+
+  // The symbols staged whole in staged[0..count), for rANS or none.
+  [[gnu::noinline]] Status QuantizeStaged(const float* input, std::size_t d, const CodecContext& context,
+                                       uint8_t* body, uint8_t* staged, std::size_t* count) const {
+    return Quantize(
+        input, d, context, body, [staged](std::size_t at, std::size_t) { return staged + at; },
+        [](std::size_t) {}, count);
+  }
+
+  // ec=pack: packed into `stream` chunk by chunk.
+  [[gnu::noinline]] Status QuantizePacked(const float* input, std::size_t d, const CodecContext& context,
+                                       uint8_t* body, uint8_t* stream, std::size_t* count,
+                                       std::size_t* stream_size, uint16_t* flags) const {
+    PackedSymbolWriter writer(alphabet(), stream);
+    FEDRT_RETURN_IF_ERROR(Quantize(
+        input, d, context, body, [&writer](std::size_t, std::size_t n) { return writer.Reserve(n); },
+        [&writer](std::size_t n) { writer.Commit(n); }, count));
+    if (*count > 0) {
+      *stream_size = writer.Finish();
+      *flags = writer.flags();
+    }
+    return Status::Ok();
   }
 
   // |decoded| <= (levels + 1/2) * scale for DQSG and for NDQSG's fine index:

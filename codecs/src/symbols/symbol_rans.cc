@@ -220,23 +220,23 @@ std::size_t RansEncode(const uint8_t* symbols, std::size_t count, uint32_t alpha
     return 2;
   }
   const int scale_bits = ChooseScaleBits(count, present);
-  uint32_t freqs[256];
+  RansEncodeTable coder;
+  // The frequencies live in coder.x_max until the coder's entries replace
+  // them below (entry s reads only freqs[s]): 1 KiB less of stack, which a
+  // microcontroller's RAM budget counts.
+  uint32_t* const freqs = coder.x_max;
   QuantizeFrequencies(histogram, alphabet, count, scale_bits, freqs);
-  uint32_t starts[256];
-  uint32_t cumulative = 0;
-  for (uint32_t s = 0; s < alphabet; ++s) {
-    starts[s] = cumulative;
-    cumulative += freqs[s];
-  }
   const std::size_t table = WriteTable(freqs, last, scale_bits, out, limit);
   if (table == 0 || limit - table < kStatesSize) return 0;
   if (EstimatedBits(histogram, freqs, alphabet, scale_bits) >= 8.0 * static_cast<double>(limit)) return 0;
-  RansEncodeTable coder;
   coder.scale_bits = scale_bits;
+  uint32_t start = 0;  // the symbol's first slot: the sum of the frequencies below it
   for (uint32_t s = 0; s < 256; ++s) {
     // Absent symbols get harmless constants (a vector lookup may read them).
-    if (s < alphabet && freqs[s] != 0) {
-      SetEncoderSymbol(s, starts[s], freqs[s], scale_bits, &coder);
+    const uint32_t freq = s < alphabet ? freqs[s] : 0;  // read before SetEncoderSymbol overwrites it
+    if (freq != 0) {
+      SetEncoderSymbol(s, start, freq, scale_bits, &coder);
+      start += freq;
     } else {
       SetEncoderSymbol(s, 0, 1, scale_bits, &coder);
     }

@@ -75,7 +75,10 @@ Result<CodecNeeds> MeasureCodecs(const DeviceClientConfig& config, const Model& 
     if (!codec.ok()) return Status(codec.status().code(), "device codec '" + spec + "': " + codec.status().message());
     Result<std::unique_ptr<TensorSetCodec>> update = BorrowUpdateCodec(**codec, tensors);
     if (!update.ok()) return update.status();
-    needs.payload_bytes = std::max({needs.payload_bytes, (*update)->MaxEncodedSize(d), (*codec)->MaxEncodedSize(d)});
+    // The device's codecs are built in its codec storage with working space
+    // for d coordinates (CodecSlot), where they stage: the payload buffer
+    // holds just the payload (MaxPayloadSize).
+    needs.payload_bytes = std::max({needs.payload_bytes, (*update)->MaxPayloadSize(d), (*codec)->MaxPayloadSize(d)});
     needs.storage_bytes = std::max(needs.storage_bytes, footprint->size);
     needs.storage_alignment = std::max(needs.storage_alignment, footprint->alignment);
     needs.error_feedback = needs.error_feedback || (*codec)->wants_error_feedback();
@@ -820,7 +823,7 @@ Result<std::size_t> DeviceClient::State::EncodeUpdate(Codec& instructed, float* 
     per_tensor->Rebind(instructed);
     encoder = per_tensor.get();
   }
-  const std::size_t needed = encoder->MaxEncodedSize(d);
+  const std::size_t needed = encoder->MaxEncodedSize(d);  // placed for d: MaxPayloadSize
   if (needed > payload_capacity) {
     outgrown_spec = plan.codec_spec;
     return Status(StatusCode::kResourceExhausted, "an update in '" + plan.codec_spec + "' takes up to " +
@@ -920,6 +923,23 @@ void DeviceConnectionHandler::OnClose(Connection&, const Status& reason) {
   device_.OnDisconnected();
 }
 
+namespace {
+
+// Reads what the stream has (waiting up to timeout_ms) into the link. Its own
+// frame, so that the read buffer is off the stack while the device trains and
+// encodes (a microcontroller's stack high-water is set there).
+[[gnu::noinline]] void ReceiveFromStream(const DeviceIo& io, StreamConnection& link, uint32_t timeout_ms) {
+  uint8_t buffer[4096];
+  Result<std::size_t> got = io.receive(buffer, sizeof(buffer), timeout_ms);
+  if (!got.ok()) {
+    link.OnStreamClosed(got.status().code() == StatusCode::kUnavailable ? Status::Ok() : got.status());
+    return;
+  }
+  if (*got > 0) (void)link.Receive(buffer, *got);  // a bad frame closes the link; the handler has it
+}
+
+}  // namespace
+
 Status RunDeviceSession(DeviceClient& device, const DeviceIo& io, const Clock& clock,
                         const DeviceSessionOptions& options, const std::function<bool()>& stop) {
   if (!io.send || !io.receive) return InvalidArgument("a device session needs send and receive functions");
@@ -939,7 +959,6 @@ Status RunDeviceSession(DeviceClient& device, const DeviceIo& io, const Clock& c
   };
   FEDRT_RETURN_IF_ERROR(device.Start(link));
   const uint64_t join_deadline = clock.NowMs() + options.join_timeout_ms;
-  uint8_t buffer[4096];
   while (true) {
     if (!handler->error().ok()) return end(handler->error());
     if (device.finished()) {
@@ -962,12 +981,7 @@ Status RunDeviceSession(DeviceClient& device, const DeviceIo& io, const Clock& c
       if (!worked.ok()) return end(worked);
     }
     // While training, only look at the link; otherwise wait for bytes.
-    Result<std::size_t> got = io.receive(buffer, sizeof(buffer), device.has_work() ? 0 : std::min<uint32_t>(wait, 200));
-    if (!got.ok()) {
-      link.OnStreamClosed(got.status().code() == StatusCode::kUnavailable ? Status::Ok() : got.status());
-      continue;
-    }
-    if (*got > 0) (void)link.Receive(buffer, *got);  // a bad frame closes the link; the handler has it
+    ReceiveFromStream(io, link, device.has_work() ? 0 : std::min<uint32_t>(wait, 200));
   }
 }
 

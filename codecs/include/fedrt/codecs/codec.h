@@ -114,8 +114,16 @@ class Codec {
   // stateless; the caller keeps an ErrorFeedback object when this is true.
   virtual bool wants_error_feedback() const = 0;
 
-  // Upper bound on the payload size for a vector of `d` floats.
+  // The output buffer Encode needs for a vector of `d` floats: an upper
+  // bound on the payload plus any room this codec object stages its work in
+  // there (a heap DQSG codec's raw symbols, topk's selection).
   virtual std::size_t MaxEncodedSize(std::size_t d) const = 0;
+
+  // Upper bound on the payload itself (<= MaxEncodedSize(d)). A codec from
+  // ConstructCodec with working space for at least `d` coordinates stages in
+  // that space, so its MaxEncodedSize(d) is this: a device that places its
+  // codecs sizes its payload buffer with it. The default is MaxEncodedSize(d).
+  virtual std::size_t MaxPayloadSize(std::size_t d) const { return MaxEncodedSize(d); }
 
   // Encodes input[0..d) into out[0..capacity). Returns the payload size.
   // Fails with kInvalidArgument on NaN or Inf in the input, kOutOfRange when

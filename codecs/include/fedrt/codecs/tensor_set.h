@@ -83,6 +83,7 @@ class TensorSetCodec final : public Codec {
   // For d = total(): the framing plus every tensor's bound; for another d,
   // the inner bound plus the largest framing (Encode refuses such a d).
   std::size_t MaxEncodedSize(std::size_t d) const override;
+  std::size_t MaxPayloadSize(std::size_t d) const override;
   // kInvalidArgument when d is not total().
   Result<std::size_t> Encode(const float* input, std::size_t d, const CodecContext& context, uint8_t* out,
                              std::size_t capacity) override;
@@ -110,6 +111,7 @@ class TensorSetCodec final : public Codec {
   template <typename Visit>
   Status VisitParts(const uint8_t* payload, std::size_t size, Visit visit) const;
 
+  std::size_t PartsBound(std::size_t d, std::size_t (Codec::*bound)(std::size_t) const) const;
   Codec* inner_;
   std::unique_ptr<Codec> owned_;
   std::vector<std::size_t> sizes_;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <utility>
 
+#include "fedrt/codecs/codec_spec.h"
 #include "fedrt/runtime/aggregation.h"
 #include "fedrt/runtime/peer.h"
 #include "fedrt/runtime/privacy.h"
@@ -19,6 +20,15 @@ namespace {
 
 bool TakesCodec(PeerReduce reduce) {
   return reduce == PeerReduce::kCodec || reduce == PeerReduce::kCompressed || reduce == PeerReduce::kGossip;
+}
+
+// The consensus step size a moniqua spec names (`gamma`, default 1); an
+// unreadable spec gives 1 here and its error when the codec is made.
+double MoniquaConsensusStep(const std::string& spec) {
+  auto parsed = CodecSpec::Parse(spec);
+  if (!parsed.ok()) return 1.0;
+  auto gamma = parsed->GetDouble("gamma", 1.0, 1e-6, 1.0);
+  return gamma.ok() ? *gamma : 1.0;
 }
 
 }  // namespace
@@ -147,7 +157,15 @@ PeerTrainer::PeerTrainer(Model& model, const PeerData& data, CollectiveContext& 
   group_->SetTensorTable(ModelTensorSizes(model));
   if (bound_theta_) {
     const uint32_t n = static_cast<uint32_t>(context.members().size());
-    const std::vector<double> w = MetropolisWeights(GraphNeighbours(context.graph(), n));
+    // The step mixes with I + gamma (W - I) (gamma: Moniqua's consensus step
+    // size, the spec's `gamma`, 1 unless named), so the bound takes that
+    // matrix's mixing time: a gamma below 1 slows the averaging by about
+    // 1 / gamma, and the neighbours drift that much further apart.
+    std::vector<double> w = MetropolisWeights(GraphNeighbours(context.graph(), n));
+    const double gamma = MoniquaConsensusStep(options.codec);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t j = 0; j < n; ++j) w[i * n + j] = gamma * w[i * n + j] + (i == j ? 1.0 - gamma : 0.0);
+    }
     mixing_time_ = MixingTime(SecondLargestEigenvalueModulus(w, n), n);
     gossip_codec_.clear();  // set by the first refresh
   }

@@ -293,13 +293,7 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
     Status usable = flags.codec.empty()
                         ? InvalidArgument("--reduce compressed needs --codec SPEC (e.g. dqsg:s=2, alq:bits=3, topk:k=0.01)")
                         : Status::Ok();
-    if (usable.ok()) {
-      Result<std::unique_ptr<Codec>> made = MakeCodec(flags.codec);
-      usable = !made.ok() ? made.status()
-               : (*made)->needs_side_info()
-                   ? InvalidArgument("codec '" + flags.codec + "' needs side information: it does not compose with ring reduction")
-                   : Status::Ok();
-    }
+    if (usable.ok()) usable = peer::CheckCompressedRingCodec(flags.codec, flags.momentum);
     if (!usable.ok()) {
       Fail("peer", usable);
       return 2;
@@ -411,6 +405,11 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
               (*trainer)->steps_per_epoch(), flags.reduce.c_str());
   if (*reduce == peer::PeerReduce::kGossip) std::printf(", aggregation %s", AggregationRuleName(*rule).c_str());
   if (flags.clip_update_norm > 0) std::printf(", neighbours clipped to %g", flags.clip_update_norm);
+  if (*reduce == peer::PeerReduce::kIwp && flags.iwp_dense_below > 0) {
+    // The one extra on by default (docs/design/peer.md, IWP): named, with the way back to the paper.
+    std::printf(", tensors under %llu coordinates sent whole (not the paper's; --iwp-dense-below 0: its rule alone)",
+                static_cast<unsigned long long>(flags.iwp_dense_below));
+  }
   if (flags.dp.noise_multiplier > 0) {
     std::printf(", local DP z=%g C=%g delta=%g", flags.dp.noise_multiplier, flags.dp.clip, flags.dp.delta);
   }

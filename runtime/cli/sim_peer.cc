@@ -37,6 +37,7 @@
 #include "cli/sim_report.h"
 #include "fedrt/codecs/codec.h"
 #include "fedrt/runtime/collectives.h"
+#include "fedrt/runtime/peer_trainer.h"
 
 namespace fedrt::cli {
 namespace {
@@ -79,11 +80,8 @@ Result<PeerMode> ModeFor(const SimFlags& flags, const std::string& codec) {
         mode.args.push_back(rest.substr(key.size()));
       }
     } else {
-      Result<std::unique_ptr<Codec>> made = MakeCodec(codec);
-      if (!made.ok()) return made.status();
-      if ((*made)->needs_side_info()) {
-        return InvalidArgument("ring codec '" + codec + "' needs side information: it does not compose with ring reduction");
-      }
+      const Status usable = peer::CheckCompressedRingCodec(codec, flags.momentum);
+      if (!usable.ok()) return Status(usable.code(), "ring " + usable.message() + " (fedrt sim --momentum)");
       mode.args = {"--reduce", "compressed", "--codec", codec};
     }
     return mode;

@@ -53,6 +53,11 @@ void WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
       .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
+// What section version 2 adds at its end when no level statistics are
+// pending: u32 rounds since the refit, f64 count, sum, sum_sq, u64 0 bucket
+// norms, u64 0 buckets.
+constexpr std::size_t kEmptyPendingLevelsBytes = 4 + 3 * 8 + 8 + 8;
+
 // Rewrites the trailing CRC after a deliberate change.
 void Reseal(std::vector<uint8_t>& bytes) { StoreLe32(bytes.data() + bytes.size() - 4, Crc32c(bytes.data(), bytes.size() - 4)); }
 
@@ -73,6 +78,9 @@ std::vector<uint8_t> LegacyFile(const std::string& path, const AggregatorCheckpo
   const uint64_t section = LoadLe64(now.data() + at);
   const uint8_t* s = now.data() + at + 8;
   REQUIRE(at + 8 + section + 4 == now.size());
+  REQUIRE(c.pending_levels.count == 0);
+  REQUIRE(LoadLe32(s) == 2);
+  const std::size_t v1_section = static_cast<std::size_t>(section) - kEmptyPendingLevelsBytes;
   std::vector<uint8_t> old = {'F', 'E', 'D', 'R', 'T', 'A', 'G', 'G', 3, 0, 0, 0};
   old.insert(old.end(), s + 4, s + 8);                     // round
   std::vector<uint8_t> length(4);
@@ -82,7 +90,7 @@ std::vector<uint8_t> LegacyFile(const std::string& path, const AggregatorCheckpo
   old.insert(old.end(), now.data() + parameters_at - 8, now.data() + parameters_at);  // parameter count
   old.insert(old.end(), s + 8, s + 24);                    // moment counts
   old.insert(old.end(), now.data() + parameters_at, now.data() + parameters_at + 4 * parameters);
-  old.insert(old.end(), s + 24, s + section);              // moments, codec and privacy state
+  old.insert(old.end(), s + 24, s + v1_section);           // moments, codec and privacy state
   old.insert(old.end(), 4, 0);
   Reseal(old);
   WriteBytes(path, old);
@@ -111,6 +119,64 @@ TEST_CASE("an aggregator checkpoint keeps the codec state bit for bit") {
   CHECK(back->device_model_round == 6);
   CHECK(back->device_model == c.device_model);
   CHECK(back->synced == c.synced);
+}
+
+TEST_CASE("an aggregator checkpoint keeps ALQ / AMQ's pending level statistics, and a version 1 section loads without") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("agg.ckpt");
+  AggregatorCheckpoint c = Sample();
+  c.rounds_since_refit = 3;
+  c.pending_levels.count = 1536;
+  c.pending_levels.sum = 211.25;
+  c.pending_levels.sum_sq = 40.0625;
+  c.pending_levels.bucket_norms = {2.5f, 0.75f};
+  c.pending_levels.largest_buckets = {{2.5f, 1024, 150.5, 30.25}, {0.75f, 512, 60.75, 9.8125}};
+  REQUIRE(WriteAggregatorCheckpoint(path, c).ok());
+  Result<AggregatorCheckpoint> back = ReadAggregatorCheckpoint(path);
+  REQUIRE_MESSAGE(back.ok(), back.status().ToString());
+  CHECK(back->rounds_since_refit == 3);
+  CHECK(back->pending_levels.count == 1536);
+  CHECK(back->pending_levels.sum == 211.25);
+  CHECK(back->pending_levels.sum_sq == 40.0625);
+  CHECK(back->pending_levels.bucket_norms == c.pending_levels.bucket_norms);
+  REQUIRE(back->pending_levels.largest_buckets.size() == 2);
+  CHECK(back->pending_levels.largest_buckets[1].norm == 0.75f);
+  CHECK(back->pending_levels.largest_buckets[1].sum_sq == 9.8125);
+  CHECK(back->synced == c.synced);
+  // A bucket count beyond the bytes left is refused.
+  std::vector<uint8_t> bytes = ReadBytes(path);
+  const std::size_t buckets_at = bytes.size() - 4 - 2 * 28 - 8;
+  REQUIRE(LoadLe64(bytes.data() + buckets_at) == 2);
+  std::vector<uint8_t> bad = bytes;
+  StoreLe64(bad.data() + buckets_at, 3);
+  Reseal(bad);
+  WriteBytes(path, bad);
+  CHECK(ReadAggregatorCheckpoint(path).status().code() == StatusCode::kCorrupt);
+
+  // Section version 1: the same without the trailer, nothing pending.
+  AggregatorCheckpoint plain = Sample();
+  REQUIRE(WriteAggregatorCheckpoint(path, plain).ok());
+  std::vector<uint8_t> v2 = ReadBytes(path);
+  const std::size_t section_end = v2.size() - 4;
+  std::vector<uint8_t> v1(v2.begin(), v2.begin() + static_cast<std::ptrdiff_t>(section_end - kEmptyPendingLevelsBytes));
+  v1.insert(v1.end(), 4, 0);
+  // The section's length (u64 before it) and its version (its first u32).
+  std::size_t at = 8 + 4 + 4 + 8 + 8;
+  at += 4 + LoadLe32(v2.data() + at);
+  at += 8 + 4 * static_cast<std::size_t>(LoadLe64(v2.data() + at));
+  at += 8 + 4 * static_cast<std::size_t>(LoadLe64(v2.data() + at));
+  StoreLe64(v1.data() + at, LoadLe64(v2.data() + at) - kEmptyPendingLevelsBytes);
+  REQUIRE(LoadLe32(v1.data() + at + 8) == 2);
+  StoreLe32(v1.data() + at + 8, 1);
+  Reseal(v1);
+  WriteBytes(path, v1);
+  Result<AggregatorCheckpoint> old = ReadAggregatorCheckpoint(path);
+  REQUIRE_MESSAGE(old.ok(), old.status().ToString());
+  CHECK(old->rounds_since_refit == 0);
+  CHECK(old->pending_levels.count == 0);
+  CHECK(old->level_table == plain.level_table);
+  CHECK(old->synced == plain.synced);
 }
 
 TEST_CASE("a version 1 aggregator checkpoint still loads without codec state") {
@@ -258,7 +324,7 @@ TEST_CASE("an aggregator checkpoint keeps the DP accountant's state bit for bit"
   CHECK(back->synced == c.synced);
   // A count larger than the values in the file, and a count past the limit.
   std::vector<uint8_t> bytes = ReadBytes(path);
-  const std::size_t count_at = bytes.size() - 4 - 4 * 8 - 4;
+  const std::size_t count_at = bytes.size() - 4 - kEmptyPendingLevelsBytes - 4 * 8 - 4;
   REQUIRE(LoadLe32(bytes.data() + count_at) == 4);
   for (uint32_t count : {5u, 100000u}) {
     std::vector<uint8_t> bad = bytes;

@@ -29,6 +29,8 @@
 #include "fedrt/transport/stream.h"
 #include "allocation_counter.h"
 #include "engine_fixtures.h"
+#include "star/aggregator_checkpoint.h"
+#include "temp_dir.h"
 #include "test_crypto.h"
 
 namespace fedrt {
@@ -805,6 +807,44 @@ TEST_CASE("aggregator engine: alq with refit=N fits a new level table every N ro
   }
   CHECK(f.reports[1].level_table != f.reports[0].level_table);
   CHECK(f.reports[3].level_table != f.reports[1].level_table);
+}
+
+// refit=2 fits after rounds 2 and 4, the second fit from rounds 3 and 4:
+// stopped after round 3 and restarted from its checkpoint file, the
+// aggregator still holds round 3's statistics and fits the same table after
+// round 4, and the model ends the same bits. (Without them in the checkpoint
+// the restarted one fits nothing after round 4: version 1, not 2.)
+TEST_CASE("aggregator engine: alq refit=N restarted mid-interval from its checkpoint file fits the same levels") {
+  Federation straight(Config("alq:bits=3,refit=2", 4, 2), 2);
+  straight.Settle();
+  REQUIRE(straight.reports.size() == 4);
+  REQUIRE(straight.reports[3].level_table_version == 2);
+
+  Federation first(Config("alq:bits=3,refit=2", 3, 2), 2);
+  first.Settle();
+  REQUIRE(first.checkpoints.size() == 3);
+  CHECK(first.checkpoints.back().rounds_since_refit == 1);
+  CHECK(first.checkpoints.back().pending_levels.count > 0);
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const std::string path = dir.File("agg.ckpt");
+  REQUIRE(WriteAggregatorCheckpoint(path, first.checkpoints.back()).ok());
+  Result<AggregatorCheckpoint> saved = ReadAggregatorCheckpoint(path);
+  REQUIRE_MESSAGE(saved.ok(), saved.status().ToString());
+  CHECK(saved->rounds_since_refit == 1);
+  CHECK(saved->pending_levels.count == first.checkpoints.back().pending_levels.count);
+  CHECK(saved->pending_levels.largest_buckets.size() == first.checkpoints.back().pending_levels.largest_buckets.size());
+
+  Federation again(Config("alq:bits=3,refit=2", 4, 2), 0);
+  REQUIRE(again.aggregator->Restore(*saved).ok());
+  again.restored_rounds = 3;
+  for (int i = 0; i < 2; ++i) again.AddDevice(i, HexKey(i));
+  again.Settle();
+  REQUIRE(again.reports.size() == 1);
+  CHECK(again.reports[0].level_table_version == straight.reports[3].level_table_version);
+  CHECK(again.reports[0].level_table == straight.reports[3].level_table);
+  REQUIRE(again.checkpoints.size() == 1);
+  CHECK(again.checkpoints.back().parameters == straight.checkpoints.back().parameters);
 }
 
 TEST_CASE("aggregator engine: a restored aggregator carries on from the checkpoint state") {

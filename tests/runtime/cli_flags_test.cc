@@ -31,6 +31,9 @@ TEST_CASE("fedrt peer refuses options of another reduce mode") {
   Refused(kPeer + "--reduce compressed", "--reduce compressed needs --codec SPEC");
   Refused(kPeer + "--reduce compressed --codec ndqsg", "'ndqsg' needs side information");
   Refused(kPeer + "--reduce compressed --codec nosuch", "nosuch");
+  // Random sparsifiers take rTop-k's plain SGD step (the peer's default momentum is 0.9).
+  Refused(kPeer + "--reduce compressed --codec rtopk:k=0.01", "'rtopk:k=0.01' picks coordinates at random");
+  Refused(kPeer + "--reduce compressed --codec randk:k=0.01 --momentum 0.5", "needs --momentum 0");
   Refused(kPeer + "--reduce fp16 --density 0.01", "--density applies to --reduce iwp only; this run is --reduce fp16");
   Refused(kPeer + "--reduce gossip --iwp-clip 5", "--iwp-clip applies to --reduce iwp only; this run is --reduce gossip");
   Refused(kPeer + "--reduce dense --graph torus", "--graph applies to --reduce gossip and local only");
@@ -52,6 +55,19 @@ TEST_CASE("fedrt peer accepts the options of its mode and goes on to read its fi
   INFO(compressed.output);
   CHECK(compressed.exit_code == 1);
   CHECK(compressed.output.find("/nonexistent/peers.json") != std::string::npos);
+  const testing::CliRun rtopk = RunCli(kPeer + "--reduce compressed --codec rtopk:k=0.01 --momentum 0");
+  INFO(rtopk.output);
+  CHECK(rtopk.exit_code == 1);
+  CHECK(rtopk.output.find("/nonexistent/peers.json") != std::string::npos);
+}
+
+TEST_CASE("fedrt sim refuses a random sparsifier on the ring with momentum before any peer starts") {
+  const testing::CliRun run = RunCli("sim --topology ring --codec rtopk:k=0.01");
+  INFO(run.output);
+  CHECK(run.exit_code == 1);
+  CHECK(run.output.find("ring codec 'rtopk:k=0.01' picks coordinates at random") != std::string::npos);
+  CHECK(run.output.find("needs --momentum 0") != std::string::npos);
+  CHECK(run.output.find("peer processes started") == std::string::npos);
 }
 
 TEST_CASE("fedrt sim refuses options of another topology, of an absent codec, and beside --compare") {

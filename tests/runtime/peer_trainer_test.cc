@@ -89,6 +89,7 @@ struct RankResult {
   uint64_t bytes_sent = 0;
   std::vector<double> epsilons;      // local DP at each epoch's end
   uint32_t steps = 0;                // at the end
+  uint32_t mixing_time = 0;          // Moniqua's bound: t_mix of the mixing step
 };
 
 // Trains every rank of `ring` with `options`; `pixels` picks the uint8 view.
@@ -121,6 +122,7 @@ std::vector<RankResult> Train(LoopbackRing& ring, const Synthetic& data, const p
     out.parameters.assign(model->parameters(), model->parameters() + model->parameter_count());
     out.bytes_sent = (*trainer)->total_bytes_sent();
     out.gossip_codec = (*trainer)->gossip_codec();
+    out.mixing_time = (*trainer)->moniqua_mixing_time();
     if (static_cast<int>(r) == stop_rank) ring.groups[r].reset();  // its links close: the others lose it
     return out.status;
   });
@@ -218,6 +220,24 @@ TEST_CASE("moniqua gossip without theta agrees on theta from the bound on every 
   CHECK(results[0].thetas[1] >= 2 * 0.1 * 4 * 1e-4);
   CHECK(results[0].gossip_codec.find("moniqua:bits=1,theta=") == 0);
   CHECK(results[0].gossip_codec.find(",check=32") != std::string::npos);
+}
+
+// The step mixes with I + gamma (W - I): on a ring of 4 (W's eigenvalues
+// 1, 1/3, -1/3, 1/3) gamma 1/2 moves lambda from 1/3 to 2/3, so t_mix =
+// ceil(ln 8 / (1 - lambda)) goes from 4 to 7 and theta grows with it.
+TEST_CASE("moniqua's bound takes the mixing time of the consensus step the spec names") {
+  const Synthetic data = MakeData(240);
+  for (const auto& [codec, t_mix] : std::vector<std::pair<std::string, uint32_t>>{
+           {"moniqua:bits=1", 4}, {"moniqua:bits=1,round=dither,gamma=0.5", 7}}) {
+    INFO(codec);
+    LoopbackRing ring(4);
+    ring.FormAll();
+    peer::PeerTrainerOptions options = Options(peer::PeerReduce::kGossip, codec);
+    options.max_steps = 2;
+    auto results = Train(ring, data, options, /*pixels=*/false);
+    for (auto& r : results) REQUIRE_MESSAGE(r.status.ok(), r.status.ToString());
+    for (auto& r : results) CHECK(r.mixing_time == t_mix);
+  }
 }
 
 // Rank 2 stops after its first epoch and its context goes: the others'

@@ -8,6 +8,8 @@
 #include <new>
 #include <utility>
 
+#include "fedrt/codecs/codec_spec.h"
+#include "fedrt/codecs/payload.h"
 #include "fedrt/runtime/aggregation.h"
 #include "fedrt/runtime/peer.h"
 #include "fedrt/runtime/privacy.h"
@@ -30,7 +32,37 @@ bool RingReduce(PeerReduce reduce) {
 // Room for ",theta=<%.9g>,check=<uint32>" after the options' codec spec.
 constexpr std::size_t kThetaSpecBytes = 64;
 
+// The consensus step size a moniqua spec names (`gamma`, default 1); an
+// unreadable spec gives 1 here and its error when the codec is made.
+double MoniquaConsensusStep(const std::string& spec) {
+  auto parsed = CodecSpec::Parse(spec);
+  if (!parsed.ok()) return 1.0;
+  auto gamma = parsed->GetDouble("gamma", 1.0, 1e-6, 1.0);
+  return gamma.ok() ? *gamma : 1.0;
+}
+
 }  // namespace
+
+Status CheckCompressedRingCodec(const std::string& codec, double momentum) {
+  auto made = MakeCodec(codec);
+  if (!made.ok()) return made.status();
+  if ((*made)->needs_side_info()) {
+    return InvalidArgument("codec '" + codec + "' needs side information: it does not compose with ring reduction");
+  }
+  // rTop-k's step is plain SGD on the mean of the error-fed sparse
+  // gradients. A random pick sends a coordinate about every r/k steps with
+  // its residual in one lump, and momentum on the mean multiplies the lump
+  // by up to 1 / (1 - m): on LeNet-300-100 at k = 1% and momentum 0.9,
+  // rtopk ended 20 points below the dense ring and randk diverged; at
+  // momentum 0 both end within a point of it (docs/design/peer.md).
+  const CodecId id = (*made)->id();
+  if ((id == CodecId::kRandK || id == CodecId::kRTopK) && momentum > 0) {
+    return InvalidArgument("codec '" + codec +
+                           "' picks coordinates at random: on the ring it takes rTop-k's plain SGD step, so it needs "
+                           "--momentum 0 (momentum multiplies the lumps of residual a random pick releases)");
+  }
+  return Status::Ok();
+}
 
 // What the inputs make of a trainer, checked once: the sizes RequiredBytes,
 // CreateIn and Create share.
@@ -94,14 +126,8 @@ Result<PeerTrainer::Plan> PeerTrainer::MakePlan(const Model& model, const PeerDa
     return InvalidArgument("a codec all-reduce needs a codec (e.g. fp16, dqsg:s=2)");
   }
   if (options.reduce == PeerReduce::kCompressed) {
-    // Refused here, not at the first step: the codec must exist and decode
-    // without side information (a ring member has none of another's).
-    auto made = MakeCodec(options.codec);
-    if (!made.ok()) return made.status();
-    if ((*made)->needs_side_info()) {
-      return InvalidArgument("codec '" + options.codec +
-                             "' needs side information: it does not compose with ring reduction");
-    }
+    // Refused here, not at the first step.
+    FEDRT_RETURN_IF_ERROR(CheckCompressedRingCodec(options.codec, options.sgd.momentum));
   }
   if (!TakesCodec(options.reduce) && !options.codec.empty()) {
     return InvalidArgument("codec '" + options.codec + "' does not apply: only gossip and the codec all-reduces take one");
@@ -297,7 +323,15 @@ PeerTrainer::PeerTrainer(Model& model, const PeerData& data, CollectiveContext& 
   }
   if (bound_theta_) {
     const uint32_t n = static_cast<uint32_t>(context.members().size());
-    const std::vector<double> w = MetropolisWeights(GraphNeighbours(context.graph(), n));
+    // The step mixes with I + gamma (W - I) (gamma: Moniqua's consensus step
+    // size, the spec's `gamma`, 1 unless named), so the bound takes that
+    // matrix's mixing time: a gamma below 1 slows the averaging by about
+    // 1 / gamma, and the neighbours drift that much further apart.
+    std::vector<double> w = MetropolisWeights(GraphNeighbours(context.graph(), n));
+    const double gamma = MoniquaConsensusStep(options.codec);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t j = 0; j < n; ++j) w[i * n + j] = gamma * w[i * n + j] + (i == j ? 1.0 - gamma : 0.0);
+    }
     mixing_time_ = MixingTime(SecondLargestEigenvalueModulus(w, n), n);
   }
 }

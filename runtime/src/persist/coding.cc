@@ -37,6 +37,12 @@ void Writer::F32(float v) {
   Bytes(b, sizeof(b));
 }
 
+void Writer::F64(double v) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  U64(bits);
+}
+
 void Writer::F32s(const float* values, std::size_t count) {
   const std::size_t at = bytes_.size();
   bytes_.resize(at + 4 * count);
@@ -96,6 +102,13 @@ uint64_t Reader::U64() {
 float Reader::F32() {
   const uint8_t* p = Take(4);
   return p != nullptr ? LoadFloatLe(p) : 0.0f;
+}
+
+double Reader::F64() {
+  const uint64_t bits = U64();
+  double v = 0;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
 }
 
 void Reader::F32s(uint64_t count, std::vector<float>* out) {

@@ -51,6 +51,7 @@ class Writer {
   void I32(int32_t v) { U32(static_cast<uint32_t>(v)); }
   void I64(int64_t v) { U64(static_cast<uint64_t>(v)); }
   void F32(float v);
+  void F64(double v);  // its bits as a u64
   void F32s(const float* values, std::size_t count);
   void F32s(const std::vector<float>& values) { F32s(values.data(), values.size()); }
   // A u32 length, then the bytes.
@@ -87,6 +88,7 @@ class Reader {
   int32_t I32() { return static_cast<int32_t>(U32()); }
   int64_t I64() { return static_cast<int64_t>(U64()); }
   float F32();
+  double F64();
   // `count` floats into *out (resized); fails, allocating nothing, when fewer
   // than 4 * count bytes are left.
   void F32s(uint64_t count, std::vector<float>* out);

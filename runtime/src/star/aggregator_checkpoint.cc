@@ -16,8 +16,9 @@ namespace {
 // with an aggregator section.
 constexpr std::size_t kLegacyMagicSize = persist::kMagicSize;
 constexpr char kLegacyMagic[persist::kMagicSize] = {'F', 'E', 'D', 'R', 'T', 'A', 'G', 'G'};
-// The section's own version (its first u32).
-constexpr uint32_t kSectionVersion = 1;
+// The section's own version (its first u32); version 1 (no pending level
+// statistics) still loads.
+constexpr uint32_t kSectionVersion = 2;
 constexpr uint32_t kMaxRdpOrders = 4096;
 constexpr std::size_t kMaxSpecBytes = 4096;
 constexpr std::size_t kMaxDeviceIdBytes = 256;
@@ -70,24 +71,52 @@ bool ReadCodecState(persist::Reader& r, AggregatorCheckpoint* c) {
 
 void PutPrivacyState(persist::Writer& w, const AggregatorCheckpoint& c) {
   w.U32(static_cast<uint32_t>(c.dp_rdp.size()));
-  for (double v : c.dp_rdp) {
-    uint64_t bits = 0;
-    std::memcpy(&bits, &v, sizeof(bits));
-    w.U64(bits);
-  }
+  for (double v : c.dp_rdp) w.F64(v);
 }
 
 bool ReadPrivacyState(persist::Reader& r, AggregatorCheckpoint* c) {
   const uint32_t n = r.U32();
   if (n > kMaxRdpOrders) return false;
-  for (uint32_t k = 0; r.ok() && k < n; ++k) {
-    const uint64_t bits = r.U64();
-    double v = 0;
-    std::memcpy(&v, &bits, sizeof(v));
-    c->dp_rdp.push_back(v);
+  for (uint32_t k = 0; r.ok() && k < n; ++k) c->dp_rdp.push_back(r.F64());
+  return r.ok();
+}
+
+}  // namespace
+
+void PutLevelStatistics(persist::Writer& w, const LevelStatistics& s) {
+  w.F64(s.count);
+  w.F64(s.sum);
+  w.F64(s.sum_sq);
+  w.U64(s.bucket_norms.size());
+  w.F32s(s.bucket_norms);
+  w.U64(s.largest_buckets.size());
+  for (const BucketMoments& b : s.largest_buckets) {
+    w.F32(b.norm);
+    w.F64(b.count);
+    w.F64(b.sum);
+    w.F64(b.sum_sq);
+  }
+}
+
+bool ReadLevelStatistics(persist::Reader& r, LevelStatistics* s) {
+  s->count = r.F64();
+  s->sum = r.F64();
+  s->sum_sq = r.F64();
+  r.F32s(r.U64(), &s->bucket_norms);
+  const uint64_t buckets = r.U64();
+  if (buckets > r.left() / 28) r.Fail();  // 28 bytes a bucket
+  for (uint64_t i = 0; r.ok() && i < buckets; ++i) {
+    BucketMoments b;
+    b.norm = r.F32();
+    b.count = r.F64();
+    b.sum = r.F64();
+    b.sum_sq = r.F64();
+    s->largest_buckets.push_back(b);
   }
   return r.ok();
 }
+
+namespace {
 
 
 // The aggregator's section of a checkpoint (checkpoint.h): everything of the
@@ -102,15 +131,17 @@ std::vector<uint8_t> EncodeAggregatorSection(const AggregatorCheckpoint& c) {
   w.F32s(c.second_moment);
   PutCodecState(w, c);
   PutPrivacyState(w, c);
+  w.U32(c.rounds_since_refit);
+  PutLevelStatistics(w, c.pending_levels);
   return std::move(w).Take();
 }
 
 Status DecodeAggregatorSection(const std::vector<uint8_t>& bytes, const std::string& path, AggregatorCheckpoint* c) {
   persist::Reader r(bytes.data(), bytes.size());
   const uint32_t version = r.U32();
-  if (r.ok() && version != kSectionVersion) {
+  if (r.ok() && (version < 1 || version > kSectionVersion)) {
     return Unsupported(path + ": aggregator section version " + std::to_string(version) + " (this build reads " +
-                       std::to_string(kSectionVersion) + ")");
+                       "1 to " + std::to_string(kSectionVersion) + ")");
   }
   c->round = r.U32();
   const uint64_t first = r.U64(), second = r.U64();
@@ -118,7 +149,12 @@ Status DecodeAggregatorSection(const std::vector<uint8_t>& bytes, const std::str
   r.F32s(second, &c->second_moment);
   if (!r.ok()) return Corrupt(path + ": bad aggregator section");
   if (!ReadCodecState(r, c)) return Corrupt(path + ": bad codec state");
-  if (!ReadPrivacyState(r, c) || !r.AtEnd()) return Corrupt(path + ": bad privacy state");
+  if (!ReadPrivacyState(r, c)) return Corrupt(path + ": bad privacy state");
+  if (version >= 2) {
+    c->rounds_since_refit = r.U32();
+    if (!ReadLevelStatistics(r, &c->pending_levels)) return Corrupt(path + ": bad pending level statistics");
+  }
+  if (!r.AtEnd()) return Corrupt(path + ": " + (version >= 2 ? "bad pending level statistics" : "bad privacy state"));
   return Status::Ok();
 }
 

@@ -6,7 +6,7 @@
 // model state, written atomically through the persistence helper) whose
 // aggregator section holds (the persistence helper's coding, persist/coding.h:
 // little-endian):
-//   u32 section version (1), u32 round
+//   u32 section version (2; 1 still loads), u32 round
 //   u64 first moment count, u64 second moment count, the two float arrays
 //   str codec spec (the update codec the state belongs to)
 //   u32 level table version, u32 level count, the levels (f32)
@@ -15,6 +15,8 @@
 //   str downlink codec spec, i64 device model round, u64 count, the device model (f32)
 //   u32 count, then per device: str id, i64 round     (last round whose model it acknowledged)
 //   u32 count, then count f64 (as u64 bits)           (DP: the accountant's RDP at orders 2..)
+//   u32 rounds since the last refit, level statistics (version 2: ALQ / AMQ's pending
+//       statistics, PutLevelStatistics below)
 // where str is a u32 length and the bytes. The model (spec, parameters) is
 // the checkpoint's own; its epoch and step are written as 0.
 //
@@ -37,8 +39,19 @@
 #include "fedrt/runtime/checkpoint.h"
 
 namespace fedrt {
+namespace persist {
+class Reader;
+class Writer;
+}  // namespace persist
 
 // AggregatorCheckpoint (the state) is the engine's: fedrt/runtime/aggregator_engine.h.
+
+// ALQ / AMQ level statistics in the persistence helper's coding: f64 count,
+// sum, sum_sq; u64 n, n f32 bucket norms; u64 m, m x (f32 norm, f64 count,
+// sum, sum_sq). The checkpoint and the aggregator tier's round partials use
+// it. Read fails (false) on a count larger than the bytes left.
+void PutLevelStatistics(persist::Writer& w, const LevelStatistics& statistics);
+bool ReadLevelStatistics(persist::Reader& r, LevelStatistics* statistics);
 
 Status WriteAggregatorCheckpoint(const std::string& path, const AggregatorCheckpoint& checkpoint);
 // kNotFound only when there is no file; a file that cannot be read is

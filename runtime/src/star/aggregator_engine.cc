@@ -647,6 +647,10 @@ Status Aggregator::State::RestoreCodecState(AggregatorCheckpoint& saved) {
       const Status installed = levels_->SetLevelTable(table);
       if (!installed.ok()) return Corrupt("level table: " + installed.message());
     }
+    if (levels_ && saved.rounds_since_refit < levels_->refit_interval()) {
+      pending_levels_ = std::move(saved.pending_levels);
+      rounds_since_refit_ = saved.rounds_since_refit;
+    }
     if (nested_) {
       for (const auto& [device, rho] : saved.rho) {
         if (rho < base_rho_ || rho > config_.max_rho) continue;  // the config changed: start over
@@ -685,6 +689,8 @@ void Aggregator::State::FillCheckpoint(AggregatorCheckpoint* checkpoint_out) con
   if (levels_) {
     checkpoint.level_table_version = levels_->level_table().version;
     checkpoint.level_table = levels_->level_table().levels;
+    checkpoint.pending_levels = pending_levels_;
+    checkpoint.rounds_since_refit = rounds_since_refit_;
   }
   checkpoint.rho.clear();
   for (const auto& [device, rho] : rho_) checkpoint.rho[device] = rho;

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "persist/coding.h"
+#include "star/aggregator_checkpoint.h"
 
 namespace fedrt {
 
@@ -27,23 +28,10 @@ uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
   return x;
 }
 
-void F64(persist::Writer& w, double v) {
-  uint64_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  w.U64(bits);
-}
-
-double F64(persist::Reader& r) {
-  const uint64_t bits = r.U64();
-  double v;
-  std::memcpy(&v, &bits, sizeof v);
-  return v;
-}
-
 void F64s(persist::Reader& r, uint64_t count, std::vector<double>* out) {
   if (count > r.left() / 8) return r.Fail();
   out->resize(static_cast<std::size_t>(count));
-  for (double& v : *out) v = F64(r);
+  for (double& v : *out) v = r.F64();
 }
 
 }  // namespace
@@ -88,29 +76,18 @@ std::vector<uint8_t> EncodeRoundPartial(const RoundPartial& p) {
   persist::Writer w;
   w.U32(kPartialMagic);
   w.U64(p.sum.size());
-  for (double v : p.sum) F64(w, v);
-  F64(w, p.weight);
+  for (double v : p.sum) w.F64(v);
+  w.F64(p.weight);
   w.U64(p.count);
   w.U64(p.updates);
   w.U64(p.rejected);
   w.U64(p.clipped);
-  F64(w, p.loss_sum);
-  F64(w, p.sample_sum);
+  w.F64(p.loss_sum);
+  w.F64(p.sample_sum);
   w.U64(p.bytes_up);
   w.U64(p.bytes_down);
   w.U64(p.full_models_down);
-  F64(w, p.levels.count);
-  F64(w, p.levels.sum);
-  F64(w, p.levels.sum_sq);
-  w.U64(p.levels.bucket_norms.size());
-  w.F32s(p.levels.bucket_norms);
-  w.U64(p.levels.largest_buckets.size());
-  for (const BucketMoments& b : p.levels.largest_buckets) {
-    w.F32(b.norm);
-    F64(w, b.count);
-    F64(w, b.sum);
-    F64(w, b.sum_sq);
-  }
+  PutLevelStatistics(w, p.levels);
   w.U64(p.received.size());
   for (const ShardUpdate& u : p.received) {
     w.String(u.device_id);
@@ -132,30 +109,17 @@ Result<RoundPartial> DecodeRoundPartial(const std::vector<uint8_t>& bytes) {
   RoundPartial p;
   if (r.U32() != kPartialMagic) return Corrupt("round partial: bad magic");
   F64s(r, r.U64(), &p.sum);
-  p.weight = F64(r);
+  p.weight = r.F64();
   p.count = r.U64();
   p.updates = r.U64();
   p.rejected = r.U64();
   p.clipped = r.U64();
-  p.loss_sum = F64(r);
-  p.sample_sum = F64(r);
+  p.loss_sum = r.F64();
+  p.sample_sum = r.F64();
   p.bytes_up = r.U64();
   p.bytes_down = r.U64();
   p.full_models_down = r.U64();
-  p.levels.count = F64(r);
-  p.levels.sum = F64(r);
-  p.levels.sum_sq = F64(r);
-  r.F32s(r.U64(), &p.levels.bucket_norms);
-  const uint64_t buckets = r.U64();
-  if (buckets > r.left() / 28) r.Fail();
-  for (uint64_t i = 0; r.ok() && i < buckets; ++i) {
-    BucketMoments b;
-    b.norm = r.F32();
-    b.count = F64(r);
-    b.sum = F64(r);
-    b.sum_sq = F64(r);
-    p.levels.largest_buckets.push_back(b);
-  }
+  ReadLevelStatistics(r, &p.levels);
   const uint64_t received = r.U64();
   if (received > kMaxCount) r.Fail();
   for (uint64_t i = 0; r.ok() && i < received; ++i) {

@@ -95,6 +95,7 @@
 #include <string>
 #include <vector>
 
+#include "fedrt/codecs/levels.h"
 #include "fedrt/platform/clock.h"
 #include "fedrt/platform/status.h"
 #include "fedrt/runtime/aggregation.h"
@@ -360,6 +361,11 @@ struct AggregatorCheckpoint {
   std::map<std::string, int64_t> synced;  // device -> last round whose model it acknowledged
   // DP (version 3): the accountant's RDP at orders 2..256 (empty: none).
   std::vector<double> dp_rdp;
+  // ALQ / AMQ with refit=N (section version 2): the level statistics merged
+  // since the last fit and the rounds they span, so a restarted aggregator
+  // fits the same next table as one that ran on.
+  LevelStatistics pending_levels;
+  uint32_t rounds_since_refit = 0;
 };
 
 // Callbacks run on the thread that drives the aggregator, inside Tick() or a

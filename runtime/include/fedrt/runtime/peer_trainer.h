@@ -200,6 +200,13 @@ struct PeerProgress {
 };
 
 // What the trainer reports. Callbacks run on the trainer's thread.
+// Whether `codec` can run the compressed ring (PeerReduce::kCompressed) with
+// SGD momentum `momentum`: it must exist and decode without side information
+// (a ring member has none of another's gradient), and a random sparsifier
+// (randk, rtopk) takes rTop-k's plain SGD step, momentum 0. PeerTrainer::Create
+// checks it; the command line checks it before anything is read or dialled.
+Status CheckCompressedRingCodec(const std::string& codec, double momentum);
+
 class PeerTrainerObserver {
  public:
   virtual ~PeerTrainerObserver() = default;

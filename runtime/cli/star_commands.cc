@@ -64,7 +64,9 @@ int RunServe(ServeFlags& flags, const CLI::App& app) {
                                         {{"--anchor-fraction", ndqsg, "an ndqsg --codec"},
                                          {"--wrap-threshold", ndqsg, "an ndqsg --codec"},
                                          {"--max-rho", ndqsg, "an ndqsg --codec"},
-                                         {"--anchor-levels", ndqsg, "an ndqsg --codec"}},
+                                         {"--anchor-levels", ndqsg, "an ndqsg --codec"},
+                                         // NDQSG holds every sampled device's payload until the close.
+                                         {"--max-waiting-updates", !ndqsg, "a --codec other than ndqsg"}},
                                         "--codec " + flags.options.codec);
   if (!scoped.ok()) {
     std::fprintf(stderr, "fedrt serve: %s\n", scoped.ToString().c_str());
@@ -377,6 +379,13 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
   serve->add_option("--target-accuracy", o.target_accuracy,
                     "Finish once a round's test accuracy reaches this fraction (0: run every round)")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  serve->add_option("--max-waiting-updates", o.max_waiting_updates,
+                    "Updates that may wait at once for their turn in the round's sum, each in a payload slot of the "
+                    "aggregator's memory; one more is told to send again when a slot frees (0: 64)")
+      ->capture_default_str()->check(CLI::Range(std::size_t{0}, std::size_t{1} << 20));
+  serve->add_option("--max-devices", o.max_devices,
+                    "Devices joined at once; a join beyond it is refused (capped by the key file's entries)")
+      ->capture_default_str()->check(CLI::Range(std::size_t{1}, std::size_t{1} << 24));
   serve->add_option("--max-update-samples", o.max_update_samples,
                     "Refuse an update that claims more samples (its FedAvg weight; 1 to 2^32)")
       ->capture_default_str();

@@ -51,10 +51,12 @@
 // max_waiting_updates + 1 of them, so 10,000 devices of LeNet-300-100 fp32
 // take 75 MB, not a slot per device (10.7 GB); NDQSG decodes at the close and
 // takes max_updates_per_round slots. With a rule other than mean, also
-// max_updates_per_round decoded updates of d floats. Per connection, outside the block: a 208-byte entry in a map (no
-// buffer) and one in the device map once joined, so about 350 bytes of the
-// engine's per idle joined device (its connection's buffers are the
-// binding's); a JoinServer (280 bytes) until it joins.
+// max_updates_per_round decoded updates of d floats (a robust rule looks at
+// every update of the round at once). Per connection, outside the block: a
+// 208-byte entry in a map (no buffer) and one in the device map once
+// joined, so about 350 bytes of the engine's per idle joined device (its
+// connection's buffers are the binding's); a JoinServer (280 bytes) until
+// it joins.
 // Allocation: Create / CreateIn make the global model, the server
 // optimizer's moments, the mean handed to the optimizer (d floats), the
 // ALQ / AMQ and downlink codecs, the NDQSG running mean and, with a
@@ -70,10 +72,10 @@
 // update), NDQSG its nested decodes, ALQ / AMQ their decoding scratch and
 // the table fit; device ids longer than std::string's inline capacity in
 // the report; a slot that a slow connection still holds when a round starts
-// is not reused (a new one is made); the checkpoint's maps.
-// With an aggregator tier
-// (AggregatorHooks::tier) every exchange allocates its messages: each Tick's
-// counts, the devices of every rank at a round's start (kept sorted in a
+// is not reused (a new one is made); the checkpoint's maps. With an
+// aggregator tier (AggregatorHooks::tier) every exchange allocates its
+// messages: each Tick's counts, the devices of every rank at a round's
+// start (kept sorted in a
 // list the sampling points into), and at the close a plain round's partial
 // sum (d doubles, sent and gathered from every rank) or an NDQSG round's
 // payloads (every rank's, held until the next round starts, plus received

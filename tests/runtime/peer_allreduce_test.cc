@@ -12,6 +12,7 @@
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/iwp.h"
+#include "fedrt/runtime/collectives.h"
 #include "fedrt/runtime/peer.h"
 #include "peer_checks.h"
 #include "peer_ring.h"
@@ -227,6 +228,37 @@ TEST_CASE("IWP ring accumulating updates under a decaying rate conserves the rat
   io.momentum = 0.9f;
   io.dense_below = 100;
   RunIwpRing(io, {2000, 50, 900, 50}, /*decaying_rate=*/true);
+}
+
+TEST_CASE("IWP sums its selected coordinates on the ring, not the small vectors' way, which sends twice the bytes at 4 peers") {
+  const int n = 4;
+  const std::size_t d = 100000;
+  IwpOptions io;
+  io.target_fraction = 1.0f / 16;  // about 6,250 coordinates: 25 KB, small enough for SmallAllReduce at 4 peers
+  PeerRing ring(n);
+  ring.FormAll();
+  std::vector<std::unique_ptr<IwpAccumulator>> acc;
+  std::vector<std::vector<float>> model(n, std::vector<float>(d, 0.5f));
+  std::vector<std::vector<uint32_t>> idx(n);
+  std::vector<std::vector<float>> sums(n);
+  for (int r = 0; r < n; ++r) acc.push_back(std::make_unique<IwpAccumulator>(d, io));
+  auto st = ring.Each(ring.All(), [&](uint32_t r) -> Status {
+    std::vector<float> g = Input(r * 1000, d);
+    FEDRT_RETURN_IF_ERROR(acc[r]->Accumulate(g.data(), 1.0f));
+    return ring.groups[r]->IwpAllReduce(*acc[r], model[r].data(), 99, 0, &idx[r], &sums[r]);
+  });
+  for (auto& s : st) REQUIRE_MESSAGE(s.ok(), s.ToString());
+  const std::size_t k = idx[0].size();
+  REQUIRE(k > 1000);
+  REQUIRE(k * sizeof(float) * (n / 2) <= peer::SmallAllReduce::kMaxLinkBytes);  // Run would take the small way
+  for (int r = 1; r < n; ++r) CHECK(sums[r] == sums[0]);
+  // The small vectors' way sends (n - 1) k floats for the values alone; the
+  // ring 2 (n - 1) / n k, plus the leader's indices passed on.
+  const uint64_t small_values_bytes = static_cast<uint64_t>(n - 1) * k * sizeof(float);
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r << " sent " << ring.groups[r]->last_stats().bytes_sent << " bytes for " << k << " coordinates");
+    CHECK(ring.groups[r]->last_stats().bytes_sent < small_values_bytes);
+  }
 }
 
 }  // namespace

@@ -17,7 +17,7 @@
 #     moniqua:bits=1 (theta from the bound), dithered 1-bit Moniqua with
 #     theta 0.05 and consensus step 0.15, and no communication;
 #   star, 8 devices, 10 rounds, the CNN: fp32 and dqsg:s=2 per tensor.
-# About 20-30 minutes on 2 cores.
+# About five minutes on 2 cores. The last results: docs/benchmarks/paper-claims.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

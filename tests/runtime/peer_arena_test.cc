@@ -170,8 +170,14 @@ TEST_CASE("peer arena: the models after a few steps are the golden ones, in a ca
       // Recorded on x86-64 with OpenBLAS from the heap engine before the block
       // existed; the built-in GEMM sums in another order (other last bits).
       CHECK(r.hash == g.hash);
-#endif
       CHECK(r.allocations <= g.max_allocations);
+#else
+      // The counts are the collectives': they follow the models' values (a
+      // Moniqua theta refresh makes a codec; aarch64 counted 504 where x86-64
+      // counts 486), so other targets get a tenth more room. The trainer's
+      // own step is checked exactly by the local baseline below.
+      CHECK(r.allocations <= g.max_allocations + g.max_allocations / 10);
+#endif
     }
   }
 }

@@ -205,14 +205,15 @@ TEST_CASE("an IWP ring with an exponential warm-up sends more in its first steps
   REQUIRE(a.size() == 1);
   REQUIRE(b.size() == 1);
   // mlp:784-32-10 has 25,450 parameters. Three steps at 50%, 23% and 11%
-  // instead of 5% add about 0.69 of the model to each peer's all-reduce
-  // values; the sums (at most 50.9 KB) go to SmallAllReduce, where each of
-  // the 3 peers sends p - 1 = 2 whole vectors: about 1.38 of the model's
-  // 4-byte floats from each peer.
+  // instead of 5% add up to about 0.69 of the model to each peer's
+  // all-reduce values, which IWP sums on the ring (each of the 3 peers sends
+  // 2 (p - 1) / p = 4/3 of them): up to about 0.92 of the model's 4-byte
+  // floats from each peer (0.75 measured: the selection keeps fewer than
+  // the density asks of some tensors).
   const double extra = b[0]["total_bytes_sent"].get<double>() - a[0]["total_bytes_sent"].get<double>();
   MESSAGE("warm-up sent " << extra << " bytes more");
-  CHECK(extra > 3 * 0.8 * 4 * 25450);
-  CHECK(extra < 3 * 2.0 * 4 * 25450);  // a constant warm-up at 50% would add about 2.7 of the model
+  CHECK(extra > 3 * 0.6 * 4 * 25450);
+  CHECK(extra < 3 * 1.4 * 4 * 25450);  // a constant warm-up at 50% would add about 1.8 of the model
   CHECK(b[0]["fp32_bytes"] == a[0]["fp32_bytes"]);
   CHECK(b[0]["test_accuracy_min"] == b[0]["test_accuracy_max"]);
 }

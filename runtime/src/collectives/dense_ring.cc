@@ -39,12 +39,10 @@ Status RingAllReduce::Run(float* data, std::size_t n) {
     if (s.ok()) total_bytes_sent_ += stats_.bytes_sent;
     return s;
   }
-  return RunRing(data, n);
+  return RunFewestBytes(data, n);
 }
 
-Status RingAllReduce::RunFewestBytes(float* data, std::size_t n) { return RunRing(data, n); }
-
-Status RingAllReduce::RunRing(float* data, std::size_t n) {
+Status RingAllReduce::RunFewestBytes(float* data, std::size_t n) {
   auto call = internal::BeginRingCall(context_, &stats_);
   if (!call.ok()) return call.status();
   const std::size_t p = call->p;

@@ -142,8 +142,6 @@ class RingAllReduce {
   uint64_t total_bytes_sent() const { return total_bytes_sent_; }
 
  private:
-  Status RunRing(float* data, std::size_t n);
-
   CollectiveContext& context_;
   const uint32_t chunk_floats_;
   SmallAllReduce small_;

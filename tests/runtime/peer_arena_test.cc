@@ -167,10 +167,15 @@ TEST_CASE("peer arena: the models after a few steps are the golden ones, in a ca
       if (!arena) heap_hash = r.hash;
       CHECK(r.hash == heap_hash);
 #if defined(__x86_64__) && FEDRT_HAVE_OPENBLAS
-      // Recorded on x86-64 with OpenBLAS from the heap engine before the block
-      // existed; the built-in GEMM sums in another order (other last bits).
-      CHECK(r.hash == g.hash);
-      CHECK(r.allocations <= g.max_allocations);
+      // Recorded on x86-64 with OpenBLAS's Haswell SGEMM kernel from the heap
+      // engine before the block existed; the built-in GEMM and OpenBLAS's
+      // other kernels sum in other orders (other last bits).
+      if (testing::GoldenGemmKernel()) {
+        CHECK(r.hash == g.hash);
+        CHECK(r.allocations <= g.max_allocations);
+      } else {
+        CHECK(r.allocations <= g.max_allocations + g.max_allocations / 10);
+      }
 #else
       // The counts are the collectives': they follow the models' values (a
       // Moniqua theta refresh makes a codec; aarch64 counted 504 where x86-64

@@ -154,7 +154,7 @@ Status AllGatherAllReduce::Run(float* data, std::size_t n, const std::string& co
   const std::size_t p = call->p;
   const std::size_t r = context_.position();
   TensorSetCodec& codec = *codec_;
-  const std::string spec = codec.spec();
+  const std::string_view spec = codec.spec().view();
   internal::ReleaseOnReturn release_on_return(context_, call->deadline);
   const std::size_t max_payload = codec.MaxEncodedSize(n);
   payloads_.resize(p);
@@ -247,7 +247,7 @@ const LevelTable* AllGatherAllReduce::level_table() const {
 
 // Hop t sends the payload of ring position (r - t) (its own at hop 0) and
 // receives that of (r - t - 1), forwarding each chunk as it arrives.
-Status AllGatherAllReduce::Exchange(uint64_t collective, Deadline deadline, const std::string& spec,
+Status AllGatherAllReduce::Exchange(uint64_t collective, Deadline deadline, std::string_view spec,
                                     std::size_t max_size, std::vector<std::vector<uint8_t>>* payloads) {
   const std::size_t p = context_.members().size();
   const std::size_t r = context_.position();

@@ -191,6 +191,10 @@ TEST_CASE("peer arena: the codec ring and replica and per-tensor gossip allocate
       {"fp16 ring", peer::PeerReduce::kCodec, "fp16"},
       {"CHOCO gossip", peer::PeerReduce::kGossip, "choco:gamma=0.5+sign:b=32"},
       {"dqsg gossip", peer::PeerReduce::kGossip, "dqsg:s=2"},
+      // The compressed all-gather keeps its state on the heap (not in the
+      // block), made at its first step; its steps allocate nothing either.
+      {"dqsg all-gather", peer::PeerReduce::kCompressed, "dqsg:s=2"},
+      {"topk all-gather", peer::PeerReduce::kCompressed, "topk:k=0.1"},
   };
   for (const Case& c : cases) {
     uint64_t heap_hash = 0;

@@ -112,6 +112,7 @@ Status AllGatherAllReduce::Prepare(std::size_t n, const std::string& requested) 
   const std::string& codec_spec = *with_feedback;
   codec_.reset();
   adaptive_.reset();
+  inner_.Reset();
   feedback_.reset();
   spec_.clear();
   pending_levels_ = LevelStatistics();
@@ -129,12 +130,19 @@ Status AllGatherAllReduce::Prepare(std::size_t n, const std::string& requested) 
     if (!update.ok()) return update.status();
     codec_ = std::move(*update);
   } else {
-    auto made = MakeCodec(codec_spec);
+    Result<CodecFootprint> footprint = CodecFootprintFor(codec_spec, n);
+    if (footprint.ok()) {
+      inner_storage_.resize((footprint->size + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t));
+      inner_.Bind(reinterpret_cast<unsigned char*>(inner_storage_.data()),
+                  inner_storage_.size() * sizeof(std::max_align_t), n);
+    }
+    auto made = inner_.Make(codec_spec, n);  // on the heap when it cannot be placed
     if (!made.ok()) return made.status();
     if ((*made)->needs_side_info()) {
+      inner_.Reset();
       return InvalidArgument("codec '" + codec_spec + "' needs side information: it does not compose with ring reduction");
     }
-    auto update = MakeUpdateCodec(std::move(*made), table);
+    auto update = BorrowUpdateCodec(**made, table);
     if (!update.ok()) return update.status();
     codec_ = std::move(*update);
   }
@@ -194,9 +202,21 @@ Status AllGatherAllReduce::Run(float* data, std::size_t n, const std::string& co
   if (result.ok()) {
     // The sum in ring order, the same float operations on every member.
     std::fill(data, data + n, 0.0f);
+    // Several tensors: decoded into decoded_ and added, as TensorSetCodec's
+    // DecodeAccumulate does (which allocates its vector per call); one
+    // tensor: the inner codec's fused DecodeAccumulate. The same bits.
+    const bool several = codec.tensor_sizes().size() > 1;
+    if (several) decoded_.resize(n);
     for (std::size_t q = 0; q < p && result.ok(); ++q) {
       context.sender_id = context_.members()[q];
-      result = codec.DecodeAccumulate(payloads_[q].data(), payloads_[q].size(), context, 1.0f, data, n);
+      if (several) {
+        result = codec.Decode(payloads_[q].data(), payloads_[q].size(), context, decoded_.data(), n);
+        if (result.ok()) {
+          for (std::size_t i = 0; i < n; ++i) data[i] += 1.0f * decoded_[i];
+        }
+      } else {
+        result = codec.DecodeAccumulate(payloads_[q].data(), payloads_[q].size(), context, 1.0f, data, n);
+      }
       if (!result.ok() && q != r) result = context_.Named(context_.members()[q], result);
     }
   }

@@ -229,6 +229,10 @@ class CompressedRingAllReduce {
 // 1) the members all-gather the level statistics of what they encoded since
 // the last fit (28 bytes each; with model=norm 28 more per largest bucket),
 // merge them and fit the next table, identical on every member.
+// Memory: no Bind yet; its codec (in place, in heap storage with working
+// space for the vector), payloads and residual are made at the first Run
+// (and for a new spec or length), after which a Run allocates nothing (an
+// ALQ / AMQ refit builds its statistics on the heap).
 // The spec AllGatherAllReduce encodes with: `codec_spec` plus ef=on when it
 // names no ef key (kInvalidArgument when it does not parse).
 Result<std::string> AllGatherCodecSpec(const std::string& codec_spec);
@@ -257,8 +261,13 @@ class AllGatherAllReduce {
 
   CollectiveContext& context_;
   std::vector<std::size_t> tensor_sizes_;
+  // The other codecs: built in place in heap storage with working space for
+  // the vector (ConstructCodec), so encoding and decoding allocate nothing.
+  std::vector<std::max_align_t> inner_storage_;
+  internal::CodecHolder inner_;
   std::unique_ptr<AdaptiveCodec> adaptive_;  // ALQ / AMQ: the codec codec_ borrows
-  std::unique_ptr<TensorSetCodec> codec_;     // made once per spec and length, reused
+  std::unique_ptr<TensorSetCodec> codec_;     // made once per spec and length, reused (borrows inner_ or adaptive_)
+  std::vector<float> decoded_;                // a member's decoded payload (several tensors), reused
   std::string spec_;
   std::unique_ptr<ErrorFeedback> feedback_;        // null: the codec takes none
   std::vector<float> saved_residual_;  // the residual before this Run (restored when it fails)

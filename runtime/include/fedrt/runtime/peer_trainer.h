@@ -39,8 +39,8 @@
 // ring step, the DP noise, the repair's step and model vectors, the
 // collectives' objects (PeerGroup) and the memory of the collectives it
 // calls (collectives.h, "Memory": codecs in place, encode buffers, the
-// neighbours' models, CHOCO replicas; the compressed all-gather's stays on
-// the heap). Moniqua's theta is a value of the trainer;
+// neighbours' models, CHOCO replicas; the compressed all-gather's is made
+// on the heap at its first step). Moniqua's theta is a value of the trainer;
 // its codec spec is a string reserved at creation.
 //
 // Ownership: the model, the data and the context are the caller's and must

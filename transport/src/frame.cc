@@ -2,6 +2,7 @@
 // goes through before anything reads it.
 #include "fedrt/transport/frame.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -97,14 +98,33 @@ struct FrameBytesPool::State {
   std::vector<std::pair<uint8_t*, std::size_t>> free;  // storage, capacity
   std::size_t kept = 0;
   std::size_t max_kept = 0;
+  std::size_t min_pooled = FrameBytesPool::kMinPooledBytes;
+  std::size_t granule = FrameBytesPool::kMinPooledBytes;  // capacities are multiples of it
 };
 
-std::shared_ptr<FrameBytesPool> FrameBytesPool::Create(std::size_t max_kept_bytes) {
-  return std::shared_ptr<FrameBytesPool>(new FrameBytesPool(max_kept_bytes));
+namespace {
+
+// The capacity a pooled buffer for `size` bytes gets: whole granules.
+std::size_t CapacityFor(const FrameBytesPool::State& state, std::size_t size) {
+  return std::max<std::size_t>(state.granule, (size + state.granule - 1) / state.granule * state.granule);
 }
 
-FrameBytesPool::FrameBytesPool(std::size_t max_kept_bytes) : state_(std::make_unique<State>()) {
+}  // namespace
+
+std::shared_ptr<FrameBytesPool> FrameBytesPool::Create(std::size_t max_kept_bytes) {
+  return Create(max_kept_bytes, kMinPooledBytes);
+}
+
+std::shared_ptr<FrameBytesPool> FrameBytesPool::Create(std::size_t max_kept_bytes, std::size_t min_pooled_bytes) {
+  return std::shared_ptr<FrameBytesPool>(new FrameBytesPool(max_kept_bytes, min_pooled_bytes));
+}
+
+FrameBytesPool::FrameBytesPool(std::size_t max_kept_bytes, std::size_t min_pooled_bytes)
+    : state_(std::make_unique<State>()) {
   state_->max_kept = max_kept_bytes;
+  state_->min_pooled = min_pooled_bytes;
+  state_->granule = std::max<std::size_t>(1024, std::min(min_pooled_bytes, kMinPooledBytes));
+  state_->free.reserve(64);  // returns allocate nothing until this many are kept
 }
 
 FrameBytesPool::~FrameBytesPool() {
@@ -117,7 +137,7 @@ std::size_t FrameBytesPool::kept_bytes() const {
 }
 
 Result<FrameBytes> FrameBytesPool::Allocate(std::size_t size) {
-  if (size < kMinPooledBytes) return FrameBytes::Allocate(size);
+  if (size < state_->min_pooled) return FrameBytes::Allocate(size);
   FrameBytes bytes;
   {
     // The smallest kept buffer that fits.
@@ -135,7 +155,7 @@ Result<FrameBytes> FrameBytesPool::Allocate(std::size_t size) {
     }
   }
   if (!bytes.data_) {
-    const std::size_t capacity = (size + kMinPooledBytes - 1) / kMinPooledBytes * kMinPooledBytes;
+    const std::size_t capacity = CapacityFor(*state_, size);
     uint8_t* p = static_cast<uint8_t*>(AlignedAlloc(capacity, 16));
     if (p == nullptr) {
       return Status(StatusCode::kResourceExhausted,
@@ -145,6 +165,15 @@ Result<FrameBytes> FrameBytesPool::Allocate(std::size_t size) {
   }
   bytes.size_ = size;
   return bytes;
+}
+
+void FrameBytesPool::Reserve(std::size_t count, std::size_t bytes) {
+  const std::size_t capacity = CapacityFor(*state_, bytes);
+  for (std::size_t i = 0; i < count; ++i) {  // beyond max_kept_bytes, Return frees them again
+    uint8_t* p = static_cast<uint8_t*>(AlignedAlloc(capacity, 16));
+    if (p == nullptr) return;
+    Return(p, capacity);
+  }
 }
 
 void FrameBytesPool::Return(uint8_t* p, std::size_t capacity) {

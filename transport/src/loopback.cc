@@ -1,7 +1,16 @@
 // The in-process loopback transport (contract in loopback.h).
+//
+// Memory: a frame's bytes are parsed on Send into a buffer of the sending
+// end's pool (FrameBytesPool, every size) and its delivery is posted in a
+// kept block (PostBlocks), so the steady state allocates nothing per frame.
 #include "fedrt/transport/loopback.h"
 
 #include <asio.hpp>
+#include <asio/bind_allocator.hpp>
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <new>
 #include <atomic>
 #include <string>
 #include <vector>
@@ -14,13 +23,87 @@ namespace fedrt {
 namespace transport {
 namespace {
 
+// Memory for the posted deliveries of one connection's frames. A post from
+// a thread outside the loop (the sender's) allocates its operation every
+// time with asio's default allocator; these blocks are kept and reused, so
+// a steady stream of frames allocates nothing. Thread-safety: blocks are
+// taken on the sending thread and given back on the loop's.
+class PostBlocks {
+ public:
+  static constexpr std::size_t kBlockBytes = 256;  // a delivery's operation fits (larger ones: the heap)
+  static constexpr std::size_t kMaxKept = 256;
+
+  static constexpr std::size_t kReady = 16;  // blocks made at once: deliveries in flight at first
+
+  PostBlocks() {
+    free_.reserve(kMaxKept);
+    for (std::size_t i = 0; i < kReady; ++i) free_.push_back(::operator new(kBlockBytes));
+  }
+  ~PostBlocks() {
+    for (void* p : free_) ::operator delete(p);
+  }
+  PostBlocks(const PostBlocks&) = delete;
+  PostBlocks& operator=(const PostBlocks&) = delete;
+
+  void* Take(std::size_t bytes) {
+    if (bytes <= kBlockBytes) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_.empty()) {
+        void* p = free_.back();
+        free_.pop_back();
+        return p;
+      }
+    }
+    return ::operator new(std::max(bytes, kBlockBytes));
+  }
+  void Give(void* p, std::size_t bytes) {
+    if (bytes <= kBlockBytes) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (free_.size() < kMaxKept) {
+        free_.push_back(p);
+        return;
+      }
+    }
+    ::operator delete(p);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<void*> free_;
+};
+
+template <typename T>
+class PostAllocator {
+ public:
+  using value_type = T;
+  explicit PostAllocator(std::shared_ptr<PostBlocks> blocks) : blocks_(std::move(blocks)) {}
+  template <typename U>
+  PostAllocator(const PostAllocator<U>& other) : blocks_(other.blocks()) {}  // NOLINT: an allocator rebinds implicitly
+  T* allocate(std::size_t n) { return static_cast<T*>(blocks_->Take(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) { blocks_->Give(p, n * sizeof(T)); }
+  const std::shared_ptr<PostBlocks>& blocks() const { return blocks_; }
+  template <typename U>
+  bool operator==(const PostAllocator<U>& other) const { return blocks_ == other.blocks(); }
+  template <typename U>
+  bool operator!=(const PostAllocator<U>& other) const { return blocks_ != other.blocks(); }
+
+ private:
+  std::shared_ptr<PostBlocks> blocks_;
+};
+
 class LoopbackConnection final : public Connection,
                                  public LoopMember,
                                  public std::enable_shared_from_this<LoopbackConnection> {
  public:
   LoopbackConnection(EventLoop::Impl& loop, std::shared_ptr<ConnectionHandler> handler, const FrameLimits& limits)
       : loop_(loop), handler_(std::move(handler)), limits_(limits), id_(NextConnectionId()),
-        peer_("loopback:" + std::to_string(id_)) {}
+        peer_("loopback:" + std::to_string(id_)),
+        bodies_(FrameBytesPool::Create(2 * std::size_t{limits.max_frame_bytes}, 0)),
+        post_blocks_(std::make_shared<PostBlocks>()) {
+    // Small frames (steps of small models, reports, agreements) find storage
+    // from the first one on; larger ones are kept once seen.
+    bodies_->Reserve(16, 4096);
+  }
 
   void Link(const std::shared_ptr<LoopbackConnection>& other) { other_ = other; }
 
@@ -34,20 +117,23 @@ class LoopbackConnection final : public Connection,
   Status Send(OutFrame frame) override {
     if (frame.empty()) return InvalidArgument("empty frame");
     if (closing_.load()) return Status(StatusCode::kUnavailable, "connection " + peer_ + " is closed");
-    // The bytes a socket would carry; the other end parses them like TCP does.
-    std::vector<uint8_t> wire;
-    wire.reserve(frame.wire_size());
-    frame.AppendWireBytes(&wire);
+    // The bytes a socket would carry, parsed and verified as a TCP reader
+    // does (frame.h), now: into storage kept for the next frames, so the
+    // frame borrows nothing once Send returns.
+    Result<Frame> parsed = Parse(frame);
+    const std::size_t wire_size = frame.wire_size();
     frames_sent_.fetch_add(1, std::memory_order_relaxed);
-    bytes_sent_.fetch_add(wire.size(), std::memory_order_relaxed);
-    asio::post(loop_.io, [self = shared_from_this(), wire = std::move(wire)] {
-      std::shared_ptr<LoopbackConnection> other = self->other_.lock();
-      if (!other || other->closed_) {
-        ++self->frames_lost_;
-        return;
-      }
-      other->Deliver(wire);
-    });
+    bytes_sent_.fetch_add(wire_size, std::memory_order_relaxed);
+    asio::post(loop_.io, asio::bind_allocator(PostAllocator<void>(post_blocks_), [self = shared_from_this(),
+                                                                                   parsed = std::move(parsed),
+                                                                                   wire_size]() mutable {
+                 std::shared_ptr<LoopbackConnection> other = self->other_.lock();
+                 if (!other || other->closed_) {
+                   ++self->frames_lost_;
+                   return;
+                 }
+                 other->Deliver(std::move(parsed), wire_size);
+               }));
     return Status::Ok();
   }
 
@@ -93,11 +179,26 @@ class LoopbackConnection final : public Connection,
   }
 
  private:
-  void Deliver(const std::vector<uint8_t>& wire) {
+  // Prefix and body of `frame` checked against the limits (both ends have
+  // the same), the body copied into a kept buffer and verified.
+  Result<Frame> Parse(const OutFrame& frame) {
+    Result<uint32_t> body_size = ParseFramePrefix(frame.prefix(), limits_);
+    if (!body_size.ok()) return body_size.status();
+    Result<FrameBytes> body = bodies_->Allocate(*body_size);
+    if (!body.ok()) return body.status();
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < frame.piece_count(); ++i) {
+      const OutFrame::Piece& piece = frame.piece(i);
+      if (piece.size > 0) std::memcpy(body->data() + at, piece.data, piece.size);
+      at += piece.size;
+    }
+    return VerifyFrame(std::move(*body), limits_);
+  }
+
+  void Deliver(Result<Frame> frame, std::size_t wire_size) {
     if (closed_) return;
     frames_received_.fetch_add(1, std::memory_order_relaxed);
-    bytes_received_.fetch_add(wire.size(), std::memory_order_relaxed);
-    Result<Frame> frame = ParseFrame(wire.data(), wire.size(), limits_);
+    bytes_received_.fetch_add(wire_size, std::memory_order_relaxed);
     if (!frame.ok()) return AbortNow(frame.status());
     if (frame->kind() == MessageKind::kHeartbeat) return;
     if (handler_) handler_->OnFrame(*this, std::move(*frame));
@@ -131,6 +232,8 @@ class LoopbackConnection final : public Connection,
   uint64_t frames_lost_ = 0;  // on the loop thread: sent, never delivered
   Status close_reason_;       // on the loop thread
   std::atomic<uint64_t> frames_sent_{0}, frames_received_{0}, bytes_sent_{0}, bytes_received_{0};
+  std::shared_ptr<FrameBytesPool> bodies_;   // the storage of the frames this end sends
+  std::shared_ptr<PostBlocks> post_blocks_;  // their deliveries' operations
 };
 
 }  // namespace

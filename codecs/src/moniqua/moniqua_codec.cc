@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -55,23 +56,38 @@ using namespace codec_internal;
 
 constexpr std::size_t kChunk = 1024;
 
-std::string FormatFloat(float v) {
+// The shortest %g text (1 to 9 significant digits) that reads back as v.
+void AppendFloat(float v, CodecSpecText* spec) {
   char text[40];
+  int n = 0;
   for (int precision = 1; precision <= 9; ++precision) {
-    std::snprintf(text, sizeof text, "%.*g", precision, static_cast<double>(v));
+    n = std::snprintf(text, sizeof text, "%.*g", precision, static_cast<double>(v));
     if (std::strtof(text, nullptr) == v) break;
   }
-  return text;
+  *spec += std::string_view(text, static_cast<std::size_t>(n));
 }
 
 class MoniquaCodec final : public Codec {
  public:
+  // Allocates nothing (a new theta is a new codec, built in place by the
+  // peer trainer's gossip).
   MoniquaCodec(const MoniquaParameters& p, CommonOptions common) : p_(p), common_(common) {
-    spec_ += "moniqua:bits=" + std::to_string(p.bits) + ",theta=" + FormatFloat(p.theta) +
-             ",round=" + (p.stochastic ? "stochastic" : p.dither ? "dither" : "nearest") +
-             (p.gamma != 1.0f ? ",gamma=" + FormatFloat(p.gamma) : std::string()) +
-             (p.check != 0 ? ",check=" + std::to_string(p.check) : std::string()) + "," +
-             CommonOptionsSuffix(common, true);
+    spec_ += "moniqua:bits=";
+    AppendInt(p.bits, &spec_);
+    spec_ += ",theta=";
+    AppendFloat(p.theta, &spec_);
+    spec_ += ",round=";
+    spec_ += p.stochastic ? "stochastic" : p.dither ? "dither" : "nearest";
+    if (p.gamma != 1.0f) {
+      spec_ += ",gamma=";
+      AppendFloat(p.gamma, &spec_);
+    }
+    if (p.check != 0) {
+      spec_ += ",check=";
+      AppendInt(p.check, &spec_);
+    }
+    spec_ += ",";
+    AppendCommonOptions(common, true, &spec_);
   }
 
   CodecId id() const override { return CodecId::kMoniqua; }
@@ -157,15 +173,15 @@ class MoniquaCodec final : public Codec {
     return Status::Ok();
   }
 
-  // The payload's sampled full-precision coordinates (check=N): index and
-  // value of each; empty without. The payload must have been validated
-  // (Decode succeeded).
-  void CheckedCoordinates(const uint8_t* payload, std::size_t size, const CodecContext& context, std::size_t d,
-                          std::vector<std::pair<std::size_t, float>>* out) const {
-    out->clear();
+  // The payload's sampled full-precision coordinates (check=N): visit(index,
+  // value) for each, none without. The payload must have been validated
+  // (Decode succeeded). Allocates nothing.
+  template <typename Visit>
+  void VisitCheckedCoordinates(const uint8_t* payload, std::size_t size, const CodecContext& context, std::size_t d,
+                               Visit visit) const {
     const std::size_t bytes = CheckBytes(d);
     for (uint32_t k = 0; k < p_.check && d > 0; ++k) {
-      out->push_back({CheckedIndex(context, d, k), LoadFloatLe(payload + size - bytes + 4 * k)});
+      visit(CheckedIndex(context, d, k), LoadFloatLe(payload + size - bytes + 4 * k));
     }
   }
 
@@ -307,13 +323,12 @@ Status MoniquaDecode(const Codec& codec, const uint8_t* payload, std::size_t siz
     // A recovery within the bound is off by at most delta * B <= B/4; a
     // wrapped one by a non-zero multiple of B, so at least 3B/4: B/2
     // separates them, and every wrap at a checked coordinate is counted.
-    std::vector<std::pair<std::size_t, float>> sample;
-    moniqua.CheckedCoordinates(payload, size, context, d, &sample);
     *checked = MoniquaWraps{};
-    checked->checked = sample.size();
-    for (const auto& [index, value] : sample) {
-      if (std::fabs(static_cast<double>(out[index]) - value) > 0.5 * static_cast<double>(p.modulus)) ++checked->wrapped;
-    }
+    const double half_modulus = 0.5 * static_cast<double>(p.modulus);
+    moniqua.VisitCheckedCoordinates(payload, size, context, d, [&](std::size_t index, float value) {
+      ++checked->checked;
+      if (std::fabs(static_cast<double>(out[index]) - value) > half_modulus) ++checked->wrapped;
+    });
   }
   return Status::Ok();
 }

@@ -30,7 +30,13 @@ Result<uint64_t> AgreeStep(CollectiveContext& context, uint64_t step) {
       m.codec_spec = kAgreeStepSpec;
       m.payload.index = 0;
       m.payload.count = 1;
-      FEDRT_RETURN_IF_ERROR(context.Send(neighbours[i].rank, Encode(m, context.limits())));
+      // In a frame slot of the link: a theta refresh (Moniqua) runs this
+      // in the steady state, which allocates nothing.
+      auto slot = context.FreeSlot(neighbours[i].rank, deadline, "the agreed step");
+      if (!slot.ok()) return slot.status();
+      if (*slot == nullptr) continue;  // that neighbour has left
+      FEDRT_RETURN_IF_ERROR(
+          context.Send(neighbours[i].rank, Encode(m, context.limits(), **slot, transport::PayloadMode::kCopy)));
     }
     for (const Neighbour& neighbour : neighbours) {
       const uint32_t from = neighbour.rank;

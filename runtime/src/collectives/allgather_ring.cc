@@ -112,6 +112,7 @@ Status AllGatherAllReduce::Prepare(std::size_t n, const std::string& requested) 
   const std::string& codec_spec = *with_feedback;
   codec_.reset();
   adaptive_.reset();
+  inner_.Reset();
   feedback_.reset();
   spec_.clear();
   pending_levels_ = LevelStatistics();
@@ -129,12 +130,19 @@ Status AllGatherAllReduce::Prepare(std::size_t n, const std::string& requested) 
     if (!update.ok()) return update.status();
     codec_ = std::move(*update);
   } else {
-    auto made = MakeCodec(codec_spec);
+    Result<CodecFootprint> footprint = CodecFootprintFor(codec_spec, n);
+    if (footprint.ok()) {
+      inner_storage_.resize((footprint->size + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t));
+      inner_.Bind(reinterpret_cast<unsigned char*>(inner_storage_.data()),
+                  inner_storage_.size() * sizeof(std::max_align_t), n);
+    }
+    auto made = inner_.Make(codec_spec, n);  // on the heap when it cannot be placed
     if (!made.ok()) return made.status();
     if ((*made)->needs_side_info()) {
+      inner_.Reset();
       return InvalidArgument("codec '" + codec_spec + "' needs side information: it does not compose with ring reduction");
     }
-    auto update = MakeUpdateCodec(std::move(*made), table);
+    auto update = BorrowUpdateCodec(**made, table);
     if (!update.ok()) return update.status();
     codec_ = std::move(*update);
   }
@@ -154,7 +162,7 @@ Status AllGatherAllReduce::Run(float* data, std::size_t n, const std::string& co
   const std::size_t p = call->p;
   const std::size_t r = context_.position();
   TensorSetCodec& codec = *codec_;
-  const std::string spec = codec.spec();
+  const std::string_view spec = codec.spec().view();
   internal::ReleaseOnReturn release_on_return(context_, call->deadline);
   const std::size_t max_payload = codec.MaxEncodedSize(n);
   payloads_.resize(p);
@@ -194,9 +202,21 @@ Status AllGatherAllReduce::Run(float* data, std::size_t n, const std::string& co
   if (result.ok()) {
     // The sum in ring order, the same float operations on every member.
     std::fill(data, data + n, 0.0f);
+    // Several tensors: decoded into decoded_ and added, as TensorSetCodec's
+    // DecodeAccumulate does (which allocates its vector per call); one
+    // tensor: the inner codec's fused DecodeAccumulate. The same bits.
+    const bool several = codec.tensor_sizes().size() > 1;
+    if (several) decoded_.resize(n);
     for (std::size_t q = 0; q < p && result.ok(); ++q) {
       context.sender_id = context_.members()[q];
-      result = codec.DecodeAccumulate(payloads_[q].data(), payloads_[q].size(), context, 1.0f, data, n);
+      if (several) {
+        result = codec.Decode(payloads_[q].data(), payloads_[q].size(), context, decoded_.data(), n);
+        if (result.ok()) {
+          for (std::size_t i = 0; i < n; ++i) data[i] += 1.0f * decoded_[i];
+        }
+      } else {
+        result = codec.DecodeAccumulate(payloads_[q].data(), payloads_[q].size(), context, 1.0f, data, n);
+      }
       if (!result.ok() && q != r) result = context_.Named(context_.members()[q], result);
     }
   }
@@ -247,7 +267,7 @@ const LevelTable* AllGatherAllReduce::level_table() const {
 
 // Hop t sends the payload of ring position (r - t) (its own at hop 0) and
 // receives that of (r - t - 1), forwarding each chunk as it arrives.
-Status AllGatherAllReduce::Exchange(uint64_t collective, Deadline deadline, const std::string& spec,
+Status AllGatherAllReduce::Exchange(uint64_t collective, Deadline deadline, std::string_view spec,
                                     std::size_t max_size, std::vector<std::vector<uint8_t>>* payloads) {
   const std::size_t p = context_.members().size();
   const std::size_t r = context_.position();

@@ -6,7 +6,12 @@
 // itself, and the all-gather forwards that payload unchanged (re-encoding a
 // decoded fp16 chunk gives the same bytes), so every peer ends bit-identical.
 
+#include <memory>
+#include <string_view>
+
 #include "collectives/ring.h"
+#include "common/block_carver.h"
+#include "fedrt/codecs/codec_spec.h"
 #include "fedrt/runtime/collectives.h"
 
 namespace fedrt {
@@ -14,8 +19,51 @@ namespace peer {
 
 using transport::RingPhase;
 
+namespace {
+
+// The codec's storage and the encode buffer for chunks of up to d floats.
+struct CompressedRingSizes {
+  std::size_t codec = 0;
+  std::size_t encoded = 0;
+};
+
+Result<CompressedRingSizes> MeasureCompressedRing(const CollectiveShape& shape) {
+  CompressedRingSizes sizes;
+  if (shape.members <= 1 || shape.d == 0 || shape.codec.empty()) return sizes;
+  Result<std::unique_ptr<Codec>> probe = MakeCodec(shape.codec);
+  if (!probe.ok()) return probe.status();
+  // A codec that cannot be placed (none in the registry today) is made on the heap.
+  Result<std::size_t> storage = internal::CodecHolder::StorageBytes(shape.codec, shape.d);
+  sizes.codec = storage.ok() ? AlignUp(*storage, kCollectiveAlignment) : 0;
+  // A codec placed with working space for d stages there: its bound is the payload's.
+  sizes.encoded = AlignUp((*probe)->MaxPayloadSize(shape.d), kCollectiveAlignment);
+  return sizes;
+}
+
+}  // namespace
+
 CompressedRingAllReduce::CompressedRingAllReduce(CollectiveContext& context, uint32_t chunk_floats)
-    : context_(context), chunk_floats_(chunk_floats) {}
+    : context_(context), chunk_floats_(chunk_floats) {
+  spec_.reserve(kMaxCodecSpecSize);
+}
+
+Result<std::size_t> CompressedRingAllReduce::RequiredBytes(const CollectiveShape& shape) {
+  Result<CompressedRingSizes> sizes = MeasureCompressedRing(shape);
+  if (!sizes.ok()) return sizes.status();
+  return sizes->codec + sizes->encoded;
+}
+
+Status CompressedRingAllReduce::Bind(void* memory, std::size_t size, const CollectiveShape& shape) {
+  Result<CompressedRingSizes> sizes = MeasureCompressedRing(shape);
+  if (!sizes.ok()) return sizes.status();
+  FEDRT_RETURN_IF_ERROR(internal::CheckCollectiveMemory(memory, size, sizes->codec + sizes->encoded,
+                                                        kCollectiveAlignment, "CompressedRingAllReduce"));
+  auto* base = static_cast<unsigned char*>(memory);
+  spec_.clear();
+  codec_.Bind(sizes->codec > 0 ? base : nullptr, sizes->codec, shape.d);
+  encoded_.Bind(sizes->encoded > 0 ? base + sizes->codec : nullptr, sizes->encoded);
+  return Status::Ok();
+}
 
 CompressedRingAllReduce::~CompressedRingAllReduce() = default;
 
@@ -24,27 +72,28 @@ Status CompressedRingAllReduce::Run(float* data, std::size_t n, const std::strin
   if (!call.ok()) return call.status();
   const std::size_t p = call->p;
   if (p == 1 || n == 0) return Status::Ok();
-  if (codec_spec != spec_ || codec_ == nullptr) {
-    codec_.reset();
-    spec_ = codec_spec;
-    auto made = MakeCodec(codec_spec);
+  if (codec_spec != spec_ || codec_.get() == nullptr) {
+    spec_.clear();
+    auto made = codec_.Make(codec_spec, n);
     if (!made.ok()) return made.status();
     if ((*made)->needs_side_info()) {
+      codec_.Reset();
       return InvalidArgument("codec '" + codec_spec +
                              "' needs side information: it does not compose with ring reduction");
     }
-    codec_ = std::move(*made);
+    spec_.assign(codec_spec);  // within the reserved capacity for registry specs
   }
-  Codec& codec = *codec_;
+  Codec& codec = *codec_.get();
   // On every return from here on, the context holds no frame of this call.
   internal::ReleaseOnReturn release_on_return(context_, call->deadline);
   const internal::RingShape shape(n, p, chunk_floats_, context_.limits());
   const std::size_t need = codec.MaxEncodedSize(std::min(shape.chunk, n));
-  if (encoded_.size() < need) encoded_.resize(need);
+  uint8_t* const encoded = encoded_.size() < need ? encoded_.Resize(need) : encoded_.data();
+  const std::size_t capacity = encoded_.size();
   const std::size_t r = context_.position();
   const uint32_t from = context_.left();
   const uint32_t rank = context_.rank();
-  const std::string spec = codec.spec();
+  const std::string_view spec = codec.spec().view();
   CodecContext context;
   context.session_seed = 0;
   context.round = static_cast<uint32_t>(call->collective);
@@ -58,14 +107,14 @@ Status CompressedRingAllReduce::Run(float* data, std::size_t n, const std::strin
     const std::size_t len = shape.chunk_size(s, k);
     context.tensor_id = static_cast<uint32_t>(s) * 65536u + k;
     context.sender_id = rank;
-    auto size = codec.Encode(begin, len, context, encoded_.data(), encoded_.size());
+    auto size = codec.Encode(begin, len, context, encoded, capacity);
     if (!size.ok()) return size.status();
-    if (decode_back) FEDRT_RETURN_IF_ERROR(codec.Decode(encoded_.data(), *size, context, begin, len));
+    if (decode_back) FEDRT_RETURN_IF_ERROR(codec.Decode(encoded, *size, context, begin, len));
     transport::RingChunkMessage m = internal::RingChunkHead(context_, shape, call->collective, phase, step, s, k);
     m.codec_spec = spec;
     m.payload.total_size = *size;  // index and count: the chunk's place in the segment
     m.payload.offset = 0;
-    m.payload.data = encoded_.data();
+    m.payload.data = encoded;
     m.payload.size = *size;
     stats_.bytes_sent += m.payload.size;
     return internal::SendChunk(context_, call->deadline, m, transport::PayloadMode::kCopy);

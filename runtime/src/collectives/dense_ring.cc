@@ -6,9 +6,11 @@
 // by piece as they arrive and all-gather chunks are received straight into
 // it (registered buffers). Chunks the binding delivers whole (small ones, the
 // loopback) are added or copied from their frames.
+#include <algorithm>
 #include <cstring>
 
 #include "collectives/ring.h"
+#include "common/block_carver.h"
 #include "fedrt/codecs/reduce.h"
 #include "fedrt/runtime/collectives.h"
 
@@ -25,7 +27,37 @@ void AddPiece(const uint8_t* piece, std::size_t size, uint8_t* into) {
             static_cast<float*>(static_cast<void*>(into)));
 }
 
+// The registered buffers a ring of up to shape.d floats lists at most: every
+// chunk received in both phases. With automatic chunking a shorter vector
+// may cut a segment into up to 3 chunks (half a segment, rounded).
+std::size_t MaxRegisteredBuffers(const CollectiveShape& shape) {
+  const std::size_t p = shape.members;
+  if (p <= 1 || shape.d == 0) return 0;
+  const internal::RingShape ring(shape.d, p, shape.chunk_floats, shape.limits);
+  std::size_t most = shape.chunk_floats == 0 ? 3 : 1;
+  for (std::size_t s = 0; s < p; ++s) most = std::max<std::size_t>(most, ring.chunks(s));
+  return 2 * (p - 1) * most;
+}
+
 }  // namespace
+
+Result<std::size_t> RingAllReduce::RequiredBytes(const CollectiveShape& shape) {
+  Result<std::size_t> small = SmallAllReduce::RequiredBytes(shape);
+  if (!small.ok()) return small.status();
+  return AlignUp(MaxRegisteredBuffers(shape) * sizeof(RegisteredBuffer), kCollectiveAlignment) + *small;
+}
+
+Status RingAllReduce::Bind(void* memory, std::size_t size, const CollectiveShape& shape) {
+  Result<std::size_t> needed = RequiredBytes(shape);
+  if (!needed.ok()) return needed.status();
+  FEDRT_RETURN_IF_ERROR(
+      internal::CheckCollectiveMemory(memory, size, *needed, kCollectiveAlignment, "RingAllReduce"));
+  const std::size_t count = MaxRegisteredBuffers(shape);
+  const std::size_t list = AlignUp(count * sizeof(RegisteredBuffer), kCollectiveAlignment);
+  auto* base = static_cast<unsigned char*>(memory);
+  buffers_.Bind(static_cast<RegisteredBuffer*>(memory), count);
+  return small_.Bind(*needed > list ? base + list : nullptr, *needed - list, shape);
+}
 
 RingAllReduce::RingAllReduce(CollectiveContext& context, uint32_t chunk_floats)
     : context_(context), chunk_floats_(chunk_floats), small_(context) {}
@@ -57,7 +89,7 @@ Status RingAllReduce::RunFewestBytes(float* data, std::size_t n) {
   // Raw chunks go straight into the vector: reduce-scatter ones are added as
   // they arrive, all-gather ones stored, in the order the left neighbour
   // sends them.
-  buffers_.clear();
+  std::size_t listed = 0;
   for (RingPhase phase : {RingPhase::kReduceScatter, RingPhase::kAllGather}) {
     for (uint32_t t = 0; t + 1 < p; ++t) {
       const std::size_t s = internal::ReceivedSegment(phase, r, p, t);
@@ -76,11 +108,12 @@ Status RingAllReduce::RunFewestBytes(float* data, std::size_t n) {
         b.head.size = bytes;
         b.data = reinterpret_cast<uint8_t*>(chunk_begin(s, k));
         b.reduce = phase == RingPhase::kReduceScatter ? AddPiece : nullptr;
-        buffers_.push_back(b);
+        buffers_.Resize(listed + 1)[listed] = b;
+        ++listed;
       }
     }
   }
-  context_.ExpectPayloads(from, buffers_.data(), buffers_.size());
+  context_.ExpectPayloads(from, buffers_.data(), listed);
 
   // Sends chunk k of segment s (its current values) for (phase, step), from
   // the vector itself: the frame borrows the bytes until it is written

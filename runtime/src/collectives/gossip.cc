@@ -4,7 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <string_view>
+#include <utility>
 
+#include "common/block_carver.h"
 #include "fedrt/codecs/codec_spec.h"
 #include "fedrt/codecs/tensor_set.h"
 #include "fedrt/runtime/collectives.h"
@@ -33,11 +37,125 @@ Result<ChocoSpec> ParseChocoSpec(const std::string& spec) {
   return out;
 }
 
-Gossip::Gossip(CollectiveContext& context) : context_(context) {}
+namespace {
+
+// What a gossip step keeps, for models of d floats (collectives.h, Gossip::RequiredBytes).
+struct GossipSizes {
+  std::size_t codec = 0;    // the codec in place (the inner one of CHOCO)
+  std::size_t payload = 0;  // the largest payload: encoded, and each neighbour's received
+  std::size_t d = 0;
+  std::size_t neighbours = 0;
+  std::size_t members = 0;
+  bool choco = false;
+};
+
+Result<GossipSizes> MeasureGossip(const CollectiveShape& shape) {
+  GossipSizes sizes;
+  sizes.d = shape.d;
+  sizes.neighbours = shape.neighbours;
+  sizes.members = shape.members;
+  sizes.payload = shape.d * sizeof(float);
+  if (shape.codec.empty() || shape.d == 0) return sizes;
+  std::string_view inner = shape.codec;
+  std::string choco_codec;
+  if (IsChocoSpec(shape.codec)) {
+    Result<ChocoSpec> choco = ParseChocoSpec(shape.codec);
+    if (!choco.ok()) return choco.status();
+    choco_codec = choco->codec;
+    inner = choco_codec;
+    sizes.choco = true;
+  }
+  Result<std::unique_ptr<Codec>> probe = MakeCodec(std::string(inner));
+  if (!probe.ok()) return probe.status();
+  // A codec that cannot be placed (none in the registry today) is made on the heap.
+  Result<std::size_t> storage = internal::CodecHolder::StorageBytes(inner, shape.d);
+  sizes.codec = storage.ok() ? *storage : 0;
+  // A codec placed with working space for d stages there: the payload's
+  // bound is what it encodes into (per tensor: the framing's too).
+  sizes.payload = (*probe)->MaxPayloadSize(shape.d);
+  if (!shape.tensor_sizes.empty() && EncodesPerTensor(**probe)) {
+    Result<std::unique_ptr<TensorSetCodec>> tensors = TensorSetCodec::Borrow(**probe, shape.tensor_sizes);
+    if (!tensors.ok()) return tensors.status();
+    sizes.payload = (*tensors)->MaxPayloadSize(shape.d);
+  }
+  return sizes;
+}
+
+// The block's pieces in order (null base: measuring); returns the bytes.
+struct GossipLayout {
+  unsigned char* codec = nullptr;
+  uint8_t* encoded = nullptr;
+  uint8_t* received = nullptr;
+  std::size_t* received_sizes = nullptr;
+  uint8_t* got = nullptr;
+  MoniquaNeighbour* mix = nullptr;
+  float* own = nullptr;
+  float* recovered = nullptr;
+  float* choco_public = nullptr;
+  float* choco_diff = nullptr;
+  float* choco_replicas = nullptr;
+  uint32_t* choco_members = nullptr;
+};
+
+std::size_t CarveGossip(unsigned char* base, const GossipSizes& z, GossipLayout* l) {
+  Carver carve(base);
+  const std::size_t a = kCollectiveAlignment;
+  l->codec = carve.Take<unsigned char>(z.codec, a);
+  l->encoded = carve.Take<uint8_t>(z.codec > 0 ? z.payload : 0, a);
+  l->received = carve.Take<uint8_t>(z.neighbours * z.payload, a);
+  l->received_sizes = carve.Take<std::size_t>(z.neighbours);
+  l->got = carve.Take<uint8_t>(z.neighbours);
+  l->mix = carve.Take<MoniquaNeighbour>(z.neighbours);
+  l->own = carve.Take<float>(z.d, a);
+  l->recovered = carve.Take<float>(z.neighbours * z.d, a);
+  if (z.choco) {
+    l->choco_public = carve.Take<float>(z.d, a);
+    l->choco_diff = carve.Take<float>(z.d, a);
+    l->choco_replicas = carve.Take<float>(z.neighbours * z.d, a);
+    l->choco_members = carve.Take<uint32_t>(z.members);
+  }
+  return AlignUp(carve.used(), a);
+}
+
+}  // namespace
+
+Gossip::Gossip(CollectiveContext& context) : context_(context) { spec_.reserve(kMaxCodecSpecSize); }
+
+Result<std::size_t> Gossip::RequiredBytes(const CollectiveShape& shape) {
+  Result<GossipSizes> sizes = MeasureGossip(shape);
+  if (!sizes.ok()) return sizes.status();
+  GossipLayout layout;
+  return CarveGossip(nullptr, *sizes, &layout);
+}
+
+Status Gossip::Bind(void* memory, std::size_t size, const CollectiveShape& shape) {
+  Result<GossipSizes> sizes = MeasureGossip(shape);
+  if (!sizes.ok()) return sizes.status();
+  GossipLayout l;
+  const std::size_t needed = CarveGossip(nullptr, *sizes, &l);
+  FEDRT_RETURN_IF_ERROR(internal::CheckCollectiveMemory(memory, size, needed, kCollectiveAlignment, "Gossip"));
+  CarveGossip(static_cast<unsigned char*>(memory), *sizes, &l);
+  const GossipSizes& z = *sizes;
+  codec_ = nullptr;
+  spec_.clear();
+  made_.Bind(l.codec, z.codec, z.d);
+  encoded_.Bind(l.encoded, z.codec > 0 ? z.payload : 0);
+  received_.Bind(l.received, z.neighbours * z.payload);
+  received_sizes_.Bind(l.received_sizes, z.neighbours);
+  got_.Bind(l.got, z.neighbours);
+  mix_.Bind(l.mix, z.neighbours);
+  own_recovered_.Bind(l.own, z.d);
+  recovered_.Bind(l.recovered, z.neighbours * z.d);
+  choco_public_.Bind(l.choco_public, z.choco ? z.d : 0);
+  choco_diff_.Bind(l.choco_diff, z.choco ? z.d : 0);
+  choco_replicas_.Bind(l.choco_replicas, z.choco ? z.neighbours * z.d : 0);
+  choco_members_.Bind(l.choco_members, z.choco ? z.members : 0);
+  return Status::Ok();
+}
 
 Gossip::~Gossip() = default;
 
-Status Gossip::Send(uint32_t to, uint64_t step, const std::string& spec, const uint8_t* bytes, std::size_t size,
+Status Gossip::Send(uint32_t to, uint64_t step, std::string_view spec, const uint8_t* bytes, std::size_t size,
                     uint64_t* sent, Deadline deadline) {
   const std::size_t chunk = context_.limits().MaxChunkBytes();
   const std::size_t count = std::max<std::size_t>(1, (size + chunk - 1) / chunk);
@@ -63,8 +181,8 @@ Status Gossip::Send(uint32_t to, uint64_t step, const std::string& spec, const u
   return Status::Ok();
 }
 
-Status Gossip::Receive(uint32_t from, Deadline deadline, uint64_t step, std::size_t max_size,
-                       std::vector<uint8_t>* out, uint64_t* sender_step) {
+Status Gossip::Receive(uint32_t from, Deadline deadline, uint64_t step, std::size_t max_size, uint8_t* out,
+                       std::size_t* size, uint64_t* sender_step) {
   // After a re-formation neighbours may be steps apart.
   const bool lenient_step = context_.generation() > 1;
   uint32_t count = 1;
@@ -81,19 +199,19 @@ Status Gossip::Receive(uint32_t from, Deadline deadline, uint64_t step, std::siz
         return context_.Fail(static_cast<int>(from),
                              context_.Named(from, Corrupt("gossip model larger than this model's payload")));
       }
-      out->resize(static_cast<std::size_t>(p.total_size));  // bounded by max_size above
+      *size = static_cast<std::size_t>(p.total_size);  // bounded by max_size above
       *sender_step = m->step;
     }
     const bool step_ok = k == 0 ? (m->step == step || lenient_step) : m->step == *sender_step;
     if (!step_ok || m->source_rank != from || p.index != k || p.count != count || p.offset != received ||
-        p.total_size != out->size() || p.size > out->size() - received) {
+        p.total_size != *size || p.size > *size - received) {
       return context_.Fail(static_cast<int>(from), context_.Named(from, Corrupt("unexpected gossip chunk (step " +
                                                                                 std::to_string(m->step) + ")")));
     }
-    if (p.size > 0) std::memcpy(out->data() + received, p.data, p.size);
+    if (p.size > 0) std::memcpy(out + received, p.data, p.size);
     received += p.size;
   }
-  if (received != out->size()) {
+  if (received != *size) {
     return context_.Fail(static_cast<int>(from), context_.Named(from, Corrupt("short gossip model")));
   }
   return Status::Ok();
@@ -109,27 +227,35 @@ Status Gossip::SetDefense(const GossipDefense& defense) {
 
 void Gossip::SetTensorTable(std::vector<std::size_t> tensor_sizes) {
   tensor_sizes_ = std::move(tensor_sizes);
-  codec_.reset();  // made again, over the new table, by the next Step
+  // The wrapper is made here, once; each new codec is bound to it.
+  per_tensor_.reset();
+  if (!tensor_sizes_.empty()) {
+    Result<std::unique_ptr<TensorSetCodec>> unbound = TensorSetCodec::Unbound(tensor_sizes_);
+    if (unbound.ok()) per_tensor_ = std::move(*unbound);
+  }
+  made_.Reset();  // made again, over the new table, by the next Step
+  codec_ = nullptr;
+  spec_.clear();
 }
 
 // GossipDefense::clip: x = x'_self + clip(x - x'_self), in double.
 void Gossip::ClipToOwn(float* x, std::size_t d) const {
   double norm2 = 0;
   for (std::size_t k = 0; k < d; ++k) {
-    const double diff = static_cast<double>(x[k]) - static_cast<double>(own_recovered_[k]);
+    const double diff = static_cast<double>(x[k]) - static_cast<double>(own_recovered_.data()[k]);
     norm2 += diff * diff;
   }
   const double norm = std::sqrt(norm2);
   if (!(norm > defense_.clip)) return;
   const double scale = defense_.clip / norm;
   for (std::size_t k = 0; k < d; ++k) {
-    const double own = static_cast<double>(own_recovered_[k]);
+    const double own = static_cast<double>(own_recovered_.data()[k]);
     x[k] = static_cast<float>(own + scale * (static_cast<double>(x[k]) - own));
   }
 }
 
-// The defended mixing (GossipDefense): the neighbours heard are in mix_
-// (their models, clipped already, and Metropolis weights). A rule other than
+// The defended mixing (GossipDefense): the `heard` neighbours are first in
+// mix_ (their models, clipped already, and Metropolis weights). A rule other than
 // the mean moves the own model half way to the rule's result, then steps:
 //   x = x + (Rule(x'_self, neighbours) - x'_self) / 2 - lr g.
 // Why half way: a rule picks among the neighbourhood's values and so ignores
@@ -140,22 +266,23 @@ void Gossip::ClipToOwn(float* x, std::size_t d) const {
 // step where plain gossip shrinks it. The median took a clean 8-peer ring from
 // 81.43% to 40.71% and diverged on the 2 x 4 torus; half way cancels the swap
 // (docs/benchmarks/robust-dp.md, "Gossip median").
-void Gossip::Defend(float* model, const float* grad, std::size_t d, float lr) {
+void Gossip::Defend(float* model, const float* grad, std::size_t d, float lr, std::size_t heard) {
+  const MoniquaNeighbour* const mix = mix_.data();
   double neighbour_weight = 0;
-  for (const MoniquaNeighbour& n : mix_) neighbour_weight += static_cast<double>(n.weight);
+  for (std::size_t i = 0; i < heard; ++i) neighbour_weight += static_cast<double>(mix[i].weight);
   if (defense_.rule.kind == AggregationKind::kMean) {
-    MoniquaMixStep(model, own_recovered_.data(), mix_.data(), mix_.size(), lr, grad, d);
+    MoniquaMixStep(model, own_recovered_.data(), mix, heard, lr, grad, d);
     return;
   }
   models_.assign(1, own_recovered_.data());
   // The own weight is what the neighbours leave (Metropolis: positive).
   weights_.assign(1, std::max(1e-6, 1.0 - neighbour_weight));
-  for (const MoniquaNeighbour& n : mix_) {
-    models_.push_back(n.recovered);
-    weights_.push_back(static_cast<double>(n.weight));
+  for (std::size_t i = 0; i < heard; ++i) {
+    models_.push_back(mix[i].recovered);
+    weights_.push_back(static_cast<double>(mix[i].weight));
   }
-  combined_.resize(d);
-  const Status combined = Aggregate(defense_.rule, models_, weights_, d, combined_.data());
+  float* const combined_values = combined_.Resize(d);
+  const Status combined = Aggregate(defense_.rule, models_, weights_, d, combined_values);
   // Too few models (neighbours left) or a value that is not finite: this
   // step keeps the own model (what a peer alone does).
   if (!combined.ok()) {
@@ -165,8 +292,50 @@ void Gossip::Defend(float* model, const float* grad, std::size_t d, float lr) {
   // As the mean path, against x'_self (the own model through the channel), so
   // a codec's error cancels where the neighbourhood agrees.
   for (std::size_t k = 0; k < d; ++k) {
-    model[k] = model[k] + 0.5f * (combined_[k] - own_recovered_[k]) - lr * grad[k];
+    model[k] = model[k] + 0.5f * (combined_values[k] - own_recovered_.data()[k]) - lr * grad[k];
   }
+}
+
+// The codec of `codec_spec`, made when the spec changed: in place when it
+// fits the bound storage (a new Moniqua theta then allocates nothing), over
+// the tensor table when it encodes per tensor.
+Status Gossip::Prepare(const std::string& codec_spec, std::size_t d) {
+  if (codec_spec == spec_ && (codec_ != nullptr || codec_spec.empty())) return Status::Ok();
+  made_.Reset();
+  codec_ = nullptr;
+  spec_.clear();
+  choco_gamma_ = 0;
+  choco_public_.Resize(0);
+  if (!codec_spec.empty()) {
+    std::string_view inner = codec_spec;
+    std::string choco_codec;  // CHOCO's spec is parsed once, at its first step
+    if (IsChocoSpec(codec_spec)) {
+      auto choco = ParseChocoSpec(codec_spec);
+      if (!choco.ok()) return choco.status();
+      choco_gamma_ = choco->gamma;
+      choco_codec = std::move(choco->codec);
+      inner = choco_codec;
+    }
+    auto made = made_.Make(inner, d);
+    if (!made.ok()) return made.status();
+    if (choco_gamma_ > 0 && (*made)->needs_side_info()) {
+      made_.Reset();
+      return InvalidArgument("'" + codec_spec +
+                             "': replica gossip needs a codec that decodes without side information");
+    }
+    codec_ = *made;
+    if (!tensor_sizes_.empty() && EncodesPerTensor(*codec_)) {
+      if (per_tensor_ == nullptr) {
+        auto tensors = TensorSetCodec::Unbound(tensor_sizes_);
+        if (!tensors.ok()) return tensors.status();
+        per_tensor_ = std::move(*tensors);
+      }
+      per_tensor_->Rebind(*codec_);
+      codec_ = per_tensor_.get();
+    }
+  }
+  spec_.assign(codec_spec);  // within the reserved capacity for registry specs
+  return Status::Ok();
 }
 
 Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, const std::string& codec_spec,
@@ -174,33 +343,7 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
   const Deadline deadline = context_.StepDeadline();
   *stats = GossipStats{};
   FEDRT_RETURN_IF_ERROR(context_.CheckUsable());
-  if (codec_spec != spec_ || (codec_ == nullptr && !codec_spec.empty())) {
-    codec_.reset();
-    spec_ = codec_spec;
-    choco_gamma_ = 0;
-    choco_public_.clear();
-    if (!codec_spec.empty()) {
-      std::string inner = codec_spec;
-      if (IsChocoSpec(codec_spec)) {
-        auto choco = ParseChocoSpec(codec_spec);
-        if (!choco.ok()) return choco.status();
-        choco_gamma_ = choco->gamma;
-        inner = choco->codec;
-      }
-      auto made = MakeCodec(inner);
-      if (!made.ok()) return made.status();
-      if (choco_gamma_ > 0 && (*made)->needs_side_info()) {
-        return InvalidArgument("'" + codec_spec +
-                               "': replica gossip needs a codec that decodes without side information");
-      }
-      codec_ = std::move(*made);
-      if (!tensor_sizes_.empty() && EncodesPerTensor(*codec_)) {
-        auto tensors = TensorSetCodec::Create(std::move(codec_), tensor_sizes_);
-        if (!tensors.ok()) return tensors.status();
-        codec_ = std::move(*tensors);
-      }
-    }
-  }
+  FEDRT_RETURN_IF_ERROR(Prepare(codec_spec, d));
   if (!tensor_sizes_.empty()) {
     std::size_t total = 0;
     for (std::size_t size : tensor_sizes_) total += size;
@@ -209,11 +352,11 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
                              std::to_string(total));
     }
   }
-  Codec* codec = codec_.get();
+  Codec* codec = codec_;
   const bool choco = choco_gamma_ > 0;
   bool moniqua = false;
   float gamma = 1.0f;  // Moniqua's consensus step size: x_j += gamma sum_i W_ji (x'_i - x'_j)
-  if (codec != nullptr) {
+  if (codec != nullptr && codec->id() == CodecId::kMoniqua) {
     auto parameters = GetMoniquaParameters(*codec);
     moniqua = parameters.ok();
     if (moniqua) gamma = parameters->gamma;
@@ -233,72 +376,82 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
                            std::to_string(context_.neighbours().size()) + " neighbours (" +
                            std::to_string(context_.neighbours().size() + 1) + " with its own)");
   }
-  own_recovered_.resize(d);
+  float* const own_recovered = own_recovered_.Resize(d);
   CodecContext context;
   context.round = static_cast<uint32_t>(step);
   context.sender_id = context_.rank();
   const float* to_send = model;
   if (send_transform_) {
-    sent_.assign(model, model + d);
-    send_transform_(step, sent_.data(), d);
-    to_send = sent_.data();
+    float* sent = sent_.Resize(d);
+    std::copy(model, model + d, sent);
+    send_transform_(step, sent, d);
+    to_send = sent;
   }
   const uint8_t* payload = reinterpret_cast<const uint8_t*>(to_send);
   std::size_t payload_size = d * sizeof(float);
   std::size_t max_size = payload_size;
+  const std::vector<uint32_t>& members = context_.members();
   if (choco) {
-    if (choco_public_.size() != d || choco_members_ != context_.members()) {
-      choco_public_.assign(d, 0.0f);
-      choco_replicas_.clear();
-      choco_members_ = context_.members();
+    const bool same_members = choco_members_.size() == members.size() &&
+                              std::equal(members.begin(), members.end(), choco_members_.data());
+    if (choco_public_.size() != d || !same_members) {
+      float* x_public = choco_public_.Resize(d);
+      std::fill(x_public, x_public + d, 0.0f);
+      choco_replicas_.Resize(0);
+      std::copy(members.begin(), members.end(), choco_members_.Resize(members.size()));
     }
     // x_i - lr g_i is written into the model only once the step succeeds:
     // a failed step leaves the model as it was (the caller repeats it).
-    choco_diff_.resize(d);
+    float* diff = choco_diff_.Resize(d);
+    const float* x_public = choco_public_.data();
     for (std::size_t k = 0; k < d; ++k) {
       const float stepped = model[k] - lr * grad[k];
-      choco_diff_[k] = stepped - choco_public_[k];
+      diff[k] = stepped - x_public[k];
     }
-    to_send = choco_diff_.data();
+    to_send = diff;
   }
   if (codec != nullptr) {
     max_size = codec->MaxEncodedSize(d);
-    if (encoded_.size() < max_size) encoded_.resize(max_size);
-    auto size = codec->Encode(to_send, d, context, encoded_.data(), encoded_.size());
+    uint8_t* encoded = encoded_.size() < max_size ? encoded_.Resize(max_size) : encoded_.data();
+    auto size = codec->Encode(to_send, d, context, encoded, encoded_.size());
     if (!size.ok()) return size.status();
-    payload = encoded_.data();
+    payload = encoded;
     payload_size = *size;
     // x'_self: the own model through the same channel.
-    FEDRT_RETURN_IF_ERROR(codec->Decode(payload, payload_size, context, own_recovered_.data(), d,
+    FEDRT_RETURN_IF_ERROR(codec->Decode(payload, payload_size, context, own_recovered, d,
                                         codec->needs_side_info() ? model : nullptr));
-    if (send_transform_) std::copy(model, model + d, own_recovered_.begin());  // it mixes its honest model
+    if (send_transform_) std::copy(model, model + d, own_recovered);  // it mixes its honest model
   } else {
-    std::copy(model, model + d, own_recovered_.begin());
+    std::copy(model, model + d, own_recovered);
   }
   const std::vector<Neighbour>& neighbours = context_.neighbours();
+  const std::size_t count = neighbours.size();
   // The ring sends right first, then left.
-  for (std::size_t i = neighbours.size(); i-- > 0;) {
-    FEDRT_RETURN_IF_ERROR(Send(neighbours[i].rank, step, codec ? codec->spec() : std::string(), payload,
-                               payload_size, &stats->bytes_sent, deadline));
+  const std::string_view spec = codec != nullptr ? codec->spec().view() : std::string_view();
+  for (std::size_t i = count; i-- > 0;) {
+    FEDRT_RETURN_IF_ERROR(Send(neighbours[i].rank, step, spec, payload, payload_size, &stats->bytes_sent, deadline));
   }
-  if (received_.size() < neighbours.size()) {
-    received_.resize(neighbours.size());
-    recovered_.resize(neighbours.size());
-  }
-  mix_.clear();
-  std::vector<bool> got(neighbours.size(), false);
-  for (std::size_t i = 0; i < neighbours.size(); ++i) {
+  uint8_t* const received = received_.Resize(count * max_size);
+  std::size_t* const received_sizes = received_sizes_.Resize(count);
+  float* const recovered = recovered_.Resize(count * d);
+  uint8_t* const got = got_.Resize(count);
+  MoniquaNeighbour* const mix = mix_.Resize(count);
+  std::fill(got, got + count, uint8_t{0});
+  std::size_t mixed = 0;
+  for (std::size_t i = 0; i < count; ++i) {
     const uint32_t from = neighbours[i].rank;
+    uint8_t* in = received + i * max_size;
+    float* x = recovered + i * d;
     uint64_t sender_step = step;
-    Status s = Receive(from, deadline, step, max_size, &received_[i], &sender_step);
+    Status s = Receive(from, deadline, step, max_size, in, &received_sizes[i], &sender_step);
     if (s.code() == StatusCode::kCancelled && context_.failed_rank() < 0) continue;  // it left: its weight stays here
     if (!s.ok()) return s;
-    recovered_[i].resize(d);
+    const std::size_t in_size = received_sizes[i];
     if (codec == nullptr) {
-      if (received_[i].size() != d * sizeof(float)) {
+      if (in_size != d * sizeof(float)) {
         return context_.Fail(static_cast<int>(from), context_.Named(from, Corrupt("gossip model of the wrong size")));
       }
-      std::memcpy(recovered_[i].data(), received_[i].data(), received_[i].size());
+      std::memcpy(x, in, in_size);
     } else {
       CodecContext c = context;
       c.round = static_cast<uint32_t>(sender_step);
@@ -306,43 +459,48 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
       if (moniqua) {
         std::size_t near_wrap = 0;
         MoniquaWraps checked;
-        s = MoniquaDecode(*codec, received_[i].data(), received_[i].size(), c, model, recovered_[i].data(), d,
-                          -1.0f, &near_wrap, &checked);
+        s = MoniquaDecode(*codec, in, in_size, c, model, x, d, -1.0f, &near_wrap, &checked);
         // With check=N the exact count over the checked coordinates, else
         // the near-boundary heuristic.
         stats->wrap_count += checked.checked > 0 ? checked.wrapped : near_wrap;
         stats->wrap_checked += checked.checked;
       } else {
-        s = codec->Decode(received_[i].data(), received_[i].size(), c, recovered_[i].data(), d,
-                          codec->needs_side_info() ? model : nullptr);
+        s = codec->Decode(in, in_size, c, x, d, codec->needs_side_info() ? model : nullptr);
       }
       if (!s.ok()) return context_.Fail(static_cast<int>(from), context_.Named(from, s));
     }
-    if (defense_.clip > 0) ClipToOwn(recovered_[i].data(), d);
-    mix_.push_back({recovered_[i].data(), gamma * neighbours[i].weight});
-    got[i] = true;
+    if (defense_.clip > 0) ClipToOwn(x, d);
+    mix[mixed++] = {x, gamma * neighbours[i].weight};
+    got[i] = 1;
   }
   if (choco) {
     // Every copy of x^_j is the same sum of the same decoded q_j, bit for
     // bit, so the mixing keeps the mean up to one step's rounding. A
     // neighbour that left keeps its last copy (it no longer changes).
-    choco_replicas_.resize(neighbours.size(), std::vector<float>(d, 0.0f));
+    if (choco_replicas_.size() < count * d) {
+      const std::size_t had = choco_replicas_.size();
+      float* replicas = choco_replicas_.Resize(count * d);
+      std::fill(replicas + had, replicas + count * d, 0.0f);
+    }
+    float* const replicas = choco_replicas_.data();
+    float* const x_public = choco_public_.data();
     for (std::size_t k = 0; k < d; ++k) model[k] = model[k] - lr * grad[k];
-    for (std::size_t k = 0; k < d; ++k) choco_public_[k] = choco_public_[k] + own_recovered_[k];
-    mix_.clear();
-    for (std::size_t i = 0; i < neighbours.size(); ++i) {
-      if (got[i]) {
-        std::vector<float>& replica = choco_replicas_[i];
-        for (std::size_t k = 0; k < d; ++k) replica[k] = replica[k] + recovered_[i][k];
+    for (std::size_t k = 0; k < d; ++k) x_public[k] = x_public[k] + own_recovered[k];
+    mixed = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      float* replica = replicas + i * d;
+      if (got[i] != 0) {
+        const float* q = recovered + i * d;
+        for (std::size_t k = 0; k < d; ++k) replica[k] = replica[k] + q[k];
       }
-      mix_.push_back({choco_replicas_[i].data(), choco_gamma_ * neighbours[i].weight});
+      mix[mixed++] = {replica, choco_gamma_ * neighbours[i].weight};
     }
     // x_i = x_i + sum_j gamma W_ij (x^_j - x^_i): the mixing step without a gradient (taken before).
-    MoniquaMixStep(model, choco_public_.data(), mix_.data(), mix_.size(), 0.0f, own_recovered_.data(), d);
+    MoniquaMixStep(model, x_public, mix, mixed, 0.0f, own_recovered, d);
   } else if (defended) {
-    Defend(model, grad, d, lr);
+    Defend(model, grad, d, lr, mixed);
   } else {
-    MoniquaMixStep(model, own_recovered_.data(), mix_.data(), mix_.size(), lr, grad, d);
+    MoniquaMixStep(model, own_recovered, mix, mixed, lr, grad, d);
   }
   total_bytes_sent_ += stats->bytes_sent;
   return Status::Ok();

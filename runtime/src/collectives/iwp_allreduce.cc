@@ -3,13 +3,48 @@
 // kIndexBroadcast (count, 4 bytes little-endian, then the compact index
 // coding); everyone but the leader's left neighbour forwards it. Then every
 // peer gathers its accumulator at those indices and a dense ring sums them.
+#include <algorithm>
+
 #include "collectives/ring.h"
+#include "common/block_carver.h"
 #include "fedrt/runtime/collectives.h"
 
 namespace fedrt {
 namespace peer {
 
+namespace {
+
+// The index broadcast's buffer (count, then the coded indices) and the
+// gathered values, for models of d floats.
+std::size_t IndexBytes(std::size_t d) { return AlignUp(4 + IwpMaxEncodedIndicesSize(d), kCollectiveAlignment); }
+
+}  // namespace
+
 IwpAllReduce::IwpAllReduce(CollectiveContext& context, RingAllReduce& sum) : context_(context), sum_(sum) {}
+
+Result<std::size_t> IwpAllReduce::RequiredBytes(const CollectiveShape& shape) {
+  return IndexBytes(shape.d) + shape.d * sizeof(float);
+}
+
+Status IwpAllReduce::Bind(void* memory, std::size_t size, const CollectiveShape& shape) {
+  const std::size_t index_bytes = IndexBytes(shape.d);
+  FEDRT_RETURN_IF_ERROR(internal::CheckCollectiveMemory(memory, size, index_bytes + shape.d * sizeof(float),
+                                                        kCollectiveAlignment, "IwpAllReduce"));
+  auto* base = static_cast<unsigned char*>(memory);
+  encoded_.Bind(base, index_bytes);
+  gathered_.Bind(reinterpret_cast<float*>(base + index_bytes), shape.d);
+  return Status::Ok();
+}
+
+// The index broadcast to the right neighbour, copied into a frame slot (the
+// frame outlives encoded_'s and the received frame's bytes).
+Status IwpAllReduce::SendIndices(const transport::RingChunkMessage& m, Deadline deadline) {
+  const uint32_t to = context_.right();
+  auto slot = context_.FreeSlot(to, deadline, "the IWP index set");
+  if (!slot.ok()) return slot.status();
+  if (*slot == nullptr) return Status::Ok();  // the neighbour has left
+  return context_.Send(to, Encode(m, context_.limits(), **slot, transport::PayloadMode::kCopy));
+}
 
 Status IwpAllReduce::Run(IwpAccumulator& accumulator, const float* weights, uint64_t seed, uint32_t step,
                          std::vector<uint32_t>* indices, std::vector<float>* sums) {
@@ -32,24 +67,23 @@ Status IwpAllReduce::Run(IwpAccumulator& accumulator, const float* weights, uint
   }
   if (p > 1) {
     const uint64_t collective = context_.NextCollectiveId();
-    const uint32_t to = context_.right();
     if (leader == position) {
       const std::size_t count = indices->size();
       const std::size_t need = 4 + IwpMaxEncodedIndicesSize(count);
-      if (encoded_.size() < need) encoded_.resize(need);
+      uint8_t* const encoded = encoded_.size() < need ? encoded_.Resize(need) : encoded_.data();
       const uint32_t c32 = static_cast<uint32_t>(count);
-      for (int i = 0; i < 4; ++i) encoded_[static_cast<std::size_t>(i)] = static_cast<uint8_t>(c32 >> (8 * i));
-      auto size = EncodeIwpIndices(indices->data(), count, encoded_.data() + 4, encoded_.size() - 4);
+      for (int i = 0; i < 4; ++i) encoded[i] = static_cast<uint8_t>(c32 >> (8 * i));
+      auto size = EncodeIwpIndices(indices->data(), count, encoded + 4, encoded_.size() - 4);
       if (!size.ok()) return size.status();
       transport::RingChunkMessage m;
       m.collective_id = collective;
       m.phase = transport::RingPhase::kIndexBroadcast;
       m.source_rank = rank;
       m.payload.total_size = 4 + *size;
-      m.payload.data = encoded_.data();
+      m.payload.data = encoded;
       m.payload.size = 4 + *size;
       sent += m.payload.size;
-      FEDRT_RETURN_IF_ERROR(context_.Send(to, Encode(m, context_.limits())));
+      FEDRT_RETURN_IF_ERROR(SendIndices(m, deadline));
     } else {
       const uint32_t from = context_.left();
       auto frame = context_.Receive(from, deadline);
@@ -72,19 +106,19 @@ Status IwpAllReduce::Run(IwpAccumulator& accumulator, const float* weights, uint
         transport::RingChunkMessage f = *m;
         f.source_rank = rank;
         sent += f.payload.size;
-        FEDRT_RETURN_IF_ERROR(context_.Send(to, Encode(f, context_.limits())));
+        FEDRT_RETURN_IF_ERROR(SendIndices(f, deadline));
       }
     }
   }
   sums->resize(indices->size());
   FEDRT_RETURN_IF_ERROR(accumulator.GatherAndZero(indices->data(), indices->size(), sums->data()));
-  gathered_.assign(sums->begin(), sums->end());
+  std::copy(sums->begin(), sums->end(), gathered_.Resize(sums->size()));
   // The ring, not the small vectors' way: IWP exists to send fewer bytes.
   Status s = sum_.RunFewestBytes(sums->data(), sums->size());
   stats_ = sum_.stats();
   stats_.bytes_sent += sent;
   total_bytes_sent_ += sent;
-  if (!s.ok()) sums->assign(gathered_.begin(), gathered_.end());  // what this peer gathered, for the caller to keep
+  if (!s.ok()) sums->assign(gathered_.begin(), gathered_.end());  // within sums' capacity  // what this peer gathered, for the caller to keep
   return s;
 }
 

@@ -33,6 +33,30 @@ bool SmallAllReduce::Fits(std::size_t n, std::size_t p, const transport::FrameLi
   return bytes * std::max<std::size_t>(1, p / 2) <= kMaxLinkBytes && bytes + 4096 <= limits.MaxChunkBytes();
 }
 
+namespace {
+
+// The longest vector of at most d floats that Fits p members.
+std::size_t LargestFitting(std::size_t d, std::size_t p, const transport::FrameLimits& limits) {
+  const std::size_t by_link = SmallAllReduce::kMaxLinkBytes / std::max<std::size_t>(1, p / 2) / sizeof(float);
+  const std::size_t by_frame = (limits.MaxChunkBytes() - 4096) / sizeof(float);
+  return std::min({d, by_link, by_frame});
+}
+
+}  // namespace
+
+Result<std::size_t> SmallAllReduce::RequiredBytes(const CollectiveShape& shape) {
+  if (shape.members <= 1) return std::size_t{0};
+  return shape.members * LargestFitting(shape.d, shape.members, shape.limits) * sizeof(float);
+}
+
+Status SmallAllReduce::Bind(void* memory, std::size_t size, const CollectiveShape& shape) {
+  Result<std::size_t> needed = RequiredBytes(shape);
+  if (!needed.ok()) return needed.status();
+  FEDRT_RETURN_IF_ERROR(internal::CheckCollectiveMemory(memory, size, *needed, alignof(float), "SmallAllReduce"));
+  vectors_.Bind(static_cast<float*>(memory), *needed / sizeof(float));
+  return Status::Ok();
+}
+
 Status SmallAllReduce::Run(float* data, std::size_t n) {
   auto call = internal::BeginRingCall(context_, &stats_);
   if (!call.ok()) return call.status();
@@ -49,8 +73,8 @@ Status SmallAllReduce::Run(float* data, std::size_t n) {
   // the right from r + 1, ..., r + b (two members: one neighbour, the left).
   const std::size_t a = p / 2;
   const std::size_t b = (p - 1) / 2;
-  vectors_.resize(p * n);
-  auto vector_of = [&](std::size_t position) { return vectors_.data() + position * n; };
+  float* const vectors = vectors_.Resize(p * n);
+  auto vector_of = [&](std::size_t position) { return vectors + position * n; };
   std::memcpy(vector_of(r), data, n * sizeof(float));
 
   // Sends position `author`'s vector at hop `hop` to neighbour `to`,

@@ -151,23 +151,18 @@ const RegisteredBuffer* Link::Match(const transport::PayloadHead& head, bool red
 }
 
 bool Link::TakeError(Frame* out) {
-  for (auto it = frames_.begin(); it != frames_.end(); ++it) {
-    if (it->kind() == MessageKind::kError) {
-      *out = std::move(*it);
-      frames_.erase(it);
+  for (std::size_t i = 0; i < frames_.size(); ++i) {
+    if (frames_.at(i).kind() == MessageKind::kError) {
+      *out = frames_.Take(i);
       return true;
     }
   }
   return false;
 }
 
-bool Link::front_is_error() const { return !frames_.empty() && frames_.front().kind() == MessageKind::kError; }
+bool Link::front_is_error() const { return !frames_.empty() && frames_.at(0).kind() == MessageKind::kError; }
 
-Frame Link::TakeFrame() {
-  Frame f = std::move(frames_.front());
-  frames_.pop_front();
-  return f;
-}
+Frame Link::TakeFrame() { return frames_.Take(0); }
 
 Result<Frame> PopFrom(const Clock& clock, Signal& signal, Link& link, Deadline deadline) {
   std::unique_lock<std::mutex> lock(signal.mutex);

@@ -25,10 +25,10 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fedrt/platform/clock.h"
@@ -73,6 +73,47 @@ bool WaitUntil(const Clock& clock, std::condition_variable& changed, std::unique
     changed.wait_for(lock, std::chrono::nanoseconds(wait));
   }
 }
+
+// A link's inbox: frames in arrival order, in a ring over a vector that
+// doubles when full and never shrinks, so a steady stream of frames
+// allocates nothing (a std::deque allocates and frees a node every few).
+class FrameQueue {
+ public:
+  FrameQueue() : ring_(16) {}
+  bool empty() const { return count_ == 0; }
+  std::size_t size() const { return count_; }
+  transport::Frame& at(std::size_t i) { return ring_[(head_ + i) % ring_.size()]; }
+  const transport::Frame& at(std::size_t i) const { return ring_[(head_ + i) % ring_.size()]; }
+  void push_back(transport::Frame frame) {
+    if (count_ == ring_.size()) Grow();
+    at(count_) = std::move(frame);
+    ++count_;
+  }
+  // Removes frame i (0: the oldest), keeping the others' order.
+  transport::Frame Take(std::size_t i) {
+    transport::Frame f = std::move(at(i));
+    if (i == 0) {
+      head_ = (head_ + 1) % ring_.size();
+    } else {
+      for (std::size_t j = i; j + 1 < count_; ++j) at(j) = std::move(at(j + 1));
+      at(count_ - 1) = transport::Frame();
+    }
+    --count_;
+    return f;
+  }
+
+ private:
+  void Grow() {
+    std::vector<transport::Frame> bigger(2 * ring_.size());
+    for (std::size_t i = 0; i < count_; ++i) bigger[i] = std::move(at(i));
+    ring_.swap(bigger);
+    head_ = 0;
+  }
+
+  std::vector<transport::Frame> ring_;
+  std::size_t head_ = 0;
+  std::size_t count_ = 0;
+};
 
 // One connection's inbox (frames in arrival order) and its registered
 // buffers. Handler callbacks run on the binding's event loop thread.
@@ -124,7 +165,7 @@ class Link : public transport::ConnectionHandler {
   const RegisteredBuffer* Match(const transport::PayloadHead& head, bool reducing);
 
   std::shared_ptr<Signal> signal_;
-  std::deque<transport::Frame> frames_;
+  FrameQueue frames_;
   std::shared_ptr<transport::Connection> connection_;
   bool closed_ = false;
   bool left_ring_ = false;

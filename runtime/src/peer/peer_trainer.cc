@@ -83,6 +83,11 @@ struct PeerTrainer::Plan {
   bool dp = false;
   bool resync = false;       // repair of the ring modes (IWP too)
   std::size_t peer_count = 0;
+  // The collectives this trainer calls, their shapes and memory
+  // (collectives.h, "Memory"; 0 bytes: not called). The compressed ring
+  // (AllGatherAllReduce) keeps its state on the heap.
+  CollectiveShape dense_shape, compressed_shape, iwp_shape, gossip_shape;
+  std::size_t dense_bytes = 0, compressed_bytes = 0, iwp_bytes = 0, gossip_bytes = 0;
 };
 
 // Where the block's pieces lie (null base: measuring).
@@ -100,6 +105,10 @@ struct PeerTrainer::Layout {
   double* dp_noise = nullptr;
   float* resync_steps = nullptr;
   float* resync_state = nullptr;
+  unsigned char* dense_memory = nullptr;
+  unsigned char* compressed_memory = nullptr;
+  unsigned char* iwp_memory_ring = nullptr;  // IwpAllReduce's (iwp_memory: the accumulator's)
+  unsigned char* gossip_memory = nullptr;
   std::size_t used = 0;
 };
 
@@ -200,7 +209,82 @@ Result<PeerTrainer::Plan> PeerTrainer::MakePlan(const Model& model, const PeerDa
   plan.saved = RingReduce(options.reduce);
   plan.dp = options.dp.noise_multiplier > 0;
   plan.resync = options.repair && (plan.saved || plan.iwp);
+  FEDRT_RETURN_IF_ERROR(PlanCollectives(model, context, options, &plan));
   return plan;
+}
+
+// The shapes and memory of the collectives the trainer calls: the dense
+// ring for kDense, IWP's sums and the repair's resync (the step vector and
+// the model with its momentum), the codec ring for kCodec, IWP's index
+// broadcast, gossip with the codec the steps will run (Moniqua with the
+// longest theta text: its footprint does not depend on theta, its payload
+// bound on the spec's length).
+Status PeerTrainer::PlanCollectives(const Model& model, const CollectiveContext& context,
+                                    const PeerTrainerOptions& options, Plan* plan) {
+  auto Take = [](Result<std::size_t> bytes, std::size_t* out) {
+    if (bytes.ok()) *out = *bytes;
+    return bytes.status();
+  };
+  CollectiveShape base;
+  base.members = context.members().size();
+  base.neighbours = context.neighbours().size();
+  base.chunk_floats = options.chunk_floats;
+  base.limits = context.limits();
+  std::size_t dense_d = 0;
+  if (options.reduce == PeerReduce::kDense || plan->iwp) dense_d = plan->d;
+  if (plan->resync) dense_d = std::max({dense_d, plan->peer_count, plan->d + plan->sgd_floats});
+  if (dense_d > 0) {
+    plan->dense_shape = base;
+    plan->dense_shape.d = dense_d;
+    FEDRT_RETURN_IF_ERROR(Take(RingAllReduce::RequiredBytes(plan->dense_shape), &plan->dense_bytes));
+  }
+  if (options.reduce == PeerReduce::kCodec) {
+    plan->compressed_shape = base;
+    plan->compressed_shape.d = plan->d;
+    plan->compressed_shape.codec = options.codec;
+    FEDRT_RETURN_IF_ERROR(Take(CompressedRingAllReduce::RequiredBytes(plan->compressed_shape), &plan->compressed_bytes));
+  }
+  if (plan->iwp) {
+    plan->iwp_shape = base;
+    plan->iwp_shape.d = plan->d;
+    FEDRT_RETURN_IF_ERROR(Take(IwpAllReduce::RequiredBytes(plan->iwp_shape), &plan->iwp_bytes));
+  }
+  if (options.reduce == PeerReduce::kGossip) {
+    plan->gossip_shape = base;
+    plan->gossip_shape.d = plan->d;
+    plan->gossip_shape.tensor_sizes = ModelTensorSizes(model);
+    plan->gossip_shape.codec = options.codec;
+    if (options.codec.rfind("moniqua", 0) == 0 && options.codec.find("theta=") == std::string::npos) {
+      const bool checked = !(options.moniqua_theta_per_lr > 0) && options.moniqua_check > 0 &&
+                           options.codec.find("check=") == std::string::npos;
+      // The longest theta a payload's spec can spell (9 significant digits
+      // and a two-digit exponent): the payload bound grows with the spec.
+      const char* theta = "theta=1.23456787e-25";
+      plan->gossip_shape.codec += options.codec.find(':') == std::string::npos ? ":" : ",";
+      plan->gossip_shape.codec += theta;
+      if (checked) plan->gossip_shape.codec += ",check=" + std::to_string(options.moniqua_check);
+    }
+    FEDRT_RETURN_IF_ERROR(Take(Gossip::RequiredBytes(plan->gossip_shape), &plan->gossip_bytes));
+  }
+  return Status::Ok();
+}
+
+// Hands each collective its piece of the block.
+Status PeerTrainer::BindCollectives(const Plan& plan, const Layout& layout) {
+  if (plan.dense_bytes > 0) {
+    FEDRT_RETURN_IF_ERROR(group_->dense().Bind(layout.dense_memory, plan.dense_bytes, plan.dense_shape));
+  }
+  if (plan.compressed_bytes > 0) {
+    FEDRT_RETURN_IF_ERROR(
+        group_->compressed().Bind(layout.compressed_memory, plan.compressed_bytes, plan.compressed_shape));
+  }
+  if (plan.iwp_bytes > 0) {
+    FEDRT_RETURN_IF_ERROR(group_->iwp().Bind(layout.iwp_memory_ring, plan.iwp_bytes, plan.iwp_shape));
+  }
+  if (plan.gossip_bytes > 0) {
+    FEDRT_RETURN_IF_ERROR(group_->gossip().Bind(layout.gossip_memory, plan.gossip_bytes, plan.gossip_shape));
+  }
+  return Status::Ok();
 }
 
 PeerTrainer::Layout PeerTrainer::Carve(unsigned char* base, const Plan& plan, bool with_trainer) {
@@ -223,6 +307,11 @@ PeerTrainer::Layout PeerTrainer::Carve(unsigned char* base, const Plan& plan, bo
     l.resync_steps = carve.Take<float>(plan.peer_count);
     l.resync_state = carve.Take<float>(plan.d + plan.sgd_floats, kBlockAlignment);
   }
+  static_assert(kCollectiveAlignment <= kBlockAlignment, "the block aligns the collectives' memory");
+  l.dense_memory = carve.Take<unsigned char>(plan.dense_bytes, kCollectiveAlignment);
+  l.compressed_memory = carve.Take<unsigned char>(plan.compressed_bytes, kCollectiveAlignment);
+  l.iwp_memory_ring = carve.Take<unsigned char>(plan.iwp_bytes, kCollectiveAlignment);
+  l.gossip_memory = carve.Take<unsigned char>(plan.gossip_bytes, kCollectiveAlignment);
   l.used = carve.used() + kBlockAlignment - 1;  // any alignment of the caller's memory
   return l;
 }
@@ -278,8 +367,8 @@ Result<PeerTrainer*> PeerTrainer::Place(const Plan& plan, const Layout& layout,
       layout.trainer != nullptr
           ? new (layout.trainer) PeerTrainer(model, data, context, options, std::move(*sgd), plan, layout, nullptr)
           : new PeerTrainer(model, data, context, options, std::move(*sgd), plan, layout, std::move(block));
-  Status placed;
-  if (options.reduce == PeerReduce::kGossip) {
+  Status placed = trainer->BindCollectives(plan, layout);
+  if (placed.ok() && options.reduce == PeerReduce::kGossip) {
     placed = trainer->group_->SetGossipDefense(options.gossip_defense);
     trainer->group_->SetGossipSendTransform(options.gossip_send_transform);
   }
@@ -320,6 +409,7 @@ PeerTrainer::PeerTrainer(Model& model, const PeerData& data, CollectiveContext& 
     gossip_codec_.reserve(options.codec.size() + kThetaSpecBytes);
     SetGossipCodec(options.sgd.schedule.base_lr);
     interval_step_wraps_.reserve(plan.steps_per_epoch + 1);
+    progress_.step_wraps.reserve(plan.steps_per_epoch + 1);
   }
   if (bound_theta_) {
     const uint32_t n = static_cast<uint32_t>(context.members().size());
@@ -473,7 +563,13 @@ Status PeerTrainer::Resync(uint32_t* step, bool* behind) {
 
 Status PeerTrainer::Report(PeerTrainerObserver& observer, int epoch, std::size_t steps_done, uint32_t step,
                            bool epoch_end, double epoch_loss, uint64_t epoch_wraps, double epoch_seconds) {
-  PeerProgress progress;
+  // The trainer's own report, reused: its per-step wrap counts go into the
+  // capacity reserved at creation (no allocation per report).
+  std::vector<uint64_t> step_wraps;
+  step_wraps.swap(progress_.step_wraps);
+  progress_ = PeerProgress();
+  PeerProgress& progress = progress_;
+  progress.step_wraps.swap(step_wraps);
   progress.epoch = epoch;
   progress.steps_done = steps_done;
   progress.steps_per_epoch = steps_per_epoch_;
@@ -485,7 +581,7 @@ Status PeerTrainer::Report(PeerTrainerObserver& observer, int epoch, std::size_t
   progress.fp32_bytes = static_cast<uint64_t>(fp32_bytes_);
   progress.wraps = interval_wraps_;
   progress.moniqua_theta = theta_;
-  progress.step_wraps = interval_step_wraps_;
+  progress.step_wraps.assign(interval_step_wraps_.begin(), interval_step_wraps_.end());
   progress.epoch_loss = epoch_loss;
   progress.epoch_wraps = epoch_wraps;
   progress.epoch_seconds = epoch_seconds;

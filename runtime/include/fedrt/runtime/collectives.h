@@ -39,8 +39,18 @@
 // failure reports), and a collective called after that, before Form(), fails
 // with kFailedPrecondition.
 //
-// Memory: scratch buffers (encoded hops, recovered models), codecs and the
-// context's frame slots are kept and reused. RingAllReduce sends raw chunks
+// Memory (Gloo's way: a collective states what it needs, the caller carves
+// it): RequiredBytes(CollectiveShape) measures what a collective keeps
+// between calls for vectors of up to d floats, its codec and the group's
+// size (codec storage and working space, encode buffers, the neighbours'
+// recovered models, CHOCO replicas, index buffers), and Bind(memory, size,
+// shape) hands that memory over before the first call; a bound collective's
+// calls within its shape allocate nothing (codecs are built in place
+// (ConstructCodec), also when Moniqua's theta changes; frames are encoded
+// into the context's reusable slots). Unbound, or asked for more than the
+// shape (a longer vector, a codec with a larger footprint, more neighbours
+// after a re-formation), it keeps the same state on the heap, grown at
+// first use and reused. The context's frame slots are the context's. RingAllReduce sends raw chunks
 // straight from the caller's vector, adds received reduce-scatter chunks into
 // it piece by piece as they arrive and receives all-gather chunks straight
 // into it (registered buffers, where the binding can: TCP), so its steady
@@ -55,6 +65,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fedrt/codecs/adaptive.h"
@@ -64,11 +75,26 @@
 #include "fedrt/codecs/moniqua.h"
 #include "fedrt/codecs/tensor_set.h"
 #include "fedrt/platform/status.h"
-#include "fedrt/runtime/robust_aggregation.h"
 #include "fedrt/runtime/collective_context.h"
+#include "fedrt/runtime/collective_memory.h"
+#include "fedrt/runtime/robust_aggregation.h"
 
 namespace fedrt {
 namespace peer {
+
+// What a collective's memory is measured and bound for (RequiredBytes, Bind).
+inline constexpr std::size_t kCollectiveAlignment = 64;  // Bind's memory
+struct CollectiveShape {
+  std::size_t d = 0;           // the longest vector a call passes, in floats
+  std::size_t members = 1;     // the group's size (the largest formation's)
+  std::size_t neighbours = 0;  // Gossip: neighbours in the gossip graph
+  // The codec spec of the calls (empty: none). Moniqua: any theta (the
+  // footprint does not depend on it); CHOCO: the whole choco+CODEC spec.
+  std::string codec;
+  std::vector<std::size_t> tensor_sizes;  // Gossip: the tensor table (SetTensorTable)
+  uint32_t chunk_floats = 0;              // the ring's pipelining (RingAllReduce)
+  transport::FrameLimits limits;          // the context's
+};
 
 struct AllReduceStats {
   uint64_t bytes_sent = 0;  // payload bytes this peer sent (frames' fields excluded)
@@ -104,13 +130,17 @@ class SmallAllReduce {
   explicit SmallAllReduce(CollectiveContext& context);
   ~SmallAllReduce();
 
+  // Memory (collectives.h, "Memory"): p vectors of d floats when they Fit.
+  static Result<std::size_t> RequiredBytes(const CollectiveShape& shape);
+  Status Bind(void* memory, std::size_t size, const CollectiveShape& shape);
+
   Status Run(float* data, std::size_t n);
   const AllReduceStats& stats() const { return stats_; }
   uint64_t total_bytes_sent() const { return total_bytes_sent_; }
 
  private:
   CollectiveContext& context_;
-  std::vector<float> vectors_;  // p vectors by ring position, reused
+  internal::Scratch<float> vectors_;  // p vectors by ring position, reused
   AllReduceStats stats_;
   uint64_t total_bytes_sent_ = 0;
 };
@@ -131,6 +161,11 @@ class RingAllReduce {
   explicit RingAllReduce(CollectiveContext& context, uint32_t chunk_floats = 0);
   ~RingAllReduce();
 
+  // Memory (collectives.h, "Memory"): the registered buffers' list and
+  // SmallAllReduce's vectors, for vectors of up to shape.d floats.
+  static Result<std::size_t> RequiredBytes(const CollectiveShape& shape);
+  Status Bind(void* memory, std::size_t size, const CollectiveShape& shape);
+
   Status Run(float* data, std::size_t n);
   // The ring at every size, for a reduction whose point is the bytes it
   // sends (IWP's selected coordinates): 2 (p - 1) / p n floats a member,
@@ -145,7 +180,7 @@ class RingAllReduce {
   CollectiveContext& context_;
   const uint32_t chunk_floats_;
   SmallAllReduce small_;
-  std::vector<RegisteredBuffer> buffers_;  // reused: no allocation in the steady state
+  internal::Scratch<RegisteredBuffer> buffers_;  // reused: no allocation in the steady state
   AllReduceStats stats_;
   uint64_t total_bytes_sent_ = 0;
 };
@@ -157,6 +192,11 @@ class CompressedRingAllReduce {
   explicit CompressedRingAllReduce(CollectiveContext& context, uint32_t chunk_floats = 0);
   ~CompressedRingAllReduce();
 
+  // Memory (collectives.h, "Memory"): the codec of shape.codec with working
+  // space for shape.d floats and the buffer a chunk is encoded into.
+  static Result<std::size_t> RequiredBytes(const CollectiveShape& shape);
+  Status Bind(void* memory, std::size_t size, const CollectiveShape& shape);
+
   Status Run(float* data, std::size_t n, const std::string& codec_spec);
   const AllReduceStats& stats() const { return stats_; }
   uint64_t total_bytes_sent() const { return total_bytes_sent_; }
@@ -164,9 +204,9 @@ class CompressedRingAllReduce {
  private:
   CollectiveContext& context_;
   const uint32_t chunk_floats_;
-  std::unique_ptr<Codec> codec_;  // made once per spec, reused
-  std::string spec_;
-  std::vector<uint8_t> encoded_;
+  internal::CodecHolder codec_;  // made once per spec, reused
+  std::string spec_;              // reserved: a new spec allocates nothing
+  internal::Scratch<uint8_t> encoded_;
   AllReduceStats stats_;
   uint64_t total_bytes_sent_ = 0;
 };
@@ -189,6 +229,10 @@ class CompressedRingAllReduce {
 // 1) the members all-gather the level statistics of what they encoded since
 // the last fit (28 bytes each; with model=norm 28 more per largest bucket),
 // merge them and fit the next table, identical on every member.
+// Memory: no Bind yet; its codec (in place, in heap storage with working
+// space for the vector), payloads and residual are made at the first Run
+// (and for a new spec or length), after which a Run allocates nothing (an
+// ALQ / AMQ refit builds its statistics on the heap).
 // The spec AllGatherAllReduce encodes with: `codec_spec` plus ef=on when it
 // names no ef key (kInvalidArgument when it does not parse).
 Result<std::string> AllGatherCodecSpec(const std::string& codec_spec);
@@ -212,13 +256,18 @@ class AllGatherAllReduce {
  private:
   Status Prepare(std::size_t n, const std::string& codec_spec);
   Status Refit(Deadline deadline, std::size_t n);
-  Status Exchange(uint64_t collective, Deadline deadline, const std::string& spec, std::size_t max_size,
+  Status Exchange(uint64_t collective, Deadline deadline, std::string_view spec, std::size_t max_size,
                   std::vector<std::vector<uint8_t>>* payloads);
 
   CollectiveContext& context_;
   std::vector<std::size_t> tensor_sizes_;
+  // The other codecs: built in place in heap storage with working space for
+  // the vector (ConstructCodec), so encoding and decoding allocate nothing.
+  std::vector<std::max_align_t> inner_storage_;
+  internal::CodecHolder inner_;
   std::unique_ptr<AdaptiveCodec> adaptive_;  // ALQ / AMQ: the codec codec_ borrows
-  std::unique_ptr<TensorSetCodec> codec_;     // made once per spec and length, reused
+  std::unique_ptr<TensorSetCodec> codec_;     // made once per spec and length, reused (borrows inner_ or adaptive_)
+  std::vector<float> decoded_;                // a member's decoded payload (several tensors), reused
   std::string spec_;
   std::unique_ptr<ErrorFeedback> feedback_;        // null: the codec takes none
   std::vector<float> saved_residual_;  // the residual before this Run (restored when it fails)
@@ -243,6 +292,11 @@ class IwpAllReduce {
  public:
   IwpAllReduce(CollectiveContext& context, RingAllReduce& sum);
 
+  // Memory (collectives.h, "Memory"): the index broadcast's buffer and the
+  // gathered values, for models of shape.d floats (`sum` is bound apart).
+  static Result<std::size_t> RequiredBytes(const CollectiveShape& shape);
+  Status Bind(void* memory, std::size_t size, const CollectiveShape& shape);
+
   Status Run(IwpAccumulator& accumulator, const float* weights, uint64_t seed, uint32_t step,
              std::vector<uint32_t>* indices, std::vector<float>* sums);
   // The index broadcast and the sum of the last Run; the index broadcasts of
@@ -251,10 +305,12 @@ class IwpAllReduce {
   uint64_t total_bytes_sent() const { return total_bytes_sent_; }
 
  private:
+  Status SendIndices(const transport::RingChunkMessage& m, Deadline deadline);
+
   CollectiveContext& context_;
   RingAllReduce& sum_;
-  std::vector<uint8_t> encoded_;
-  std::vector<float> gathered_;  // this peer's gathered values, kept until the sum is done
+  internal::Scratch<uint8_t> encoded_;
+  internal::Scratch<float> gathered_;  // this peer's gathered values, kept until the sum is done
   AllReduceStats stats_;
   uint64_t total_bytes_sent_ = 0;
 };
@@ -328,6 +384,15 @@ class Gossip {
   explicit Gossip(CollectiveContext& context);
   ~Gossip();
 
+  // Memory (collectives.h, "Memory"): for models of shape.d floats with
+  // shape.neighbours neighbours and the codec shape.codec over
+  // shape.tensor_sizes (SetTensorTable first): the codec in place, the
+  // encoded model, the own and the neighbours' recovered models, their
+  // received payloads and, for CHOCO, the replicas. A defense's and a send
+  // transform's copies stay on the heap (grown at first use).
+  static Result<std::size_t> RequiredBytes(const CollectiveShape& shape);
+  Status Bind(void* memory, std::size_t size, const CollectiveShape& shape);
+
   // kInvalidArgument for a clip that is negative or not finite. Checked
   // against the neighbour count and the codec at every Step.
   Status SetDefense(const GossipDefense& defense);
@@ -352,36 +417,46 @@ class Gossip {
 
  private:
   // Receives one neighbour's model; *sender_step is the step it was sent at.
-  Status Receive(uint32_t from, Deadline deadline, uint64_t step, std::size_t max_size, std::vector<uint8_t>* out,
-                 uint64_t* sender_step);
-  Status Send(uint32_t to, uint64_t step, const std::string& spec, const uint8_t* bytes, std::size_t size,
+  // Receives one neighbour's model into out[0 .. max_size), its size into
+  // *size; *sender_step is the step it was sent at.
+  Status Receive(uint32_t from, Deadline deadline, uint64_t step, std::size_t max_size, uint8_t* out,
+                 std::size_t* size, uint64_t* sender_step);
+  Status Send(uint32_t to, uint64_t step, std::string_view spec, const uint8_t* bytes, std::size_t size,
               uint64_t* sent, Deadline deadline);
+  // The codec for `codec_spec` (null: fp32), made when the spec changed.
+  Status Prepare(const std::string& codec_spec, std::size_t d);
   void ClipToOwn(float* x, std::size_t d) const;
-  void Defend(float* model, const float* grad, std::size_t d, float lr);
+  void Defend(float* model, const float* grad, std::size_t d, float lr, std::size_t heard);
 
   CollectiveContext& context_;
-  std::unique_ptr<Codec> codec_;  // over tensor_sizes_ when it encodes per tensor
-  std::string spec_;
+  internal::CodecHolder made_;  // the codec of spec_ (the inner one of CHOCO)
+  // Over tensor_sizes_ when the codec encodes per tensor (made with the
+  // table, pointed at each new codec).
+  std::unique_ptr<TensorSetCodec> per_tensor_;
+  Codec* codec_ = nullptr;  // made_'s codec or per_tensor_; null: fp32
+  std::string spec_;        // reserved: a new spec (Moniqua's theta) allocates nothing
   std::vector<std::size_t> tensor_sizes_;
-  std::vector<uint8_t> encoded_;
-  std::vector<float> own_recovered_;
-  std::vector<std::vector<float>> recovered_;
-  std::vector<std::vector<uint8_t>> received_;
-  std::vector<MoniquaNeighbour> mix_;
+  internal::Scratch<uint8_t> encoded_;
+  internal::Scratch<float> own_recovered_;
+  internal::Scratch<float> recovered_;  // neighbours x d
+  internal::Scratch<uint8_t> received_;  // neighbours x the largest payload
+  internal::Scratch<std::size_t> received_sizes_;
+  internal::Scratch<uint8_t> got_;  // neighbours: heard this step
+  internal::Scratch<MoniquaNeighbour> mix_;
   // Replica gossip (ChocoSpec): gamma (0: not in use), x^_i, the neighbours'
-  // x^_j (one per neighbour, in the context's order), x_i - x^_i, and the
-  // members the copies belong to.
+  // x^_j (one per neighbour, in the context's order, d floats each), x_i -
+  // x^_i, and the members the copies belong to.
   float choco_gamma_ = 0;
-  std::vector<float> choco_public_;
-  std::vector<std::vector<float>> choco_replicas_;
-  std::vector<float> choco_diff_;
-  std::vector<uint32_t> choco_members_;
+  internal::Scratch<float> choco_public_;
+  internal::Scratch<float> choco_replicas_;
+  internal::Scratch<float> choco_diff_;
+  internal::Scratch<uint32_t> choco_members_;
   GossipDefense defense_;
   std::function<void(uint64_t, float*, std::size_t)> send_transform_;
-  std::vector<float> sent_;           // send_transform_'s copy
+  internal::Scratch<float> sent_;     // send_transform_'s copy
   std::vector<const float*> models_;  // the defense's set: own, then the neighbours heard
   std::vector<double> weights_;
-  std::vector<float> combined_;
+  internal::Scratch<float> combined_;
   uint64_t total_bytes_sent_ = 0;
 };
 

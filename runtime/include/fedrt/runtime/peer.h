@@ -151,6 +151,12 @@ class PeerGroup {
     gossip_.SetTensorTable(std::move(tensor_sizes));
   }
   Result<uint64_t> AgreeStep(uint64_t step) { return peer::AgreeStep(context_, step); }
+  // The collectives, to bind their memory (collectives.h, "Memory"; the
+  // peer trainer carves it from its block).
+  RingAllReduce& dense() { return dense_; }
+  CompressedRingAllReduce& compressed() { return compressed_; }
+  peer::IwpAllReduce& iwp() { return iwp_; }
+  Gossip& gossip() { return gossip_; }
   Status Close() { return context_.Close(); }
 
   const std::vector<uint32_t>& members() const { return context_.members(); }

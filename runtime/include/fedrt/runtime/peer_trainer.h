@@ -36,20 +36,23 @@
 // one heap block. The block holds what the trainer keeps across steps: the
 // optimizer's velocity, the IWP accumulator (accumulator, velocity, threshold
 // samples), the batch, the epoch's example order, the saved gradient of a
-// ring step, the DP noise, the repair's step and model vectors, and the
-// collectives' objects (PeerGroup). Moniqua's theta is a value of the trainer;
+// ring step, the DP noise, the repair's step and model vectors, the
+// collectives' objects (PeerGroup) and the memory of the collectives it
+// calls (collectives.h, "Memory": codecs in place, encode buffers, the
+// neighbours' models, CHOCO replicas; the compressed all-gather's is made
+// on the heap at its first step). Moniqua's theta is a value of the trainer;
 // its codec spec is a string reserved at creation.
 //
 // Ownership: the model, the data and the context are the caller's and must
 // outlive the trainer (and the block, for CreateIn).
-// Allocation besides the block: creation copies the options, reserves the
-// gossip codec spec, the IWP index vectors (d each: the collective's
-// interface takes vectors) and the per-tensor bookkeeping, and grows the
-// model's workspace for the batch; Run allocates nothing of the trainer's own
-// per step (a report copies its per-step wrap counts into PeerProgress; a
-// re-formation builds the survivor list). The collectives keep their scratch
-// (frames, codecs, the neighbours' models) on the heap, grown at first use
-// and reused (collectives.h); runtime/README.md gives the step path's counts.
+// Allocation besides the block: creation copies the options and the
+// collectives' shapes, reserves the gossip codec spec, the IWP index vectors
+// (d each: the collective's interface takes vectors), the report's per-step
+// wrap counts and the per-tensor bookkeeping, and grows the model's
+// workspace for the batch; a step allocates nothing, the collectives'
+// included (over the loopback binding, every thread counted:
+// runtime_peer_arena_test; docs/design/peer.md, "Memory"); a re-formation
+// builds the survivor list.
 // Thread-safety: one thread (the context's).
 #ifndef FEDRT_RUNTIME_PEER_TRAINER_H_
 #define FEDRT_RUNTIME_PEER_TRAINER_H_
@@ -284,7 +287,10 @@ class PeerTrainer {
   struct Layout;  // where the block's pieces lie
   static Result<Plan> MakePlan(const Model& model, const PeerData& data, const CollectiveContext& context,
                                const PeerTrainerOptions& options);
+  static Status PlanCollectives(const Model& model, const CollectiveContext& context,
+                                const PeerTrainerOptions& options, Plan* plan);
   static Layout Carve(unsigned char* base, const Plan& plan, bool with_trainer);
+  Status BindCollectives(const Plan& plan, const Layout& layout);
   static Result<PeerTrainer*> Place(const Plan& plan, const Layout& layout, std::unique_ptr<unsigned char[]> block,
                                     Model& model, const PeerData& data, CollectiveContext& context,
                                     const PeerTrainerOptions& options);
@@ -339,6 +345,7 @@ class PeerTrainer {
   std::size_t interval_steps_ = 0;
   uint64_t interval_wraps_ = 0;
   std::vector<uint64_t> interval_step_wraps_;
+  PeerProgress progress_;         // the report, reused (its step_wraps reserved at creation)
   RdpAccountant accountant_;      // local DP
   std::unique_ptr<unsigned char[]> block_;  // Create's heap block; null for CreateIn
 };

@@ -120,8 +120,8 @@ class FrameBytes {
 // Keeps the storage of large received frames for the next ones, so a stream
 // of large frames (ring chunks, update chunks) lands in the same warm pages
 // instead of freshly mapped ones (a page fault per 4 KiB otherwise costs more
-// than the copy from the socket). Requests below kMinPooledBytes are plain
-// allocations. At most `max_kept_bytes` of free storage is kept; frames the
+// than the copy from the socket). Requests below kMinPooledBytes (or the
+// pool's own minimum) are plain allocations. At most `max_kept_bytes` of free storage is kept; frames the
 // application holds on to are simply not back yet, so the pool never grows
 // past what the application itself keeps alive plus that bound.
 // Thread-safety: Allocate and the release of its buffers are safe from any
@@ -132,17 +132,23 @@ class FrameBytesPool : public std::enable_shared_from_this<FrameBytesPool> {
  public:
   static constexpr std::size_t kMinPooledBytes = 64u << 10;
   static std::shared_ptr<FrameBytesPool> Create(std::size_t max_kept_bytes);
+  // Pooling requests of `min_pooled_bytes` and more (the loopback pools
+  // every frame: its small ones are the common case).
+  static std::shared_ptr<FrameBytesPool> Create(std::size_t max_kept_bytes, std::size_t min_pooled_bytes);
   ~FrameBytesPool();
   FrameBytesPool(const FrameBytesPool&) = delete;
   FrameBytesPool& operator=(const FrameBytesPool&) = delete;
 
   Result<FrameBytes> Allocate(std::size_t size);
+  // Keeps `count` free buffers for requests of up to `bytes` ready (within
+  // max_kept_bytes), so the first frames find them too.
+  void Reserve(std::size_t count, std::size_t bytes);
   std::size_t kept_bytes() const;
 
   struct State;  // private to the transport library
 
  private:
-  FrameBytesPool(std::size_t max_kept_bytes);
+  FrameBytesPool(std::size_t max_kept_bytes, std::size_t min_pooled_bytes);
   friend struct internal::FrameBytesFree;
   void Return(uint8_t* p, std::size_t capacity);
   std::unique_ptr<State> state_;

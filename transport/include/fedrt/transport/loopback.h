@@ -1,9 +1,12 @@
 // An in-process transport with the Connection interface, for unit tests of
 // code that talks over connections (roles, collectives) without sockets.
 //
-// Each Send serializes the frame to wire bytes and the other end parses and
-// verifies them (frame.h) on the loop thread, exactly as a TCP connection
-// does, so malformed frames are caught the same way; frames arrive in order.
+// Each Send checks the frame's prefix and copies its body as a TCP reader
+// would, and verifies it (frame.h) before handing it over, so malformed
+// frames are caught the same way (the other end closes); frames arrive in
+// order. The copy is made during Send (a borrowed payload is read then), into
+// storage the sending end keeps for its next frames, and the delivery is
+// posted in a kept block: steady traffic allocates nothing.
 // Close() on one end delivers the queued frames, then OnClose(OK) there and
 // OnClose(kUnavailable) on the other end. Deadlines and heartbeats are not
 // simulated (nothing can stall in memory).

@@ -357,6 +357,11 @@ static void test_errors(void) {
     o.iwp_density = 0.1f; /* not IWP */
     CHECK_STATUS(fedrt_peer_size(p.model, &data, NULL, 0, &o, &small), FEDRT_INVALID_ARGUMENT);
     o = options;
+    o.reduce = FEDRT_PEER_GOSSIP;
+    o.sgd.momentum = 0.9f; /* gossip takes plain SGD steps */
+    CHECK_STATUS(fedrt_peer_size(p.model, &data, NULL, 0, &o, &small), FEDRT_INVALID_ARGUMENT);
+    CHECK(strstr(fedrt_last_error(), "momentum") != NULL);
+    o = options;
     o.step_timeout_ms = 0;
     CHECK_STATUS(fedrt_peer_size(p.model, &data, NULL, 0, &o, &small), FEDRT_INVALID_ARGUMENT);
     o = options;

@@ -789,19 +789,22 @@ typedef enum fedrt_peer_graph {
   FEDRT_PEER_GRAPH_TORUS = 1  /* 2-D torus of the peers; FEDRT_PEER_GOSSIP only */
 } fedrt_peer_graph;
 
-/* fedrt_peer_options_default() fills the defaults, which are those of
- * `fedrt peer` where they apply. An option that does not apply to the
- * reduce (a codec for FEDRT_PEER_RING, iwp_density without FEDRT_PEER_IWP,
- * the torus for a ring reduce) is FEDRT_INVALID_ARGUMENT, never ignored. */
+/* fedrt_peer_options_default() fills the defaults, which are the C++
+ * engine's (fedrt::peer::PeerTrainerOptions). An option that does not apply
+ * to the reduce (a codec for FEDRT_PEER_RING, iwp_density without
+ * FEDRT_PEER_IWP, the torus for a ring reduce, momentum, weight decay or
+ * clipping for gossip and the local baseline) is FEDRT_INVALID_ARGUMENT,
+ * never ignored. */
 typedef struct fedrt_peer_options {
   uint32_t rank;              /* this peer, below peers; 0 */
   uint32_t peers;             /* the group's size, >= 1; 1 */
   fedrt_peer_reduce reduce;   /* FEDRT_PEER_RING */
   const char* codec;          /* per reduce, above; NULL (copied at init) */
   fedrt_peer_graph graph;     /* FEDRT_PEER_GRAPH_RING */
-  /* The peers' SGD (the model's own fedrt_sgd_options are not used): learning
-   * rate 0.01, momentum 0 (gossip, IWP and the local baseline take plain
-   * SGD steps; IWP folds momentum into its accumulator). */
+  /* The peers' SGD (the model's own fedrt_sgd_options are not used):
+   * fedrt_sgd_options_default(), learning rate 0.01. Gossip and the local
+   * baseline take plain SGD steps (only the learning rate applies); IWP
+   * folds momentum into its accumulator. */
   fedrt_sgd_options sgd;
   int epochs;                 /* 1 */
   int batch;                  /* 1..fedrt_model_max_batch(model); 32 */

@@ -85,6 +85,12 @@ Result<PeerSetup> SetupFrom(const fedrt_peer_options& o, const fedrt_model& mode
   if (reduce == FEDRT_PEER_IWP && o.iwp_density != 0 && !(o.iwp_density > 0 && o.iwp_density <= 1)) {
     return InvalidArgument("options: iwp_density must be in (0, 1]");
   }
+  if ((reduce == FEDRT_PEER_GOSSIP || reduce == FEDRT_PEER_LOCAL) &&
+      (o.sgd.momentum != 0 || o.sgd.nesterov != 0 || o.sgd.weight_decay != 0 || o.sgd.clip_norm != 0)) {
+    return InvalidArgument(
+        "options: gossip and the local baseline take plain SGD steps at the learning rate: momentum, nesterov, "
+        "weight_decay and clip_norm do not apply");
+  }
   if (o.step_timeout_ms == 0) return InvalidArgument("options: step_timeout_ms must be above 0");
   if (o.batch > model.max_batch) {
     return OutOfRange("options: batch " + std::to_string(o.batch) + " is above the model's max_batch of " +

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "byte_queue.h"
 #include "check.h"
 #include "fedrt/fedrt.h"
 
@@ -34,19 +35,7 @@ static const char* const kSpec = "mlp:8-16-3";
 static float g_features[(TRAIN + TEST) * FEATURES];
 static uint8_t g_labels[TRAIN + TEST];
 
-static void make_data(void) {
-  uint32_t state = 777u;
-  int n, j;
-  for (n = 0; n < TRAIN + TEST; ++n) {
-    g_labels[n] = (uint8_t)(n % CLASSES);
-    for (j = 0; j < FEATURES; ++j) {
-      state = state * 1664525u + 1013904223u;
-      g_features[n * FEATURES + j] = (float)(state >> 26) / 64.0f - 0.5f;
-    }
-    g_features[n * FEATURES + 2 * g_labels[n]] += 1.5f;
-    g_features[n * FEATURES + 2 * g_labels[n] + 1] += 1.5f;
-  }
-}
+static void make_data(void) { make_bump_data(g_features, g_labels, TRAIN + TEST, FEATURES, CLASSES, 777u, 1.5f); }
 
 static fedrt_data_view view_of(int first, int count) {
   fedrt_data_view view;
@@ -60,13 +49,6 @@ static fedrt_data_view view_of(int first, int count) {
 }
 
 /* ---- Callbacks shared by both sides ------------------------------------- */
-
-static uint64_t now_ms(void* user) {
-  struct timespec t;
-  (void)user;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
-}
 
 static pthread_mutex_t g_random_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t g_random_state = 99u;
@@ -105,27 +87,12 @@ static void key_of(int device, uint8_t* key) {
 
 /* ---- The links: one byte queue each way per device ---------------------- */
 
-typedef struct {
-  uint8_t* data;
-  size_t size, capacity;
-} Bytes;
-
-static void append(Bytes* b, const uint8_t* data, size_t size) {
-  if (b->size + size > b->capacity) {
-    b->capacity = (b->size + size) * 2;
-    b->data = (uint8_t*)realloc(b->data, b->capacity);
-    if (b->data == NULL) abort();
-  }
-  memcpy(b->data + b->size, data, size);
-  b->size += size;
-}
-
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_moved = PTHREAD_COND_INITIALIZER;
 
 typedef struct {
   int index;
-  Bytes to_aggregator, to_device;
+  ByteQueue to_aggregator, to_device;
   int closed;          /* the aggregator closed the connection */
   fedrt_status close_reason;
   fedrt_status result; /* of the device's last session */
@@ -141,8 +108,8 @@ static Link g_links[DEVICES];
 static void reset_links(void) {
   int i;
   for (i = 0; i < DEVICES; ++i) {
-    free(g_links[i].to_device.data);
-    free(g_links[i].to_aggregator.data);
+    byte_queue_free(&g_links[i].to_device);
+    byte_queue_free(&g_links[i].to_aggregator);
   }
   memset(g_links, 0, sizeof g_links);
 }
@@ -154,7 +121,7 @@ static fedrt_status device_send(void* user, const uint8_t* data, size_t size) {
   if (link->closed) {
     status = FEDRT_UNAVAILABLE;
   } else {
-    append(&link->to_aggregator, data, size);
+    byte_queue_append(&link->to_aggregator, data, size);
     pthread_cond_broadcast(&g_moved);
   }
   pthread_mutex_unlock(&g_lock);
@@ -164,29 +131,11 @@ static fedrt_status device_send(void* user, const uint8_t* data, size_t size) {
 static fedrt_status device_receive(void* user, uint8_t* buffer, size_t capacity, uint32_t timeout_ms,
                                    size_t* received) {
   Link* link = (Link*)user;
-  struct timespec deadline;
   fedrt_status status = FEDRT_OK;
-  clock_gettime(CLOCK_REALTIME, &deadline);
-  deadline.tv_sec += (time_t)(timeout_ms / 1000u);
-  deadline.tv_nsec += (long)(timeout_ms % 1000u) * 1000000L;
-  if (deadline.tv_nsec >= 1000000000L) {
-    deadline.tv_sec += 1;
-    deadline.tv_nsec -= 1000000000L;
-  }
-  *received = 0;
   pthread_mutex_lock(&g_lock);
-  while (link->to_device.size == 0 && !link->closed && timeout_ms > 0) {
-    if (pthread_cond_timedwait(&g_moved, &g_lock, &deadline) != 0) break;
-  }
-  if (link->to_device.size > 0) {
-    const size_t n = link->to_device.size < capacity ? link->to_device.size : capacity;
-    memcpy(buffer, link->to_device.data, n);
-    memmove(link->to_device.data, link->to_device.data + n, link->to_device.size - n);
-    link->to_device.size -= n;
-    *received = n;
-  } else if (link->closed) {
-    status = FEDRT_UNAVAILABLE;
-  }
+  byte_queue_wait(&link->to_device, &link->closed, &g_lock, &g_moved, timeout_ms);
+  *received = byte_queue_take(&link->to_device, buffer, capacity);
+  if (*received == 0 && link->closed) status = FEDRT_UNAVAILABLE;
   pthread_mutex_unlock(&g_lock);
   return status;
 }
@@ -201,7 +150,7 @@ static void* device_thread(void* argument) {
 static fedrt_status aggregator_send(void* user, uint64_t connection, const uint8_t* data, size_t size) {
   Link* link = &((Link*)user)[connection];
   pthread_mutex_lock(&g_lock);
-  append(&link->to_device, data, size);
+  byte_queue_append(&link->to_device, data, size);
   pthread_cond_broadcast(&g_moved);
   pthread_mutex_unlock(&g_lock);
   return FEDRT_OK;
@@ -237,7 +186,7 @@ static fedrt_aggregator_callbacks aggregator_callbacks(void* user) {
   c.user = user;
   c.send = aggregator_send;
   c.close = aggregator_close;
-  c.now_ms = now_ms;
+  c.now_ms = test_monotonic_ms;
   c.random_bytes = random_bytes;
   c.hmac_sha256 = toy_hmac;
   c.on_round = on_round;
@@ -395,7 +344,7 @@ static void federate(const char* codec, size_t max_waiting_updates) {
     dc.user = link;
     dc.send = device_send;
     dc.receive = device_receive;
-    dc.now_ms = now_ms;
+    dc.now_ms = test_monotonic_ms;
     dc.random_bytes = random_bytes;
     dc.hmac_sha256 = toy_hmac;
     options.batch = 8;
@@ -408,13 +357,13 @@ static void federate(const char* codec, size_t max_waiting_updates) {
 
   /* The aggregator's loop: move what the devices wrote in, tick, wait. */
   for (guard = 0; guard < 1000000 && !fedrt_aggregator_finished(aggregator); ++guard) {
-    Bytes in[DEVICES];
+    ByteQueue in[DEVICES];
     uint32_t wait;
     int moved = 0;
     pthread_mutex_lock(&g_lock);
     for (i = 0; i < DEVICES; ++i) {
       in[i] = g_links[i].to_aggregator;
-      memset(&g_links[i].to_aggregator, 0, sizeof(Bytes));
+      memset(&g_links[i].to_aggregator, 0, sizeof(ByteQueue));
     }
     pthread_mutex_unlock(&g_lock);
     for (i = 0; i < DEVICES; ++i) {
@@ -422,7 +371,7 @@ static void federate(const char* codec, size_t max_waiting_updates) {
         CHECK_STATUS(fedrt_aggregator_receive(aggregator, (uint64_t)i, in[i].data, in[i].size), FEDRT_OK);
         moved = 1;
       }
-      free(in[i].data);
+      byte_queue_free(&in[i]);
     }
     wait = fedrt_aggregator_tick(aggregator);
     if (!moved && wait > 0) {

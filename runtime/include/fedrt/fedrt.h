@@ -1,15 +1,17 @@
 /* fedrt.h: the C API of fedrt (C99), for firmware and for programs in any
  * language with a C foreign-function interface. It is a thin layer over the
  * C++ training core (fedrt/runtime/model.h, trainer.h), the codecs
- * (fedrt/codecs/codec.h) and the star device engine
- * (fedrt/runtime/device_client.h); what those headers say about results
+ * (fedrt/codecs/codec.h), the star device and aggregator engines
+ * (fedrt/runtime/device_client.h, aggregator_engine.h) and the peer trainer
+ * (fedrt/runtime/peer_trainer.h); what those headers say about results
  * holds here. Programs on a host with files may also use fedrt/fedrt_host.h
  * (loading data sets, keys and state files; not for firmware).
  *
  * Conventions, for every function below:
  *
  *  - Names. Objects are opaque handles `fedrt_<object>_t` (fedrt_model_t,
- *    fedrt_codec_t, fedrt_device_t, fedrt_aggregator_t); functions are `fedrt_<object>_<action>`; plain structs
+ *    fedrt_codec_t, fedrt_device_t, fedrt_aggregator_t, fedrt_peer_t);
+ *    functions are `fedrt_<object>_<action>`; plain structs
  *    the caller fills or reads are `fedrt_<what>` without `_t`.
  *
  *  - Status. A call that can fail returns a fedrt_status; FEDRT_OK is 0. The
@@ -51,7 +53,12 @@
  *    outlive it. An aggregator is placed the same way:
  *    fedrt_aggregator_size(), then fedrt_aggregator_init() (its block: the
  *    round sum, decoding scratch, the codecs, the update payload slots). It
- *    reads the caller's test set, which must outlive it. Every other array passed in
+ *    reads the caller's test set, which must outlive it. A peer trainer is
+ *    placed the same way: fedrt_peer_size(), then fedrt_peer_init() (its
+ *    block: the optimizer's velocity, the batch, the epoch's order, the
+ *    saved gradient, the IWP accumulator, the collectives); it trains the
+ *    caller's model handle and reads the caller's data view and share,
+ *    which must outlive it. Every other array passed in
  *    (features, labels, vectors, payloads, side information, keys, share
  *    indices) is only read during the call, or copied; every output array is
  *    the caller's and is written only during the call. Strings returned by getters (specs, names, tensor
@@ -93,6 +100,16 @@
  *                              round path what aggregator_engine.h lists
  *                              (the round's report, the test evaluation,
  *                              frames the engine encodes);
+ *      fedrt_peer_size         measures: builds a context, frees it;
+ *      fedrt_peer_init         the copy of the options, the context (a
+ *                              stream connection per neighbour, a 64 KiB
+ *                              read buffer) and what PeerTrainer::CreateIn
+ *                              allocates besides its block (peer_trainer.h);
+ *                              with share NULL, the list of every example;
+ *                              freed by fedrt_peer_destroy;
+ *      fedrt_peer_run          per received frame its bytes, and the
+ *                              collectives' scratch (peer_trainer.h lists the
+ *                              step path's);
  *      fedrt_codec_decode,
  *      fedrt_codec_decode_accumulate
  *                              of a codec from fedrt_codec_create:
@@ -121,7 +138,10 @@
  *    from different threads. Functions without a handle (version, ISA, size
  *    queries, fedrt_last_error) may be called from any thread. A device
  *    client counts as using its model handle: between fedrt_device_create
- *    and fedrt_device_destroy only the device trains or sets it.
+ *    and fedrt_device_destroy only the device trains or sets it; so does a
+ *    peer trainer inside fedrt_peer_run (its on_progress callback may
+ *    evaluate the model). Peers of one group in one process run on one
+ *    thread each.
  *
  *  - Callbacks. The aggregator's (fedrt_aggregator_callbacks: send, close,
  *    clock, randomness, HMAC, round reports) run only inside its calls, on
@@ -133,6 +153,9 @@
  *    are valid during the call only. They must not call back into the same
  *    device handle. The application owns the stream: it connects before a
  *    session and closes it after, fedrt never opens or closes anything.
+ *    The peer trainer's (fedrt_peer_callbacks: the streams to its
+ *    neighbours, the clock, progress) run only inside fedrt_peer_run, on
+ *    the thread that called it, the same way.
  *
  *  - Determinism. A model initialised from the same spec and seed has the
  *    same parameters as fedrt::Model::Create in C++ (bit for bit), and a
@@ -705,6 +728,182 @@ size_t fedrt_aggregator_parameter_count(const fedrt_aggregator_t* aggregator);
 /* The global model's parameters into out[0 .. parameter_count);
  * FEDRT_OUT_OF_RANGE when capacity is smaller. */
 fedrt_status fedrt_aggregator_get_parameters(const fedrt_aggregator_t* aggregator, float* out, size_t capacity);
+
+/* ---- Peer trainer (peer-to-peer, no aggregator) -------------------------- */
+
+/* One peer of a group that trains together without an aggregator
+ * (fedrt/runtime/peer_trainer.h): every step it computes the gradient of one
+ * batch of its share of the data on the caller's model handle, then, by
+ * fedrt_peer_options.reduce, all-reduces the gradients around a ring (every
+ * peer then holds the same model, to the bit) or mixes its model with its
+ * neighbours' (gossip, D-PSGD). The training loop, the collectives and the
+ * codecs run in the C++ engine; this layer hands it the application's links
+ * to the neighbours and its clock.
+ *
+ * Links. The application keeps one two-way byte stream to each neighbour
+ * (a socket, a UART, a queue in memory) and moves bytes through the send
+ * and receive callbacks, which name the neighbour by its rank. The
+ * neighbours: on the ring (FEDRT_PEER_GRAPH_RING, every reduce) ranks
+ * (rank - 1) and (rank + 1) modulo peers, one stream when they are the same
+ * rank; on the torus (gossip only) what fedrt_peer_neighbours lists. The
+ * frames on the streams are those of the TCP binding (size-prefixed,
+ * verified on arrival), but there is no join: the streams must already
+ * connect the right ranks, and are trusted (authenticate them below, with
+ * TLS or a secure link). A peer sends before it reads, so send must take
+ * the bytes without waiting for the neighbour to read them (queue them).
+ *
+ * The application's program, on each peer (one thread per peer when they
+ * share a process):
+ *
+ *   fedrt_model_init(...)                            // the same spec and seed on every peer
+ *   fedrt_peer_size(model, data, share, n, &options, &bytes);
+ *   fedrt_peer_init(memory, bytes, model, data, share, n, &options, &callbacks, &peer);
+ *   status = fedrt_peer_run(peer);                   // all epochs (or max_steps)
+ *   fedrt_peer_destroy(peer);                        // the memory and the model stay the caller's
+ *
+ * Memory: fedrt_peer_init places the handle and the trainer's block (the
+ * optimizer's velocity, the batch, the epoch's example order, the saved
+ * gradient of a ring step, the IWP accumulator, the collectives' objects) in
+ * the caller's memory. Failures: a neighbour that fails (its stream closes or
+ * falls silent past step_timeout_ms) fails the step on every peer, each
+ * naming the same rank; fedrt_peer_run then returns the status. The group is
+ * not repaired: start over (ring repair needs the TCP binding's join). */
+typedef struct fedrt_peer fedrt_peer_t;
+
+/* What a step does with the peers' gradients or models. Pinned: equal to
+ * fedrt::peer::PeerReduce. */
+typedef enum fedrt_peer_reduce {
+  FEDRT_PEER_RING = 0,            /* dense fp32 ring all-reduce of the gradients (codec NULL) */
+  FEDRT_PEER_RING_CODEC = 1,      /* the ring with `codec` on every hop ("fp16") */
+  FEDRT_PEER_RING_COMPRESSED = 2, /* each gradient compressed once with `codec` ("dqsg:s=2",
+                                     "topk:k=0.01"), gathered around the ring */
+  FEDRT_PEER_IWP = 3,             /* IWP-sparse all-reduce of accumulated updates (iwp_density) */
+  FEDRT_PEER_GOSSIP = 4,          /* D-PSGD with the neighbours; codec NULL: fp32,
+                                     "moniqua:bits=2", "choco:gamma=0.5+dqsg:s=4" */
+  FEDRT_PEER_LOCAL = 5            /* plain SGD alone, nothing sent (a baseline) */
+} fedrt_peer_reduce;
+
+/* The gossip graph. Pinned: equal to fedrt::peer::GossipGraph. */
+typedef enum fedrt_peer_graph {
+  FEDRT_PEER_GRAPH_RING = 0,  /* every reduce */
+  FEDRT_PEER_GRAPH_TORUS = 1  /* 2-D torus of the peers; FEDRT_PEER_GOSSIP only */
+} fedrt_peer_graph;
+
+/* fedrt_peer_options_default() fills the defaults, which are the C++
+ * engine's (fedrt::peer::PeerTrainerOptions). An option that does not apply
+ * to the reduce (a codec for FEDRT_PEER_RING, iwp_density without
+ * FEDRT_PEER_IWP, the torus for a ring reduce, momentum, weight decay or
+ * clipping for gossip and the local baseline) is FEDRT_INVALID_ARGUMENT,
+ * never ignored. */
+typedef struct fedrt_peer_options {
+  uint32_t rank;              /* this peer, below peers; 0 */
+  uint32_t peers;             /* the group's size, >= 1; 1 */
+  fedrt_peer_reduce reduce;   /* FEDRT_PEER_RING */
+  const char* codec;          /* per reduce, above; NULL (copied at init) */
+  fedrt_peer_graph graph;     /* FEDRT_PEER_GRAPH_RING */
+  /* The peers' SGD (the model's own fedrt_sgd_options are not used):
+   * fedrt_sgd_options_default(), learning rate 0.01. Gossip and the local
+   * baseline take plain SGD steps (only the learning rate applies); IWP
+   * folds momentum into its accumulator. */
+  fedrt_sgd_options sgd;
+  int epochs;                 /* 1 */
+  int batch;                  /* 1..fedrt_model_max_batch(model); 32 */
+  uint64_t seed;              /* batch order (with the rank) and the IWP leader; 1 */
+  uint32_t max_steps;         /* stop after this many steps; 0: whole epochs */
+  int evals_per_epoch;        /* on_progress calls per epoch, the last at its end; 1 */
+  uint32_t chunk_floats;      /* ring pipelining: floats per chunk; 0: automatic */
+  float iwp_density;          /* FEDRT_PEER_IWP: share of coordinates per step; 0: 1/64 */
+  uint32_t step_timeout_ms;   /* a collective fails when a neighbour is silent this long; 10000 */
+  uint32_t max_frame_bytes;   /* largest frame sent or accepted; 4 MiB */
+} fedrt_peer_options;
+
+fedrt_peer_options fedrt_peer_options_default(void);
+
+/* Where training stands, for fedrt_peer_callbacks.on_progress. */
+typedef struct fedrt_peer_progress {
+  int epoch;                 /* 0-based */
+  size_t steps_done;         /* steps of this epoch so far */
+  size_t steps_per_epoch;
+  uint32_t step;             /* steps run so far, all epochs */
+  int epoch_end;             /* non-zero at the end of an epoch */
+  double train_loss;         /* mean batch loss since the last report (0: no step) */
+  double epoch_loss;         /* at an epoch's end: its mean batch loss */
+  uint64_t bytes_sent;       /* payload bytes of every collective so far */
+  uint64_t fp32_bytes;       /* what dense fp32 exchanges of the same steps would have sent */
+  uint64_t wraps;            /* gossip with Moniqua: wraps since the last report */
+  double moniqua_theta;      /* gossip, theta from Moniqua's bound: the one in use (0: another rule) */
+} fedrt_peer_progress;
+
+/* What the peer needs from the application. Every callback gets `user`;
+ * they run only inside fedrt_peer_run, on the thread that called it, and
+ * must not call back into the same peer handle (on_progress may use the
+ * model handle: evaluate it). */
+typedef struct fedrt_peer_callbacks {
+  void* user;
+  /* Writes all `size` bytes to the stream to neighbour `peer` without
+   * waiting for it to read them, or fails (FEDRT_UNAVAILABLE: it is gone).
+   * Required. */
+  fedrt_status (*send)(void* user, uint32_t peer, const uint8_t* data, size_t size);
+  /* Waits up to `timeout_ms` (0: not at all) for bytes from neighbour
+   * `peer`'s stream, puts up to `capacity` of them in `buffer` and sets
+   * *received to how many (0: none came in time). FEDRT_UNAVAILABLE when
+   * the neighbour closed the stream, another status when it failed.
+   * Required. */
+  fedrt_status (*receive)(void* user, uint32_t peer, uint8_t* buffer, size_t capacity, uint32_t timeout_ms,
+                          size_t* received);
+  /* Milliseconds of a monotonic clock (the step deadlines). Required. */
+  uint64_t (*now_ms)(void* user);
+  /* At each of the evals_per_epoch points of an epoch (NULL: not told).
+   * Anything but FEDRT_OK ends fedrt_peer_run with that status
+   * (FEDRT_CANCELLED to stop early). */
+  fedrt_status (*on_progress)(void* user, const fedrt_peer_progress* progress);
+} fedrt_peer_callbacks;
+
+/* The bytes of memory fedrt_peer_init needs for a peer training `model` on
+ * share[0 .. share_count) of `data` (share NULL: all of data's examples)
+ * with `options` (NULL: the defaults). FEDRT_INVALID_ARGUMENT for options
+ * that do not fit (a codec that does not parse or does not apply, a rank
+ * outside the peers, a model that does not fit the data), an empty share or
+ * a share index past the data; FEDRT_OUT_OF_RANGE for a batch above the
+ * model's max_batch. */
+fedrt_status fedrt_peer_size(const fedrt_model_t* model, const fedrt_data_view* data, const uint32_t* share,
+                             size_t share_count, const fedrt_peer_options* options, size_t* bytes);
+
+/* Places a peer in memory[0 .. size) (any alignment; at least what
+ * fedrt_peer_size says for the same arguments). The model (trained in
+ * place), the data and share[] must outlive the peer; options and callbacks
+ * are copied. Besides fedrt_peer_size's errors, FEDRT_OUT_OF_RANGE when the
+ * memory is too small, FEDRT_INVALID_ARGUMENT for a required callback that
+ * is NULL. Sends nothing. */
+fedrt_status fedrt_peer_init(void* memory, size_t size, fedrt_model_t* model, const fedrt_data_view* data,
+                             const uint32_t* share, size_t share_count, const fedrt_peer_options* options,
+                             const fedrt_peer_callbacks* callbacks, fedrt_peer_t** peer);
+
+/* Ends the peer; the memory, model, data and streams stay the caller's.
+ * NULL is ignored. */
+void fedrt_peer_destroy(fedrt_peer_t* peer);
+
+/* Trains all epochs (or max_steps) with the group, then tells the
+ * neighbours it has finished and leaves the streams to the caller.
+ * FEDRT_OK when done; a neighbour's failure (FEDRT_UNAVAILABLE,
+ * FEDRT_DEADLINE_EXCEEDED, FEDRT_CORRUPT, ...: the message names the peer
+ * rank), or on_progress's status, otherwise. Once per peer: a second call is
+ * FEDRT_FAILED_PRECONDITION. */
+fedrt_status fedrt_peer_run(fedrt_peer_t* peer);
+
+/* Steps every peer takes per epoch: (data examples / peers) / batch. */
+size_t fedrt_peer_steps_per_epoch(const fedrt_peer_t* peer);
+/* Payload bytes this peer has sent in collectives. */
+uint64_t fedrt_peer_bytes_sent(const fedrt_peer_t* peer);
+/* The gossip codec in use, with the theta Moniqua derives when the spec
+ * names none: after fedrt_peer_run, the last step's; before it, the first
+ * step's, or "" while Moniqua's bound has not agreed on a theta yet (it does
+ * at the first step). "" for fp32 gossip and the ring reduces. */
+const char* fedrt_peer_gossip_codec(const fedrt_peer_t* peer);
+/* The ranks the application must keep a stream to, ascending, into
+ * ranks[0 .. capacity); *count is how many there are.
+ * FEDRT_OUT_OF_RANGE when capacity is smaller. */
+fedrt_status fedrt_peer_neighbours(const fedrt_peer_t* peer, uint32_t* ranks, size_t capacity, size_t* count);
 
 #ifdef __cplusplus
 }  /* extern "C" */

@@ -44,6 +44,10 @@ fedrt_status RequireNonNull(const void* pointer, const char* function, const cha
 // enum are the callback's bug, reported as internal.
 Status FromCallback(fedrt_status status, const char* callback);
 
+// C SGD options as the engine's (NULL: fedrt_sgd_options_default()); a
+// constant learning rate.
+SgdOptions ToSgdOptions(const fedrt_sgd_options* c);
+
 // A C data view as the engine's.
 DataView ToDataView(const fedrt_data_view& c);
 

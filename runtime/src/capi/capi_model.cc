@@ -19,11 +19,6 @@
 #include "fedrt/runtime/trainer.h"
 
 namespace fedrt::capi {
-namespace {
-
-constexpr std::size_t kHandleBytes =
-    (sizeof(fedrt_model) + kSimdAlignment - 1) / kSimdAlignment * kSimdAlignment;
-static_assert(alignof(fedrt_model) <= kSimdAlignment, "the handle is placed on a 64-byte boundary");
 
 SgdOptions ToSgdOptions(const fedrt_sgd_options* c) {
   const fedrt_sgd_options o = c != nullptr ? *c : fedrt_sgd_options_default();
@@ -36,6 +31,12 @@ SgdOptions ToSgdOptions(const fedrt_sgd_options* c) {
   options.clip_norm = o.clip_norm;
   return options;
 }
+
+namespace {
+
+constexpr std::size_t kHandleBytes =
+    (sizeof(fedrt_model) + kSimdAlignment - 1) / kSimdAlignment * kSimdAlignment;
+static_assert(alignof(fedrt_model) <= kSimdAlignment, "the handle is placed on a 64-byte boundary");
 
 // Bytes fedrt_model_init needs, and the arena's sizes.
 Result<std::size_t> ModelBytes(const std::string& spec, const SgdOptions& sgd, int max_batch,

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "fedrt/transport/frame.h"
+#include "peer/formation.h"
 
 namespace fedrt {
 namespace peer {
@@ -18,8 +19,6 @@ using transport::Connection;
 using transport::Frame;
 using transport::MessageKind;
 
-constexpr const char kFailurePrefix[] = "peer rank ";
-
 // How long peers exchange failure reports after a step deadline, and how long
 // a failed collective waits for its last sends.
 uint32_t GraceMs(uint32_t step_timeout_ms) {
@@ -29,44 +28,6 @@ uint32_t GraceMs(uint32_t step_timeout_ms) {
 bool SameHead(const transport::PayloadHead& a, const transport::PayloadHead& b) {
   return a.kind == b.kind && a.tag == b.tag && a.stage == b.stage && a.source == b.source && a.step == b.step &&
          a.segment == b.segment && a.index == b.index && a.offset == b.offset && a.size == b.size;
-}
-
-// A failure report (collective_context.h): "peer rank R failed: ..." or
-// "peer rank A waits on peer rank B".
-struct Report {
-  bool failed = false;  // false: a suspicion
-  int a = -1;           // failed rank, or the waiting rank
-  int b = -1;           // the rank waited on
-};
-
-bool ParseRank(std::string_view text, std::size_t* at, int* rank) {
-  const std::size_t n = sizeof(kFailurePrefix) - 1;
-  if (text.compare(*at, n, kFailurePrefix) != 0) return false;
-  std::size_t i = *at + n;
-  int value = 0;
-  const std::size_t start = i;
-  for (; i < text.size() && i < start + 6 && text[i] >= '0' && text[i] <= '9'; ++i) {
-    value = value * 10 + (text[i] - '0');
-  }
-  if (i == start) return false;
-  *rank = value;
-  *at = i;
-  return true;
-}
-
-bool ParseReport(std::string_view text, Report* report) {
-  std::size_t at = 0;
-  if (!ParseRank(text, &at, &report->a)) return false;
-  constexpr std::string_view kFailed = " failed";
-  constexpr std::string_view kWaits = " waits on ";
-  if (text.compare(at, kFailed.size(), kFailed) == 0) {
-    report->failed = true;
-    return true;
-  }
-  if (text.compare(at, kWaits.size(), kWaits) != 0) return false;
-  at += kWaits.size();
-  report->failed = false;
-  return ParseRank(text, &at, &report->b);
 }
 
 }  // namespace
@@ -236,14 +197,8 @@ Status LinkContext::Form(const std::vector<uint32_t>& members) {
   if (p == 1) return Status::Ok();
   const Deadline deadline = DeadlineAfterMs(options_.join_timeout_ms);
   std::vector<std::shared_ptr<Link>> dialled, accepted;
+  neighbours_ = FormationNeighbours(options_.graph, members_, position_);
   if (options_.graph == GossipGraph::kRing) {
-    // Gossip weights of the ring (Metropolis: 1/2 with one neighbour, 1/3 with two).
-    if (p == 2) {
-      neighbours_.push_back({left(), 0.5f});
-    } else {
-      neighbours_.push_back({left(), 1.0f / 3.0f});
-      neighbours_.push_back({right(), 1.0f / 3.0f});
-    }
     Status s = Connect({right()}, {left()}, generation_, deadline, &dialled, &accepted);
     if (!dialled.empty()) right_ = dialled[0];
     if (!accepted.empty()) left_ = accepted[0];
@@ -251,14 +206,9 @@ Status LinkContext::Form(const std::vector<uint32_t>& members) {
     return s;
   }
   // Graph links: one connection per edge, dialled by the lower rank, carrying
-  // data both ways. Weights: Metropolis over the graph of the members.
-  const auto graph = GraphNeighbours(options_.graph, static_cast<uint32_t>(p));
-  const std::vector<double> w = MetropolisWeights(graph);
+  // data both ways.
   std::vector<uint32_t> lower, higher;
-  for (uint32_t j : graph[position_]) {
-    neighbours_.push_back({members_[j], static_cast<float>(w[position_ * p + j])});
-    (members_[j] < rank_ ? lower : higher).push_back(members_[j]);
-  }
+  for (const Neighbour& n : neighbours_) (n.rank < rank_ ? lower : higher).push_back(n.rank);
   Status s = Connect(higher, lower, generation_, deadline, &dialled, &accepted);
   if (!s.ok()) return s;
   for (const Neighbour& n : neighbours_) {

@@ -72,6 +72,14 @@ int RunServe(ServeFlags& flags, const CLI::App& app) {
     std::fprintf(stderr, "fedrt serve: %s\n", scoped.ToString().c_str());
     return 2;
   }
+  // Only a rule that holds the round's decoded updates has them to bound.
+  const Status held = CheckFlagScopes(
+      app, {{"--max-held-updates", flags.aggregation != "mean", "an --aggregation other than mean"}},
+      "--aggregation " + flags.aggregation);
+  if (!held.ok()) {
+    std::fprintf(stderr, "fedrt serve: %s\n", held.ToString().c_str());
+    return 2;
+  }
   if (!flags.options.tls.ca_file.empty() && flags.options.tls.cert_file.empty()) {
     std::fprintf(stderr, "fedrt serve: --tls-client-ca needs --tls-cert and --tls-key\n");
     return 2;
@@ -382,6 +390,11 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
   serve->add_option("--max-waiting-updates", o.max_waiting_updates,
                     "Updates that may wait at once for their turn in the round's sum, each in a payload slot of the "
                     "aggregator's memory; one more is told to send again when a slot frees (0: 64)")
+      ->capture_default_str()->check(CLI::Range(std::size_t{0}, std::size_t{1} << 20));
+  serve->add_option("--max-held-updates", o.max_held_updates,
+                    "With an --aggregation other than mean: the decoded updates a round may hold for the rule (d "
+                    "floats each in the aggregator's memory); a round that would sample more is refused and the "
+                    "training stops (0: 64)")
       ->capture_default_str()->check(CLI::Range(std::size_t{0}, std::size_t{1} << 20));
   serve->add_option("--max-devices", o.max_devices,
                     "Devices joined at once; a join beyond it is refused (capped by the key file's entries)")

@@ -72,7 +72,12 @@ struct RunResult {
   long allocations = 0;  // by the aggregator from round 2 on
   uint64_t deferred = 0;  // AggregatorCounters::updates_deferred
   bool finished = false;
+  Status status;  // Aggregator::status()
 };
+
+// The device ids' prefix: "dev-" fits std::string's inline buffer, a long
+// one does not (the round path must not allocate for either).
+std::string g_id_prefix = "dev-";
 
 AggregatorConfig Config(const std::string& codec, const std::string& rule) {
   AggregatorConfig config;
@@ -98,7 +103,7 @@ RunResult Run(const AggregatorConfig& config, bool reverse, bool arena, bool hol
   Blobs train(400, 3);
   Blobs test(80, 4);
   std::string keys_text;
-  for (int i = 0; i < kDevices; ++i) keys_text += "dev-" + std::to_string(i) + " " + HexKey(i) + "\n";
+  for (int i = 0; i < kDevices; ++i) keys_text += g_id_prefix + std::to_string(i) + " " + HexKey(i) + "\n";
   KeyStore keys = KeyStore::Parse(keys_text).value();
   RunResult result;
   AggregatorHooks hooks;
@@ -131,7 +136,7 @@ RunResult Run(const AggregatorConfig& config, bool reverse, bool arena, bool hol
     d.model = std::make_unique<Model>(Model::Create(kModel, 1).value());
     for (std::size_t k = 0; k < train.view.count / kDevices; ++k) d.share.push_back(static_cast<uint32_t>(i + kDevices * k));
     DeviceClientConfig dc;
-    dc.device_id = "dev-" + std::to_string(i);
+    dc.device_id = g_id_prefix + std::to_string(i);
     dc.key = *KeyStore::Parse(dc.device_id + " " + HexKey(i) + "\n")->Find(dc.device_id);
     dc.batch = 16;
     dc.shuffle_seed = 11 + static_cast<uint64_t>(i);
@@ -158,8 +163,12 @@ RunResult Run(const AggregatorConfig& config, bool reverse, bool arena, bool hol
       }
     }
     uint32_t wait = 0;
-    const long ticked = AllocationsDuring([&] { wait = aggregator->Tick(); });
-    if (handler->counting && !aggregator->finished()) result.allocations += ticked;
+    if (handler->counting) {
+      const long ticked = AllocationsDuring([&] { wait = aggregator->Tick(); });
+      if (!aggregator->finished()) result.allocations += ticked;
+    } else {
+      wait = aggregator->Tick();
+    }
     if (wait == 0) moved = true;
     for (int k = 0; k < kDevices; ++k) {
       if (devices[k].pipe->Pump()) moved = true;
@@ -171,6 +180,7 @@ RunResult Run(const AggregatorConfig& config, bool reverse, bool arena, bool hol
     if (!moved) break;
   }
   result.finished = aggregator->finished();
+  result.status = aggregator->status();
   result.deferred = aggregator->counters().updates_deferred;
   result.hash = Hash(aggregator->model());
   result.allocations += handler->allocations;
@@ -185,11 +195,15 @@ RunResult Run(const AggregatorConfig& config, bool reverse, bool arena, bool hol
 
 // The global model after 3 rounds, recorded from the engine before its
 // memory moved into the block (the same on every order of service).
-// max_allocations: what the round path may still allocate over rounds 2-3
-// (measured on x86-64: fp32 0, its median 4, dqsg 20 and 24, ndqsg 106 and
-// 94, alq 172 and 176: the codecs' decoding, NDQSG's running mean and
-// nested decodes, ALQ's table fit; before the block 230 to 602, before the
-// frames and the report were reused 40 to 272).
+// max_allocations: what the round path allocates over rounds 2-3 (x86-64):
+// nothing, but NDQSG up to 14 when its wrap adaptation moves a device in
+// rounds 2-3 (with mean here, with median under the long ids; not traced
+// yet, most likely the instruction frames of an assignment first sent
+// then: a new entry and its frame slots).
+// Before the instructions' specs, NDQSG's wrap count, reports and rho, ALQ's
+// codec, statistics and table fit and the rules' scratch were kept: fp32 0,
+// its median 4, dqsg 20 and 24, ndqsg 106 and 94, alq 172 and 176 (before
+// the block 230 to 602).
 struct Golden {
   const char* codec;
   const char* rule;
@@ -197,10 +211,10 @@ struct Golden {
   long max_allocations;
 };
 constexpr Golden kGolden[] = {
-    {"fp32", "", 5117803062961757739ull, 0},     {"fp32", "median", 1156164519254011526ull, 8},
-    {"dqsg", "", 1698873338641934525ull, 24},    {"dqsg", "median", 16821511782197176208ull, 32},
-    {"ndqsg", "", 16057503879270174569ull, 120}, {"ndqsg", "median", 1175716058177854718ull, 110},
-    {"alq", "", 1111670308870704604ull, 190},    {"alq", "median", 13396863355188227678ull, 190},
+    {"fp32", "", 5117803062961757739ull, 0},    {"fp32", "median", 1156164519254011526ull, 0},
+    {"dqsg", "", 1698873338641934525ull, 0},    {"dqsg", "median", 16821511782197176208ull, 0},
+    {"ndqsg", "", 16057503879270174569ull, 14}, {"ndqsg", "median", 1175716058177854718ull, 14},
+    {"alq", "", 1111670308870704604ull, 0},     {"alq", "median", 13396863355188227678ull, 0},
 };
 
 TEST_CASE("aggregator arena: the global model is the golden one, in a caller block or on the heap, in any order") {
@@ -224,8 +238,6 @@ TEST_CASE("aggregator arena: the global model is the golden one, in a caller blo
         // updates, and the model, differ in the last bits.
         if (testing::GoldenGemmKernel()) CHECK(r.hash == g.hash);
 #endif
-        // What the round path still allocates (the header lists it): nothing
-        // for fp32, small codec scratch for the others.
         MESSAGE(g.codec << " " << g.rule << ": allocations in rounds 2-3: " << r.allocations);
         CHECK(r.allocations <= g.max_allocations);
       }
@@ -250,7 +262,49 @@ TEST_CASE("aggregator arena: the global model is the golden one, in a caller blo
   }
 }
 
-TEST_CASE("aggregator arena: 10,000 keys and LeNet-300-100 fp32 take a pool of payload slots, not one per device") {
+TEST_CASE("aggregator arena: device ids longer than std::string's inline buffer allocate nothing either") {
+  // 40 characters: every copy of such an id would be a heap block. The
+  // sender ids differ from dev-N's, so the model does too: no golden hash.
+  g_id_prefix = "a-device-id-longer-than-the-sso-buffer-";
+  for (const Golden& g : kGolden) {
+    INFO(g.codec << " " << g.rule << " with 40-character device ids");
+    const RunResult r = Run(Config(g.codec, g.rule), false, true);
+    CHECK(r.finished);
+    CHECK(r.applied == 3);
+    MESSAGE(g.codec << " " << g.rule << ", long ids: allocations in rounds 2-3: " << r.allocations);
+    CHECK(r.allocations <= g.max_allocations);
+  }
+  g_id_prefix = "dev-";
+}
+
+TEST_CASE("aggregator arena: a robust rule holds at most max_held_updates decoded updates") {
+  // Five devices join before the first round, which would sample them all:
+  // with room for four the round is refused, naming the sample and the cap.
+  AggregatorConfig config = Config("dqsg", "median");
+  config.min_devices = 3;
+  config.max_held_updates = 4;
+  const RunResult r = Run(config, false, true);
+  CHECK(r.finished);
+  CHECK(r.applied < 3);
+  CHECK(r.status.code() == StatusCode::kResourceExhausted);
+  CHECK(r.status.message().find("would sample 5 of 5 connected devices") != std::string::npos);
+  CHECK(r.status.message().find("max held updates") != std::string::npos);
+  // The first round (min_devices joined) could never fit: refused at once.
+  KeyStore keys = KeyStore::Parse("dev-0 " + HexKey(0) + "\ndev-1 " + HexKey(1) + "\n").value();
+  AggregatorConfig first = Config("dqsg", "median");
+  first.min_devices = 2;
+  first.max_held_updates = 1;
+  const Result<std::size_t> refused = Aggregator::RequiredBytes(first, keys);
+  CHECK(refused.status().code() == StatusCode::kInvalidArgument);
+  CHECK(refused.status().message().find("max held updates") != std::string::npos);
+  // Mean keeps a running sum: the cap does not apply.
+  AggregatorConfig mean = Config("dqsg", "");
+  mean.min_devices = 2;
+  mean.max_held_updates = 8;
+  CHECK(Aggregator::RequiredBytes(mean, keys).status().code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("aggregator arena: 10,000 keys and LeNet-300-100 fp32 take a pool of payload slots and (median) of decoded updates, not one per device") {
   std::string keys_text;
   for (int i = 0; i < 10000; ++i) keys_text += "dev-" + std::to_string(i) + " " + HexKey(i % 256) + "\n";
   KeyStore keys = KeyStore::Parse(keys_text).value();
@@ -274,6 +328,22 @@ TEST_CASE("aggregator arena: 10,000 keys and LeNet-300-100 fp32 take a pool of p
   nested.codec = "ndqsg";
   nested.max_waiting_updates = 8;
   CHECK(Aggregator::RequiredBytes(nested, keys).status().code() == StatusCode::kInvalidArgument);
+  // A robust rule holds the round's decoded updates: at most
+  // max_held_updates (default 64), where it held one per device a round
+  // could sample (10,000 here).
+  AggregatorConfig median = config;
+  median.aggregation = ParseAggregationRule("median").value();
+  Result<std::size_t> held = Aggregator::RequiredBytes(median, keys);
+  REQUIRE_MESSAGE(held.ok(), held.status().ToString());
+  AggregatorConfig held_per_key = median;  // sized as before the cap
+  held_per_key.max_held_updates = 10000;
+  Result<std::size_t> old = Aggregator::RequiredBytes(held_per_key, keys);
+  REQUIRE(old.ok());
+  MESSAGE("RequiredBytes, 10,000 keys, LeNet-300-100 fp32, median: " << *held << " with the default cap, " << *old
+                                                                      << " with an update per device");
+  // The pool of payload slots (~70 MB) and 64 decoded updates (68 MB).
+  CHECK(*held < (std::size_t{160} << 20));
+  CHECK(*old > std::size_t{10000} * 266610 * 4);
 }
 
 TEST_CASE("aggregator arena: the size query covers the block, a smaller block is refused, the bounds are checked") {

@@ -115,5 +115,14 @@ TEST_CASE("fedrt serve takes the aggregator's memory bounds and refuses the wait
   CHECK(run.output.find("/nonexistent/keys") != std::string::npos);
 }
 
+TEST_CASE("fedrt serve takes --max-held-updates with a robust rule and refuses it with mean") {
+  Refused("serve --key-file /nonexistent/keys --max-held-updates 8",
+          "--max-held-updates applies to an --aggregation other than mean only; this run is --aggregation mean");
+  const testing::CliRun run = RunCli("serve --key-file /nonexistent/keys --aggregation median --max-held-updates 8");
+  INFO(run.output);
+  CHECK(run.exit_code == 1);  // past the option checks: the missing key file
+  CHECK(run.output.find("/nonexistent/keys") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace fedrt

@@ -481,13 +481,27 @@ Result<OutFrame> Encode(const UpdateMessage& m, const FrameLimits& limits, const
 }
 
 Result<UpdateMessage> DecodeUpdate(const Frame& frame, const FrameLimits& limits) {
+  UpdateMessage m;
+  FEDRT_RETURN_IF_ERROR(DecodeUpdate(frame, limits, &m));
+  return m;
+}
+
+Status DecodeUpdate(const Frame& frame, const FrameLimits& limits, UpdateMessage* out) {
   Result<const wire::Update*> root = Root<wire::Update>(frame, MessageKind::kUpdate);
   if (!root.ok()) return root.status();
   const wire::Update* u = *root;
-  UpdateMessage m;
+  // Emptied, keeping the statistics' vectors (and their memory).
+  std::vector<float> kept_norms = std::move(out->stats.level_statistics.bucket_norms);
+  std::vector<BucketMomentsMessage> kept_moments = std::move(out->stats.level_statistics.largest_buckets);
+  kept_norms.clear();
+  kept_moments.clear();
+  *out = UpdateMessage();
+  out->stats.level_statistics.bucket_norms = std::move(kept_norms);
+  out->stats.level_statistics.largest_buckets = std::move(kept_moments);
+  UpdateMessage& m = *out;
   m.round_id = u->round_id();
   FEDRT_RETURN_IF_ERROR(ReadChunk(u->payload(), limits, &m.payload));
-  if (m.payload.index != 0) return m;
+  if (m.payload.index != 0) return Status::Ok();
   m.num_samples = u->num_samples();
   m.training_loss = u->training_loss();
   if (!IsFinite(m.training_loss)) return Wrong("training loss is not finite");
@@ -504,11 +518,11 @@ Result<UpdateMessage> DecodeUpdate(const Frame& frame, const FrameLimits& limits
     m.stats.clipped = s->clipped();
     if (!IsFinite(m.stats.residual_norm)) return Wrong("residual norm is not finite");
     if (const wire::LevelStatistics* ls = s->level_statistics()) {
-      LevelStatisticsMessage& out = m.stats.level_statistics;
-      out.present = true;
-      out.count = ls->count();
-      out.sum = ls->sum();
-      out.sum_sq = ls->sum_sq();
+      LevelStatisticsMessage& stats = m.stats.level_statistics;
+      stats.present = true;
+      stats.count = ls->count();
+      stats.sum = ls->sum();
+      stats.sum_sq = ls->sum_sq();
       const auto* norms = ls->bucket_norms();
       const auto* moments = ls->largest_buckets();
       if ((norms != nullptr && norms->size() > kMaxLevelStatisticsNorms) ||
@@ -523,17 +537,17 @@ Result<UpdateMessage> DecodeUpdate(const Frame& frame, const FrameLimits& limits
           reinterpret_cast<std::uintptr_t>(moments->Data()) % alignof(wire::BucketMoments) != 0) {
         return Wrong("level statistics buckets are misaligned");
       }
-      if (norms != nullptr) out.bucket_norms.assign(norms->begin(), norms->end());
+      if (norms != nullptr) stats.bucket_norms.assign(norms->begin(), norms->end());
       if (moments != nullptr) {
         for (const wire::BucketMoments* bm : *moments) {
-          out.largest_buckets.push_back({bm->norm(), bm->count(), bm->sum(), bm->sum_sq()});
+          stats.largest_buckets.push_back({bm->norm(), bm->count(), bm->sum(), bm->sum_sq()});
         }
       }
-      const std::string problem = LevelStatisticsProblem(out);
+      const std::string problem = LevelStatisticsProblem(stats);
       if (!problem.empty()) return Wrong(problem);
     }
   }
-  return m;
+  return Status::Ok();
 }
 
 // ---- Ack, Leave, Error, Heartbeat -------------------------------------------------

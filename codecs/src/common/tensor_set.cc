@@ -173,13 +173,17 @@ Status TensorSetCodec::VisitParts(const uint8_t* payload, std::size_t size, Visi
 
 Result<std::vector<TensorPart>> TensorSetCodec::Split(const uint8_t* payload, std::size_t size) const {
   std::vector<TensorPart> parts;
-  parts.reserve(sizes_.size());
-  const Status split = VisitParts(payload, size, [&](std::size_t, const TensorPart& part) {
-    parts.push_back(part);
+  FEDRT_RETURN_IF_ERROR(SplitInto(payload, size, &parts));
+  return parts;
+}
+
+Status TensorSetCodec::SplitInto(const uint8_t* payload, std::size_t size, std::vector<TensorPart>* parts) const {
+  parts->clear();
+  parts->reserve(sizes_.size());
+  return VisitParts(payload, size, [&](std::size_t, const TensorPart& part) {
+    parts->push_back(part);
     return Status::Ok();
   });
-  if (!split.ok()) return split;
-  return parts;
 }
 
 Status TensorSetCodec::Decode(const uint8_t* payload, std::size_t size, const CodecContext& context, float* out,

@@ -86,16 +86,20 @@ double IdealFixedLengthBits(uint64_t coordinates, uint64_t scales, uint32_t alph
          32.0 * static_cast<double>(scales);
 }
 
-Result<std::size_t> CountNearWrap(const Codec& codec, const uint8_t* payload, std::size_t size,
-                                  const CodecContext& context, const float* decoded, const float* side_info,
-                                  std::size_t d, float margin) {
+namespace {
+
+// CountNearWrap over scratch the caller keeps (the coarse steps; the parts
+// of a tensor set): once they have grown, counting allocates nothing.
+Result<std::size_t> CountNearWrapInto(const Codec& codec, const uint8_t* payload, std::size_t size,
+                                      const CodecContext& context, const float* decoded, const float* side_info,
+                                      std::size_t d, float margin, std::vector<float>* steps,
+                                      std::vector<TensorPart>* /*parts*/) {
   if (!(margin >= 0.0f && margin < 0.5f)) return InvalidArgument("wrap margin must be in [0, 1/2)");
-  std::vector<float> steps;
   std::size_t bucket = 0;
-  FEDRT_RETURN_IF_ERROR(codec_internal::NdqsgCoarseSteps(codec, payload, size, context, d, &steps, &bucket));
+  FEDRT_RETURN_IF_ERROR(codec_internal::NdqsgCoarseSteps(codec, payload, size, context, d, steps, &bucket));
   std::size_t near = 0;
-  for (std::size_t k = 0; k < steps.size(); ++k) {
-    const float limit = (0.5f - margin) * steps[k];
+  for (std::size_t k = 0; k < steps->size(); ++k) {
+    const float limit = (0.5f - margin) * (*steps)[k];
     const std::size_t end = std::min(d, (k + 1) * bucket);
     for (std::size_t i = k * bucket; i < end; ++i) {
       if (std::fabs(decoded[i] - side_info[i]) > limit) ++near;
@@ -104,24 +108,41 @@ Result<std::size_t> CountNearWrap(const Codec& codec, const uint8_t* payload, st
   return near;
 }
 
-Result<std::size_t> CountNearWrap(const TensorSetCodec& codec, const uint8_t* payload, std::size_t size,
-                                  const CodecContext& context, const float* decoded, const float* side_info,
-                                  std::size_t d, float margin) {
+Result<std::size_t> CountNearWrapInto(const TensorSetCodec& codec, const uint8_t* payload, std::size_t size,
+                                      const CodecContext& context, const float* decoded, const float* side_info,
+                                      std::size_t d, float margin, std::vector<float>* steps,
+                                      std::vector<TensorPart>* parts) {
   if (d != codec.total()) return InvalidArgument("a vector of " + std::to_string(d) + " for a tensor set of " +
                                                  std::to_string(codec.total()));
-  Result<std::vector<TensorPart>> parts = codec.Split(payload, size);
-  if (!parts.ok()) return parts.status();
+  FEDRT_RETURN_IF_ERROR(codec.SplitInto(payload, size, parts));
   std::size_t near = 0;
   for (std::size_t t = 0; t < parts->size(); ++t) {
     const TensorPart& p = (*parts)[t];
     CodecContext part = context;
     part.tensor_id = context.tensor_id + static_cast<uint32_t>(t);
-    Result<std::size_t> count =
-        CountNearWrap(codec.inner(), p.payload, p.size, part, decoded + p.offset, side_info + p.offset, p.d, margin);
+    Result<std::size_t> count = CountNearWrapInto(codec.inner(), p.payload, p.size, part, decoded + p.offset,
+                                                  side_info + p.offset, p.d, margin, steps, nullptr);
     if (!count.ok()) return count.status();
     near += *count;
   }
   return near;
+}
+
+}  // namespace
+
+Result<std::size_t> CountNearWrap(const Codec& codec, const uint8_t* payload, std::size_t size,
+                                  const CodecContext& context, const float* decoded, const float* side_info,
+                                  std::size_t d, float margin) {
+  std::vector<float> steps;
+  return CountNearWrapInto(codec, payload, size, context, decoded, side_info, d, margin, &steps, nullptr);
+}
+
+Result<std::size_t> CountNearWrap(const TensorSetCodec& codec, const uint8_t* payload, std::size_t size,
+                                  const CodecContext& context, const float* decoded, const float* side_info,
+                                  std::size_t d, float margin) {
+  std::vector<float> steps;
+  std::vector<TensorPart> parts;
+  return CountNearWrapInto(codec, payload, size, context, decoded, side_info, d, margin, &steps, &parts);
 }
 
 NdqsgRunningMean::NdqsgRunningMean(std::size_t d) : mean_(d, 0.0f) {}
@@ -155,7 +176,7 @@ Status NdqsgRunningMean::AddNestedWith(const NdqsgCodec& ndqsg, const uint8_t* p
   }
   FEDRT_RETURN_IF_ERROR(ndqsg.Decode(payload, size, context, scratch, d(), mean_.data()));
   if (report != nullptr) {
-    auto near = CountNearWrap(ndqsg, payload, size, context, scratch, mean_.data(), d(), margin);
+    auto near = CountNearWrapInto(ndqsg, payload, size, context, scratch, mean_.data(), d(), margin, &steps_, &parts_);
     FEDRT_RETURN_IF_ERROR(near.status());
     report->near_wrap = *near;
   }

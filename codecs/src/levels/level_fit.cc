@@ -299,10 +299,13 @@ double BestLevelBetween(const Model& f, double a, double c) {
   return x;
 }
 
+// The most levels a table has: s + 1 at kMaxLevelBits. The fits work in
+// arrays of this size on the stack (1 KiB each), so fitting allocates nothing.
+constexpr std::size_t kMaxTableLevels = (std::size_t{1} << (kMaxLevelBits - 1));
+
 // Strictly increasing from exactly 0 to exactly 1 (in double).
-void MakeIncreasing(std::vector<double>* levels) {
-  std::vector<double>& l = *levels;
-  const std::size_t s = l.size() - 1;
+void MakeIncreasing(double* l, std::size_t count) {
+  const std::size_t s = count - 1;
   l[0] = 0.0;
   l[s] = 1.0;
   for (std::size_t j = 1; j < s; ++j) l[j] = std::max(l[j], std::nextafter(l[j - 1], 2.0));
@@ -310,11 +313,10 @@ void MakeIncreasing(std::vector<double>* levels) {
 }
 
 template <typename Model>
-void CoordinateDescent(const Model& f, std::vector<double>* levels) {
-  std::vector<double>& l = *levels;
+void CoordinateDescent(const Model& f, double* l, std::size_t count) {
   for (int sweep = 0; sweep < kAlqSweeps; ++sweep) {
     bool moved = false;
-    for (std::size_t j = 1; j + 1 < l.size(); ++j) {
+    for (std::size_t j = 1; j + 1 < count; ++j) {
       const double x = BestLevelBetween(f, l[j - 1], l[j + 1]);
       moved = moved || x != l[j];
       l[j] = x;
@@ -341,47 +343,58 @@ double Quantile(const Model& f, double q) {
   return Mid(lo, hi);
 }
 
-// {0, p^(s-1), ..., p, 1} by repeated multiplication from the top.
-std::vector<double> ExponentialTable(int s, double p) {
-  std::vector<double> l(static_cast<std::size_t>(s) + 1);
+// {0, p^(s-1), ..., p, 1} by repeated multiplication from the top, into l[0..s].
+void ExponentialTableInto(int s, double p, double* l) {
   l[static_cast<std::size_t>(s)] = 1.0;
   for (int j = s - 1; j >= 1; --j) l[static_cast<std::size_t>(j)] = l[static_cast<std::size_t>(j) + 1] * p;
   l[0] = 0.0;
-  return l;
 }
 
+// ALQ's levels into best[0..s] (s + 1 of them), with `scratch` for 3 (s + 1)
+// doubles: the three starts.
 template <typename Model>
-std::vector<double> AlqLevelsOf(const Model& standard, int s) {
+std::size_t AlqLevelsInto(const Model& standard, int s, double* best, double* scratch) {
   s = std::max(1, s);
   const std::size_t n = static_cast<std::size_t>(s) + 1;
-  std::vector<std::vector<double>> starts(3, std::vector<double>(n));
+  double* starts[3] = {scratch, scratch + n, scratch + 2 * n};
   for (int j = 0; j <= s; ++j) {
     const std::size_t k = static_cast<std::size_t>(j);
     starts[0][k] = Quantile(standard, static_cast<double>(j) / s);
     starts[1][k] = static_cast<double>(j) / s;
   }
-  starts[2] = ExponentialTable(s, 0.5);
-  std::vector<double> best;
+  ExponentialTableInto(s, 0.5, starts[2]);
+  bool have_best = false;
   double best_variance = 0.0;
-  for (std::vector<double>& levels : starts) {
-    MakeIncreasing(&levels);
-    CoordinateDescent(standard, &levels);
-    MakeIncreasing(&levels);
-    const double v = standard.Variance(levels.data(), levels.size());
-    if (best.empty() || v < best_variance) {
-      best = levels;
+  for (double* levels : {starts[0], starts[1], starts[2]}) {
+    MakeIncreasing(levels, n);
+    CoordinateDescent(standard, levels, n);
+    MakeIncreasing(levels, n);
+    const double v = standard.Variance(levels, n);
+    if (!have_best || v < best_variance) {
+      std::copy(levels, levels + n, best);
+      have_best = true;
       best_variance = v;
     }
   }
-  return best;
+  return n;
 }
 
 template <typename Model>
-double AmqMultiplierOf(const Model& standard, int s) {
+std::vector<double> AlqLevelsOf(const Model& standard, int s) {
+  const std::size_t n = static_cast<std::size_t>(std::max(1, s)) + 1;
+  std::vector<double> best(n);
+  std::vector<double> scratch(3 * n);
+  AlqLevelsInto(standard, s, best.data(), scratch.data());
+  return best;
+}
+
+// AMQ's multiplier, with `l` for s + 1 doubles of scratch.
+template <typename Model>
+double AmqMultiplierInto(const Model& standard, int s, double* l) {
   if (s <= 1) return 0.5;
   auto variance_at = [&](double p) {
-    const std::vector<double> l = ExponentialTable(s, p);
-    return standard.Variance(l.data(), l.size());
+    ExponentialTableInto(s, p, l);
+    return standard.Variance(l, static_cast<std::size_t>(s) + 1);
   };
   double best_p = 0.5;
   double best_v = variance_at(best_p);
@@ -427,6 +440,12 @@ double AmqMultiplierOf(const Model& standard, int s) {
     }
   }
   return best_p;
+}
+
+template <typename Model>
+double AmqMultiplierOf(const Model& standard, int s) {
+  std::vector<double> l(static_cast<std::size_t>(std::max(1, s)) + 1);
+  return AmqMultiplierInto(standard, s, l.data());
 }
 
 }  // namespace
@@ -515,8 +534,14 @@ Result<std::vector<MixtureComponent>> FitNormWeightedMixture(const LevelStatisti
 
 LevelTable RoundLevelTable(const std::vector<double>& levels, uint32_t version) {
   LevelTable table;
+  RoundLevelTableInto(levels.data(), levels.size(), version, &table);
+  return table;
+}
+
+void RoundLevelTableInto(const double* levels, std::size_t count, uint32_t version, LevelTable* out) {
+  LevelTable& table = *out;
   table.version = version;
-  const std::size_t s = levels.size() < 2 ? 1 : levels.size() - 1;
+  const std::size_t s = count < 2 ? 1 : count - 1;
   table.levels.assign(s + 1, 0.0f);
   table.levels[s] = 1.0f;
   constexpr float kGap = 0x1p-24f;
@@ -525,7 +550,6 @@ LevelTable RoundLevelTable(const std::vector<double>& levels, uint32_t version) 
     const float highest = 1.0f - static_cast<float>(s - j) * kGap;
     table.levels[j] = std::min(highest, std::max(lowest, static_cast<float>(levels[j])));
   }
-  return table;
 }
 
 namespace {
@@ -542,30 +566,57 @@ Status CheckFitArguments(const char* codec, int bits, uint32_t next_version, int
 
 }  // namespace
 
-Result<LevelTable> FitAlqLevels(const LevelStatistics& stats, int bits, uint32_t next_version, LevelModel model) {
+Status FitAlqLevelsInto(const LevelStatistics& stats, int bits, uint32_t next_version, LevelModel model,
+                        LevelTable* out) {
   int s = 0;
   FEDRT_RETURN_IF_ERROR(CheckFitArguments("alq", bits, next_version, &s));
   if (model == LevelModel::kNormWeighted) {
     auto mixture = FitNormWeightedMixture(stats);
     FEDRT_RETURN_IF_ERROR(mixture.status());
-    return RoundLevelTable(AlqLevels(*mixture, s), next_version);
+    const std::vector<double> levels = AlqLevels(*mixture, s);
+    RoundLevelTableInto(levels.data(), levels.size(), next_version, out);
+    return Status::Ok();
   }
   Result<TruncatedNormal> f = FitTruncatedNormal(stats);
   FEDRT_RETURN_IF_ERROR(f.status());
-  return RoundLevelTable(AlqLevels(*f, s), next_version);
+  double levels[kMaxTableLevels];
+  double scratch[3 * kMaxTableLevels];
+  const std::size_t n = AlqLevelsInto(PooledModel(*f), s, levels, scratch);
+  RoundLevelTableInto(levels, n, next_version, out);
+  return Status::Ok();
 }
 
-Result<LevelTable> FitAmqLevels(const LevelStatistics& stats, int bits, uint32_t next_version, LevelModel model) {
+Status FitAmqLevelsInto(const LevelStatistics& stats, int bits, uint32_t next_version, LevelModel model,
+                        LevelTable* out) {
   int s = 0;
   FEDRT_RETURN_IF_ERROR(CheckFitArguments("amq", bits, next_version, &s));
+  double p = 0.5;
   if (model == LevelModel::kNormWeighted) {
     auto mixture = FitNormWeightedMixture(stats);
     FEDRT_RETURN_IF_ERROR(mixture.status());
-    return RoundLevelTable(ExponentialTable(s, AmqMultiplier(*mixture, s)), next_version);
+    p = AmqMultiplier(*mixture, s);
+  } else {
+    Result<TruncatedNormal> f = FitTruncatedNormal(stats);
+    FEDRT_RETURN_IF_ERROR(f.status());
+    double scratch[kMaxTableLevels];
+    p = AmqMultiplierInto(PooledModel(*f), s, scratch);
   }
-  Result<TruncatedNormal> f = FitTruncatedNormal(stats);
-  FEDRT_RETURN_IF_ERROR(f.status());
-  return RoundLevelTable(ExponentialTable(s, AmqMultiplier(*f, s)), next_version);
+  double levels[kMaxTableLevels];
+  ExponentialTableInto(s, p, levels);
+  RoundLevelTableInto(levels, static_cast<std::size_t>(s) + 1, next_version, out);
+  return Status::Ok();
+}
+
+Result<LevelTable> FitAlqLevels(const LevelStatistics& stats, int bits, uint32_t next_version, LevelModel model) {
+  LevelTable table;
+  FEDRT_RETURN_IF_ERROR(FitAlqLevelsInto(stats, bits, next_version, model, &table));
+  return table;
+}
+
+Result<LevelTable> FitAmqLevels(const LevelStatistics& stats, int bits, uint32_t next_version, LevelModel model) {
+  LevelTable table;
+  FEDRT_RETURN_IF_ERROR(FitAmqLevelsInto(stats, bits, next_version, model, &table));
+  return table;
 }
 
 }  // namespace fedrt

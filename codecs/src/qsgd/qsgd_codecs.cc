@@ -433,10 +433,17 @@ AdaptiveCodec* AdaptiveQuantizer(Codec* codec) {
 }
 
 Result<LevelTable> FitLevelTable(const AdaptiveCodec& codec, const LevelStatistics& stats, uint32_t next_version) {
+  LevelTable table;
+  FEDRT_RETURN_IF_ERROR(FitLevelTableInto(codec, stats, next_version, &table));
+  return table;
+}
+
+Status FitLevelTableInto(const AdaptiveCodec& codec, const LevelStatistics& stats, uint32_t next_version,
+                         LevelTable* out) {
   int bits = 1;
   while (LevelsForBits(bits) != codec.levels_per_sign() && bits <= kMaxLevelBits) ++bits;
-  if (codec.id() == CodecId::kAmq) return FitAmqLevels(stats, bits, next_version, codec.level_model());
-  return FitAlqLevels(stats, bits, next_version, codec.level_model());
+  if (codec.id() == CodecId::kAmq) return FitAmqLevelsInto(stats, bits, next_version, codec.level_model(), out);
+  return FitAlqLevelsInto(stats, bits, next_version, codec.level_model(), out);
 }
 
 }  // namespace fedrt

@@ -130,8 +130,24 @@ std::size_t MinimumUpdates(const AggregationRule& rule) {
   return 1;
 }
 
+void AggregationScratch::Reserve(std::size_t n) {
+  column.reserve(n);
+  distance.reserve(n * n);
+  scores.reserve(n);
+  row.reserve(n);
+  order.reserve(n);
+  selected.reserve(n);
+}
+
 Status Aggregate(const AggregationRule& rule, const std::vector<const float*>& updates,
                  const std::vector<double>& weights, std::size_t d, float* out, AggregationDetail* detail) {
+  AggregationScratch scratch;
+  return Aggregate(rule, updates, weights, d, out, detail, &scratch);
+}
+
+Status Aggregate(const AggregationRule& rule, const std::vector<const float*>& updates,
+                 const std::vector<double>& weights, std::size_t d, float* out, AggregationDetail* detail,
+                 AggregationScratch* scratch) {
   const std::size_t n = updates.size();
   if (weights.size() != n) return InvalidArgument("one weight per update");
   if (n < MinimumUpdates(rule)) {
@@ -143,7 +159,10 @@ Status Aggregate(const AggregationRule& rule, const std::vector<const float*>& u
     if (!(weights[k] > 0) || !std::isfinite(weights[k])) return InvalidArgument("update weight must be positive");
     FEDRT_RETURN_IF_ERROR(CheckFinite(updates[k], d));
   }
-  if (detail != nullptr) *detail = AggregationDetail();
+  if (detail != nullptr) {
+    detail->selected.clear();
+    detail->scores.clear();
+  }
   switch (rule.kind) {
     case AggregationKind::kMean: {
       double total = 0;
@@ -160,7 +179,8 @@ Status Aggregate(const AggregationRule& rule, const std::vector<const float*>& u
       const std::size_t trim = rule.kind == AggregationKind::kTrimmedMean
                                    ? static_cast<std::size_t>(std::floor(rule.trim_fraction * static_cast<double>(n)))
                                    : 0;
-      std::vector<Entry> column(n);
+      std::vector<Entry>& column = scratch->column;
+      column.resize(n);
       for (std::size_t i = 0; i < d; ++i) {
         for (std::size_t k = 0; k < n; ++k) column[k] = {updates[k][i], weights[k]};
         out[i] = rule.kind == AggregationKind::kMedian ? WeightedMedian(column) : TrimmedMean(column, trim);
@@ -169,15 +189,17 @@ Status Aggregate(const AggregationRule& rule, const std::vector<const float*>& u
     }
     case AggregationKind::kKrum:
     case AggregationKind::kMultiKrum: {
-      std::vector<double> distance(n * n, 0.0);
+      std::vector<double>& distance = scratch->distance;
+      distance.assign(n * n, 0.0);
       for (std::size_t a = 0; a < n; ++a) {
         for (std::size_t b = a + 1; b < n; ++b) {
           distance[a * n + b] = distance[b * n + a] = SquaredDistance(updates[a], updates[b], d);
         }
       }
       const std::size_t neighbours = n - rule.byzantine - 2;
-      std::vector<double> scores(n, 0.0);
-      std::vector<double> row;
+      std::vector<double>& scores = scratch->scores;
+      scores.assign(n, 0.0);
+      std::vector<double>& row = scratch->row;
       for (std::size_t a = 0; a < n; ++a) {
         row.clear();
         for (std::size_t b = 0; b < n; ++b) {
@@ -187,11 +209,16 @@ Status Aggregate(const AggregationRule& rule, const std::vector<const float*>& u
         scores[a] = std::accumulate(row.begin(), row.begin() + static_cast<std::ptrdiff_t>(neighbours), 0.0);
       }
       // Lowest scores first; equal scores in the caller's order.
-      std::vector<std::size_t> order(n);
+      std::vector<std::size_t>& order = scratch->order;
+      order.resize(n);
       std::iota(order.begin(), order.end(), std::size_t{0});
-      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return scores[a] < scores[b]; });
+      // (std::sort with the index as tie-break: stable_sort's buffer would be an allocation.)
+      std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return scores[a] < scores[b] || (scores[a] == scores[b] && a < b);
+      });
       const std::size_t m = rule.kind == AggregationKind::kKrum ? 1 : n - rule.byzantine;
-      std::vector<std::size_t> selected(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(m));
+      std::vector<std::size_t>& selected = scratch->selected;
+      selected.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(m));
       std::sort(selected.begin(), selected.end());
       double total = 0;
       for (std::size_t k : selected) total += weights[k];
@@ -201,8 +228,8 @@ Status Aggregate(const AggregationRule& rule, const std::vector<const float*>& u
         out[i] = m == 1 ? updates[selected[0]][i] : static_cast<float>(sum / total);
       }
       if (detail != nullptr) {
-        detail->selected = std::move(selected);
-        detail->scores = std::move(scores);
+        detail->selected = selected;  // copied: both keep their memory
+        detail->scores = scores;
       }
       return Status::Ok();
     }

@@ -82,6 +82,13 @@ struct Peer {
   int64_t instructions_round = -1;
 };
 
+// Room for the largest statistics an update may carry (ValidateLevelStatistics),
+// so CheckLevels and the copies into received_ allocate nothing.
+void ReserveLevels(LevelStatistics* levels) {
+  levels->bucket_norms.reserve(kMaxBucketNorms);
+  levels->largest_buckets.reserve(kMaxMixtureBuckets);
+}
+
 // A map whose entries are recycled from round to round: Recycle() empties
 // it into spare nodes (C++17 node handles) and Put() takes one for a new key,
 // so once the nodes and their strings have grown, a round's bookkeeping
@@ -97,20 +104,47 @@ class ReusedMap : public std::map<Key, Value> {
   Value& Put(const Key& key) {
     auto it = this->find(key);
     if (it != this->end()) return it->second;
-    if (spare_.empty()) return (*this)[key];
+    if (spare_.empty()) {
+      // A new node, its key made with room for any device id.
+      Key made;
+      made.reserve(kMaxDeviceIdBytes);
+      made = key;
+      return this->emplace(std::move(made), Value()).first->second;
+    }
     auto node = std::move(spare_.back());
     spare_.pop_back();
     node.key() = key;  // copy-assigned: reuses the string's capacity
     return this->insert(std::move(node)).position->second;
   }
   void ReserveSpares(std::size_t n) { spare_.reserve(n); }
+  // Takes `key`'s entry out into the spares (no-op when absent).
+  void Erase(const Key& key) {
+    auto it = this->find(key);
+    if (it != this->end()) spare_.push_back(this->extract(it));
+  }
+  // Makes `n` spare nodes now, their keys with room for any device id, so
+  // that up to n more entries than ever before allocate nothing.
+  void MakeSpares(std::size_t n) {
+    spare_.reserve(spare_.size() + n);
+    std::map<Key, Value> made;
+    for (std::size_t i = 0; i < n; ++i) {
+      Key key;
+      key.reserve(kMaxDeviceIdBytes);
+      key = std::to_string(i);
+      made.emplace(std::move(key), Value());
+    }
+    while (!made.empty()) spare_.push_back(made.extract(made.begin()));
+  }
 
  private:
   std::vector<typename std::map<Key, Value>::node_type> spare_;
 };
 
-// What a device was told to send this round.
+// What a device was told to send this round. Made with room for any
+// canonical spec: an entry reused for another device (an anchor's dqsg spec,
+// then an ndqsg one) never grows.
 struct Assignment {
+  Assignment() { spec.reserve(kMaxCodecSpecSize); }
   std::string spec;
   AnchorRole role = AnchorRole::kNone;
   int rho = 0;  // nested: the nesting ratio in spec
@@ -147,7 +181,7 @@ struct BlockSizes {
   std::size_t updates = 0;       // max_updates_
   std::size_t slots = 0;         // payload_slot_count_
   std::size_t slot_bytes = 0;    // payload_slot_bytes_
-  bool holds = false;            // a rule other than mean: decoded updates
+  std::size_t held = 0;          // a rule other than mean: decoded updates (held_capacity_), else 0
   std::size_t codec_bytes = 0;   // the update codecs (ConstructCodec), in codecs_ order
   std::size_t codec_alignment = 1;
   bool dp = false;
@@ -185,6 +219,7 @@ struct Aggregator::State {
   Result<std::size_t> PlaceCodecs(unsigned char* storage);
   ~State() {
     codecs_.clear();  // the wrappers borrow the placed codecs
+    levels_tensors_.reset();
     for (Codec* codec : placed_codecs_) DestroyCodec(codec);
   }
   Status Restore(AggregatorCheckpoint& saved);
@@ -214,6 +249,9 @@ struct Aggregator::State {
   Status Contribute(const Received& received, const float* decoded);
   Status Combine(std::vector<float>* mean, RoundReport& report);
   bool dp() const { return config_.dp.noise_multiplier > 0; }
+  std::size_t HeldUpdatesCap() const {
+    return config_.max_held_updates != 0 ? config_.max_held_updates : AggregatorConfig::kDefaultHeldUpdates;
+  }
   bool BudgetAllowsRound(std::size_t connected);
   void SumInOrder(bool closing);
   CodecContext ContextFor(uint32_t sender_id) const;
@@ -287,7 +325,8 @@ struct Aggregator::State {
   bool nested_ = false;              // the codec is NDQSG
   std::string anchor_spec_;
   int base_rho_ = 0;                       // the codec's rho, where adaptation starts and returns
-  std::map<std::string, int> rho_;         // per device, when not base_rho_
+  // Per device, when not base_rho_; its nodes recycled (ReusedMap).
+  ReusedMap<std::string, int> rho_;
   std::map<int, std::string> nested_specs_;
 
   uint32_t round_ = 0;               // rounds completed
@@ -321,6 +360,36 @@ struct Aggregator::State {
   // Reused from round to round: the report handed to on_round, the test
   // evaluation and its buffers, the checkpoint handed to on_checkpoint.
   RoundReport report_;
+  transport::UpdateMessage update_message_;  // OnUpdateFrame's, reused (its statistics reserved)
+  // The strings of the last reports' entries, which the next are made from
+  // (moved, so their memory stays): a report allocates nothing once they
+  // exist (made with room for any device id).
+  std::vector<DeviceRoundReport> spare_devices_;
+  std::vector<std::string> spare_ids_;
+  DeviceRoundReport& NextDeviceReport(RoundReport* report) {
+    if (spare_devices_.empty()) {
+      report->devices.emplace_back().device_id.reserve(kMaxDeviceIdBytes);
+    } else {
+      report->devices.push_back(std::move(spare_devices_.back()));
+      spare_devices_.pop_back();
+    }
+    DeviceRoundReport& device = report->devices.back();
+    device.anchor = false;
+    device.rho = 0;
+    device.near_wraps = 0;
+    device.next_rho = 0;
+    device.bytes = 0;
+    return device;
+  }
+  static void AppendId(std::vector<std::string>* ids, std::vector<std::string>* spares, const std::string& id) {
+    if (spares->empty()) {
+      ids->emplace_back().reserve(kMaxDeviceIdBytes);
+    } else {
+      ids->push_back(std::move(spares->back()));
+      spares->pop_back();
+    }
+    ids->back() = id;
+  }
   Evaluation evaluation_;
   EvaluationScratch evaluation_scratch_;
   AggregatorCheckpoint checkpoint_;
@@ -352,13 +421,16 @@ struct Aggregator::State {
   // ALQ / AMQ: the codec holding the table of the current round (updates are
   // decoded with it), and the statistics merged from this round's accepted
   // updates, which the next table is fitted to when the round closes.
-  std::unique_ptr<AdaptiveCodec> levels_;
+  // In the block once placed (PlaceCodecs); Init's heap codec until then.
+  AdaptiveCodec* levels_ = nullptr;
+  std::unique_ptr<AdaptiveCodec> levels_owned_;
   // refit=N: the statistics merged since the last fit and the rounds they
   // span (not checkpointed: a restarted aggregator starts a new interval).
   LevelStatistics pending_levels_;
+  LevelTable fitted_table_;  // RefitLevels' result, reused
   uint32_t rounds_since_refit_ = 0;
   std::unique_ptr<TensorSetCodec> levels_tensors_;  // levels_ over the tensor table
-  std::set<std::string> forced_anchors_;  // wrapped too often last round
+  ReusedMap<std::string, bool> forced_anchors_;  // wrapped too often last round (the keys; nodes recycled)
   std::size_t rejected_ = 0;
   AggregatorCounters counters_;
   void Reject(UpdateRejection reason) {
@@ -411,12 +483,16 @@ struct Aggregator::State {
     if (slot >= 0) free_slots_.push_back(slot);
     slot = -1;
   }
-  // Robust rules: this round's decoded (clipped) updates, in held_memory_,
-  // and their weights, in the order of selected_; mean sums into sum_.
+  // Robust rules: this round's decoded (clipped) updates, in held_memory_
+  // (room for held_capacity_: max_held_updates, at most max_updates_), and
+  // their weights, in the order of selected_; mean sums into sum_.
+  std::size_t held_capacity_ = 0;
+  AggregationDetail aggregation_detail_;    // the rule's choice and
+  AggregationScratch aggregation_scratch_;  // working vectors, reserved for held_capacity_
   float* held_memory_ = nullptr;
   std::vector<const float*> held_;
   std::vector<double> held_weights_;
-  std::vector<std::string> held_devices_;
+  std::vector<const std::string*> held_devices_;  // into received_, which does not move within a round
   std::size_t clipped_ = 0;
   // DP: the accountant, the noise key and the devices connected when the
   // round was sampled (q = sampled / connected).
@@ -474,6 +550,18 @@ Status Aggregator::State::Init(const DataView* test_set) {
                              " updates per round (2F + 3); the first round samples " + std::to_string(sampled) +
                              " of " + std::to_string(joined) + " devices (raise min devices or the sampling)");
     }
+    const std::size_t cap = HeldUpdatesCap();
+    if (HoldsUpdates(config_.aggregation) && sampled > cap) {
+      return InvalidArgument("aggregation " + AggregationRuleName(config_.aggregation) +
+                             " holds every decoded update of a round; the first round samples " +
+                             std::to_string(sampled) + " of " + std::to_string(joined) +
+                             " devices, more than max held updates (" + std::to_string(cap) +
+                             "): raise max held updates or sample fewer");
+    }
+  }
+  if (!HoldsUpdates(config_.aggregation) && config_.max_held_updates != 0) {
+    return InvalidArgument("max held updates applies to an aggregation rule other than mean only (mean keeps a "
+                           "running sum); this run aggregates mean");
   }
   if (dp()) {
     FEDRT_RETURN_IF_ERROR(ValidateDpOptions(config_.dp));
@@ -527,7 +615,14 @@ Status Aggregator::State::Init(const DataView* test_set) {
   }
   Result<std::unique_ptr<AdaptiveCodec>> adaptive = MakeAdaptiveCodec(config_.codec);
   if (adaptive.ok()) {
-    levels_ = std::move(*adaptive);  // starts with the codec's initial table, version 0
+    levels_owned_ = std::move(*adaptive);  // starts with the codec's initial table, version 0
+    levels_ = levels_owned_.get();
+    update_message_.stats.level_statistics.bucket_norms.reserve(kMaxLevelStatisticsNorms);
+    update_message_.stats.level_statistics.largest_buckets.reserve(kMaxLevelStatisticsBuckets);
+    fitted_table_.levels.reserve(static_cast<std::size_t>(levels_->levels_per_sign()) + 1);
+    // Merge appends a round's statistics before it keeps the largest.
+    pending_levels_.bucket_norms.reserve(2 * kMaxBucketNorms);
+    pending_levels_.largest_buckets.reserve(2 * kMaxMixtureBuckets);
     Result<std::unique_ptr<TensorSetCodec>> tensors = BorrowUpdateCodec(*levels_, tensor_sizes_);
     if (!tensors.ok()) return tensors.status();
     levels_tensors_ = std::move(*tensors);
@@ -562,6 +657,7 @@ Status Aggregator::State::Init(const DataView* test_set) {
                              " devices (" + std::to_string(bound) + ")");
     }
     max_updates_ = config_.max_updates_per_round != 0 ? config_.max_updates_per_round : bound;
+    held_capacity_ = HoldsUpdates(config_.aggregation) ? std::min(max_updates_, HeldUpdatesCap()) : 0;
   }
   // The largest payload a round may bring: every spec a device can be told
   // to send (NDQSG: the anchors' DQSG and each rho of the ladder).
@@ -648,15 +744,16 @@ Status Aggregator::State::RestoreCodecState(AggregatorCheckpoint& saved) {
       if (!installed.ok()) return Corrupt("level table: " + installed.message());
     }
     if (levels_ && saved.rounds_since_refit < levels_->refit_interval()) {
-      pending_levels_ = std::move(saved.pending_levels);
+      pending_levels_ = saved.pending_levels;  // copied: keeps the reserved room
       rounds_since_refit_ = saved.rounds_since_refit;
     }
     if (nested_) {
       for (const auto& [device, rho] : saved.rho) {
         if (rho < base_rho_ || rho > config_.max_rho) continue;  // the config changed: start over
-        rho_[device] = rho;
+        rho_.Put(device) = rho;
       }
-      forced_anchors_ = std::move(saved.forced_anchors);
+      forced_anchors_.Recycle();
+      for (const std::string& device : saved.forced_anchors) forced_anchors_.Put(device) = true;
     }
   } else if (!saved.codec.empty()) {
     Log(LogLevel::kInfo, "aggregator: the checkpoint holds the state of codec %s, not %s: its codec state is not used",
@@ -694,7 +791,8 @@ void Aggregator::State::FillCheckpoint(AggregatorCheckpoint* checkpoint_out) con
   }
   checkpoint.rho.clear();
   for (const auto& [device, rho] : rho_) checkpoint.rho[device] = rho;
-  checkpoint.forced_anchors = forced_anchors_;
+  checkpoint.forced_anchors.clear();
+  for (const auto& entry : forced_anchors_) checkpoint.forced_anchors.insert(entry.first);
   checkpoint.dp_rdp.clear();
   if (dp()) checkpoint.dp_rdp = accountant_.rdp();
   checkpoint.downlink_codec.clear();
@@ -947,6 +1045,7 @@ void Aggregator::State::OnJoinFrame(Peer& peer, Connection& connection, const Fr
   const uint32_t announced = peer.join->announcement().max_frame_bytes;
   peer.max_frame_bytes = announced == 0 ? limits_.max_frame_bytes
                                         : std::clamp(announced, kMinFrameBytes, limits_.max_frame_bytes);
+  if (levels_) ReserveLevels(&peer.levels);
   peer.join.reset();
   if (replaced) {
     replaced->Abort(Status(StatusCode::kCancelled, "replaced by a new join: nothing arrived on it for " +
@@ -969,9 +1068,9 @@ void Aggregator::State::OnJoinFrame(Peer& peer, Connection& connection, const Fr
 }
 
 void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const Frame& frame) {
-  Result<UpdateMessage> update = DecodeUpdate(frame, limits_);
-  if (!update.ok()) return Refuse(connection, update.status());
-  const UpdateMessage& m = *update;
+  const Status decoded = DecodeUpdate(frame, limits_, &update_message_);
+  if (!decoded.ok()) return Refuse(connection, decoded);
+  const UpdateMessage& m = update_message_;
   if (m.payload.index == 0) {
     auto assignment = assigned_.find(peer.device_id);
     const bool current = in_round_ && m.round_id == round_;
@@ -1056,7 +1155,14 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
   if (m.payload.size != 0) std::memcpy(SlotData(peer.slot) + offset, m.payload.data, m.payload.size);
   if (!peer.update.complete()) return;
 
-  if (received_count_ == received_.size()) received_.emplace_back();
+  if (received_count_ == received_.size()) {
+    // Made once, with room for any device id and (ALQ / AMQ) any statistics,
+    // so later rounds assign into it without allocating.
+    Received& made = received_.emplace_back();
+    made.device_id.reserve(kMaxDeviceIdBytes);
+    made.spec.reserve(kMaxCodecSpecSize);
+    if (levels_) ReserveLevels(&made.levels);
+  }
   Received& received = received_[received_count_];  // committed below, when accepted
   received.device_id = peer.device_id;
   received.sender_id = DeviceSenderId(peer.device_id);
@@ -1096,8 +1202,8 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
     Reject(UpdateRejection::kBadValues);
     return Refuse(connection, checked);
   }
-  // Swapped, not moved: both keep their vectors' memory.
-  if (levels_ && received.spec == levels_->spec()) std::swap(received.levels, peer.levels);
+  // Copied: both keep their reserved room.
+  if (levels_ && received.spec == levels_->spec()) received.levels = peer.levels;
   answered_.Put(received.device_id) = received_count_;
   received_count_++;
   if (!nested_) SumInOrder(false);
@@ -1151,12 +1257,13 @@ void Aggregator::State::RefitLevels() {
   const LevelStatistics& round_levels = pending_levels_;
   if (round_levels.count == 0) return;
   const uint32_t next = levels_->level_table().version + 1;
-  Result<LevelTable> table = FitLevelTable(*levels_, round_levels, next);
+  // Into a table kept from round to round (the fit and the install allocate nothing).
+  const Status fitted = FitLevelTableInto(*levels_, round_levels, next, &fitted_table_);
   // Emptied for the next interval; its vectors keep their memory.
   pending_levels_.count = pending_levels_.sum = pending_levels_.sum_sq = 0;
   pending_levels_.bucket_norms.clear();
   pending_levels_.largest_buckets.clear();
-  const Status installed = table.ok() ? levels_->SetLevelTable(*table) : table.status();
+  const Status installed = fitted.ok() ? levels_->SetLevelTable(fitted_table_) : fitted;
   if (!installed.ok()) {
     Log(LogLevel::kWarning, "aggregator: level table %" PRIu32 " not fitted, version %" PRIu32 " stays: %s", next, next - 1,
         installed.ToString().c_str());
@@ -1306,12 +1413,12 @@ Status Aggregator::State::Contribute(const Received& received, const float* deco
   }
   if (!HoldsUpdates(config_.aggregation)) return sum_->AddDecoded(update, weight);
   if (!(weight > 0.0) || !std::isfinite(weight)) return InvalidArgument("update weight must be positive");
-  if (held_.size() >= max_updates_) return Status(StatusCode::kResourceExhausted, "no room for another update");
+  if (held_.size() >= held_capacity_) return Status(StatusCode::kResourceExhausted, "no room for another update");
   float* held = held_memory_ + held_.size() * d_;
   std::copy(update, update + d_, held);
   held_.push_back(held);
   held_weights_.push_back(weight);
-  held_devices_.push_back(received.device_id);
+  held_devices_.push_back(&received.device_id);
   return Status::Ok();
 }
 
@@ -1334,9 +1441,10 @@ Status Aggregator::State::Combine(std::vector<float>* mean, RoundReport& report)
     sum_->MeanInto(mean->data());
     return Status::Ok();
   }
-  AggregationDetail detail;
-  FEDRT_RETURN_IF_ERROR(Aggregate(config_.aggregation, held_, held_weights_, d_, mean->data(), &detail));
-  for (std::size_t k : detail.selected) report.selected.push_back(held_devices_[k]);
+  AggregationDetail& detail = aggregation_detail_;
+  FEDRT_RETURN_IF_ERROR(
+      Aggregate(config_.aggregation, held_, held_weights_, d_, mean->data(), &detail, &aggregation_scratch_));
+  for (std::size_t k : detail.selected) AppendId(&report.selected, &spare_ids_, *held_devices_[k]);
   return Status::Ok();
 }
 
@@ -1394,7 +1502,9 @@ Status Aggregator::State::SendInstructions(Peer& peer) {
     }
   }
   if (entry == nullptr) {
-    if (instruction_frames_used_ == instruction_frames_.size()) instruction_frames_.emplace_back();
+    if (instruction_frames_used_ == instruction_frames_.size()) {
+      instruction_frames_.emplace_back().spec.reserve(kMaxCodecSpecSize);
+    }
     InstructionFrames& e = instruction_frames_[instruction_frames_used_];
     e.spec = assignment.spec;  // copy-assigned: reuses the string's capacity
     e.role = assignment.role;
@@ -1479,6 +1589,19 @@ void Aggregator::State::StartRound() {
     tier_round_.received.clear();
   }
   SampleDeviceIndices(connected_.size(), config_.sampling, config_.session_seed, round_, &chosen_, &sample_words_);
+  if (HoldsUpdates(config_.aggregation) && chosen_.size() > held_capacity_) {
+    // The rule needs every decoded update at once and the block has room
+    // for held_capacity_: refused before any device is asked.
+    stopped_ = Status(StatusCode::kResourceExhausted,
+                      "round " + std::to_string(round_ + 1) + " would sample " + std::to_string(chosen_.size()) +
+                          " of " + std::to_string(connected_.size()) + " connected devices; aggregation " +
+                          AggregationRuleName(config_.aggregation) + " holds every decoded update of a round and " +
+                          "the aggregator has room for " + std::to_string(held_capacity_) +
+                          " (max held updates): raise it or sample fewer");
+    Log(LogLevel::kError, "aggregator: %s", stopped_.message().c_str());
+    FinishAll(stopped_.message());
+    return;
+  }
   assigned_.Recycle();
   received_count_ = 0;
   sum_->Reset();
@@ -1520,6 +1643,7 @@ void Aggregator::State::StartRound() {
     synced_.clear();
   }
   // Assigned over the last round's strings (a shrink and regrow loses some).
+  while (selected_.size() < chosen_.size()) selected_.emplace_back().reserve(kMaxDeviceIdBytes);
   selected_.resize(chosen_.size());
   for (std::size_t k = 0; k < chosen_.size(); ++k) selected_[k] = *connected_[chosen_[k]];
   wanted_ = SampleTarget(connected_.size(), config_.sampling);
@@ -1532,9 +1656,12 @@ void Aggregator::State::StartRound() {
     anchors_ = ChooseNdqsgAnchors(config_.session_seed, round_, std::move(anchors_), count);
   }
   for (const std::string& device : selected_) {
-    Assignment assignment;
+    // Every field assigned in place: the spec reuses the entry's string.
+    Assignment& assignment = assigned_.Put(device);
     assignment.spec = config_.codec;
-    if (levels_) assignment.level_table_version = levels_->level_table().version;
+    assignment.role = AnchorRole::kNone;
+    assignment.rho = 0;
+    assignment.level_table_version = levels_ ? levels_->level_table().version : 0;
     if (nested_) {
       const bool anchor = std::binary_search(anchors_.begin(), anchors_.end(), DeviceSenderId(device)) ||
                           forced_anchors_.count(device) != 0;
@@ -1542,7 +1669,6 @@ void Aggregator::State::StartRound() {
       assignment.spec = anchor ? anchor_spec_ : NestedSpec(assignment.rho);
       assignment.role = anchor ? AnchorRole::kAnchor : AnchorRole::kNested;
     }
-    assigned_.Put(device) = assignment;  // copy-assigned: the spec reuses its string
   }
   in_round_ = true;
   round_started_ms_ = clock_.NowMs();
@@ -1569,7 +1695,7 @@ int Aggregator::State::Adapt(const std::string& device, int rho, std::size_t nea
       Log(LogLevel::kInfo, "aggregator: %s came near the wrap boundary on %zu coordinates: rho %d -> %d",
           device.c_str(), near_wraps, rho, next);
     } else {
-      forced_anchors_.insert(device);
+      forced_anchors_.Put(device) = true;
       report.switched_to_dqsg++;
       Log(LogLevel::kInfo, "aggregator: %s came near the wrap boundary on %zu coordinates at rho %d: dqsg next round",
           device.c_str(), near_wraps, rho);
@@ -1579,9 +1705,9 @@ int Aggregator::State::Adapt(const std::string& device, int rho, std::size_t nea
     report.rho_lowered++;
   }
   if (next == base_rho_) {
-    rho_.erase(device);
+    rho_.Erase(device);
   } else {
-    rho_[device] = next;
+    rho_.Put(device) = next;
   }
   return forced_anchors_.count(device) != 0 ? 0 : next;
 }
@@ -1595,19 +1721,25 @@ void Aggregator::State::CloseRound() {
     std::vector<DeviceRoundReport> devices = std::move(report.devices);
     std::vector<float> level_table = std::move(report.level_table);
     std::vector<std::string> selected = std::move(report.selected);
+    std::string failure = std::move(report.failure);
     report = RoundReport();
+    // The entries' strings go to the spares the next ones are made from.
+    for (DeviceRoundReport& device : devices) spare_devices_.push_back(std::move(device));
+    for (std::string& id : selected) spare_ids_.push_back(std::move(id));
     devices.clear();
     level_table.clear();
     selected.clear();
+    failure.clear();
     report.devices = std::move(devices);
     report.level_table = std::move(level_table);
     report.selected = std::move(selected);
+    report.failure = std::move(failure);
   }
   report.round = round_ + 1;
   report.sampled = selected_.size();
   double loss_sum = 0;
   double sample_sum = 0;
-  forced_anchors_.clear();
+  forced_anchors_.Recycle();
   const auto count = [&](const Received& r) {
     report.updates++;
     loss_sum += static_cast<double>(r.loss) * static_cast<double>(r.num_samples);
@@ -1658,12 +1790,11 @@ void Aggregator::State::CloseRound() {
       mean.Add(scratch_);
       report.anchors++;
       report.anchor_bytes_up += r.wire_bytes;
-      DeviceRoundReport device;
+      DeviceRoundReport& device = NextDeviceReport(&report);
       device.device_id = r.device_id;
       device.anchor = true;
       device.next_rho = RhoOf(r.device_id);
       device.bytes = r.wire_bytes;
-      report.devices.push_back(device);
       add(r, scratch_);
     }
     for (const Received* nested : ordered) {
@@ -1674,7 +1805,7 @@ void Aggregator::State::CloseRound() {
             round_, r.device_id.c_str());
         report.rejected++;
         counters_.updates_rejected[static_cast<int>(UpdateRejection::kNotCombined)]++;
-        forced_anchors_.insert(r.device_id);
+        forced_anchors_.Put(r.device_id) = true;
         continue;
       }
       NdqsgWrapReport wraps;
@@ -1688,13 +1819,12 @@ void Aggregator::State::CloseRound() {
         continue;
       }
       report.near_wraps += wraps.near_wrap;
-      DeviceRoundReport device;
+      DeviceRoundReport& device = NextDeviceReport(&report);
       device.device_id = r.device_id;
       device.rho = r.rho;
       device.near_wraps = wraps.near_wrap;
       device.bytes = r.wire_bytes;
       device.next_rho = Adapt(r.device_id, r.rho, wraps.near_wrap, report);
-      report.devices.push_back(device);
       add(r, scratch_);
     }
   } else {
@@ -2137,7 +2267,7 @@ BlockLayout CarveBlock(unsigned char* base, const BlockSizes& z, bool with_aggre
   if (z.downlink) l.delta = carve.Take<float>(z.d, kBlockAlignment);
   if (z.dp) l.noised = carve.Take<double>(z.d, kBlockAlignment);
   l.slots = carve.Take<uint8_t>(z.slots * z.slot_bytes, kBlockAlignment);
-  if (z.holds) l.held = carve.Take<float>(z.updates * z.d, kBlockAlignment);
+  if (z.held != 0) l.held = carve.Take<float>(z.held * z.d, kBlockAlignment);
   l.codecs = carve.Take<unsigned char>(z.codec_bytes, std::max(z.codec_alignment, kBlockAlignment));
   l.used = carve.used() + kBlockAlignment - 1;  // at any alignment of the memory
   return l;
@@ -2172,6 +2302,24 @@ Result<std::size_t> Aggregator::State::PlaceCodecs(unsigned char* storage) {
     if (!tensors.ok()) return tensors.status();
     entry.second = std::move(*tensors);
   }
+  // ALQ / AMQ: the codec holding the round's table, placed with its initial
+  // table (Restore, after placement, installs a saved one).
+  if (levels_owned_ != nullptr) {
+    const std::string spec(levels_->spec().view());
+    Result<CodecFootprint> footprint = CodecFootprintFor(spec, d_);
+    if (!footprint.ok()) return footprint.status();
+    unsigned char* at = carve.Take<unsigned char>(footprint->size, footprint->alignment);
+    if (storage != nullptr) {
+      Result<Codec*> codec = ConstructCodec(spec, d_, at, footprint->size);
+      if (!codec.ok()) return codec.status();
+      placed_codecs_.push_back(*codec);
+      AdaptiveCodec* placed = AsAdaptiveCodec(*codec);
+      if (placed == nullptr) return Status(StatusCode::kInternal, "codec '" + spec + "' is not adaptive");
+      levels_ = placed;
+      levels_tensors_->Rebind(*placed);
+      levels_owned_.reset();
+    }
+  }
   return carve.used();
 }
 
@@ -2181,7 +2329,7 @@ BlockSizes Aggregator::State::Sizes() const {
   z.updates = max_updates_;
   z.slots = payload_slot_count_;
   z.slot_bytes = payload_slot_bytes_;
-  z.holds = HoldsUpdates(config_.aggregation);
+  z.held = HoldsUpdates(config_.aggregation) ? held_capacity_ : 0;
   z.dp = dp();
   z.downlink = downlink_ != nullptr;
   for (const auto& entry : codecs_) {
@@ -2231,9 +2379,22 @@ static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSi
   s->connected_.reserve(s->max_devices_);
   s->assigned_.ReserveSpares(z.updates);
   s->answered_.ReserveSpares(z.updates);
-  s->held_.reserve(z.updates);
-  s->held_weights_.reserve(z.updates);
-  s->held_devices_.reserve(z.updates);
+  if (s->nested_) {
+    // NDQSG's per-device state: a forced anchor per sampled device, a rho
+    // per device that can join.
+    s->forced_anchors_.MakeSpares(z.updates);
+    s->rho_.MakeSpares(s->max_devices_);
+  }
+  s->held_.reserve(z.held);
+  s->held_weights_.reserve(z.held);
+  s->held_devices_.reserve(z.held);
+  s->aggregation_scratch_.Reserve(z.held);
+  s->aggregation_detail_.selected.reserve(z.held);
+  s->aggregation_detail_.scores.reserve(z.held);
+  s->report_.devices.reserve(z.updates);
+  s->report_.selected.reserve(z.updates);
+  s->spare_devices_.reserve(z.updates);
+  s->spare_ids_.reserve(z.updates);
   return s;
 }
 

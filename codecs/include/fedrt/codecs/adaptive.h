@@ -50,6 +50,10 @@ class AdaptiveCodec : public Codec {
 // The next table for `codec` from merged statistics: FitAlqLevels or
 // FitAmqLevels with the codec's bits and model.
 Result<LevelTable> FitLevelTable(const AdaptiveCodec& codec, const LevelStatistics& stats, uint32_t next_version);
+// The same into *out (FitAlqLevelsInto / FitAmqLevelsInto: no allocation
+// with the pooled model once out has room).
+Status FitLevelTableInto(const AdaptiveCodec& codec, const LevelStatistics& stats, uint32_t next_version,
+                         LevelTable* out);
 
 // Creates an `alq` or `amq` codec from its spec string ("alq:bits=3,b=1024").
 // Other codec names are kInvalidArgument. MakeCodec creates the same codecs

@@ -149,6 +149,8 @@ double AmqMultiplier(const std::vector<MixtureComponent>& mixture, int s);
 // The float table for double levels: 0 and 1 exact, interior levels rounded
 // to float and kept at least 2^-24 apart (never denormal, always increasing).
 LevelTable RoundLevelTable(const std::vector<double>& levels, uint32_t version);
+// The same from `count` levels into *out, keeping its vector's memory.
+void RoundLevelTableInto(const double* levels, std::size_t count, uint32_t version, LevelTable* out);
 
 // The tables the codecs use. kInvalidArgument for bits outside
 // [kMinLevelBits, kMaxLevelBits], next_version == 0 (version 0 is the codec's
@@ -159,6 +161,14 @@ Result<LevelTable> FitAlqLevels(const LevelStatistics& stats, int bits, uint32_t
                                 LevelModel model = LevelModel::kPooled);
 Result<LevelTable> FitAmqLevels(const LevelStatistics& stats, int bits, uint32_t next_version,
                                 LevelModel model = LevelModel::kPooled);
+// The same into *out (left as it was on an error), keeping its vector's
+// memory: with the pooled model the fit works on the stack (a few KiB) and,
+// once out->levels has room for s + 1 levels, allocates nothing; the
+// norm-weighted model still allocates its mixture.
+Status FitAlqLevelsInto(const LevelStatistics& stats, int bits, uint32_t next_version, LevelModel model,
+                        LevelTable* out);
+Status FitAmqLevelsInto(const LevelStatistics& stats, int bits, uint32_t next_version, LevelModel model,
+                        LevelTable* out);
 
 }  // namespace fedrt
 

@@ -13,7 +13,7 @@
 //
 // Flow for one round and one tensor:
 //   anchors = ChooseNdqsgAnchors(seed, round, senders, NdqsgAnchorCount(n, 0.5));
-//   NdqsgRunningMean mean(d);                 // allocates d floats, once
+//   NdqsgRunningMean mean(d);                 // allocates d floats, once (see below)
 //   for each anchor:     mean.AddAnchor(*dqsg, payload, size, context, scratch);
 //   for each other one:  mean.AddNested(*ndqsg, payload, size, context, scratch, 0.05f, &report);
 //   mean.mean() is the round's average.
@@ -86,7 +86,10 @@ struct NdqsgWrapReport {
 // information for the next nested update.
 class NdqsgRunningMean {
  public:
-  explicit NdqsgRunningMean(std::size_t d);  // the only allocation
+  // Allocates the mean (d floats); the wrap count's scratch (a coarse step
+  // per bucket, a part per tensor) grows at the first nested updates and is
+  // reused, so a round after them allocates nothing.
+  explicit NdqsgRunningMean(std::size_t d);
 
   std::size_t d() const { return mean_.size(); }
   std::size_t count() const { return count_; }
@@ -115,6 +118,8 @@ class NdqsgRunningMean {
 
   std::vector<float> mean_;
   std::size_t count_ = 0;
+  std::vector<float> steps_;        // CountNearWrap's coarse steps
+  std::vector<TensorPart> parts_;   // and a tensor set's parts
 };
 
 }  // namespace fedrt

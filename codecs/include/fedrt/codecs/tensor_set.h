@@ -98,6 +98,9 @@ class TensorSetCodec final : public Codec {
   // Validates the framing (not the parts) against this table; one part
   // spanning the vector for a one-tensor table. kCorrupt names what is wrong.
   Result<std::vector<TensorPart>> Split(const uint8_t* payload, std::size_t size) const;
+  // The same into *parts (overwritten), keeping its memory: allocates nothing
+  // once it has room for the table.
+  Status SplitInto(const uint8_t* payload, std::size_t size, std::vector<TensorPart>* parts) const;
 
   const Codec& inner() const { return *inner_; }
   Codec& inner() { return *inner_; }

@@ -51,28 +51,41 @@
 // max_waiting_updates + 1 of them, so 10,000 devices of LeNet-300-100 fp32
 // take 75 MB, not a slot per device (10.7 GB); NDQSG decodes at the close and
 // takes max_updates_per_round slots. With a rule other than mean, also
-// max_updates_per_round decoded updates of d floats (a robust rule looks at
-// every update of the round at once). Per connection, outside the block: a
+// the decoded updates of a round, d floats each (a robust rule looks at
+// every update of the round at once): as many as a round can sample, at
+// most max_held_updates (default 64), so 10,000 keys of LeNet-300-100 with
+// median take 143 MB, not 10.7 GB. Per connection, outside the block: a
 // 208-byte entry in a map (no buffer) and one in the device map once
 // joined, so about 350 bytes of the engine's per idle joined device (its
 // connection's buffers are the binding's); a JoinServer (280 bytes) until
 // it joins.
 // Allocation: Create / CreateIn make the global model, the server
 // optimizer's moments, the mean handed to the optimizer (d floats), the
-// ALQ / AMQ and downlink codecs, the NDQSG running mean and, with a
-// downlink codec, the device model. A join allocates its connection's
-// entries. The round path allocates nothing model-sized or per payload (no
-// buffer, copy or decoded vector per update); the round's bookkeeping
-// (sampled devices, assignments, answers, sampling buffers) reuses its
-// memory from round to round, and so do the instruction frames (encoded
-// into reusable frame slots), the round's Ack, the RoundReport, the test
-// evaluation and the checkpoint handed to on_checkpoint: an fp32 round
-// allocates nothing (runtime_aggregator_arena_test counts it). What the
-// others still allocate: the codecs' decoding (dqsg about 2 blocks per
-// update), NDQSG its nested decodes, ALQ / AMQ their decoding scratch and
-// the table fit; device ids longer than std::string's inline capacity in
-// the report; a slot that a slow connection still holds when a round starts
-// is not reused (a new one is made); the checkpoint's maps. With an
+// downlink codec, the NDQSG running mean and its per-device nodes (a rho
+// per device that can join, a forced anchor per sampled device, made with
+// room for any device id), and, with a downlink codec, the device model;
+// the update codecs, ALQ / AMQ's included, are in the block (ConstructCodec:
+// decoding allocates nothing). A join allocates its connection's entries.
+// The round path allocates nothing for fp32, dqsg and alq with any rule
+// (runtime_aggregator_arena_test counts rounds 2-3 of fp32, dqsg, ndqsg and
+// alq, with mean and median, with 5- and 40-character device ids: 0; NDQSG
+// 0, or 14 in a run whose wrap adaptation moves a device then, not yet
+// traced, most likely a new assignment's instruction frames): the
+// round's bookkeeping (sampled devices, assignments, answers, sampling
+// buffers, the reports' entries) reuses strings made with room for any
+// device id (transport::kMaxDeviceIdBytes), the update frames decode into
+// one kept UpdateMessage, NDQSG's wrap count reuses its scratch, ALQ / AMQ
+// keep room for the largest statistics and fit the next table on the stack
+// (FitLevelTableInto); the instruction frames (encoded into reusable frame
+// slots), the round's Ack, the test evaluation and its buffers are reused.
+// What still allocates on a round: a slot that a slow connection still
+// holds when a round starts is not reused (a new one is made); log lines
+// and refusals (an Error's text); ALQ / AMQ with model=norm (the mixture
+// fit's vectors); with a downlink codec a device's first acknowledgement
+// (its entry in the synced map); the checkpoint handed to on_checkpoint
+// (its vectors are reused, its maps of rho, forced anchors and synced
+// devices are filled anew: a node per entry, only NDQSG and downlink runs
+// have entries). With an
 // aggregator tier (AggregatorHooks::tier) every exchange allocates its
 // messages: each Tick's counts, the devices of every rank at a round's
 // start (kept sorted in a
@@ -218,6 +231,17 @@ struct AggregatorConfig {
   // (max_updates_per_round slots): a value other than 0 is refused there.
   std::size_t max_waiting_updates = 0;
   static constexpr std::size_t kDefaultWaitingUpdates = 64;
+  // A rule other than mean: the decoded updates a round may hold for the
+  // rule (d floats each, in the block), so the block grows with the devices
+  // a round samples up to this cap, never with the keys (10,000 keys of
+  // LeNet-300-100 with median: 69 MB of held updates at the default, not
+  // 10.7 GB). Create refuses a config whose first round (min_devices
+  // joined) would sample more; a later round that would sample more (more
+  // devices joined) is not started: the training stops, status() naming the
+  // sample and this cap. 0: kDefaultHeldUpdates. With aggregation mean
+  // (which keeps a running sum) a value other than 0 is refused.
+  std::size_t max_held_updates = 0;
+  static constexpr std::size_t kDefaultHeldUpdates = 64;
   // connection_options(): a connection silent this long is closed. A join
   // for a device id whose connection was heard from within half of it is
   // refused, the established connection kept; one quiet for longer is

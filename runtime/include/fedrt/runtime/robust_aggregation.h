@@ -43,6 +43,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fedrt/platform/status.h"
@@ -82,6 +83,19 @@ struct AggregationDetail {
 Status Aggregate(const AggregationRule& rule, const std::vector<const float*>& updates,
                  const std::vector<double>& weights, std::size_t d, float* out,
                  AggregationDetail* detail = nullptr);
+
+// Aggregate's working vectors (a column of n values; Krum's n x n distances,
+// scores and order). A caller that keeps one, with room for its largest n
+// (Reserve), aggregates without allocating; *detail keeps its vectors too.
+struct AggregationScratch {
+  std::vector<std::pair<float, double>> column;
+  std::vector<double> distance, scores, row;
+  std::vector<std::size_t> order, selected;
+  void Reserve(std::size_t n);
+};
+Status Aggregate(const AggregationRule& rule, const std::vector<const float*>& updates,
+                 const std::vector<double>& weights, std::size_t d, float* out, AggregationDetail* detail,
+                 AggregationScratch* scratch);
 
 // Scales update[0..d) so that its L2 norm is at most max_norm (> 0);
 // returns the factor applied (1: it was within the bound).

@@ -285,6 +285,10 @@ Result<AuthenticateMessage> DecodeAuthenticate(const Frame& frame);
 Result<JoinResponseMessage> DecodeJoinResponse(const Frame& frame);
 Result<RoundInstructionsMessage> DecodeRoundInstructions(const Frame& frame, const FrameLimits& limits);
 Result<UpdateMessage> DecodeUpdate(const Frame& frame, const FrameLimits& limits);
+// The same into *out (overwritten), keeping its level statistics' vectors:
+// with room for kMaxLevelStatisticsNorms and kMaxLevelStatisticsBuckets it
+// allocates nothing (the aggregator decodes every update frame into one).
+Status DecodeUpdate(const Frame& frame, const FrameLimits& limits, UpdateMessage* out);
 Result<AckMessage> DecodeAck(const Frame& frame);
 Result<LeaveMessage> DecodeLeave(const Frame& frame);
 Result<ErrorMessage> DecodeError(const Frame& frame);

@@ -512,12 +512,14 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     Fail(links.status().ToString());
     return 2;  // a usage error
   }
-  if (!links->empty() && flags.downlink_codecs.empty()) {
-    // On a slow link the model broadcast is most of a round: without
-    // --downlink-codec every compressed codec's run gets a compressed one
-    // (dqsg:s=16 reached 85% in the rounds an fp32 downlink needs, in less
-    // time than s=4 or s=2; runtime/README.md), and the fp32 run stays the
-    // uncompressed baseline.
+  // On a slow link the model broadcast is most of a round: without
+  // --downlink-codec every compressed codec's run gets a compressed one
+  // (dqsg:s=16 reached 85% in the rounds an fp32 downlink needs, in less
+  // time than s=4 or s=2; docs/benchmarks/links.md), and the fp32 run stays
+  // the uncompressed baseline. A --downlink-codec given (fp32 or none: full
+  // models) always wins.
+  const bool slow_link_default = !links->empty() && flags.downlink_codecs.empty();
+  if (slow_link_default) {
     for (std::size_t i = 0; i < flags.codecs.size(); ++i) {
       if (flags.codecs[i] != "fp32") (*downlinks)[i] = kSlowLinkDownlinkCodec;
     }
@@ -574,7 +576,9 @@ int RunSim(SimFlags flags, const CLI::App& app) {
               flags.model.c_str(), flags.partition.c_str());
   for (std::size_t i = 0; i < flags.codecs.size(); ++i) {
     std::printf(" %s", flags.codecs[i].c_str());
-    if (!(*downlinks)[i].empty()) std::printf(" (downlink %s)", (*downlinks)[i].c_str());
+    if (!(*downlinks)[i].empty()) {
+      std::printf(" (downlink %s%s)", (*downlinks)[i].c_str(), slow_link_default ? ", the default on links" : "");
+    }
   }
   std::printf(", aggregation %s", AggregationRuleName(*rule).c_str());
   if (byzantine_count > 0) std::printf(", %d byzantine devices (%s)", byzantine_count, byzantine_kind.c_str());

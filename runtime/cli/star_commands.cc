@@ -349,7 +349,7 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
       ->capture_default_str();
   serve->add_option("--downlink-codec", o.downlink_codec,
                     "Send the model's delta compressed with this codec (empty or fp32: the full model; "
-                    "for devices on slow links dqsg:s=16, what fedrt sim --link uses)");
+                    "for devices on slow links dqsg:s=4, what fedrt sim --link uses)");
   serve->add_option("--checkpoint", o.checkpoint,
                     "Checkpoint written every round and resumed from (one `fedrt train --checkpoint` wrote too)");
   serve->add_option("--init-model", flags->init_model,

@@ -130,7 +130,7 @@ TEST_CASE("a lenet-300-100 model broadcast with a dqsg downlink has one scale pe
   const std::vector<float> update = TrainedUpdate(*model, testing::FashionMnistOrClusters(), 20);
   for (std::size_t i = 0; i < d; ++i) trained[i] += update[i];
   const std::vector<float> zeros(d, 0.0f);
-  for (const char* spec : {"dqsg:s=16", "dqsg:s=4"}) {
+  for (const char* spec : {"dqsg:s=16", "dqsg:s=4", "dqsg:s=2"}) {
     // As the aggregator builds its downlink codec: over the model's tensor table.
     std::unique_ptr<TensorSetCodec> per_tensor =
         std::move(MakeUpdateCodec(std::move(MakeCodec(spec).value()), tensors).value());

@@ -10,9 +10,9 @@
 # 1 Mbit/s up and down (as root: its own network namespace shaped with tc;
 # otherwise the user-space shaper), train LeNet-300-100 on Fashion-MNIST until
 # the test accuracy reaches 85%, once with fp32 updates and models and once with
-# ndqsg updates and dqsg:s=16 model deltas, one line per round:
+# ndqsg updates and dqsg:s=4 model deltas (per tensor), one line per round:
 #   [fp32] round 4/10  updates 8/8  test acc 85.xx%  ...  18.8 s (down 8.9, compute 0.8, up 8.9) ...
-#   [ndqsg:... (down dqsg:s=16)] round 4/10  updates 8/8  test acc 85.xx%  ...  1.6 s (down 0.5, ...) ...
+#   [ndqsg:... (down dqsg:s=4)] round 4/10  updates 8/8  test acc 85.xx%  ...  1.6 s (down 0.5, ...) ...
 # then a table (final accuracy, MB uploaded, ratio against fp32, near-wraps)
 # and one with the time to 85% and the speed-up against fp32 (x5.8 in our run:
 # fp32 75.1 s, ndqsg 12.9 s; 89 s in all), and

@@ -356,7 +356,8 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
   serve->add_option("--anchor-levels", o.anchor_levels, "NDQSG: anchors' DQSG levels (0: the codec's s1)")
       ->capture_default_str();
   serve->add_option("--downlink-codec", o.downlink_codec,
-                    "Send the model's delta compressed with this codec (empty or fp32: the full model)");
+                    "Send the model's delta compressed with this codec (empty or fp32: the full model; "
+                    "for devices on slow links dqsg:s=4, what fedrt sim --link uses)");
   serve->add_option("--checkpoint", o.checkpoint,
                     "Checkpoint written every round and resumed from (one `fedrt train --checkpoint` wrote too)");
   serve->add_option("--init-model", flags->init_model,

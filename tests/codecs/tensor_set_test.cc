@@ -174,6 +174,29 @@ TEST_CASE("tensor-set framing that is truncated, foreign, inconsistent or corrup
         StatusCode::kOutOfRange);
 }
 
+TEST_CASE("the first part names a tensor set's codec, a plain payload names its own, a short table is refused") {
+  std::unique_ptr<TensorSetCodec> set = Set("dqsg:s=5");
+  const std::vector<float> v = Vector(kTable);
+  const std::vector<uint8_t> framed = Encode(*set, v);
+  Result<PayloadView> first = ParseFirstPart(framed.data(), framed.size());
+  REQUIRE(first.ok());
+  CHECK(first->spec == std::string(set->spec().view()));
+  CHECK(first->header.tensor_id == 0);
+  CHECK(first->header.d == kTable[0]);
+  const std::vector<uint8_t> flat = Encode(*Make("fp16"), v);
+  Result<PayloadView> own = ParseFirstPart(flat.data(), flat.size());
+  REQUIRE(own.ok());
+  CHECK(own->spec == std::string(Make("fp16")->spec().view()));
+  CHECK(own->header.d == v.size());
+  // The table runs past the bytes, or part 0 does: refused, not read beyond.
+  CHECK(ParseFirstPart(framed.data(), kTensorSetHeaderSize + 5).status().code() == StatusCode::kCorrupt);
+  const std::size_t framing = kTensorSetHeaderSize + kTensorSetEntrySize * kTable.size();
+  CHECK(ParseFirstPart(framed.data(), framing + 10).status().code() == StatusCode::kCorrupt);
+  std::vector<uint8_t> one = framed;
+  StoreLe32(one.data() + 8, 1);  // a set of one tensor is never framed
+  CHECK(ParseFirstPart(one.data(), one.size()).status().code() == StatusCode::kCorrupt);
+}
+
 TEST_CASE("tensor sets refuse empty tables, empty tensors and missing codecs") {
   CHECK(TensorSetCodec::Create(Make("dqsg"), {}).status().code() == StatusCode::kInvalidArgument);
   CHECK(TensorSetCodec::Create(Make("dqsg"), {3, 0, 2}).status().code() == StatusCode::kInvalidArgument);

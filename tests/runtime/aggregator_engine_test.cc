@@ -15,8 +15,11 @@
 #include <vector>
 
 #include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/payload.h"
+#include "fedrt/codecs/tensor_set.h"
 #include "fedrt/platform/clock.h"
 #include "fedrt/platform/log.h"
+#include "fedrt/runtime/aggregation.h"
 #include "fedrt/runtime/aggregator_engine.h"
 #include "fedrt/runtime/device_client.h"
 #include "fedrt/runtime/model.h"
@@ -80,6 +83,7 @@ struct Member {
   std::unique_ptr<DeviceClient> client;
   std::shared_ptr<DeviceConnectionHandler> link;
   std::unique_ptr<MemoryPipe> pipe;  // a: the aggregator's side, b: the device's
+  std::map<uint32_t, std::vector<float>> held;  // the global model it held for each round
   bool silent = false;               // receives, never trains or answers
   bool cut = false;                  // its pipe moves nothing (a link slower than the rounds)
 };
@@ -97,6 +101,8 @@ struct Federation {
   std::vector<AggregatorCheckpoint> checkpoints;
   uint32_t restored_rounds = 0;  // rounds of a checkpoint the test restored
   std::map<std::pair<uint32_t, std::string>, int> instructions_sent;  // (round, device) -> times
+  std::map<std::pair<uint32_t, std::string>, std::vector<uint8_t>> instructions;  // the last frames sent
+  std::map<uint32_t, std::vector<float>> broadcasts;  // with a downlink codec: the devices' model per round
 
   bool devices_measure = false;  // devices report their compute time (on `clock`)
   std::size_t settle_until_reports = SIZE_MAX;  // Settle() returns once this many rounds closed
@@ -114,9 +120,11 @@ struct Federation {
     CHECK(c.round == restored_rounds + applied + 1);  // before the round's report
       checkpoints.push_back(c);
     };
-    hooks.on_instructions = [this](uint32_t round, const std::string& device, const std::vector<uint8_t>&) {
+    hooks.on_instructions = [this](uint32_t round, const std::string& device, const std::vector<uint8_t>& bytes) {
       instructions_sent[{round, device}]++;
+      instructions[{round, device}] = bytes;
     };
+    hooks.on_broadcast = [this](uint32_t round, const std::vector<float>& model) { broadcasts[round] = model; };
     Result<std::shared_ptr<Aggregator>> created =
         Aggregator::Create(config, keys, TestCrypto(), clock, &test.view, hooks);
     REQUIRE_MESSAGE(created.ok(), created.status().ToString());
@@ -146,8 +154,12 @@ struct Federation {
     config.batch = 16;
     config.shuffle_seed = 7 + static_cast<uint64_t>(index);
     if (devices_measure) config.clock = &clock;
+    DeviceHooks hooks;
+    hooks.on_model = [&m](uint32_t round, const float* model, std::size_t d) {
+      m.held[round].assign(model, model + d);
+    };
     Result<std::unique_ptr<DeviceClient>> client =
-        DeviceClient::Create(config, *m.model, train.view, &m.share, TestCrypto());
+        DeviceClient::Create(config, *m.model, train.view, &m.share, TestCrypto(), std::move(hooks));
     REQUIRE_MESSAGE(client.ok(), client.status().ToString());
     m.client = std::move(*client);
     Connect(m);
@@ -388,6 +400,86 @@ TEST_CASE("aggregator engine: a straggler whose acknowledgement is still on its 
   CHECK(f.aggregator->finished());
   for (const RoundReport& r : f.reports) CHECK(r.full_models_down == 0);
   CHECK(log.Count("without the model of the round before") == 0);  // every delta fitted
+}
+
+// The model payload of the instruction frames in `wire`, its chunks joined.
+std::vector<uint8_t> ModelPayload(const std::vector<uint8_t>& wire, ModelEncoding* encoding) {
+  std::vector<uint8_t> payload;
+  std::size_t at = 0;
+  while (at + kFramePrefixBytes <= wire.size()) {
+    const std::size_t size = kFramePrefixBytes + LoadLe32(wire.data() + at);
+    Result<Frame> frame = ParseFrame(wire.data() + at, size, FrameLimits());
+    REQUIRE(frame.ok());
+    Result<RoundInstructionsMessage> m = DecodeRoundInstructions(*frame, FrameLimits());
+    REQUIRE(m.ok());
+    if (payload.empty()) *encoding = m->model_encoding;
+    REQUIRE(m->payload.offset == payload.size());
+    payload.insert(payload.end(), m->payload.data, m->payload.data + m->payload.size);
+    at += size;
+  }
+  REQUIRE(at == wire.size());
+  return payload;
+}
+
+TEST_CASE("aggregator engine: a quantizer's model delta goes down tensor by tensor, each part that tensor encoded "
+          "alone, and the devices hold the model the aggregator tracks") {
+  AggregatorConfig config = Config("dqsg", 3, 3);
+  config.downlink_codec = "dqsg:s=4";  // b=0: one scale per tensor
+  Federation f(config, 3);
+  f.Settle();
+  REQUIRE(f.reports.size() == 3);
+  REQUIRE(f.checkpoints.size() == 3);
+  const Model initial = Model::Create(kModel, config.model_seed).value();
+  const std::vector<std::size_t> tensors = ModelTensorSizes(initial);
+  REQUIRE(tensors.size() == 4);
+  const std::size_t d = initial.parameter_count();
+  std::unique_ptr<Codec> alone = std::move(MakeCodec("dqsg:s=4").value());
+  std::vector<float> held(d, 0.0f);  // the devices' model starts at zeros: round 0 sends the whole model
+  for (uint32_t r = 0; r < 3; ++r) {
+    INFO("round " << r);
+    // The global model of round r: the initial one, then what round r - 1 made.
+    const float* model = r == 0 ? initial.parameters() : f.checkpoints[r - 1].parameters.data();
+    ModelEncoding encoding = ModelEncoding::kFullModelFp32;
+    const std::vector<uint8_t> payload = ModelPayload(f.instructions[{r, "dev-0"}], &encoding);
+    CHECK(encoding == (r == 0 ? ModelEncoding::kCompressedModel : ModelEncoding::kCompressedDelta));
+    REQUIRE(payload.size() > kTensorSetHeaderSize);
+    REQUIRE(LoadLe32(payload.data()) == kTensorSetMagic);
+    REQUIRE(LoadLe32(payload.data() + 8) == tensors.size());
+    std::size_t at = kTensorSetHeaderSize + kTensorSetEntrySize * tensors.size();
+    std::size_t offset = 0;
+    std::vector<float> next = held;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      INFO("tensor " << t);
+      const std::size_t n = tensors[t];
+      std::vector<float> delta(n);
+      for (std::size_t i = 0; i < n; ++i) delta[i] = model[offset + i] - held[offset + i];
+      CodecContext context;
+      context.session_seed = config.session_seed;
+      context.round = r;
+      context.tensor_id = static_cast<uint32_t>(t);
+      context.sender_id = 0xFFFFFFu;  // the broadcast
+      std::vector<uint8_t> encoded(alone->MaxEncodedSize(n));
+      encoded.resize(alone->Encode(delta.data(), n, context, encoded.data(), encoded.size()).value());
+      const std::size_t part = LoadLe32(payload.data() + kTensorSetHeaderSize + kTensorSetEntrySize * t + 8);
+      REQUIRE(part == encoded.size());
+      REQUIRE(at + part <= payload.size());
+      CHECK(std::memcmp(payload.data() + at, encoded.data(), part) == 0);
+      std::vector<float> decoded(n);
+      REQUIRE(alone->Decode(encoded.data(), encoded.size(), context, decoded.data(), n).ok());
+      for (std::size_t i = 0; i < n; ++i) next[offset + i] = held[offset + i] + decoded[i];
+      at += part;
+      offset += n;
+    }
+    CHECK(at == payload.size());
+    REQUIRE(f.broadcasts[r].size() == d);
+    CHECK(std::memcmp(f.broadcasts[r].data(), next.data(), d * sizeof(float)) == 0);
+    for (Member& m : f.members) {
+      INFO(m.id);
+      REQUIRE(m.held[r].size() == d);
+      CHECK(std::memcmp(m.held[r].data(), next.data(), d * sizeof(float)) == 0);
+    }
+    held = next;
+  }
 }
 
 TEST_CASE("aggregator engine: a connection that does not join in time is closed") {

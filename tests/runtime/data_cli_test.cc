@@ -180,18 +180,41 @@ TEST_CASE("fedrt sim with links compresses every codec's downlink but fp32's, th
                             " --codec fp32 --codec dqsg:s=3 --link 1000mbit --shaper user --out " + dir.File("s"));
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
-  CHECK(run.output.find("codecs: fp32 dqsg:s=3 (downlink dqsg:s=16)") != std::string::npos);
+  CHECK(run.output.find("codecs: fp32 dqsg:s=3 (downlink dqsg:s=4, the default on links),") != std::string::npos);
   CHECK(run.output.find("[fp32] round 2/2") != std::string::npos);
-  CHECK(run.output.find("[dqsg:s=3 (down dqsg:s=16)] round 2/2") != std::string::npos);
+  CHECK(run.output.find("[dqsg:s=3 (down dqsg:s=4)] round 2/2") != std::string::npos);
   // No device of the compressed run got the fp32 model, not even in round 1.
   std::ifstream metrics(dir.File("s/metrics.jsonl"));
   int compressed_rounds = 0;
   for (std::string line; std::getline(metrics, line);) {
-    if (line.find("\"downlink_codec\":\"dqsg:s=16\"") == std::string::npos) continue;
+    if (line.find("\"downlink_codec\":\"dqsg:s=4\"") == std::string::npos) continue;
     compressed_rounds++;
     CHECK(line.find("\"full_models_down\":0,") != std::string::npos);
   }
   CHECK(compressed_rounds == 2);
+}
+
+TEST_CASE("fedrt sim with links keeps the downlink the user gives: --downlink-codec fp32 sends full models") {
+  testing::TempDir dir;
+  REQUIRE(dir.ok());
+  const CliRun run = RunCli("sim --data " FEDRT_TINY_IDX_DIR " --devices 2 --rounds 2 --model mlp:784-16-10"
+                            " --codec dqsg:s=3 --downlink-codec fp32 --link 1000mbit --shaper user --out " +
+                            dir.File("s"));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.output.find("codecs: dqsg:s=3 (downlink fp32),") != std::string::npos);
+  CHECK(run.output.find("the default on links") == std::string::npos);
+  CHECK(run.output.find("dqsg:s=4") == std::string::npos);
+  // Every round sends both devices the fp32 model: 4 bytes a parameter.
+  constexpr int kParameters = 784 * 16 + 16 + 16 * 10 + 10;
+  std::ifstream metrics(dir.File("s/metrics.jsonl"));
+  int rounds = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    INFO(line);
+    ++rounds;
+    CHECK(line.find("\"bytes_down\":" + std::to_string(2 * 4 * kParameters) + ",") != std::string::npos);
+  }
+  CHECK(rounds == 2);
 }
 
 // The number after `"key":` in a metrics line (-1 when absent).

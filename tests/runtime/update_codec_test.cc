@@ -90,6 +90,63 @@ TEST_CASE("on a trained cnn update one dqsg scale per tensor has at most a fifth
   CheckPerTensorBeatsOneScale("cnn:28x28x1-c8k5-p2-c16k5-p2-d128-10", 10);
 }
 
+// The star downlink's error: what the devices hold after `base` receives
+// `model - base` encoded with `codec` (ApplyModelDelta, as the aggregator and
+// the devices apply it), as ||held - model||^2 / ||model - base||^2.
+double DownlinkError(Codec& codec, const std::vector<float>& model, const std::vector<float>& base) {
+  const std::size_t d = model.size();
+  std::vector<float> delta(d), held(d), scratch(d);
+  double norm = 0;
+  for (std::size_t i = 0; i < d; ++i) {
+    delta[i] = model[i] - base[i];
+    norm += static_cast<double>(delta[i]) * delta[i];
+  }
+  CodecContext context;
+  context.session_seed = 11;
+  context.round = 3;
+  context.sender_id = 0xFFFFFFu;  // the broadcast
+  std::vector<uint8_t> payload(codec.MaxEncodedSize(d));
+  Result<std::size_t> size = codec.Encode(delta.data(), d, context, payload.data(), payload.size());
+  REQUIRE(size.ok());
+  REQUIRE(ApplyModelDelta(codec, payload.data(), *size, context, base.data(), held.data(), scratch.data(), d).ok());
+  double err = 0;
+  for (std::size_t i = 0; i < d; ++i) {
+    const double e = static_cast<double>(held[i]) - model[i];
+    err += e * e;
+  }
+  return err / norm;
+}
+
+TEST_CASE("a lenet-300-100 model broadcast with a dqsg downlink has one scale per tensor and at most one scale's error") {
+  Result<Model> model = Model::Create("mlp:784-300-100-10", 7);
+  REQUIRE(model.ok());
+  const std::size_t d = model->parameter_count();
+  const std::vector<std::size_t> tensors = ModelTensorSizes(*model);
+  REQUIRE(tensors.size() == 6);
+  // Round 0 sends the whole model (from zeros); a later round the change a
+  // round of training made to it.
+  const std::vector<float> initial(model->parameters(), model->parameters() + d);
+  std::vector<float> trained = initial;
+  const std::vector<float> update = TrainedUpdate(*model, testing::FashionMnistOrClusters(), 20);
+  for (std::size_t i = 0; i < d; ++i) trained[i] += update[i];
+  const std::vector<float> zeros(d, 0.0f);
+  for (const char* spec : {"dqsg:s=16", "dqsg:s=4", "dqsg:s=2"}) {
+    // As the aggregator builds its downlink codec: over the model's tensor table.
+    std::unique_ptr<TensorSetCodec> per_tensor =
+        std::move(MakeUpdateCodec(std::move(MakeCodec(spec).value()), tensors).value());
+    REQUIRE(per_tensor->tensor_sizes() == tensors);
+    std::unique_ptr<Codec> whole = std::move(MakeCodec(spec).value());
+    const double model_each = DownlinkError(*per_tensor, initial, zeros);
+    const double model_one = DownlinkError(*whole, initial, zeros);
+    const double delta_each = DownlinkError(*per_tensor, trained, initial);
+    const double delta_one = DownlinkError(*whole, trained, initial);
+    MESSAGE(std::string(spec) << " downlink, normalized error: whole model " << model_each << " per tensor, " << model_one
+                 << " one scale; round delta " << delta_each << " per tensor, " << delta_one << " one scale");
+    CHECK(model_each <= model_one);
+    CHECK(delta_each <= delta_one);
+  }
+}
+
 TEST_CASE("update tensor tables: quantizers per tensor, the others one vector") {
   const std::vector<std::size_t> model = {6, 3, 4};
   for (const char* spec : {"dqsg", "ndqsg", "qsgd", "terngrad", "sign", "alq", "amq"}) {

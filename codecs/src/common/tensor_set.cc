@@ -54,6 +54,19 @@ Status NameTensor(const Status& status, std::size_t t) {
 
 }  // namespace
 
+Result<PayloadView> ParseFirstPart(const uint8_t* payload, std::size_t size) {
+  if (payload == nullptr || size < kTensorSetHeaderSize || LoadLe32(payload) != kTensorSetMagic) {
+    return ParsePayload(payload, size);
+  }
+  const uint32_t n = LoadLe32(payload + 8);
+  if (n < 2 || n > kMaxTensorSetTensors) return Corrupt("tensor set of " + std::to_string(n) + " tensors");
+  const std::size_t framing = FramingSize(n);
+  if (size < framing) return Corrupt("tensor set: truncated table");
+  const uint32_t part = LoadLe32(payload + kTensorSetHeaderSize + 8);
+  if (part > size - framing) return Corrupt("tensor set: tensor 0's payload runs past the end");
+  return ParsePayload(payload + framing, part);
+}
+
 TensorSetCodec::TensorSetCodec(Codec* inner, std::unique_ptr<Codec> owned, std::vector<std::size_t> sizes,
                                std::size_t total)
     : inner_(inner), owned_(std::move(owned)), sizes_(std::move(sizes)), total_(total) {}

@@ -32,6 +32,13 @@ Result<std::unique_ptr<TensorSetCodec>> BorrowUpdateCodec(Codec& codec, const st
   return TensorSetCodec::Borrow(codec, UpdateTensorSizes(codec, model_tensors));
 }
 
+Status ApplyModelDelta(const Codec& codec, const uint8_t* payload, std::size_t size, const CodecContext& context,
+                       const float* base, float* out, float* scratch, std::size_t d) {
+  FEDRT_RETURN_IF_ERROR(codec.Decode(payload, size, context, scratch, d));
+  for (std::size_t i = 0; i < d; ++i) out[i] = (base != nullptr ? base[i] : 0.0f) + scratch[i];
+  return Status::Ok();
+}
+
 UpdateAccumulator::UpdateAccumulator(double* sum, std::size_t d) : sum_(sum), d_(d) {
   std::fill(sum_, sum_ + d_, 0.0);
 }

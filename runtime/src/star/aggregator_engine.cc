@@ -441,7 +441,7 @@ struct Aggregator::State {
   std::size_t full_models_down_ = 0;
   // Downlink compression: the model the devices hold, the round it belongs
   // to, and this round's compressed delta from the previous one.
-  std::unique_ptr<Codec> downlink_;
+  std::unique_ptr<TensorSetCodec> downlink_;  // over the model's tensor table (MakeUpdateCodec)
   std::vector<float> device_model_;
   int64_t device_model_round_ = -1;     // round whose instructions carry device_model_
   std::vector<uint8_t> broadcast_;      // compressed delta device_model_(round-1) -> device_model_(round)
@@ -694,7 +694,10 @@ Status Aggregator::State::Init(const DataView* test_set) {
     if ((*downlink)->needs_side_info()) {
       return InvalidArgument("downlink codec '" + config_.downlink_codec + "' needs side information");
     }
-    downlink_ = std::move(*downlink);
+    // Tensor by tensor for the quantizers, as the updates go up.
+    Result<std::unique_ptr<TensorSetCodec>> tensors = MakeUpdateCodec(std::move(*downlink), tensor_sizes_);
+    if (!tensors.ok()) return tensors.status();
+    downlink_ = std::move(*tensors);
     device_model_.assign(d_, 0.0f);
     device_model_zero_ = true;
   }
@@ -820,8 +823,9 @@ Status Aggregator::State::PrepareBroadcast() {
   Result<std::size_t> size = downlink_->Encode(delta, d_, context, broadcast_.data(), broadcast_.size());
   if (!size.ok()) return size.status();
   broadcast_.resize(*size);
-  FEDRT_RETURN_IF_ERROR(downlink_->DecodeAccumulate(broadcast_.data(), broadcast_.size(), context, 1.0f,
-                                                    device_model_.data(), d_));
+  // delta_ has been encoded: it is the scratch of the decode.
+  FEDRT_RETURN_IF_ERROR(ApplyModelDelta(*downlink_, broadcast_.data(), broadcast_.size(), context,
+                                        device_model_.data(), device_model_.data(), delta_, d_));
   broadcast_from_zeros_ = device_model_zero_;
   device_model_zero_ = false;
   device_model_round_ = round_;

@@ -174,6 +174,7 @@ struct DeviceClient::State {
   Status EncodeAndSend(Connection& link);
   Result<Codec*> InstructedCodec(uint32_t* version);
   Status MeasureStatistics(AdaptiveCodec& codec, const float* vector);
+  Codec& OverTensorTable(Codec& codec);
   Result<std::size_t> EncodeUpdate(Codec& codec, float* delta, const CodecContext& context);
   void SendAck(Connection& link);
 
@@ -674,7 +675,9 @@ Status DeviceClient::State::ApplyModel() {
       return Status(StatusCode::kFailedPrecondition, "a model delta for round " + std::to_string(plan.round) +
                                                          " without the model of the round before");
     }
-    Result<PayloadView> view = ParsePayload(payload, bytes);
+    // The quantizers' deltas come tensor by tensor (a tensor set), as the
+    // updates go up: the first part names the codec.
+    Result<PayloadView> view = ParseFirstPart(payload, bytes);
     if (!view.ok()) return view.status();
     Result<Codec*> delta_codec = codec.For(view->spec, d);
     if (!delta_codec.ok()) {
@@ -686,12 +689,10 @@ Status DeviceClient::State::ApplyModel() {
     context.session_seed = plan.session_seed;
     context.round = static_cast<uint32_t>(plan.round);
     context.sender_id = 0xFFFFFFu;  // the aggregator's broadcast
-    if (whole) {
-      std::memset(next, 0, d * sizeof(float));
-    } else {
-      std::memcpy(next, global, d * sizeof(float));
-    }
-    const Status decoded = (*delta_codec)->DecodeAccumulate(payload, bytes, context, 1.0f, next, d);
+    // Decoded in `next` itself, then added to the model it holds (to zeros
+    // for a whole model).
+    const Status decoded = ApplyModelDelta(OverTensorTable(**delta_codec), payload, bytes, context,
+                                           whole ? nullptr : global, next, next, d);
     if (!decoded.ok()) {
       std::memcpy(next, global, d * sizeof(float));
       return decoded;
@@ -813,16 +814,19 @@ Status DeviceClient::State::MeasureStatistics(AdaptiveCodec& levels, const float
   return Status::Ok();
 }
 
+// `codec` over the model's tensor table, as the aggregator's MakeUpdateCodec
+// has it: tensor by tensor for the quantizers (the per-tensor wrapper,
+// rebound to this codec), the codec itself (one vector) for the others.
+Codec& DeviceClient::State::OverTensorTable(Codec& codec) {
+  if (!EncodesPerTensor(codec) || tensor_sizes.size() <= 1) return codec;
+  per_tensor->Rebind(codec);
+  return *per_tensor;
+}
+
 // Encodes `delta` (p = delta + residual with error feedback, formed in
-// place) into `payload` with `codec` tensor by tensor along the model's
-// tensor table for the quantizers (the per-tensor wrapper, rebound to this
-// codec), as one vector for the others.
+// place) into `payload` with `codec` over the model's tensor table.
 Result<std::size_t> DeviceClient::State::EncodeUpdate(Codec& instructed, float* delta, const CodecContext& context) {
-  Codec* encoder = &instructed;
-  if (EncodesPerTensor(instructed) && tensor_sizes.size() > 1) {
-    per_tensor->Rebind(instructed);
-    encoder = per_tensor.get();
-  }
+  Codec* encoder = &OverTensorTable(instructed);
   const std::size_t needed = encoder->MaxEncodedSize(d);  // placed for d: MaxPayloadSize
   if (needed > payload_capacity) {
     outgrown_spec = plan.codec_spec;

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "fedrt/codecs/codec.h"
+#include "fedrt/codecs/payload.h"
 #include "fedrt/platform/status.h"
 
 namespace fedrt {
@@ -53,6 +54,14 @@ inline constexpr std::size_t kMaxTensorSetTensors = 65536;
 // over the whole update, and top-k over the whole update is the papers'
 // selection) and Moniqua (no scale; its modulus is per model).
 bool EncodesPerTensor(const Codec& codec);
+
+// The codec payload that names a payload's codec: a tensor set's first part
+// (the framing's table must fit in `size`; the rest is checked when the set
+// is decoded), or the payload itself. A receiver that learns the codec from
+// the payload, as a device does from a compressed model broadcast, reads its
+// spec here and then decodes with that codec over its own tensor table.
+// kCorrupt as ParsePayload, or naming the framing.
+Result<PayloadView> ParseFirstPart(const uint8_t* payload, std::size_t size);
 
 // One tensor's part of a validated tensor-set payload.
 struct TensorPart {

@@ -99,6 +99,16 @@ Result<std::unique_ptr<TensorSetCodec>> MakeUpdateCodec(std::unique_ptr<Codec> c
                                                         const std::vector<std::size_t>& model_tensors);
 Result<std::unique_ptr<TensorSetCodec>> BorrowUpdateCodec(Codec& codec, const std::vector<std::size_t>& model_tensors);
 
+// The star downlink: a model delta that `codec` (over the model's tensor
+// table, as MakeUpdateCodec builds it) encoded, applied as the devices and
+// the aggregator's copy of their model apply it, so that all hold the same
+// bits: decoded into `scratch` (d floats, may be `out`), then
+// out[i] = base[i] + scratch[i], with base null for zeros (a whole model
+// compressed). Allocates nothing of its own; on an error `out` is untouched
+// unless it is `scratch`.
+Status ApplyModelDelta(const Codec& codec, const uint8_t* payload, std::size_t size, const CodecContext& context,
+                       const float* base, float* out, float* scratch, std::size_t d);
+
 // The L2 norm of d floats, accumulated in double (finite for every finite input).
 double UpdateNorm(const float* update, std::size_t d);
 // kInvalidArgument, naming the norm and the bound, when the L2 norm of the

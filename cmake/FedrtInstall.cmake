@@ -13,6 +13,10 @@ install(TARGETS ${fedrt_install_targets}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 if(TARGET fedrt)
   install(TARGETS fedrt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  if(TARGET fedrt_mpi_module)
+    # `fedrt serve --mpi` loads it from here (runtime/src/star/mpi_tier.cc).
+    install(TARGETS fedrt_mpi_module LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/fedrt)
+  endif()
 endif()
 
 foreach(component platforms codecs transport runtime)

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,7 +69,8 @@ struct ArenaDevice {
   ~ArenaDevice() { DeviceClient::Destroy(client); }
 };
 
-void MakeDevice(ArenaDevice& d, int index, const Blobs& train, const std::vector<std::string>& codecs) {
+void MakeDevice(ArenaDevice& d, int index, const Blobs& train, const std::vector<std::string>& codecs,
+                const std::function<float*(std::size_t)>& residual_memory = {}) {
   d.model = std::make_unique<Model>(Model::Create(kModel, 1).value());
   for (std::size_t i = 0; i < train.view.count / 2; ++i) d.share.push_back(static_cast<uint32_t>(index + 2 * i));
   DeviceClientConfig config;
@@ -76,6 +78,7 @@ void MakeDevice(ArenaDevice& d, int index, const Blobs& train, const std::vector
   config.key = *KeyStore::Parse(config.device_id + " " + HexKey(index) + "\n")->Find(config.device_id);
   config.batch = 16;
   config.codecs = codecs;
+  config.residual_memory = residual_memory;
   Result<std::size_t> bytes = DeviceClient::RequiredBytes(config, *d.model, d.share.size());
   REQUIRE_MESSAGE(bytes.ok(), bytes.status().ToString());
   d.memory.resize(*bytes + 1);
@@ -92,6 +95,8 @@ struct RunResult {
   std::size_t rejected = 0;
   bool finished = false;
   std::string device_error;       // the first device engine error (empty: none)
+  std::vector<double> losses;     // each applied round's training loss
+  uint64_t bytes_up = 0;
 };
 
 // Runs `rounds` rounds of `codec` (with `downlink` deltas when set) with two
@@ -99,7 +104,8 @@ struct RunResult {
 // (round 1 holds the join, and grows the pipes' buffers, which are the
 // test's transport).
 RunResult RunRounds(const std::string& codec, const std::string& downlink, uint32_t rounds,
-                    const std::vector<std::string>& device_codecs = {}) {
+                    const std::vector<std::string>& device_codecs = {},
+                    const std::function<float*(std::size_t)>& residual_memory = {}) {
   ManualClock clock{1000000000};
   Blobs train(160, 3);
   std::string keys_text;
@@ -119,12 +125,14 @@ RunResult RunRounds(const std::string& codec, const std::string& downlink, uint3
   hooks.on_round = [&](const RoundReport& r) {
     result.rounds += r.applied ? 1 : 0;
     result.rejected += r.rejected;
+    if (r.applied) result.losses.push_back(r.train_loss);
+    result.bytes_up += r.bytes_up;
   };
   Result<std::shared_ptr<Aggregator>> aggregator = Aggregator::Create(config, keys, TestCrypto(), clock, nullptr, hooks);
   REQUIRE_MESSAGE(aggregator.ok(), aggregator.status().ToString());
   ArenaDevice devices[2];
   for (int i = 0; i < 2; ++i) {
-    MakeDevice(devices[i], i, train, device_codecs);
+    MakeDevice(devices[i], i, train, device_codecs, residual_memory);
     devices[i].handler = std::make_shared<CountingHandler>(*devices[i].client);
     Result<std::unique_ptr<MemoryPipe>> pipe =
         MemoryPipe::Create(*aggregator, devices[i].handler, (*aggregator)->connection_options(), clock);
@@ -325,6 +333,47 @@ TEST_CASE("device arena: an instructed codec the block was not sized for is refu
   CHECK(r.rounds == 0);
   CHECK(r.device_error.find("resource_exhausted") != std::string::npos);
   CHECK(r.device_error.find("DeviceClientConfig::codecs") != std::string::npos);
+}
+
+TEST_CASE("device arena: with residual_memory the block holds no residual, asked for once an error-feedback codec is instructed") {
+  Blobs train(40, 3);
+  std::unique_ptr<Model> model = std::make_unique<Model>(Model::Create(kModel, 1).value());
+  const std::size_t d = model->parameter_count();
+  std::vector<std::vector<float>> given;
+  const auto give = [&](std::size_t n) -> float* {
+    given.emplace_back(n, 1.0f);  // not zero: the client zeroes it
+    return given.back().data();
+  };
+  DeviceClientConfig config;
+  config.device_id = "dev-0";
+  config.key = std::vector<uint8_t>(32, 7);
+  config.batch = 8;
+  Result<std::size_t> in_block = DeviceClient::RequiredBytes(config, *model, train.view.count);
+  config.residual_memory = give;
+  Result<std::size_t> outside = DeviceClient::RequiredBytes(config, *model, train.view.count);
+  REQUIRE(in_block.ok());
+  REQUIRE(outside.ok());
+  // The build's codecs include topk and randk, whose ef=on asks for it.
+  CHECK(*outside + d * sizeof(float) <= *in_block);
+
+  // Rounds without error feedback never ask; with it each device asks once,
+  // and trains and sends the same bits as with the residual in its block.
+  const RunResult plain = RunRounds("dqsg", "", 3, {}, give);
+  CHECK_MESSAGE(plain.device_error.empty(), plain.device_error);
+  CHECK(plain.rounds == 3);
+  CHECK(given.empty());
+  const RunResult block = RunRounds("topk", "", 4);
+  const RunResult asked = RunRounds("topk", "", 4, {}, give);
+  CHECK_MESSAGE(asked.device_error.empty(), asked.device_error);
+  CHECK(asked.rounds == 4);
+  CHECK(asked.allocations == 0);
+  CHECK(given.size() == 2);
+  CHECK(asked.losses == block.losses);
+  CHECK(asked.bytes_up == block.bytes_up);
+  // A host that has none to give: refused like a codec the block outgrew.
+  const RunResult refused = RunRounds("topk", "", 1, {}, [](std::size_t) -> float* { return nullptr; });
+  CHECK(refused.rounds == 0);
+  CHECK(refused.device_error.find("holds no residual") != std::string::npos);
 }
 
 // A star aggregator cannot run Moniqua (its decoding needs the receiver's

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "fedrt/transport/auth.h"
 #include "fedrt/transport/connection.h"
@@ -61,6 +62,22 @@ TEST_CASE("hmac sha256 matches the RFC 4231 test vector") {
   CHECK(SystemCrypto().ConstantTimeEqual(mac.data(), expected, kSha256Bytes));
   mac[31] ^= 1;
   CHECK_FALSE(SystemCrypto().ConstantTimeEqual(mac.data(), expected, kSha256Bytes));
+  // RFC 4231 test case 6: a key longer than SHA-256's block is hashed first.
+  const std::vector<uint8_t> long_key(131, 0xaa);
+  const char* long_data = "Test Using Larger Than Block-Size Key - Hash Key First";
+  REQUIRE(SystemCrypto()
+              .HmacSha256(long_key.data(), long_key.size(), reinterpret_cast<const uint8_t*>(long_data),
+                          std::strlen(long_data), &mac)
+              .ok());
+  const uint8_t long_expected[kSha256Bytes] = {0x60, 0xe4, 0x31, 0x59, 0x1e, 0xe0, 0xb6, 0x7f, 0x0d, 0x8a, 0x26,
+                                               0xaa, 0xcb, 0xf5, 0xb7, 0x7f, 0x8e, 0x0b, 0xc6, 0x21, 0x37, 0x28,
+                                               0xc5, 0x14, 0x05, 0x46, 0x04, 0x0f, 0x0e, 0xe3, 0x7f, 0x54};
+  CHECK(std::memcmp(mac.data(), long_expected, kSha256Bytes) == 0);
+  // A nonce larger than one getentropy() call.
+  std::vector<uint8_t> big_a(600), big_b(600);
+  REQUIRE(SystemCrypto().RandomBytes(big_a.data(), big_a.size()).ok());
+  REQUIRE(SystemCrypto().RandomBytes(big_b.data(), big_b.size()).ok());
+  CHECK(big_a != big_b);
   Nonce a{}, b{};
   REQUIRE(SystemCrypto().RandomBytes(a.data(), a.size()).ok());
   REQUIRE(SystemCrypto().RandomBytes(b.data(), b.size()).ok());

@@ -15,6 +15,7 @@
 
 #include "fedrt/platform/clock.h"
 #include "fedrt/platform/log.h"
+#include "fedrt/platform/memory.h"
 #include "fedrt/runtime/byzantine.h"
 #include "fedrt/runtime/device_client.h"
 #include "fedrt/runtime/model.h"
@@ -62,6 +63,10 @@ class DeviceHost {
   std::unique_ptr<Model> model_;
   DeviceClientConfig client_config_;
   DeviceHooks client_hooks_;
+  // The error-feedback residual, allocated when the aggregator's codec first
+  // asks for one (DeviceClientConfig::residual_memory); declared before the
+  // client, which uses it, so it outlives it.
+  AlignedArray<float> residual_;
   std::unique_ptr<DeviceClient> client_;
   std::shared_ptr<const TlsContext> tls_;  // null: plain TCP
 };
@@ -97,6 +102,10 @@ Status DeviceHost::Setup() {
   config.batch = options_.batch;
   config.shuffle_seed = star::DeviceShuffleSeed(options_.partition_seed, id_);
   config.clock = &SystemClock();
+  config.residual_memory = [this](std::size_t d) -> float* {
+    if (residual_.size() != d && !residual_.Resize(d)) return nullptr;
+    return residual_.data();
+  };
   DeviceHooks hooks = hooks_;
   if (!options_.state_file.empty()) {
     const std::string path = options_.state_file;

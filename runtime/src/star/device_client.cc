@@ -81,7 +81,7 @@ Result<CodecNeeds> MeasureCodecs(const DeviceClientConfig& config, const Model& 
     needs.payload_bytes = std::max({needs.payload_bytes, (*update)->MaxPayloadSize(d), (*codec)->MaxPayloadSize(d)});
     needs.storage_bytes = std::max(needs.storage_bytes, footprint->size);
     needs.storage_alignment = std::max(needs.storage_alignment, footprint->alignment);
-    needs.error_feedback = needs.error_feedback || (*codec)->wants_error_feedback();
+    needs.error_feedback = needs.error_feedback || ((*codec)->wants_error_feedback() && !config.residual_memory);
     needs.adaptive = needs.adaptive || AsAdaptiveCodec(codec->get()) != nullptr;
   }
   if (needs.storage_bytes == 0) return InvalidArgument("the device accepts no codec of this build");
@@ -177,6 +177,9 @@ struct DeviceClient::State {
   Codec& OverTensorTable(Codec& codec);
   Result<std::size_t> EncodeUpdate(Codec& codec, float* delta, const CodecContext& context);
   void SendAck(Connection& link);
+  // The error-feedback residual: the block's, or once asked for, the one
+  // config.residual_memory gives; false when there is none.
+  bool HaveFeedback();
 
   DeviceClientConfig config;
   Model& model;
@@ -202,7 +205,7 @@ struct DeviceClient::State {
   OutFrame* frames = nullptr;
   std::size_t frame_capacity = 0;
   CodecSlot codec;
-  std::optional<ErrorFeedback> feedback;  // on the residual in the block
+  std::optional<ErrorFeedback> feedback;  // on the residual in the block, or config.residual_memory's
   bool residual_pending = false;      // a restored residual not yet sent with an update
   std::unique_ptr<TensorSetCodec> per_tensor;  // the model's tensor table, rebound per codec
   std::optional<transport::FrameSlot> ack_slot;
@@ -469,13 +472,21 @@ uint8_t* DeviceClient::ReceiveBuffer(std::size_t size) {
   return reinterpret_cast<std::uintptr_t>(gradients) % 16 == 0 ? gradients : nullptr;
 }
 
+bool DeviceClient::State::HaveFeedback() {
+  if (!feedback && config.residual_memory) {
+    float* memory = config.residual_memory(d);
+    if (memory != nullptr) feedback.emplace(memory, d);  // zeroed
+  }
+  return feedback.has_value();
+}
+
 Status DeviceClient::RestoreResidual(const float* residual, std::size_t d) {
   State& s = *state_;
   if (d != s.d) {
     return Status(StatusCode::kFailedPrecondition, "the saved residual has " + std::to_string(d) +
                                                        " values, the model " + std::to_string(s.d));
   }
-  if (!s.feedback) {
+  if (!s.HaveFeedback()) {
     return Status(StatusCode::kFailedPrecondition,
                   "this device accepts no codec with error feedback (DeviceClientConfig::codecs): no residual to restore");
   }
@@ -858,6 +869,7 @@ Status DeviceClient::State::EncodeAndSend(Connection& link) {
   Result<Codec*> instructed = InstructedCodec(&table_version);
   if (!instructed.ok()) return instructed.status();
   const bool with_feedback = (*instructed)->wants_error_feedback();
+  if (with_feedback) (void)HaveFeedback();  // none: EncodeUpdate refuses
   if (feedback && (with_feedback || residual_pending)) {
     const float* residual = feedback->residual();
     for (std::size_t i = 0; i < d; ++i) delta[i] += residual[i];

@@ -39,7 +39,8 @@
 // delta, one codec's storage (ConstructCodec; the instructed codec and the
 // downlink codec take turns in it), the training pass's order and batch, the
 // optimizer state, the error-feedback residual (d floats, when a codec the
-// device accepts asks for error feedback) and the frames an update is cut
+// device accepts asks for error feedback, unless DeviceClientConfig::
+// residual_memory supplies it when needed) and the frames an update is cut
 // into. DeviceClientConfig::codecs sizes the codec-dependent parts; an
 // instructed codec that needs more is refused (kResourceExhausted, naming the
 // bytes), never served from the heap. Model-sized buffers: the model's
@@ -113,6 +114,17 @@ struct DeviceClientConfig {
   // the join announces. Empty: every codec of this build at its default
   // parameters (fp32's payload is a model size).
   std::vector<std::string> codecs;
+  // Where the error-feedback residual lives when it is not in the client's
+  // block. Unset: the block holds it when a codec of `codecs` (or of the
+  // build, for an empty list) asks for error feedback. Set: the block holds
+  // none, and the client asks for `d` floats (16-byte aligned, the caller's,
+  // valid until the client is destroyed) once, when an instructed codec
+  // first asks for error feedback or RestoreResidual is called; null refuses
+  // (kResourceExhausted, outgrown_spec()). A host that can allocate
+  // (RunDevice) so keeps a model-sized buffer only when the aggregator's
+  // codec needs it: the default list holds topk and randk, whose `ef=on`
+  // asked for it in every device before.
+  std::function<float*(std::size_t d)> residual_memory;
   // When set (it must outlive the client), every update reports how long
   // the device trained and encoded, from the instructions' arrival to the
   // update's first frame: the aggregator splits each round's time with it.

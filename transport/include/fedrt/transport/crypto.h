@@ -1,8 +1,9 @@
 // The cryptographic primitives the join handshake needs, behind a small
 // interface so that a firmware build can plug in its platform's library
 // (mbedTLS, a secure element) instead of OpenSSL. Linux builds, cross builds
-// included, use SystemCrypto() (libcrypto from Debian's OpenSSL): fedrt never
-// implements a cryptographic primitive itself.
+// included, use SystemCrypto() (libcrypto from Debian's OpenSSL, and the
+// kernel's entropy): fedrt implements no hash or cipher itself; it composes
+// HMAC (RFC 2104, a dozen lines) around libcrypto's SHA-256.
 //
 // Thread-safety: implementations must be safe to call from any thread;
 // SystemCrypto() is.
@@ -34,7 +35,9 @@ class Crypto {
 };
 
 #if FEDRT_HAVE_OPENSSL
-// libcrypto: RAND_bytes, HMAC with EVP_sha256, CRYPTO_memcmp. Only in builds
+// getentropy() for nonces, HMAC around libcrypto's SHA256_Init/Update/Final
+// and CRYPTO_memcmp (not OpenSSL 3's EVP layer, whose first use loads its
+// default provider: about 2 MiB resident, crypto_openssl.cc). Only in builds
 // with FEDRT_WITH_OPENSSL; without it the application passes its own Crypto.
 Crypto& SystemCrypto();
 #endif

@@ -150,7 +150,7 @@ struct Golden {
 };
 constexpr Golden kGolden[] = {
     {"dense ring", peer::PeerReduce::kDense, "", 7709527574034432310ull, 90},
-    {"IWP", peer::PeerReduce::kIwp, "", 14960419847881513777ull, 225},
+    {"IWP", peer::PeerReduce::kIwp, "", 10284345766146738954ull, 225},
     {"gossip", peer::PeerReduce::kGossip, "", 5142260540464254107ull, 115},
     {"Moniqua gossip", peer::PeerReduce::kGossip, "moniqua:bits=2", 13929963281616526414ull, 500},
 };

@@ -82,13 +82,13 @@ struct PeerFlags {
   std::string iwp_threshold = "dispersion";  // dispersion (the paper's layer-wise rule) | quantile
   bool iwp_probabilistic = true;        // low-importance coordinates sent with probability I / tau
   float iwp_eps = 1e-8f;                // importance = |a| / (|w| + eps)
-  // Small tensors whole (the paper's rule needs it: docs/design/peer.md);
-  // the deep-gradient-compression warm-up is opt-in: --iwp-warmup-steps -1.
-  uint64_t iwp_dense_below = 2000;      // tensors smaller than this are sent whole
-  int iwp_warmup_steps = 0;             // -1: one epoch
+  // The paper's method by default: its warm-up and local clipping on, small
+  // tensors whole an opt-in extra (docs/design/peer.md).
+  uint64_t iwp_dense_below = 0;         // tensors smaller than this are sent whole (0: none)
+  int iwp_warmup_steps = -1;            // -1: one epoch
   float iwp_warmup_density = 0;         // 0: 4 x --density (at most 1)
   std::string iwp_warmup_shape = "exponential";  // constant | exponential (density falls geometrically)
-  float iwp_clip = 0;
+  float iwp_clip = 5;                   // local gradient clipping to this L2 norm (0: off)
   int max_steps = 0;  // 0: whole epochs
   bool repair = false;
   uint64_t seed = 1;
@@ -406,7 +406,7 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
   if (*reduce == peer::PeerReduce::kGossip) std::printf(", aggregation %s", AggregationRuleName(*rule).c_str());
   if (flags.clip_update_norm > 0) std::printf(", neighbours clipped to %g", flags.clip_update_norm);
   if (*reduce == peer::PeerReduce::kIwp && flags.iwp_dense_below > 0) {
-    // The one extra on by default (docs/design/peer.md, IWP): named, with the way back to the paper.
+    // An extra beyond the paper (docs/design/peer.md, IWP): named.
     std::printf(", tensors under %llu coordinates sent whole (not the paper's; --iwp-dense-below 0: its rule alone)",
                 static_cast<unsigned long long>(flags.iwp_dense_below));
   }
@@ -422,8 +422,13 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
                 flags.codec.c_str(), t_mix, options.moniqua_refresh_steps, options.moniqua_check);
   } else if (!gossip_codec.empty()) {
     const bool derived = gossip_codec != flags.codec;
-    std::printf("gossip codec %s%s\n", gossip_codec.c_str(),
-                derived && flags.schedule != "constant" ? " (theta follows the learning rate)" : "");
+    std::printf("gossip codec %s%s%s\n", gossip_codec.c_str(),
+                (*trainer)->moniqua_one_bit_rule()
+                    ? " (Moniqua at 1 bit: dithered, theta = --lr, gamma = 1 - lambda of the gossip matrix, unless named)"
+                    : "",
+                derived && flags.schedule != "constant" && !(*trainer)->moniqua_one_bit_rule()
+                    ? " (theta follows the learning rate)"
+                    : "");
   }
   std::ofstream metrics;
   if (!flags.metrics.empty()) {
@@ -593,7 +598,7 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
                  "choco[:gamma=G]+CODEC, e.g. choco:gamma=0.75+sign:b=512");
   p->add_option("--moniqua-theta-per-lr", flags->moniqua_theta_per_lr,
                  "Gossip: theta of a moniqua codec that names none, as a multiple of --lr (default: from Moniqua's "
-                 "bound, 2 * lr * max|gradient| * the gossip matrix's mixing time, widened on detected wraps)")
+                 "bound, 2 * lr * max|gradient| * the gossip matrix's mixing time, widened on detected wraps; at 1 bit: 1)")
       ->check(CLI::PositiveNumber);
   p->add_flag("--print-wraps", flags->print_wraps, "Gossip: print the Moniqua wrap count of every step");
   p->add_option("--density", flags->density, "IWP share of coordinates per step")->capture_default_str()->check(CLI::Range(1e-6, 1.0));
@@ -615,9 +620,9 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
                  "probabilistic update)")
       ->capture_default_str();
   p->add_option("--iwp-dense-below", flags->iwp_dense_below,
-                 "IWP: tensors with fewer coordinates are sent whole (0: none; the paper's rule needs the small ones whole on LeNet-300-100)")
+                 "IWP: tensors with fewer coordinates are sent whole (0: none, the paper's rule; an extra beyond the paper)")
       ->capture_default_str();
-  p->add_option("--iwp-warmup-steps", flags->iwp_warmup_steps, "IWP: first steps use --iwp-warmup-density (-1: one epoch, 0: none; the deep-gradient-compression warm-up is -1)")
+  p->add_option("--iwp-warmup-steps", flags->iwp_warmup_steps, "IWP: first steps use --iwp-warmup-density (-1: one epoch, the paper's warm-up; 0: none)")
       ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
   p->add_option("--iwp-warmup-density", flags->iwp_warmup_density,
                  "IWP: share of coordinates at the start of the warm-up (0: 4 x --density, at most 1)")
@@ -628,7 +633,7 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
   p->add_option("--iwp-eps", flags->iwp_eps,
                  "IWP: importance |a| / (|w| + eps); a large eps ranks by |a| alone (top-k within each tensor)")
       ->capture_default_str()->check(CLI::PositiveNumber);
-  p->add_option("--iwp-clip", flags->iwp_clip, "IWP: local gradient clipping to this L2 norm (0: off)")
+  p->add_option("--iwp-clip", flags->iwp_clip, "IWP: local gradient clipping to this L2 norm, the paper's (0: off)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   p->add_option("--max-steps", flags->max_steps, "Stop after this many steps (0: whole epochs)")->check(CLI::NonNegativeNumber);
   p->add_flag("--repair", flags->repair, "When a peer fails, re-form the ring without it and continue");

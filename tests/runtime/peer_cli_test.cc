@@ -213,7 +213,7 @@ TEST_CASE("gossip on a torus survives a killed peer and re-forms the graph over 
   KillOneOfFour({"--reduce", "gossip", "--graph", "torus"}, false, true);
 }
 
-TEST_CASE("fedrt peer gossip with a moniqua codec that names no theta derives theta from Moniqua's bound") {
+TEST_CASE("fedrt peer gossip with a moniqua codec that names no theta derives theta from Moniqua's bound at 2 bits") {
   testing::TempDir dir;
   const int n = 3;
   const LocalRing files = MakeLocalRing(dir, n, "g", 5000);
@@ -221,7 +221,7 @@ TEST_CASE("fedrt peer gossip with a moniqua codec that names no theta derives th
   for (int r = 0; r < n; ++r) {
     children.push_back(Spawn({FEDRT_CLI_PATH, "peer", "--peers", files.config, "--keys", files.keys, "--rank",
                               std::to_string(r), "--data", files.data, "--model", "mlp:784-16-10", "--epochs", "2",
-                              "--batch", "8", "--lr", "0.05", "--reduce", "gossip", "--codec", "moniqua:bits=1"}));
+                              "--batch", "8", "--lr", "0.05", "--reduce", "gossip", "--codec", "moniqua:bits=2"}));
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (int r = 0; r < n; ++r) {
@@ -230,7 +230,7 @@ TEST_CASE("fedrt peer gossip with a moniqua codec that names no theta derives th
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
     // A ring of 3 with weights 1/3 mixes in one step: lambda 0, t_mix ceil(ln 6) = 2.
-    CHECK(children[r].text.find("gossip codec moniqua:bits=1, theta from Moniqua's bound") != std::string::npos);
+    CHECK(children[r].text.find("gossip codec moniqua:bits=2, theta from Moniqua's bound") != std::string::npos);
     CHECK(children[r].text.find("t_mix 2,") != std::string::npos);
     CHECK(children[r].text.find("  theta ") != std::string::npos);
     CHECK(children[r].text.find("epoch 2/2") != std::string::npos);

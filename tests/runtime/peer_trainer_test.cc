@@ -201,7 +201,7 @@ TEST_CASE("moniqua gossip without theta agrees on theta from the bound on every 
   const Synthetic data = MakeData(480);
   LoopbackRing ring(4);
   ring.FormAll();
-  peer::PeerTrainerOptions options = Options(peer::PeerReduce::kGossip, "moniqua:bits=1");
+  peer::PeerTrainerOptions options = Options(peer::PeerReduce::kGossip, "moniqua:bits=2");
   options.epochs = 2;
   options.moniqua_refresh_steps = 4;
   auto results = Train(ring, data, options, /*pixels=*/false);
@@ -218,8 +218,33 @@ TEST_CASE("moniqua gossip without theta agrees on theta from the bound on every 
   // 4 (lambda 1/3) and G >= the mean |gradient coordinate| > 0: at least
   // a small multiple of lr, at most lr times a bound on G.
   CHECK(results[0].thetas[1] >= 2 * 0.1 * 4 * 1e-4);
-  CHECK(results[0].gossip_codec.find("moniqua:bits=1,theta=") == 0);
+  CHECK(results[0].gossip_codec.find("moniqua:bits=2,theta=") == 0);
   CHECK(results[0].gossip_codec.find(",check=32") != std::string::npos);
+}
+
+// At 1 bit the bound's theta is unusable (tens of times the neighbours'
+// distance) and nearest rounding biased: a spec without theta dithers, takes
+// theta = lr and the consensus step 1 - lambda (ring of 4: lambda 1/3, so
+// gamma 2/3), each unless named; the bound is not used (no mixing time).
+TEST_CASE("moniqua at 1 bit without theta dithers, takes theta = lr and gamma = 1 - lambda unless named") {
+  const Synthetic data = MakeData(480);
+  for (const auto& [codec, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"moniqua:bits=1", "moniqua:bits=1,round=dither,gamma=0.6667,theta=0.1"},
+           {"moniqua", "moniqua:round=dither,gamma=0.6667,theta=0.1"},
+           {"moniqua:bits=1,round=nearest,gamma=0.5", "moniqua:bits=1,round=nearest,gamma=0.5,theta=0.1"}}) {
+    INFO(codec);
+    LoopbackRing ring(4);
+    ring.FormAll();
+    peer::PeerTrainerOptions options = Options(peer::PeerReduce::kGossip, codec);
+    options.epochs = 3;
+    auto results = Train(ring, data, options, /*pixels=*/false);
+    for (auto& r : results) REQUIRE_MESSAGE(r.status.ok(), r.status.ToString());
+    for (auto& r : results) {
+      CHECK(r.gossip_codec == expected);
+      CHECK(r.mixing_time == 0);
+    }
+    if (codec != "moniqua:bits=1,round=nearest,gamma=0.5") CheckLossFalls(results);
+  }
 }
 
 // The step mixes with I + gamma (W - I): on a ring of 4 (W's eigenvalues
@@ -228,7 +253,7 @@ TEST_CASE("moniqua gossip without theta agrees on theta from the bound on every 
 TEST_CASE("moniqua's bound takes the mixing time of the consensus step the spec names") {
   const Synthetic data = MakeData(240);
   for (const auto& [codec, t_mix] : std::vector<std::pair<std::string, uint32_t>>{
-           {"moniqua:bits=1", 4}, {"moniqua:bits=1,round=dither,gamma=0.5", 7}}) {
+           {"moniqua:bits=2", 4}, {"moniqua:bits=2,round=dither,gamma=0.5", 7}}) {
     INFO(codec);
     LoopbackRing ring(4);
     ring.FormAll();

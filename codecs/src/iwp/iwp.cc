@@ -53,7 +53,7 @@ IwpAccumulator::IwpAccumulator(std::size_t d, const IwpOptions& options)
 
 IwpAccumulator::IwpAccumulator(const IwpAccumulator& other)
     : options_(other.options_), d_(other.d_), sample_size_(other.sample_size_), tensor_sizes_(other.tensor_sizes_),
-      taus_(other.taus_) {
+      taus_(other.taus_), scales_(other.scales_) {
   const std::size_t velocity = other.velocity_ != nullptr ? d_ : 0;
   owned_.assign(other.accumulator_, other.accumulator_ + d_);
   if (velocity > 0) owned_.insert(owned_.end(), other.velocity_, other.velocity_ + d_);
@@ -88,6 +88,7 @@ IwpAccumulator::IwpAccumulator(std::size_t d, const IwpOptions& options, std::si
   tensor_sizes_.reserve(max_tensors_);
   tensor_sizes_.assign(1, d);
   taus_.reserve(max_tensors_);
+  scales_.reserve(max_tensors_);
   sampled_.reserve(max_tensors_);
 }
 
@@ -104,6 +105,7 @@ Status IwpAccumulator::SetTensors(const std::vector<std::size_t>& sizes) {
   tensor_sizes_ = sizes;
   if (samples_ == nullptr) {
     taus_.reserve(sizes.size());
+    scales_.reserve(sizes.size());
     sampled_.reserve(sizes.size());
   }
   return Status::Ok();
@@ -189,38 +191,56 @@ std::size_t IwpAccumulator::Sample(const float* weights, const IwpStepContext& c
 
 namespace {
 
-// D_l / mean(D), held within [1/4, 4]: a tensor far burstier than the rest
-// (the first layer's constant border pixels) would otherwise keep nothing for
-// hundreds of steps and then send its whole accumulated update at once
-// (LeNet-300-100 diverged at step 97 without the bound).
-double DispersionWeight(double dispersion, double mean_dispersion) {
-  return std::min(4.0, std::max(0.25, dispersion / mean_dispersion));
+// With probabilistic updates, the share of a tensor's kept coordinates
+// that the probabilistic draws take (SetThreshold).
+constexpr double kProbabilisticShare = 0.25;
+
+// A tensor's share of the step's fraction under the dispersion rule: the
+// mean index of dispersion over its own, held within [1/2, 2], so a bursty
+// tensor keeps fewer coordinates and a flat one more, and none keeps less
+// than half the target share. (An earlier form shared one multiplier k of
+// the standard deviation between all tensors, tau_l = mu_l + k sd_l D_l /
+// mean(D): the budget then went to whichever tensor had the heaviest tail
+// in the leader's sample, LeNet-300-100's output layer kept 0 to 14% from
+// step to step, its accumulated updates grew to ten times its weights and
+// the ring diverged at step 84.)
+double DispersionShareWeight(double dispersion, double mean_dispersion) {
+  if (!(mean_dispersion > 0)) return 1.0;  // every tensor flat
+  if (!(dispersion > 0)) return 2.0;
+  return std::min(2.0, std::max(0.5, mean_dispersion / dispersion));
 }
 
 }  // namespace
 
-// The expected share of the tensors' coordinates kept with threshold
-// multiplier `k` (each sampled importance counts 1 at or above tau, I / tau
-// below it with probabilistic updates, else 0), weighted by tensor size.
-double IwpAccumulator::ExpectedKept(const std::vector<TensorSample>& tensors, double mean_dispersion, double k,
-                                    bool probabilistic) {
-  double kept = 0, total = 0;
-  for (const TensorSample& t : tensors) {
-    total += static_cast<double>(t.n);
-    if (t.mu <= 0) continue;
-    const double tau = t.mu + k * t.sd * DispersionWeight(t.dispersion, mean_dispersion);
-    double sum = 0;
-    for (std::size_t j = 0; j < t.m; ++j) {
-      const double v = t.sample[j];
-      if (v >= tau) {
-        sum += 1;
-      } else if (probabilistic && v > 0) {
-        sum += v / tau;
-      }
-    }
-    kept += sum / static_cast<double>(t.m) * static_cast<double>(t.n);
+// A tensor's threshold and probabilistic scale for keeping `share` of its
+// coordinates, from its m sampled importances (reordered here). Without
+// probabilistic updates tau is the sample's quantile that keeps `share`
+// (at least one coordinate). With them, the threshold keeps the top
+// (1 - kProbabilisticShare) of the share and a coordinate below it is sent
+// with probability scale * I / tau, scale (at most 1) such that the
+// expected count of those is the other kProbabilisticShare of the share.
+// (Sending every coordinate below tau with probability I / tau itself
+// would, with a kept share fixed, push tau far above the important
+// coordinates: on LeNet-300-100 the importances' mean is several times the
+// 1/64 quantile, so the selection became sampling in proportion to
+// importance, the largest accumulated updates waited, and the ring
+// diverged; with the quantile rule it sent 7.5 times the bytes instead.)
+void IwpAccumulator::SetThreshold(float* sample, std::size_t m, double share, bool probabilistic, float* tau,
+                                  float* scale) {
+  const double kept = probabilistic ? share * (1.0 - kProbabilisticShare) : share;
+  std::size_t keep = static_cast<std::size_t>(std::ceil(static_cast<double>(m) * kept));
+  keep = std::max<std::size_t>(1, std::min(keep, m));
+  float* nth = sample + (m - keep);
+  std::nth_element(sample, nth, sample + m);
+  *tau = *nth;
+  *scale = 0.0f;
+  if (!probabilistic || !(*tau > 0)) return;
+  double below = 0;  // mean over the sample of I / tau for 0 < I < tau
+  for (std::size_t j = 0; j < m; ++j) {
+    if (sample[j] > 0 && sample[j] < *tau) below += static_cast<double>(sample[j]) / *tau;
   }
-  return total > 0 ? kept / total : 0;
+  below /= static_cast<double>(m);
+  if (below > 0) *scale = static_cast<float>(std::min(1.0, share * kProbabilisticShare / below));
 }
 
 void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& context,
@@ -235,18 +255,15 @@ void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& c
   // Each tensor's threshold (0: keep every nonzero coordinate).
   std::vector<float>& taus = taus_;
   taus.assign(tensors, 0.0f);
+  std::vector<float>& scales = scales_;  // probabilistic updates: p = scale * I / tau below tau
+  scales.assign(tensors, 0.0f);
   if (sparse && options_.threshold == IwpThreshold::kQuantile) {
     std::size_t begin = 0;
     for (std::size_t k = 0; k < tensors; ++k) {
       const std::size_t n = tensor_sizes_[k];
       if (n > 0 && n >= options_.dense_below) {
         const std::size_t m = Sample(weights, context, k, begin, n, sample_);
-        // tau = the ceil(m f)-th largest sampled importance.
-        std::size_t keep = static_cast<std::size_t>(std::ceil(static_cast<double>(m) * fraction));
-        keep = std::max<std::size_t>(1, std::min(keep, m));
-        float* nth = sample_ + (m - keep);
-        std::nth_element(sample_, nth, sample_ + m);
-        taus[k] = *nth;
+        SetThreshold(sample_, m, fraction, options_.probabilistic, &taus[k], &scales[k]);
       }
       begin += n;
     }
@@ -289,26 +306,22 @@ void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& c
     }
     const double mean_dispersion = dispersed > 0 ? dispersion_sum / static_cast<double>(dispersed) : 0;
     const bool probabilistic = options_.probabilistic;
-    // k: bisection (on log k over [2^-20, 2^20], then linear near 0) for the
-    // expected kept share, which falls as k grows.
-    double k = 0;
-    if (mean_dispersion > 0) {
-      double lo = -20, hi = 20;  // log2 k
-      for (int it = 0; it < 40; ++it) {
-        const double mid = 0.5 * (lo + hi);
-        if (ExpectedKept(sampled, mean_dispersion, std::exp2(mid), probabilistic) > fraction) {
-          lo = mid;
-        } else {
-          hi = mid;
-        }
-      }
-      k = std::exp2(hi);
+    // Each tensor's share f_l = s * w_l (at most 1), s such that the shares
+    // keep `fraction` of these tensors' coordinates in all.
+    double weighted = 0, total = 0;
+    for (const TensorSample& t : sampled) {
+      if (t.mu <= 0) continue;
+      weighted += static_cast<double>(t.n) * DispersionShareWeight(t.dispersion, mean_dispersion);
+      total += static_cast<double>(t.n);
     }
     for (const TensorSample& t : sampled) {
-      // A tensor without importance keeps nothing (tau infinite).
-      taus[t.k] = t.mu > 0 && mean_dispersion > 0
-                      ? static_cast<float>(t.mu + k * t.sd * DispersionWeight(t.dispersion, mean_dispersion))
-                      : std::numeric_limits<float>::infinity();
+      if (t.mu <= 0) {
+        taus[t.k] = std::numeric_limits<float>::infinity();  // nothing to send
+        continue;
+      }
+      const double share = std::min(
+          1.0, static_cast<double>(fraction) * total / weighted * DispersionShareWeight(t.dispersion, mean_dispersion));
+      SetThreshold(samples + t.k * sample_size_, t.m, share, probabilistic, &taus[t.k], &scales[t.k]);
     }
   }
   const bool probabilistic = sparse && options_.probabilistic;
@@ -321,15 +334,17 @@ void IwpAccumulator::SelectIndices(const float* weights, const IwpStepContext& c
     const RandomStream stream = TensorStream(context, k, RandomPurpose::kLeaderChoice);
     for (std::size_t at = begin; at < end; at += 256) {
       const std::size_t c = std::min<std::size_t>(256, end - at);
-      const bool draws = probabilistic && tau > 0;
+      const float scale = scales[k];
+      const bool draws = probabilistic && tau > 0 && scale > 0;
       if (draws) PhiloxWords(stream, 1 + (at - begin), c, words);
       for (std::size_t j = 0; j < c; ++j) {
         const std::size_t i = at + j;
         const float v = importance(i);
         if (!(v > 0)) continue;
-        // Kept with probability v / tau below the threshold: u < v / tau,
-        // u = word / 2^32, compared in double.
-        if (v >= tau || (draws && static_cast<double>(words[j]) * 0x1p-32 * tau < v)) {
+        // Kept with probability scale * v / tau below the threshold:
+        // u tau < scale v, u = word / 2^32, compared in double.
+        if (v >= tau ||
+            (draws && static_cast<double>(words[j]) * 0x1p-32 * tau < static_cast<double>(scale) * v)) {
           indices->push_back(static_cast<uint32_t>(i));
         }
       }

@@ -41,6 +41,24 @@ double MoniquaConsensusStep(const std::string& spec) {
   return gamma.ok() ? *gamma : 1.0;
 }
 
+// Moniqua at 1 bit with no theta named and no --moniqua-theta-per-lr: the
+// bound's theta is far above the neighbours' distance (about 1.5 at lr 0.05
+// on a ring of 8, where 0.03..0.1 work), and at 1 bit nearest rounding's
+// error reaches theta and does not average out. The runtime's rule instead
+// (docs/design/peer.md, "Moniqua at 1 bit"): round=dither, theta = lr
+// (kOneBitThetaPerLr) and the consensus step gamma = 1 - lambda of the
+// gossip matrix, each unless the spec names it.
+constexpr double kOneBitThetaPerLr = 1.0;
+
+bool MoniquaOneBitRule(const PeerTrainerOptions& o) {
+  if (o.reduce != PeerReduce::kGossip || o.codec.rfind("moniqua", 0) != 0) return false;
+  if (o.codec.find("theta=") != std::string::npos || o.moniqua_theta_per_lr > 0) return false;
+  auto parsed = CodecSpec::Parse(o.codec);
+  if (!parsed.ok()) return false;
+  auto bits = parsed->GetInt("bits", 1, 1, 8);
+  return bits.ok() && *bits == 1;
+}
+
 }  // namespace
 
 Status CheckCompressedRingCodec(const std::string& codec, double momentum) {
@@ -392,7 +410,9 @@ PeerTrainer::PeerTrainer(Model& model, const PeerData& data, CollectiveContext& 
     : model_(model), data_(data), context_(context), options_(options),
       derived_theta_(options.reduce == PeerReduce::kGossip && options.codec.rfind("moniqua", 0) == 0 &&
                      options.codec.find("theta=") == std::string::npos),
-      bound_theta_(derived_theta_ && !(options.moniqua_theta_per_lr > 0)),
+      one_bit_rule_(MoniquaOneBitRule(options)),
+      bound_theta_(derived_theta_ && !(options.moniqua_theta_per_lr > 0) && !one_bit_rule_),
+      theta_per_lr_(one_bit_rule_ ? kOneBitThetaPerLr : options.moniqua_theta_per_lr),
       sgd_(std::move(sgd)), schedule_(plan.schedule), steps_per_epoch_(plan.steps_per_epoch),
       peer_count_(context.peer_count()), features_(layout.features), labels_(layout.labels),
       batch_indices_(layout.batch_indices), order_(layout.order), saved_(layout.saved), dp_noise_(layout.dp_noise),
@@ -405,8 +425,26 @@ PeerTrainer::PeerTrainer(Model& model, const PeerData& data, CollectiveContext& 
   }
   // Gossip codecs that encode per tensor send one stream per tensor.
   group_->SetTensorTable(ModelTensorSizes(model));
+  if (one_bit_rule_) {
+    // Dither and the consensus step, each unless the spec names it. gamma =
+    // 1 - lambda keeps the disagreement the recovery errors inject at about
+    // theta / sqrt(6) (RMS; docs/design/peer.md), within the bound.
+    const std::string& spec = options.codec;
+    const char separator = spec.find(':') == std::string::npos ? ':' : ',';
+    std::string extra;
+    if (spec.find("round=") == std::string::npos) extra += "round=dither";
+    if (spec.find("gamma=") == std::string::npos) {
+      const uint32_t n = static_cast<uint32_t>(context.members().size());
+      const double lambda = SecondLargestEigenvalueModulus(MetropolisWeights(GraphNeighbours(context.graph(), n)), n);
+      char gamma[40];
+      std::snprintf(gamma, sizeof gamma, "%sgamma=%.4g", extra.empty() ? "" : ",",
+                    std::min(1.0, std::max(0.01, 1.0 - lambda)));
+      extra += gamma;
+    }
+    one_bit_spec_ = extra.empty() ? spec : spec + separator + extra;
+  }
   if (options.reduce == PeerReduce::kGossip) {
-    gossip_codec_.reserve(options.codec.size() + kThetaSpecBytes);
+    gossip_codec_.reserve(std::max(options.codec.size(), one_bit_spec_.size()) + kThetaSpecBytes);
     SetGossipCodec(options.sgd.schedule.base_lr);
     interval_step_wraps_.reserve(plan.steps_per_epoch + 1);
     progress_.step_wraps.reserve(plan.steps_per_epoch + 1);
@@ -444,10 +482,14 @@ void PeerTrainer::SetGossipCodec(double lr) {
   }
   gossip_codec_.clear();
   if (bound_theta_) return;  // RefreshTheta sets it
+  const std::string& spec = one_bit_rule_ ? one_bit_spec_ : options_.codec;
   char theta[40];
-  std::snprintf(theta, sizeof theta, "%ctheta=%.6g", options_.codec.find(':') == std::string::npos ? ':' : ',',
-                options_.moniqua_theta_per_lr * lr);
-  gossip_codec_.assign(options_.codec).append(theta);  // within the reserved capacity
+  // At 1 bit theta = the base rate: it stays put under a decaying schedule,
+  // since the neighbours' distance does not fall as fast as the rate (with
+  // theta = lr under cosine, wraps grew to 2 M a step near the end).
+  std::snprintf(theta, sizeof theta, "%ctheta=%.6g", spec.find(':') == std::string::npos ? ':' : ',',
+                theta_per_lr_ * (one_bit_rule_ ? options_.sgd.schedule.base_lr : lr));
+  gossip_codec_.assign(spec).append(theta);  // within the reserved capacity
 }
 
 // Moniqua's theta from its bound (PeerTrainerOptions::moniqua_theta_per_lr

@@ -54,13 +54,14 @@ namespace fedrt {
 
 // How SelectIndices sets a tensor's threshold tau (codecs/README.md, "IWP").
 enum class IwpThreshold : uint8_t {
-  // The paper's layer-wise rule, in fedrt's closed form: from a sample of
-  // tensor l, mu_l and v_l (mean and variance of the importances) and the
-  // index of dispersion of I / mu_l, D_l = v_l / mu_l^2 (scale-free);
-  // tau_l = mu_l + k sqrt(v_l) D_l / mean_l(D_l), with one k for all
-  // tensors chosen each step (bisection on
-  // the samples) so that the expected kept share, probabilistic updates
-  // included, is the step's fraction. Bursty tensors keep fewer coordinates.
+  // The paper's layer-wise rule, in fedrt's form: from a sample of tensor
+  // l, the index of dispersion of its importances, D_l = v_l / mu_l^2
+  // (variance over squared mean: scale-free); tensor l keeps the share
+  // f_l = s * clamp(mean_l(D) / D_l, 1/2, 2) of its coordinates, s such
+  // that the shares add up to the step's fraction, and tau_l is set on the
+  // sample so that the expected kept share, probabilistic updates
+  // included, is f_l. Bursty tensors keep fewer coordinates, flat ones
+  // more, none less than half the target share.
   kDispersion = 0,
   // tau = the quantile of the sampled importances that keeps the step's
   // fraction of each tensor (every tensor keeps about the same share).
@@ -69,13 +70,15 @@ enum class IwpThreshold : uint8_t {
 
 struct IwpOptions {
   float target_fraction = 1.0f / 64;  // share of coordinates kept per step, in (0, 1]
-  // The quantile here; the peer trainer defaults to the dispersion rule with
-  // the probabilistic update and small tensors whole (dense_below), without
-  // which LeNet-300-100 diverged (docs/benchmarks/peer-accuracy.md).
+  // The quantile here; the peer trainer defaults to the paper's method
+  // (dispersion rule, probabilistic update, warm-up, clipping;
+  // docs/design/peer.md).
   IwpThreshold threshold = IwpThreshold::kQuantile;
-  // The paper's probabilistic update of low-importance gradients: a
+  // The paper's probabilistic update of low-importance gradients: the
+  // threshold keeps the top three quarters of a tensor's share, and a
   // coordinate with 0 < importance I < tau is also kept with probability
-  // I / tau (Philox purpose 4 of the leader), so no accumulated value waits
+  // scale * I / tau (Philox purpose 4 of the leader; scale <= 1 such that
+  // these draws take the last quarter), so no accumulated value waits
   // forever.
   bool probabilistic = false;
   float eps = 1e-8f;                  // importance = |a_i| / (|w_i| + eps)
@@ -185,10 +188,9 @@ class IwpAccumulator {
     std::size_t m = 0;
     double mu = 0, sd = 0, dispersion = 0;
   };
-  // The expected share of the tensors' coordinates kept with threshold
-  // multiplier `k` (iwp.cc).
-  static double ExpectedKept(const std::vector<TensorSample>& tensors, double mean_dispersion, double k,
-                             bool probabilistic);
+  // A tensor's threshold and probabilistic scale for keeping `share` of it,
+  // from its m sampled importances (reordered; iwp.cc).
+  static void SetThreshold(float* sample, std::size_t m, double share, bool probabilistic, float* tau, float* scale);
   // kDispersion: room for `tensors` samples of sample_size_ floats.
   float* Samples(std::size_t tensors);
 
@@ -204,6 +206,7 @@ class IwpAccumulator {
   std::size_t max_tensors_ = 0;        // caller memory only
   std::vector<std::size_t> tensor_sizes_;
   std::vector<float> taus_;            // each tensor's threshold in the last SelectIndices
+  std::vector<float> scales_;          //   and probabilistic scale
   std::vector<TensorSample> sampled_;  // kDispersion: the sparse tensors' samples of a step
 };
 

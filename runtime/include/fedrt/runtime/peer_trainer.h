@@ -108,7 +108,12 @@ struct PeerTrainerOptions {
   // peer saw a wrap among the moniqua_check coordinates each payload carries
   // at full precision (check=N: exact), and halving it again after four
   // quiet refreshes, down to the bound. moniqua_theta_per_lr > 0 replaces
-  // the bound by theta = that times the step's learning rate.
+  // the bound by theta = that times the step's learning rate. At 1 bit the
+  // bound is not used (its theta is tens of times the neighbours' distance
+  // and 1-bit recovery errors are theta): a 1-bit spec without theta, with
+  // no moniqua_theta_per_lr, gets round=dither, theta = lr and the
+  // consensus step gamma = 1 - lambda (lambda: the gossip matrix's second
+  // largest eigenvalue modulus), each unless the spec names it.
   double moniqua_theta_per_lr = 0;
   double moniqua_c = 2.0;
   uint32_t moniqua_refresh_steps = 16;
@@ -157,25 +162,22 @@ struct PeerTrainerOptions {
     // the learning rate of the step that sends them.
     bool accumulate_updates = true;
     bool per_tensor = true;        // one threshold per tensor
-    // The paper's rule by default: each tensor's threshold from the
-    // dispersion of its importances, low-importance coordinates sent with
-    // probability importance / threshold, and tensors below dense_below
-    // (the output layer and the biases of LeNet-300-100) sent whole: under
-    // the rule a small tensor's accumulated update waits and then lands at
-    // once, and LeNet-300-100 diverged without it (NaN at step 84; within
-    // 0.11 points of the dense ring at 46x with it, runtime/README.md).
-    // kQuantile (a fixed share of every tensor) stays as an option.
+    // The paper's method by default (docs/design/peer.md, IWP): each
+    // tensor's threshold from the dispersion of its importances, the
+    // probabilistic update of low-importance coordinates, a warm-up over
+    // the first epoch (density falling geometrically from 4 x density) and
+    // local gradient clipping (L2 norm 5). Within 0.36 points of the dense
+    // ring at 41x on LeNet-300-100. kQuantile (a fixed share of every
+    // tensor) stays as an option; dense_below (small tensors whole) is an
+    // extra beyond the paper, off unless set.
     IwpThreshold threshold = IwpThreshold::kDispersion;
     bool probabilistic = true;
     float eps = 1e-8f;             // importance = |a| / (|w| + eps)
-    uint64_t dense_below = 2000;   // tensors smaller than this are sent whole (0: none)
-    // Deep-gradient-compression extras, off by default: a warm-up (-1: one
-    // epoch) and local gradient clipping (clip; measured, both cost accuracy
-    // or bytes here).
-    int warmup_steps = 0;          // -1: one epoch
+    uint64_t dense_below = 0;      // tensors smaller than this are sent whole (0: none)
+    int warmup_steps = -1;         // -1: one epoch; 0: none
     float warmup_density = 0;      // 0: 4 x density (at most 1)
     bool warmup_exponential = true;  // density falls geometrically (else constant)
-    float clip = 0;                // local gradient clipping to this L2 norm; 0: off
+    float clip = 5;                // local gradient clipping to this L2 norm; 0: off
   } iwp;
 };
 
@@ -276,6 +278,8 @@ class PeerTrainer {
   std::size_t steps_per_epoch() const { return steps_per_epoch_; }
   // The gossip codec of the first step (with a derived theta).
   const std::string& gossip_codec() const { return gossip_codec_; }
+  // Moniqua at 1 bit without theta: the runtime's rule (PeerTrainerOptions::moniqua_theta_per_lr).
+  bool moniqua_one_bit_rule() const { return one_bit_rule_; }
   // Gossip with theta from Moniqua's bound: the gossip matrix's mixing time
   // (0: another rule; the codec then names its theta from the start).
   uint32_t moniqua_mixing_time() const { return bound_theta_ ? mixing_time_ : 0; }
@@ -313,7 +317,10 @@ class PeerTrainer {
   CollectiveContext& context_;
   const PeerTrainerOptions options_;
   const bool derived_theta_;
-  const bool bound_theta_;       // derived_theta_ from Moniqua's bound (not per lr)
+  const bool one_bit_rule_;      // Moniqua at 1 bit, theta not named: dither, theta = lr, gamma = 1 - lambda
+  const bool bound_theta_;       // derived_theta_ from Moniqua's bound (not per lr, not 1 bit)
+  const double theta_per_lr_;    // derived_theta_ and not bound_theta_: theta = this * lr
+  std::string one_bit_spec_;     // one_bit_rule_: the spec with the rule's round and gamma
   uint32_t mixing_time_ = 1;     // t_mix of the gossip matrix (bound_theta_)
   float grad_bound_ = 0;         // max |g_i| since the last refresh
   uint64_t wraps_since_refresh_ = 0;

@@ -263,6 +263,9 @@ struct Aggregator::State {
   bool IsNextToSum(const std::string& device) const;
   void Defer(Peer& peer, Connection& connection);
   void InviteDeferred();
+  // Makes, at placement, the instruction entries and frame slots every kind
+  // of assignment a round can send needs (at most `updates` of them).
+  Status ReserveInstructions(std::size_t updates);
   Status EncodeInstructions(const Assignment& assignment, ModelEncoding encoding, uint32_t max_frame_bytes,
                             std::vector<OutFrame>* frames);
   void CloseRound();
@@ -1582,6 +1585,51 @@ Status Aggregator::State::EncodeInstructions(const Assignment& assignment, Model
   });
 }
 
+// The kinds of instructions a round can send: each spec a device can be
+// told to use (NDQSG: the anchors' DQSG and each rho of the ladder) in each
+// model encoding, at the aggregator's frame limit. Each gets its entry (spec
+// string and frame list at full size) and its frames' slots, their builders
+// grown by encoding the full fp32 model, the largest payload, once now: a
+// device moved to a new rho mid-run finds them ready. A device whose
+// connection takes smaller frames than the aggregator's still makes its own
+// entry the first time.
+Status Aggregator::State::ReserveInstructions(std::size_t updates) {
+  std::vector<Assignment> kinds;
+  const auto add = [&](const std::string& spec, AnchorRole role) {
+    Assignment& a = kinds.emplace_back();
+    a.spec = spec;
+    a.role = role;
+    a.level_table_version = levels_ ? levels_->level_table().version : 0;
+  };
+  if (nested_) {
+    add(anchor_spec_, AnchorRole::kAnchor);
+    for (int rho = base_rho_; rho <= config_.max_rho; rho = NdqsgNextRho(rho)) add(NestedSpec(rho), AnchorRole::kNested);
+  } else {
+    add(config_.codec, AnchorRole::kNone);
+  }
+  const std::size_t encodings = downlink_ ? 3 : 1;
+  const std::size_t entries = std::min(updates, kinds.size() * encodings);
+  if (entries == 0) return Status::Ok();
+  // Each entry's frames encoded into fresh slots, all held at once so each
+  // frame gets its own slot, grown to its size.
+  std::vector<std::vector<OutFrame>> held(entries);
+  for (std::size_t k = 0; k < entries; ++k) {
+    FEDRT_RETURN_IF_ERROR(
+        EncodeInstructions(kinds[k % kinds.size()], ModelEncoding::kFullModelFp32, limits_.max_frame_bytes, &held[k]));
+  }
+  const std::size_t frames_per_entry = held[0].size();
+  // Room for one more entry's slots: frames still queued from the last round.
+  instruction_slots_.reserve(instruction_slots_.size() + frames_per_entry);
+  held.clear();
+  instruction_frames_.reserve(entries);
+  while (instruction_frames_.size() < entries) {
+    InstructionFrames& e = instruction_frames_.emplace_back();
+    e.spec.reserve(kMaxCodecSpecSize);
+    e.frames.reserve(frames_per_entry);
+  }
+  return Status::Ok();
+}
+
 void Aggregator::State::StartRound() {
   connected_.clear();
   if (tier_ == nullptr) {
@@ -2399,6 +2447,11 @@ static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSi
   s->report_.selected.reserve(z.updates);
   s->spare_devices_.reserve(z.updates);
   s->spare_ids_.reserve(z.updates);
+  const Status instructions = s->ReserveInstructions(z.updates);
+  if (!instructions.ok()) {
+    s->~State();
+    return instructions;
+  }
   return s;
 }
 

@@ -84,10 +84,12 @@
 // instruction entry (made the first time); log lines
 // and refusals (an Error's text); ALQ / AMQ with model=norm (the mixture
 // fit's vectors); with a downlink codec a device's first acknowledgement
-// (its entry in the synced map); the checkpoint handed to on_checkpoint
-// (its vectors are reused, its maps of rho, forced anchors and synced
-// devices are filled anew: a node per entry, only NDQSG and downlink runs
-// have entries). With an
+// (its entry in the synced map) and the broadcast's decode (the heap
+// downlink codec's scratch, every round). The checkpoint handed to
+// on_checkpoint reuses its vectors and refills its maps of rho, forced
+// anchors and synced devices from nodes made at Create when the hook is set
+// (a rho and a synced entry per device that can join, a forced anchor per
+// sampled device): nothing (the arena test's run with the hook). With an
 // aggregator tier (AggregatorHooks::tier) every exchange allocates its
 // messages: each Tick's counts, the devices of every rank at a round's
 // start (kept sorted in a

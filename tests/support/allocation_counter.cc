@@ -8,13 +8,41 @@
 #include <cstdlib>
 #include <new>
 
+#if defined(__GLIBC__)
+#include <execinfo.h>
+#include <unistd.h>
+#endif
+
 namespace {
 
 std::atomic<bool> g_counting{false};
 std::atomic<long> g_allocations{0};
 
+#if defined(__GLIBC__)
+// FEDRT_TRACE_ALLOCATIONS=1: each counted allocation prints its backtrace to
+// stderr (backtrace_symbols_fd does not allocate; a nested one is skipped).
+thread_local bool t_tracing = false;
+void TraceAllocation() {
+  static const bool enabled = std::getenv("FEDRT_TRACE_ALLOCATIONS") != nullptr;
+  if (!enabled || t_tracing) return;
+  t_tracing = true;
+  void* frames[32];
+  const int n = backtrace(frames, 32);
+  static const char kHead[] = "-- counted allocation:\n";
+  if (write(2, kHead, sizeof(kHead) - 1) < 0) {
+  }
+  backtrace_symbols_fd(frames, n, 2);
+  t_tracing = false;
+}
+#else
+void TraceAllocation() {}
+#endif
+
 inline void CountAllocation() {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (g_counting.load(std::memory_order_relaxed)) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    TraceAllocation();
+  }
 }
 
 }  // namespace

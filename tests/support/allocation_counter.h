@@ -4,7 +4,9 @@
 // (which owns malloc there), malloc, calloc, realloc, posix_memalign,
 // aligned_alloc and memalign interposed, so that every heap allocation the
 // process makes while counting is seen: fedrt's aligned buffers, its
-// containers and strings, and any made by OpenBLAS.
+// containers and strings, and any made by OpenBLAS. With
+// FEDRT_TRACE_ALLOCATIONS set (glibc), each counted allocation prints its
+// backtrace to stderr (resolve the offsets with addr2line -f -C -e TEST).
 //
 // Thread-safety: counts allocations from every thread; one counting window
 // at a time.

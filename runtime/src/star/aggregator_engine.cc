@@ -12,7 +12,10 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
+#include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -140,6 +143,61 @@ class ReusedMap : public std::map<Key, Value> {
   std::vector<typename std::map<Key, Value>::node_type> spare_;
 };
 
+// The checkpoint's maps and sets are refilled from recycled nodes (keys made
+// with room for any device id), so on_checkpoint allocates nothing once
+// there are as many as entries. `spares` holds the nodes not in use.
+template <typename Container>
+void RecycleNodes(Container* c, std::vector<typename Container::node_type>* spares) {
+  while (!c->empty()) spares->push_back(c->extract(c->begin()));
+}
+template <typename Container>
+void MakeNodes(std::size_t n, std::vector<typename Container::node_type>* spares) {
+  spares->reserve(spares->size() + n);
+  Container made;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::string key;
+    key.reserve(kMaxDeviceIdBytes);
+    key = std::to_string(i);
+    if constexpr (std::is_same<typename Container::key_type, typename Container::value_type>::value) {
+      made.insert(std::move(key));
+    } else {
+      made.emplace(std::move(key), typename Container::mapped_type());
+    }
+  }
+  RecycleNodes(&made, spares);
+}
+// `out` = `source`'s entries (key -> value, sorted), in recycled nodes.
+template <typename Map, typename Source>
+void RefillMap(const Source& source, Map* out, std::vector<typename Map::node_type>* spares) {
+  RecycleNodes(out, spares);
+  for (const auto& [key, value] : source) {
+    if (spares->empty()) {
+      out->emplace_hint(out->end(), key, value);
+      continue;
+    }
+    auto node = std::move(spares->back());
+    spares->pop_back();
+    node.key() = key;  // copy-assigned: reuses the string's capacity
+    node.mapped() = value;
+    out->insert(out->end(), std::move(node));
+  }
+}
+// `out` = the keys of `source` (sorted), in recycled nodes.
+template <typename Set, typename Source>
+void RefillKeys(const Source& source, Set* out, std::vector<typename Set::node_type>* spares) {
+  RecycleNodes(out, spares);
+  for (const auto& entry : source) {
+    if (spares->empty()) {
+      out->emplace_hint(out->end(), entry.first);
+      continue;
+    }
+    auto node = std::move(spares->back());
+    spares->pop_back();
+    node.value() = entry.first;
+    out->insert(out->end(), std::move(node));
+  }
+}
+
 // What a device was told to send this round. Made with room for any
 // canonical spec: an entry reused for another device (an anchor's dqsg spec,
 // then an ndqsg one) never grows.
@@ -263,6 +321,9 @@ struct Aggregator::State {
   bool IsNextToSum(const std::string& device) const;
   void Defer(Peer& peer, Connection& connection);
   void InviteDeferred();
+  // Makes, at placement, the instruction entries and frame slots every kind
+  // of assignment a round can send needs (at most `updates` of them).
+  Status ReserveInstructions(std::size_t updates);
   Status EncodeInstructions(const Assignment& assignment, ModelEncoding encoding, uint32_t max_frame_bytes,
                             std::vector<OutFrame>* frames);
   void CloseRound();
@@ -298,7 +359,13 @@ struct Aggregator::State {
   Status ShareSynced();
   Status RestoreCodecState(AggregatorCheckpoint& saved);
   // The state to persist, into *checkpoint (its vectors reused from the last round).
-  void FillCheckpoint(AggregatorCheckpoint* checkpoint) const;
+  void FillCheckpoint(AggregatorCheckpoint* checkpoint);
+  // With on_checkpoint: the nodes of checkpoint_'s maps not in use (made at
+  // placement: a rho per device that can join, a forced anchor per sampled
+  // device, a synced entry per device that can join).
+  std::vector<std::map<std::string, int32_t>::node_type> checkpoint_rho_nodes_;
+  std::vector<std::set<std::string>::node_type> checkpoint_anchor_nodes_;
+  std::vector<std::map<std::string, int64_t>::node_type> checkpoint_synced_nodes_;
 
   AggregatorConfig config_;
   const KeyStore& keys_;
@@ -776,7 +843,7 @@ Status Aggregator::State::RestoreCodecState(AggregatorCheckpoint& saved) {
   return Status();
 }
 
-void Aggregator::State::FillCheckpoint(AggregatorCheckpoint* checkpoint_out) const {
+void Aggregator::State::FillCheckpoint(AggregatorCheckpoint* checkpoint_out) {
   AggregatorCheckpoint& checkpoint = *checkpoint_out;
   checkpoint.model = config_.model;
   checkpoint.round = round_;
@@ -792,21 +859,20 @@ void Aggregator::State::FillCheckpoint(AggregatorCheckpoint* checkpoint_out) con
     checkpoint.pending_levels = pending_levels_;
     checkpoint.rounds_since_refit = rounds_since_refit_;
   }
-  checkpoint.rho.clear();
-  for (const auto& [device, rho] : rho_) checkpoint.rho[device] = rho;
-  checkpoint.forced_anchors.clear();
-  for (const auto& entry : forced_anchors_) checkpoint.forced_anchors.insert(entry.first);
+  RefillMap(rho_, &checkpoint.rho, &checkpoint_rho_nodes_);
+  RefillKeys(forced_anchors_, &checkpoint.forced_anchors, &checkpoint_anchor_nodes_);
   checkpoint.dp_rdp.clear();
   if (dp()) checkpoint.dp_rdp = accountant_.rdp();
   checkpoint.downlink_codec.clear();
   checkpoint.device_model_round = -1;
   checkpoint.device_model.clear();
-  checkpoint.synced.clear();
+  RecycleNodes(&checkpoint.synced, &checkpoint_synced_nodes_);
   if (downlink_ && device_model_round_ >= 0) {
-    checkpoint.downlink_codec = downlink_->spec();
+    const std::string_view spec = downlink_->spec().view();
+    checkpoint.downlink_codec.assign(spec.data(), spec.size());
     checkpoint.device_model_round = device_model_round_;
     checkpoint.device_model = device_model_;
-    checkpoint.synced = tier_ != nullptr ? tier_synced_ : synced_;
+    RefillMap(tier_ != nullptr ? tier_synced_ : synced_, &checkpoint.synced, &checkpoint_synced_nodes_);
   }
 }
 
@@ -1580,6 +1646,51 @@ Status Aggregator::State::EncodeInstructions(const Assignment& assignment, Model
     frames->push_back(std::move(*frame));
     return Status::Ok();
   });
+}
+
+// The kinds of instructions a round can send: each spec a device can be
+// told to use (NDQSG: the anchors' DQSG and each rho of the ladder) in each
+// model encoding, at the aggregator's frame limit. Each gets its entry (spec
+// string and frame list at full size) and its frames' slots, their builders
+// grown by encoding the full fp32 model, the largest payload, once now: a
+// device moved to a new rho mid-run finds them ready. A device whose
+// connection takes smaller frames than the aggregator's still makes its own
+// entry the first time.
+Status Aggregator::State::ReserveInstructions(std::size_t updates) {
+  std::vector<Assignment> kinds;
+  const auto add = [&](const std::string& spec, AnchorRole role) {
+    Assignment& a = kinds.emplace_back();
+    a.spec = spec;
+    a.role = role;
+    a.level_table_version = levels_ ? levels_->level_table().version : 0;
+  };
+  if (nested_) {
+    add(anchor_spec_, AnchorRole::kAnchor);
+    for (int rho = base_rho_; rho <= config_.max_rho; rho = NdqsgNextRho(rho)) add(NestedSpec(rho), AnchorRole::kNested);
+  } else {
+    add(config_.codec, AnchorRole::kNone);
+  }
+  const std::size_t encodings = downlink_ ? 3 : 1;
+  const std::size_t entries = std::min(updates, kinds.size() * encodings);
+  if (entries == 0) return Status::Ok();
+  // Each entry's frames encoded into fresh slots, all held at once so each
+  // frame gets its own slot, grown to its size.
+  std::vector<std::vector<OutFrame>> held(entries);
+  for (std::size_t k = 0; k < entries; ++k) {
+    FEDRT_RETURN_IF_ERROR(
+        EncodeInstructions(kinds[k % kinds.size()], ModelEncoding::kFullModelFp32, limits_.max_frame_bytes, &held[k]));
+  }
+  const std::size_t frames_per_entry = held[0].size();
+  // Room for one more entry's slots: frames still queued from the last round.
+  instruction_slots_.reserve(instruction_slots_.size() + frames_per_entry);
+  held.clear();
+  instruction_frames_.reserve(entries);
+  while (instruction_frames_.size() < entries) {
+    InstructionFrames& e = instruction_frames_.emplace_back();
+    e.spec.reserve(kMaxCodecSpecSize);
+    e.frames.reserve(frames_per_entry);
+  }
+  return Status::Ok();
 }
 
 void Aggregator::State::StartRound() {
@@ -2399,6 +2510,18 @@ static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSi
   s->report_.selected.reserve(z.updates);
   s->spare_devices_.reserve(z.updates);
   s->spare_ids_.reserve(z.updates);
+  if (s->hooks_.on_checkpoint) {
+    if (s->nested_) {
+      MakeNodes<std::map<std::string, int32_t>>(s->max_devices_, &s->checkpoint_rho_nodes_);
+      MakeNodes<std::set<std::string>>(z.updates, &s->checkpoint_anchor_nodes_);
+    }
+    if (z.downlink) MakeNodes<std::map<std::string, int64_t>>(s->max_devices_, &s->checkpoint_synced_nodes_);
+  }
+  const Status instructions = s->ReserveInstructions(z.updates);
+  if (!instructions.ok()) {
+    s->~State();
+    return instructions;
+  }
   return s;
 }
 

@@ -63,14 +63,14 @@
 // optimizer's moments, the mean handed to the optimizer (d floats), the
 // downlink codec, the NDQSG running mean and its per-device nodes (a rho
 // per device that can join, a forced anchor per sampled device, made with
-// room for any device id), and, with a downlink codec, the device model;
+// room for any device id), with a downlink codec the device model, and an
+// instruction entry with its frame slots for every spec a device can be
+// told to use in each model encoding (at most one per sampled device);
 // the update codecs, ALQ / AMQ's included, are in the block (ConstructCodec:
 // decoding allocates nothing). A join allocates its connection's entries.
-// The round path allocates nothing for fp32, dqsg and alq with any rule
-// (runtime_aggregator_arena_test counts rounds 2-3 of fp32, dqsg, ndqsg and
-// alq, with mean and median, with 5- and 40-character device ids: 0; NDQSG
-// 0, or 14 in a run whose wrap adaptation moves a device then, not yet
-// traced, most likely a new assignment's instruction frames): the
+// The round path allocates nothing for fp32, dqsg, ndqsg and alq with any
+// rule (runtime_aggregator_arena_test counts rounds 2-3 of each, with mean
+// and median, with 5- and 40-character device ids: 0): the
 // round's bookkeeping (sampled devices, assignments, answers, sampling
 // buffers, the reports' entries) reuses strings made with room for any
 // device id (transport::kMaxDeviceIdBytes), the update frames decode into
@@ -79,13 +79,17 @@
 // (FitLevelTableInto); the instruction frames (encoded into reusable frame
 // slots), the round's Ack, the test evaluation and its buffers are reused.
 // What still allocates on a round: a slot that a slow connection still
-// holds when a round starts is not reused (a new one is made); log lines
+// holds when a round starts is not reused (a new one is made); a device
+// whose connection takes smaller frames than the aggregator's gets its own
+// instruction entry (made the first time); log lines
 // and refusals (an Error's text); ALQ / AMQ with model=norm (the mixture
 // fit's vectors); with a downlink codec a device's first acknowledgement
-// (its entry in the synced map); the checkpoint handed to on_checkpoint
-// (its vectors are reused, its maps of rho, forced anchors and synced
-// devices are filled anew: a node per entry, only NDQSG and downlink runs
-// have entries). With an
+// (its entry in the synced map) and the broadcast's decode (the heap
+// downlink codec's scratch, every round). The checkpoint handed to
+// on_checkpoint reuses its vectors and refills its maps of rho, forced
+// anchors and synced devices from nodes made at Create when the hook is set
+// (a rho and a synced entry per device that can join, a forced anchor per
+// sampled device): nothing (the arena test's run with the hook). With an
 // aggregator tier (AggregatorHooks::tier) every exchange allocates its
 // messages: each Tick's counts, the devices of every rank at a round's
 // start (kept sorted in a

@@ -174,7 +174,7 @@ struct DeviceClient::State {
   Status EncodeAndSend(Connection& link);
   Result<Codec*> InstructedCodec(uint32_t* version);
   Status MeasureStatistics(AdaptiveCodec& codec, const float* vector);
-  Codec& OverTensorTable(Codec& codec);
+  Codec& OverTensorTable(Codec& inner);
   Result<std::size_t> EncodeUpdate(Codec& codec, float* delta, const CodecContext& context);
   void SendAck(Connection& link);
   // The error-feedback residual: the block's, or once asked for, the one
@@ -825,12 +825,12 @@ Status DeviceClient::State::MeasureStatistics(AdaptiveCodec& levels, const float
   return Status::Ok();
 }
 
-// `codec` over the model's tensor table, as the aggregator's MakeUpdateCodec
+// `inner` over the model's tensor table, as the aggregator's MakeUpdateCodec
 // has it: tensor by tensor for the quantizers (the per-tensor wrapper,
 // rebound to this codec), the codec itself (one vector) for the others.
-Codec& DeviceClient::State::OverTensorTable(Codec& codec) {
-  if (!EncodesPerTensor(codec) || tensor_sizes.size() <= 1) return codec;
-  per_tensor->Rebind(codec);
+Codec& DeviceClient::State::OverTensorTable(Codec& inner) {
+  if (!EncodesPerTensor(inner) || tensor_sizes.size() <= 1) return inner;
+  per_tensor->Rebind(inner);
   return *per_tensor;
 }
 

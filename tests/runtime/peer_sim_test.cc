@@ -442,12 +442,12 @@ TEST_CASE("fedrt sim runs byzantine devices against a robust rule, and DP stops 
   // The first peer to refuse ends the run, and the sim stops the others, so a
   // peer may be stopped before its own first step (seen under load): the
   // refusal is in at least one peer's log, not necessarily rank 0's.
-  bool refused = false;
+  bool krum_refused = false;
   for (int rank = 0; rank < 4; ++rank) {
-    refused = refused || Slurp(dir.File("krum") + "/gossip-fp32/rank-" + std::to_string(rank) + ".log")
+    krum_refused = krum_refused || Slurp(dir.File("krum") + "/gossip-fp32/rank-" + std::to_string(rank) + ".log")
                                  .find("krum:1 needs 5 models per gossip step") != std::string::npos;
   }
-  CHECK(refused);
+  CHECK(krum_refused);
   Run bad = testing::RunCommand(common + " --devices 2 --byzantine 3:signflip --out " + dir.File("bad"));
   CHECK(bad.exit_code == 1);
   CHECK(bad.output.find("expected N:KIND with N from 1 to the device count (2)") != std::string::npos);

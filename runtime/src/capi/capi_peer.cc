@@ -6,6 +6,7 @@
 // training or collective logic lives here.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <string>
@@ -62,17 +63,28 @@ Status CheckGossipCodec(const std::string& spec) {
   return Status::Ok();
 }
 
+template <typename Enum>
+int EnumAsInt(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int), "C enums are int-sized");
+  int bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
 Result<PeerSetup> SetupFrom(const fedrt_peer_options& o, const fedrt_model& model) {
   PeerSetup setup;
   if (o.peers < 1 || o.rank >= o.peers) {
     return InvalidArgument("options: rank " + std::to_string(o.rank) + " is not one of " + std::to_string(o.peers) +
                            " peers");
   }
-  const int reduce = static_cast<int>(o.reduce);
+  // The C caller may store any int in an enum field; reading a value outside
+  // the enumerators as the C++ enum type is undefined, so the bytes are read
+  // as an int (UBSan's check in the asan preset).
+  const int reduce = EnumAsInt(o.reduce);
   if (reduce < FEDRT_PEER_RING || reduce > FEDRT_PEER_LOCAL) {
     return InvalidArgument("options: reduce " + std::to_string(reduce) + " is not a fedrt_peer_reduce");
   }
-  const int graph = static_cast<int>(o.graph);
+  const int graph = EnumAsInt(o.graph);
   if (graph != FEDRT_PEER_GRAPH_RING && graph != FEDRT_PEER_GRAPH_TORUS) {
     return InvalidArgument("options: graph " + std::to_string(graph) + " is not a fedrt_peer_graph");
   }

@@ -32,7 +32,8 @@ Status IwpAllReduce::Bind(void* memory, std::size_t size, const CollectiveShape&
                                                         kCollectiveAlignment, "IwpAllReduce"));
   auto* base = static_cast<unsigned char*>(memory);
   encoded_.Bind(base, index_bytes);
-  gathered_.Bind(reinterpret_cast<float*>(base + index_bytes), shape.d);
+  // Aligned: CheckCollectiveMemory checked the block, and IndexBytes rounds up.
+  gathered_.Bind(static_cast<float*>(static_cast<void*>(base + index_bytes)), shape.d);
   return Status::Ok();
 }
 

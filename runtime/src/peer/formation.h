@@ -5,6 +5,7 @@
 #ifndef FEDRT_RUNTIME_SRC_PEER_FORMATION_H_
 #define FEDRT_RUNTIME_SRC_PEER_FORMATION_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -18,6 +19,24 @@ namespace internal {
 
 // The prefix of every failure report and of Name(rank).
 inline constexpr const char kFailurePrefix[] = "peer rank ";
+
+// The members of a formation: `members` sorted and without repeats (every
+// rank of the peer list when empty), which must include `rank` and name only
+// ranks below `peer_count`. Returns this peer's position in `*ring`.
+inline Result<std::size_t> FormationMembers(const std::vector<uint32_t>& members, uint32_t rank,
+                                            uint32_t peer_count, std::vector<uint32_t>* ring) {
+  *ring = members;
+  if (ring->empty()) {
+    for (uint32_t r = 0; r < peer_count; ++r) ring->push_back(r);
+  }
+  std::sort(ring->begin(), ring->end());
+  ring->erase(std::unique(ring->begin(), ring->end()), ring->end());
+  const auto self = std::find(ring->begin(), ring->end(), rank);
+  if (self == ring->end() || ring->back() >= peer_count) {
+    return InvalidArgument("ring members must be ranks of the peer list and include this peer");
+  }
+  return static_cast<std::size_t>(self - ring->begin());
+}
 
 // The gossip neighbours of the member at `position` of `members` (ascending
 // original ranks), in the order gossip mixes them: on the ring the left then

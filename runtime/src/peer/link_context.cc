@@ -176,20 +176,15 @@ void LinkContext::DropLinks(const char* why, bool graceful) {
 
 Status LinkContext::Form(const std::vector<uint32_t>& members) {
   DropLinks("ring re-formed", /*graceful=*/true);
-  std::vector<uint32_t> ring = members;
-  if (ring.empty()) {
-    for (uint32_t r = 0; r < ids_.size(); ++r) ring.push_back(r);
-  }
-  std::sort(ring.begin(), ring.end());
-  auto self = std::find(ring.begin(), ring.end(), rank_);
-  if (self == ring.end() || ring.back() >= ids_.size()) {
-    return InvalidArgument("ring members must be ranks of the peer list and include this peer");
-  }
+  std::vector<uint32_t> ring;
+  const Result<std::size_t> position =
+      FormationMembers(members, rank_, static_cast<uint32_t>(ids_.size()), &ring);
+  if (!position.ok()) return position.status();
   // The generation is the same on every member: it counts formations, and
   // every member re-forms after the same failures.
   ++generation_;
   members_ = ring;
-  position_ = static_cast<std::size_t>(self - ring.begin());
+  position_ = *position;
   failed_rank_ = -1;
   reported_ = false;
   collective_ = 0;

@@ -73,16 +73,9 @@ class StreamPeerContext final : public CollectiveContext {
   }
 
   Status Form(const std::vector<uint32_t>& members) override {
-    std::vector<uint32_t> ring = members;
-    if (ring.empty()) {
-      for (uint32_t r = 0; r < peer_count_; ++r) ring.push_back(r);
-    }
-    std::sort(ring.begin(), ring.end());
-    ring.erase(std::unique(ring.begin(), ring.end()), ring.end());
-    auto self = std::find(ring.begin(), ring.end(), rank_);
-    if (self == ring.end() || ring.back() >= peer_count_) {
-      return InvalidArgument("ring members must be ranks of the peer list and include this peer");
-    }
+    std::vector<uint32_t> ring;
+    const Result<std::size_t> position = FormationMembers(members, rank_, peer_count_, &ring);
+    if (!position.ok()) return position.status();
     if (generation_ > 0) {
       return Status(StatusCode::kUnsupported,
                     "the stream binding forms its group once: re-forming (ring repair) needs a binding whose "
@@ -90,7 +83,7 @@ class StreamPeerContext final : public CollectiveContext {
     }
     ++generation_;
     members_ = ring;
-    position_ = static_cast<std::size_t>(self - ring.begin());
+    position_ = *position;
     neighbours_ = FormationNeighbours(options_.graph, members_, position_);
     // One stream per neighbour: on the ring the left and the right member
     // (one rank with two members), on a graph its neighbours.

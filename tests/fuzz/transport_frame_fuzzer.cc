@@ -88,7 +88,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       if (m.ok()) {
         CheckInside(*frame, m->payload);
         (void)sequence.Accept(m->payload);
-        CheckReencodes(*m, limits, with_limits(DecodeUpdate));
+        // DecodeUpdate is overloaded (the in-place form too): name the one returning a Result.
+        using DecodeToResult = fedrt::Result<UpdateMessage> (*)(const Frame&, const FrameLimits&);
+        CheckReencodes(*m, limits, with_limits(static_cast<DecodeToResult>(DecodeUpdate)));
       }
       break;
     }

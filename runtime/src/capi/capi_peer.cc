@@ -10,6 +10,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -63,12 +64,13 @@ Status CheckGossipCodec(const std::string& spec) {
   return Status::Ok();
 }
 
+// The bytes of a C enum field as an int, at whatever size the target gives C
+// enums (int on Linux, one byte with -fshort-enums on arm-none-eabi).
 template <typename Enum>
 int EnumAsInt(const Enum& value) {
-  static_assert(sizeof(Enum) == sizeof(int), "C enums are int-sized");
-  int bits = 0;
+  std::underlying_type_t<Enum> bits{};
   std::memcpy(&bits, &value, sizeof bits);
-  return bits;
+  return static_cast<int>(bits);
 }
 
 Result<PeerSetup> SetupFrom(const fedrt_peer_options& o, const fedrt_model& model) {

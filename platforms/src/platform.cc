@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "fedrt/platform/clock.h"
+#include "fedrt/platform/concat.h"
 #include "fedrt/platform/memory.h"
 #include "fedrt/platform/port.h"
 #include "fedrt/platform/status.h"
@@ -30,6 +31,28 @@ void* AlignedAlloc(std::size_t bytes, std::size_t alignment) {
 
 void AlignedFree(void* pointer) {
   if (pointer != nullptr) port::AlignedFree(pointer);
+}
+
+std::string_view MessagePiece::Decimal(uint64_t value, bool negative) {
+  // Two's complement: the magnitude of a negative value is its negation.
+  uint64_t magnitude = negative ? ~value + 1 : value;
+  char* end = digits_ + sizeof digits_;
+  char* p = end;
+  do {
+    *--p = static_cast<char>('0' + magnitude % 10);
+    magnitude /= 10;
+  } while (magnitude != 0);
+  if (negative) *--p = '-';
+  return std::string_view(p, static_cast<std::size_t>(end - p));
+}
+
+std::string Concat(std::initializer_list<MessagePiece> pieces) {
+  std::size_t size = 0;
+  for (const MessagePiece& piece : pieces) size += piece.text().size();
+  std::string text;
+  text.reserve(size);
+  for (const MessagePiece& piece : pieces) text.append(piece.text());
+  return text;
 }
 
 const char* StatusCodeName(StatusCode code) {

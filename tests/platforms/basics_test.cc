@@ -1,10 +1,12 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "fedrt/platform/clock.h"
+#include "fedrt/platform/concat.h"
 #include "fedrt/platform/log.h"
 #include "fedrt/platform/memory.h"
 #include "fedrt/platform/status.h"
@@ -78,6 +80,18 @@ Status UsesReturnIfError(int n, int* out) {
   FEDRT_RETURN_IF_ERROR(result.status());
   *out = static_cast<int>(result->size());
   return Status::Ok();
+}
+
+TEST_CASE("Concat joins text and integers written as std::to_string writes them") {
+  const std::string name = "dqsg";
+  CHECK(Concat({"codec '", name, "' needs ", std::size_t{4096}, " bytes"}) == "codec 'dqsg' needs 4096 bytes");
+  CHECK(Concat({std::string_view("round "), uint8_t{7}, ", rank ", int16_t{-3}}) == "round 7, rank -3");
+  CHECK(Concat({0, "|", 0u}) == "0|0");
+  const int64_t low = std::numeric_limits<int64_t>::min();
+  const uint64_t high = std::numeric_limits<uint64_t>::max();
+  CHECK(Concat({low, " ", high}) == std::to_string(low) + " " + std::to_string(high));
+  CHECK(Concat({std::numeric_limits<int32_t>::min()}) == std::to_string(std::numeric_limits<int32_t>::min()));
+  CHECK(Concat({}).empty());
 }
 
 TEST_CASE("result holds either a value or the reason there is none") {

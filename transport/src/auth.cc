@@ -4,6 +4,7 @@
 #include <string>
 
 #include "file_text.h"
+#include "fedrt/platform/concat.h"
 
 namespace fedrt {
 namespace transport {
@@ -40,7 +41,7 @@ Result<KeyStore> KeyStore::Parse(std::string_view text, std::string_view origin)
     text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
     if (line.empty() || line.front() == '#') continue;
     const auto where = [&](const std::string& what) {
-      return Corrupt(std::string(origin) + ":" + std::to_string(line_number) + ": " + what);
+      return Corrupt(Concat({origin, ":", line_number, ": ", what}));
     };
     std::size_t split = 0;
     while (split < line.size() && !IsSpace(line[split])) ++split;
@@ -49,8 +50,8 @@ Result<KeyStore> KeyStore::Parse(std::string_view text, std::string_view origin)
     if (!IsValidDeviceId(id)) return where("invalid device id");
     if (hex.empty()) return where("missing key after the device id");
     if (hex.size() % 2 != 0 || hex.size() < 2 * kMinKeyBytes || hex.size() > 2 * kMaxKeyBytes) {
-      return where("key must be " + std::to_string(2 * kMinKeyBytes) + " to " + std::to_string(2 * kMaxKeyBytes) +
-                   " hexadecimal digits (an even number)");
+      return where(Concat({"key must be ", 2 * kMinKeyBytes, " to ", 2 * kMaxKeyBytes,
+                           " hexadecimal digits (an even number)"}));
     }
     Key key(hex.size() / 2);
     for (std::size_t i = 0; i < key.size(); ++i) {
@@ -110,8 +111,8 @@ Result<ChallengeMessage> ServerHandshake::OnJoin(const JoinMessage& join) {
   }
   if (join.protocol_version != kProtocolVersion) {
     state_ = State::kFailed;
-    return Unsupported("device speaks protocol version " + std::to_string(join.protocol_version) +
-                       ", this server speaks " + std::to_string(kProtocolVersion));
+    return Unsupported(Concat({"device speaks protocol version ", join.protocol_version, ", this server speaks ",
+                               kProtocolVersion}));
   }
   device_id_ = std::string(join.device_id);
   version_ = join.protocol_version;

@@ -1,6 +1,7 @@
 // Chunk plans for senders and chunk-sequence validation for receivers
 // (rules in chunking.h).
 #include "fedrt/transport/chunking.h"
+#include "fedrt/platform/concat.h"
 
 #include <cstring>
 #include <string>
@@ -38,31 +39,28 @@ Status ChunkSequence::Fail(Status status) {
 
 Status ChunkSequence::Accept(const ChunkView& c) {
   if (failed_) return Corrupt("chunk sequence already failed");
-  if (complete_) return Fail(Corrupt("chunk " + std::to_string(c.index) + " after the last chunk"));
+  if (complete_) return Fail(Corrupt(Concat({"chunk ", c.index, " after the last chunk"})));
   if (c.count == 0 || c.index >= c.count) return Fail(Corrupt("chunk index outside its count"));
   if (!started_) {
-    if (c.index != 0) return Fail(Corrupt("payload starts at chunk " + std::to_string(c.index)));
+    if (c.index != 0) return Fail(Corrupt(Concat({"payload starts at chunk ", c.index})));
     if (c.total_size > max_total_bytes_) {
       return Fail(Status(StatusCode::kResourceExhausted,
-                         "payload of " + std::to_string(c.total_size) + " bytes exceeds the limit of " +
-                             std::to_string(max_total_bytes_)));
+                         Concat({"payload of ", c.total_size, " bytes exceeds the limit of ", max_total_bytes_})));
     }
     started_ = true;
     count_ = c.count;
     total_size_ = c.total_size;
   } else {
-    if (c.index < next_index_) return Fail(Corrupt("duplicate chunk " + std::to_string(c.index)));
+    if (c.index < next_index_) return Fail(Corrupt(Concat({"duplicate chunk ", c.index})));
     if (c.index > next_index_) {
-      return Fail(Corrupt("missing chunk " + std::to_string(next_index_) + " (got " +
-                          std::to_string(c.index) + ")"));
+      return Fail(Corrupt(Concat({"missing chunk ", next_index_, " (got ", c.index, ")"})));
     }
     if (c.count != count_ || c.total_size != total_size_) {
-      return Fail(Corrupt("chunk " + std::to_string(c.index) + " changes the chunk count or payload size"));
+      return Fail(Corrupt(Concat({"chunk ", c.index, " changes the chunk count or payload size"})));
     }
   }
   if (c.offset != received_) {
-    return Fail(Corrupt("chunk " + std::to_string(c.index) + " at offset " + std::to_string(c.offset) +
-                        ", expected " + std::to_string(received_)));
+    return Fail(Corrupt(Concat({"chunk ", c.index, " at offset ", c.offset, ", expected ", received_})));
   }
   if (c.size > total_size_ - received_) return Fail(Corrupt("chunk ends past the payload size"));
   if (c.size == 0 && total_size_ != 0) return Fail(Corrupt("empty chunk in a non-empty payload"));
@@ -70,8 +68,7 @@ Status ChunkSequence::Accept(const ChunkView& c) {
   next_index_ = c.index + 1;
   const bool last = c.index + 1 == count_;
   if (last && received_ != total_size_) {
-    return Fail(Corrupt("last chunk ends at " + std::to_string(received_) + " of " +
-                        std::to_string(total_size_) + " bytes"));
+    return Fail(Corrupt(Concat({"last chunk ends at ", received_, " of ", total_size_, " bytes"})));
   }
   if (!last && received_ == total_size_) return Fail(Corrupt("payload complete before its last chunk"));
   complete_ = last;

@@ -11,6 +11,7 @@
 #include "fedrt/platform/config.h"
 #include "fedrt/platform/memory.h"
 #include "wire.h"
+#include "fedrt/platform/concat.h"
 
 #if FEDRT_HAVE_THREADS
 #include <mutex>
@@ -21,8 +22,7 @@ namespace transport {
 
 Status FrameLimits::Validate() const {
   if (max_frame_bytes < kMinFrameBytes || max_frame_bytes > (1u << 30)) {
-    return InvalidArgument("max_frame_bytes " + std::to_string(max_frame_bytes) +
-                           " outside [" + std::to_string(kMinFrameBytes) + ", 1 GiB]");
+    return InvalidArgument(Concat({"max_frame_bytes ", max_frame_bytes, " outside [", kMinFrameBytes, ", 1 GiB]"}));
   }
   return Status::Ok();
 }
@@ -58,8 +58,7 @@ Result<uint32_t> ParseFramePrefix(const uint8_t prefix[kFramePrefixBytes], const
   if (size == 0) return Corrupt("frame prefix announces an empty body");
   if (size > limits.max_frame_bytes) {
     return Status(StatusCode::kResourceExhausted,
-                  "frame of " + std::to_string(size) + " bytes exceeds the limit of " +
-                      std::to_string(limits.max_frame_bytes));
+                  Concat({"frame of ", size, " bytes exceeds the limit of ", limits.max_frame_bytes}));
   }
   return size;
 }
@@ -159,7 +158,7 @@ Result<FrameBytes> FrameBytesPool::Allocate(std::size_t size) {
     uint8_t* p = static_cast<uint8_t*>(AlignedAlloc(capacity, 16));
     if (p == nullptr) {
       return Status(StatusCode::kResourceExhausted,
-                    "cannot allocate " + std::to_string(size) + " bytes for a frame");
+                    Concat({"cannot allocate ", size, " bytes for a frame"}));
     }
     bytes.data_ = std::unique_ptr<uint8_t, internal::FrameBytesFree>(p, internal::FrameBytesFree{shared_from_this(), capacity});
   }
@@ -193,7 +192,7 @@ Result<FrameBytes> FrameBytes::Allocate(std::size_t size) {
   bytes.data_.reset(static_cast<uint8_t*>(AlignedAlloc(size, 16)));
   if (!bytes.data_) {
     return Status(StatusCode::kResourceExhausted,
-                  "cannot allocate " + std::to_string(size) + " bytes for a frame");
+                  Concat({"cannot allocate ", size, " bytes for a frame"}));
   }
   bytes.size_ = size;
   return bytes;
@@ -224,9 +223,8 @@ void MarkConsumed(Frame& frame, std::size_t offset, std::size_t size) {
 Result<Frame> VerifyFrame(FrameBytes body, const FrameLimits& limits) {
   if (body.size() == 0) return Corrupt("empty frame");
   if (body.size() > limits.max_frame_bytes) {
-    return Status(StatusCode::kResourceExhausted, "frame of " + std::to_string(body.size()) +
-                                                      " bytes exceeds the limit of " +
-                                                      std::to_string(limits.max_frame_bytes));
+    return Status(StatusCode::kResourceExhausted, Concat({"frame of ", body.size(), " bytes exceeds the limit of ",
+                                                          limits.max_frame_bytes}));
   }
   if (body.size() < 8 || !wire::EnvelopeBufferHasIdentifier(body.data())) {
     return Corrupt("frame does not carry the fedrt file identifier");
@@ -239,12 +237,11 @@ Result<Frame> VerifyFrame(FrameBytes body, const FrameLimits& limits) {
   const wire::Envelope* envelope = wire::GetEnvelope(body.data());
   const auto version = static_cast<uint16_t>(envelope->version());
   if (version != kProtocolVersion) {
-    return Unsupported("peer speaks protocol version " + std::to_string(version) +
-                       ", this build speaks " + std::to_string(kProtocolVersion));
+    return Unsupported(Concat({"peer speaks protocol version ", version, ", this build speaks ", kProtocolVersion}));
   }
   const auto kind = static_cast<uint8_t>(envelope->message_type());
   if (kind == 0 || kind > kMaxMessageKind || envelope->message() == nullptr) {
-    return Corrupt("frame holds unknown message kind " + std::to_string(kind));
+    return Corrupt(Concat({"frame holds unknown message kind ", kind}));
   }
   Frame frame;
   frame.bytes_ = std::move(body);
@@ -258,8 +255,7 @@ Result<Frame> ParseFrame(const uint8_t* wire, std::size_t size, const FrameLimit
   if (!body_size.ok()) return body_size.status();
   const std::size_t available = size - kFramePrefixBytes;
   if (available < *body_size) {
-    return Corrupt("truncated frame: " + std::to_string(available) + " of " +
-                   std::to_string(*body_size) + " body bytes");
+    return Corrupt(Concat({"truncated frame: ", available, " of ", *body_size, " body bytes"}));
   }
   if (available > *body_size) return Corrupt("extra bytes after the frame");
   Result<FrameBytes> body = FrameBytes::Allocate(*body_size);

@@ -11,6 +11,7 @@
 
 #include "impl_access.h"
 #include "wire.h"
+#include "fedrt/platform/concat.h"
 
 namespace fedrt {
 namespace transport {
@@ -31,15 +32,13 @@ Status Wrong(std::string message) { return Status(StatusCode::kCorrupt, std::mov
 std::string ChunkFieldProblem(const ChunkView& c, const FrameLimits& limits) {
   if (c.count == 0) return "chunk count is 0";
   if (c.index >= c.count) {
-    return "chunk index " + std::to_string(c.index) + " not below count " + std::to_string(c.count);
+    return Concat({"chunk index ", c.index, " not below count ", c.count});
   }
   if (c.total_size > limits.max_payload_bytes) {
-    return "payload of " + std::to_string(c.total_size) + " bytes exceeds the limit of " +
-           std::to_string(limits.max_payload_bytes);
+    return Concat({"payload of ", c.total_size, " bytes exceeds the limit of ", limits.max_payload_bytes});
   }
   if (c.offset > c.total_size || c.size > c.total_size - c.offset) {
-    return "chunk [" + std::to_string(c.offset) + ", +" + std::to_string(c.size) +
-           ") ends past the payload size " + std::to_string(c.total_size);
+    return Concat({"chunk [", c.offset, ", +", c.size, ") ends past the payload size ", c.total_size});
   }
   if (c.size == 0 && c.total_size != 0) return "empty chunk in a non-empty payload";
   if (c.total_size == 0 && c.count != 1) return "an empty payload must be one chunk";
@@ -55,10 +54,10 @@ std::string LevelStatisticsProblem(const LevelStatisticsMessage& s) {
   const auto bad = [](double v) { return !std::isfinite(v) || v < 0; };
   if (bad(s.count) || bad(s.sum) || bad(s.sum_sq)) return "level statistics are not finite values >= 0";
   if (s.bucket_norms.size() > kMaxLevelStatisticsNorms) {
-    return "level statistics carry " + std::to_string(s.bucket_norms.size()) + " bucket norms";
+    return Concat({"level statistics carry ", s.bucket_norms.size(), " bucket norms"});
   }
   if (s.largest_buckets.size() > kMaxLevelStatisticsBuckets) {
-    return "level statistics carry " + std::to_string(s.largest_buckets.size()) + " bucket moments";
+    return Concat({"level statistics carry ", s.largest_buckets.size(), " bucket moments"});
   }
   for (float norm : s.bucket_norms) {
     if (bad(norm)) return "a level statistics bucket norm is not a finite value >= 0";
@@ -72,9 +71,9 @@ std::string LevelStatisticsProblem(const LevelStatisticsMessage& s) {
 }
 
 std::string LevelTableProblem(const float* table, std::size_t size) {
-  if (size > kMaxLevelTableSize) return "level table of " + std::to_string(size) + " entries";
+  if (size > kMaxLevelTableSize) return Concat({"level table of ", size, " entries"});
   for (std::size_t i = 0; i < size; ++i) {
-    if (!IsFinite(table[i])) return "level table entry " + std::to_string(i) + " is not finite";
+    if (!IsFinite(table[i])) return Concat({"level table entry ", i, " is not finite"});
     if (i > 0 && table[i] < table[i - 1]) return "level table is not sorted";
   }
   return std::string();
@@ -95,9 +94,8 @@ Result<OutFrame> Finish(std::shared_ptr<Builder> b, wire::Message type, fb::Offs
   const std::size_t size = b->GetSize();
   if (size > limits.max_frame_bytes) {
     return Status(StatusCode::kResourceExhausted,
-                  std::string(MessageKindName(static_cast<MessageKind>(type))) + " frame of " +
-                      std::to_string(size) + " bytes exceeds the limit of " +
-                      std::to_string(limits.max_frame_bytes));
+                  Concat({MessageKindName(static_cast<MessageKind>(type)), " frame of ", size,
+                          " bytes exceeds the limit of ", limits.max_frame_bytes}));
   }
   const uint8_t* body = b->GetBufferPointer();
   return OutFrame(std::shared_ptr<const void>(std::move(b)), body, static_cast<uint32_t>(size),
@@ -106,8 +104,7 @@ Result<OutFrame> Finish(std::shared_ptr<Builder> b, wire::Message type, fb::Offs
 
 Status CheckString(std::string_view s, std::size_t max, const char* field) {
   if (s.size() > max) {
-    return InvalidArgument(std::string(field) + " of " + std::to_string(s.size()) +
-                           " bytes exceeds " + std::to_string(max));
+    return InvalidArgument(Concat({field, " of ", s.size(), " bytes exceeds ", max}));
   }
   return Status::Ok();
 }
@@ -134,8 +131,8 @@ Result<fb::Offset<wire::Chunk>> BuildChunk(Builder& b, const ChunkView& c, const
   if (!problem.empty()) return InvalidArgument(problem);
   if (c.size > limits.MaxChunkBytes()) {
     return Status(StatusCode::kResourceExhausted,
-                  "chunk of " + std::to_string(c.size) + " bytes exceeds the " +
-                      std::to_string(limits.MaxChunkBytes()) + " bytes a frame can carry");
+                  Concat({"chunk of ", c.size, " bytes exceeds the ", limits.MaxChunkBytes(),
+                          " bytes a frame can carry"}));
   }
   if (fill == nullptr && c.data == nullptr && c.size != 0) {
     return InvalidArgument("chunk has no data and no fill function");
@@ -175,8 +172,7 @@ Result<std::string_view> ReadString(const fb::String* s, std::size_t max, bool r
     return std::string_view();
   }
   if (s->size() > max) {
-    return Wrong(std::string(field) + " of " + std::to_string(s->size()) + " bytes exceeds " +
-                 std::to_string(max));
+    return Wrong(Concat({field, " of ", s->size(), " bytes exceeds ", max}));
   }
   if (required && s->size() == 0) return Wrong(std::string(field) + " is empty");
   return std::string_view(s->c_str(), s->size());
@@ -185,7 +181,7 @@ Result<std::string_view> ReadString(const fb::String* s, std::size_t max, bool r
 template <std::size_t N>
 Status ReadBytes(const fb::Vector<uint8_t>* v, std::array<uint8_t, N>* out, const char* field) {
   if (v == nullptr || v->size() != N) {
-    return Wrong(std::string(field) + " must be " + std::to_string(N) + " bytes");
+    return Wrong(Concat({field, " must be ", N, " bytes"}));
   }
   std::memcpy(out->data(), v->data(), N);
   return Status::Ok();
@@ -208,7 +204,7 @@ Status ReadChunk(const wire::Chunk* c, const FrameLimits& limits, ChunkView* out
 template <typename Enum, typename Wire>
 Status ReadEnum(Wire value, Wire max, Enum* out, const char* field) {
   if (static_cast<unsigned>(value) > static_cast<unsigned>(max)) {
-    return Wrong(std::string(field) + " has unknown value " + std::to_string(static_cast<unsigned>(value)));
+    return Wrong(Concat({field, " has unknown value ", static_cast<unsigned>(value)}));
   }
   *out = static_cast<Enum>(value);
   return Status::Ok();
@@ -597,7 +593,7 @@ Result<ErrorMessage> DecodeError(const Frame& frame) {
   Result<const wire::Error*> root = Root<wire::Error>(frame, MessageKind::kError);
   if (!root.ok()) return root.status();
   const int32_t code = (*root)->code();
-  if (code <= 0) return Wrong("error message with code " + std::to_string(code));
+  if (code <= 0) return Wrong(Concat({"error message with code ", code}));
   ErrorMessage m;
   // Codes are only ever appended: one this build does not know is still an error.
   m.code = code <= static_cast<int32_t>(StatusCode::kCancelled) ? static_cast<StatusCode>(code)
@@ -710,9 +706,9 @@ Result<OutFrame> EncodeInSlot(FrameSlot& slot, PayloadMode mode, const ChunkView
   const std::size_t size = b.GetSize();
   const auto kind = static_cast<MessageKind>(type);
   if (size > limits.max_frame_bytes) {
-    return Status(StatusCode::kResourceExhausted, std::string(MessageKindName(kind)) + " frame of " +
-                                                      std::to_string(size) + " bytes exceeds the limit of " +
-                                                      std::to_string(limits.max_frame_bytes));
+    return Status(StatusCode::kResourceExhausted, Concat({MessageKindName(kind), " frame of ", size,
+                                                          " bytes exceeds the limit of ",
+                                                          limits.max_frame_bytes}));
   }
   const uint8_t* body = b.GetBufferPointer();
   std::shared_ptr<const void> owner = internal::ImplAccess::Shared(slot);

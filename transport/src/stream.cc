@@ -11,6 +11,7 @@
 #include "fedrt/platform/config.h"
 #include "fedrt/platform/log.h"
 #include "fedrt/transport/messages.h"
+#include "fedrt/platform/concat.h"
 
 namespace fedrt {
 namespace transport {
@@ -29,8 +30,8 @@ uint64_t NextConnectionId() {
 Status ConnectionOptions::Validate() const {
   FEDRT_RETURN_IF_ERROR(limits.Validate());
   if (initial_max_frame_bytes > limits.max_frame_bytes) {
-    return InvalidArgument("initial frame limit " + std::to_string(initial_max_frame_bytes) +
-                           " is above the frame limit " + std::to_string(limits.max_frame_bytes));
+    return InvalidArgument(Concat({"initial frame limit ", initial_max_frame_bytes, " is above the frame limit ",
+                                   limits.max_frame_bytes}));
   }
   return Status::Ok();
 }

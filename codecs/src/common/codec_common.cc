@@ -1,4 +1,5 @@
 #include "common/codec_common.h"
+#include "fedrt/platform/concat.h"
 
 #include <cmath>
 #include <cstdio>
@@ -45,8 +46,7 @@ Status CheckFinite(const float* values, std::size_t d) {
   if (any_bad == 0) return Status::Ok();
   for (std::size_t i = 0; i < d; ++i) {
     if (!std::isfinite(values[i])) {
-      return InvalidArgument(std::string(std::isnan(values[i]) ? "NaN" : "Inf") + " at coordinate " +
-                             std::to_string(i) + " of " + std::to_string(d));
+      return InvalidArgument(Concat({std::isnan(values[i]) ? "NaN" : "Inf", " at coordinate ", i, " of ", d}));
     }
   }
   return Status::Ok();
@@ -112,14 +112,13 @@ Result<PayloadView> OpenPayload(const uint8_t* data, std::size_t size, CodecId c
                            std::string(spec) + "'");
   }
   if (h.d != d) {
-    return InvalidArgument("payload has " + std::to_string(h.d) + " coordinates, expected " + std::to_string(d));
+    return InvalidArgument(Concat({"payload has ", h.d, " coordinates, expected ", d}));
   }
   if (h.round != context.round || h.tensor_id != context.tensor_id || h.sender_id != context.sender_id) {
     return Status(StatusCode::kFailedPrecondition,
-                  "payload is for round " + std::to_string(h.round) + ", tensor " +
-                      std::to_string(h.tensor_id) + ", sender " + std::to_string(h.sender_id) +
-                      "; expected round " + std::to_string(context.round) + ", tensor " +
-                      std::to_string(context.tensor_id) + ", sender " + std::to_string(context.sender_id));
+                  Concat({"payload is for round ", h.round, ", tensor ", h.tensor_id, ", sender ", h.sender_id,
+                          "; expected round ", context.round, ", tensor ", context.tensor_id,
+                          ", sender ", context.sender_id}));
   }
   const uint32_t check = PayloadSeedCheck(context.session_seed, context.round, context.tensor_id, context.sender_id);
   if (h.seed_check != check) {

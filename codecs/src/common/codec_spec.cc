@@ -1,4 +1,5 @@
 #include "fedrt/codecs/codec_spec.h"
+#include "fedrt/platform/concat.h"
 
 #include <cerrno>
 #include <cmath>
@@ -40,7 +41,7 @@ CodecSpec& CodecSpec::operator=(const CodecSpec& other) {
 
 Result<CodecSpec> CodecSpec::Parse(std::string_view text) {
   if (text.size() > kMaxCodecSpecSize) {
-    return InvalidArgument(Quoted(text) + ": longer than " + std::to_string(kMaxCodecSpecSize) + " characters");
+    return InvalidArgument(Concat({Quoted(text), ": longer than ", kMaxCodecSpecSize, " characters"}));
   }
   CodecSpec spec;
   std::memcpy(spec.text_, text.data(), text.size());
@@ -66,7 +67,7 @@ Result<CodecSpec> CodecSpec::Parse(std::string_view text) {
     }
     if (spec.Has(key)) return InvalidArgument(Quoted(text) + ": key '" + std::string(key) + "' given twice");
     if (spec.count_ == kMaxCodecSpecKeys) {
-      return InvalidArgument(Quoted(text) + ": more than " + std::to_string(kMaxCodecSpecKeys) + " keys");
+      return InvalidArgument(Concat({Quoted(text), ": more than ", kMaxCodecSpecKeys, " keys"}));
     }
     // The values are NUL-terminated in place of their ',' for strtoll/strtod.
     spec.text_[comma] = '\0';
@@ -104,7 +105,7 @@ Result<int64_t> CodecSpec::GetInt(std::string_view key, int64_t default_value, i
   auto what = [&] { return std::string(name()) + ": " + std::string(key) + "=" + std::string(value); };
   if (errno != 0 || end == value.data() || *end != '\0') return InvalidArgument(what() + " is not an integer");
   if (parsed < min || parsed > max) {
-    return InvalidArgument(what() + " is outside " + std::to_string(min) + ".." + std::to_string(max));
+    return InvalidArgument(Concat({what(), " is outside ", min, "..", max}));
   }
   return static_cast<int64_t>(parsed);
 }

@@ -1,5 +1,6 @@
 // Error feedback wrapper (fedrt/codecs/error_feedback.h).
 #include "fedrt/codecs/error_feedback.h"
+#include "fedrt/platform/concat.h"
 
 #include <algorithm>
 #include <string>
@@ -15,7 +16,7 @@ void ErrorFeedback::Reset() { std::fill(residual_, residual_ + d_, 0.0f); }
 
 namespace {
 Status WrongLength(std::size_t held, std::size_t d) {
-  return InvalidArgument("error feedback holds " + std::to_string(held) + " coordinates, got " + std::to_string(d));
+  return InvalidArgument(Concat({"error feedback holds ", held, " coordinates, got ", d}));
 }
 }  // namespace
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "crc/crc32c_kernels.h"
+#include "fedrt/platform/concat.h"
 
 namespace fedrt {
 namespace {
@@ -83,22 +84,21 @@ void FinishPayload(PayloadHeader header, std::string_view spec, uint8_t* out) {
 
 Result<PayloadView> ParsePayload(const uint8_t* data, std::size_t size) {
   if (data == nullptr || size < kPayloadHeaderSize) {
-    return Corrupt("payload of " + std::to_string(size) + " bytes is shorter than the " +
-                   std::to_string(kPayloadHeaderSize) + "-byte header");
+    return Corrupt(Concat({"payload of ", size, " bytes is shorter than the ", kPayloadHeaderSize, "-byte header"}));
   }
   if (LoadLe32(data) != kPayloadMagic) return Corrupt("payload does not start with the FRTC magic");
   if (data[4] == 1) {
     return Status(StatusCode::kUnsupported,
-                  "payload format version 1 (an earlier build, without the seed check); this build reads version " +
-                      std::to_string(kPayloadVersion) + ": update the sender");
+                  Concat({"payload format version 1 (an earlier build, without the seed check); this build reads "
+                          "version ",
+                          kPayloadVersion, ": update the sender"}));
   }
   if (data[4] != kPayloadVersion) {
-    return Status(StatusCode::kUnsupported, "payload format version " + std::to_string(data[4]) +
-                                                " (this build reads version " +
-                                                std::to_string(kPayloadVersion) + ")");
+    return Status(StatusCode::kUnsupported, Concat({"payload format version ", data[4], " (this build reads version ",
+                                                    kPayloadVersion, ")"}));
   }
   if (data[5] == 0 || data[5] > kMaxCodecId) {
-    return Corrupt("payload names unknown codec id " + std::to_string(data[5]));
+    return Corrupt(Concat({"payload names unknown codec id ", data[5]}));
   }
   PayloadView view;
   PayloadHeader& h = view.header;
@@ -114,14 +114,12 @@ Result<PayloadView> ParsePayload(const uint8_t* data, std::size_t size) {
   h.seed_check = LoadLe32(data + 40);
   h.crc = LoadLe32(data + kCrcOffset);
   if (h.spec_size == 0 || h.spec_size > kMaxSpecSize) {
-    return Corrupt("payload spec size " + std::to_string(h.spec_size) + " is outside 1.." +
-                   std::to_string(kMaxSpecSize));
+    return Corrupt(Concat({"payload spec size ", h.spec_size, " is outside 1..", kMaxSpecSize}));
   }
   // 64-bit arithmetic: both sizes are at most 2^32 - 1, so the sum cannot wrap.
   const uint64_t expected = uint64_t{kPayloadHeaderSize} + h.spec_size + h.body_size;
   if (expected != size) {
-    return Corrupt("payload is " + std::to_string(size) + " bytes but its header says " +
-                   std::to_string(expected));
+    return Corrupt(Concat({"payload is ", size, " bytes but its header says ", expected}));
   }
   const uint32_t crc =
       Crc32c(data + kPayloadHeaderSize, h.spec_size + std::size_t{h.body_size}, Crc32c(data, kCrcOffset));

@@ -21,6 +21,7 @@
 #include "half/half_codec.h"
 #include "moniqua/moniqua_codec.h"
 #include "sparse/sparse_codecs.h"
+#include "fedrt/platform/concat.h"
 
 namespace fedrt {
 namespace {
@@ -168,8 +169,7 @@ Result<CodecFootprint> CodecFootprintFor(std::string_view spec, std::size_t max_
 Result<Codec*> ConstructCodec(std::string_view spec, std::size_t max_d, void* storage, std::size_t size) {
   if (storage == nullptr) return InvalidArgument("codec storage is null");
   if (reinterpret_cast<uintptr_t>(storage) % alignof(std::max_align_t) != 0) {
-    return InvalidArgument("codec storage is not aligned to " + std::to_string(alignof(std::max_align_t)) +
-                           " bytes");
+    return InvalidArgument(Concat({"codec storage is not aligned to ", alignof(std::max_align_t), " bytes"}));
   }
   CodecSlot slot;
   slot.storage = storage;
@@ -179,8 +179,8 @@ Result<Codec*> ConstructCodec(std::string_view spec, std::size_t max_d, void* st
   const std::size_t workspace = slot.made->WorkspaceSize(max_d);
   if (size < offset + workspace) {
     slot.made->~Codec();
-    return OutOfRange("codec storage of " + std::to_string(size) + " bytes is smaller than the " +
-                      std::to_string(offset + workspace) + " CodecFootprintFor asks for");
+    return OutOfRange(Concat({"codec storage of ", size, " bytes is smaller than the ", offset + workspace,
+                              " CodecFootprintFor asks for"}));
   }
   codec_internal::CodecAccess::Bind(slot.made, static_cast<unsigned char*>(storage) + offset, workspace, false);
   return slot.made;

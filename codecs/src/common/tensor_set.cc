@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "fedrt/codecs/payload.h"
+#include "fedrt/platform/concat.h"
 
 namespace fedrt {
 
@@ -28,12 +29,12 @@ namespace {
 Status CheckTable(const std::vector<std::size_t>& sizes, std::size_t* total) {
   if (sizes.empty()) return InvalidArgument("a tensor set needs at least one tensor");
   if (sizes.size() > kMaxTensorSetTensors) {
-    return InvalidArgument("a tensor set holds at most " + std::to_string(kMaxTensorSetTensors) + " tensors, not " +
-                           std::to_string(sizes.size()));
+    return InvalidArgument(Concat({"a tensor set holds at most ", kMaxTensorSetTensors, " tensors, not ",
+                                   sizes.size()}));
   }
   *total = 0;
   for (std::size_t t = 0; t < sizes.size(); ++t) {
-    if (sizes[t] == 0) return InvalidArgument("tensor " + std::to_string(t) + " of the set is empty");
+    if (sizes[t] == 0) return InvalidArgument(Concat({"tensor ", t, " of the set is empty"}));
     *total += sizes[t];
   }
   return Status::Ok();
@@ -49,7 +50,7 @@ CodecContext PartContext(const CodecContext& context, std::size_t t) {
 }
 
 Status NameTensor(const Status& status, std::size_t t) {
-  return Status(status.code(), "tensor " + std::to_string(t) + ": " + status.message());
+  return Status(status.code(), Concat({"tensor ", t, ": ", status.message()}));
 }
 
 }  // namespace
@@ -59,7 +60,7 @@ Result<PayloadView> ParseFirstPart(const uint8_t* payload, std::size_t size) {
     return ParsePayload(payload, size);
   }
   const uint32_t n = LoadLe32(payload + 8);
-  if (n < 2 || n > kMaxTensorSetTensors) return Corrupt("tensor set of " + std::to_string(n) + " tensors");
+  if (n < 2 || n > kMaxTensorSetTensors) return Corrupt(Concat({"tensor set of ", n, " tensors"}));
   const std::size_t framing = FramingSize(n);
   if (size < framing) return Corrupt("tensor set: truncated table");
   const uint32_t part = LoadLe32(payload + kTensorSetHeaderSize + 8);
@@ -108,13 +109,11 @@ std::size_t TensorSetCodec::MaxPayloadSize(std::size_t d) const { return PartsBo
 Result<std::size_t> TensorSetCodec::Encode(const float* input, std::size_t d, const CodecContext& context,
                                            uint8_t* out, std::size_t capacity) {
   if (d != total_) {
-    return InvalidArgument("a vector of " + std::to_string(d) + " floats for a tensor table of " +
-                           std::to_string(total_));
+    return InvalidArgument(Concat({"a vector of ", d, " floats for a tensor table of ", total_}));
   }
   if (sizes_.size() == 1) return inner_->Encode(input, d, context, out, capacity);
   if (capacity < MaxEncodedSize(d)) {
-    return OutOfRange("a tensor-set payload needs up to " + std::to_string(MaxEncodedSize(d)) + " bytes, not " +
-                      std::to_string(capacity));
+    return OutOfRange(Concat({"a tensor-set payload needs up to ", MaxEncodedSize(d), " bytes, not ", capacity}));
   }
   const std::size_t n = sizes_.size();
   std::size_t at = FramingSize(n);
@@ -145,15 +144,15 @@ Status TensorSetCodec::VisitParts(const uint8_t* payload, std::size_t size, Visi
   const std::size_t n = sizes_.size();
   if (payload == nullptr || size < kTensorSetHeaderSize) return Corrupt("tensor set: truncated header");
   if (LoadLe32(payload) != kTensorSetMagic) {
-    return Corrupt("not a tensor-set payload (this model's updates have " + std::to_string(n) + " tensors)");
+    return Corrupt(Concat({"not a tensor-set payload (this model's updates have ", n, " tensors)"}));
   }
   if (payload[4] != kTensorSetVersion) {
-    return Unsupported("tensor set format version " + std::to_string(payload[4]));
+    return Unsupported(Concat({"tensor set format version ", payload[4]}));
   }
   if (payload[5] != 0 || payload[6] != 0 || payload[7] != 0) return Corrupt("tensor set: reserved bytes are not zero");
   const uint32_t count = LoadLe32(payload + 8);
   if (count != n) {
-    return Corrupt("tensor set of " + std::to_string(count) + " tensors; the model has " + std::to_string(n));
+    return Corrupt(Concat({"tensor set of ", count, " tensors; the model has ", n}));
   }
   if (size < FramingSize(n)) return Corrupt("tensor set: truncated table");
   uint32_t crc = Crc32c(payload, 12);
@@ -166,13 +165,12 @@ Status TensorSetCodec::VisitParts(const uint8_t* payload, std::size_t size, Visi
     const uint64_t d = LoadLe64(entry);
     const uint32_t part = LoadLe32(entry + 8);
     if (d != sizes_[t]) {
-      return Corrupt("tensor set: tensor " + std::to_string(t) + " has " + std::to_string(d) +
-                     " coordinates; the model's has " + std::to_string(sizes_[t]));
+      return Corrupt(Concat({"tensor set: tensor ", t, " has ", d, " coordinates; the model's has ", sizes_[t]}));
     }
-    if (part > size - at) return Corrupt("tensor set: tensor " + std::to_string(t) + "'s payload runs past the end");
+    if (part > size - at) return Corrupt(Concat({"tensor set: tensor ", t, "'s payload runs past the end"}));
     at += part;
   }
-  if (at != size) return Corrupt("tensor set: " + std::to_string(size - at) + " trailing bytes");
+  if (at != size) return Corrupt(Concat({"tensor set: ", size - at, " trailing bytes"}));
   at = FramingSize(n);
   std::size_t offset = 0;
   for (std::size_t t = 0; t < n; ++t) {
@@ -202,8 +200,7 @@ Status TensorSetCodec::SplitInto(const uint8_t* payload, std::size_t size, std::
 Status TensorSetCodec::Decode(const uint8_t* payload, std::size_t size, const CodecContext& context, float* out,
                               std::size_t d, const float* side_info) const {
   if (d != total_) {
-    return InvalidArgument("a vector of " + std::to_string(d) + " floats for a tensor table of " +
-                           std::to_string(total_));
+    return InvalidArgument(Concat({"a vector of ", d, " floats for a tensor table of ", total_}));
   }
   if (sizes_.size() == 1) return inner_->Decode(payload, size, context, out, d, side_info);
   return VisitParts(payload, size, [&](std::size_t t, const TensorPart& p) {

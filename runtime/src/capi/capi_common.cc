@@ -8,6 +8,7 @@
 #include "fedrt/platform/cpu.h"
 #include "fedrt/platform/status.h"
 #include "fedrt/transport/auth.h"
+#include "fedrt/platform/concat.h"
 
 namespace fedrt::capi {
 namespace {
@@ -59,8 +60,8 @@ Status FromCallback(fedrt_status status, const char* callback) {
   if (status == FEDRT_OK) return Status::Ok();
   const int value = static_cast<int>(status);
   if (value < 0 || value > static_cast<int>(FEDRT_CANCELLED)) {
-    return Status(StatusCode::kInternal, std::string("the ") + callback + " callback returned " +
-                                             std::to_string(value) + ", not a fedrt_status");
+    return Status(StatusCode::kInternal, Concat({"the ", callback, " callback returned ", value,
+                                                 ", not a fedrt_status"}));
   }
   return Status(static_cast<StatusCode>(value), std::string("the ") + callback + " callback failed");
 }

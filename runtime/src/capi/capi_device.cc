@@ -23,6 +23,7 @@
 #include "fedrt/transport/auth.h"
 #include "fedrt/transport/crypto.h"
 #include "fedrt/transport/frame.h"
+#include "fedrt/platform/concat.h"
 
 namespace fedrt::capi {
 namespace {
@@ -105,8 +106,7 @@ fedrt_status CheckDeviceArguments(const char* function, const char* device_id, c
         "own (it was built without OpenSSL): pass the platform's"));
   }
   if (share == nullptr && share_count != 0) {
-    return Fail(fedrt::InvalidArgument(std::string(function) + ": share is NULL with share_count " +
-                                       std::to_string(share_count)));
+    return Fail(fedrt::InvalidArgument(fedrt::Concat({function, ": share is NULL with share_count ", share_count})));
   }
   return FEDRT_OK;
 }
@@ -162,8 +162,8 @@ fedrt_status fedrt_device_init(void* memory, size_t size, const char* device_id,
   const fedrt_device_options o = options != nullptr ? *options : fedrt_device_options_default();
   const std::size_t handle_bytes = fedrt::capi::HandleBytes();
   if (size < handle_bytes) {
-    return Fail(fedrt::OutOfRange(std::string(kFunction) + ": " + std::to_string(size) +
-                                  " bytes of memory, fedrt_device_size says how many it needs"));
+    return Fail(fedrt::OutOfRange(fedrt::Concat({kFunction, ": ", size,
+                                          " bytes of memory, fedrt_device_size says how many it needs"})));
   }
   auto* base = static_cast<unsigned char*>(memory);
   const std::size_t misalignment = reinterpret_cast<std::uintptr_t>(base) % fedrt::capi::kDeviceAlignment;
@@ -191,8 +191,8 @@ fedrt_status fedrt_device_init(void* memory, size_t size, const char* device_id,
     created->~fedrt_device();
     fedrt::Status status = client.status();
     if (status.code() == fedrt::StatusCode::kOutOfRange && status.message().find("bytes of memory") != std::string::npos) {
-      status = fedrt::OutOfRange(std::string(kFunction) + ": " + std::to_string(size) +
-                                 " bytes of memory are too few; fedrt_device_size says how many it needs");
+      status = fedrt::OutOfRange(fedrt::Concat({kFunction, ": ", size,
+                                         " bytes of memory are too few; fedrt_device_size says how many it needs"}));
     }
     return Fail(status);
   }
@@ -207,8 +207,8 @@ fedrt_status fedrt_device_init(void* memory, size_t size, const char* device_id,
         fedrt::capi::FromCallback(c->receive(c->user, buffer, capacity, timeout_ms, &received), "receive");
     if (!status.ok()) return status;
     if (received > capacity) {
-      return fedrt::Status(fedrt::StatusCode::kInternal, "the receive callback reported " + std::to_string(received) +
-                                                             " bytes for a buffer of " + std::to_string(capacity));
+      return fedrt::Status(fedrt::StatusCode::kInternal, fedrt::Concat({"the receive callback reported ", received,
+                                                                 " bytes for a buffer of ", capacity}));
     }
     return received;
   };
@@ -229,7 +229,7 @@ fedrt_status fedrt_device_create(const char* device_id, const uint8_t* key, size
   std::unique_ptr<unsigned char[]> block(new (std::nothrow) unsigned char[bytes]);
   if (block == nullptr) {
     return Fail(fedrt::Status(fedrt::StatusCode::kResourceExhausted,
-                              "fedrt_device_create: cannot allocate " + std::to_string(bytes) + " bytes"));
+                              fedrt::Concat({"fedrt_device_create: cannot allocate ", bytes, " bytes"})));
   }
   const fedrt_status status = fedrt_device_init(block.get(), bytes, device_id, key, key_size, model, data, share,
                                                 share_count, options, callbacks, device);

@@ -23,6 +23,7 @@
 #include "fedrt/transport/messages.h"
 #include "fedrt/transport/stream.h"
 #include "common/block_carver.h"
+#include "fedrt/platform/concat.h"
 
 namespace fedrt {
 
@@ -72,7 +73,9 @@ Result<CodecNeeds> MeasureCodecs(const DeviceClientConfig& config, const Model& 
   for (const std::string& spec : specs) {
     Result<CodecFootprint> footprint = CodecFootprintFor(spec, d);
     Result<std::unique_ptr<Codec>> codec = footprint.ok() ? MakeCodec(spec) : footprint.status();
-    if (!codec.ok()) return Status(codec.status().code(), "device codec '" + spec + "': " + codec.status().message());
+    if (!codec.ok()) {
+      return Status(codec.status().code(), Concat({"device codec '", spec, "': ", codec.status().message()}));
+    }
     Result<std::unique_ptr<TensorSetCodec>> update = BorrowUpdateCodec(**codec, tensors);
     if (!update.ok()) return update.status();
     // The device's codecs are built in its codec storage with working space
@@ -137,9 +140,8 @@ class CodecSlot {
       Result<CodecFootprint> footprint = CodecFootprintFor(spec, d);
       if (footprint.ok() && footprint->size > size_) {
         return Status(StatusCode::kResourceExhausted,
-                      "codec '" + std::string(spec) + "' needs " + std::to_string(footprint->size) +
-                          " bytes of storage, this device has " + std::to_string(size_) +
-                          " (DeviceClientConfig::codecs sizes it)");
+                      Concat({"codec '", spec, "' needs ", footprint->size, " bytes of storage, this device has ",
+                              size_, " (DeviceClientConfig::codecs sizes it)"}));
       }
       return made.status();
     }
@@ -306,26 +308,29 @@ Layout Carve(unsigned char* base, const Sizes& sizes, bool with_client) {
 // Checks the inputs Create and CreateIn take (everything but the memory).
 Status CheckInputs(const DeviceClientConfig& config, const Model& model, const DataView& data,
                    const std::vector<uint32_t>* share) {
-  if (!IsValidDeviceId(config.device_id)) return InvalidArgument("device id '" + config.device_id + "' is not valid");
+  if (!IsValidDeviceId(config.device_id)) {
+    return InvalidArgument(Concat({"device id '", config.device_id, "' is not valid"}));
+  }
   if (config.key.size() < kMinKeyBytes || config.key.size() > kMaxKeyBytes) {
-    return InvalidArgument("the device key must have " + std::to_string(kMinKeyBytes) + " to " +
-                           std::to_string(kMaxKeyBytes) + " bytes");
+    return InvalidArgument(Concat({"the device key must have ", kMinKeyBytes, " to ", kMaxKeyBytes, " bytes"}));
   }
   if (config.batch <= 0) return InvalidArgument("the batch size must be positive");
   if (model.uses_caller_buffers() && config.batch > model.batch_capacity()) {
-    return OutOfRange("a batch of " + std::to_string(config.batch) + " does not fit model '" + model.spec().text +
-                      "', whose buffers hold batches of up to " + std::to_string(model.batch_capacity()));
+    return OutOfRange(Concat({"a batch of ", config.batch, " does not fit model '", model.spec().text,
+                              "', whose buffers hold batches of up to ", model.batch_capacity()}));
   }
   FEDRT_RETURN_IF_ERROR(data.Validate());
   if (model.input_size() != data.example_size) {
-    return InvalidArgument("model '" + model.spec().text + "' takes " + std::to_string(model.input_size()) +
-                           " features, the data has " + std::to_string(data.example_size));
+    return InvalidArgument(Concat({"model '", model.spec().text, "' takes ", model.input_size(),
+                                   " features, the data has ", data.example_size}));
   }
   FEDRT_RETURN_IF_ERROR(CheckClassCount(model, data.num_classes, "the data"));
   if (share != nullptr) {
-    if (share->empty()) return Status(StatusCode::kFailedPrecondition, "device '" + config.device_id + "' got no examples");
+    if (share->empty()) {
+      return Status(StatusCode::kFailedPrecondition, Concat({"device '", config.device_id, "' got no examples"}));
+    }
     for (uint32_t i : *share) {
-      if (i >= data.count) return OutOfRange("share index " + std::to_string(i) + " is past the data");
+      if (i >= data.count) return OutOfRange(Concat({"share index ", i, " is past the data"}));
     }
   }
   return Status::Ok();
@@ -421,8 +426,8 @@ Result<DeviceClient*> DeviceClient::CreateIn(void* memory, std::size_t size, con
   Result<Prepared> prepared = Prepare(config, model, data, share, true);
   if (!prepared.ok()) return prepared.status();
   if (memory == nullptr || size < prepared->bytes) {
-    return OutOfRange("the device client needs " + std::to_string(prepared->bytes) +
-                      " bytes of memory, it was given " + std::to_string(memory == nullptr ? 0 : size));
+    return OutOfRange(Concat({"the device client needs ", prepared->bytes, " bytes of memory, it was given ",
+                              memory == nullptr ? 0 : size}));
   }
   const Layout l = Carve(AlignedBlock(memory), prepared->sizes, true);
   Result<State*> state = Place(l, prepared->sizes, config, model, data, share, crypto, std::move(hooks));
@@ -442,7 +447,7 @@ Result<std::unique_ptr<DeviceClient>> DeviceClient::Create(const DeviceClientCon
   std::unique_ptr<unsigned char[]> block(new (std::nothrow) unsigned char[prepared->bytes]);
   if (block == nullptr) {
     return Status(StatusCode::kResourceExhausted,
-                  "cannot allocate the device client's " + std::to_string(prepared->bytes) + " bytes");
+                  Concat({"cannot allocate the device client's ", prepared->bytes, " bytes"}));
   }
   const Layout l = Carve(AlignedBlock(block.get()), prepared->sizes, false);
   Result<State*> state = Place(l, prepared->sizes, config, model, data, share, crypto, std::move(hooks));
@@ -483,8 +488,7 @@ bool DeviceClient::State::HaveFeedback() {
 Status DeviceClient::RestoreResidual(const float* residual, std::size_t d) {
   State& s = *state_;
   if (d != s.d) {
-    return Status(StatusCode::kFailedPrecondition, "the saved residual has " + std::to_string(d) +
-                                                       " values, the model " + std::to_string(s.d));
+    return Status(StatusCode::kFailedPrecondition, Concat({"the saved residual has ", d, " values, the model ", s.d}));
   }
   if (!s.HaveFeedback()) {
     return Status(StatusCode::kFailedPrecondition,
@@ -598,16 +602,15 @@ Status DeviceClient::State::OnInstructions(Connection& link, const Frame& frame)
   if (!m.ok()) return m.status();
   if (m->payload.index == 0) {
     if (m->model_parameters != d) {
-      return Status(StatusCode::kFailedPrecondition, "the aggregator's model has " +
-                                                         std::to_string(m->model_parameters) +
-                                                         " parameters, this device's " + std::to_string(d));
+      return Status(StatusCode::kFailedPrecondition,
+                    Concat({"the aggregator's model has ", m->model_parameters, " parameters, this device's ", d}));
     }
     model_encoding = m->model_encoding;
     const bool full = model_encoding == ModelEncoding::kFullModelFp32;
     if (!full && m->payload.total_size > payload_capacity) {
       return Status(StatusCode::kResourceExhausted,
-                    "a model delta of " + std::to_string(m->payload.total_size) + " bytes; this device holds " +
-                        std::to_string(payload_capacity) + " (DeviceClientConfig::codecs sizes it)");
+                    Concat({"a model delta of ", m->payload.total_size, " bytes; this device holds ", payload_capacity,
+                           " (DeviceClientConfig::codecs sizes it)"}));
     }
     model_chunks = ChunkSequence(full ? d * sizeof(float) : payload_capacity);
     if (m->codec_spec.size() > kMaxCodecSpecBytes || m->level_table_size > kMaxLevelTableSize) {
@@ -683,8 +686,8 @@ Status DeviceClient::State::ApplyModel() {
   } else {
     const bool whole = model_encoding == ModelEncoding::kCompressedModel;  // a delta from zeros
     if (!whole && (model_round < 0 || model_round + 1 != static_cast<int64_t>(plan.round))) {
-      return Status(StatusCode::kFailedPrecondition, "a model delta for round " + std::to_string(plan.round) +
-                                                         " without the model of the round before");
+      return Status(StatusCode::kFailedPrecondition,
+                    Concat({"a model delta for round ", plan.round, " without the model of the round before"}));
     }
     // The quantizers' deltas come tensor by tensor (a tensor set), as the
     // updates go up: the first part names the codec.
@@ -695,7 +698,7 @@ Status DeviceClient::State::ApplyModel() {
       if (delta_codec.status().code() == StatusCode::kResourceExhausted) outgrown_spec = std::string(view->spec);
       return delta_codec.status();
     }
-    if ((*delta_codec)->needs_side_info()) return InvalidArgument("a model delta in '" + std::string(view->spec) + "'");
+    if ((*delta_codec)->needs_side_info()) return InvalidArgument(Concat({"a model delta in '", view->spec, "'"}));
     CodecContext context;
     context.session_seed = plan.session_seed;
     context.round = static_cast<uint32_t>(plan.round);
@@ -787,10 +790,10 @@ Result<Codec*> DeviceClient::State::InstructedCodec(uint32_t* version) {
     level_table.version = plan.level_table_version;
     level_table.levels.assign(plan.level_table.begin(), plan.level_table.end());
     const Status installed = levels->SetLevelTable(level_table);
-    if (!installed.ok()) return Corrupt("the instructed level table: " + installed.message());
+    if (!installed.ok()) return Corrupt(Concat({"the instructed level table: ", installed.message()}));
   } else if (plan.level_table_version != 0) {
-    return Corrupt("the instructions name level table version " + std::to_string(plan.level_table_version) +
-                   " without the table");
+    return Corrupt(
+        Concat({"the instructions name level table version ", plan.level_table_version, " without the table"}));
   } else if (!built) {
     FEDRT_RETURN_IF_ERROR(levels->SetLevelTable(initial_table));
   }
@@ -841,10 +844,9 @@ Result<std::size_t> DeviceClient::State::EncodeUpdate(Codec& instructed, float* 
   const std::size_t needed = encoder->MaxEncodedSize(d);  // placed for d: MaxPayloadSize
   if (needed > payload_capacity) {
     outgrown_spec = plan.codec_spec;
-    return Status(StatusCode::kResourceExhausted, "an update in '" + plan.codec_spec + "' takes up to " +
-                                                      std::to_string(needed) + " bytes; this device holds " +
-                                                      std::to_string(payload_capacity) +
-                                                      " (DeviceClientConfig::codecs sizes it)");
+    return Status(StatusCode::kResourceExhausted,
+                  Concat({"an update in '", plan.codec_spec, "' takes up to ", needed, " bytes; this device holds ",
+                          payload_capacity, " (DeviceClientConfig::codecs sizes it)"}));
   }
   if (!instructed.wants_error_feedback()) return encoder->Encode(delta, d, context, payload, payload_capacity);
   if (!feedback) {

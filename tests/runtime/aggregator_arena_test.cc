@@ -427,6 +427,10 @@ TEST_CASE("aggregator arena: the instructions every assignment may need are in t
     // slots' small objects, a few hundred bytes; the slots' memory was a
     // model each (3.2 MB more for the ladder, 5.3 MB more downlink).
     CHECK(ladder.heap - few.heap < 16 * 1024);
+    // All of it: four d-float vectors (the global model's parameters and
+    // gradients, the mean handed to the optimizer, the NDQSG running mean)
+    // and small parts; it was 9.6 MB.
+    CHECK(ladder.heap < static_cast<long long>(4 * model_bytes) + 64 * 1024);
     CHECK(down.heap - ladder.heap < static_cast<long long>(model_bytes) + 64 * 1024);  // the devices' model
   }
 }

@@ -79,6 +79,9 @@ struct RunResult {
   std::size_t checkpoints = 0;
   std::size_t most_nested_entries = 0;
   std::size_t most_synced = 0;
+  // With a downlink codec: FNV-1a over the devices' model after each
+  // broadcast (on_broadcast), the bits every device applies.
+  uint64_t broadcast_hash = 0;
 };
 
 // The device ids' prefix: "dev-" fits std::string's inline buffer, a long
@@ -115,6 +118,15 @@ RunResult Run(const AggregatorConfig& config, bool reverse, bool arena, bool hol
   KeyStore keys = KeyStore::Parse(keys_text).value();
   RunResult result;
   AggregatorHooks hooks;
+  if (!config.downlink_codec.empty()) {
+    result.broadcast_hash = 1469598103934665603ull;
+    hooks.on_broadcast = [&](uint32_t, const std::vector<float>& device_model) {
+      const auto* bytes = reinterpret_cast<const unsigned char*>(device_model.data());
+      for (std::size_t i = 0; i < device_model.size() * sizeof(float); ++i) {
+        result.broadcast_hash = (result.broadcast_hash ^ bytes[i]) * 1099511628211ull;
+      }
+    };
+  }
   hooks.on_round = [&](const RoundReport& r) {
     result.applied += r.applied ? 1 : 0;
     result.rejected += r.rejected;
@@ -315,10 +327,111 @@ TEST_CASE("aggregator arena: the checkpoint handed to on_checkpoint allocates no
     if (*c.downlink != 0) CHECK(r.most_synced == kDevices);
     MESSAGE(c.codec << " " << c.rule << " " << c.downlink << ", on_checkpoint: allocations in rounds 2-3: "
                     << r.allocations);
-    // With a downlink codec the round path itself still allocates (the heap
-    // downlink codec's decode of the broadcast); the hook adds nothing.
+    // The downlink codec is in the block too (its decode of the broadcast
+    // made 8 allocations a round on the heap); the hook adds nothing.
     CHECK(r.allocations == plain.allocations);
-    if (*c.downlink == 0) CHECK(r.allocations == 0);
+    CHECK(r.allocations == 0);
+  }
+}
+
+TEST_CASE("aggregator arena: a downlink codec allocates nothing in rounds 2-3 and broadcasts the same bits") {
+  // dqsg:s=4 down, tensor by tensor. The hashes were recorded from the
+  // engine whose downlink codec was a heap codec (its decode scratch made 8
+  // allocations a round: 16 over rounds 2-3) beside the block.
+  struct Case {
+    const char* codec;
+    const char* rule;
+    uint64_t hash;            // the global model after 3 rounds
+    uint64_t broadcast_hash;  // the devices' model after each broadcast
+  };
+  constexpr Case kCases[] = {
+      {"dqsg", "", 10614634606110321387ull, 4966071192080264960ull},
+      {"dqsg", "median", 12668004571423651790ull, 15406614004479234012ull},
+      {"ndqsg", "", 18247195678206899039ull, 3395646839863493974ull},
+      {"ndqsg", "median", 3166760127562980250ull, 3788929215332002900ull},
+  };
+  for (const Case& c : kCases) {
+    for (bool arena : {false, true}) {
+      INFO(std::string(c.codec) << " " << c.rule << " with downlink dqsg:s=4"
+                                << (arena ? " in a caller block" : " on the heap"));
+      AggregatorConfig config = Config(c.codec, c.rule);
+      config.downlink_codec = "dqsg:s=4";
+      const RunResult r = Run(config, false, arena);
+      CHECK(r.finished);
+      CHECK(r.applied == 3);
+      CHECK(r.rejected == 0);
+      MESSAGE(std::string(c.codec) << " " << c.rule << " downlink dqsg:s=4" << (arena ? ", block" : ", heap")
+                      << ": allocations in rounds 2-3: " << r.allocations << ", model " << r.hash << "ull, broadcasts "
+                      << r.broadcast_hash << "ull");
+      CHECK(r.allocations == 0);
+#if defined(__x86_64__) && FEDRT_HAVE_OPENBLAS
+      if (testing::GoldenGemmKernel()) {
+        CHECK(r.hash == c.hash);
+        CHECK(r.broadcast_hash == c.broadcast_hash);
+      }
+#endif
+    }
+  }
+}
+
+TEST_CASE("aggregator arena: the instructions every assignment may need are in the block, not on the heap beside it") {
+  // LeNet-300-100 NDQSG, 10 keys, every device sampled. Each kind of
+  // instructions a round can send (the anchors' DQSG and each rho of the
+  // ladder, in each model encoding) has frame slots for the whole fp32 model
+  // from placement on: they were on the heap, outside RequiredBytes (about a
+  // model each); they are in the block now, and the heap beside it does not
+  // grow with them.
+  std::string keys_text;
+  for (int i = 0; i < 10; ++i) keys_text += "dev-" + std::to_string(i) + " " + HexKey(i) + "\n";
+  KeyStore keys = KeyStore::Parse(keys_text).value();
+  const std::size_t model_bytes = std::size_t{266610} * sizeof(float);
+  struct Measured {
+    std::size_t required = 0;
+    long long heap = 0;  // live heap bytes CreateIn leaves beside the block
+  };
+  const auto measure = [&](int max_rho, const char* downlink) {
+    AggregatorConfig config;
+    config.model = "mlp:784-300-100-10";
+    config.codec = "ndqsg";
+    config.max_rho = max_rho;
+    config.downlink_codec = downlink;
+    config.sampling.fraction = 1.0;
+    Measured m;
+    Result<std::size_t> bytes = Aggregator::RequiredBytes(config, keys);
+    REQUIRE_MESSAGE(bytes.ok(), bytes.status().ToString());
+    m.required = *bytes;
+    std::vector<unsigned char> memory(*bytes);
+    ManualClock clock;
+    Result<Aggregator*> made = Result<Aggregator*>(Status(StatusCode::kInternal, "not made"));
+    testing::StartCountingAllocations();
+    made = Aggregator::CreateIn(memory.data(), memory.size(), config, keys, TestCrypto(), clock, nullptr);
+    testing::StopCountingAllocations();
+    m.heap = testing::CountedLiveBytes();
+    REQUIRE_MESSAGE(made.ok(), made.status().ToString());
+    Aggregator::Destroy(*made);
+    MESSAGE("LeNet-300-100 ndqsg max_rho " << max_rho << " downlink '" << std::string(downlink) << "': RequiredBytes " << m.required
+                                           << ", heap beside the block after CreateIn " << m.heap);
+    return m;
+  };
+  // rho 3 to 9 is the anchors' DQSG and rho 3, 5, 7, 9: three kinds more
+  // than rho 3 alone (anchors' DQSG, rho 3).
+  const Measured few = measure(3, "");
+  const Measured ladder = measure(9, "");
+  CHECK(ladder.required - few.required >= 3 * model_bytes);
+  // A downlink codec: each kind in three model encodings (10 sampled
+  // devices: 10 entries of the 15).
+  const Measured down = measure(9, "dqsg:s=4");
+  CHECK(down.required - ladder.required >= 5 * model_bytes);
+  if (testing::CountsMalloc()) {
+    // Beside the block, per kind: its entry (spec, frame list) and its
+    // slots' small objects, a few hundred bytes; the slots' memory was a
+    // model each (3.2 MB more for the ladder, 5.3 MB more downlink).
+    CHECK(ladder.heap - few.heap < 16 * 1024);
+    // All of it: four d-float vectors (the global model's parameters and
+    // gradients, the mean handed to the optimizer, the NDQSG running mean)
+    // and small parts; it was 9.6 MB.
+    CHECK(ladder.heap < static_cast<long long>(4 * model_bytes) + 64 * 1024);
+    CHECK(down.heap - ladder.heap < static_cast<long long>(model_bytes) + 64 * 1024);  // the devices' model
   }
 }
 

@@ -10,6 +10,7 @@
 
 #if defined(__GLIBC__)
 #include <execinfo.h>
+#include <malloc.h>
 #include <unistd.h>
 #endif
 
@@ -17,6 +18,7 @@ namespace {
 
 std::atomic<bool> g_counting{false};
 std::atomic<long> g_allocations{0};
+std::atomic<long long> g_live_bytes{0};  // counted with the malloc family only
 
 #if defined(__GLIBC__)
 // FEDRT_TRACE_ALLOCATIONS=1: each counted allocation prints its backtrace to
@@ -85,33 +87,59 @@ void* __libc_malloc(std::size_t size);
 void* __libc_calloc(std::size_t count, std::size_t size);
 void* __libc_realloc(void* p, std::size_t size);
 void* __libc_memalign(std::size_t alignment, std::size_t size);
+void __libc_free(void* p);
+}  // extern "C"
 
+namespace {
+
+// The live bytes while counting: a block's usable size when it is made and
+// when it is freed.
+void* Made(void* p) {
+  if (p != nullptr && g_counting.load(std::memory_order_relaxed)) {
+    g_live_bytes.fetch_add(static_cast<long long>(malloc_usable_size(p)), std::memory_order_relaxed);
+  }
+  return p;
+}
+void Freeing(void* p) {
+  if (p != nullptr && g_counting.load(std::memory_order_relaxed)) {
+    g_live_bytes.fetch_sub(static_cast<long long>(malloc_usable_size(p)), std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
+extern "C" {
 void* malloc(std::size_t size) {
   CountAllocation();
-  return __libc_malloc(size);
+  return Made(__libc_malloc(size));
 }
 void* calloc(std::size_t count, std::size_t size) {
   CountAllocation();
-  return __libc_calloc(count, size);
+  return Made(__libc_calloc(count, size));
 }
 void* realloc(void* p, std::size_t size) {
   CountAllocation();
-  return __libc_realloc(p, size);
+  Freeing(p);
+  return Made(__libc_realloc(p, size));
 }
 void* memalign(std::size_t alignment, std::size_t size) {
   CountAllocation();
-  return __libc_memalign(alignment, size);
+  return Made(__libc_memalign(alignment, size));
 }
 void* aligned_alloc(std::size_t alignment, std::size_t size) {
   CountAllocation();
-  return __libc_memalign(alignment, size);
+  return Made(__libc_memalign(alignment, size));
 }
 int posix_memalign(void** out, std::size_t alignment, std::size_t size) {
   CountAllocation();
-  void* p = __libc_memalign(alignment, size);
+  void* p = Made(__libc_memalign(alignment, size));
   if (p == nullptr) return ENOMEM;
   *out = p;
   return 0;
+}
+void free(void* p) {
+  Freeing(p);
+  __libc_free(p);
 }
 }  // extern "C"
 #endif
@@ -128,6 +156,7 @@ bool CountsMalloc() {
 
 void StartCountingAllocations() {
   g_allocations.store(0);
+  g_live_bytes.store(0);
   g_counting.store(true);
 }
 
@@ -135,5 +164,7 @@ long StopCountingAllocations() {
   g_counting.store(false);
   return g_allocations.load();
 }
+
+long long CountedLiveBytes() { return g_live_bytes.load(); }
 
 }  // namespace fedrt::testing

@@ -21,6 +21,10 @@ bool CountsMalloc();
 void StartCountingAllocations();
 // Stops counting; returns the allocations since StartCountingAllocations.
 long StopCountingAllocations();
+// The heap bytes allocated since StartCountingAllocations and not freed
+// (usable sizes; frees of blocks made before it count too). Only where
+// CountsMalloc() (glibc, no AddressSanitizer); 0 elsewhere.
+long long CountedLiveBytes();
 
 // Allocations made by `run` (from every thread).
 template <typename F>

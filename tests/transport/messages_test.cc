@@ -445,6 +445,43 @@ TEST_CASE("round instructions encoded in a slot are the bytes of the plain encod
   CHECK(Encode(m, FrameLimits(), slot, PayloadMode::kCopy).status().code() == StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("a frame slot in caller storage builds its frames there, the plain encoder's bytes, and a larger one on the heap") {
+  // A model chunk of 40,000 bytes: the slot sized for it by FrameSlotStorageBytes.
+  std::vector<uint8_t> model(40000);
+  for (std::size_t i = 0; i < model.size(); ++i) model[i] = static_cast<uint8_t>(i * 7);
+  RoundInstructionsMessage m;
+  m.round_id = 3;
+  m.model_parameters = 10000;
+  m.codec_spec = "ndqsg:rho=5";
+  m.payload = {0, 1, model.size(), 0, model.data(), model.size()};
+  Result<OutFrame> plain = Encode(m, FrameLimits());
+  REQUIRE(plain.ok());
+  std::vector<uint8_t> expected;
+  plain->AppendWireBytes(&expected);
+  std::vector<unsigned char> storage(FrameSlotStorageBytes(model.size()));
+  const auto in_storage = [&](const OutFrame& frame) {
+    return frame.body() >= storage.data() && frame.body() + frame.body_size() <= storage.data() + storage.size();
+  };
+  FrameSlot slot(storage.data(), storage.size());
+  for (int round = 0; round < 2; ++round) {  // and again in the same memory
+    Result<OutFrame> out = Encode(m, FrameLimits(), slot, PayloadMode::kCopy);
+    REQUIRE(out.ok());
+    CHECK(in_storage(*out));
+    std::vector<uint8_t> wire;
+    out->AppendWireBytes(&wire);
+    CHECK(wire == expected);
+  }
+  // Storage too small for the frame: it is built on the heap, the same bytes.
+  std::vector<unsigned char> small(1024);
+  FrameSlot too_small(small.data(), small.size());
+  Result<OutFrame> out = Encode(m, FrameLimits(), too_small, PayloadMode::kCopy);
+  REQUIRE(out.ok());
+  CHECK_FALSE((out->body() >= small.data() && out->body() < small.data() + small.size()));
+  std::vector<uint8_t> wire;
+  out->AppendWireBytes(&wire);
+  CHECK(wire == expected);
+}
+
 TEST_CASE("a frame slot is busy while its frame is alive and refuses a second frame") {
   std::vector<uint8_t> payload(64, 1);
   RingChunkMessage m;

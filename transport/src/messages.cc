@@ -657,11 +657,58 @@ Result<OutFrame> EncodeGossip(const GossipModelMessage& m, const FrameLimits& li
 
 }  // namespace
 
-struct FrameSlot::Impl {
-  Builder builder{1024};
+namespace {
+
+// A builder's memory in caller storage: the first allocation that fits is
+// the storage, any other comes from the heap (a frame larger than the slot
+// was sized for still builds).
+class StorageAllocator final : public fb::Allocator {
+ public:
+  StorageAllocator(void* storage, std::size_t size) : storage_(static_cast<uint8_t*>(storage)), size_(size) {}
+  uint8_t* allocate(std::size_t size) override {
+    if (!in_use_ && storage_ != nullptr && size <= size_) {
+      in_use_ = true;
+      return storage_;
+    }
+    return new uint8_t[size];
+  }
+  void deallocate(uint8_t* p, std::size_t) override {
+    if (p == storage_) {
+      in_use_ = false;
+    } else {
+      delete[] p;
+    }
+  }
+
+ private:
+  uint8_t* storage_;
+  std::size_t size_;
+  bool in_use_ = false;
 };
 
+// The builder asks for its whole storage at once (a multiple of its
+// alignment, so the request is exactly the storage).
+constexpr std::size_t kSlotStorageAlignment = 8;
+
+}  // namespace
+
+struct FrameSlot::Impl {
+  Impl() : builder(1024) {}
+  Impl(void* storage, std::size_t size)
+      : allocator(storage, size / kSlotStorageAlignment * kSlotStorageAlignment),
+        builder(size / kSlotStorageAlignment * kSlotStorageAlignment, &allocator) {}
+  StorageAllocator allocator{nullptr, 0};  // the slot's storage (none: the heap)
+  Builder builder;
+};
+
+std::size_t FrameSlotStorageBytes(std::size_t chunk_bytes) {
+  const std::size_t bytes = chunk_bytes + kChunkOverheadBytes;
+  return (bytes + kSlotStorageAlignment - 1) / kSlotStorageAlignment * kSlotStorageAlignment;
+}
+
 FrameSlot::FrameSlot() : impl_(std::make_shared<Impl>()) {}
+
+FrameSlot::FrameSlot(void* storage, std::size_t size) : impl_(std::make_shared<Impl>(storage, size)) {}
 
 FrameSlot::FrameSlot(std::size_t reserve_bytes) : impl_(std::make_shared<Impl>()) {
   // The builder's memory is made now, not by the first frame.

@@ -240,10 +240,13 @@ struct BlockSizes {
   std::size_t slots = 0;         // payload_slot_count_
   std::size_t slot_bytes = 0;    // payload_slot_bytes_
   std::size_t held = 0;          // a rule other than mean: decoded updates (held_capacity_), else 0
-  std::size_t codec_bytes = 0;   // the update codecs (ConstructCodec), in codecs_ order
+  std::size_t codec_bytes = 0;   // the update codecs (ConstructCodec), in codecs_ order, then the downlink's
   std::size_t codec_alignment = 1;
   bool dp = false;
   bool downlink = false;
+  std::size_t broadcast_bytes = 0;         // a downlink codec: the broadcast's largest payload
+  std::size_t instruction_slots = 0;       // frame slots for the instructions (ReserveInstructions)
+  std::size_t instruction_slot_bytes = 0;  // each (FrameSlotStorageBytes)
 };
 
 // RequiredBytes' stand-in for the application's Crypto: measuring the block
@@ -278,6 +281,7 @@ struct Aggregator::State {
   ~State() {
     codecs_.clear();  // the wrappers borrow the placed codecs
     levels_tensors_.reset();
+    downlink_.reset();
     for (Codec* codec : placed_codecs_) DestroyCodec(codec);
   }
   Status Restore(AggregatorCheckpoint& saved);
@@ -322,8 +326,10 @@ struct Aggregator::State {
   void Defer(Peer& peer, Connection& connection);
   void InviteDeferred();
   // Makes, at placement, the instruction entries and frame slots every kind
-  // of assignment a round can send needs (at most `updates` of them).
-  Status ReserveInstructions(std::size_t updates);
+  // of assignment a round can send needs, the slots building in `storage`
+  // (instruction_entries_ * instruction_frames_per_entry_ slots of
+  // instruction_slot_bytes_).
+  void ReserveInstructions(unsigned char* storage);
   Status EncodeInstructions(const Assignment& assignment, ModelEncoding encoding, uint32_t max_frame_bytes,
                             std::vector<OutFrame>* frames);
   void CloseRound();
@@ -508,10 +514,16 @@ struct Aggregator::State {
   std::size_t full_models_down_ = 0;
   // Downlink compression: the model the devices hold, the round it belongs
   // to, and this round's compressed delta from the previous one.
-  std::unique_ptr<TensorSetCodec> downlink_;  // over the model's tensor table (MakeUpdateCodec)
+  // Over the model's tensor table; its codec in the block once placed
+  // (PlaceCodecs), Init's heap codec (MakeUpdateCodec) until then.
+  std::unique_ptr<TensorSetCodec> downlink_;
   std::vector<float> device_model_;
   int64_t device_model_round_ = -1;     // round whose instructions carry device_model_
-  std::vector<uint8_t> broadcast_;      // compressed delta device_model_(round-1) -> device_model_(round)
+  // The compressed delta device_model_(round-1) -> device_model_(round): in
+  // the block, room for the codec's largest payload.
+  uint8_t* broadcast_ = nullptr;
+  std::size_t broadcast_capacity_ = 0;
+  std::size_t broadcast_size_ = 0;
   // The devices' model starts at zeros (not the fp32 model) when nothing was
   // restored, so the first broadcast is the whole model compressed: a device
   // that holds no model takes it as kCompressedModel instead of d floats, the
@@ -539,6 +551,13 @@ struct Aggregator::State {
   std::size_t max_payload_bytes_ = 0;
   std::size_t payload_slot_count_ = 0;
   std::size_t payload_slot_bytes_ = 0;
+  // The instructions' frame slots in the block: an entry per kind of
+  // instructions a round can send (at most one per sampled device), each
+  // with a slot per chunk of the largest model payload (the fp32 model, or
+  // a downlink codec's largest), instruction_slot_bytes_ each.
+  std::size_t instruction_entries_ = 0;
+  std::size_t instruction_frames_per_entry_ = 0;
+  std::size_t instruction_slot_bytes_ = 0;
   // Devices whose update found the pool full (in the order they were
   // deferred): InviteDeferred sends them the round's instructions again.
   std::vector<std::string> deferred_;
@@ -728,11 +747,13 @@ Status Aggregator::State::Init(const DataView* test_set) {
   }
   // The largest payload a round may bring: every spec a device can be told
   // to send (NDQSG: the anchors' DQSG and each rho of the ladder).
+  std::size_t instruction_specs = 1;
   {
     std::vector<std::string> specs = {config_.codec};
     if (nested_) {
       specs.push_back(anchor_spec_);
       for (int rho = base_rho_; rho <= config_.max_rho; rho = NdqsgNextRho(rho)) specs.push_back(NestedSpec(rho));
+      instruction_specs = specs.size() - 1;  // the codec's spec is the base rho's
     }
     for (const std::string& spec : specs) {
       TensorSetCodec* built = CodecFor(spec);
@@ -767,6 +788,21 @@ Status Aggregator::State::Init(const DataView* test_set) {
     downlink_ = std::move(*tensors);
     device_model_.assign(d_, 0.0f);
     device_model_zero_ = true;
+  }
+  // The kinds of instructions a round can send: each spec a device can be
+  // told to use (NDQSG: the anchors' DQSG and each rho of the ladder) in
+  // each model encoding (full fp32, with a downlink codec also compressed
+  // delta and compressed model), at the aggregator's frame limit; their
+  // payload is at most the fp32 model or the downlink codec's largest.
+  {
+    instruction_entries_ = std::min(max_updates_, instruction_specs * (downlink_ ? 3 : 1));
+    std::size_t model_bytes = d_ * sizeof(float);
+    if (downlink_) model_bytes = std::max(model_bytes, downlink_->MaxPayloadSize(d_));
+    Result<ChunkPlan> plan = ChunkPlan::Make(model_bytes, limits_.MaxChunkBytes());
+    if (!plan.ok()) return plan.status();
+    instruction_frames_per_entry_ = plan->count();
+    const std::size_t chunk = std::min<std::size_t>(model_bytes, limits_.MaxChunkBytes());
+    instruction_slot_bytes_ = (FrameSlotStorageBytes(chunk) + kBlockAlignment - 1) / kBlockAlignment * kBlockAlignment;
   }
   return Status();
 }
@@ -885,13 +921,13 @@ Status Aggregator::State::PrepareBroadcast() {
   const float* model = model_->parameters();
   for (std::size_t i = 0; i < d_; ++i) delta[i] = model[i] - device_model_[i];
   const CodecContext context = ContextFor(kBroadcastSender);
-  broadcast_.resize(downlink_->MaxEncodedSize(d_));
-  Result<std::size_t> size = downlink_->Encode(delta, d_, context, broadcast_.data(), broadcast_.size());
+  // The placed codec stages in its working space: its payload bound is room enough.
+  Result<std::size_t> size = downlink_->Encode(delta, d_, context, broadcast_, broadcast_capacity_);
   if (!size.ok()) return size.status();
-  broadcast_.resize(*size);
+  broadcast_size_ = *size;
   // delta_ has been encoded: it is the scratch of the decode.
-  FEDRT_RETURN_IF_ERROR(ApplyModelDelta(*downlink_, broadcast_.data(), broadcast_.size(), context,
-                                        device_model_.data(), device_model_.data(), delta_, d_));
+  FEDRT_RETURN_IF_ERROR(ApplyModelDelta(*downlink_, broadcast_, broadcast_size_, context, device_model_.data(),
+                                        device_model_.data(), delta_, d_));
   broadcast_from_zeros_ = device_model_zero_;
   device_model_zero_ = false;
   device_model_round_ = round_;
@@ -1594,7 +1630,7 @@ Status Aggregator::State::SendInstructions(Peer& peer) {
   }
   for (const OutFrame& frame : frames) FEDRT_RETURN_IF_ERROR(peer.connection->Send(frame));
   peer.instructions_round = static_cast<int64_t>(round_);
-  bytes_down_ += encoding == ModelEncoding::kFullModelFp32 ? d_ * sizeof(float) : broadcast_.size();
+  bytes_down_ += encoding == ModelEncoding::kFullModelFp32 ? d_ * sizeof(float) : broadcast_size_;
   return Status();
 }
 
@@ -1603,8 +1639,8 @@ Status Aggregator::State::EncodeInstructions(const Assignment& assignment, Model
   const uint8_t* model = reinterpret_cast<const uint8_t*>(model_->parameters());
   std::size_t model_size = d_ * sizeof(float);
   if (encoding != ModelEncoding::kFullModelFp32) {
-    model = broadcast_.data();
-    model_size = broadcast_.size();
+    model = broadcast_;
+    model_size = broadcast_size_;
   } else if (downlink_) {
     model = reinterpret_cast<const uint8_t*>(device_model_.data());
   }
@@ -1648,49 +1684,26 @@ Status Aggregator::State::EncodeInstructions(const Assignment& assignment, Model
   });
 }
 
-// The kinds of instructions a round can send: each spec a device can be
-// told to use (NDQSG: the anchors' DQSG and each rho of the ladder) in each
-// model encoding, at the aggregator's frame limit. Each gets its entry (spec
-// string and frame list at full size) and its frames' slots, their builders
-// grown by encoding the full fp32 model, the largest payload, once now: a
-// device moved to a new rho mid-run finds them ready. A device whose
-// connection takes smaller frames than the aggregator's still makes its own
-// entry the first time.
-Status Aggregator::State::ReserveInstructions(std::size_t updates) {
-  std::vector<Assignment> kinds;
-  const auto add = [&](const std::string& spec, AnchorRole role) {
-    Assignment& a = kinds.emplace_back();
-    a.spec = spec;
-    a.role = role;
-    a.level_table_version = levels_ ? levels_->level_table().version : 0;
-  };
-  if (nested_) {
-    add(anchor_spec_, AnchorRole::kAnchor);
-    for (int rho = base_rho_; rho <= config_.max_rho; rho = NdqsgNextRho(rho)) add(NestedSpec(rho), AnchorRole::kNested);
-  } else {
-    add(config_.codec, AnchorRole::kNone);
-  }
-  const std::size_t encodings = downlink_ ? 3 : 1;
-  const std::size_t entries = std::min(updates, kinds.size() * encodings);
-  if (entries == 0) return Status::Ok();
-  // Each entry's frames encoded into fresh slots, all held at once so each
-  // frame gets its own slot, grown to its size.
-  std::vector<std::vector<OutFrame>> held(entries);
-  for (std::size_t k = 0; k < entries; ++k) {
-    FEDRT_RETURN_IF_ERROR(
-        EncodeInstructions(kinds[k % kinds.size()], ModelEncoding::kFullModelFp32, limits_.max_frame_bytes, &held[k]));
-  }
-  const std::size_t frames_per_entry = held[0].size();
+// Each kind of instructions a round can send (Init) gets its entry (spec
+// string and frame list at full size) and its frames' slots, building in the
+// block, so a device moved to a new rho mid-run finds them ready. A device
+// whose connection takes smaller frames than the aggregator's still makes
+// its own entry the first time, and a slot still busy on a slow connection
+// is replaced by one on the heap.
+void Aggregator::State::ReserveInstructions(unsigned char* storage) {
+  const std::size_t slots = instruction_entries_ * instruction_frames_per_entry_;
   // Room for one more entry's slots: frames still queued from the last round.
-  instruction_slots_.reserve(instruction_slots_.size() + frames_per_entry);
-  held.clear();
-  instruction_frames_.reserve(entries);
-  while (instruction_frames_.size() < entries) {
+  instruction_slots_.reserve(slots + instruction_frames_per_entry_);
+  for (std::size_t i = 0; i < slots; ++i) {
+    instruction_slots_.push_back(
+        std::make_unique<FrameSlot>(storage + i * instruction_slot_bytes_, instruction_slot_bytes_));
+  }
+  instruction_frames_.reserve(instruction_entries_);
+  while (instruction_frames_.size() < instruction_entries_) {
     InstructionFrames& e = instruction_frames_.emplace_back();
     e.spec.reserve(kMaxCodecSpecSize);
-    e.frames.reserve(frames_per_entry);
+    e.frames.reserve(instruction_frames_per_entry_);
   }
-  return Status::Ok();
 }
 
 void Aggregator::State::StartRound() {
@@ -2367,6 +2380,8 @@ struct BlockLayout {
   uint8_t* slots = nullptr;
   float* held = nullptr;
   unsigned char* codecs = nullptr;
+  uint8_t* broadcast = nullptr;
+  unsigned char* instructions = nullptr;
   std::size_t used = 0;
 };
 
@@ -2384,6 +2399,8 @@ BlockLayout CarveBlock(unsigned char* base, const BlockSizes& z, bool with_aggre
   l.slots = carve.Take<uint8_t>(z.slots * z.slot_bytes, kBlockAlignment);
   if (z.held != 0) l.held = carve.Take<float>(z.held * z.d, kBlockAlignment);
   l.codecs = carve.Take<unsigned char>(z.codec_bytes, std::max(z.codec_alignment, kBlockAlignment));
+  if (z.downlink) l.broadcast = carve.Take<uint8_t>(z.broadcast_bytes, kBlockAlignment);
+  l.instructions = carve.Take<unsigned char>(z.instruction_slots * z.instruction_slot_bytes, kBlockAlignment);
   l.used = carve.used() + kBlockAlignment - 1;  // at any alignment of the memory
   return l;
 }
@@ -2405,35 +2422,49 @@ static Result<BlockSizes> MeasureBlock(const AggregatorConfig& config, const Key
 
 Result<std::size_t> Aggregator::State::PlaceCodecs(unsigned char* storage) {
   Carver carve(storage);
-  for (auto& entry : codecs_) {
-    Result<CodecFootprint> footprint = CodecFootprintFor(entry.first, d_);
+  // Carves `spec`'s storage and, when placing, builds the codec there (null
+  // when measuring).
+  const auto place = [&](const std::string& spec) -> Result<Codec*> {
+    Result<CodecFootprint> footprint = CodecFootprintFor(spec, d_);
     if (!footprint.ok()) return footprint.status();
     unsigned char* at = carve.Take<unsigned char>(footprint->size, footprint->alignment);
-    if (storage == nullptr) continue;
-    Result<Codec*> codec = ConstructCodec(entry.first, d_, at, footprint->size);
-    if (!codec.ok()) return codec.status();
-    placed_codecs_.push_back(*codec);
-    Result<std::unique_ptr<TensorSetCodec>> tensors = BorrowUpdateCodec(**codec, tensor_sizes_);
+    if (storage == nullptr) return static_cast<Codec*>(nullptr);
+    Result<Codec*> codec = ConstructCodec(spec, d_, at, footprint->size);
+    if (codec.ok()) placed_codecs_.push_back(*codec);
+    return codec;
+  };
+  // `*wrapper` borrows the placed codec over the tensor table (its heap codec goes).
+  const auto borrow = [&](Codec& codec, std::unique_ptr<TensorSetCodec>* wrapper) -> Status {
+    Result<std::unique_ptr<TensorSetCodec>> tensors = BorrowUpdateCodec(codec, tensor_sizes_);
     if (!tensors.ok()) return tensors.status();
-    entry.second = std::move(*tensors);
+    *wrapper = std::move(*tensors);
+    return Status::Ok();
+  };
+  for (auto& entry : codecs_) {
+    Result<Codec*> codec = place(entry.first);
+    if (!codec.ok()) return codec.status();
+    if (*codec != nullptr) FEDRT_RETURN_IF_ERROR(borrow(**codec, &entry.second));
   }
   // ALQ / AMQ: the codec holding the round's table, placed with its initial
   // table (Restore, after placement, installs a saved one).
   if (levels_owned_ != nullptr) {
     const std::string spec(levels_->spec().view());
-    Result<CodecFootprint> footprint = CodecFootprintFor(spec, d_);
-    if (!footprint.ok()) return footprint.status();
-    unsigned char* at = carve.Take<unsigned char>(footprint->size, footprint->alignment);
-    if (storage != nullptr) {
-      Result<Codec*> codec = ConstructCodec(spec, d_, at, footprint->size);
-      if (!codec.ok()) return codec.status();
-      placed_codecs_.push_back(*codec);
+    Result<Codec*> codec = place(spec);
+    if (!codec.ok()) return codec.status();
+    if (*codec != nullptr) {
       AdaptiveCodec* placed = AsAdaptiveCodec(*codec);
       if (placed == nullptr) return Status(StatusCode::kInternal, "codec '" + spec + "' is not adaptive");
       levels_ = placed;
       levels_tensors_->Rebind(*placed);
       levels_owned_.reset();
     }
+  }
+  // The downlink codec: the broadcast's encode and decode stage in its
+  // working space, not in scratch of their own.
+  if (downlink_ != nullptr) {
+    Result<Codec*> codec = place(std::string(downlink_->spec().view()));
+    if (!codec.ok()) return codec.status();
+    if (*codec != nullptr) FEDRT_RETURN_IF_ERROR(borrow(**codec, &downlink_));
   }
   return carve.used();
 }
@@ -2447,10 +2478,18 @@ BlockSizes Aggregator::State::Sizes() const {
   z.held = HoldsUpdates(config_.aggregation) ? held_capacity_ : 0;
   z.dp = dp();
   z.downlink = downlink_ != nullptr;
-  for (const auto& entry : codecs_) {
-    Result<CodecFootprint> footprint = CodecFootprintFor(entry.first, d_);
+  std::vector<std::string> specs;
+  for (const auto& entry : codecs_) specs.push_back(entry.first);
+  if (levels_ != nullptr) specs.emplace_back(levels_->spec().view());
+  if (downlink_ != nullptr) specs.emplace_back(downlink_->spec().view());
+  for (const std::string& spec : specs) {
+    Result<CodecFootprint> footprint = CodecFootprintFor(spec, d_);
     if (footprint.ok()) z.codec_alignment = std::max(z.codec_alignment, footprint->alignment);
   }
+  // The placed downlink codec stages in its working space: its MaxEncodedSize is this bound.
+  if (downlink_ != nullptr) z.broadcast_bytes = downlink_->MaxPayloadSize(d_);
+  z.instruction_slots = instruction_entries_ * instruction_frames_per_entry_;
+  z.instruction_slot_bytes = instruction_slot_bytes_;
   return z;
 }
 
@@ -2461,7 +2500,9 @@ static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSi
   auto* s = new (l.state) Aggregator::State(config, keys, crypto, clock, std::move(hooks));
   const Status initialised = s->Init(test_set);
   if (initialised.ok() && (s->d_ != z.d || s->max_updates_ != z.updates || s->payload_slot_count_ != z.slots ||
-                             s->payload_slot_bytes_ != z.slot_bytes)) {
+                             s->payload_slot_bytes_ != z.slot_bytes ||
+                             s->instruction_entries_ * s->instruction_frames_per_entry_ != z.instruction_slots ||
+                             s->instruction_slot_bytes_ != z.instruction_slot_bytes)) {
     s->~State();
     return Status(StatusCode::kInternal, "the aggregator's block was measured for another config");
   }
@@ -2475,12 +2516,18 @@ static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSi
     return placed.ok() ? Status(StatusCode::kInternal, "the aggregator's codecs were measured for another config")
                        : placed.status();
   }
+  if (s->downlink_ != nullptr && s->downlink_->MaxEncodedSize(z.d) > z.broadcast_bytes) {
+    s->~State();
+    return Status(StatusCode::kInternal, "the aggregator's downlink codec stages outside its working space");
+  }
   s->sum_ = std::make_unique<UpdateAccumulator>(l.sum, z.d);
   s->scratch_ = l.scratch;
   s->zeros_ = l.zeros;
   s->contribution_ = l.contribution;
   std::fill(s->zeros_, s->zeros_ + z.d, 0.0f);
   s->delta_ = l.delta;
+  s->broadcast_ = l.broadcast;
+  s->broadcast_capacity_ = z.broadcast_bytes;
   s->noised_ = l.noised;
   s->payload_slots_ = l.slots;
   s->held_memory_ = l.held;
@@ -2517,11 +2564,7 @@ static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSi
     }
     if (z.downlink) MakeNodes<std::map<std::string, int64_t>>(s->max_devices_, &s->checkpoint_synced_nodes_);
   }
-  const Status instructions = s->ReserveInstructions(z.updates);
-  if (!instructions.ok()) {
-    s->~State();
-    return instructions;
-  }
+  s->ReserveInstructions(l.instructions);
   return s;
 }
 

@@ -43,34 +43,44 @@
 // (an UpdateAccumulator over d doubles: the weighted sum in device order,
 // the count, the total weight), four d-float buffers (decoding scratch,
 // zeros, clipping, with a downlink codec the delta), under DP a noised copy
-// of the sum, the update codecs with their decoding working space
-// (ConstructCodec), and the round's bounded update storage: a pool of
+// of the sum, the update codecs and the downlink codec with their working
+// space (ConstructCodec) and the downlink's compressed broadcast, the frame
+// slots of the round's instructions (an entry per kind of instructions a
+// round can send: each spec a device can be told to use, NDQSG's anchor
+// DQSG and each rho of the ladder, in each model encoding, at most one per
+// sampled device; a slot per chunk of the fp32 model, or of the downlink
+// codec's largest payload, each: LeNet-300-100 NDQSG rho 3 to 9 holds five,
+// 5.5 MB), and the round's bounded update storage: a pool of
 // payload slots of the largest payload the codecs may send (an update is
 // reassembled straight into its slot and decoded into the sum, or held
 // decoded by a rule other than mean, at its turn, which frees the slot):
 // max_waiting_updates + 1 of them, so 10,000 devices of LeNet-300-100 fp32
-// take 75 MB, not a slot per device (10.7 GB); NDQSG decodes at the close and
+// take 76 MB, not a slot per device (10.7 GB); NDQSG decodes at the close and
 // takes max_updates_per_round slots. With a rule other than mean, also
 // the decoded updates of a round, d floats each (a robust rule looks at
 // every update of the round at once): as many as a round can sample, at
 // most max_held_updates (default 64), so 10,000 keys of LeNet-300-100 with
-// median take 143 MB, not 10.7 GB. Per connection, outside the block: a
+// median take 144 MB, not 10.7 GB. Per connection, outside the block: a
 // 208-byte entry in a map (no buffer) and one in the device map once
 // joined, so about 350 bytes of the engine's per idle joined device (its
 // connection's buffers are the binding's); a JoinServer (280 bytes) until
 // it joins.
 // Allocation: Create / CreateIn make the global model, the server
 // optimizer's moments, the mean handed to the optimizer (d floats), the
-// downlink codec, the NDQSG running mean and its per-device nodes (a rho
-// per device that can join, a forced anchor per sampled device, made with
-// room for any device id), with a downlink codec the device model, and an
-// instruction entry with its frame slots for every spec a device can be
-// told to use in each model encoding (at most one per sampled device);
-// the update codecs, ALQ / AMQ's included, are in the block (ConstructCodec:
-// decoding allocates nothing). A join allocates its connection's entries.
+// NDQSG running mean and its per-device nodes (a rho per device that can
+// join, a forced anchor per sampled device, made with room for any device
+// id), with a downlink codec the device model (d floats), the codecs'
+// tensor-table wrappers, and the instruction entries' small parts (spec
+// string, frame list, each slot's object: a few hundred bytes per kind;
+// their frames build in the block); the update codecs, ALQ / AMQ's
+// included, and the downlink codec are in the block (ConstructCodec:
+// encoding and decoding allocate nothing). A frame still queued on a
+// connection reads the block: Abort or Finish, and let the connections
+// close, before the memory is reused. A join allocates its connection's entries.
 // The round path allocates nothing for fp32, dqsg, ndqsg and alq with any
-// rule (runtime_aggregator_arena_test counts rounds 2-3 of each, with mean
-// and median, with 5- and 40-character device ids: 0): the
+// rule, and with a downlink codec (runtime_aggregator_arena_test counts
+// rounds 2-3 of each, with mean and median, with 5- and 40-character device
+// ids, and of dqsg and ndqsg with a dqsg:s=4 downlink: 0): the
 // round's bookkeeping (sampled devices, assignments, answers, sampling
 // buffers, the reports' entries) reuses strings made with room for any
 // device id (transport::kMaxDeviceIdBytes), the update frames decode into
@@ -84,8 +94,7 @@
 // instruction entry (made the first time); log lines
 // and refusals (an Error's text); ALQ / AMQ with model=norm (the mixture
 // fit's vectors); with a downlink codec a device's first acknowledgement
-// (its entry in the synced map) and the broadcast's decode (the heap
-// downlink codec's scratch, every round). The checkpoint handed to
+// (its entry in the synced map). The checkpoint handed to
 // on_checkpoint reuses its vectors and refills its maps of rho, forced
 // anchors and synced devices from nodes made at Create when the hook is set
 // (a rho and a synced entry per device that can join, a forced anchor per

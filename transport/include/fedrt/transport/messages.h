@@ -243,6 +243,12 @@ class FrameSlot {
   // With `reserve_bytes` of building memory made at once (frames up to about
   // that size then allocate nothing, the first one included).
   explicit FrameSlot(std::size_t reserve_bytes);
+  // Building in the caller's `storage` (`size` bytes, FrameSlotStorageBytes
+  // for the largest chunk it will hold): frames that fit allocate no
+  // building memory; a larger one builds on the heap. The storage must stay
+  // valid while the slot or any copy of its frame is alive (a frame still
+  // queued on a connection reads it).
+  FrameSlot(void* storage, std::size_t size);
   ~FrameSlot();
   FrameSlot(const FrameSlot&) = delete;
   FrameSlot& operator=(const FrameSlot&) = delete;
@@ -255,6 +261,11 @@ class FrameSlot {
   friend struct internal::ImplAccess;
   std::shared_ptr<Impl> impl_;
 };
+
+// The storage a FrameSlot(storage, size) needs to build, in place, any frame
+// whose chunk carries up to `chunk_bytes` of payload (the frame's fields and
+// the builder's working room included: kChunkOverheadBytes).
+std::size_t FrameSlotStorageBytes(std::size_t chunk_bytes);
 
 enum class PayloadMode : uint8_t {
   kCopy,    // payload.data is copied into the slot's frame

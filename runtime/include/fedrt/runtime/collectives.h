@@ -43,7 +43,8 @@
 // it): RequiredBytes(CollectiveShape) measures what a collective keeps
 // between calls for vectors of up to d floats, its codec and the group's
 // size (codec storage and working space, encode buffers, the neighbours'
-// recovered models, CHOCO replicas, index buffers), and Bind(memory, size,
+// recovered models, CHOCO replicas, index buffers, the all-gather's payloads
+// and error-feedback residual), and Bind(memory, size,
 // shape) hands that memory over before the first call; a bound collective's
 // calls within its shape allocate nothing (codecs are built in place
 // (ConstructCodec), also when Moniqua's theta changes; frames are encoded
@@ -236,9 +237,11 @@ class CompressedRingAllReduce {
 // vector that is encoded) and, over several tensors, the decoded vector,
 // and for ALQ / AMQ the p level-statistics payloads. Unbound (or asked for
 // more than the shape) it is the same on the heap, made at the first Run and
-// for a new spec or length, after which a Run allocates nothing; the
-// wrapper that cuts the vector into its tensors (SetTensorTable, Bind) is on
-// the heap either way, and an ALQ / AMQ refit merges its statistics there.
+// for a new spec or length, after which a Run allocates nothing (but for
+// ALQ / AMQ, below). Either way on the heap: the wrappers that cut the vector into its tensors (made by
+// SetTensorTable and Bind), and for ALQ / AMQ the level table the codec makes
+// when it is built and the level statistics each Run measures and each refit
+// merges (so those two allocate every Run).
 // The spec AllGatherAllReduce encodes with: `codec_spec` plus ef=on when it
 // names no ef key (kInvalidArgument when it does not parse).
 Result<std::string> AllGatherCodecSpec(const std::string& codec_spec);

@@ -90,16 +90,7 @@ Result<PeerMode> ModeFor(const SimFlags& flags, const std::string& codec) {
   if (codec != "fp32") {
     // A moniqua spec without theta is valid: the peers derive theta from the
     // learning rate (fedrt peer --moniqua-theta-per-lr).
-    const bool derived_theta = codec.rfind("moniqua", 0) == 0 && codec.find("theta=") == std::string::npos;
-    std::string inner = codec;
-    if (peer::IsChocoSpec(codec)) {  // replica gossip: choco[:gamma=G]+CODEC
-      auto choco = peer::ParseChocoSpec(codec);
-      if (!choco.ok()) return choco.status();
-      inner = choco->codec;
-    }
-    Result<std::unique_ptr<Codec>> made =
-        MakeCodec(derived_theta ? codec + (codec.find(':') == std::string::npos ? ":" : ",") + "theta=1" : inner);
-    if (!made.ok()) return made.status();
+    FEDRT_RETURN_IF_ERROR(peer::CheckGossipCodec(codec));
     mode.args.push_back("--codec");
     mode.args.push_back(codec);
   }

@@ -15,10 +15,8 @@
 #include <vector>
 
 #include "capi/capi_internal.h"
-#include "fedrt/codecs/codec.h"
 #include "fedrt/fedrt.h"
 #include "fedrt/runtime/collective_context.h"
-#include "fedrt/runtime/collectives.h"
 #include "fedrt/runtime/peer_trainer.h"
 #include "fedrt/runtime/stream_peer_context.h"
 #include "fedrt/transport/frame.h"
@@ -43,26 +41,6 @@ struct PeerSetup {
   uint32_t rank = 0;
   uint32_t peers = 1;
 };
-
-// A gossip codec, checked here rather than at the first step (the trainer
-// takes the spec as it is and builds the codec when it gossips): CHOCO's
-// wrapper and its inner codec, or the codec itself. Moniqua naming no theta
-// gets one from the trainer (its bound), so any theta stands in for the check.
-Status CheckGossipCodec(const std::string& spec) {
-  if (spec.empty()) return Status::Ok();
-  std::string codec = spec;
-  if (peer::IsChocoSpec(spec)) {
-    Result<peer::ChocoSpec> choco = peer::ParseChocoSpec(spec);
-    if (!choco.ok()) return choco.status();
-    codec = choco->codec;
-  }
-  if (codec.rfind("moniqua", 0) == 0 && codec.find("theta=") == std::string::npos) {
-    codec += codec.find(':') == std::string::npos ? ":theta=1" : ",theta=1";
-  }
-  Result<std::unique_ptr<Codec>> made = MakeCodec(codec);
-  if (!made.ok()) return Status(made.status().code(), "options: codec '" + spec + "': " + made.status().message());
-  return Status::Ok();
-}
 
 // The bytes of a C enum field as an int, at whatever size the target gives C
 // enums (int on Linux, one byte with -fshort-enums on arm-none-eabi).
@@ -110,7 +88,6 @@ Result<PeerSetup> SetupFrom(const fedrt_peer_options& o, const fedrt_model& mode
     return OutOfRange("options: batch " + std::to_string(o.batch) + " is above the model's max_batch of " +
                       std::to_string(model.max_batch));
   }
-  if (reduce == FEDRT_PEER_GOSSIP && o.codec != nullptr) FEDRT_RETURN_IF_ERROR(CheckGossipCodec(o.codec));
   setup.rank = o.rank;
   setup.peers = o.peers;
   peer::PeerTrainerOptions& t = setup.trainer;

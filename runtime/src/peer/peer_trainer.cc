@@ -82,6 +82,30 @@ Status CheckCompressedRingCodec(const std::string& codec, double momentum) {
   return Status::Ok();
 }
 
+Status CheckGossipCodec(const std::string& codec) {
+  if (codec.empty()) return Status::Ok();
+  auto refused = [&codec](const Status& status) {
+    return Status(status.code(), "gossip codec '" + codec + "': " + status.message());
+  };
+  std::string inner = codec;
+  const bool choco = IsChocoSpec(codec);
+  if (choco) {
+    Result<ChocoSpec> parsed = ParseChocoSpec(codec);
+    if (!parsed.ok()) return refused(parsed.status());
+    inner = parsed->codec;
+  }
+  // The theta the trainer derives (its bound, or per lr) is not known yet; any stands in.
+  if (inner.rfind("moniqua", 0) == 0 && inner.find("theta=") == std::string::npos) {
+    inner += inner.find(':') == std::string::npos ? ":theta=1" : ",theta=1";
+  }
+  Result<std::unique_ptr<Codec>> made = MakeCodec(inner);
+  if (!made.ok()) return refused(made.status());
+  if (choco && (*made)->needs_side_info()) {
+    return refused(InvalidArgument("replica gossip needs a codec that decodes without side information"));
+  }
+  return Status::Ok();
+}
+
 // What the inputs make of a trainer, checked once: the sizes RequiredBytes,
 // CreateIn and Create share.
 struct PeerTrainer::Plan {
@@ -102,10 +126,9 @@ struct PeerTrainer::Plan {
   bool resync = false;       // repair of the ring modes (IWP too)
   std::size_t peer_count = 0;
   // The collectives this trainer calls, their shapes and memory
-  // (collectives.h, "Memory"; 0 bytes: not called). The compressed ring
-  // (AllGatherAllReduce) keeps its state on the heap.
-  CollectiveShape dense_shape, compressed_shape, iwp_shape, gossip_shape;
-  std::size_t dense_bytes = 0, compressed_bytes = 0, iwp_bytes = 0, gossip_bytes = 0;
+  // (collectives.h, "Memory"; 0 bytes: not called).
+  CollectiveShape dense_shape, compressed_shape, gathered_shape, iwp_shape, gossip_shape;
+  std::size_t dense_bytes = 0, compressed_bytes = 0, gathered_bytes = 0, iwp_bytes = 0, gossip_bytes = 0;
 };
 
 // Where the block's pieces lie (null base: measuring).
@@ -125,6 +148,7 @@ struct PeerTrainer::Layout {
   float* resync_state = nullptr;
   unsigned char* dense_memory = nullptr;
   unsigned char* compressed_memory = nullptr;
+  unsigned char* gathered_memory = nullptr;
   unsigned char* iwp_memory_ring = nullptr;  // IwpAllReduce's (iwp_memory: the accumulator's)
   unsigned char* gossip_memory = nullptr;
   std::size_t used = 0;
@@ -156,6 +180,7 @@ Result<PeerTrainer::Plan> PeerTrainer::MakePlan(const Model& model, const PeerDa
     // Refused here, not at the first step.
     FEDRT_RETURN_IF_ERROR(CheckCompressedRingCodec(options.codec, options.sgd.momentum));
   }
+  if (options.reduce == PeerReduce::kGossip) FEDRT_RETURN_IF_ERROR(CheckGossipCodec(options.codec));
   if (!TakesCodec(options.reduce) && !options.codec.empty()) {
     return InvalidArgument("codec '" + options.codec + "' does not apply: only gossip and the codec all-reduces take one");
   }
@@ -233,7 +258,8 @@ Result<PeerTrainer::Plan> PeerTrainer::MakePlan(const Model& model, const PeerDa
 
 // The shapes and memory of the collectives the trainer calls: the dense
 // ring for kDense, IWP's sums and the repair's resync (the step vector and
-// the model with its momentum), the codec ring for kCodec, IWP's index
+// the model with its momentum), the codec ring for kCodec, the all-gather
+// over the model's tensor table for kCompressed, IWP's index
 // broadcast, gossip with the codec the steps will run (Moniqua with the
 // longest theta text: its footprint does not depend on theta, its payload
 // bound on the spec's length).
@@ -261,6 +287,13 @@ Status PeerTrainer::PlanCollectives(const Model& model, const CollectiveContext&
     plan->compressed_shape.d = plan->d;
     plan->compressed_shape.codec = options.codec;
     FEDRT_RETURN_IF_ERROR(Take(CompressedRingAllReduce::RequiredBytes(plan->compressed_shape), &plan->compressed_bytes));
+  }
+  if (options.reduce == PeerReduce::kCompressed) {
+    plan->gathered_shape = base;
+    plan->gathered_shape.d = plan->d;
+    plan->gathered_shape.tensor_sizes = ModelTensorSizes(model);
+    plan->gathered_shape.codec = options.codec;
+    FEDRT_RETURN_IF_ERROR(Take(AllGatherAllReduce::RequiredBytes(plan->gathered_shape), &plan->gathered_bytes));
   }
   if (plan->iwp) {
     plan->iwp_shape = base;
@@ -296,6 +329,9 @@ Status PeerTrainer::BindCollectives(const Plan& plan, const Layout& layout) {
     FEDRT_RETURN_IF_ERROR(
         group_->compressed().Bind(layout.compressed_memory, plan.compressed_bytes, plan.compressed_shape));
   }
+  if (plan.gathered_bytes > 0) {
+    FEDRT_RETURN_IF_ERROR(group_->gathered().Bind(layout.gathered_memory, plan.gathered_bytes, plan.gathered_shape));
+  }
   if (plan.iwp_bytes > 0) {
     FEDRT_RETURN_IF_ERROR(group_->iwp().Bind(layout.iwp_memory_ring, plan.iwp_bytes, plan.iwp_shape));
   }
@@ -328,6 +364,7 @@ PeerTrainer::Layout PeerTrainer::Carve(unsigned char* base, const Plan& plan, bo
   static_assert(kCollectiveAlignment <= kBlockAlignment, "the block aligns the collectives' memory");
   l.dense_memory = carve.Take<unsigned char>(plan.dense_bytes, kCollectiveAlignment);
   l.compressed_memory = carve.Take<unsigned char>(plan.compressed_bytes, kCollectiveAlignment);
+  l.gathered_memory = carve.Take<unsigned char>(plan.gathered_bytes, kCollectiveAlignment);
   l.iwp_memory_ring = carve.Take<unsigned char>(plan.iwp_bytes, kCollectiveAlignment);
   l.gossip_memory = carve.Take<unsigned char>(plan.gossip_bytes, kCollectiveAlignment);
   l.used = carve.used() + kBlockAlignment - 1;  // any alignment of the caller's memory

@@ -43,7 +43,8 @@
 // it): RequiredBytes(CollectiveShape) measures what a collective keeps
 // between calls for vectors of up to d floats, its codec and the group's
 // size (codec storage and working space, encode buffers, the neighbours'
-// recovered models, CHOCO replicas, index buffers), and Bind(memory, size,
+// recovered models, CHOCO replicas, index buffers, the all-gather's payloads
+// and error-feedback residual), and Bind(memory, size,
 // shape) hands that memory over before the first call; a bound collective's
 // calls within its shape allocate nothing (codecs are built in place
 // (ConstructCodec), also when Moniqua's theta changes; frames are encoded
@@ -64,6 +65,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,7 +93,7 @@ struct CollectiveShape {
   // The codec spec of the calls (empty: none). Moniqua: any theta (the
   // footprint does not depend on it); CHOCO: the whole choco+CODEC spec.
   std::string codec;
-  std::vector<std::size_t> tensor_sizes;  // Gossip: the tensor table (SetTensorTable)
+  std::vector<std::size_t> tensor_sizes;  // Gossip, AllGatherAllReduce: the tensor table (SetTensorTable)
   uint32_t chunk_floats = 0;              // the ring's pipelining (RingAllReduce)
   transport::FrameLimits limits;          // the context's
 };
@@ -229,10 +231,17 @@ class CompressedRingAllReduce {
 // 1) the members all-gather the level statistics of what they encoded since
 // the last fit (28 bytes each; with model=norm 28 more per largest bucket),
 // merge them and fit the next table, identical on every member.
-// Memory: no Bind yet; its codec (in place, in heap storage with working
-// space for the vector), payloads and residual are made at the first Run
-// (and for a new spec or length), after which a Run allocates nothing (an
-// ALQ / AMQ refit builds its statistics on the heap).
+// Memory (collectives.h, "Memory"): RequiredBytes and Bind as the others;
+// what a Run keeps is its codec in place (ALQ / AMQ too), the p payloads,
+// the error-feedback residual (with its copy from before the Run and the
+// vector that is encoded) and, over several tensors, the decoded vector,
+// and for ALQ / AMQ the p level-statistics payloads. Unbound (or asked for
+// more than the shape) it is the same on the heap, made at the first Run and
+// for a new spec or length, after which a Run allocates nothing (but for
+// ALQ / AMQ, below). Either way on the heap: the wrappers that cut the vector into its tensors (made by
+// SetTensorTable and Bind), and for ALQ / AMQ the level table the codec makes
+// when it is built and the level statistics each Run measures and each refit
+// merges (so those two allocate every Run).
 // The spec AllGatherAllReduce encodes with: `codec_spec` plus ef=on when it
 // names no ef key (kInvalidArgument when it does not parse).
 Result<std::string> AllGatherCodecSpec(const std::string& codec_spec);
@@ -241,6 +250,12 @@ class AllGatherAllReduce {
  public:
   explicit AllGatherAllReduce(CollectiveContext& context);
   ~AllGatherAllReduce();
+
+  // Memory (collectives.h, "Memory"): for vectors of shape.d floats over
+  // shape.members members with the codec shape.codec (AllGatherCodecSpec's
+  // spec of it) over shape.tensor_sizes (SetTensorTable's table).
+  static Result<std::size_t> RequiredBytes(const CollectiveShape& shape);
+  Status Bind(void* memory, std::size_t size, const CollectiveShape& shape);
 
   // The model's tensor lengths (aggregation.h, ModelTensorSizes).
   void SetTensorTable(std::vector<std::size_t> tensor_sizes);
@@ -256,25 +271,39 @@ class AllGatherAllReduce {
  private:
   Status Prepare(std::size_t n, const std::string& codec_spec);
   Status Refit(Deadline deadline, std::size_t n);
-  Status Exchange(uint64_t collective, Deadline deadline, std::string_view spec, std::size_t max_size,
-                  std::vector<std::vector<uint8_t>>* payloads);
+  // Every member's payload of up to `stride` bytes in payloads[q * stride ..),
+  // its size in sizes[q], q the ring position; this member's is filled in.
+  Status Exchange(uint64_t collective, Deadline deadline, std::string_view spec, uint8_t* payloads,
+                  std::size_t stride, std::size_t* sizes);
 
   CollectiveContext& context_;
   std::vector<std::size_t> tensor_sizes_;
-  // The other codecs: built in place in heap storage with working space for
-  // the vector (ConstructCodec), so encoding and decoding allocate nothing.
-  std::vector<std::max_align_t> inner_storage_;
+  // The codec, in place: in the bound storage when it fits, else in heap
+  // storage with working space for the vector (ConstructCodec), so encoding
+  // and decoding allocate nothing.
+  unsigned char* bound_codec_ = nullptr;
+  std::size_t bound_codec_size_ = 0;
+  std::size_t bound_d_ = 0;
+  std::vector<std::max_align_t> heap_codec_;
   internal::CodecHolder inner_;
-  std::unique_ptr<AdaptiveCodec> adaptive_;  // ALQ / AMQ: the codec codec_ borrows
-  std::unique_ptr<TensorSetCodec> codec_;     // made once per spec and length, reused (borrows inner_ or adaptive_)
-  std::vector<float> decoded_;                // a member's decoded payload (several tensors), reused
-  std::string spec_;
-  std::unique_ptr<ErrorFeedback> feedback_;        // null: the codec takes none
-  std::vector<float> saved_residual_;  // the residual before this Run (restored when it fails)
-  std::vector<std::vector<uint8_t>> payloads_;     // by ring position, reused
-  std::vector<std::vector<uint8_t>> level_payloads_;
-  std::vector<float> measured_vector_;             // data + residual, measured for ALQ / AMQ
-  LevelStatistics pending_levels_;                 // this member's, since the last fit
+  AdaptiveCodec* adaptive_ = nullptr;  // ALQ / AMQ: inner_'s codec as such
+  // Wrappers borrowing inner_'s codec (Rebind): over the table (made by
+  // SetTensorTable) and over one vector (made by Bind or for a new length).
+  std::unique_ptr<TensorSetCodec> per_tensor_;
+  std::unique_ptr<TensorSetCodec> whole_;
+  TensorSetCodec* codec_ = nullptr;  // per_tensor_ or whole_; null: none made
+  std::string spec_;                 // the requested spec; reserved
+  std::string encoded_spec_;         // with ef (AllGatherCodecSpec); reserved
+  std::optional<ErrorFeedback> feedback_;  // on residual_; empty: the codec takes none
+  internal::Scratch<float> residual_;
+  internal::Scratch<float> saved_residual_;  // the residual before this Run (restored when it fails)
+  internal::Scratch<float> sum_;             // data + residual: encoded, and measured for ALQ / AMQ
+  internal::Scratch<float> decoded_;         // a member's decoded payload (several tensors)
+  internal::Scratch<uint8_t> payloads_;      // by ring position, one stride each
+  internal::Scratch<std::size_t> payload_sizes_;
+  internal::Scratch<uint8_t> level_payloads_;
+  internal::Scratch<std::size_t> level_sizes_;
+  LevelStatistics pending_levels_;           // this member's, since the last fit
   uint32_t runs_since_refit_ = 0;
   AllReduceStats stats_;
   uint64_t total_bytes_sent_ = 0;

@@ -155,6 +155,7 @@ class PeerGroup {
   // peer trainer carves it from its block).
   RingAllReduce& dense() { return dense_; }
   CompressedRingAllReduce& compressed() { return compressed_; }
+  AllGatherAllReduce& gathered() { return gathered_; }
   peer::IwpAllReduce& iwp() { return iwp_; }
   Gossip& gossip() { return gossip_; }
   Status Close() { return context_.Close(); }

@@ -39,8 +39,8 @@
 // ring step, the DP noise, the repair's step and model vectors, the
 // collectives' objects (PeerGroup) and the memory of the collectives it
 // calls (collectives.h, "Memory": codecs in place, encode buffers, the
-// neighbours' models, CHOCO replicas; the compressed all-gather's is made
-// on the heap at its first step). Moniqua's theta is a value of the trainer;
+// neighbours' models, CHOCO replicas, the compressed all-gather's payloads
+// and error-feedback residual). Moniqua's theta is a value of the trainer;
 // its codec spec is a string reserved at creation.
 //
 // Ownership: the model, the data and the context are the caller's and must
@@ -211,6 +211,13 @@ struct PeerProgress {
 // (randk, rtopk) takes rTop-k's plain SGD step, momentum 0. PeerTrainer::Create
 // checks it; the command line checks it before anything is read or dialled.
 Status CheckCompressedRingCodec(const std::string& codec, double momentum);
+// Whether `codec` can run gossip (PeerReduce::kGossip; empty: fp32): it
+// must exist, CHOCO's wrapper must parse and its inner codec decode without
+// side information (replicas are mixed from decoded differences); a Moniqua
+// spec without theta gets the trainer's, so any theta stands in. The error
+// names the spec. PeerTrainer::RequiredBytes, Create and CreateIn check it
+// (so the C API's fedrt_peer_size and fedrt_peer_init refuse it up front).
+Status CheckGossipCodec(const std::string& codec);
 
 class PeerTrainerObserver {
  public:

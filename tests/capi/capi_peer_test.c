@@ -134,21 +134,6 @@ static fedrt_status on_progress(void* user, const fedrt_peer_progress* progress)
   return FEDRT_OK;
 }
 
-/* The join's randomness: a generator, not cryptography (a test). */
-static pthread_mutex_t g_random_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t g_random_state = 7u;
-static fedrt_status random_bytes(void* user, uint8_t* out, size_t size) {
-  size_t i;
-  (void)user;
-  pthread_mutex_lock(&g_random_lock);
-  for (i = 0; i < size; ++i) {
-    g_random_state = g_random_state * 1664525u + 1013904223u;
-    out[i] = (uint8_t)(g_random_state >> 24);
-  }
-  pthread_mutex_unlock(&g_random_lock);
-  return FEDRT_OK;
-}
-
 /* The join's MAC where fedrt has none of its own (the core preset): the
  * example port's HMAC-SHA256. */
 static fedrt_status port_mac(void* user, const uint8_t* key, size_t key_size, const uint8_t* message,
@@ -176,7 +161,7 @@ static fedrt_peer_callbacks callbacks_of(Peer* p) {
   c.receive = peer_receive;
   c.now_ms = test_monotonic_ms;
   c.on_progress = on_progress;
-  c.random_bytes = random_bytes;
+  c.random_bytes = test_random_bytes;
   /* NULL: the system's, where this build has one. */
   c.hmac_sha256 = fedrt_system_crypto_available() ? NULL : port_mac;
   return c;

@@ -754,9 +754,9 @@ fedrt_status fedrt_aggregator_get_parameters(const fedrt_aggregator_t* aggregato
  * wrong key or rank, a malformed handshake, or a neighbour without the key
  * fails fedrt_peer_run with FEDRT_UNAUTHENTICATED (or the stream's status)
  * naming that peer rank. The joins run at the first exchange of
- * fedrt_peer_run, each within step_timeout_ms. Without a key there is no join: the streams must
- * already connect the right ranks and are trusted (authenticate them below,
- * with TLS or a secure link). A peer sends before it reads, so send must
+ * fedrt_peer_run, all streams at once, within step_timeout_ms. Without a
+ * key there is no join: the streams must already connect the right ranks and
+ * are trusted (authenticate them below, with TLS or a secure link). A peer sends before it reads, so send must
  * take the bytes without waiting for the neighbour to read them (queue
  * them).
  *

@@ -28,6 +28,12 @@
  * models differ" (gossip brings them close, not equal). Exit status 0; 2
  * for bad arguments; 1 when training fails, with the reason on stderr.
  *
+ * The peers hold one pre-shared key (32 bytes from /dev/urandom here; a
+ * deployment provisions it to every peer, as a device's key): every link
+ * starts with the join, in which both ends prove they hold it and are the
+ * ranks the link is meant to connect. Its HMAC-SHA256 is fedrt's own where
+ * the build has one, else the example port's (port/hmac_sha256.c).
+ *
  * The send callback writes with blocking write(): every peer sends before
  * it reads, so a link must take a step's bytes without the neighbour
  * reading them. A socket pair's buffer holds this model's chunks; a real
@@ -46,6 +52,7 @@
 #include <unistd.h>
 
 #include "fedrt/fedrt.h"
+#include "port/hmac_sha256.h"
 
 #define FEATURES 8
 #define CLASSES 3
@@ -83,6 +90,7 @@ typedef struct {
   uint32_t share[TRAIN];
   size_t share_count;
   fedrt_status result;
+  char error[256];
 } Peer;
 
 static uint64_t now_ms(void* user) {
@@ -90,6 +98,26 @@ static uint64_t now_ms(void* user) {
   (void)user;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+
+/* The join's nonces: the kernel's randomness, shared by the peers' threads. */
+static FILE* g_urandom;
+static pthread_mutex_t g_urandom_lock = PTHREAD_MUTEX_INITIALIZER;
+static fedrt_status random_bytes(void* user, uint8_t* out, size_t size) {
+  size_t got;
+  (void)user;
+  pthread_mutex_lock(&g_urandom_lock);
+  got = fread(out, 1, size, g_urandom);
+  pthread_mutex_unlock(&g_urandom_lock);
+  return got == size ? FEDRT_OK : FEDRT_IO_ERROR;
+}
+
+/* Used only where fedrt has no HMAC of its own (fedrt_system_crypto_available). */
+static fedrt_status port_mac(void* user, const uint8_t* key, size_t key_size, const uint8_t* message,
+                             size_t message_size, uint8_t* mac) {
+  (void)user;
+  port_hmac_sha256(key, key_size, message, message_size, mac);
+  return FEDRT_OK;
 }
 
 static fedrt_status link_send(void* user, uint32_t to, const uint8_t* data, size_t size) {
@@ -137,6 +165,8 @@ static double accuracy(fedrt_model_t* model) {
 static void* run(void* argument) {
   Peer* p = (Peer*)argument;
   p->result = fedrt_peer_run(p->peer);
+  /* The message is per thread: keep it for main's report. */
+  if (p->result != FEDRT_OK) snprintf(p->error, sizeof p->error, "%s", fedrt_last_error());
   return NULL;
 }
 
@@ -150,6 +180,7 @@ int main(int argc, char** argv) {
   pthread_t threads[MAX_PEERS];
   fedrt_peer_options options = fedrt_peer_options_default();
   fedrt_data_view data;
+  uint8_t key[32];
   double before[MAX_PEERS];
   uint32_t n, r, i;
   int gossip, agree = 1, status = 0;
@@ -174,6 +205,13 @@ int main(int argc, char** argv) {
   options.sgd.learning_rate = 0.1;
   options.epochs = 5;
   options.batch = BATCH;
+  g_urandom = fopen("/dev/urandom", "rb");
+  if (g_urandom == NULL || random_bytes(NULL, key, sizeof key) != FEDRT_OK) {
+    perror("05_c_peer: /dev/urandom");
+    return 1;
+  }
+  options.key = key;
+  options.key_size = sizeof key;
 
   /* The ring's links: peer r and peer r + 1 share a socket pair. */
   for (r = 0; r < n; ++r) {
@@ -212,6 +250,8 @@ int main(int argc, char** argv) {
     callbacks.send = link_send;
     callbacks.receive = link_receive;
     callbacks.now_ms = now_ms;
+    callbacks.random_bytes = random_bytes;
+    callbacks.hmac_sha256 = fedrt_system_crypto_available() ? NULL : port_mac;
     if (fedrt_peer_size(p->model, &data, p->share, p->share_count, &options, &bytes) != FEDRT_OK) {
       return fail("fedrt_peer_size");
     }
@@ -229,7 +269,8 @@ int main(int argc, char** argv) {
 
   for (r = 0; r < n; ++r) {
     if (peers[r].result != FEDRT_OK) {
-      fprintf(stderr, "05_c_peer: peer %u: %s\n", (unsigned)r, fedrt_status_name(peers[r].result));
+      fprintf(stderr, "05_c_peer: peer %u: %s: %s\n", (unsigned)r, fedrt_status_name(peers[r].result),
+              peers[r].error);
       status = 1;
       continue;
     }
@@ -259,5 +300,6 @@ int main(int argc, char** argv) {
       if (peers[r].fd[i] >= 0) close(peers[r].fd[i]);
     }
   }
+  fclose(g_urandom);
   return status;
 }

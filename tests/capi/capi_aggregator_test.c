@@ -50,20 +50,6 @@ static fedrt_data_view view_of(int first, int count) {
 
 /* ---- Callbacks shared by both sides ------------------------------------- */
 
-static pthread_mutex_t g_random_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t g_random_state = 99u;
-static fedrt_status random_bytes(void* user, uint8_t* out, size_t size) {
-  size_t i;
-  (void)user;
-  pthread_mutex_lock(&g_random_lock);
-  for (i = 0; i < size; ++i) {
-    g_random_state = g_random_state * 1664525u + 1013904223u;
-    out[i] = (uint8_t)(g_random_state >> 24);
-  }
-  pthread_mutex_unlock(&g_random_lock);
-  return FEDRT_OK;
-}
-
 /* Both sides use this keyed hash, so the join works in builds without a
  * system HMAC; it is a stand-in, not cryptography. */
 static fedrt_status toy_hmac(void* user, const uint8_t* key, size_t key_size, const uint8_t* message,
@@ -187,7 +173,7 @@ static fedrt_aggregator_callbacks aggregator_callbacks(void* user) {
   c.send = aggregator_send;
   c.close = aggregator_close;
   c.now_ms = test_monotonic_ms;
-  c.random_bytes = random_bytes;
+  c.random_bytes = test_random_bytes;
   c.hmac_sha256 = toy_hmac;
   c.on_round = on_round;
   return c;
@@ -345,7 +331,7 @@ static void federate(const char* codec, size_t max_waiting_updates) {
     dc.send = device_send;
     dc.receive = device_receive;
     dc.now_ms = test_monotonic_ms;
-    dc.random_bytes = random_bytes;
+    dc.random_bytes = test_random_bytes;
     dc.hmac_sha256 = toy_hmac;
     options.batch = 8;
     options.shuffle_seed = 5u + (uint64_t)i;

@@ -5,9 +5,12 @@
  * the bit, equal to the C++ engine's (PeerTrainer over the loopback binding,
  * where the build has it) and better than the initial model on held-out
  * examples; gossip (fp32 on the ring, Moniqua on a 2 x 2 torus) must learn
- * too. Then the errors with their pinned statuses: a block too small, bad
- * options, bad codec specs, a missing callback, a second run, and a
- * neighbour whose stream is closed.
+ * too. The dense ring and torus gossip again with the group's key (every
+ * stream joins first, HMAC-SHA256 both ways): the same bits; then a peer with another
+ * key and a peer without one, refused with FEDRT_UNAUTHENTICATED naming the
+ * rank on every peer. Then the errors with their pinned statuses: a block
+ * too small, bad options and keys, bad codec specs, a missing callback, a
+ * second run, and a neighbour whose stream is closed.
  *
  * The callbacks use the real monotonic clock; nothing checked depends on
  * timing (the step deadline is far above what a step takes). */
@@ -21,6 +24,7 @@
 #include "byte_queue.h"
 #include "check.h"
 #include "fedrt/fedrt.h"
+#include "port/hmac_sha256.h"
 #if FEDRT_TEST_PEER_REFERENCE
 #include "peer_reference.h"
 #endif
@@ -90,6 +94,7 @@ typedef struct {
   fedrt_status result;
   int progress_calls;
   double last_epoch_loss;
+  char error[512]; /* fedrt_last_error() of its run (per thread) */
 } Peer;
 
 static fedrt_status peer_send(void* user, uint32_t to, const uint8_t* data, size_t size) {
@@ -129,6 +134,25 @@ static fedrt_status on_progress(void* user, const fedrt_peer_progress* progress)
   return FEDRT_OK;
 }
 
+/* The join's MAC where fedrt has none of its own (the core preset): the
+ * example port's HMAC-SHA256. */
+static fedrt_status port_mac(void* user, const uint8_t* key, size_t key_size, const uint8_t* message,
+                             size_t message_size, uint8_t* mac) {
+  (void)user;
+  port_hmac_sha256(key, key_size, message, message_size, mac);
+  return FEDRT_OK;
+}
+
+/* The group's key, and another one. */
+static uint8_t g_key[20], g_other_key[20];
+static void make_keys(void) {
+  int i;
+  for (i = 0; i < 20; ++i) {
+    g_key[i] = (uint8_t)(17 * i + 3);
+    g_other_key[i] = (uint8_t)(17 * i + 4);
+  }
+}
+
 static fedrt_peer_callbacks callbacks_of(Peer* p) {
   fedrt_peer_callbacks c;
   memset(&c, 0, sizeof c);
@@ -137,6 +161,9 @@ static fedrt_peer_callbacks callbacks_of(Peer* p) {
   c.receive = peer_receive;
   c.now_ms = test_monotonic_ms;
   c.on_progress = on_progress;
+  c.random_bytes = test_random_bytes;
+  /* NULL: the system's, where this build has one. */
+  c.hmac_sha256 = fedrt_system_crypto_available() ? NULL : port_mac;
   return c;
 }
 
@@ -193,6 +220,7 @@ static void free_peer(Peer* p) {
 static void* run_thread(void* argument) {
   Peer* p = (Peer*)argument;
   p->result = fedrt_peer_run(p->peer);
+  snprintf(p->error, sizeof p->error, "%s", p->result == FEDRT_OK ? "" : fedrt_last_error());
   return NULL;
 }
 
@@ -206,7 +234,8 @@ static void run_group(Peer* peers, uint32_t n) {
 
 /* ---- Training ------------------------------------------------------------- */
 
-static void test_dense_ring(void) {
+/* `key` NULL: no join. */
+static void test_dense_ring(const uint8_t* key) {
   enum { kPeers = 3, kEpochs = 4, kBatch = 8 };
   Peer peers[kPeers];
   fedrt_peer_options options = fedrt_peer_options_default();
@@ -223,6 +252,8 @@ static void test_dense_ring(void) {
   options.epochs = kEpochs;
   options.batch = kBatch;
   options.evals_per_epoch = 2;
+  options.key = key;
+  options.key_size = key != NULL ? sizeof g_key : 0;
   for (r = 0; r < kPeers; ++r) make_peer(&peers[r], r, options);
   d = fedrt_model_parameter_count(peers[0].model);
   REQUIRE(d <= 256);
@@ -246,8 +277,8 @@ static void test_dense_ring(void) {
   }
   {
     const double trained = test_accuracy(peers[0].model);
-    printf("dense ring: held-out accuracy %.3f -> %.3f, last epoch loss %.4f\n", initial, trained,
-           peers[0].last_epoch_loss);
+    printf("dense ring%s: held-out accuracy %.3f -> %.3f, last epoch loss %.4f\n", key ? " (joined)" : "",
+           initial, trained, peers[0].last_epoch_loss);
     CHECK(trained > initial + 0.2);
     CHECK(trained >= 0.8);
   }
@@ -264,7 +295,8 @@ static void test_dense_ring(void) {
   for (r = 0; r < kPeers; ++r) free_peer(&peers[r]);
 }
 
-static void test_gossip(fedrt_peer_graph graph, const char* codec, uint32_t n) {
+/* `key` NULL: no join. */
+static void test_gossip(fedrt_peer_graph graph, const char* codec, uint32_t n, const uint8_t* key) {
   Peer peers[MAX_PEERS];
   fedrt_peer_options options = fedrt_peer_options_default();
   double initial;
@@ -278,6 +310,8 @@ static void test_gossip(fedrt_peer_graph graph, const char* codec, uint32_t n) {
   options.sgd = plain_sgd(0.1);
   options.epochs = 5;
   options.batch = 8;
+  options.key = key;
+  options.key_size = key != NULL ? sizeof g_key : 0;
   for (r = 0; r < n; ++r) make_peer(&peers[r], r, options);
   initial = test_accuracy(peers[0].model);
   if (graph == FEDRT_PEER_GRAPH_TORUS) {
@@ -295,11 +329,68 @@ static void test_gossip(fedrt_peer_graph graph, const char* codec, uint32_t n) {
   for (r = 0; r < n; ++r) {
     const double trained = test_accuracy(peers[r].model);
     CHECK_STATUS(peers[r].result, FEDRT_OK);
-    printf("gossip %s on the %s, peer %u: held-out accuracy %.3f -> %.3f\n", codec ? codec : "fp32",
-           graph == FEDRT_PEER_GRAPH_TORUS ? "torus" : "ring", (unsigned)r, initial, trained);
+    printf("gossip %s on the %s%s, peer %u: held-out accuracy %.3f -> %.3f\n", codec ? codec : "fp32",
+           graph == FEDRT_PEER_GRAPH_TORUS ? "torus" : "ring", key ? " (joined)" : "", (unsigned)r, initial,
+           trained);
     CHECK(trained > initial + 0.2);
   }
   for (r = 0; r < n; ++r) free_peer(&peers[r]);
+}
+
+/* ---- The join ------------------------------------------------------------- */
+
+/* Three peers on the dense ring with the group's key, except `odd`, which
+ * has `odd_key` (NULL: none): every peer's run fails with
+ * FEDRT_UNAUTHENTICATED before any payload is sent, the others naming `odd`
+ * (they join each other, and each refuses `odd` itself) and `odd` naming a
+ * neighbour with `odd_says`. Nothing waits for a deadline (the step deadline
+ * is a minute: the test's own timeout would end first). */
+static void check_refused(uint32_t odd, const uint8_t* odd_key, const char* odd_says) {
+  enum { kPeers = 3 };
+  Peer peers[kPeers];
+  fedrt_peer_options options = fedrt_peer_options_default();
+  char odd_rank[32];
+  uint32_t r;
+  memset(peers, 0, sizeof peers);
+  reset_queues();
+  options.peers = kPeers;
+  options.sgd = plain_sgd(0.1);
+  options.batch = 8;
+  options.step_timeout_ms = 60000;
+  options.key = g_key;
+  options.key_size = sizeof g_key;
+  for (r = 0; r < kPeers; ++r) {
+    fedrt_peer_options o = options;
+    if (r == odd) {
+      o.key = odd_key;
+      o.key_size = odd_key != NULL ? sizeof g_key : 0;
+    }
+    make_peer(&peers[r], r, o);
+  }
+  run_group(peers, kPeers);
+  snprintf(odd_rank, sizeof odd_rank, ": peer rank %u (p%u): ", (unsigned)odd, (unsigned)odd);
+  for (r = 0; r < kPeers; ++r) {
+    printf("  peer %u: %s\n", (unsigned)r, peers[r].error);
+    CHECK_STATUS(peers[r].result, FEDRT_UNAUTHENTICATED);
+    CHECK(fedrt_peer_bytes_sent(peers[r].peer) == 0);
+    if (r == odd) {
+      CHECK(strstr(peers[r].error, ": peer rank ") != NULL);
+      CHECK(strstr(peers[r].error, odd_says) != NULL);
+    } else {
+      CHECK(strstr(peers[r].error, odd_rank) != NULL);
+    }
+  }
+  for (r = 0; r < kPeers; ++r) free_peer(&peers[r]);
+}
+
+static void test_join_refused(void) {
+  /* Rank 2 holds another key: the proofs on its streams do not match. */
+  printf("a peer with another key:\n");
+  check_refused(2, g_other_key, "join");
+  /* Rank 1 holds none: it hears a join where it expects data, and its
+   * neighbours hear data where they expect the join. */
+  printf("a peer without the key:\n");
+  check_refused(1, NULL, "this peer has none");
 }
 
 /* ---- Errors ---------------------------------------------------------------- */
@@ -367,6 +458,30 @@ static void test_errors(void) {
     o = options;
     o.max_frame_bytes = 100; /* below the smallest frame limit */
     CHECK_STATUS(fedrt_peer_size(p.model, &data, NULL, 0, &o, &small), FEDRT_INVALID_ARGUMENT);
+    /* Keys: too short, NULL with a size; with one, random_bytes is required. */
+    o = options;
+    o.key = g_key;
+    o.key_size = FEDRT_KEY_MIN_BYTES - 1;
+    CHECK_STATUS(fedrt_peer_size(p.model, &data, NULL, 0, &o, &small), FEDRT_INVALID_ARGUMENT);
+    CHECK(strstr(fedrt_last_error(), "key") != NULL);
+    o.key = NULL;
+    o.key_size = sizeof g_key;
+    CHECK_STATUS(fedrt_peer_size(p.model, &data, NULL, 0, &o, &small), FEDRT_INVALID_ARGUMENT);
+    o.key = g_key;
+    CHECK_STATUS(fedrt_peer_size(p.model, &data, NULL, 0, &o, &small), FEDRT_OK);
+    CHECK(small == bytes);
+    {
+      fedrt_peer_callbacks c = callbacks;
+      c.random_bytes = NULL;
+      CHECK_STATUS(fedrt_peer_init(memory, bytes, p.model, &data, NULL, 0, &o, &c, &peer), FEDRT_INVALID_ARGUMENT);
+      CHECK(strstr(fedrt_last_error(), "callbacks->random_bytes") != NULL);
+      if (!fedrt_system_crypto_available()) {
+        c = callbacks;
+        c.hmac_sha256 = NULL;
+        CHECK_STATUS(fedrt_peer_init(memory, bytes, p.model, &data, NULL, 0, &o, &c, &peer), FEDRT_INVALID_ARGUMENT);
+        CHECK(strstr(fedrt_last_error(), "callbacks->hmac_sha256") != NULL);
+      }
+    }
   }
   /* Codec specs: one that does not apply, one missing, ones that do not parse. */
   {
@@ -426,10 +541,15 @@ static void test_errors(void) {
 
 int main(void) {
   make_data();
+  make_keys();
   test_errors();
-  test_dense_ring();
-  test_gossip(FEDRT_PEER_GRAPH_RING, NULL, 3);
-  test_gossip(FEDRT_PEER_GRAPH_TORUS, "moniqua:bits=4", 4);
+  test_dense_ring(NULL);
+  test_dense_ring(g_key);
+  test_join_refused();
+  test_gossip(FEDRT_PEER_GRAPH_RING, NULL, 3, NULL);
+  test_gossip(FEDRT_PEER_GRAPH_TORUS, "moniqua:bits=4", 4, NULL);
+  /* The torus's streams (to the row and the column neighbour) join too. */
+  test_gossip(FEDRT_PEER_GRAPH_TORUS, NULL, 4, g_key);
   reset_queues();
   return check_finish();
 }

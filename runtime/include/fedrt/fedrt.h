@@ -747,10 +747,18 @@ fedrt_status fedrt_aggregator_get_parameters(const fedrt_aggregator_t* aggregato
  * (rank - 1) and (rank + 1) modulo peers, one stream when they are the same
  * rank; on the torus (gossip only) what fedrt_peer_neighbours lists. The
  * frames on the streams are those of the TCP binding (size-prefixed,
- * verified on arrival), but there is no join: the streams must already
- * connect the right ranks, and are trusted (authenticate them below, with
- * TLS or a secure link). A peer sends before it reads, so send must take
- * the bytes without waiting for the neighbour to read them (queue them).
+ * verified on arrival). With a key in the options (the same on every peer,
+ * as a device's key), each stream starts with the join of the TCP peers and
+ * star devices (HMAC-SHA256 challenge-response, both ways): both ends prove
+ * they hold the key and are the ranks the stream is meant to connect; a
+ * wrong key or rank, a malformed handshake, or a neighbour without the key
+ * fails fedrt_peer_run with FEDRT_UNAUTHENTICATED (or the stream's status)
+ * naming that peer rank. The joins run at the first exchange of
+ * fedrt_peer_run, all streams at once, within step_timeout_ms. Without a
+ * key there is no join: the streams must already connect the right ranks and
+ * are trusted (authenticate them below, with TLS or a secure link). A peer sends before it reads, so send must
+ * take the bytes without waiting for the neighbour to read them (queue
+ * them).
  *
  * The application's program, on each peer (one thread per peer when they
  * share a process):
@@ -765,8 +773,8 @@ fedrt_status fedrt_aggregator_get_parameters(const fedrt_aggregator_t* aggregato
  * optimizer's velocity, the batch, the epoch's example order, the saved
  * gradient of a ring step, the IWP accumulator, the collectives' objects) in
  * the caller's memory. Failures: a neighbour that fails (its stream closes or
- * falls silent past step_timeout_ms) fails the step on every peer, each
- * naming the same rank; fedrt_peer_run then returns the status. The group is
+ * falls silent past step_timeout_ms, or its join is refused) fails the step
+ * on every peer, each naming the same rank; fedrt_peer_run then returns the status. The group is
  * not repaired: start over (ring repair needs the TCP binding's join). */
 typedef struct fedrt_peer fedrt_peer_t;
 
@@ -815,6 +823,11 @@ typedef struct fedrt_peer_options {
   float iwp_density;          /* FEDRT_PEER_IWP: share of coordinates per step; 0: 1/64 */
   uint32_t step_timeout_ms;   /* a collective fails when a neighbour is silent this long; 10000 */
   uint32_t max_frame_bytes;   /* largest frame sent or accepted; 4 MiB */
+  /* The group's pre-shared key (FEDRT_KEY_MIN_BYTES..FEDRT_KEY_MAX_BYTES
+   * bytes, the same on every peer; copied at init): the streams start with
+   * the join (above). NULL (key_size 0): no join, the streams are trusted. */
+  const uint8_t* key;         /* NULL */
+  size_t key_size;            /* 0 */
 } fedrt_peer_options;
 
 fedrt_peer_options fedrt_peer_options_default(void);
@@ -857,15 +870,22 @@ typedef struct fedrt_peer_callbacks {
    * Anything but FEDRT_OK ends fedrt_peer_run with that status
    * (FEDRT_CANCELLED to stop early). */
   fedrt_status (*on_progress)(void* user, const fedrt_peer_progress* progress);
+  /* The join's, with a key (as fedrt_device_callbacks'): random_bytes is
+   * then required; hmac_sha256 NULL is the system's where the build has one
+   * (fedrt_system_crypto_available()), required without. Not used without
+   * a key. */
+  fedrt_status (*random_bytes)(void* user, uint8_t* out, size_t size);
+  fedrt_status (*hmac_sha256)(void* user, const uint8_t* key, size_t key_size, const uint8_t* message,
+                              size_t message_size, uint8_t* mac);
 } fedrt_peer_callbacks;
 
 /* The bytes of memory fedrt_peer_init needs for a peer training `model` on
  * share[0 .. share_count) of `data` (share NULL: all of data's examples)
  * with `options` (NULL: the defaults). FEDRT_INVALID_ARGUMENT for options
  * that do not fit (a codec that does not parse or does not apply, a rank
- * outside the peers, a model that does not fit the data), an empty share or
- * a share index past the data; FEDRT_OUT_OF_RANGE for a batch above the
- * model's max_batch. */
+ * outside the peers, a model that does not fit the data, a key of the wrong
+ * size), an empty share or a share index past the data;
+ * FEDRT_OUT_OF_RANGE for a batch above the model's max_batch. */
 fedrt_status fedrt_peer_size(const fedrt_model_t* model, const fedrt_data_view* data, const uint32_t* share,
                              size_t share_count, const fedrt_peer_options* options, size_t* bytes);
 
@@ -874,7 +894,8 @@ fedrt_status fedrt_peer_size(const fedrt_model_t* model, const fedrt_data_view* 
  * place), the data and share[] must outlive the peer; options and callbacks
  * are copied. Besides fedrt_peer_size's errors, FEDRT_OUT_OF_RANGE when the
  * memory is too small, FEDRT_INVALID_ARGUMENT for a required callback that
- * is NULL. Sends nothing. */
+ * is NULL (random_bytes with a key; hmac_sha256 with a key in a build
+ * without fedrt_system_crypto_available()). Sends nothing. */
 fedrt_status fedrt_peer_init(void* memory, size_t size, fedrt_model_t* model, const fedrt_data_view* data,
                              const uint32_t* share, size_t share_count, const fedrt_peer_options* options,
                              const fedrt_peer_callbacks* callbacks, fedrt_peer_t** peer);

@@ -126,30 +126,6 @@ Result<AggregatorConfig> ConfigFrom(const fedrt_aggregator_options& o) {
   return config;
 }
 
-// The keys as the KeyStore's text format (id, hex key), parsed by it, so the
-// ids and key lengths are checked where they always are.
-Result<transport::KeyStore> KeysFrom(const fedrt_aggregator_key* keys, std::size_t count) {
-  if (keys == nullptr && count != 0) return InvalidArgument("keys is NULL with key_count " + std::to_string(count));
-  static const char kHex[] = "0123456789abcdef";
-  std::string text;
-  for (std::size_t i = 0; i < count; ++i) {
-    const fedrt_aggregator_key& k = keys[i];
-    if (k.device_id == nullptr || k.key == nullptr) {
-      return InvalidArgument("keys[" + std::to_string(i) + "]: device_id and key must not be NULL");
-    }
-    text += k.device_id;
-    text += ' ';
-    for (std::size_t b = 0; b < k.key_size; ++b) {
-      text += kHex[k.key[b] >> 4];
-      text += kHex[k.key[b] & 15];
-    }
-    text += '\n';
-  }
-  Result<transport::KeyStore> store = transport::KeyStore::Parse(text, "keys");
-  if (!store.ok()) return InvalidArgument(store.status().message());
-  return store;
-}
-
 fedrt_round_summary SummaryOf(const RoundReport& r) {
   fedrt_round_summary s;
   s.round = r.round;
@@ -230,11 +206,8 @@ fedrt_status fedrt_aggregator_init(void* memory, size_t size, const fedrt_aggreg
   for (const auto& callback : required) {
     if (!callback.present) return fedrt::capi::RequireNonNull(nullptr, kFunction, callback.name);
   }
-  if (callbacks->hmac_sha256 == nullptr && !fedrt_system_crypto_available()) {
-    return Fail(fedrt::InvalidArgument(std::string(kFunction) +
-                                       ": callbacks->hmac_sha256 is NULL, and this build of fedrt has no "
-                                       "HMAC-SHA256 of its own (it was built without OpenSSL)"));
-  }
+  const fedrt_status hmac = fedrt::capi::RequireHmac(callbacks->hmac_sha256, kFunction);
+  if (hmac != FEDRT_OK) return hmac;
   fedrt::Result<fedrt::AggregatorConfig> config =
       fedrt::capi::ConfigFrom(options != nullptr ? *options : fedrt_aggregator_options_default());
   if (!config.ok()) return Fail(config.status());

@@ -97,6 +97,35 @@ Status CallbackCrypto::HmacSha256(const uint8_t* key, std::size_t key_size, cons
 #endif
 }
 
+fedrt_status RequireHmac(HmacCallback hmac, const char* function) {
+  if (hmac != nullptr || fedrt_system_crypto_available()) return FEDRT_OK;
+  return Fail(InvalidArgument(std::string(function) +
+                              ": callbacks->hmac_sha256 is NULL, and this build of fedrt has no HMAC-SHA256 of its "
+                              "own (it was built without OpenSSL): pass the platform's"));
+}
+
+Result<transport::KeyStore> KeysFrom(const fedrt_aggregator_key* keys, std::size_t count) {
+  if (keys == nullptr && count != 0) return InvalidArgument("keys is NULL with key_count " + std::to_string(count));
+  static const char kHex[] = "0123456789abcdef";
+  std::string text;
+  for (std::size_t i = 0; i < count; ++i) {
+    const fedrt_aggregator_key& k = keys[i];
+    if (k.device_id == nullptr || k.key == nullptr) {
+      return InvalidArgument("keys[" + std::to_string(i) + "]: device_id and key must not be NULL");
+    }
+    text += k.device_id;
+    text += ' ';
+    for (std::size_t b = 0; b < k.key_size; ++b) {
+      text += kHex[k.key[b] >> 4];
+      text += kHex[k.key[b] & 15];
+    }
+    text += '\n';
+  }
+  Result<transport::KeyStore> store = transport::KeyStore::Parse(text, "keys");
+  if (!store.ok()) return InvalidArgument(store.status().message());
+  return store;
+}
+
 bool CallbackCrypto::ConstantTimeEqual(const uint8_t* a, const uint8_t* b, std::size_t size) {
   volatile uint8_t difference = 0;
   for (std::size_t i = 0; i < size; ++i) difference = static_cast<uint8_t>(difference | (a[i] ^ b[i]));

@@ -99,12 +99,8 @@ fedrt_status CheckDeviceArguments(const char* function, const char* device_id, c
   for (const auto& callback : required) {
     if (!callback.present) return fedrt::capi::RequireNonNull(nullptr, function, callback.name);
   }
-  if (callbacks->hmac_sha256 == nullptr && !fedrt_system_crypto_available()) {
-    return Fail(fedrt::InvalidArgument(
-        std::string(function) +
-        ": callbacks->hmac_sha256 is NULL, and this build of fedrt has no HMAC-SHA256 of its "
-        "own (it was built without OpenSSL): pass the platform's"));
-  }
+  const fedrt_status hmac = fedrt::capi::RequireHmac(callbacks->hmac_sha256, function);
+  if (hmac != FEDRT_OK) return hmac;
   if (share == nullptr && share_count != 0) {
     return Fail(fedrt::InvalidArgument(fedrt::Concat({function, ": share is NULL with share_count ", share_count})));
   }

@@ -15,6 +15,7 @@
 #include "fedrt/runtime/dataset.h"
 #include "fedrt/runtime/model.h"
 #include "fedrt/runtime/optimizer.h"
+#include "fedrt/transport/auth.h"
 #include "fedrt/transport/crypto.h"
 
 // The model handle, placed in the caller's memory by fedrt_model_init
@@ -73,6 +74,14 @@ class CallbackCrypto final : public transport::Crypto {
   RandomBytesCallback random_bytes_;
   HmacCallback hmac_;
 };
+
+// FEDRT_INVALID_ARGUMENT naming `function` when `hmac` is NULL in a build
+// without an HMAC-SHA256 of its own, else FEDRT_OK.
+fedrt_status RequireHmac(HmacCallback hmac, const char* function);
+
+// C keys as a KeyStore, through the key file's text format so that ids and
+// key lengths are checked where they always are (kInvalidArgument).
+Result<transport::KeyStore> KeysFrom(const fedrt_aggregator_key* keys, std::size_t count);
 
 // The application's millisecond clock as the engine's Clock.
 class CallbackClock final : public Clock {

@@ -2,7 +2,8 @@
 // in the caller's memory, over a stream collective context
 // (stream_peer_context.h) whose bytes move through the application's
 // callbacks. This file only adapts: options become PeerTrainerOptions, the
-// callbacks the context's streams and Clock, progress a C struct. No
+// callbacks the context's streams, Clock and Crypto, the key the join's
+// KeyStore, progress a C struct. No
 // training or collective logic lives here.
 #include <algorithm>
 #include <cstdint>
@@ -40,6 +41,8 @@ struct PeerSetup {
   transport::FrameLimits limits;
   uint32_t rank = 0;
   uint32_t peers = 1;
+  bool keyed = false;
+  transport::KeyStore keys;  // with a key: the group's key under every peer's id
 };
 
 // The bytes of a C enum field as an int, at whatever size the target gives C
@@ -105,6 +108,24 @@ Result<PeerSetup> SetupFrom(const fedrt_peer_options& o, const fedrt_model& mode
   setup.context.step_timeout_ms = o.step_timeout_ms;
   setup.limits.max_frame_bytes = o.max_frame_bytes;
   FEDRT_RETURN_IF_ERROR(setup.limits.Validate());
+  if (o.key == nullptr && o.key_size != 0) {
+    return InvalidArgument("options: key is NULL with key_size " + std::to_string(o.key_size));
+  }
+  if (o.key != nullptr) {
+    // One group key: every peer proves it under its own id ("p<rank>").
+    std::vector<std::string> ids(o.peers);
+    std::vector<fedrt_aggregator_key> keys(o.peers);
+    for (uint32_t r = 0; r < o.peers; ++r) {
+      ids[r] = "p" + std::to_string(r);
+      keys[r] = fedrt_aggregator_key{ids[r].c_str(), o.key, o.key_size};
+    }
+    Result<transport::KeyStore> store = KeysFrom(keys.data(), keys.size());
+    if (!store.ok()) return InvalidArgument("options: key: " + store.status().message());
+    setup.keyed = true;
+    setup.keys = std::move(*store);
+    // A neighbour's join waits as long as a step waits for it.
+    setup.context.join_timeout_ms = o.step_timeout_ms;
+  }
   return setup;
 }
 
@@ -134,11 +155,14 @@ constexpr std::size_t kHandleAlignment = alignof(std::max_align_t);
 // Placed at the start of the caller's memory, the trainer's block after it.
 // The trainer, which refers to the context, is ended first.
 struct fedrt_peer {
-  explicit fedrt_peer(const fedrt_peer_callbacks& c) : callbacks(c), clock(c.user, c.now_ms) {}
+  explicit fedrt_peer(const fedrt_peer_callbacks& c)
+      : callbacks(c), clock(c.user, c.now_ms), crypto(c.user, c.random_bytes, c.hmac_sha256) {}
   ~fedrt_peer() { fedrt::peer::PeerTrainer::Destroy(trainer); }
 
   const fedrt_peer_callbacks callbacks;
   fedrt::capi::CallbackClock clock;
+  fedrt::capi::CallbackCrypto crypto;
+  fedrt::transport::KeyStore keys;     // the join's (empty without a key)
   std::vector<uint32_t> all_examples;  // the share when the caller gave none
   std::unique_ptr<fedrt::peer::CollectiveContext> context;
   fedrt::peer::PeerTrainer* trainer = nullptr;
@@ -167,10 +191,12 @@ peer::PeerStreams StreamsOf(const fedrt_peer_callbacks* c) {
   return streams;
 }
 
-// A formed context over `streams` (Form sends nothing on this binding).
-Result<std::unique_ptr<peer::CollectiveContext>> FormedContext(const PeerSetup& setup, peer::PeerStreams streams) {
-  Result<std::unique_ptr<peer::CollectiveContext>> context =
-      peer::CreateStreamPeerContext(setup.rank, setup.peers, std::move(streams), setup.context, setup.limits);
+// A formed context over `streams` (Form sends nothing on this binding; the
+// join, if any, runs at the first exchange).
+Result<std::unique_ptr<peer::CollectiveContext>> FormedContext(const PeerSetup& setup, peer::PeerStreams streams,
+                                                               const peer::StreamJoin& join) {
+  Result<std::unique_ptr<peer::CollectiveContext>> context = peer::CreateStreamPeerContext(
+      setup.rank, setup.peers, std::move(streams), setup.context, setup.limits, join);
   if (!context.ok()) return context.status();
   FEDRT_RETURN_IF_ERROR((*context)->Form({}));
   return context;
@@ -239,6 +265,8 @@ fedrt_peer_options fedrt_peer_options_default(void) {
   o.iwp_density = 0;
   o.step_timeout_ms = context.step_timeout_ms;
   o.max_frame_bytes = limits.max_frame_bytes;
+  o.key = nullptr;
+  o.key_size = 0;
   return o;
 }
 
@@ -255,7 +283,7 @@ fedrt_status fedrt_peer_size(const fedrt_model_t* model, const fedrt_data_view* 
   fedrt::peer::PeerStreams unused;
   unused.write = [](uint32_t, const uint8_t*, std::size_t) { return fedrt::Status::Ok(); };
   unused.read = [](uint32_t, uint8_t*, std::size_t, uint32_t) -> fedrt::Result<std::size_t> { return std::size_t{0}; };
-  auto context = fedrt::capi::FormedContext(*setup, std::move(unused));
+  auto context = fedrt::capi::FormedContext(*setup, std::move(unused), fedrt::peer::StreamJoin());
   if (!context.ok()) return Fail(context.status());
   std::vector<uint32_t> all;
   const fedrt::peer::PeerData view = fedrt::capi::DataFrom(*data, share, share_count, &all);
@@ -287,6 +315,13 @@ fedrt_status fedrt_peer_init(void* memory, size_t size, fedrt_model_t* model, co
   const fedrt_peer_options o = options != nullptr ? *options : fedrt_peer_options_default();
   fedrt::Result<fedrt::capi::PeerSetup> setup = fedrt::capi::SetupFrom(o, *model);
   if (!setup.ok()) return Fail(setup.status());
+  if (setup->keyed) {
+    if (callbacks->random_bytes == nullptr) {
+      return fedrt::capi::RequireNonNull(nullptr, kFunction, "callbacks->random_bytes (the join's, with a key)");
+    }
+    const fedrt_status hmac = fedrt::capi::RequireHmac(callbacks->hmac_sha256, kFunction);
+    if (hmac != FEDRT_OK) return hmac;
+  }
   const std::size_t handle_bytes = fedrt::capi::HandleBytes();
   if (size < handle_bytes) {
     return Fail(fedrt::OutOfRange(std::string(kFunction) + ": " + std::to_string(size) +
@@ -299,7 +334,13 @@ fedrt_status fedrt_peer_init(void* memory, size_t size, fedrt_model_t* model, co
   auto* created = new (at) fedrt_peer(*callbacks);
   fedrt_peer& p = *created;
   setup->context.clock = &p.clock;
-  auto context = fedrt::capi::FormedContext(*setup, fedrt::capi::StreamsOf(&p.callbacks));
+  fedrt::peer::StreamJoin join;
+  if (setup->keyed) {
+    p.keys = std::move(setup->keys);
+    join.keys = &p.keys;
+    join.crypto = &p.crypto;
+  }
+  auto context = fedrt::capi::FormedContext(*setup, fedrt::capi::StreamsOf(&p.callbacks), join);
   if (!context.ok()) {
     created->~fedrt_peer();
     return Fail(context.status());

@@ -52,6 +52,20 @@ uint64_t test_monotonic_ms(void* user) {
   return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
 }
 
+static pthread_mutex_t g_random_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t g_random_state = 99u;
+fedrt_status test_random_bytes(void* user, uint8_t* out, size_t size) {
+  size_t i;
+  (void)user;
+  pthread_mutex_lock(&g_random_lock);
+  for (i = 0; i < size; ++i) {
+    g_random_state = g_random_state * 1664525u + 1013904223u;
+    out[i] = (uint8_t)(g_random_state >> 24);
+  }
+  pthread_mutex_unlock(&g_random_lock);
+  return FEDRT_OK;
+}
+
 void make_bump_data(float* features, uint8_t* labels, int count, int feature_count, int classes, uint32_t seed,
                     float bump) {
   uint32_t state = seed;

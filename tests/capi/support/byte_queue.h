@@ -1,13 +1,15 @@
 /* What the threaded C API tests share (capi_aggregator_test.c,
  * capi_peer_test.c): byte queues that stand in for streams between threads,
- * the monotonic clock their callbacks give fedrt, and a small learnable data
- * set. C99 with POSIX threads (byte_queue.c). */
+ * the monotonic clock and the randomness their callbacks give fedrt, and a
+ * small learnable data set. C99 with POSIX threads (byte_queue.c). */
 #ifndef FEDRT_TESTS_CAPI_BYTE_QUEUE_H_
 #define FEDRT_TESTS_CAPI_BYTE_QUEUE_H_
 
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "fedrt/fedrt.h"
 
 /* Bytes written and not yet read; all zero is an empty queue. The caller
  * holds the lock that guards it around every call but byte_queue_free. */
@@ -28,6 +30,10 @@ void byte_queue_free(ByteQueue* queue);
 
 /* CLOCK_MONOTONIC in milliseconds; `user` is not used (a now_ms callback). */
 uint64_t test_monotonic_ms(void* user);
+
+/* The join's random_bytes callback for tests: an LCG behind a lock (any
+ * thread), not cryptography; `user` is not used. */
+fedrt_status test_random_bytes(void* user, uint8_t* out, size_t size);
 
 /* A learnable data set of `count` examples of `feature_count` floats:
  * example n has class n % classes, features uniform in [-0.5, 0.5) from an

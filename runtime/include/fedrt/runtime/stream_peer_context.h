@@ -22,15 +22,29 @@
 // reads. Registered buffers are not placed (collectives take their copying
 // path, as on the loopback).
 //
-// Differences from the TCP binding: no join (the application's streams are
-// connected to the right ranks and trusted, or authenticated below this
-// layer), so Form() only sets the membership, and only once: a re-formation
-// (ring repair) is kUnsupported, because nothing on a stream marks where the
-// old formation's bytes end. Failure reports are sent both ways as the TCP
-// binding does, and a received one fails the collective naming the same
-// rank; suspicions after a step deadline are not exchanged (the peer that
-// times out blames the neighbour it waited for). Close() sends Leave to the
-// neighbours and returns without waiting for them.
+// The join. With keys (StreamJoin), every stream starts with the join the
+// TCP peers and star devices use (transport/join.h, HMAC-SHA256 challenge-
+// response over pre-shared keys), run both ways: each end joins as its rank
+// ("p<rank>") and answers the other's join, so each proves it holds the key
+// and is the rank the application's stream says it is. A wrong key, another
+// rank, a malformed or truncated handshake, or a neighbour without keys
+// (whose first frame is not a join) is refused with an Error frame to it and
+// fails the collective naming that rank (kUnauthenticated, or the stream's
+// kCorrupt / kUnavailable / kDeadlineExceeded); a keyless peer that hears a
+// join says so. The joins run at the first Send or Receive (Form() sends
+// nothing), all streams at once, until each has joined or failed, within
+// options.join_timeout_ms; nothing but the join is sent first, and a failure
+// is reported only to the neighbours that joined. Without keys there is no
+// join: the streams are trusted to connect the right ranks (authenticate
+// them below this layer, or not at all).
+//
+// Differences from the TCP binding: Form() only sets the membership, and only
+// once: a re-formation (ring repair) is kUnsupported, because nothing on a
+// stream marks where the old formation's bytes end. Failure reports are sent
+// both ways as the TCP binding does, and a received one fails the collective
+// naming the same rank; suspicions after a step deadline are not exchanged
+// (the peer that times out blames the neighbour it waited for). Close() sends
+// Leave to the neighbours and returns without waiting for them.
 //
 // Ownership: the context owns its StreamConnections and receive buffer; the
 // streams are the application's. Thread-safety: one thread.
@@ -44,6 +58,8 @@
 
 #include "fedrt/platform/status.h"
 #include "fedrt/runtime/collective_context.h"
+#include "fedrt/transport/auth.h"
+#include "fedrt/transport/crypto.h"
 #include "fedrt/transport/frame.h"
 
 namespace fedrt {
@@ -61,14 +77,27 @@ struct PeerStreams {
       read;
 };
 
+// The join on every stream (above). `keys` holds this peer's key under its
+// id "p<rank>" and every neighbour's under theirs (one group key under every
+// id is the C API's choice). Both must outlive the context.
+struct StreamJoin {
+  const transport::KeyStore* keys = nullptr;  // null: no join, the streams are trusted
+  // Nonces and HMAC-SHA256. Null: transport::SystemCrypto() in builds with
+  // OpenSSL; required without (the core preset, firmware).
+  transport::Crypto* crypto = nullptr;
+};
+
 // Rank `rank` of `peer_count` peers (ids "p0", "p1", ...) over `streams`.
-// options.join_timeout_ms is not used (there is no join); options.clock, if
-// set, must outlive the context. kInvalidArgument for a rank outside the
-// peers, a missing function, or limits that FrameLimits::Validate refuses.
+// options.join_timeout_ms bounds the join (unused without keys);
+// options.clock, if set, must outlive the context. kInvalidArgument for a
+// rank outside the peers, a missing function, limits that
+// FrameLimits::Validate refuses, keys without this peer's id, or keys and no
+// Crypto in a build without OpenSSL.
 Result<std::unique_ptr<CollectiveContext>> CreateStreamPeerContext(uint32_t rank, uint32_t peer_count,
                                                                    PeerStreams streams,
                                                                    const ContextOptions& options,
-                                                                   const transport::FrameLimits& limits = {});
+                                                                   const transport::FrameLimits& limits = {},
+                                                                   const StreamJoin& join = {});
 
 }  // namespace peer
 }  // namespace fedrt

@@ -14,7 +14,8 @@
 #   the same ring at momentum 0 (rTop-k's plain SGD step; the random
 #     sparsifiers refuse momentum on the ring): fp32, topk, rtopk, randk at 1%;
 #   gossip ring, 8 peers, 3 epochs, Dirichlet 0.5, cosine learning rate: fp32,
-#     moniqua:bits=1 (the 1-bit rule: dithered, theta = lr, gamma = 1 - lambda), dithered 1-bit Moniqua with
+#     moniqua:bits=1 (the 1-bit rule: dithered, theta = lr, gamma = 1 - lambda capped at 0.4 / (1 - lambda_min)),
+#     dithered 1-bit Moniqua with
 #     theta 0.05 and consensus step 0.15, and no communication;
 #   star, 8 devices, 10 rounds, the CNN: fp32 and dqsg:s=2 per tensor.
 # About five minutes on 2 cores. The last results: docs/benchmarks/paper-claims.md.
@@ -96,7 +97,7 @@ row("IWP", "58.8-64x gradient compression at dense accuracy",
     "ring all-reduce, 4 peers, 3 epochs, IID, `--reduce iwp` defaults (the paper's: dispersion threshold, probabilistic update, warm-up, local clipping)",
     f"{acc(iwp):.2f}% ({gap:+.2f} vs dense), {x:.1f}x fewer bytes", gap >= -1.0 and x >= 40)
 fp, lo = gossip["fp32"], gossip["local"]
-for spec, how in (("moniqua:bits=1", "the 1-bit rule: dithered, theta = lr, gamma = 1 - lambda"),
+for spec, how in (("moniqua:bits=1", "the 1-bit rule: dithered, theta = lr, gamma = 1 - lambda capped at 0.4 / (1 - lambda_min)"),
                   ("moniqua:bits=1,round=dither,theta=0.05,gamma=0.15",
                    "theta 0.05, dithered rounding, consensus step 0.15")):
     mq = gossip[spec]

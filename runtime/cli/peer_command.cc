@@ -424,7 +424,8 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
     const bool derived = gossip_codec != flags.codec;
     std::printf("gossip codec %s%s%s\n", gossip_codec.c_str(),
                 (*trainer)->moniqua_one_bit_rule()
-                    ? " (Moniqua at 1 bit: dithered, theta = --lr, gamma = 1 - lambda of the gossip matrix, unless named)"
+                    ? " (Moniqua at 1 bit: dithered, theta = --lr, gamma = 1 - lambda of the gossip matrix, at most 0.4 / (1 - "
+                      "lambda_min), unless named)"
                     : "",
                 derived && flags.schedule != "constant" && !(*trainer)->moniqua_one_bit_rule()
                     ? " (theta follows the learning rate)"

@@ -103,6 +103,16 @@ TEST_CASE("the mixing time of Moniqua's bound follows the gossip matrix's second
   // 3 x 3 torus, weights 1/5: 1/5 + 2/5 (cos(2 pi a / 3) + cos(2 pi b / 3)); largest non-trivial modulus 0.4.
   CHECK(slem(GossipGraph::kTorus, 9) == doctest::Approx(0.4).epsilon(1e-12));
   CHECK(slem(GossipGraph::kRing, 2) == doctest::Approx(0.0).epsilon(1e-12));
+  // All eigenvalues, ascending: the most negative one sets the 1-bit rule's
+  // cap on gamma (ring: 1/3 - 2/3 = -1/3; 2 x 4 torus, weights 1/4 with
+  // the up and down neighbour the same: 1/4 (1 - 2 - 1) = -1/2).
+  const auto lowest = [](GossipGraph graph, uint32_t n) {
+    return peer::SymmetricEigenvalues(peer::MetropolisWeights(peer::GraphNeighbours(graph, n)), n).front();
+  };
+  CHECK(lowest(GossipGraph::kRing, 8) == doctest::Approx(-1.0 / 3).epsilon(1e-12));
+  CHECK(lowest(GossipGraph::kTorus, 8) == doctest::Approx(-0.5).epsilon(1e-12));
+  CHECK(peer::SymmetricEigenvalues(peer::MetropolisWeights(peer::GraphNeighbours(GossipGraph::kRing, 8)), 8).back() ==
+        doctest::Approx(1.0).epsilon(1e-12));
   // t_mix = ceil(ln(2n) / (1 - lambda)).
   CHECK(peer::MixingTime(slem(GossipGraph::kRing, 8), 8) == 15);  // ln 16 / 0.1953 = 14.2
   CHECK(peer::MixingTime(1.0 / 3, 4) == 4);                          // ln 8 / (2/3) = 3.1

@@ -224,13 +224,15 @@ TEST_CASE("moniqua gossip without theta agrees on theta from the bound on every 
 
 // At 1 bit the bound's theta is unusable (tens of times the neighbours'
 // distance) and nearest rounding biased: a spec without theta dithers, takes
-// theta = lr and the consensus step 1 - lambda (ring of 4: lambda 1/3, so
-// gamma 2/3), each unless named; the bound is not used (no mixing time).
-TEST_CASE("moniqua at 1 bit without theta dithers, takes theta = lr and gamma = 1 - lambda unless named") {
+// theta = lr and the consensus step 1 - lambda capped at 0.4 / (1 -
+// lambda_min), each unless named; the bound is not used (no mixing time).
+// On a ring of 4 (W's eigenvalues 1, 1/3, 1/3, -1/3) 1 - lambda is 2/3, but
+// the cap 0.4 / (4/3) = 0.3 takes over (the old rule gave 0.6667 and fails).
+TEST_CASE("moniqua at 1 bit without theta dithers, takes theta = lr and gamma = 1 - lambda capped by lambda_min") {
   const Synthetic data = MakeData(480);
   for (const auto& [codec, expected] : std::vector<std::pair<std::string, std::string>>{
-           {"moniqua:bits=1", "moniqua:bits=1,round=dither,gamma=0.6667,theta=0.1"},
-           {"moniqua", "moniqua:round=dither,gamma=0.6667,theta=0.1"},
+           {"moniqua:bits=1", "moniqua:bits=1,round=dither,gamma=0.3,theta=0.1"},
+           {"moniqua", "moniqua:round=dither,gamma=0.3,theta=0.1"},
            {"moniqua:bits=1,round=nearest,gamma=0.5", "moniqua:bits=1,round=nearest,gamma=0.5,theta=0.1"}}) {
     INFO(codec);
     LoopbackRing ring(4);

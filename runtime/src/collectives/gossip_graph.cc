@@ -50,8 +50,8 @@ std::vector<double> MetropolisWeights(const std::vector<std::vector<uint32_t>>& 
   return w;
 }
 
-double SecondLargestEigenvalueModulus(const std::vector<double>& w, std::size_t n) {
-  if (n <= 1 || w.size() != n * n) return 0.0;
+std::vector<double> SymmetricEigenvalues(const std::vector<double>& w, std::size_t n) {
+  if (n == 0 || w.size() != n * n) return {};
   std::vector<double> a = w;
   // Cyclic Jacobi: rotate away each off-diagonal (p, q) in turn until the
   // off-diagonal mass is negligible (at most 100 sweeps; a few suffice).
@@ -84,8 +84,16 @@ double SecondLargestEigenvalueModulus(const std::vector<double>& w, std::size_t 
       }
     }
   }
-  std::vector<double> moduli(n);
-  for (std::size_t i = 0; i < n; ++i) moduli[i] = std::fabs(a[i * n + i]);
+  std::vector<double> values(n);
+  for (std::size_t i = 0; i < n; ++i) values[i] = a[i * n + i];
+  std::sort(values.begin(), values.end());
+  return values;
+}
+
+double SecondLargestEigenvalueModulus(const std::vector<double>& w, std::size_t n) {
+  if (n <= 1 || w.size() != n * n) return 0.0;
+  std::vector<double> moduli = SymmetricEigenvalues(w, n);
+  for (double& v : moduli) v = std::fabs(v);
   std::sort(moduli.begin(), moduli.end());
   // A doubly stochastic W has the eigenvalue 1 (the average); the next
   // largest modulus decides the mixing.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <new>
 #include <utility>
+#include <vector>
 
 #include "fedrt/codecs/codec_spec.h"
 #include "fedrt/codecs/payload.h"
@@ -47,8 +48,16 @@ double MoniquaConsensusStep(const std::string& spec) {
 // error reaches theta and does not average out. The runtime's rule instead
 // (docs/design/peer.md, "Moniqua at 1 bit"): round=dither, theta = lr
 // (kOneBitThetaPerLr) and the consensus step gamma = 1 - lambda of the
-// gossip matrix, each unless the spec names it.
+// gossip matrix, at most kOneBitFastMix / (1 - lambda_min), each unless the
+// spec names it.
 constexpr double kOneBitThetaPerLr = 1.0;
+// The recovery errors (uniform on [-theta, theta] at 1 bit) enter the mixing
+// as gamma (W - I) e every step; the neighbours' distance they keep up is set
+// by W's most negative mode, gamma (1 - lambda_min): 0.4 keeps it near 0.35
+// theta (RMS), with about 1e-4 of the recoveries wrapping (measured on the
+// ring of 8 at gamma 0.3). gamma = 1 - lambda alone gave 0.5 on the 2 x 4
+// torus (gamma (1 - lambda_min) = 0.75) and ended 8 points below fp32 gossip.
+constexpr double kOneBitFastMix = 0.4;
 
 bool MoniquaOneBitRule(const PeerTrainerOptions& o) {
   if (o.reduce != PeerReduce::kGossip || o.codec.rfind("moniqua", 0) != 0) return false;
@@ -463,19 +472,24 @@ PeerTrainer::PeerTrainer(Model& model, const PeerData& data, CollectiveContext& 
   // Gossip codecs that encode per tensor send one stream per tensor.
   group_->SetTensorTable(ModelTensorSizes(model));
   if (one_bit_rule_) {
-    // Dither and the consensus step, each unless the spec names it. gamma =
-    // 1 - lambda keeps the disagreement the recovery errors inject at about
-    // theta / sqrt(6) (RMS; docs/design/peer.md), within the bound.
+    // Dither and the consensus step, each unless the spec names it: gamma =
+    // 1 - lambda, capped so that gamma (1 - lambda_min) <= kOneBitFastMix
+    // (the recovery errors' own disagreement stays well inside theta).
     const std::string& spec = options.codec;
     const char separator = spec.find(':') == std::string::npos ? ':' : ',';
     std::string extra;
     if (spec.find("round=") == std::string::npos) extra += "round=dither";
     if (spec.find("gamma=") == std::string::npos) {
       const uint32_t n = static_cast<uint32_t>(context.members().size());
-      const double lambda = SecondLargestEigenvalueModulus(MetropolisWeights(GraphNeighbours(context.graph(), n)), n);
+      const std::vector<double> w = MetropolisWeights(GraphNeighbours(context.graph(), n));
+      const double lambda = SecondLargestEigenvalueModulus(w, n);
+      const std::vector<double> eigenvalues = SymmetricEigenvalues(w, n);
+      const double fastest = eigenvalues.empty() ? 0.0 : 1.0 - eigenvalues.front();  // 1 - lambda_min
+      double step = 1.0 - lambda;
+      if (fastest > 0) step = std::min(step, kOneBitFastMix / fastest);
       char gamma[40];
       std::snprintf(gamma, sizeof gamma, "%sgamma=%.4g", extra.empty() ? "" : ",",
-                    std::min(1.0, std::max(0.01, 1.0 - lambda)));
+                    std::min(1.0, std::max(0.01, step)));
       extra += gamma;
     }
     one_bit_spec_ = extra.empty() ? spec : spec + separator + extra;

@@ -89,10 +89,13 @@ std::vector<std::vector<uint32_t>> GraphNeighbours(GossipGraph graph, uint32_t n
 // W_ij = 1 / (1 + max(deg i, deg j)) for neighbours, W_ii = 1 - the row's
 // other weights, 0 elsewhere. Symmetric and doubly stochastic.
 std::vector<double> MetropolisWeights(const std::vector<std::vector<uint32_t>>& neighbours);
+// The eigenvalues of a symmetric n x n matrix (row-major), ascending. Cyclic
+// Jacobi rotations in double with a fixed sweep order and stopping rule, so
+// every peer computes the same values. Empty if w is not n x n.
+std::vector<double> SymmetricEigenvalues(const std::vector<double>& w, std::size_t n);
 // The second-largest eigenvalue modulus (SLEM) lambda of a symmetric n x n
-// mixing matrix (row-major): how slowly gossip on it averages. Cyclic Jacobi
-// rotations in double with a fixed sweep order and stopping rule, so every
-// peer computes the same value. 0 for n <= 1.
+// mixing matrix (row-major; SymmetricEigenvalues): how slowly gossip on it
+// averages. 0 for n <= 1.
 double SecondLargestEigenvalueModulus(const std::vector<double>& w, std::size_t n);
 // The mixing time Moniqua's bound uses: ceil(ln(2n) / (1 - lambda)), at least 1.
 uint32_t MixingTime(double lambda, std::size_t n);

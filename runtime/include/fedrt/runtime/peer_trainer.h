@@ -113,7 +113,8 @@ struct PeerTrainerOptions {
   // and 1-bit recovery errors are theta): a 1-bit spec without theta, with
   // no moniqua_theta_per_lr, gets round=dither, theta = lr and the
   // consensus step gamma = 1 - lambda (lambda: the gossip matrix's second
-  // largest eigenvalue modulus), each unless the spec names it.
+  // largest eigenvalue modulus), at most 0.4 / (1 - lambda_min) (lambda_min:
+  // its smallest eigenvalue), each unless the spec names it.
   double moniqua_theta_per_lr = 0;
   double moniqua_c = 2.0;
   uint32_t moniqua_refresh_steps = 16;
@@ -324,7 +325,7 @@ class PeerTrainer {
   CollectiveContext& context_;
   const PeerTrainerOptions options_;
   const bool derived_theta_;
-  const bool one_bit_rule_;      // Moniqua at 1 bit, theta not named: dither, theta = lr, gamma = 1 - lambda
+  const bool one_bit_rule_;      // Moniqua at 1 bit, theta not named: dither, theta = lr, gamma = 1 - lambda (capped)
   const bool bound_theta_;       // derived_theta_ from Moniqua's bound (not per lr, not 1 bit)
   const double theta_per_lr_;    // derived_theta_ and not bound_theta_: theta = this * lr
   std::string one_bit_spec_;     // one_bit_rule_: the spec with the rule's round and gamma

@@ -298,6 +298,14 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
       Fail("peer", usable);
       return 2;
     }
+  } else if (*reduce == peer::PeerReduce::kGossip) {
+    // The same: a gossip codec the trainer would refuse is refused before
+    // anything is read or dialled, not after the ring has formed.
+    const Status usable = peer::CheckGossipCodec(flags.codec);
+    if (!usable.ok()) {
+      Fail("peer", usable);
+      return 2;
+    }
   }
   const Status scoped = CheckPeerFlags(flags, app);
   if (!scoped.ok()) {

@@ -36,6 +36,9 @@ TEST_CASE("fedrt peer refuses options of another reduce mode") {
   Refused(kPeer + "--reduce compressed --codec randk:k=0.01 --momentum 0.5", "needs --momentum 0");
   Refused(kPeer + "--reduce fp16 --density 0.01", "--density applies to --reduce iwp only; this run is --reduce fp16");
   Refused(kPeer + "--reduce gossip --iwp-clip 5", "--iwp-clip applies to --reduce iwp only; this run is --reduce gossip");
+  // A gossip codec the trainer refuses is refused before the peers file is read.
+  Refused(kPeer + "--reduce gossip --codec nosuch", "gossip codec 'nosuch'");
+  Refused(kPeer + "--reduce gossip --codec choco+ndqsg", "decodes without side information");
   Refused(kPeer + "--reduce dense --graph torus", "--graph applies to --reduce gossip and local only");
   Refused(kPeer + "--reduce gossip --momentum 0.5", "--momentum applies to --reduce dense, fp16, compressed and iwp only");
   Refused(kPeer + "--reduce local --repair", "--repair applies to peers that communicate");

@@ -7,7 +7,8 @@
 # latency (p50 / p99 / max), the server's round times (p50 / p99, its
 # --metrics file, as `fedrt bench fleet` reads them) and the time from one
 # round's report to the next (the round plus its close and the start of the
-# next: where a slower cadence would show).
+# next: where a slower cadence would show) and, of that, the gap between a
+# report and the next round's start.
 # Usage: runtime/bench/fleet_close.sh OLD_FEDRT NEW_FEDRT OUTDIR DEVICES ROUNDS [FRACTION [CODEC]]
 # (FRACTION 0.05, CODEC dqsg by default; needs python3 and a hard open-file
 # limit above DEVICES + 1000; run it under /work/bin/quietslot or on a quiet
@@ -69,15 +70,19 @@ def pct(v, p):
     if not v: return float("nan")
     k = p * (len(v) - 1); lo = int(k); hi = min(lo + 1, len(v) - 1)
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
-print("%-4s %8s %9s %9s %9s %10s %10s %11s %11s %9s" % ("", "probes", "hz p50ms", "hz p99ms", "hz maxms",
-      "round p50", "round p99", "period p50", "period p99", "accuracy"))
+print("%-4s %8s %9s %9s %9s %10s %10s %11s %11s %9s %9s" % ("", "probes", "hz p50ms", "hz p99ms", "hz maxms",
+      "round p50", "round p99", "period p50", "period p99", "gap p50", "accuracy"))
 for name in ("old", "new"):
     hz = [float(x) for x in open(name + ".healthz")]
     j = json.load(open(name + ".json"))
     stamps = [float(l.split()[0]) for l in open(name + ".out") if " round " in l and "/" in l.split(" round ")[1][:8]]
     period = [b - a for a, b in zip(stamps, stamps[1:])]
-    acc = [json.loads(l).get("test_accuracy") for l in open(name + ".jsonl")]
-    print("%-4s %8d %9.2f %9.2f %9.2f %10.3f %10.3f %11.3f %11.3f %9.4f" % (name, len(hz), pct(hz, .5), pct(hz, .99),
-          max(hz) if hz else float("nan"), j.get("round_seconds_p50", float("nan")),
-          j.get("round_seconds_p99", float("nan")), pct(period, .5), pct(period, .99), acc[-1] if acc else -1))
+    lines = [json.loads(l) for l in open(name + ".jsonl")]
+    acc = [l.get("test_accuracy") for l in lines]
+    # From one report to the next round's start: the period less that round's own time.
+    gap = [p - l["seconds"] for p, l in zip(period, lines[1:])]
+    print("%-4s %8d %9.2f %9.2f %9.2f %10.3f %10.3f %11.3f %11.3f %9.3f %9.4f" % (name, len(hz), pct(hz, .5),
+          pct(hz, .99), max(hz) if hz else float("nan"), j.get("round_seconds_p50", float("nan")),
+          j.get("round_seconds_p99", float("nan")), pct(period, .5), pct(period, .99), pct(gap, .5),
+          acc[-1] if acc else -1))
 PY

@@ -468,11 +468,19 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
   if (hooks.on_listening) hooks.on_listening((*listener)->port());
   std::shared_ptr<transport::HttpListener> http;
   if (!options.http_host.empty() && rank0) {
-    // Called on this thread, inside loop.RunFor, between the engine's calls.
+    // Called on this thread, inside loop.RunFor, between the engine's calls,
+    // and possibly once more as the loop shuts down after this function
+    // returned (its last poll runs a request that was already read, before
+    // the listener's queued Close): by then the aggregator may be gone.
     Result<std::shared_ptr<transport::HttpListener>> opened = transport::HttpListener::Listen(
         loop, options.http_host, options.http_port,
-        [engine = aggregator.get(), writer = checkpoints.get()](const std::string& path) {
-          return Monitor(path, *engine, writer);
+        [weak = std::weak_ptr<Aggregator>(aggregator), writer = checkpoints.get()](const std::string& path) {
+          const std::shared_ptr<Aggregator> engine = weak.lock();
+          if (engine) return Monitor(path, *engine, writer);
+          transport::HttpResponse stopping;
+          stopping.status = 503;
+          stopping.body = "stopped: the aggregator has exited\n";
+          return stopping;
         });
     if (!opened.ok()) {
       (*listener)->Close();

@@ -122,7 +122,8 @@
 // ranks' download states gathered on rank 0 (a map entry per device there).
 //
 // Thread-safety: none. Every call, and every connection callback, runs on one
-// thread (an EventLoop's, or the application's).
+// thread (an EventLoop's, or the application's); only a close job handed to
+// on_close_job may run on another, while closing() (see "The close job").
 #ifndef FEDRT_RUNTIME_AGGREGATOR_ENGINE_H_
 #define FEDRT_RUNTIME_AGGREGATOR_ENGINE_H_
 

@@ -320,7 +320,9 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
                   "One rank of an aggregator tier started by `mpirun -np K fedrt serve --mpi`: each rank serves a "
                   "shard of the devices and redirects the others; rank 0 evaluates and checkpoints");
   serve->add_option("--key-file", o.key_file, "Every device's key, one '<id> <hex>' line each");
-  serve->add_option("--data", o.data_dir, "MNIST-style directory for the test set (empty: no evaluation)")
+  serve->add_option("--data", o.data_dir,
+                    "MNIST-style directory for the test set, evaluated after every round on a worker thread while "
+                    "devices and --http are served (empty: no evaluation)")
       ->capture_default_str();
   serve->add_option("--model", o.model, "Model spec")->capture_default_str();
   serve->add_option("--codec", o.codec, "Codec devices send their updates with")->capture_default_str();
@@ -359,7 +361,8 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
                     "Send the model's delta compressed with this codec (empty or fp32: the full model; "
                     "for devices on slow links dqsg:s=4, what fedrt sim --link uses)");
   serve->add_option("--checkpoint", o.checkpoint,
-                    "Checkpoint written every round and resumed from (one `fedrt train --checkpoint` wrote too)");
+                    "Checkpoint written (fsync'ed, on the evaluation's worker thread) every round and resumed from "
+                    "(one `fedrt train --checkpoint` wrote too); the next round starts once it is on disk");
   serve->add_option("--init-model", flags->init_model,
                     "Start round 0 from this model (.npz or a checkpoint) instead of a random one; its spec unless --model is given");
   serve->add_option("--save-model", o.save_model, "Write the final global model to this .npz (numpy.load reads it)");

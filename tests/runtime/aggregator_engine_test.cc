@@ -7,12 +7,19 @@
 
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "fedrt/platform/config.h"
+#if FEDRT_HAVE_THREADS
+#include <future>
+#include <thread>
+#endif
 
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/payload.h"
@@ -106,8 +113,15 @@ struct Federation {
 
   bool devices_measure = false;  // devices report their compute time (on `clock`)
   std::size_t settle_until_reports = SIZE_MAX;  // Settle() returns once this many rounds closed
+  // With a close worker (on_close_job): the job handed over and not run
+  // yet, how many were, and whether Settle() leaves it out (the test runs it).
+  std::function<void()> close_job;
+  std::size_t close_jobs = 0;
+  bool hold_close_job = false;
+  std::function<void()> checkpoint_wait;  // called first in on_checkpoint (on the job's thread)
 
-  Federation(AggregatorConfig config, int devices, bool measure = false) : devices_measure(measure) {
+  Federation(AggregatorConfig config, int devices, bool measure = false, bool close_worker = false)
+      : devices_measure(measure) {
     std::string text;
     for (int i = 0; i < 8; ++i) text += DeviceId(i) + " " + HexKey(i) + "\n";
     keys = KeyStore::Parse(text).value();
@@ -115,6 +129,7 @@ struct Federation {
     hooks.on_round = [this](const RoundReport& r) { reports.push_back(r); };
     hooks.on_aggregate = [this](uint32_t, const std::vector<float>& mean) { aggregates.push_back(mean); };
     hooks.on_checkpoint = [this](const AggregatorCheckpoint& c) {
+      if (checkpoint_wait) checkpoint_wait();
       std::size_t applied = 0;
     for (const RoundReport& r : reports) applied += r.applied ? 1 : 0;
     CHECK(c.round == restored_rounds + applied + 1);  // before the round's report
@@ -125,6 +140,13 @@ struct Federation {
       instructions[{round, device}] = bytes;
     };
     hooks.on_broadcast = [this](uint32_t round, const std::vector<float>& model) { broadcasts[round] = model; };
+    if (close_worker) {
+      hooks.on_close_job = [this](std::function<void()> job) {
+        CHECK_FALSE(close_job);  // one at a time
+        close_job = std::move(job);
+        close_jobs++;
+      };
+    }
     Result<std::shared_ptr<Aggregator>> created =
         Aggregator::Create(config, keys, TestCrypto(), clock, &test.view, hooks);
     REQUIRE_MESSAGE(created.ok(), created.status().ToString());
@@ -132,6 +154,7 @@ struct Federation {
     for (int i = 0; i < devices; ++i) AddDevice(i, HexKey(i));
   }
   ~Federation() {
+    if (close_job) RunCloseJob();
     aggregator->Abort(Status(StatusCode::kCancelled, "test over"));
     for (Member& m : members) {
       if (m.pipe) m.pipe->Pump();
@@ -191,6 +214,22 @@ struct Federation {
     return m;
   }
 
+  // The close job on a thread of its own, as a host's worker runs it (where
+  // there are threads), then CloseJobDone() on this (the driving) thread.
+  void RunCloseJob() {
+    REQUIRE(aggregator->closing());
+    std::function<void()> job = std::move(close_job);
+    close_job = nullptr;
+#if FEDRT_HAVE_THREADS
+    std::thread worker(std::move(job));
+    worker.join();
+#else
+    job();
+#endif
+    aggregator->CloseJobDone();
+    CHECK_FALSE(aggregator->closing());
+  }
+
   // Moves bytes only (no training, no Tick).
   void Pump(bool reverse = false) {
     for (std::size_t k = 0; k < members.size(); ++k) {
@@ -214,6 +253,10 @@ struct Federation {
         }
       }
       if (aggregator->Tick() == 0) moved = true;
+      if (close_job && !hold_close_job) {
+        RunCloseJob();
+        moved = true;
+      }
       if (reports.size() >= settle_until_reports) return;
       for (Member& m : members) {
         if (!m.cut && m.pipe && m.pipe->Pump()) moved = true;  // what Tick sent (a round's instructions)
@@ -283,6 +326,134 @@ TEST_CASE("aggregator engine: the training finishes after the first round that r
   CHECK(f.reports.back().test_accuracy >= 0.9);
   for (std::size_t r = 0; r + 1 < f.reports.size(); ++r) CHECK(f.reports[r].test_accuracy < 0.9);
   for (const Member& m : f.members) CHECK(m.client->finished());  // told to leave, as after the last round
+}
+
+// The round reports and checkpoints of a federation, to compare two runs
+// (the clock stands still in both: their times match too).
+void CheckSameRuns(const Federation& inline_run, const Federation& worker_run) {
+  REQUIRE(worker_run.reports.size() == inline_run.reports.size());
+  for (std::size_t r = 0; r < inline_run.reports.size(); ++r) {
+    INFO("round ", r + 1);
+    const RoundReport& a = inline_run.reports[r];
+    const RoundReport& b = worker_run.reports[r];
+    CHECK(b.round == a.round);
+    CHECK(b.applied == a.applied);
+    CHECK(b.updates == a.updates);
+    CHECK(b.test_accuracy == a.test_accuracy);
+    CHECK(b.test_loss == a.test_loss);
+    CHECK(b.train_loss == a.train_loss);
+    CHECK(b.bytes_up == a.bytes_up);
+    CHECK(b.bytes_down == a.bytes_down);
+    CHECK(b.near_wraps == a.near_wraps);
+    CHECK(b.anchors == a.anchors);
+    CHECK(b.level_table_version == a.level_table_version);
+    CHECK(b.level_table == a.level_table);
+    CHECK(b.seconds == a.seconds);
+  }
+  REQUIRE(worker_run.checkpoints.size() == inline_run.checkpoints.size());
+  for (std::size_t r = 0; r < inline_run.checkpoints.size(); ++r) {
+    CHECK(EncodeAggregatorCheckpoint(worker_run.checkpoints[r]) == EncodeAggregatorCheckpoint(inline_run.checkpoints[r]));
+  }
+  CHECK(SameBits(worker_run.aggregator->model(), inline_run.aggregator->model()));
+  CHECK(worker_run.aggregator->round() == inline_run.aggregator->round());
+  CHECK(worker_run.aggregator->finished() == inline_run.aggregator->finished());
+  const AggregatorCounters& a = inline_run.aggregator->counters();
+  const AggregatorCounters& b = worker_run.aggregator->counters();
+  CHECK(b.rounds_completed == a.rounds_completed);
+  CHECK(b.last_test_accuracy == a.last_test_accuracy);
+  CHECK(b.best_test_accuracy == a.best_test_accuracy);
+}
+
+TEST_CASE("aggregator engine: a close job run on another thread gives the same models, reports and checkpoints") {
+  struct Run {
+    const char* codec;
+    uint32_t rounds;
+    bool fedadam;
+    double target;
+  };
+  for (const Run& run : {Run{"dqsg", 4, false, 0}, Run{"ndqsg", 4, false, 0}, Run{"alq:bits=3,refit=2", 4, true, 0},
+                         Run{"dqsg", 30, false, 0.9}}) {
+    CAPTURE(run.codec);
+    CAPTURE(run.target);
+    AggregatorConfig config = Config(run.codec, run.rounds, 3);
+    if (run.fedadam) {
+      config.server_optimizer.kind = ServerOptimizerKind::kFedAdam;
+      config.server_optimizer.learning_rate = 0.05f;
+    }
+    config.target_accuracy = run.target;
+    Federation inline_run(config, 3);
+    inline_run.Settle();
+    Federation worker_run(config, 3, /*measure=*/false, /*close_worker=*/true);
+    worker_run.Settle();
+    REQUIRE(inline_run.aggregator->finished());
+    CHECK(inline_run.close_jobs == 0);
+    // Every applied round's evaluation and checkpoint went out as a job.
+    CHECK(worker_run.close_jobs == worker_run.checkpoints.size());
+    CHECK(worker_run.close_jobs == worker_run.reports.size());
+    if (run.target > 0) CHECK(inline_run.reports.size() < run.rounds);  // the target stopped it
+    CheckSameRuns(inline_run, worker_run);
+  }
+}
+
+TEST_CASE("aggregator engine: while a close job is out devices join but no round starts, whatever the clock; then it "
+          "goes on") {
+  Federation f(Config("dqsg", 3, 2), 2, /*measure=*/false, /*close_worker=*/true);
+  f.hold_close_job = true;
+  f.Settle();
+  REQUIRE(f.aggregator->closing());  // round 1 closed; its job is out
+  REQUIRE(f.close_job);
+  CHECK(f.aggregator->round() == 1);
+  std::function<void()> job = std::move(f.close_job);
+  f.close_job = nullptr;
+#if FEDRT_HAVE_THREADS
+  // The job runs on its own thread and blocks in on_checkpoint until the
+  // test lets it go: nothing here depends on how long anything takes.
+  std::promise<void> entered, release;
+  std::future<void> in_checkpoint = entered.get_future();
+  std::shared_future<void> released = release.get_future().share();
+  f.checkpoint_wait = [&] {
+    entered.set_value();
+    released.wait();
+  };
+  std::thread worker(std::move(job));
+  in_checkpoint.wait();
+#endif
+  // (Without threads the job is simply not run yet.) A new device joins and
+  // the clock passes two round deadlines: the devices are served, no round
+  // starts and the training does not end.
+  f.AddDevice(2, HexKey(2));
+  const std::size_t instructed = f.instructions_sent.size();
+  for (int deadline = 0; deadline < 2; ++deadline) {
+    f.clock.AdvanceMs(kDeadlineMs + 1);
+    f.Settle();
+    CHECK(f.aggregator->Tick() == std::numeric_limits<uint32_t>::max());  // nothing to wait for but the job
+  }
+  CHECK(f.aggregator->connected_devices() == 3);
+  CHECK(f.aggregator->closing());
+  CHECK_FALSE(f.aggregator->round_progress().open);
+  CHECK_FALSE(f.aggregator->finished());
+  CHECK(f.instructions_sent.size() == instructed);
+  CHECK(f.reports.empty());
+#if FEDRT_HAVE_THREADS
+  release.set_value();
+  worker.join();
+#else
+  job();
+#endif
+  CHECK(f.checkpoints.size() == 1);
+  CHECK(f.reports.empty());  // reported on the driving thread, by CloseJobDone
+  f.aggregator->CloseJobDone();
+  CHECK_FALSE(f.aggregator->closing());
+  REQUIRE(f.reports.size() == 1);
+  CHECK(f.reports[0].round == 1);
+  CHECK(f.reports[0].test_accuracy >= 0);
+  f.checkpoint_wait = nullptr;
+  f.hold_close_job = false;
+  f.Settle();
+  REQUIRE(f.aggregator->finished());
+  REQUIRE(f.reports.size() == 3);
+  CHECK(f.reports[1].sampled == 3);  // the device that joined meanwhile is in round 2
+  CHECK(f.checkpoints.size() == 3);
 }
 
 TEST_CASE("aggregator engine: a round's time is split into download, compute and upload along the last update") {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -102,15 +103,26 @@ struct Rank {
   std::vector<std::vector<float>> means;  // on_aggregate's, per round
   std::size_t most_connected = 0, most_connected_all = 0;  // this rank's, every rank's (after a Tick)
   std::unique_ptr<AggregatorCheckpoint> checkpoint;        // rank 0's latest
+  // With a close worker: the job handed over, the Ticks it has been out,
+  // and the Ticks the other ranks were refused a round meanwhile.
+  std::function<void()> close_job;
+  int held_ticks = 0;
+  std::size_t close_jobs = 0;
 
   Rank(const AggregatorConfig& config, const KeyStore& keys, const Blobs& train, const Blobs& test,
-       AggregatorTier* tier, bool evaluate) {
+       AggregatorTier* tier, bool evaluate, bool close_worker = false) {
     AggregatorHooks hooks;
     hooks.on_round = [this](const RoundReport& r) { reports.push_back(r); };
     hooks.on_aggregate = [this](uint32_t, const std::vector<float>& mean) { means.push_back(mean); };
     hooks.tier = tier;
     if (evaluate) {
       hooks.on_checkpoint = [this](const AggregatorCheckpoint& c) { checkpoint = std::make_unique<AggregatorCheckpoint>(c); };
+    }
+    if (close_worker) {
+      hooks.on_close_job = [this](std::function<void()> job) {
+        close_job = std::move(job);
+        close_jobs++;
+      };
     }
     Result<std::shared_ptr<Aggregator>> created =
         Aggregator::Create(config, keys, TestCrypto(), clock, evaluate ? &test.view : nullptr, hooks);
@@ -152,6 +164,16 @@ struct Rank {
         m.pipe->Pump();
       }
       aggregator->Tick();
+      // A close job stays out for four Ticks (every rank keeps ticking: the
+      // others must not start the next round meanwhile), then runs on a
+      // thread of its own.
+      if (close_job && ++held_ticks > 4) {
+        std::thread worker(std::move(close_job));
+        close_job = nullptr;
+        worker.join();
+        held_ticks = 0;
+        aggregator->CloseJobDone();
+      }
       most_connected = std::max(most_connected, aggregator->connected_devices());
       most_connected_all = std::max(most_connected_all, aggregator->all_connected_devices());
     }
@@ -178,10 +200,12 @@ struct Outcome {
   std::vector<std::vector<std::vector<float>>> means;  // per rank, per round: the combined update
   std::vector<std::size_t> most_connected, most_connected_all;  // per rank
   std::unique_ptr<AggregatorCheckpoint> checkpoint;             // rank 0's last
+  std::size_t close_jobs = 0;                                    // rank 0's
 };
 
-// K ranks (K = 0: one engine without a tier), every device on its shard.
-Outcome Train(const AggregatorConfig& config, int ranks) {
+// K ranks (K = 0: one engine without a tier), every device on its shard;
+// with `close_worker`, rank 0 hands its close jobs out and holds them.
+Outcome Train(const AggregatorConfig& config, int ranks, bool close_worker = false) {
   std::string text;
   for (int i = 0; i < kDevices; ++i) text += DeviceId(i) + " " + HexKey(i) + "\n";
   const KeyStore keys = KeyStore::Parse(text).value();
@@ -193,7 +217,7 @@ Outcome Train(const AggregatorConfig& config, int ranks) {
   for (int r = 0; r < k; ++r) {
     tiers.push_back(std::make_unique<ThreadTier>(hub, r, k));
     engines.push_back(std::make_unique<Rank>(config, keys, train, test, ranks == 0 ? nullptr : tiers.back().get(),
-                                             r == 0));
+                                             r == 0, close_worker && r == 0));
   }
   for (int i = 0; i < kDevices; ++i) engines[static_cast<std::size_t>(ShardOfDevice(DeviceId(i), k))]->AddDevice(i, train);
   std::vector<std::thread> threads;
@@ -208,6 +232,7 @@ Outcome Train(const AggregatorConfig& config, int ranks) {
     outcome.most_connected_all.push_back(engine->most_connected_all);
   }
   outcome.checkpoint = std::move(engines[0]->checkpoint);
+  outcome.close_jobs = engines[0]->close_jobs;
   outcome.reports = engines[0]->reports;
   return outcome;
 }
@@ -270,6 +295,29 @@ TEST_CASE("aggregator tier: round partials round-trip, merge in rank order and r
   for (std::size_t cut : {std::size_t{0}, std::size_t{3}, bytes.size() / 2, bytes.size() - 1}) {
     CHECK(DecodeRoundPartial(std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<long>(cut))).status().code() ==
           StatusCode::kCorrupt);
+  }
+}
+
+TEST_CASE("aggregator tier: while rank 0's close job is out no rank starts a round; the ranks train what one engine "
+          "does") {
+  for (const char* codec : {"fp32", "ndqsg"}) {
+    CAPTURE(codec);
+    AggregatorConfig config = Config(codec);
+    const Outcome one = Train(config, 0);
+    const Outcome tier = Train(config, 3, /*close_worker=*/true);
+    CHECK(tier.close_jobs == 5);
+    REQUIRE(tier.reports.size() == one.reports.size());
+    for (std::size_t r = 0; r < one.reports.size(); ++r) {
+      CHECK(tier.reports[r].applied);
+      CHECK(tier.reports[r].updates == one.reports[r].updates);
+      CHECK(tier.reports[r].test_accuracy == doctest::Approx(one.reports[r].test_accuracy));
+    }
+    for (const std::vector<float>& model : tier.models) {
+      CHECK(model == tier.models[0]);
+      CHECK(RelativeDistance(model, one.models[0]) < 1e-6);
+    }
+    REQUIRE(tier.checkpoint);
+    CHECK(tier.checkpoint->round == 5);
   }
 }
 

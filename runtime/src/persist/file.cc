@@ -44,39 +44,64 @@ Status Abandon(const std::string& temp, const std::string& what, int error) {
 
 }  // namespace
 
-Status WriteFileAtomically(const std::string& path, const std::vector<uint8_t>& bytes) {
-  const std::string temp = path + ".tmp";
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError(temp + ": cannot create: " + Reason(errno));
-  if (const int error = WriteAll(fd, bytes); error != 0) {
-    ::close(fd);
-    return Abandon(temp, "cannot write " + std::to_string(bytes.size()) + " bytes", error);
-  }
-  // The data is on disk before the rename makes it visible.
-  if (::fsync(fd) != 0) {
+Status AtomicFileWriter::Open(const std::string& path) {
+  Close();
+  path_ = path;
+  temp_ = path + ".tmp";
+  directory_ = DirectoryOf(path);
+  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) return IoError(temp_ + ": cannot create: " + Reason(errno));
+  dir_fd_ = ::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd_ < 0) {
     const int error = errno;
-    ::close(fd);
-    return Abandon(temp, "cannot fsync", error);
-  }
-  if (::close(fd) != 0) return Abandon(temp, "cannot close", errno);
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(temp.c_str());
-    return IoError(path + ": cannot rename " + temp + " over it: " + Reason(error));
-  }
-  // The rename itself is durable once the directory is.
-  const std::string directory = DirectoryOf(path);
-  const int dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) {
-    return IoError(path + ": written, but its directory " + directory + " cannot be opened to fsync it: " +
-                   Reason(errno));
-  }
-  const int synced = ::fsync(dir_fd) == 0 || errno == EINVAL ? 0 : errno;
-  ::close(dir_fd);
-  if (synced != 0) {
-    return IoError(path + ": written, but its directory " + directory + " cannot be fsync'ed: " + Reason(synced));
+    Close();
+    return Abandon(temp_, "cannot open its directory " + directory_ + " (to fsync it)", error);
   }
   return Status::Ok();
+}
+
+Status AtomicFileWriter::Commit(const std::vector<uint8_t>& bytes) {
+  if (fd_ < 0 || committed_) {
+    return Status(StatusCode::kFailedPrecondition, "atomic write of " + path_ + ": not open");
+  }
+  // One Commit per Open; the descriptors stay open even when it fails, for
+  // the thread that opened them to close.
+  committed_ = true;
+  if (const int error = WriteAll(fd_, bytes); error != 0) {
+    return Abandon(temp_, "cannot write " + std::to_string(bytes.size()) + " bytes", error);
+  }
+  // The data is on disk before the rename makes it visible.
+  if (::fsync(fd_) != 0) {
+    const int error = errno;
+    return Abandon(temp_, "cannot fsync", error);
+  }
+  if (std::rename(temp_.c_str(), path_.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temp_.c_str());
+    return IoError(path_ + ": cannot rename " + temp_ + " over it: " + Reason(error));
+  }
+  // The rename itself is durable once the directory is.
+  const int synced = ::fsync(dir_fd_) == 0 || errno == EINVAL ? 0 : errno;
+  if (synced != 0) {
+    return IoError(path_ + ": written, but its directory " + directory_ + " cannot be fsync'ed: " + Reason(synced));
+  }
+  // The next Open or Close closes the descriptors (close reports nothing
+  // that fsync did not).
+  return Status::Ok();
+}
+
+void AtomicFileWriter::Close() {
+  if (fd_ >= 0) ::close(fd_);
+  if (dir_fd_ >= 0) ::close(dir_fd_);
+  fd_ = dir_fd_ = -1;
+  committed_ = false;
+}
+
+Status WriteFileAtomically(const std::string& path, const std::vector<uint8_t>& bytes) {
+  AtomicFileWriter writer;
+  Status status = writer.Open(path);
+  if (status.ok()) status = writer.Commit(bytes);
+  return status;
 }
 
 Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path, std::size_t max_size) {

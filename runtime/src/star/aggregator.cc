@@ -14,7 +14,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -32,6 +35,7 @@
 #include "fedrt/transport/tcp.h"
 #include "fedrt/runtime/model_file.h"
 #include "star/aggregator_checkpoint.h"
+#include "persist/file.h"
 #include "star/aggregator_metrics.h"
 #include "star/star_data.h"
 
@@ -80,6 +84,14 @@ class DescriptorReserve {
 // reason once per round and again when it is saved. The persistence helper
 // removes a partial <path>.tmp on every failure. Finish() makes a few last
 // attempts and is the error when the latest state is still not saved.
+//
+// Threads: Save runs in the engine's close job, on the close worker; the
+// rest on the loop's thread, Retry never while a job is out. The
+// descriptors of a write are opened on the loop's thread (Prepare, before the
+// job goes out: the reserve let go of, the file and its directory opened,
+// the reserve refilled) and closed there (Settle, when it is back), so the
+// listener on that thread never takes what the reserve freed for the write.
+// What the monitoring endpoint reads is under a mutex.
 class CheckpointWriter {
  public:
   explicit CheckpointWriter(std::string path) : path_(std::move(path)) {}
@@ -91,29 +103,57 @@ class CheckpointWriter {
     const double age = std::difftime(std::time(nullptr), st.st_mtime);
     const uint64_t age_ms = age > 0 ? static_cast<uint64_t>(age * 1000) : 0;
     const uint64_t now = SystemClock().NowMs();
+    std::lock_guard<std::mutex> lock(mutex_);
     saved_ms_ = now > age_ms ? now - age_ms : 0;
     saved_any_ = true;
   }
 
   // Seconds since the latest state reached the file (-1: none has).
   double age_seconds() const {
+    std::lock_guard<std::mutex> lock(mutex_);
     return saved_any_ ? static_cast<double>(SystemClock().NowMs() - saved_ms_) / 1000.0 : -1;
   }
-  bool pending() const { return pending_.has_value(); }
+  bool pending() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return pending_.has_value();
+  }
   // Why the latest state is not on disk (empty while it is).
   std::string trouble() const {
+    std::lock_guard<std::mutex> lock(mutex_);
     if (!pending_) return "";
     return "the state of round " + std::to_string(pending_->round) + " is not saved to " + path_ + ": " +
            last_error_.ToString();
   }
 
+  // On the loop's thread, before a Save on another thread.
+  void Prepare() {
+    reserve_.Release();
+    opened_ = file_.Open(path_);
+    reserve_.Refill();
+  }
+  // On the loop's thread, once that Save has returned.
+  void Settle() {
+    file_.Close();
+    reserve_.Refill();
+  }
+
+  // After Prepare (the close job), or on the loop's thread.
   void Save(const AggregatorCheckpoint& state) {
-    if (pending_) {
-      Log(LogLevel::kWarning, "aggregator: the state of round %u was never saved; round %u's replaces it",
-          pending_->round, state.round);
+    const bool prepared = file_.is_open() || !opened_.ok();
+    std::optional<uint32_t> replaced;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (pending_) replaced = pending_->round;
+      pending_.reset();
     }
-    pending_.reset();
+    if (replaced) {
+      Log(LogLevel::kWarning, "aggregator: the state of round %u was never saved; round %u's replaces it", *replaced,
+          state.round);
+    }
+    if (!prepared) Prepare();
     const Status written = Write(state);
+    if (!prepared) Settle();
+    std::lock_guard<std::mutex> lock(mutex_);
     if (written.ok()) return Saved();
     pending_ = state;
     failures_ = 1;
@@ -124,7 +164,8 @@ class CheckpointWriter {
         written.ToString().c_str());
   }
 
-  // Between slices: another attempt once the backoff has passed.
+  // Between slices, while no close job is out: another attempt once the
+  // backoff has passed.
   void Retry() {
     if (!pending_ || SystemClock().NowMs() < next_attempt_ms_) return;
     Attempt();
@@ -132,7 +173,7 @@ class CheckpointWriter {
     next_attempt_ms_ = SystemClock().NowMs() + backoff_ms_;
   }
 
-  // Before the host returns: OK when the latest state is on disk.
+  // Before the host returns (no close job out): OK when the latest state is on disk.
   Status Finish() {
     for (uint32_t wait_ms = kFirstBackoffMs; pending_ && wait_ms <= 4 * kFirstBackoffMs; wait_ms *= 2) {
       std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
@@ -148,15 +189,20 @@ class CheckpointWriter {
   static constexpr uint32_t kFirstBackoffMs = 100;
   static constexpr uint32_t kMaxBackoffMs = 2000;
 
+  // Into the prepared file (or Prepare's error).
   Status Write(const AggregatorCheckpoint& state) {
-    reserve_.Release();
-    const Status written = WriteAggregatorCheckpoint(path_, state);
-    reserve_.Refill();
-    return written;
+    const Status opened = opened_;
+    opened_ = Status();
+    if (!opened.ok()) return opened;
+    return file_.Commit(EncodeAggregatorCheckpoint(state));
   }
 
+  // On the loop's thread, no close job out: pending_ changes only here.
   void Attempt() {
+    Prepare();
     const Status written = Write(*pending_);
+    Settle();
+    std::lock_guard<std::mutex> lock(mutex_);
     if (written.ok()) {
       Log(LogLevel::kInfo, "aggregator: checkpoint of round %u saved after %u failed attempts", pending_->round,
           failures_);
@@ -171,13 +217,16 @@ class CheckpointWriter {
     last_error_ = written;
   }
 
-  void Saved() {
+  void Saved() {  // mutex_ held
     saved_ms_ = SystemClock().NowMs();
     saved_any_ = true;
   }
 
   const std::string path_;
   DescriptorReserve reserve_;
+  persist::AtomicFileWriter file_;  // Prepare'd for the next Write
+  Status opened_;                    // why Prepare could not open it
+  mutable std::mutex mutex_;         // the monitoring endpoint's view, written by the close worker
   uint64_t saved_ms_ = 0;
   bool saved_any_ = false;
   std::optional<AggregatorCheckpoint> pending_;  // the latest state, not on disk yet
@@ -185,6 +234,63 @@ class CheckpointWriter {
   Status last_error_;
   uint32_t backoff_ms_ = kFirstBackoffMs;
   uint64_t next_attempt_ms_ = 0;
+};
+
+// The one thread the engine's close jobs run on (the engine starts none;
+// aggregator_engine.h, "The close job"): a job at a time, and `done` (which
+// posts to the loop) once it has run.
+class CloseWorker {
+ public:
+  CloseWorker() : thread_([this] { Work(); }) {}
+  ~CloseWorker() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      quit_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  CloseWorker(const CloseWorker&) = delete;
+  CloseWorker& operator=(const CloseWorker&) = delete;
+
+  void Run(std::function<void()> job, std::function<void()> done) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = std::move(job);
+      done_ = std::move(done);
+    }
+    changed_.notify_all();
+  }
+  // Until the job handed over (if any) has run.
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return !job_ && !busy_; });
+  }
+
+ private:
+  void Work() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [this] { return quit_ || job_; });
+      if (!job_) return;
+      std::function<void()> job = std::move(job_), done = std::move(done_);
+      job_ = nullptr;
+      busy_ = true;
+      lock.unlock();
+      job();
+      done();
+      lock.lock();
+      busy_ = false;
+      changed_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::function<void()> job_, done_;  // handed over, not taken yet
+  bool busy_ = false;                  // a job is running
+  bool quit_ = false;
+  std::thread thread_;  // last: starts once the rest is made
 };
 
 // GET /metrics and /healthz of RunAggregator (AggregatorOptions::http_host).
@@ -310,6 +416,15 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
   // Declared before the aggregator: connections hold it until the loop has
   // let go of them.
   transport::EventLoop loop;
+  // The evaluation and the checkpoint's write run on the close worker, so
+  // this thread goes on serving the devices and /healthz meanwhile; when
+  // the job is back, close_done (set below) reports the round on this thread.
+  CloseWorker worker;
+  std::function<void()> close_done;
+  engine_hooks.on_close_job = [&loop, &worker, &close_done, writer = checkpoints.get()](std::function<void()> job) {
+    if (writer != nullptr) writer->Prepare();
+    worker.Run(std::move(job), [&loop, &close_done] { loop.Post([&close_done] { close_done(); }); });
+  };
   Result<std::shared_ptr<Aggregator>> created =
       Aggregator::Create(options, *keys, transport::SystemCrypto(), SystemClock(),
                          evaluate ? &test_set : nullptr, std::move(engine_hooks));
@@ -353,11 +468,19 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
   if (hooks.on_listening) hooks.on_listening((*listener)->port());
   std::shared_ptr<transport::HttpListener> http;
   if (!options.http_host.empty() && rank0) {
-    // Called on this thread, inside loop.RunFor, between the engine's calls.
+    // Called on this thread, inside loop.RunFor, between the engine's calls,
+    // and possibly once more as the loop shuts down after this function
+    // returned (its last poll runs a request that was already read, before
+    // the listener's queued Close): by then the aggregator may be gone.
     Result<std::shared_ptr<transport::HttpListener>> opened = transport::HttpListener::Listen(
         loop, options.http_host, options.http_port,
-        [engine = aggregator.get(), writer = checkpoints.get()](const std::string& path) {
-          return Monitor(path, *engine, writer);
+        [weak = std::weak_ptr<Aggregator>(aggregator), writer = checkpoints.get()](const std::string& path) {
+          const std::shared_ptr<Aggregator> engine = weak.lock();
+          if (engine) return Monitor(path, *engine, writer);
+          transport::HttpResponse stopping;
+          stopping.status = 503;
+          stopping.body = "stopped: the aggregator has exited\n";
+          return stopping;
         });
     if (!opened.ok()) {
       (*listener)->Close();
@@ -368,20 +491,41 @@ Status RunAggregator(const AggregatorOptions& options, const AggregatorHooks& ho
     Log(LogLevel::kInfo, "aggregator: metrics on http://%s:%u/metrics", options.http_host.c_str(), http->port());
     if (hooks.on_http_listening) hooks.on_http_listening(http->port());
   }
-  uint64_t finished_at = 0;
-  while (stop == nullptr || !stop->load()) {
-    loop.RunFor(kSliceMs);
-    aggregator->Tick();
-    if (checkpoints) checkpoints->Retry();
+  // Between slices, and as soon as a close job is back: the next round
+  // starts at once after a close (Tick() returned 0, or the job is done),
+  // not a slice later. A round that starts here is shown at once.
+  const auto step = [&] {
+    if (aggregator->Tick() == 0) aggregator->Tick();
+    if (checkpoints && !aggregator->closing()) checkpoints->Retry();
     if (hooks.on_round_progress) {
       const RoundProgress progress = aggregator->round_progress();
       if (progress.open) hooks.on_round_progress(progress);
     }
+  };
+  // The job has run (the worker is idle): its descriptors back, the round
+  // reported. False when there was none (already finished at a stop).
+  const auto finish_close = [&] {
+    if (!aggregator->closing()) return false;
+    if (checkpoints) checkpoints->Settle();
+    aggregator->CloseJobDone();
+    return true;
+  };
+  close_done = [&] {
+    if (finish_close()) step();
+  };
+  uint64_t finished_at = 0;
+  while (stop == nullptr || !stop->load()) {
+    loop.RunFor(kSliceMs);
+    step();
     if (aggregator->finished()) {
       if (finished_at == 0) finished_at = SystemClock().NowMs();
       if (aggregator->open_connections() == 0 || SystemClock().NowMs() - finished_at > kFinishGraceMs) break;
     }
   }
+  // Stopped with a close job out: it finishes (its checkpoint is written)
+  // and its round is reported before the connections go.
+  worker.Wait();
+  finish_close();
   (*listener)->Close();
   aggregator->Abort(Status(StatusCode::kCancelled, "aggregator stopped"));
   loop.RunFor(50);

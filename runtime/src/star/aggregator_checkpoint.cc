@@ -185,12 +185,16 @@ Result<AggregatorCheckpoint> DecodeLegacy(const uint8_t* bytes, std::size_t size
 
 }  // namespace
 
-Status WriteAggregatorCheckpoint(const std::string& path, const AggregatorCheckpoint& checkpoint) {
+std::vector<uint8_t> EncodeAggregatorCheckpoint(const AggregatorCheckpoint& checkpoint) {
   Checkpoint file;
   file.spec = checkpoint.model;
   file.parameters = checkpoint.parameters;
   file.aggregator_state = EncodeAggregatorSection(checkpoint);
-  return WriteCheckpointFile(path, file);
+  return EncodeCheckpoint(file);
+}
+
+Status WriteAggregatorCheckpoint(const std::string& path, const AggregatorCheckpoint& checkpoint) {
+  return persist::WriteFileAtomically(path, EncodeAggregatorCheckpoint(checkpoint));
 }
 
 Result<AggregatorCheckpoint> AggregatorStateOf(Checkpoint file, const std::string& path) {

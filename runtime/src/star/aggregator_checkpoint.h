@@ -54,6 +54,9 @@ void PutLevelStatistics(persist::Writer& w, const LevelStatistics& statistics);
 bool ReadLevelStatistics(persist::Reader& r, LevelStatistics* statistics);
 
 Status WriteAggregatorCheckpoint(const std::string& path, const AggregatorCheckpoint& checkpoint);
+// The bytes WriteAggregatorCheckpoint writes (for a host that writes them
+// itself, persist::AtomicFileWriter).
+std::vector<uint8_t> EncodeAggregatorCheckpoint(const AggregatorCheckpoint& checkpoint);
 // kNotFound only when there is no file; a file that cannot be read is
 // kIoError with the reason (never "no checkpoint"), one that fails a check
 // kCorrupt, a version this build does not read kUnsupported. Errors name the path.

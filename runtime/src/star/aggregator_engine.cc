@@ -333,6 +333,17 @@ struct Aggregator::State {
   Status EncodeInstructions(const Assignment& assignment, ModelEncoding encoding, uint32_t max_frame_bytes,
                             std::vector<OutFrame>* frames);
   void CloseRound();
+  // The heavy end of an applied round's close: the evaluation, then
+  // on_checkpoint. It reads the model, the test set and checkpoint_, and
+  // writes only evaluation_ (and evaluated_): with on_close_job it runs on
+  // the host's thread while closing_ keeps the driving thread off them.
+  void RunCloseJob();
+  // On the driving thread, after RunCloseJob: the evaluation into the
+  // report and counters, the round's time, on_round.
+  void FinishClose();
+  void TimeRound(RoundReport& report);
+  bool closing_ = false;  // a close job is out: no round starts until CloseJobDone()
+  Status evaluated_;      // RunCloseJob's evaluation
   Status PrepareBroadcast();
   int Adapt(const std::string& device, int rho, std::size_t near_wraps, RoundReport& report);
   TensorSetCodec* CodecFor(const std::string& spec);
@@ -346,6 +357,7 @@ struct Aggregator::State {
   struct TickView {
     uint64_t connected = 0, received = 0, waiting = 0, open = 0;
     bool deadline_passed = false, target_reached = false;
+    bool closing = false;  // a rank's close job is out (any rank's: no rank starts a round)
   };
   TickView last_view_;  // the last Tick's (every rank's with a tier), for monitoring
   Status AgreeTick(TickView* view);
@@ -1989,12 +2001,6 @@ void Aggregator::State::CloseRound() {
   counters_.updates_accepted += report.updates;
   counters_.bytes_up += report.bytes_up;
   counters_.bytes_down += report.bytes_down;
-  const auto timed = [&](double seconds) {
-    report.seconds = seconds;
-    counters_.rounds_timed++;
-    counters_.round_seconds_total += seconds;
-    counters_.last_round_seconds = seconds;
-  };
   // A round that applied nothing is reported as such and runs again: it
   // never advances the round count or reaches the checkpoint as a success.
   // After max_failed_rounds of them in a row the training cannot be making
@@ -2009,7 +2015,7 @@ void Aggregator::State::CloseRound() {
     Log(LogLevel::kWarning, "aggregator: round %" PRIu32 " not applied: %s; %s (%" PRIu32 " of %" PRIu32 " in a row)",
         round_ + 1, report.failure.c_str(), report.stopped ? "stopping" : "running it again", failed_in_a_row_,
         config_.max_failed_rounds);
-    timed(static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0);
+    TimeRound(report);
     counters_.rounds_not_applied++;
     counters_.failed_in_a_row = failed_in_a_row_;
     counters_.last_failure = report.failure;
@@ -2047,36 +2053,54 @@ void Aggregator::State::CloseRound() {
         report.dp_epsilon, config_.dp.delta, report.dp_sampling_rate, config_.dp.noise_multiplier);
   }
   round_++;
-  if (evaluate_) {
-    const Status evaluated = EvaluateModel(*model_, test_, 256, &evaluation_, &evaluation_scratch_);
-    const Evaluation* eval = evaluated.ok() ? &evaluation_ : nullptr;
-    if (eval != nullptr) {
-      report.test_accuracy = eval->accuracy;
-      report.test_loss = eval->loss;
-      if (config_.target_accuracy > 0 && eval->accuracy >= config_.target_accuracy) reached_target_ = true;
-    }
-  }
   RefitLevels();
   if (levels_) {
     report.level_table_version = levels_->level_table().version;
     report.level_table = levels_->level_table().levels;
   }
   counters_.rounds_completed = round_;
-  if (report.test_accuracy >= 0) {
-    counters_.last_test_accuracy = report.test_accuracy;
-    counters_.best_test_accuracy = std::max(counters_.best_test_accuracy, report.test_accuracy);
-  }
   if (report.dp_epsilon >= 0) counters_.dp_epsilon = report.dp_epsilon;
   if (tier_ != nullptr && downlink_) {
     const Status shared = ShareSynced();
     if (!shared.ok()) return TierFailed(shared);
   }
-  if (hooks_.on_checkpoint) {
-    FillCheckpoint(&checkpoint_);
-    hooks_.on_checkpoint(checkpoint_);
+  if (hooks_.on_checkpoint) FillCheckpoint(&checkpoint_);
+  // The evaluation and the checkpoint take most of a close. A host that can
+  // run them on another thread gets them as a job: until CloseJobDone() no
+  // round starts and nothing writes the model or checkpoint_, the job's input.
+  if (hooks_.on_close_job && (evaluate_ || hooks_.on_checkpoint)) {
+    closing_ = true;
+    hooks_.on_close_job([this] { RunCloseJob(); });
+    return;
   }
-  timed(static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0);
+  RunCloseJob();
+  FinishClose();
+}
+
+void Aggregator::State::RunCloseJob() {
+  if (evaluate_) evaluated_ = EvaluateModel(*model_, test_, 256, &evaluation_, &evaluation_scratch_);
+  if (hooks_.on_checkpoint) hooks_.on_checkpoint(checkpoint_);
+}
+
+void Aggregator::State::FinishClose() {
+  closing_ = false;
+  RoundReport& report = report_;
+  if (evaluate_ && evaluated_.ok()) {
+    report.test_accuracy = evaluation_.accuracy;
+    report.test_loss = evaluation_.loss;
+    if (config_.target_accuracy > 0 && evaluation_.accuracy >= config_.target_accuracy) reached_target_ = true;
+    counters_.last_test_accuracy = report.test_accuracy;
+    counters_.best_test_accuracy = std::max(counters_.best_test_accuracy, report.test_accuracy);
+  }
+  TimeRound(report);
   if (hooks_.on_round) hooks_.on_round(report);
+}
+
+void Aggregator::State::TimeRound(RoundReport& report) {
+  report.seconds = static_cast<double>(clock_.NowMs() - round_started_ms_) / 1000.0;
+  counters_.rounds_timed++;
+  counters_.round_seconds_total += report.seconds;
+  counters_.last_round_seconds = report.seconds;
 }
 
 // One AllGather of this rank's counts; every rank sums them, and takes the
@@ -2089,6 +2113,7 @@ Status Aggregator::State::AgreeTick(TickView* view) {
   mine.U64(view->open);
   mine.U8(view->deadline_passed ? 1 : 0);
   mine.U8(view->target_reached ? 1 : 0);
+  mine.U8(view->closing ? 1 : 0);
   std::vector<std::vector<uint8_t>> all;
   FEDRT_RETURN_IF_ERROR(tier_->AllGather(std::move(mine).Take(), &all));
   *view = TickView();
@@ -2100,7 +2125,9 @@ Status Aggregator::State::AgreeTick(TickView* view) {
     view->open += r.U64();
     const bool deadline_passed = r.U8() != 0;
     const bool target_reached = r.U8() != 0;
+    const bool closing = r.U8() != 0;
     if (!r.AtEnd()) return Corrupt("tick counts of rank " + std::to_string(rank));
+    view->closing = view->closing || closing;
     if (rank == 0) {
       view->deadline_passed = deadline_passed;
       view->target_reached = target_reached;
@@ -2301,6 +2328,7 @@ uint32_t Aggregator::State::Tick() {
   view.open = peers_.size();
   view.deadline_passed = in_round_ && now >= round_deadline_ms_;
   view.target_reached = reached_target_;
+  view.closing = closing_;
   if (tier_ != nullptr) {
     const Status agreed = AgreeTick(&view);
     if (!agreed.ok()) {
@@ -2310,6 +2338,10 @@ uint32_t Aggregator::State::Tick() {
   }
   last_view_ = view;
   InviteDeferred();
+  // While a close job is out (on any rank) the round it closes is not done:
+  // no round starts and the training does not finish (its target is not
+  // known yet). Joins and their deadlines go on.
+  if (view.closing) return static_cast<uint32_t>(next);
   if (!in_round_) {
     if (round_ >= config_.rounds || view.target_reached) {
       FinishAll();
@@ -2330,7 +2362,8 @@ uint32_t Aggregator::State::Tick() {
   // view.waiting: sampled devices still able to answer (connected, not answered yet).
   if (view.received >= Quorum() || view.deadline_passed || (view.waiting == 0 && view.received > 0)) {
     CloseRound();
-    return 0;  // the next round can start at once
+    // The next round can start at once, or once the close job is done.
+    return closing_ ? static_cast<uint32_t>(next) : 0;
   }
   return static_cast<uint32_t>(std::min<uint64_t>(next, round_deadline_ms_ - now));
 }
@@ -2624,6 +2657,10 @@ Result<std::shared_ptr<Aggregator>> Aggregator::Create(const AggregatorConfig& c
 
 Status Aggregator::Restore(AggregatorCheckpoint checkpoint) { return state_->Restore(checkpoint); }
 uint32_t Aggregator::Tick() { return state_->Tick(); }
+void Aggregator::CloseJobDone() {
+  if (state_->closing_) state_->FinishClose();
+}
+bool Aggregator::closing() const { return state_->closing_; }
 void Aggregator::Finish() { state_->FinishAll(); }
 void Aggregator::Abort(const Status& reason) { state_->AbortAll(reason); }
 bool Aggregator::finished() const { return state_->finished_; }

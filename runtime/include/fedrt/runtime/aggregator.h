@@ -50,9 +50,15 @@
 // files, or runs devices in the same process (examples/03_embed.cc) drives
 // the engine directly.
 //
+// Threads: the loop, and one worker for the heavy end of each applied
+// round's close (the test set's evaluation, then the checkpoint's fsync'ed
+// write: the engine's close job), so that devices and /healthz are served
+// while it runs; the next round starts as soon as it is back.
+//
 // Ownership: RunAggregator owns everything it creates; the callbacks run on
-// the calling thread, between I/O handlers, and must not block for long.
-// Thread-safety: `stop` may be set from any thread.
+// the calling thread, between I/O handlers, and must not block for long,
+// except on_checkpoint, which runs on the close worker (on_close_job is
+// RunAggregator's own). Thread-safety: `stop` may be set from any thread.
 #ifndef FEDRT_RUNTIME_AGGREGATOR_H_
 #define FEDRT_RUNTIME_AGGREGATOR_H_
 

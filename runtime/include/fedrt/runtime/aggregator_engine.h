@@ -32,6 +32,27 @@
 // (before on_round); the host decides where it goes (RunAggregator writes it
 // atomically to a file).
 //
+// The close job: evaluating the model on the test set and on_checkpoint are
+// most of an applied round's close (LeNet-300-100 on 10,000 examples, then
+// an fsync'ed file), and a host whose one thread also serves every device
+// can run them elsewhere. With AggregatorHooks::on_close_job set, Tick()
+// hands them over instead of running them:
+//
+//   hooks.on_close_job = [&](std::function<void()> job) {
+//     worker.Run(std::move(job), [&] { loop.Post([&] { aggregator->CloseJobDone(); aggregator->Tick(); }); });
+//   };
+//
+// The job may run on any thread, once; then the host calls CloseJobDone()
+// on the driving thread, which reports the round (on_round, with the test
+// accuracy) and lets the next one start. Meanwhile closing() is true and
+// frames, joins and join deadlines are served as ever, but no round starts,
+// the training does not finish, and nothing writes what the job reads (the
+// model, the checkpoint handed to on_checkpoint): on_checkpoint then runs on
+// the job's thread. Without the hook the job runs inside Tick(), as one
+// call. Either way the rounds, reports and checkpoints are the same. A host
+// lets the job finish and calls CloseJobDone() before Abort() and before it
+// lets go of the aggregator.
+//
 // Ownership: `keys`, `crypto`, `clock` and the test set's memory must outlive
 // the aggregator. Connections hold the aggregator (their handler) until they
 // close, and the aggregator holds its open connections: Finish() or Abort()
@@ -110,7 +131,8 @@
 // ranks' download states gathered on rank 0 (a map entry per device there).
 //
 // Thread-safety: none. Every call, and every connection callback, runs on one
-// thread (an EventLoop's, or the application's).
+// thread (an EventLoop's, or the application's); only a close job handed to
+// on_close_job may run on another, while closing() (see "The close job").
 #ifndef FEDRT_RUNTIME_AGGREGATOR_ENGINE_H_
 #define FEDRT_RUNTIME_AGGREGATOR_ENGINE_H_
 
@@ -408,7 +430,9 @@ struct AggregatorCheckpoint {
 };
 
 // Callbacks run on the thread that drives the aggregator, inside Tick() or a
-// connection callback; they must not block for long.
+// connection callback (or CloseJobDone()); they must not block for long.
+// on_checkpoint is the exception: with on_close_job it runs in the job, on
+// the host's thread.
 struct AggregatorHooks {
   // RunAggregator only: the TCP port it listens on, and the port of its
   // monitoring endpoint (AggregatorOptions::http_host).
@@ -420,6 +444,12 @@ struct AggregatorHooks {
   std::function<void(const RoundReport&)> on_round;
   // The state to persist after every applied round (before on_round).
   std::function<void(const AggregatorCheckpoint&)> on_checkpoint;
+  // Takes the heavy end of an applied round's close (the evaluation, then
+  // on_checkpoint) to run on any thread; the host calls CloseJobDone() on the
+  // driving thread once it has run (see "The close job" above). Called only
+  // when there is something to run (a test set or on_checkpoint). Empty: the
+  // job runs inside Tick().
+  std::function<void(std::function<void()> job)> on_close_job;
   // The round's mean decoded update before the server optimizer (tests).
   std::function<void(uint32_t round, const std::vector<float>& mean)> on_aggregate;
   // With a downlink codec: the model the devices hold for `round` (tests).
@@ -469,8 +499,15 @@ class Aggregator final : public transport::ConnectionHandler {
   Status Restore(AggregatorCheckpoint checkpoint);
 
   // Deadlines and round changes (see above). Returns the milliseconds until
-  // the next deadline it knows of (UINT32_MAX: none; it waits for frames).
+  // the next deadline it knows of (UINT32_MAX: none; it waits for frames);
+  // 0 when it closed a round and the next can start at once. While a close
+  // job is out no round starts: tick again after CloseJobDone().
   uint32_t Tick();
+  // The close job handed to on_close_job has run: reports the round
+  // (on_round) and lets the next start. No-op unless closing().
+  void CloseJobDone();
+  // A close job is out (handed to on_close_job, CloseJobDone() not called yet).
+  bool closing() const;
   // Tells every joined device that the training is over (a Leave) and closes
   // every connection; finished() is then true. Tick() calls it once the last
   // round is applied; a host may call it to end the training early.

@@ -24,7 +24,10 @@ fi
 run() {  # run NAME SERVE-PREFIX... : serve, then 8 devices at the port rank 0 prints
   local name=$1
   shift
-  "$@" "$fedrt" serve "${common[@]}" ${MPI_FLAG:-} --save-model "$work/$name.npz" >"$work/$name.log" 2>&1 &
+  # The log exists before the poll below reads it: the background serve may
+  # not have opened it yet (a loaded machine), and a failed sed ends the script.
+  : >"$work/$name.log"
+  "$@" "$fedrt" serve "${common[@]}" ${MPI_FLAG:-} --save-model "$work/$name.npz" >>"$work/$name.log" 2>&1 &
   local serve=$!
   local port=""
   for _ in $(seq 600); do

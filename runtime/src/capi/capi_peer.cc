@@ -21,6 +21,7 @@
 #include "fedrt/runtime/peer_trainer.h"
 #include "fedrt/runtime/stream_peer_context.h"
 #include "fedrt/transport/frame.h"
+#include "peer/formation.h"
 
 namespace fedrt::capi {
 namespace {
@@ -116,7 +117,7 @@ Result<PeerSetup> SetupFrom(const fedrt_peer_options& o, const fedrt_model& mode
     std::vector<std::string> ids(o.peers);
     std::vector<fedrt_aggregator_key> keys(o.peers);
     for (uint32_t r = 0; r < o.peers; ++r) {
-      ids[r] = "p" + std::to_string(r);
+      ids[r] = peer::internal::PeerId(r);
       keys[r] = fedrt_aggregator_key{ids[r].c_str(), o.key, o.key_size};
     }
     Result<transport::KeyStore> store = KeysFrom(keys.data(), keys.size());

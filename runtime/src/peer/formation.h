@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -19,6 +20,10 @@ namespace internal {
 
 // The prefix of every failure report and of Name(rank).
 inline constexpr const char kFailurePrefix[] = "peer rank ";
+
+// The id a peer joins and holds its key under when the binding names peers
+// by rank (the loopback, the application's streams): "p<rank>".
+inline std::string PeerId(uint32_t rank) { return "p" + std::to_string(rank); }
 
 // The members of a formation: `members` sorted and without repeats (every
 // rank of the peer list when empty), which must include `rank` and name only

@@ -14,6 +14,7 @@
 
 #include "fedrt/runtime/collective_context.h"
 #include "fedrt/transport/loopback.h"
+#include "peer/formation.h"
 #include "peer/link_context.h"
 
 namespace fedrt {
@@ -44,7 +45,7 @@ namespace {
 
 std::vector<std::string> LoopbackIds(uint32_t n) {
   std::vector<std::string> ids;
-  for (uint32_t i = 0; i < n; ++i) ids.push_back("p" + std::to_string(i));
+  for (uint32_t i = 0; i < n; ++i) ids.push_back(internal::PeerId(i));
   return ids;
 }
 

@@ -276,8 +276,6 @@ class StreamPeerContext final : public CollectiveContext {
     return true;
   }
 
-  static std::string Id(uint32_t rank) { return "p" + std::to_string(rank); }
-
   // Reports the failed rank to the neighbours, once: only on joined streams
   // (a neighbour still joining would not trust it).
   void SendReport() {
@@ -314,7 +312,7 @@ class StreamPeerContext final : public CollectiveContext {
     joined_ = true;
     joining_ = true;
     const Deadline deadline = DeadlineAfterMs(options_.join_timeout_ms);
-    const std::string self = Id(rank_);
+    const std::string self = internal::PeerId(rank_);
     std::vector<std::unique_ptr<StreamJoiner>> joiners;
     std::vector<std::size_t> pending;
     for (std::size_t i = 0; i < links_.size(); ++i) {
@@ -358,8 +356,8 @@ class StreamPeerContext final : public CollectiveContext {
   // Moves one stream's join on with the frames that arrived: true when both
   // halves are done (the stream is joined), false while it waits for more;
   // a failure fails (and refuses) the neighbour. This peer's client
-  // (started by Join) joins as Id(rank_) while its server answers the
-  // neighbour's client, which must join as Id(link.rank()); the frames of
+  // (started by Join) joins as PeerId(rank_) while its server answers the
+  // neighbour's client, which must join as PeerId(link.rank()); the frames of
   // the two interleave on the stream, and their kinds tell them apart.
   // Until both are done the neighbour is not trusted: an Error from it fails
   // it, whatever rank its text names.
@@ -393,9 +391,9 @@ class StreamPeerContext final : public CollectiveContext {
           Result<transport::OutFrame> challenge = join.server.OnFrame(frame, transport::JoinResult());
           if (!challenge.ok()) return Refuse(link, challenge.status());
           const transport::JoinAnnouncement& a = join.server.announcement();
-          if (a.device_id != Id(r)) {
+          if (a.device_id != internal::PeerId(r)) {
             return Refuse(link, Status(StatusCode::kUnauthenticated,
-                                       "it joins as '" + a.device_id + "' on the stream to " + Id(r)));
+                                       "it joins as '" + a.device_id + "' on the stream to " + internal::PeerId(r)));
           }
           if (a.resume_round != generation_) {
             return Refuse(link, Status(StatusCode::kFailedPrecondition,
@@ -467,8 +465,8 @@ Result<std::unique_ptr<CollectiveContext>> CreateStreamPeerContext(uint32_t rank
   FEDRT_RETURN_IF_ERROR(limits.Validate());
   StreamJoin checked = join;
   if (checked.keys != nullptr) {
-    if (checked.keys->Find("p" + std::to_string(rank)) == nullptr) {
-      return InvalidArgument("the keys have none for this peer ('p" + std::to_string(rank) + "')");
+    if (checked.keys->Find(internal::PeerId(rank)) == nullptr) {
+      return InvalidArgument("the keys have none for this peer ('" + internal::PeerId(rank) + "')");
     }
 #if FEDRT_HAVE_OPENSSL
     if (checked.crypto == nullptr) checked.crypto = &transport::SystemCrypto();

@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,6 +32,7 @@
 #include "cli/kernel_links.h"
 #include "cli/key_files.h"
 #include "cli/link_flags.h"
+#include "cli/output_files.h"
 #include "cli/signals.h"
 #include "cli/sim_report.h"
 #include "cli/star_report.h"
@@ -386,8 +386,7 @@ namespace {
 // --tls: a throwaway CA and a certificate for `names` (127.0.0.1, and the
 // bridge's address with kernel links) in <out>/tls, named in `flags`.
 Status WriteSimTlsFiles(SimFlags* flags, const std::vector<std::string>& names = {"127.0.0.1"}) {
-  ::mkdir(flags->out.c_str(), 0755);
-  ::mkdir((flags->out + "/tls").c_str(), 0700);
+  FEDRT_RETURN_IF_ERROR(MakeOutputDirectory(flags->out + "/tls", 0700));
   Result<transport::TlsTestFiles> files = transport::WriteTlsTestFiles(flags->out + "/tls", names);
   if (!files.ok()) return files.status();
   flags->tls_ca_file = files->ca_cert;
@@ -565,14 +564,16 @@ int RunSim(SimFlags flags, const CLI::App& app) {
       link.args.push_back(transport::FormatLinkProfile(user));
     }
   }
-  ::mkdir(flags.out.c_str(), 0755);
+  const Status out = MakeOutputDirectory(flags.out);
+  if (!out.ok()) return Fail(out.ToString());
   const Status keys = MakeKeys(flags.out, flags.devices);
   if (!keys.ok()) return Fail(keys.ToString());
   transport::TlsConfig tls;
   tls.cert_file = flags.tls_cert_file;
   tls.key_file = flags.tls_key_file;
-  std::ofstream metrics(flags.out + "/metrics.jsonl", std::ios::trunc);
-  if (!metrics) return Fail(flags.out + "/metrics.jsonl: cannot open for writing");
+  std::ofstream metrics;
+  const Status opened = OpenOutputFile(flags.out + "/metrics.jsonl", &metrics);
+  if (!opened.ok()) return Fail(opened.ToString());
   std::printf("fedrt sim: %d devices, %u rounds, %s, %s partition, codecs:", flags.devices, flags.rounds,
               flags.model.c_str(), flags.partition.c_str());
   for (std::size_t i = 0; i < flags.codecs.size(); ++i) {
@@ -603,7 +604,8 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     // The same codec may run with two downlinks: the label tells them apart.
     const std::string label = downlink.empty() ? codec : codec + " (down " + downlink + ")";
     const std::string dir = flags.out + "/" + SimLabel(label);
-    ::mkdir(dir.c_str(), 0755);
+    const Status made = MakeOutputDirectory(dir);
+    if (!made.ok()) return Fail(made.ToString());
     Series series;
     series.codec = label;
     // The device processes, as the aggregator's thread starts them; a
@@ -782,7 +784,9 @@ int RunSim(SimFlags flags, const CLI::App& app) {
     all.push_back(series);
   }
 
-  std::ofstream plot(flags.out + "/plot.svg", std::ios::trunc);
+  std::ofstream plot;
+  const Status plot_opened = OpenOutputFile(flags.out + "/plot.svg", &plot);
+  if (!plot_opened.ok()) return Fail(plot_opened.ToString());
   plot << SimPlot(all, "fedrt sim: " + std::to_string(flags.devices) + " devices, " + flags.model + ", " +
                         flags.partition);
   PrintSimTable(all, "codec", "MB uploaded", flags.target_accuracy);

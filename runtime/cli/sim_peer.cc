@@ -13,7 +13,6 @@
 
 #include <signal.h>
 #include <unistd.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -32,6 +31,7 @@
 #include "cli/console.h"
 #include "cli/kernel_links.h"
 #include "cli/link_flags.h"
+#include "cli/output_files.h"
 #include "cli/peer_launch.h"
 #include "cli/signals.h"
 #include "cli/sim_report.h"
@@ -143,7 +143,7 @@ Status RunOne(const SimFlags& flags, const std::string& codec, std::ofstream& me
   if (!mode.ok()) return mode.status();
   const std::string name = flags.topology + " " + codec + (flags.topology == "gossip" && flags.graph == "torus" ? " (torus)" : "");
   const std::string dir = flags.out + "/" + flags.topology + "-" + SimLabel(codec);
-  ::mkdir(dir.c_str(), 0755);
+  FEDRT_RETURN_IF_ERROR(MakeOutputDirectory(dir));
   std::vector<std::string> hosts;
   for (int r = 0; links != nullptr && r < flags.peers; ++r) hosts.push_back(links->device_address(r));
   Result<LocalPeerFiles> files = WriteLocalPeerFiles(dir, flags.peers, flags.step_timeout_ms, hosts);
@@ -428,9 +428,11 @@ int RunPeerSim(const SimFlags& flags_in) {
          "keeps the peers there)");
     return 2;  // a usage error
   }
-  ::mkdir(flags.out.c_str(), 0755);
-  std::ofstream metrics(flags.out + "/metrics.jsonl", std::ios::trunc);
-  if (!metrics) return Fail(flags.out + "/metrics.jsonl: cannot open for writing");
+  const Status out = MakeOutputDirectory(flags.out);
+  if (!out.ok()) return Fail(out.ToString());
+  std::ofstream metrics;
+  const Status opened = OpenOutputFile(flags.out + "/metrics.jsonl", &metrics);
+  if (!opened.ok()) return Fail(opened.ToString());
   const std::string what = flags.topology == "gossip" ? "gossip (" + flags.graph + " graph)" : flags.topology;
   std::printf("fedrt sim: %s, %d peers, %u epochs, %s, %s partition, codecs:", what.c_str(), flags.peers, flags.epochs,
               flags.model.c_str(), flags.partition.c_str());
@@ -447,7 +449,9 @@ int RunPeerSim(const SimFlags& flags_in) {
     }
     if (!s.ok()) return Fail(s.ToString());
   }
-  std::ofstream plot(flags.out + "/plot.svg", std::ios::trunc);
+  std::ofstream plot;
+  const Status plot_opened = OpenOutputFile(flags.out + "/plot.svg", &plot);
+  if (!plot_opened.ok()) return Fail(plot_opened.ToString());
   plot << SimPlot(all, "fedrt sim: " + what + ", " + std::to_string(flags.peers) + " peers, " + flags.model, "epoch",
                   "MB sent by all peers (log scale)");
   PrintSimTable(all, "run", "MB sent");
@@ -505,11 +509,13 @@ int RunSimCompare(const SimFlags& flags) {
     }
   }
   if (all.empty()) return Fail("the --compare directories hold no metrics");
-  ::mkdir(flags.out.c_str(), 0755);
+  const Status out = MakeOutputDirectory(flags.out);
+  if (!out.ok()) return Fail(out.ToString());
   std::string title = "fedrt sim:";
   for (const std::string& t : topologies) title += " " + t;
-  std::ofstream plot(flags.out + "/plot.svg", std::ios::trunc);
-  if (!plot) return Fail(flags.out + "/plot.svg: cannot open for writing");
+  std::ofstream plot;
+  const Status opened = OpenOutputFile(flags.out + "/plot.svg", &plot);
+  if (!opened.ok()) return Fail(opened.ToString());
   plot << SimPlot(all, title, "round (star) or epoch (ring, gossip)",
                   "MB sent: device uploads (star), all peers (ring, gossip); log scale");
   PrintSimTable(all, "run", "MB sent");

@@ -315,10 +315,11 @@ TEST_CASE("the plot draws a point for a run of one evaluation, ticks that differ
   std::ofstream(dir.File("two/metrics.jsonl"))
       << R"({"codec":"fp32","round":1,"test_accuracy":0.851,"total_bytes_up":1000000})" << "\n"
       << R"({"codec":"fp32","round":2,"test_accuracy":0.853,"total_bytes_up":2000000})" << "\n";
-  Run run = RunCli("sim --compare " + dir.File("one") + " " + dir.File("two") + " --out " + dir.File("plot"));
+  // The output folder is made with its parents.
+  Run run = RunCli("sim --compare " + dir.File("one") + " " + dir.File("two") + " --out " + dir.File("runs/today/plot"));
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
-  const std::string svg = testing::ReadFileBytes(dir.File("plot/plot.svg"));
+  const std::string svg = testing::ReadFileBytes(dir.File("runs/today/plot/plot.svg"));
   // Every point has a marker in both panels, titled with its values.
   const std::vector<std::string> points = SvgTexts(svg, "<circle class=\"point\"");
   REQUIRE(points.size() == 6);
@@ -364,6 +365,18 @@ TEST_CASE("fedrt sim refuses a codec its topology cannot run and a compare folde
   Run compare = RunCli("sim --compare " + dir.File("absent") + " --out " + dir.File("y"));
   CHECK(compare.exit_code != 0);
   CHECK(compare.output.find("absent/metrics.jsonl: cannot open") != std::string::npos);
+}
+
+TEST_CASE("fedrt sim names the output folder it cannot create and why") {
+  testing::TempDir dir;
+  REQUIRE(::mkdir(dir.File("one").c_str(), 0755) == 0);
+  std::ofstream(dir.File("one/metrics.jsonl"))
+      << R"({"topology":"ring","codec":"fp32","epoch":1,"test_accuracy":0.5,"total_bytes_sent":2000000})" << "\n";
+  std::ofstream(dir.File("file")) << "not a folder\n";
+  Run run = RunCli("sim --compare " + dir.File("one") + " --out " + dir.File("file/plot"));
+  INFO(run.output);
+  CHECK(run.exit_code == 1);
+  CHECK(run.output.find(dir.File("file") + ": cannot create: Not a directory") != std::string::npos);
 }
 
 TEST_CASE("fedrt sim runs byzantine devices against a robust rule, and DP stops at its epsilon budget") {

@@ -2,8 +2,11 @@
 // the per-rank figures of the capacity model (runtime/README.md, "Aggregator
 // tier on MPI"): the Tick agreement (an AllGather of 26 bytes a rank, every
 // 20 ms slice), the close of a plain round (CombineRoundPartials of a
-// model-sized double sum: encode, AllGather, decode and add in rank order),
-// and the NDQSG close's gather of the round's payloads.
+// model-sized double sum: the counts by AllGather, the sum as a
+// reduce-scatter (AllToAll, each rank adding its slice in rank order) and an
+// all-gather of the added slices), the NDQSG close's gather of the round's
+// payloads, and a robust rule's close (every rank's decoded updates to rank
+// 0 with GatherToRank0).
 //
 // Usage (built with the tier: FEDRT_WITH_MPI and an MPI found):
 //   mpirun --oversubscribe -np 4 build/release/runtime/fedrt_mpi_tier_bench [iterations]
@@ -12,6 +15,7 @@
 //   ranks 4  plain close d=266610 (LeNet-300-100)  p50 ... ms  p99 ... ms  (... MB a rank)
 //   ranks 4  plain close d=262144 (1 MB model)     ...
 //   ranks 4  ndqsg close 64 payloads a rank of 33 KB  ...
+//   ranks 4  robust close: 16 updates a rank to rank 0 (LeNet-300-100)  ...
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -76,6 +80,11 @@ int main(int argc, char** argv) {
   }
   Time(tier, "ndqsg close: 64 payloads of 33 KB a rank", iterations, [&] {
     (void)fedrt::CombineRoundPartials(tier, nested);
+  });
+  // A robust rule: 16 decoded LeNet-300-100 updates a rank (1.07 MB each) to rank 0.
+  const std::vector<uint8_t> held(16 * 266610 * sizeof(float), 3);
+  Time(tier, "robust close: 16 updates a rank to rank 0 (LeNet-300-100)", iterations, [&] {
+    (void)tier.GatherToRank0(held, &all);
   });
   return 0;
 }

@@ -4,7 +4,8 @@
 // model after five rounds must equal one engine's with all eight devices to
 // 1e-6 relative, for fp32 and for NDQSG (which gathers the updates), with
 // ALQ (whose statistics are merged across the ranks) and under DP-FedAvg
-// (rank 0 alone adds the noise).
+// (rank 0 alone adds the noise); with the robust rules (rank 0 combines
+// every rank's updates) and clipping it must be the same bits.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "fedrt/runtime/aggregator_tier.h"
 #include "fedrt/runtime/device_client.h"
 #include "fedrt/runtime/model.h"
+#include "fedrt/runtime/robust_aggregation.h"
 #include "fedrt/transport/auth.h"
 #include "fedrt/transport/messages.h"
 #include "fedrt/transport/stream.h"
@@ -41,12 +43,14 @@ constexpr int kDevices = 8;
 
 std::string DeviceId(int i) { return "dev-" + std::to_string(i); }
 
-// AllGather over threads: the last rank to arrive publishes every rank's
-// bytes and wakes the others.
+using Bytes = std::vector<uint8_t>;
+
+// The ranks' collectives over threads: every rank hands in its parts, the
+// last to arrive publishes every rank's and wakes the others.
 class Hub {
  public:
   explicit Hub(int ranks) : slots_(static_cast<std::size_t>(ranks)) {}
-  void AllGather(int rank, const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all) {
+  std::vector<std::vector<Bytes>> Exchange(int rank, const std::vector<Bytes>& mine) {
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t generation = generation_;
     slots_[static_cast<std::size_t>(rank)] = mine;
@@ -58,31 +62,56 @@ class Hub {
     } else {
       cv_.wait(lock, [&] { return generation_ != generation; });
     }
-    *all = published_;
+    return published_;
   }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::vector<uint8_t>> slots_, published_;
+  std::vector<std::vector<Bytes>> slots_, published_;
   std::size_t arrived_ = 0;
   uint64_t generation_ = 0;
 };
 
+// A tier on a Hub with the three collectives of their own (as MPI has
+// them), counting the bytes each hands this rank. `plain`: AllGather only,
+// the others the base class's (built on it).
 class ThreadTier : public AggregatorTier {
  public:
-  ThreadTier(Hub& hub, int rank, int size) : hub_(hub), rank_(rank), size_(size) {}
+  ThreadTier(Hub& hub, int rank, int size, bool plain = false) : hub_(hub), rank_(rank), size_(size), plain_(plain) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  Status AllGather(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all) override {
-    hub_.AllGather(rank_, mine, all);
+  Status AllGather(const Bytes& mine, std::vector<Bytes>* all) override {
+    all->clear();
+    for (std::vector<Bytes>& parts : hub_.Exchange(rank_, {mine})) all->push_back(std::move(parts[0]));
+    for (const Bytes& b : *all) received += b.size();
+    return Status::Ok();
+  }
+  Status AllToAll(const std::vector<Bytes>& to, std::vector<Bytes>* from) override {
+    if (plain_) return AggregatorTier::AllToAll(to, from);
+    from->clear();
+    for (std::vector<Bytes>& parts : hub_.Exchange(rank_, to)) {
+      from->push_back(std::move(parts[static_cast<std::size_t>(rank_)]));
+    }
+    for (const Bytes& b : *from) received += b.size();
+    return Status::Ok();
+  }
+  Status GatherToRank0(const Bytes& mine, std::vector<Bytes>* all) override {
+    if (plain_) return AggregatorTier::GatherToRank0(mine, all);
+    std::vector<std::vector<Bytes>> parts = hub_.Exchange(rank_, {mine});
+    all->clear();
+    if (rank_ != 0) return Status::Ok();
+    for (std::vector<Bytes>& p : parts) all->push_back(std::move(p[0]));
+    for (const Bytes& b : *all) received += b.size();
     return Status::Ok();
   }
   std::string AddressOf(int rank) const override { return "rank-" + std::to_string(rank) + ":1"; }
+  std::size_t received = 0;  // bytes the collectives handed this rank
 
  private:
   Hub& hub_;
   int rank_, size_;
+  bool plain_;
 };
 
 struct Member {
@@ -431,24 +460,155 @@ TEST_CASE("aggregator tier: a device that joins another rank is told where its s
   CHECK(m.client->redirect() == "rank-1:1");
 }
 
-TEST_CASE("aggregator tier: an engine refuses a tier with a robust rule, which needs every update in one place") {
-  const KeyStore keys = KeyStore::Parse(DeviceId(0) + " " + HexKey(0) + "\n").value();
-  Hub hub(1);
-  ThreadTier tier(hub, 0, 1);
-  ManualClock clock(1);
-  AggregatorHooks hooks;
-  hooks.tier = &tier;
-  AggregatorConfig config = Config("fp32");
-  for (AggregationKind kind : {AggregationKind::kMedian, AggregationKind::kTrimmedMean, AggregationKind::kKrum,
-                                AggregationKind::kMultiKrum}) {
-    config.aggregation.kind = kind;
-    CHECK(Aggregator::Create(config, keys, TestCrypto(), clock, nullptr, hooks).status().code() ==
-          StatusCode::kInvalidArgument);
+AggregatorConfig RobustConfig(const std::string& codec, const std::string& rule, double clip) {
+  AggregatorConfig c = Config(codec);
+  c.aggregation = ParseAggregationRule(rule).value();
+  c.clip_update_norm = clip;
+  c.sampling.fraction = 1.0;  // multi-krum:2 needs 7 updates a round
+  return c;
+}
+
+TEST_CASE("aggregator tier: robust rules and clipping across two or three ranks give one engine's model bits") {
+  struct Case {
+    const char* codec;
+    const char* rule;
+    double clip;
+  };
+  // The clip is below most updates' norm (the reports' clipped counts say so).
+  const Case cases[] = {{"fp32", "median", 0},         {"fp32", "trimmed-mean:0.25", 0},
+                        {"fp32", "multi-krum:2", 0},   {"fp32", "krum:1", 0},
+                        {"fp32", "median", 0.05},      {"fp32", "multi-krum:2", 0.05},
+                        {"alq:bits=3", "trimmed-mean:0.25", 0.05}, {"ndqsg", "median", 0.05}};
+  for (const Case& c : cases) {
+    CAPTURE(c.codec);
+    CAPTURE(c.rule);
+    CAPTURE(c.clip);
+    const AggregatorConfig config = RobustConfig(c.codec, c.rule, c.clip);
+    const Outcome one = Train(config, 0);
+    REQUIRE(one.reports.size() == 5);
+    std::size_t clipped = 0;
+    for (const RoundReport& r : one.reports) clipped += r.clipped;
+    if (c.clip > 0) CHECK(clipped > 0);
+    for (int k : {2, 3}) {
+      CAPTURE(k);
+      const Outcome tier = Train(config, k);
+      REQUIRE(tier.reports.size() == 5);
+      for (std::size_t r = 0; r < 5; ++r) {
+        CHECK(tier.reports[r].applied);
+        CHECK(tier.reports[r].updates == one.reports[r].updates);
+        CHECK(tier.reports[r].clipped == one.reports[r].clipped);
+        CHECK(tier.reports[r].selected == one.reports[r].selected);
+        // Krum's choice, as device ids: rank 0 knows every rank's devices.
+        if (std::string(c.rule).find("krum") != std::string::npos) CHECK(!one.reports[r].selected.empty());
+      }
+      // The same updates, clipped where they were decoded, in the same order
+      // at rank 0: the same bits, on every rank.
+      for (const std::vector<float>& model : tier.models) CHECK(model == one.models[0]);
+    }
   }
-  config = Config("fp32");
-  config.dp.noise_multiplier = 1;
-  config.dp.clip = 1;
-  CHECK(Aggregator::Create(config, keys, TestCrypto(), clock, nullptr, hooks).ok());
+}
+
+TEST_CASE("aggregator tier: with mean, updates are clipped on their rank before the sum") {
+  const AggregatorConfig config = RobustConfig("fp32", "mean", 0.05);
+  const Outcome one = Train(config, 0);
+  const Outcome tier = Train(config, 3);
+  REQUIRE(tier.reports.size() == one.reports.size());
+  for (std::size_t r = 0; r < one.reports.size(); ++r) {
+    CHECK(one.reports[r].clipped > 0);
+    CHECK(tier.reports[r].clipped == one.reports[r].clipped);
+  }
+  for (const std::vector<float>& model : tier.models) {
+    CHECK(model == tier.models[0]);
+    CHECK(RelativeDistance(model, one.models[0]) < 1e-6);
+  }
+  // Without the clip the model differs: the clip did something.
+  CHECK(RelativeDistance(Train(RobustConfig("fp32", "mean", 0), 0).models[0], one.models[0]) > 1e-3);
+}
+
+// Runs `body(tier)` on `ranks` threads, one ThreadTier each.
+void OnRanks(int ranks, bool plain, const std::function<void(ThreadTier&)>& body) {
+  Hub hub(ranks);
+  std::vector<std::unique_ptr<ThreadTier>> tiers;
+  for (int r = 0; r < ranks; ++r) tiers.push_back(std::make_unique<ThreadTier>(hub, r, ranks, plain));
+  std::vector<std::thread> threads;
+  for (auto& tier : tiers) threads.emplace_back([&body, &tier] { body(*tier); });
+  for (std::thread& t : threads) t.join();
+}
+
+TEST_CASE("aggregator tier: the round sums add as a reduce-scatter and an all-gather, O(d) bytes a rank, with the "
+          "bits of the rank-order merge") {
+  constexpr int kRanks = 4;
+  constexpr std::size_t kD = 10007;  // not a multiple of the ranks
+  std::vector<RoundPartial> partials(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    RoundPartial& p = partials[static_cast<std::size_t>(r)];
+    p.sum.resize(kD);
+    // Values whose sum depends on the order of addition.
+    for (std::size_t i = 0; i < kD; ++i) {
+      const double mantissa = (1.0 + 0.1 * static_cast<double>(i % 7)) * (r % 2 != 0 ? -1.0 : 1.0);
+      p.sum[i] = std::ldexp(mantissa, (r * 17 + static_cast<int>(i % 60)) % 60 - 30);
+    }
+    p.weight = r + 1;
+    p.count = 1;
+    p.updates = 1;
+  }
+  RoundPartial expected;
+  for (const RoundPartial& p : partials) REQUIRE(MergeRoundPartial(&expected, p).ok());
+  for (bool plain : {false, true}) {
+    CAPTURE(plain);
+    std::vector<RoundPartial> combined(kRanks);
+    std::vector<std::size_t> received(kRanks);
+    OnRanks(kRanks, plain, [&](ThreadTier& tier) {
+      const auto r = static_cast<std::size_t>(tier.rank());
+      Result<RoundPartial> all = CombineRoundPartials(tier, partials[r]);
+      REQUIRE(all.ok());
+      combined[r] = std::move(*all);
+      received[r] = tier.received;
+    });
+    for (int r = 0; r < kRanks; ++r) {
+      const RoundPartial& c = combined[static_cast<std::size_t>(r)];
+      CHECK(c.sum == expected.sum);  // bit for bit
+      CHECK(c.weight == expected.weight);
+      CHECK(c.count == kRanks);
+      // Each rank receives its slice from every rank and every added slice:
+      // about 2 d doubles, where gathering every rank's sum is K d.
+      if (!plain) CHECK(received[static_cast<std::size_t>(r)] < 2 * kD * 8 + 4096);
+    }
+  }
+  // Sums of different lengths are refused on every rank (none waits).
+  OnRanks(2, false, [&](ThreadTier& tier) {
+    RoundPartial p;
+    p.sum.assign(tier.rank() == 0 ? 4 : 5, 1.0);
+    CHECK(CombineRoundPartials(tier, p).status().code() == StatusCode::kInvalidArgument);
+  });
+}
+
+TEST_CASE("aggregator tier: AllToAll and GatherToRank0 built on AllGather deliver what the native ones do") {
+  constexpr int kRanks = 3;
+  for (bool plain : {false, true}) {
+    CAPTURE(plain);
+    OnRanks(kRanks, plain, [&](ThreadTier& tier) {
+      const auto me = static_cast<uint8_t>(tier.rank());
+      std::vector<Bytes> to;
+      for (uint8_t j = 0; j < kRanks; ++j) {
+        to.push_back(Bytes(static_cast<std::size_t>(me + j), static_cast<uint8_t>(10 * me + j)));
+      }
+      std::vector<Bytes> from;
+      REQUIRE(tier.AllToAll(to, &from).ok());
+      REQUIRE(from.size() == kRanks);
+      for (uint8_t i = 0; i < kRanks; ++i) {
+        CHECK(from[i] == Bytes(static_cast<std::size_t>(i + me), static_cast<uint8_t>(10 * i + me)));
+      }
+      std::vector<Bytes> all{Bytes{1}};
+      REQUIRE(tier.GatherToRank0(Bytes(me, me), &all).ok());
+      if (me == 0) {
+        REQUIRE(all.size() == kRanks);
+        for (uint8_t i = 0; i < kRanks; ++i) CHECK(all[i] == Bytes(i, i));
+      } else {
+        CHECK(all.empty());
+      }
+    });
+  }
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # `mpirun -np K fedrt serve --mpi` against one `fedrt serve`: 8 devices (all
 # pointed at rank 0 first, so the others are redirected to their shard), 5
-# rounds; the saved global models must agree to 1e-6 relative (L2). Further
-# arguments go to both serves (DP with a fixed noise seed: rank 0 alone adds
-# the noise, so the tier's model is the single aggregator's).
-# Usage: mpi_serve_test.sh FEDRT TINY_IDX_DIR CODEC RANKS [SERVE-FLAGS...]
+# rounds; the saved global models must agree to 1e-6 relative (L2), with
+# EXACT=1 bit for bit (robust rules: rank 0 combines every rank's updates as
+# one aggregator does). Further arguments go to both serves (DP with a fixed
+# noise seed: rank 0 alone adds the noise, so the tier's model is the single
+# aggregator's); with --clip-update-norm both must report the same clipped
+# counts, some of them not zero.
+# Usage: [EXACT=1] mpi_serve_test.sh FEDRT TINY_IDX_DIR CODEC RANKS [SERVE-FLAGS...]
 set -euo pipefail
 fedrt=$1 data=$2 codec=$3 ranks=$4
 extra=("${@:5}")
@@ -53,9 +56,16 @@ run() {  # run NAME SERVE-PREFIX... : serve, then 8 devices at the port rank 0 p
 run single env
 MPI_FLAG=--mpi run tier "${mpi[@]}"
 grep -q "redirected to its shard" "$work/tier.log" || { echo "no device was redirected:"; cat "$work/tier.log"; exit 1; }
-/usr/bin/python3 - "$work/single.npz" "$work/tier.npz" <<'PY'
+if [[ " ${extra[*]} " == *" --clip-update-norm "* ]]; then
+  clipped() { sed -n 's/.*  clipped \([0-9]*\).*/\1/p' "$work/$1.log" | tr '\n' ' '; }
+  echo "clipped per round: single [$(clipped single)] tier [$(clipped tier)]"
+  [[ -n $(clipped single) && $(clipped single) == "$(clipped tier)" ]] ||
+    { echo "clipped counts differ or none"; exit 1; }
+fi
+/usr/bin/python3 - "$work/single.npz" "$work/tier.npz" "${EXACT:-0}" <<'PY'
 import sys, numpy as np
 a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+exact = sys.argv[3] == "1"
 assert sorted(a.files) == sorted(b.files), (a.files, b.files)
 keys = [k for k in sorted(a.files) if a[k].dtype.kind == 'f']  # the tensors, not the spec
 assert keys, a.files
@@ -64,4 +74,8 @@ y = np.concatenate([b[k].ravel() for k in keys]).astype(np.float64)
 rel = np.linalg.norm(x - y) / np.linalg.norm(x)
 print(f"relative L2 distance {rel:.3e} over {x.size} parameters")
 assert rel < 1e-6, rel
+if exact:
+    for k in keys:
+        assert a[k].tobytes() == b[k].tobytes(), f"{k}: not the same bits"
+    print("the same bits")
 PY

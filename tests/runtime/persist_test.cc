@@ -51,11 +51,13 @@ TEST_CASE("the writer and reader round-trip every value type little-endian") {
   w.F32(-0.0f);
   const std::vector<float> floats = {1.5f, std::numeric_limits<float>::denorm_min(), -3.25f};
   w.F32s(floats);
+  const double doubles[] = {-0.0, 1e-300, 3.5};
+  w.F64s(doubles, 3);
   w.String("spec:a=1");
   w.String("");
   w.Bytes("xyz", 3);
   std::vector<uint8_t> bytes = std::move(w).Finish();
-  REQUIRE(bytes.size() == 1 + 2 + 4 + 8 + 4 + 8 + 4 + 12 + 12 + 4 + 3 + 4);
+  REQUIRE(bytes.size() == 1 + 2 + 4 + 8 + 4 + 8 + 4 + 12 + 24 + 12 + 4 + 3 + 4);
   // Little-endian on every host.
   CHECK(bytes[1] == 0xEF);
   CHECK(bytes[2] == 0xBE);
@@ -76,6 +78,9 @@ TEST_CASE("the writer and reader round-trip every value type little-endian") {
   std::vector<float> back;
   r.F32s(3, &back);
   CHECK(std::memcmp(back.data(), floats.data(), sizeof(float) * 3) == 0);
+  double doubles_back[3] = {};
+  r.F64s(3, doubles_back);
+  CHECK(std::memcmp(doubles_back, doubles, sizeof doubles) == 0);
   CHECK(r.String(8) == "spec:a=1");
   CHECK(r.String(0).empty());
   const uint8_t* xyz = r.Bytes(3);
@@ -103,6 +108,14 @@ TEST_CASE("a reader never reads past its bytes and its first failure sticks") {
   Reader huge(bytes.data(), bytes.size());
   huge.F32s(uint64_t{1} << 62, &out);
   CHECK_FALSE(huge.ok());
+  double d = 7;
+  Reader few(bytes.data(), bytes.size());
+  few.F64s(1, &d);  // 6 bytes: not one double
+  CHECK_FALSE(few.ok());
+  CHECK(d == 7);
+  Reader wraps(bytes.data(), bytes.size());
+  wraps.F64s(std::size_t{1} << 61, &d);
+  CHECK_FALSE(wraps.ok());
 
   // A string longer than allowed, or than the bytes left.
   Writer w;

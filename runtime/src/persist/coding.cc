@@ -49,6 +49,20 @@ void Writer::F32s(const float* values, std::size_t count) {
   StoreFloatsLe(values, count, bytes_.data() + at);
 }
 
+void Writer::F64s(const double* values, std::size_t count) {
+  const std::size_t at = bytes_.size();
+  bytes_.resize(at + 8 * count);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  if (count > 0) std::memcpy(bytes_.data() + at, values, 8 * count);
+#else
+  for (std::size_t i = 0; i < count; ++i) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, &values[i], sizeof bits);
+    StoreLe64(bytes_.data() + at + 8 * i, bits);
+  }
+#endif
+}
+
 void Writer::String(const std::string& s) {
   U32(static_cast<uint32_t>(s.size()));
   Bytes(s.data(), s.size());
@@ -109,6 +123,23 @@ double Reader::F64() {
   double v = 0;
   std::memcpy(&v, &bits, sizeof v);
   return v;
+}
+
+void Reader::F64s(std::size_t count, double* out) {
+  // Compared with the bytes left before multiplying: 8 * count may overflow.
+  if (!ok_ || count > left_ / 8) {
+    ok_ = false;
+    return;
+  }
+  const uint8_t* p = Take(8 * count);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  if (count > 0) std::memcpy(out, p, 8 * count);
+#else
+  for (std::size_t i = 0; i < count; ++i) {
+    const uint64_t bits = LoadLe64(p + 8 * i);
+    std::memcpy(&out[i], &bits, sizeof bits);
+  }
+#endif
 }
 
 void Reader::F32s(uint64_t count, std::vector<float>* out) {

@@ -5,10 +5,11 @@
 //   8 bytes magic, u32 version, the format's fields, u32 CRC-32C of every
 //   byte before it.
 //
-// Values: u8 to u64 and i32 / i64 (two's complement) little-endian, f32 as
-// its IEEE-754 bits, float arrays as consecutive f32 (the format stores the
-// count where it wants it), strings as a u32 length and the bytes. The CRC is
-// the codecs' Crc32c (Castagnoli): one CRC for payloads and files.
+// Values: u8 to u64 and i32 / i64 (two's complement) little-endian, f32 and
+// f64 as their IEEE-754 bits, float and double arrays as consecutive f32 /
+// f64 (the format stores the count where it wants it), strings as a u32
+// length and the bytes. The CRC is the codecs' Crc32c (Castagnoli): one CRC
+// for payloads and files.
 //
 // Reading is a trust boundary. Every read checks the bytes left first and
 // the first failure sticks: later reads give zeros and empty values, so a
@@ -54,6 +55,7 @@ class Writer {
   void F64(double v);  // its bits as a u64
   void F32s(const float* values, std::size_t count);
   void F32s(const std::vector<float>& values) { F32s(values.data(), values.size()); }
+  void F64s(const double* values, std::size_t count);  // consecutive F64
   // A u32 length, then the bytes.
   void String(const std::string& s);
   void Bytes(const void* data, std::size_t size);
@@ -92,6 +94,9 @@ class Reader {
   // `count` floats into *out (resized); fails, allocating nothing, when fewer
   // than 4 * count bytes are left.
   void F32s(uint64_t count, std::vector<float>* out);
+  // `count` doubles into out[0..count); fails, writing nothing, when fewer
+  // than 8 * count bytes are left.
+  void F64s(std::size_t count, double* out);
   // A u32 length and that many bytes; fails when the length exceeds
   // `max_size` or the bytes left.
   std::string String(std::size_t max_size);

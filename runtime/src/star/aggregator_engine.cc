@@ -23,6 +23,7 @@
 #include "fedrt/codecs/codec.h"
 #include "fedrt/codecs/codec_spec.h"
 #include "fedrt/codecs/ndqsg.h"
+#include "fedrt/codecs/payload.h"
 #include "fedrt/platform/log.h"
 #include "fedrt/runtime/aggregator_tier.h"
 #include "fedrt/runtime/device_client.h"
@@ -310,6 +311,7 @@ struct Aggregator::State {
   Status CheckUpdate(Received& received);
   Status Contribute(const Received& received, const float* decoded);
   Status Combine(std::vector<float>* mean, RoundReport& report);
+  Status CombineHere(std::vector<float>* mean, RoundReport& report);
   bool dp() const { return config_.dp.noise_multiplier > 0; }
   std::size_t HeldUpdatesCap() const {
     return config_.max_held_updates != 0 ? config_.max_held_updates : AggregatorConfig::kDefaultHeldUpdates;
@@ -373,7 +375,8 @@ struct Aggregator::State {
     FinishAll(stopped_.message());
   }
   Status SharePlainRound(RoundReport& report, double* loss_sum, double* sample_sum);
-  Status ShareRank0Mean(std::vector<float>* mean);
+  Status GatherHeld();
+  Status ShareRank0Combination(const Status& combined, std::vector<float>* mean, RoundReport& report);
   Status ShareSynced();
   Status RestoreCodecState(AggregatorCheckpoint& saved);
   // The state to persist, into *checkpoint (its vectors reused from the last round).
@@ -606,18 +609,14 @@ struct Aggregator::State {
   std::vector<std::string> tier_devices_;
   RoundPartial tier_round_;
   LevelStatistics tier_levels_;
+  // Robust rules in plain rounds: the updates every rank held (GatherHeld
+  // puts them all in rank 0's held_, which alone combines them).
+  std::size_t tier_held_ = 0;
 };
 
 Status Aggregator::State::Init(const DataView* test_set) {
   limits_.max_frame_bytes = config_.max_frame_bytes;
   FEDRT_RETURN_IF_ERROR(limits_.Validate());
-  // The tier combines partial sums (or gathers NDQSG payloads): a rule that
-  // needs every decoded update in one place is not carried across ranks
-  // (aggregator_tier.h); DP is (rank 0 adds the noise).
-  if (tier_ != nullptr && config_.aggregation.kind != AggregationKind::kMean) {
-    return InvalidArgument("an aggregator tier (--mpi) supports aggregation mean only (with or without DP), not " +
-                           AggregationRuleName(config_.aggregation));
-  }
   if (!(config_.max_update_norm >= 0) || !std::isfinite(config_.max_update_norm)) {
     return InvalidArgument("max update norm must be finite and not negative (0: no bound)");
   }
@@ -1540,20 +1539,27 @@ Status Aggregator::State::Contribute(const Received& received, const float* deco
   return Status::Ok();
 }
 
-// The round's combined update: the running mean, a robust rule over the
-// held updates, or the DP-FedAvg estimate (noised sum / devices sampled).
+// The round's combined update. With a tier, DP rounds and a robust rule's
+// plain rounds are combined by rank 0 alone, which sends the others its
+// result: the DP noise is drawn once, and only rank 0 holds every update
+// (GatherHeld). NDQSG rounds with a robust rule are combined by every rank,
+// which decoded and holds the whole round.
 Status Aggregator::State::Combine(std::vector<float>* mean, RoundReport& report) {
+  const bool rank0_combines = tier_ != nullptr && (dp() || (HoldsUpdates(config_.aggregation) && !nested_));
+  Status combined;
+  if (!rank0_combines || tier_->rank() == 0) combined = CombineHere(mean, report);
+  return rank0_combines ? ShareRank0Combination(combined, mean, report) : combined;
+}
+
+// The running mean, a robust rule over the held updates, or the DP-FedAvg
+// estimate (noised sum / devices sampled).
+Status Aggregator::State::CombineHere(std::vector<float>* mean, RoundReport& report) {
   if (dp()) {
-    // With a tier every rank holds the same clipped sum (SharePlainRound):
-    // rank 0 alone adds the noise and the others take its mean, so the
-    // noise is drawn once (aggregator_tier.h).
-    if (tier_ == nullptr || tier_->rank() == 0) {
-      std::copy(sum_->sum(), sum_->sum() + d_, noised_);
-      AddGaussianNoise(dp_noise_seed_, round_, config_.dp.noise_multiplier * config_.dp.clip, noised_, d_);
-      const double denominator = static_cast<double>(std::max<std::size_t>(1, selected_.size()));
-      for (std::size_t i = 0; i < d_; ++i) (*mean)[i] = static_cast<float>(noised_[i] / denominator);
-    }
-    return tier_ != nullptr ? ShareRank0Mean(mean) : Status::Ok();
+    std::copy(sum_->sum(), sum_->sum() + d_, noised_);
+    AddGaussianNoise(dp_noise_seed_, round_, config_.dp.noise_multiplier * config_.dp.clip, noised_, d_);
+    const double denominator = static_cast<double>(std::max<std::size_t>(1, selected_.size()));
+    for (std::size_t i = 0; i < d_; ++i) (*mean)[i] = static_cast<float>(noised_[i] / denominator);
+    return Status::Ok();
   }
   if (!HoldsUpdates(config_.aggregation)) {
     sum_->MeanInto(mean->data());
@@ -2030,7 +2036,10 @@ void Aggregator::State::CloseRound() {
     }
   };
   report.clipped = clipped_;
-  const std::size_t contributed = HoldsUpdates(config_.aggregation) ? held_.size() : accumulator.count();
+  // With a tier, a robust rule's plain round counts every rank's held
+  // updates (SharePlainRound): only rank 0 holds them all.
+  const std::size_t held = tier_ != nullptr && !nested_ ? tier_held_ : held_.size();
+  const std::size_t contributed = HoldsUpdates(config_.aggregation) ? held : accumulator.count();
   if (contributed == 0) {
     return fail(report.rejected == 0 ? "no update arrived"
                                      : "every update was rejected (" + std::to_string(report.rejected) + ")");
@@ -2220,10 +2229,13 @@ Status Aggregator::State::ShareNestedUpdates() {
 // ALQ / AMQ statistics (each rank's merged in device order), added in rank
 // order; the report then speaks for every rank.
 Status Aggregator::State::SharePlainRound(RoundReport& report, double* loss_sum, double* sample_sum) {
+  const bool holds = HoldsUpdates(config_.aggregation);
   RoundPartial mine;
-  mine.sum.assign(sum_->sum(), sum_->sum() + d_);
-  mine.weight = sum_->total_weight();
-  mine.count = sum_->count();
+  if (!holds) {
+    mine.sum.assign(sum_->sum(), sum_->sum() + d_);
+    mine.weight = sum_->total_weight();
+  }
+  mine.count = holds ? held_.size() : sum_->count();
   mine.updates = report.updates;
   mine.rejected = report.rejected;
   mine.clipped = clipped_;
@@ -2237,10 +2249,15 @@ Status Aggregator::State::SharePlainRound(RoundReport& report, double* loss_sum,
   }
   Result<RoundPartial> all = CombineRoundPartials(*tier_, mine);
   if (!all.ok()) return all.status();
-  if (all->sum.size() != d_) return Corrupt("round sums of " + std::to_string(all->sum.size()) + " values");
-  sum_->Reset();
-  FEDRT_RETURN_IF_ERROR(sum_->AddPartial(all->sum.data(), all->sum.size(), all->weight,
-                                         static_cast<std::size_t>(all->count)));
+  if (holds) {
+    tier_held_ = static_cast<std::size_t>(all->count);
+    FEDRT_RETURN_IF_ERROR(GatherHeld());
+  } else {
+    if (all->sum.size() != d_) return Corrupt("round sums of " + std::to_string(all->sum.size()) + " values");
+    sum_->Reset();
+    FEDRT_RETURN_IF_ERROR(sum_->AddPartial(all->sum.data(), all->sum.size(), all->weight,
+                                           static_cast<std::size_t>(all->count)));
+  }
   report.updates = static_cast<std::size_t>(all->updates);
   report.rejected = static_cast<std::size_t>(all->rejected);
   clipped_ = static_cast<std::size_t>(all->clipped);
@@ -2253,20 +2270,114 @@ Status Aggregator::State::SharePlainRound(RoundReport& report, double* loss_sum,
   return Status::Ok();
 }
 
-// DP rounds with a tier: rank 0's noised mean on every rank.
-Status Aggregator::State::ShareRank0Mean(std::vector<float>* mean) {
+// Robust rules in plain rounds with a tier: every rank's held updates
+// (decoded, clipped, in the order of selected_) go to rank 0, which merges
+// them into its held_ in the order of selected_, the order one aggregator
+// holds them in, so the rule sees the same list and gives the same bits.
+// Rank 0 needs the room one aggregator needs (held_capacity_, checked when
+// the round started), plus the gathered bytes while they are copied in.
+Status Aggregator::State::GatherHeld() {
+  persist::Writer mine;
+  if (tier_->rank() != 0) {  // rank 0's own are in its held_ already
+    mine.U32(static_cast<uint32_t>(held_.size()));
+    for (std::size_t k = 0; k < held_.size(); ++k) {
+      mine.String(*held_devices_[k]);
+      mine.F64(held_weights_[k]);
+      mine.F32s(held_[k], d_);
+    }
+  }
+  std::vector<std::vector<uint8_t>> all;
+  FEDRT_RETURN_IF_ERROR(tier_->GatherToRank0(std::move(mine).Take(), &all));
+  if (tier_->rank() != 0) return Status::Ok();
+  if (all.size() != static_cast<std::size_t>(tier_->size())) {
+    return Corrupt("held updates of " + std::to_string(all.size()) + " ranks");
+  }
+  // Each rank's list is in the order of selected_: merged by walking it.
+  struct Held {
+    const float* values;  // rank 0's
+    const uint8_t* bytes;  // another rank's, d little-endian floats
+    double weight;
+  };
+  std::vector<std::vector<std::pair<std::string, Held>>> lists(all.size());
+  for (std::size_t k = 0; k < held_.size(); ++k) {
+    lists[0].push_back({*held_devices_[k], Held{held_[k], nullptr, held_weights_[k]}});
+  }
+  for (std::size_t rank = 1; rank < all.size(); ++rank) {
+    persist::Reader r(all[rank].data(), all[rank].size());
+    const uint32_t n = r.U32();
+    for (uint32_t i = 0; r.ok() && i < n; ++i) {
+      std::string device = r.String(kMaxDeviceIdBytes);
+      const double weight = r.F64();
+      const uint8_t* bytes = d_ <= r.left() / 4 ? r.Bytes(d_ * 4) : nullptr;
+      if (bytes == nullptr) r.Fail();
+      lists[rank].push_back({std::move(device), Held{nullptr, bytes, weight}});
+    }
+    if (!r.AtEnd()) return Corrupt("held updates of rank " + std::to_string(rank));
+  }
+  std::vector<const float*> values;
+  std::vector<double> weights;
+  std::vector<const std::string*> devices;
+  std::vector<std::size_t> next(all.size(), 0);
+  std::size_t spare = held_.size();  // held_memory_'s first free update
+  for (const std::string& device : selected_) {
+    for (std::size_t rank = 0; rank < lists.size(); ++rank) {
+      if (next[rank] == lists[rank].size() || lists[rank][next[rank]].first != device) continue;
+      const Held& h = lists[rank][next[rank]++].second;
+      const float* update = h.values;
+      if (update == nullptr) {
+        if (spare == held_capacity_) return Status(StatusCode::kResourceExhausted, "no room for another rank's update");
+        float* into = held_memory_ + spare++ * d_;
+        LoadFloatsLe(h.bytes, d_, into);
+        update = into;
+      }
+      values.push_back(update);
+      weights.push_back(h.weight);
+      devices.push_back(&device);
+      break;
+    }
+  }
+  if (values.size() != tier_held_) {
+    return Corrupt(std::to_string(tier_held_ - values.size()) + " held updates of other ranks are not of this round");
+  }
+  held_ = values;
+  held_weights_ = weights;
+  held_devices_ = devices;
+  return Status::Ok();
+}
+
+// With a tier: rank 0's combined update (`combined` its outcome, the mean,
+// the rule's choice) on every rank, so every rank applies the same step or
+// fails the round with the same reason.
+Status Aggregator::State::ShareRank0Combination(const Status& combined, std::vector<float>* mean, RoundReport& report) {
   std::vector<uint8_t> bytes;
   if (tier_->rank() == 0) {
-    const uint8_t* raw = reinterpret_cast<const uint8_t*>(mean->data());
-    bytes.assign(raw, raw + mean->size() * sizeof(float));
+    persist::Writer w;
+    w.U8(static_cast<uint8_t>(combined.code()));
+    if (combined.ok()) {
+      w.F32s(*mean);
+      w.U32(static_cast<uint32_t>(report.selected.size()));
+      for (const std::string& device : report.selected) w.String(device);
+    } else {
+      w.String(combined.message().substr(0, kMaxReasonBytes));
+    }
+    bytes = std::move(w).Take();
   }
   FEDRT_RETURN_IF_ERROR(tier_->BroadcastFromRank0(&bytes));
-  if (bytes.size() != mean->size() * sizeof(float)) {
-    return Corrupt("rank 0's mean has " + std::to_string(bytes.size()) + " bytes, not " +
-                   std::to_string(mean->size() * sizeof(float)));
+  if (tier_->rank() == 0) return combined;
+  persist::Reader r(bytes.data(), bytes.size());
+  const auto code = static_cast<StatusCode>(r.U8());
+  Status outcome;
+  if (code == StatusCode::kOk) {
+    r.F32s(d_, mean);
+    const uint32_t selected = r.U32();
+    for (uint32_t i = 0; r.ok() && i < selected; ++i) {
+      AppendId(&report.selected, &spare_ids_, r.String(kMaxDeviceIdBytes));
+    }
+  } else {
+    outcome = Status(code, r.String(kMaxReasonBytes));
   }
-  std::memcpy(mean->data(), bytes.data(), bytes.size());
-  return Status::Ok();
+  if (!r.AtEnd()) return Corrupt("rank 0's combined update has " + std::to_string(bytes.size()) + " bytes");
+  return outcome;
 }
 
 // With a tier and a downlink codec, once a round is applied: every rank's

@@ -11,7 +11,7 @@
 extern "C" {
 
 // Bumped whenever the table changes: a module of another version is refused.
-#define FEDRT_MPI_MODULE_VERSION 1
+#define FEDRT_MPI_MODULE_VERSION 2
 
 // Every function returns 0 on success (MPI_SUCCESS), except abort, which
 // does not return, and finalize.
@@ -23,6 +23,15 @@ struct FedrtMpiModule {
   int (*allgather_int)(int mine, int* all);
   // MPI_Allgatherv of bytes.
   int (*allgatherv)(const void* mine, int size, void* all, const int* sizes, const int* offsets);
+  // MPI_Alltoall of one int per rank pair: mine[j] to rank j, all[i] from rank i.
+  int (*alltoall_int)(const int* mine, int* all);
+  // MPI_Alltoallv of bytes.
+  int (*alltoallv)(const void* mine, const int* sizes, const int* offsets, void* all, const int* all_sizes,
+                   const int* all_offsets);
+  // MPI_Gather of one int per rank to rank 0 (`all` is read on rank 0 only).
+  int (*gather_int)(int mine, int* all);
+  // MPI_Gatherv of bytes to rank 0 (sizes, offsets, all: rank 0 only).
+  int (*gatherv)(const void* mine, int size, void* all, const int* sizes, const int* offsets);
   void (*abort)(int code);
   void (*finalize)(void);
 };

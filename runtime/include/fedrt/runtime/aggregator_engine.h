@@ -124,10 +124,13 @@
 // messages: each Tick's counts, the devices of every rank at a round's
 // start (kept sorted in a
 // list the sampling points into), and at the close a plain round's partial
-// sum (d doubles, sent and gathered from every rank) or an NDQSG round's
+// sum (d doubles, added slice by slice: about 2 d doubles sent and received
+// a rank) or an NDQSG round's
 // payloads (every rank's, held until the next round starts, plus received
-// entries beyond max_updates_per_round for the other ranks' devices); a DP
-// round's noised mean sent by rank 0 (d floats); with a downlink codec the
+// entries beyond max_updates_per_round for the other ranks' devices); with
+// a robust rule every rank's held updates gathered on rank 0 (their bytes,
+// copied into rank 0's held updates in the block); a DP or robust round's
+// combined update sent by rank 0 (d floats); with a downlink codec the
 // ranks' download states gathered on rank 0 (a map entry per device there).
 //
 // Thread-safety: none. Every call, and every connection callback, runs on one

@@ -6,7 +6,8 @@
 // Every rank runs an Aggregator engine (aggregator_engine.h) with the same
 // config, the same key file and the same global model, given its tier in
 // AggregatorHooks::tier. The engines then drive rounds in lock step through
-// the tier's one collective, AllGather:
+// the tier's collectives (AllGather; AllToAll and GatherToRank0, which an
+// implementation may build on AllGather):
 //   - every Tick() agrees on a few counts (devices connected, updates in,
 //     devices still to answer) and on rank 0's clock and decisions (the
 //     round deadline, the target accuracy), so every rank starts and closes
@@ -15,7 +16,13 @@
 //     ids), sampled as one aggregator would: every rank picks the same
 //     devices and instructs those it serves;
 //   - a round closes with one exchange of RoundPartial: plain rounds (mean)
-//     add the ranks' double sums, weights and counts in rank order; NDQSG
+//     add the ranks' double sums, weights and counts in rank order (the sum
+//     as a reduce-scatter and an all-gather: each rank adds one slice of the
+//     model over every rank, so a rank sends and receives O(d), not O(K d));
+//     plain rounds of a robust rule (median, trimmed mean, Krum) send the
+//     ranks' decoded updates to rank 0, which holds them in the order of the
+//     sampled devices, as one aggregator does, runs the rule and sends every
+//     rank the result (BroadcastFromRank0); NDQSG
 //     rounds gather the received payloads (anchors and nested updates)
 //     and every rank decodes the round in the order of the sampled devices,
 //     as one aggregator would (a nested update is decoded against the running
@@ -31,9 +38,8 @@
 // the Gaussian noise (with its noise key) and divides; the other ranks take
 // its noised mean (BroadcastFromRank0), so the noise is drawn exactly once and
 // every rank applies the same step. The accountant's sampling rate counts
-// every rank's devices. Robust rules (median, trimmed mean, Krum) are refused
-// with a tier: they need every decoded update of the round in one place
-// (runtime/README.md says why the tier does not gather them).
+// every rank's devices. Per-update clipping (clip_update_norm) happens on the
+// rank that decoded the update, before its sum or its trip to rank 0.
 //
 // A device belongs to the rank ShardOfDevice names (rendezvous hashing of
 // its id over the ranks: consistent, so another K moves only the devices
@@ -42,9 +48,10 @@
 // transport/README.md).
 //
 // Ownership: the tier outlives the engine it is given to. Thread-safety:
-// AllGather is called from the thread that drives the engine, by every rank
-// the same number of times in the same order (the engine makes sure of it);
-// a rank that fails or stops ends the job (MPI's failure model).
+// the collectives are called from the thread that drives the engine, by
+// every rank the same number of times in the same order (the engine makes
+// sure of it); a rank that fails or stops ends the job (MPI's failure
+// model).
 #ifndef FEDRT_RUNTIME_AGGREGATOR_TIER_H_
 #define FEDRT_RUNTIME_AGGREGATOR_TIER_H_
 
@@ -66,6 +73,13 @@ class AggregatorTier {
   // Every rank's `mine`, in rank order, on every rank. Collective: blocks
   // until every rank has called it. An error ends the training.
   virtual Status AllGather(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all) = 0;
+  // to[j] (one part per rank) goes to rank j: on return (*from)[i] is what
+  // rank i sent this one. Collective. Here on AllGather (every rank then
+  // receives every part); MPI overrides it with MPI_Alltoallv.
+  virtual Status AllToAll(const std::vector<std::vector<uint8_t>>& to, std::vector<std::vector<uint8_t>>* from);
+  // Every rank's `mine`, in rank order, on rank 0; *all is emptied on the
+  // others. Collective. Here on AllGather; MPI overrides it with MPI_Gatherv.
+  virtual Status GatherToRank0(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all);
   // Where devices reach `rank` (HOST:PORT), for redirects: what that rank
   // gave ShareAddress (empty before).
   virtual std::string AddressOf(int rank) const;
@@ -125,7 +139,10 @@ Result<RoundPartial> DecodeRoundPartial(const std::vector<uint8_t>& bytes);
 // into += from: sums add, counts add, statistics merge, received
 // updates append. kInvalidArgument when the sums differ in length.
 Status MergeRoundPartial(RoundPartial* into, const RoundPartial& from);
-// Every rank's partial merged in rank order, on every rank.
+// Every rank's partial merged in rank order, on every rank. The sums (of
+// one length on every rank) are added as MergeRoundPartial adds them, bit for
+// bit, but as a reduce-scatter and an all-gather: rank j adds slice j of
+// every rank's sum in rank order, then every rank gathers the slices.
 Result<RoundPartial> CombineRoundPartials(AggregatorTier& tier, const RoundPartial& mine);
 
 }  // namespace fedrt

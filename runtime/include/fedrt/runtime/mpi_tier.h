@@ -1,8 +1,10 @@
 // The aggregator tier on MPI (aggregator_tier.h): `mpirun -np K fedrt serve
-// --mpi` makes K ranks of MPI_COMM_WORLD the K aggregator ranks, AllGather
-// is MPI_Allgather of the sizes then MPI_Allgatherv of the bytes. Built only
-// with FEDRT_WITH_MPI and an MPI found (the fedrt_mpi library); MPI's own
-// failure model holds: a rank that dies ends the job.
+// --mpi` makes K ranks of MPI_COMM_WORLD the K aggregator ranks: AllGather
+// is MPI_Allgather of the sizes then MPI_Allgatherv of the bytes, AllToAll
+// MPI_Alltoall then MPI_Alltoallv, GatherToRank0 MPI_Gather then
+// MPI_Gatherv. Built only with FEDRT_WITH_MPI and an MPI found (the
+// fedrt_mpi library); MPI's own failure model holds: a rank that dies ends
+// the job.
 //
 // Ownership: the caller owns the tier; MPI is finalised when it is
 // destroyed. Thread-safety: MPI is initialised for one thread

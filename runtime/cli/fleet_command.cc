@@ -38,7 +38,18 @@
 //     instructions to the last round's close: everything it did in the rounds
 //     (receiving, verifying, decoding, summing, sending the next model),
 //     so a lower bound on the decode+sum throughput of one aggregator core;
-//     with several servers, over the sum of their CPU seconds.
+//     with several servers, over the sum of their CPU seconds. Read at the
+//     edges of the bench's 5 ms slices: the whole first slice that saw round
+//     1's instructions, and up to the end of the one that saw the end.
+//   kernel_socket_bytes_per_device: with the server the bench started, half
+//     the growth of the kernel's slab caches and TCP buffer pages
+//     (/proc/slabinfo, /proc/net/sockstat; machine-wide, so other work
+//     shows) over the same readings as rss_bytes_per_device, per device:
+//     the server's end of each connection (the device's end is a socket of
+//     the same kinds on this host). Null without read access to slabinfo.
+//   server_finish_cpu_seconds: the server's CPU from there until every
+//     device was told to leave (a Leave to and the close of every
+//     connection), not in the figure above.
 //   round_seconds_p50 / p99: the server's own round times (its metrics
 //     file, or --server-metrics) or, with --server alone, the time between
 //     the first instructions of one round and of the next as the devices see
@@ -152,6 +163,35 @@ double ReadCpuSeconds(int pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
+// The kernel's memory that sockets take, machine-wide: every slab cache's
+// active objects times their size (/proc/slabinfo: the socket, its inode,
+// file, dentry, epoll item, ...) plus the TCP buffer pages of
+// /proc/net/sockstat ("TCP: ... mem N"). -1 when unreadable (slabinfo is
+// root's).
+double ReadKernelSocketBytes() {
+  std::ifstream slabs("/proc/slabinfo");
+  if (!slabs) return -1;
+  std::string line;
+  double bytes = 0;
+  bool any = false;
+  while (std::getline(slabs, line)) {
+    if (line.empty() || line[0] == '#' || line.compare(0, 8, "slabinfo") == 0) continue;
+    std::istringstream fields(line);
+    std::string name;
+    double active = 0, total = 0, size = 0;
+    if (fields >> name >> active >> total >> size) {
+      bytes += active * size;
+      any = true;
+    }
+  }
+  const std::string sockstat = ReadProcFile("/proc/net/sockstat");
+  const std::size_t tcp = sockstat.find("TCP:");
+  const std::size_t mem = tcp == std::string::npos ? std::string::npos : sockstat.find(" mem ", tcp);
+  if (!any || mem == std::string::npos) return -1;
+  return bytes + static_cast<double>(std::strtoull(sockstat.c_str() + mem + 5, nullptr, 10)) *
+                     static_cast<double>(::sysconf(_SC_PAGESIZE));
+}
+
 // Real LeNet-300-100 deltas: kDeltas shards of the training set, a few SGD
 // steps from the same initial model each.
 Result<std::vector<std::vector<float>>> MakeDeltas(const FleetFlags& flags, std::vector<std::size_t>* tensors) {
@@ -205,6 +245,7 @@ struct Fleet {
   std::size_t failed = 0;      // connections that failed or were closed with an error
   std::size_t finished = 0;    // devices that were told to leave
   std::size_t redirected = 0;  // joins an aggregator tier sent to another rank
+  std::size_t deferred = 0;    // updates the aggregator asked for again (no room yet)
   std::vector<std::pair<std::size_t, std::string>> redirects;  // (device, HOST:PORT) to dial
   uint64_t updates_sent = 0;
   std::map<uint64_t, uint64_t> updates_by_round;
@@ -330,7 +371,16 @@ class FleetDevice final : public transport::ConnectionHandler {
       }
       case MessageKind::kError: {
         Result<transport::ErrorMessage> error = transport::DecodeError(frame);
-        return error.ok() ? transport::ToStatus(*error) : error.status();
+        if (!error.ok()) return error.status();
+        const Status reported = transport::ToStatus(*error);
+        // An update the aggregator had no room for yet (max waiting
+        // updates): it sends the instructions again when it has, and the
+        // device answers them again, as a DeviceClient does.
+        if (reported.code() == StatusCode::kUnavailable) {
+          ++fleet_.deferred;
+          return Status::Ok();
+        }
+        return reported;
       }
       default:
         return Status::Ok();
@@ -575,7 +625,8 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
   // with N - 1 joined, CPU seconds over the rounds.
   struct ServerFigures {
     uint64_t rss_before = 0, rss_joined = 0;
-    double cpu_start = -1, cpu_end = -1;
+    double cpu_slice = -1;  // at the start of the current slice, until the first round is seen
+    double cpu_start = -1, cpu_end = -1, cpu_left = -1;
   };
   std::vector<ServerFigures> figures(server_pids.size());
   // The server's metrics file and its length before the run (it appends).
@@ -619,6 +670,9 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
   options.io_timeout_ms = 60000;
   options.log_errors = false;                // failures are counted and the first one reported
   for (std::size_t k = 0; k < figures.size(); ++k) figures[k].rss_before = ReadRssBytes(server_pids[k]);
+  // The kernel side, when both ends are here (the server the bench started).
+  const double kernel_before = own ? ReadKernelSocketBytes() : -1;
+  double kernel_joined = -1;
   std::size_t rss_devices = 0;  // joined when the memory was read
   bool rss_read = false;
   std::size_t next = 0;
@@ -627,7 +681,14 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
   const double deadline = join_start + flags.timeout_s;
   // The last device waits until the others' memory has been read.
   const std::size_t first_batch = flags.devices > 1 ? static_cast<std::size_t>(flags.devices) - 1 : 1;
-  bool cpu_read = false;
+  // The rounds' CPU window: from the start of the slice in which a device
+  // first saw the first round's instructions (so all of that round's start,
+  // its model sends included) to the end of the slice in which one first saw
+  // the end (a Leave, or with --server round R + 1's instructions). The
+  // finish after it (a Leave to, and the close of, every connection: work
+  // that grows with the connected devices, not the updates) is reported
+  // apart, and reading at the slices' edges counts at most a slice too much.
+  bool cpu_read = false, end_read = false;
   bool timed_out = false;
   const auto dial = [&](const std::shared_ptr<FleetDevice>& device, const std::string& host, uint16_t port) {
     ++fleet.connecting;
@@ -664,6 +725,9 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
   // Joins, the memory reading, then rounds until every device left or failed.
   while (true) {
     const std::size_t limit = rss_read ? devices.size() : first_batch;
+    if (!cpu_read) {
+      for (std::size_t k = 0; k < figures.size(); ++k) figures[k].cpu_slice = ReadCpuSeconds(server_pids[k]);
+    }
     connect_next(limit);
     loop.RunFor(5);
     const std::size_t settled = fleet.joined + fleet.failed;
@@ -672,13 +736,18 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the server's allocations settle
       loop.RunFor(5);
       for (std::size_t k = 0; k < figures.size(); ++k) figures[k].rss_joined = ReadRssBytes(server_pids[k]);
+      if (kernel_before >= 0) kernel_joined = ReadKernelSocketBytes();
       rss_devices = fleet.joined;
       rss_read = true;
     }
     if (join_seconds == 0 && next == devices.size() && quiet) join_seconds = NowSeconds() - join_start;
     if (!cpu_read && !fleet.round_first_seen.empty()) {
-      for (std::size_t k = 0; k < figures.size(); ++k) figures[k].cpu_start = ReadCpuSeconds(server_pids[k]);
+      for (ServerFigures& f : figures) f.cpu_start = f.cpu_slice;
       cpu_read = true;
+    }
+    if (cpu_read && !end_read && (fleet.end_seen > 0 || fleet.round_first_seen.size() > flags.rounds)) {
+      for (std::size_t k = 0; k < figures.size(); ++k) figures[k].cpu_end = ReadCpuSeconds(server_pids[k]);
+      end_read = true;
     }
     if (next == devices.size() && quiet && fleet.finished + fleet.failed >= devices.size()) break;
     // A server of the user's: R rounds are done once round R + 1 starts.
@@ -692,7 +761,10 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
       break;
     }
   }
-  for (std::size_t k = 0; k < figures.size(); ++k) figures[k].cpu_end = ReadCpuSeconds(server_pids[k]);
+  for (std::size_t k = 0; k < figures.size(); ++k) {
+    figures[k].cpu_left = ReadCpuSeconds(server_pids[k]);
+    if (!end_read) figures[k].cpu_end = figures[k].cpu_left;
+  }
   for (auto& device : devices) device->Close();
   loop.RunFor(200);
 
@@ -747,11 +819,14 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
   for (double s : round_seconds) total_round_seconds += s;
   const double fp32_bytes = static_cast<double>(accepted) * static_cast<double>(d) * 4.0;
   double server_cpu = figures.empty() ? -1 : 0;
+  double finish_cpu = figures.empty() || fleet.end_seen == 0 ? -1 : 0;
   nlohmann::json per_server = nlohmann::json::array();
   for (std::size_t k = 0; k < figures.size(); ++k) {
     const ServerFigures& f = figures[k];
     const double cpu = f.cpu_start >= 0 && f.cpu_end >= f.cpu_start ? f.cpu_end - f.cpu_start : -1;
     server_cpu = cpu >= 0 && server_cpu >= 0 ? server_cpu + cpu : -1;
+    const double finish = f.cpu_end >= 0 && f.cpu_left >= f.cpu_end ? f.cpu_left - f.cpu_end : -1;
+    finish_cpu = finish >= 0 && finish_cpu >= 0 ? finish_cpu + finish : -1;
     per_server.push_back({{"pid", server_pids[k]},
                           {"rss_bytes_before", f.rss_before},
                           {"rss_bytes_joined", f.rss_joined},
@@ -773,6 +848,7 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
       {"setup_seconds", setup_seconds},
       {"rounds_applied", rounds_applied},
       {"updates_sent", fleet.updates_sent},
+      {"updates_deferred", fleet.deferred},
       {"updates_accepted", accepted},
       {"updates_rejected", rejected},
       {"update_bytes_mean", fleet.updates_sent ? static_cast<double>(fleet.update_bytes) /
@@ -785,6 +861,7 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
       {"fleet_encode_seconds", fleet.encode_seconds},
   };
   report["server_cpu_seconds"] = server_cpu >= 0 ? nlohmann::json(server_cpu) : nlohmann::json();
+  report["server_finish_cpu_seconds"] = finish_cpu >= 0 ? nlohmann::json(finish_cpu) : nlohmann::json();
   report["decode_sum_bytes_per_second"] =
       server_cpu > 0 ? nlohmann::json(fp32_bytes / server_cpu) : nlohmann::json();
   const double rss_before = total(&ServerFigures::rss_before), rss_joined = total(&ServerFigures::rss_joined);
@@ -798,6 +875,12 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
   } else {
     report["rss_bytes_per_device"] = nullptr;
   }
+  // A connection is two sockets of the same kinds on this host, the
+  // server's and the device's: the server's end is taken as half the growth.
+  report["kernel_socket_bytes_per_device"] =
+      kernel_before >= 0 && kernel_joined >= 0 && rss_devices > 0
+          ? nlohmann::json((kernel_joined - kernel_before) / 2 / static_cast<double>(rss_devices))
+          : nlohmann::json();
   if (!fleet.first_error.empty()) report["first_error"] = fleet.first_error;
   if (!figures.empty()) report["servers"] = per_server;
   if (own) report["server_exit"] = server_exit;
@@ -816,6 +899,10 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
                   static_cast<double>(report["rss_bytes_per_device"]), rss_before / 1e6, rss_joined / 1e6,
                   rss_devices);
     }
+    if (!report["kernel_socket_bytes_per_device"].is_null()) {
+      std::printf("kernel memory (slabs and TCP buffers): %.0f bytes per joined device, the server's end\n",
+                  static_cast<double>(report["kernel_socket_bytes_per_device"]));
+    }
     if (figures.size() > 1) {
       for (std::size_t k = 0; k < figures.size(); ++k) {
         std::printf("server %zu (pid %d): VmRSS %.1f MB -> %.1f MB, %.2f CPU s in the rounds\n", k, server_pids[k],
@@ -831,6 +918,9 @@ int RunFleet(const FleetFlags& flags, const CLI::App& app) {
     if (server_cpu > 0) {
       std::printf("decode+sum: %.3f GB/s fp32-equivalent per server CPU second (%.2f CPU s in the rounds)\n",
                   fp32_bytes / server_cpu / 1e9, server_cpu);
+    }
+    if (finish_cpu >= 0) {
+      std::printf("finish: %.2f server CPU s for the Leave to and the close of every connection\n", finish_cpu);
     }
     if (!fleet.first_error.empty()) std::printf("first error: %s\n", fleet.first_error.c_str());
   }

@@ -59,6 +59,21 @@ TEST_CASE("an update's norm is computed without overflow and checked against the
   CHECK(refused.message() == "update norm 6e+38 exceeds the limit of 10000");
   const std::vector<float> over = {0.6f, 0.81f};
   CHECK(CheckUpdateNorm(over.data(), 2, 1.0).code() == StatusCode::kInvalidArgument);
+  // Every coordinate counts, the ones past the last whole group of the
+  // running sums too: 1..19 squared sum to 2470.
+  std::vector<float> ramp(19);
+  for (std::size_t i = 0; i < ramp.size(); ++i) ramp[i] = static_cast<float>(i + 1);
+  for (std::size_t d = 0; d <= ramp.size(); ++d) {
+    CAPTURE(d);
+    const double sum_sq = static_cast<double>(d * (d + 1) * (2 * d + 1)) / 6.0;
+    CHECK(UpdateNorm(ramp.data(), d) == doctest::Approx(std::sqrt(sum_sq)).epsilon(1e-15));
+  }
+  // A non-finite coordinate anywhere makes the norm fail the bound.
+  for (std::size_t at : {0, 7, 8, 18}) {
+    std::vector<float> bad = ramp;
+    bad[at] = at % 2 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+    CHECK_FALSE(CheckUpdateNorm(bad.data(), bad.size(), 1e30).ok());
+  }
 }
 
 TEST_CASE("a corrupt or non-finite update leaves the accumulator unchanged") {

@@ -45,6 +45,13 @@ TEST_CASE("fedrt bench fleet: 50 devices join and every update of 2 rounds is ac
     CHECK(j.at("round_seconds_p50").get<double>() > 0);
     CHECK(j.at("round_seconds_p99").get<double>() >= j.at("round_seconds_p50").get<double>());
     CHECK(j.at("decode_sum_bytes_per_second").get<double>() > 0);
+    // The finish (a Leave to and the close of every connection) is counted
+    // apart from the rounds.
+    CHECK(j.at("server_finish_cpu_seconds").get<double>() >= 0);
+    CHECK(j.at("server_cpu_seconds").get<double>() > 0);
+    // The kernel's side: null only where /proc/slabinfo cannot be read.
+    const nlohmann::json& kernel = j.at("kernel_socket_bytes_per_device");
+    CHECK((kernel.is_null() || kernel.is_number()));
     // Some memory per connected device, and less than a model's worth.
     const double rss = j.at("rss_bytes_per_device").get<double>();
     CHECK(rss > 0);

@@ -1397,10 +1397,16 @@ Status Aggregator::State::CheckUpdate(Received& received) {
   const bool nested = codec->needs_side_info();
   FEDRT_RETURN_IF_ERROR(codec->Decode(received.payload, received.payload_size, context, scratch_, d_,
                                       nested ? zeros_ : nullptr));
-  FEDRT_RETURN_IF_ERROR(CheckFinite(scratch_, d_));
   // Its real values exist only against the running mean: bounded at the close.
+  if (nested || config_.max_update_norm <= 0) FEDRT_RETURN_IF_ERROR(CheckFinite(scratch_, d_));
   if (nested) return Status();
-  FEDRT_RETURN_IF_ERROR(CheckUpdateNorm(scratch_, d_, config_.max_update_norm));
+  // A finite norm means finite values, so the update is read once; only one
+  // that fails is scanned for NaN and Inf (the reason names the coordinate).
+  const Status bounded = CheckUpdateNorm(scratch_, d_, config_.max_update_norm);
+  if (!bounded.ok()) {
+    FEDRT_RETURN_IF_ERROR(CheckFinite(scratch_, d_));
+    return bounded;
+  }
   // Every update keeps its payload in its slot. A plain update whose turn it
   // is is summed right away from scratch_ (SumInOrder), and its slot freed;
   // one that arrived before an earlier device's is decoded again at its
@@ -1518,9 +1524,11 @@ void Aggregator::State::SumInOrder(bool closing) {
 // clipped (clip_update_norm, or dp.clip with weight 1 in DP rounds), then
 // summed (mean) or held for the rule.
 Status Aggregator::State::Contribute(const Received& received, const float* decoded) {
-  FEDRT_RETURN_IF_ERROR(CheckFinite(decoded, d_));
   double weight = static_cast<double>(received.num_samples);
   const double clip = dp() ? config_.dp.clip : config_.clip_update_norm;
+  // The running sum checks what it adds (AddDecoded); an update that is
+  // copied (clipped, or held for a rule) is checked before it is.
+  if (clip > 0 || HoldsUpdates(config_.aggregation)) FEDRT_RETURN_IF_ERROR(CheckFinite(decoded, d_));
   if (dp()) weight = 1.0;
   const float* update = decoded;
   if (clip > 0) {

@@ -197,6 +197,9 @@ class Connection {
   virtual ~Connection() = default;
 
   // Queues a frame. Frames are written in Send order, one write in flight.
+  // Over plain TCP a frame of up to direct_send_max_bytes may instead be
+  // written by the calling thread (ConnectionOptions), which then returns
+  // once it is in the socket.
   // kUnavailable once the connection is closing or closed,
   // kResourceExhausted when the queue would exceed max_queued_bytes.
   virtual Status Send(OutFrame frame) = 0;

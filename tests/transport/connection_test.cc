@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -720,6 +721,53 @@ TEST_CASE("a tcp flush reports a deadline while the peer reads nothing and unava
   CHECK(waited.message().find("closed by the test") != std::string::npos);
   // Later flushes say the same: those frames never left.
   CHECK((*connection)->Flush(0).code() == StatusCode::kUnavailable);
+  CHECK(loops.client->WaitClosed(kWait));
+}
+
+TEST_CASE("with direct sends raised a large frame is in the socket when send returns") {
+  ConnectionOptions options = FastOptions();
+  options.direct_send_max_bytes = std::size_t{1} << 30;
+  TwoLoops loops(options);
+  const std::vector<uint8_t> payload(3u << 20, 3);  // more than the socket takes at once
+  std::vector<OutFrame> frames = UpdateFrames(payload, 3);
+  uint64_t wire = 0;
+  for (OutFrame& frame : frames) {
+    wire += frame.wire_size();
+    REQUIRE(loops.connection->Send(std::move(frame)).ok());
+    // Written by this thread, not handed to the loop: counted at once.
+    CHECK(loops.connection->stats().bytes_sent == wire);
+  }
+  CHECK(Eventually([&] { return loops.server->frames() == 3; }, kWait));
+  loops.listener->Close();
+}
+
+TEST_CASE("a direct send waiting for room ends when the connection is aborted") {
+  ConnectionOptions options = FastOptions();
+  options.io_timeout_ms = 0;  // no write deadline: only the abort ends the wait
+  options.direct_send_max_bytes = std::size_t{1} << 30;
+  TwoLoops loops(options);
+  loops.receiver_loop.loop().Stop();  // nothing reads on the other side from now on
+  const std::vector<uint8_t> payload(1u << 20, 5);
+  std::vector<OutFrame> frames = UpdateFrames(payload, 64);
+  std::atomic<bool> done{false};
+  Status failed;
+  std::thread sender([&] {
+    for (OutFrame& frame : frames) {
+      Status s = loops.connection->Send(std::move(frame));
+      if (!s.ok()) {
+        failed = s;
+        break;
+      }
+    }
+    done = true;
+  });
+  // The socket fills; the sender waits for room (a queued send would return).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_FALSE(done.load());
+  loops.connection->Abort(Status(StatusCode::kCancelled, "closed by the test"));
+  CHECK(Eventually([&] { return done.load(); }, kWait));
+  sender.join();
+  CHECK_FALSE(failed.ok());
   CHECK(loops.client->WaitClosed(kWait));
 }
 

@@ -43,9 +43,14 @@ using asio::ip::tcp;
 using Clock = asio::steady_timer::clock_type;
 
 constexpr std::size_t kMaxFramesPerWrite = 16;
-// Frames up to this size are written by the thread that sends them when
-// nothing is queued before them (TcpConnection::TryDirectSend).
-constexpr std::size_t kDirectSendBytes = 64u << 10;
+// Direct writes (TcpConnection::TryDirectSend) of frames up to this size go
+// to the loop when the socket takes none of their bytes; larger ones (only
+// with ConnectionOptions::direct_send_max_bytes raised) wait for room on the
+// sending thread.
+constexpr std::size_t kSmallDirectSendBytes = 64u << 10;
+// A direct write waiting for room looks this often whether the connection
+// is being closed (the loop waits for it under send_mutex_).
+constexpr int kDirectSendPollMs = 20;
 // TLS: each SSL_write makes at least one record per buffer, so pieces below
 // this size are copied together into one buffer before they are written.
 constexpr std::size_t kTlsCoalesceBytes = 16u << 10;
@@ -182,7 +187,7 @@ class TcpConnection final : public Connection,
     }
     const std::size_t size = frame.wire_size();
     std::unique_lock<std::mutex> lock(send_mutex_);
-    if (size <= kDirectSendBytes && !loop_.io.get_executor().running_in_this_thread()) {
+    if (size <= options_.direct_send_max_bytes && !loop_.io.get_executor().running_in_this_thread()) {
       bool written = false;
       Status direct = TryDirectSend(frame, &written);
       if (!direct.ok() || written) return direct;
@@ -443,16 +448,19 @@ class TcpConnection final : public Connection,
 
   // ---- Writing: one write in flight, the rest queued --------------------------
 
-  // Small frames, from a thread other than the loop's, under send_mutex_:
-  // when no frame is queued or being written (pending_frames_ == 0), the
-  // frame goes into the socket from the calling thread, which saves waking
-  // the loop for it (one of the four thread hand-offs of a small message).
-  // *written: it was (the frame is released on return); false: the socket
-  // took none of it, or this connection cannot (TLS, not open), and the
-  // caller queues it. A socket that took part of it gets the rest from
-  // here, waiting for room up to io_timeout_ms (the loop thread waits for
-  // send_mutex_ meanwhile only if it has a frame of its own to write);
-  // a failure then closes the connection.
+  // Frames up to direct_send_max_bytes, from a thread other than the loop's,
+  // under send_mutex_: when no frame is queued or being written
+  // (pending_frames_ == 0), the frame goes into the socket from the calling
+  // thread, which saves waking the loop for it (one of the four thread
+  // hand-offs of a small message) and, for a large one, lets the send's copy
+  // run beside the loop's receive copy. *written: it was (the frame is
+  // released on return); false: the socket took none of a small frame, or
+  // this connection cannot (TLS, not open), and the caller queues it. A
+  // large frame, or one the socket took part of, gets the rest from here,
+  // waiting for room up to io_timeout_ms; a close (send_closed_) ends the
+  // wait within kDirectSendPollMs, since the loop thread then waits for
+  // send_mutex_ (it never does otherwise: heartbeats skip a held lock). A
+  // failure part-way closes the connection.
   Status TryDirectSend(const OutFrame& frame, bool* written) {
     *written = false;
 #if FEDRT_WITH_TLS
@@ -477,7 +485,13 @@ class TcpConnection final : public Connection,
       const ssize_t n = ::sendmsg(fd, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (sent == 0) return Status::Ok();  // the loop writes it when there is room
+        if (sent == 0 && total <= kSmallDirectSendBytes) return Status::Ok();  // the loop writes it when there is room
+        if (send_closed_.load()) {
+          // Closing: the loop waits for send_mutex_. Nothing written yet
+          // leaves the stream whole.
+          if (sent == 0) return Status(StatusCode::kUnavailable, "connection " + peer_ + " is closed");
+          return DirectSendFailed(Status(StatusCode::kCancelled, "closed during a write (" + peer_ + ")"));
+        }
         pollfd p{};
         p.fd = fd;
         p.events = POLLOUT;
@@ -485,7 +499,8 @@ class TcpConnection final : public Connection,
         if (options_.io_timeout_ms != 0 && now >= deadline) {
           return DirectSendFailed(Status(StatusCode::kDeadlineExceeded, "write did not complete in time (" + peer_ + ")"));
         }
-        (void)::poll(&p, 1, options_.io_timeout_ms == 0 ? 1000 : static_cast<int>(deadline - now));
+        const uint64_t left = options_.io_timeout_ms == 0 ? kDirectSendPollMs : deadline - now;
+        (void)::poll(&p, 1, static_cast<int>(std::min<uint64_t>(left, kDirectSendPollMs)));
         continue;
       }
       if (n < 0) {
@@ -675,13 +690,16 @@ class TcpConnection final : public Connection,
           return self->Fail(self->liveness_.IdleTimeout(self->peer_), false);
         case Liveness::Due::kHeartbeat:
           if (!self->writing_) {  // a write under way keeps the peer hearing bytes
+            // So does a direct write holding send_mutex_: a large one may
+            // wait for the peer's loop to read, which may itself wait here
+            // for its own sender, so the loop never blocks on it.
+            std::unique_lock<std::mutex> lock(self->send_mutex_, std::try_to_lock);
+            if (!lock.owns_lock()) break;
             Result<OutFrame> frame = Encode(self->liveness_.NextHeartbeat(MonotonicNanos()), self->options_.limits);
             if (frame.ok()) {
               self->queued_bytes_.fetch_add(frame->wire_size());
-              {
-                std::lock_guard<std::mutex> lock(self->send_mutex_);
-                ++self->pending_frames_;
-              }
+              ++self->pending_frames_;
+              lock.unlock();
               self->Enqueue(std::move(*frame));
             }
           }
@@ -733,6 +751,7 @@ class TcpConnection final : public Connection,
 
   void Fail(Status reason, bool notify_peer) {
     if (state_ == State::kClosed) return;
+    send_closed_ = true;  // a direct write waiting for room gives up (TryDirectSend)
     if (options_.log_errors) {
       Log(LogLevel::kWarning, "connection %s closed: %s", peer_.c_str(), reason.ToString().c_str());
     }
@@ -767,6 +786,7 @@ class TcpConnection final : public Connection,
     if (state_ == State::kClosed) return;
     const bool opened = state_ != State::kHandshake;  // the handler knows of it
     state_ = State::kClosed;
+    send_closed_ = true;  // a direct write waiting for room gives up (TryDirectSend)
     std::error_code ec;
     {
       // No direct write may use the descriptor once it is closed (and

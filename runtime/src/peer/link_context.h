@@ -7,9 +7,11 @@
 //
 // Links: on the ring, one connection to the right neighbour (dialled; data
 // goes out on it) and one from the left (accepted; data comes in), so every
-// link is full-duplex and no peer ever blocks on a write (sends are queued
-// on the connection and go out from the event loop while the collective's
-// thread waits for what arrives from the left). Gossip on a ring with more
+// link is full-duplex and no peer's writes wait on its own reads: the event
+// loop receives (and places or reduces) what arrives from the left while the
+// collective's thread writes to the right, itself over TCP
+// (ConnectionOptions::direct_send_max_bytes, tcp_context.cc) or through the
+// loop's queue. Gossip on a ring with more
 // than two members also sends left on the accepted link. On a graph, one
 // two-way connection per edge, dialled by the lower rank.
 //

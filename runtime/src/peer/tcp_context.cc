@@ -200,6 +200,10 @@ transport::ConnectionOptions LinkOptions(const PeerOptions& options) {
   o.idle_timeout_ms = 0;  // the collectives keep their own deadlines
   o.heartbeat_interval_ms = 1000;
   o.io_timeout_ms = options.step_timeout_ms;
+  // The collective's thread writes whole ring chunks itself while the loop
+  // receives: the two socket copies run on two cores (it has nothing else
+  // to do meanwhile; what arrives is placed or reduced by the loop).
+  o.direct_send_max_bytes = std::size_t{1} << 31;
   return o;
 }
 

@@ -61,6 +61,15 @@ struct ConnectionOptions {
   uint32_t idle_timeout_ms = 30000;        // waiting for the next frame; 0: forever
   uint32_t heartbeat_interval_ms = 5000;   // send a Heartbeat after this much silence; 0: never
   std::size_t max_queued_bytes = 256u << 20;  // Send() beyond this fails with kResourceExhausted
+  // TCP without TLS: frames of up to this many bytes, sent from a thread
+  // other than the loop's while nothing is queued before them, are written
+  // by that thread (which saves the loop's wake-up, and lets the socket's
+  // send copy run beside the loop's receive copy on another core). A frame
+  // above 64 KiB then waits on the calling thread for room in the socket,
+  // so raise it only for a connection whose senders may block (a
+  // collective's own thread), not for a server that sends to many clients
+  // from one thread.
+  std::size_t direct_send_max_bytes = 64u << 10;
   std::shared_ptr<const TlsContext> tls;   // TCP only: TLS on every connection (tls.h); null: plain TCP
   // Whether the connection logs the reason when an error closes it. An owner
   // that logs its OnClose reasons itself turns this off, so a dropped
@@ -188,6 +197,9 @@ class Connection {
   virtual ~Connection() = default;
 
   // Queues a frame. Frames are written in Send order, one write in flight.
+  // Over plain TCP a frame of up to direct_send_max_bytes may instead be
+  // written by the calling thread (ConnectionOptions), which then returns
+  // once it is in the socket.
   // kUnavailable once the connection is closing or closed,
   // kResourceExhausted when the queue would exceed max_queued_bytes.
   virtual Status Send(OutFrame frame) = 0;

@@ -202,8 +202,11 @@ transport::ConnectionOptions LinkOptions(const PeerOptions& options) {
   o.io_timeout_ms = options.step_timeout_ms;
   // The collective's thread writes whole ring chunks itself while the loop
   // receives: the two socket copies run on two cores (it has nothing else
-  // to do meanwhile; what arrives is placed or reduced by the loop).
-  o.direct_send_max_bytes = std::size_t{1} << 31;
+  // to do meanwhile; what arrives is placed or reduced by the loop). Not on
+  // user-space shaped links: there the shaper's one thread hands frames to
+  // the connection and also passes received ones on, so a send waiting for
+  // room would hold up the receive side (an all-reduce at half the rate).
+  if (!options.link.shaped()) o.direct_send_max_bytes = std::size_t{1} << 31;
   return o;
 }
 

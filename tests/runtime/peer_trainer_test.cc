@@ -354,7 +354,7 @@ struct OneRank {
   }
 };
 
-TEST_CASE("the peer trainer refuses a robust rule or a clip outside gossip, and DP settings that do not fit") {
+TEST_CASE("the peer trainer refuses a robust rule, a clip or D2 outside gossip, and DP settings that do not fit") {
   OneRank one;
   auto create = [&](const peer::PeerTrainerOptions& o) { return one.Create(one.view, o); };
   for (peer::PeerReduce reduce : {peer::PeerReduce::kDense, peer::PeerReduce::kIwp, peer::PeerReduce::kLocal}) {
@@ -367,6 +367,23 @@ TEST_CASE("the peer trainer refuses a robust rule or a clip outside gossip, and 
     clipped.gossip_defense.clip = 1;
     CHECK(create(clipped).code() == StatusCode::kInvalidArgument);
   }
+  // D2 mixes gossip's models: no other reduce has any, replicas are not
+  // models, and a rule's dropped values would stay in D2's sum of corrections.
+  for (peer::PeerReduce reduce : {peer::PeerReduce::kDense, peer::PeerReduce::kIwp, peer::PeerReduce::kLocal}) {
+    peer::PeerTrainerOptions d2 = Options(reduce);
+    d2.gossip_algorithm = peer::GossipAlgorithm::kD2;
+    const Status refused = create(d2);
+    CHECK(refused.code() == StatusCode::kInvalidArgument);
+    CHECK(refused.message().find("D2 gossip algorithm applies to gossip only") != std::string::npos);
+  }
+  peer::PeerTrainerOptions d2 = Options(peer::PeerReduce::kGossip);
+  d2.gossip_algorithm = peer::GossipAlgorithm::kD2;
+  CHECK(create(d2).ok());
+  d2.codec = "choco+sign:b=32";
+  CHECK(create(d2).code() == StatusCode::kInvalidArgument);
+  d2.codec.clear();
+  d2.gossip_defense.clip = 1;
+  CHECK(create(d2).code() == StatusCode::kInvalidArgument);
   peer::PeerTrainerOptions dp = Options(peer::PeerReduce::kDense);
   dp.dp.noise_multiplier = 1;
   dp.dp.clip = 1;

@@ -93,6 +93,9 @@ struct PeerFlags {
   bool repair = false;
   uint64_t seed = 1;
   std::string graph = "ring";  // gossip graph: ring | torus
+  std::string gossip_algorithm = "dpsgd";  // gossip: dpsgd | d2
+  double d2_gain = 0;                      // D2: 0 = the default (PeerTrainerOptions::d2_gain)
+  double d2_leak = -1;                     // D2: negative = the default
   std::string metrics;      // JSON lines, one per evaluation
   std::string init_model;   // every peer starts from this file (.npz or checkpoint)
   std::string save_model;   // this peer's final model as .npz
@@ -262,6 +265,9 @@ Status CheckPeerFlags(const PeerFlags& flags, const CLI::App& app) {
        "--reduce gossip with a moniqua --codec that names no theta"},
       {"--print-wraps", moniqua, "--reduce gossip with a moniqua --codec"},
       {"--graph", gossip || flags.reduce == "local", "--reduce gossip and local"},
+      {"--gossip-algorithm", gossip, "--reduce gossip (the other reduces mix no models)"},
+      {"--d2-gain", gossip && flags.gossip_algorithm == "d2", "--reduce gossip --gossip-algorithm d2"},
+      {"--d2-leak", gossip && flags.gossip_algorithm == "d2", "--reduce gossip --gossip-algorithm d2"},
       // Gossip and local take plain SGD steps (the mixing step applies the gradient).
       {"--momentum", !gossip && flags.reduce != "local", "--reduce dense, fp16, compressed and iwp"},
       {"--repair", flags.reduce != "local", "peers that communicate (not --reduce local)"},
@@ -281,7 +287,11 @@ Status CheckPeerFlags(const PeerFlags& flags, const CLI::App& app) {
                              "--iwp-eps", "--iwp-clip"}) {
     scopes.push_back({option, iwp, "--reduce iwp"});
   }
-  return CheckFlagScopes(app, scopes, "--reduce " + flags.reduce);
+  FEDRT_RETURN_IF_ERROR(CheckFlagScopes(app, scopes, "--reduce " + flags.reduce));
+  if (flags.gossip_algorithm == "d2" && peer::IsChocoSpec(flags.codec)) {
+    return InvalidArgument("--gossip-algorithm d2 mixes models: '" + flags.codec + "' sends replica differences");
+  }
+  return Status::Ok();
 }
 
 int RunPeer(const PeerFlags& flags, const CLI::App& app) {
@@ -391,6 +401,11 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
   if (!rule.ok()) return Fail("peer", rule.status());
   options.gossip_defense.rule = *rule;
   options.gossip_defense.clip = flags.clip_update_norm;
+  Result<peer::GossipAlgorithm> algorithm = peer::ParseGossipAlgorithm(flags.gossip_algorithm);
+  if (!algorithm.ok()) return Fail("peer", algorithm.status());
+  options.gossip_algorithm = *algorithm;
+  options.d2_gain = flags.d2_gain;
+  options.d2_leak = flags.d2_leak;
   if (!flags.byzantine.empty()) {
     Result<ByzantineBehaviour> behaviour = ParseByzantine(flags.byzantine);
     if (!behaviour.ok()) return Fail("peer", behaviour.status());
@@ -437,6 +452,14 @@ int RunPeer(const PeerFlags& flags, const CLI::App& app) {
                     : "",
                 derived && flags.schedule != "constant" && !(*trainer)->moniqua_one_bit_rule()
                     ? " (theta follows the learning rate)"
+                    : "");
+  }
+  if (options.gossip_algorithm == peer::GossipAlgorithm::kD2) {
+    std::printf("gossip algorithm D2 (the half step 2 x_k - x_(k-1) - lr (g_k - g_(k-1)) is sent and mixed), "
+                "correction gain %g, leak %g%s\n",
+                static_cast<double>((*trainer)->d2_gain()), static_cast<double>((*trainer)->d2_leak()),
+                (*trainer)->moniqua_one_bit_rule() && flags.d2_gain == 0 && flags.d2_leak < 0
+                    ? " (Moniqua's 1-bit rule; the paper's D2: gain 1, leak 0)"
                     : "");
   }
   std::ofstream metrics;
@@ -651,6 +674,18 @@ void RegisterPeer(CLI::App& app, CommandList& commands) {
       ->capture_default_str();
   p->add_option("--graph", flags->graph, "Gossip graph: ring, or torus (2-D, Metropolis weights)")
       ->capture_default_str()->check(CLI::IsMember({"ring", "torus"}));
+  p->add_option("--gossip-algorithm", flags->gossip_algorithm,
+                "Gossip: dpsgd, or d2 (D2: mixes the half step 2 x_k - x_(k-1) - lr (g_k - g_(k-1)); removes the "
+                "drift of label-skewed peers)")
+      ->capture_default_str()->check(CLI::IsMember({"dpsgd", "d2"}));
+  p->add_option("--d2-gain", flags->d2_gain,
+                "D2: gain of the sum of mixing corrections, in (0, 1] (default 1, the paper's; 0.05 under Moniqua's "
+                "1-bit rule)")
+      ->check(CLI::Range(1e-6, 1.0));
+  p->add_option("--d2-leak", flags->d2_leak,
+                "D2: share of the sum of corrections forgotten per step, in [0, 1) (default 0; 0.005 under Moniqua's "
+                "1-bit rule)")
+      ->check(CLI::Range(0.0, 0.999999));
   p->add_option("--metrics", flags->metrics, "Write one JSON object per evaluation to this file");
   p->add_option("--init-model", flags->init_model,
                 "Start from this model (.npz or checkpoint; give every peer the same file), with its model spec");

@@ -40,6 +40,8 @@ TEST_CASE("fedrt peer refuses options of another reduce mode") {
   Refused(kPeer + "--reduce gossip --codec nosuch", "gossip codec 'nosuch'");
   Refused(kPeer + "--reduce gossip --codec choco+ndqsg", "decodes without side information");
   Refused(kPeer + "--reduce dense --graph torus", "--graph applies to --reduce gossip and local only");
+  Refused(kPeer + "--reduce local --gossip-algorithm d2", "--gossip-algorithm applies to --reduce gossip");
+  Refused(kPeer + "--reduce gossip --codec choco+sign --gossip-algorithm d2", "'choco+sign' sends replica differences");
   Refused(kPeer + "--reduce gossip --momentum 0.5", "--momentum applies to --reduce dense, fp16, compressed and iwp only");
   Refused(kPeer + "--reduce local --repair", "--repair applies to peers that communicate");
   Refused(kPeer + "--reduce gossip --codec moniqua:bits=1,theta=0.5 --moniqua-theta-per-lr 0.1",

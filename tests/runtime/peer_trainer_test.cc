@@ -354,7 +354,7 @@ struct OneRank {
   }
 };
 
-TEST_CASE("the peer trainer refuses a robust rule or a clip outside gossip, and DP settings that do not fit") {
+TEST_CASE("the peer trainer refuses a robust rule, a clip or D2 outside gossip, and DP settings that do not fit") {
   OneRank one;
   auto create = [&](const peer::PeerTrainerOptions& o) { return one.Create(one.view, o); };
   for (peer::PeerReduce reduce : {peer::PeerReduce::kDense, peer::PeerReduce::kIwp, peer::PeerReduce::kLocal}) {
@@ -367,6 +367,23 @@ TEST_CASE("the peer trainer refuses a robust rule or a clip outside gossip, and 
     clipped.gossip_defense.clip = 1;
     CHECK(create(clipped).code() == StatusCode::kInvalidArgument);
   }
+  // D2 mixes gossip's models: no other reduce has any, replicas are not
+  // models, and a rule's dropped values would stay in D2's sum of corrections.
+  for (peer::PeerReduce reduce : {peer::PeerReduce::kDense, peer::PeerReduce::kIwp, peer::PeerReduce::kLocal}) {
+    peer::PeerTrainerOptions d2 = Options(reduce);
+    d2.gossip_algorithm = peer::GossipAlgorithm::kD2;
+    const Status refused = create(d2);
+    CHECK(refused.code() == StatusCode::kInvalidArgument);
+    CHECK(refused.message().find("D2 gossip algorithm applies to gossip only") != std::string::npos);
+  }
+  peer::PeerTrainerOptions d2 = Options(peer::PeerReduce::kGossip);
+  d2.gossip_algorithm = peer::GossipAlgorithm::kD2;
+  CHECK(create(d2).ok());
+  d2.codec = "choco+sign:b=32";
+  CHECK(create(d2).code() == StatusCode::kInvalidArgument);
+  d2.codec.clear();
+  d2.gossip_defense.clip = 1;
+  CHECK(create(d2).code() == StatusCode::kInvalidArgument);
   peer::PeerTrainerOptions dp = Options(peer::PeerReduce::kDense);
   dp.dp.noise_multiplier = 1;
   dp.dp.clip = 1;
@@ -382,6 +399,34 @@ TEST_CASE("the peer trainer refuses a robust rule or a clip outside gossip, and 
   peer::PeerTrainerOptions clip_only = Options(peer::PeerReduce::kDense);
   clip_only.dp.clip = 1;
   CHECK(create(clip_only).code() == StatusCode::kInvalidArgument);
+}
+
+// D2 needs the mixing matrix's smallest eigenvalue at -1/3 or above: the
+// 2 x 4 torus's Metropolis matrix has -0.5 (fp32 D2 diverged there), a
+// moniqua spec's gamma 0.5 lifts it to 0.25, the 1-bit rule's gamma to 0.6.
+TEST_CASE("the peer trainer refuses D2 on a graph whose mixing matrix has an eigenvalue below -1/3") {
+  const Synthetic data = MakeData(40);
+  peer::ContextOptions torus;
+  torus.graph = peer::GossipGraph::kTorus;
+  LoopbackRing ring(8, torus);
+  ring.FormAll();
+  Model model = Model::Create(kSpec, 3).value();
+  const std::vector<uint32_t> share = Share(data.count, 8, 0);
+  peer::PeerData view;
+  view.set = data.View(/*bytes=*/false);
+  view.share = share.data();
+  view.share_size = share.size();
+  auto create = [&](const std::string& codec) {
+    peer::PeerTrainerOptions o = Options(peer::PeerReduce::kGossip, codec);
+    o.gossip_algorithm = peer::GossipAlgorithm::kD2;
+    return peer::PeerTrainer::Create(model, view, ring.groups[0]->context(), o).status();
+  };
+  const Status fp32 = create("");
+  CHECK(fp32.code() == StatusCode::kInvalidArgument);
+  CHECK(fp32.message().find("smallest eigenvalue at -1/3 or above; this graph's is -0.5") != std::string::npos);
+  CHECK(create("moniqua:bits=1,theta=0.05,gamma=1").code() == StatusCode::kInvalidArgument);
+  CHECK(create("moniqua:bits=8,theta=0.3,gamma=0.5").ok());
+  CHECK(create("moniqua:bits=1").ok());
 }
 
 TEST_CASE("the peer trainer refuses options and data that do not fit") {

@@ -37,6 +37,12 @@ Result<ChocoSpec> ParseChocoSpec(const std::string& spec) {
   return out;
 }
 
+Result<GossipAlgorithm> ParseGossipAlgorithm(const std::string& name) {
+  if (name == "dpsgd") return GossipAlgorithm::kDpsgd;
+  if (name == "d2") return GossipAlgorithm::kD2;
+  return InvalidArgument("gossip algorithm '" + name + "': dpsgd or d2");
+}
+
 namespace {
 
 // What a gossip step keeps, for models of d floats (collectives.h, Gossip::RequiredBytes).
@@ -47,6 +53,7 @@ struct GossipSizes {
   std::size_t neighbours = 0;
   std::size_t members = 0;
   bool choco = false;
+  bool d2 = false;
 };
 
 Result<GossipSizes> MeasureGossip(const CollectiveShape& shape) {
@@ -54,6 +61,7 @@ Result<GossipSizes> MeasureGossip(const CollectiveShape& shape) {
   sizes.d = shape.d;
   sizes.neighbours = shape.neighbours;
   sizes.members = shape.members;
+  sizes.d2 = shape.gossip_d2;
   sizes.payload = shape.d * sizeof(float);
   if (shape.codec.empty() || shape.d == 0) return sizes;
   std::string_view inner = shape.codec;
@@ -95,6 +103,9 @@ struct GossipLayout {
   float* choco_diff = nullptr;
   float* choco_replicas = nullptr;
   uint32_t* choco_members = nullptr;
+  float* d2_correction = nullptr;
+  float* d2_half = nullptr;
+  uint32_t* d2_members = nullptr;
 };
 
 std::size_t CarveGossip(unsigned char* base, const GossipSizes& z, GossipLayout* l) {
@@ -113,6 +124,11 @@ std::size_t CarveGossip(unsigned char* base, const GossipSizes& z, GossipLayout*
     l->choco_diff = carve.Take<float>(z.d, a);
     l->choco_replicas = carve.Take<float>(z.neighbours * z.d, a);
     l->choco_members = carve.Take<uint32_t>(z.members);
+  }
+  if (z.d2) {
+    l->d2_correction = carve.Take<float>(z.d, a);
+    l->d2_half = carve.Take<float>(z.d, a);
+    l->d2_members = carve.Take<uint32_t>(z.members);
   }
   return AlignUp(carve.used(), a);
 }
@@ -150,6 +166,9 @@ Status Gossip::Bind(void* memory, std::size_t size, const CollectiveShape& shape
   choco_diff_.Bind(l.choco_diff, z.choco ? z.d : 0);
   choco_replicas_.Bind(l.choco_replicas, z.choco ? z.neighbours * z.d : 0);
   choco_members_.Bind(l.choco_members, z.choco ? z.members : 0);
+  d2_correction_.Bind(l.d2_correction, z.d2 ? z.d : 0);
+  d2_half_.Bind(l.d2_half, z.d2 ? z.d : 0);
+  d2_members_.Bind(l.d2_members, z.d2 ? z.members : 0);
   return Status::Ok();
 }
 
@@ -222,6 +241,16 @@ Status Gossip::SetDefense(const GossipDefense& defense) {
     return InvalidArgument("the gossip clip norm must be finite and not negative (0: no clipping)");
   }
   defense_ = defense;
+  return Status::Ok();
+}
+
+Status Gossip::SetAlgorithm(GossipAlgorithm algorithm, float d2_gain, float d2_leak) {
+  if (!(d2_gain > 0.0f && d2_gain <= 1.0f) || !(d2_leak >= 0.0f && d2_leak < 1.0f)) {
+    return InvalidArgument("D2's correction gain must be in (0, 1] and its leak in [0, 1)");
+  }
+  algorithm_ = algorithm;
+  d2_gain_ = d2_gain;
+  d2_leak_ = d2_leak;
   return Status::Ok();
 }
 
@@ -367,6 +396,12 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
                            "' does not recover the neighbours' models: robust rules and clipping need fp32 gossip "
                            "or a codec that decodes without side information");
   }
+  const bool d2 = algorithm_ == GossipAlgorithm::kD2;
+  if (d2 && (choco || defended)) {
+    return InvalidArgument(choco ? "D2 gossip mixes models: '" + codec_spec + "' sends replica differences"
+                                 : std::string("D2 gossip takes no robust rule or clipping: its sum of corrections "
+                                               "would keep what a rule drops"));
+  }
   if (send_transform_ && choco) {
     return InvalidArgument("gossip codec '" + codec_spec + "' sends replica differences, not models: no send transform");
   }
@@ -380,17 +415,31 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
   CodecContext context;
   context.round = static_cast<uint32_t>(step);
   context.sender_id = context_.rank();
-  const float* to_send = model;
+  // What is sent, decoded against and mixed: the model, or D2's half step.
+  float* mixed_model = model;
+  const std::vector<uint32_t>& members = context_.members();
+  if (d2) {
+    const bool same_members =
+        d2_members_.size() == members.size() && std::equal(members.begin(), members.end(), d2_members_.data());
+    if (d2_correction_.size() != d || !same_members) {
+      float* c = d2_correction_.Resize(d);
+      std::fill(c, c + d, 0.0f);
+      std::copy(members.begin(), members.end(), d2_members_.Resize(members.size()));
+    }
+    const float* c = d2_correction_.data();
+    mixed_model = d2_half_.Resize(d);
+    for (std::size_t k = 0; k < d; ++k) mixed_model[k] = (model[k] - lr * grad[k]) + c[k];
+  }
+  const float* to_send = mixed_model;
   if (send_transform_) {
     float* sent = sent_.Resize(d);
-    std::copy(model, model + d, sent);
+    std::copy(mixed_model, mixed_model + d, sent);
     send_transform_(step, sent, d);
     to_send = sent;
   }
   const uint8_t* payload = reinterpret_cast<const uint8_t*>(to_send);
   std::size_t payload_size = d * sizeof(float);
   std::size_t max_size = payload_size;
-  const std::vector<uint32_t>& members = context_.members();
   if (choco) {
     const bool same_members = choco_members_.size() == members.size() &&
                               std::equal(members.begin(), members.end(), choco_members_.data());
@@ -419,10 +468,10 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
     payload_size = *size;
     // x'_self: the own model through the same channel.
     FEDRT_RETURN_IF_ERROR(codec->Decode(payload, payload_size, context, own_recovered, d,
-                                        codec->needs_side_info() ? model : nullptr));
-    if (send_transform_) std::copy(model, model + d, own_recovered);  // it mixes its honest model
+                                        codec->needs_side_info() ? mixed_model : nullptr));
+    if (send_transform_) std::copy(mixed_model, mixed_model + d, own_recovered);  // it mixes its honest model
   } else {
-    std::copy(model, model + d, own_recovered);
+    std::copy(mixed_model, mixed_model + d, own_recovered);
   }
   const std::vector<Neighbour>& neighbours = context_.neighbours();
   const std::size_t count = neighbours.size();
@@ -459,13 +508,13 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
       if (moniqua) {
         std::size_t near_wrap = 0;
         MoniquaWraps checked;
-        s = MoniquaDecode(*codec, in, in_size, c, model, x, d, -1.0f, &near_wrap, &checked);
+        s = MoniquaDecode(*codec, in, in_size, c, mixed_model, x, d, -1.0f, &near_wrap, &checked);
         // With check=N the exact count over the checked coordinates, else
         // the near-boundary heuristic.
         stats->wrap_count += checked.checked > 0 ? checked.wrapped : near_wrap;
         stats->wrap_checked += checked.checked;
       } else {
-        s = codec->Decode(in, in_size, c, x, d, codec->needs_side_info() ? model : nullptr);
+        s = codec->Decode(in, in_size, c, x, d, codec->needs_side_info() ? mixed_model : nullptr);
       }
       if (!s.ok()) return context_.Fail(static_cast<int>(from), context_.Named(from, s));
     }
@@ -499,6 +548,17 @@ Status Gossip::Step(float* model, const float* grad, std::size_t d, float lr, co
     MoniquaMixStep(model, x_public, mix, mixed, 0.0f, own_recovered, d);
   } else if (defended) {
     Defend(model, grad, d, lr, mixed);
+  } else if (d2) {
+    // M, the mixing correction of the half steps; x = the half step + M.
+    float* const c = d2_correction_.data();
+    float* const m = d2_half_.data();  // the half step is no longer needed: recomputed below
+    std::fill(m, m + d, 0.0f);
+    MoniquaMixStep(m, own_recovered, mix, mixed, 0.0f, own_recovered, d);
+    const float keep = 1.0f - d2_leak_;
+    for (std::size_t k = 0; k < d; ++k) {
+      model[k] = ((model[k] - lr * grad[k]) + c[k]) + m[k];
+      c[k] = keep * c[k] + d2_gain_ * m[k];
+    }
   } else {
     MoniquaMixStep(model, own_recovered, mix, mixed, lr, grad, d);
   }

@@ -58,6 +58,15 @@ constexpr double kOneBitThetaPerLr = 1.0;
 // ring of 8 at gamma 0.3). gamma = 1 - lambda alone gave 0.5 on the 2 x 4
 // torus (gamma (1 - lambda_min) = 0.75) and ended 8 points below fp32 gossip.
 constexpr double kOneBitFastMix = 0.4;
+// D2 under the 1-bit rule (docs/design/peer.md, "Moniqua on D2"): the gain
+// of the sum of corrections and its leak. The paper's gain 1 diverged within
+// 52 steps (its c keeps every step's recovery errors, the neighbours drift
+// to the wrap boundary); 0.1 ended 4 points below 0.05 after 3 epochs with
+// 30 times the wraps, 0.03 removed the drift too slowly (2.5 points below
+// fp32 gossip on two of three seeds). Without a leak the wraps' share of c
+// grew the model's norm from 29 to 36 in 6 epochs; 0.005 kept it at 30.
+constexpr double kD2OneBitGain = 0.05;
+constexpr double kD2OneBitLeak = 0.005;
 
 bool MoniquaOneBitRule(const PeerTrainerOptions& o) {
   if (o.reduce != PeerReduce::kGossip || o.codec.rfind("moniqua", 0) != 0) return false;
@@ -199,6 +208,24 @@ Result<PeerTrainer::Plan> PeerTrainer::MakePlan(const Model& model, const PeerDa
         "robust rules and clipping of the neighbours' models apply to gossip only: the ring all-reduces sum, so no "
         "peer sees another's gradient to judge it");
   }
+  if (options.gossip_algorithm != GossipAlgorithm::kD2 && (options.d2_gain != 0 || options.d2_leak >= 0)) {
+    return InvalidArgument("a correction gain and leak apply to the D2 gossip algorithm only");
+  }
+  if (options.gossip_algorithm == GossipAlgorithm::kD2) {
+    if (!(options.d2_gain == 0 || (options.d2_gain > 0 && options.d2_gain <= 1)) || !(options.d2_leak < 1)) {
+      return InvalidArgument("D2's correction gain must be in (0, 1] and its leak in [0, 1)");
+    }
+    if (options.reduce != PeerReduce::kGossip) {
+      return InvalidArgument("the D2 gossip algorithm applies to gossip only: the other reduces mix no models");
+    }
+    if (IsChocoSpec(options.codec)) {
+      return InvalidArgument("D2 gossip mixes models: '" + options.codec + "' sends replica differences");
+    }
+    if (defended) {
+      return InvalidArgument("D2 gossip takes no robust rule or clipping: its sum of corrections would keep what a "
+                             "rule drops");
+    }
+  }
   if (options.dp.noise_multiplier > 0) {
     FEDRT_RETURN_IF_ERROR(ValidateDpOptions(options.dp));
     if (options.reduce == PeerReduce::kLocal) {
@@ -210,6 +237,28 @@ Result<PeerTrainer::Plan> PeerTrainer::MakePlan(const Model& model, const PeerDa
     return InvalidArgument("the DP clip, budget and noise seed apply only with a DP noise multiplier above 0");
   }
   if (context.members().empty()) return Status(StatusCode::kFailedPrecondition, "the context is not formed yet");
+  if (options.gossip_algorithm == GossipAlgorithm::kD2) {
+    // D2 is stable only while the mixing matrix I + gamma (W - I) keeps its
+    // smallest eigenvalue at -1/3 or above (Tang et al. 2018): fp32 D2 on
+    // the 2 x 4 torus (-0.5) ended at 10% after one epoch. The 1-bit rule's
+    // gamma keeps it at 0.6 or above. Even rings sit at -1/3 exactly with
+    // gamma 1 (stable in our runs; docs/design/peer.md).
+    const uint32_t n = static_cast<uint32_t>(context.members().size());
+    const std::vector<double> eigenvalues =
+        SymmetricEigenvalues(MetropolisWeights(GraphNeighbours(context.graph(), n)), n);
+    const bool moniqua = options.codec.rfind("moniqua", 0) == 0;
+    const bool rule_gamma = MoniquaOneBitRule(options) && options.codec.find("gamma=") == std::string::npos;
+    const double gamma = moniqua ? MoniquaConsensusStep(options.codec) : 1.0;
+    const double smallest = eigenvalues.empty() ? 1.0 : 1.0 - gamma * (1.0 - eigenvalues.front());
+    if (!rule_gamma && smallest < -1.0 / 3.0 - 1e-9) {
+      char text[200];
+      std::snprintf(text, sizeof text,
+                    "D2 gossip needs the mixing matrix's smallest eigenvalue at -1/3 or above; this graph's is %.3g "
+                    "at gamma %.3g (a moniqua spec's gamma scales it)",
+                    smallest, gamma);
+      return InvalidArgument(text);
+    }
+  }
   Plan plan;
   const std::size_t n = context.members().size();
   plan.batch = static_cast<std::size_t>(options.batch);
@@ -314,6 +363,7 @@ Status PeerTrainer::PlanCollectives(const Model& model, const CollectiveContext&
     plan->gossip_shape.d = plan->d;
     plan->gossip_shape.tensor_sizes = ModelTensorSizes(model);
     plan->gossip_shape.codec = options.codec;
+    plan->gossip_shape.gossip_d2 = options.gossip_algorithm == GossipAlgorithm::kD2;
     if (options.codec.rfind("moniqua", 0) == 0 && options.codec.find("theta=") == std::string::npos) {
       const bool checked = !(options.moniqua_theta_per_lr > 0) && options.moniqua_check > 0 &&
                            options.codec.find("check=") == std::string::npos;
@@ -434,6 +484,9 @@ Result<PeerTrainer*> PeerTrainer::Place(const Plan& plan, const Layout& layout,
   Status placed = trainer->BindCollectives(plan, layout);
   if (placed.ok() && options.reduce == PeerReduce::kGossip) {
     placed = trainer->group_->SetGossipDefense(options.gossip_defense);
+    if (placed.ok()) {
+      placed = trainer->group_->SetGossipAlgorithm(options.gossip_algorithm, trainer->d2_gain_, trainer->d2_leak_);
+    }
     trainer->group_->SetGossipSendTransform(options.gossip_send_transform);
   }
   if (placed.ok() && plan.iwp && options.iwp.per_tensor) {
@@ -457,6 +510,8 @@ PeerTrainer::PeerTrainer(Model& model, const PeerData& data, CollectiveContext& 
       derived_theta_(options.reduce == PeerReduce::kGossip && options.codec.rfind("moniqua", 0) == 0 &&
                      options.codec.find("theta=") == std::string::npos),
       one_bit_rule_(MoniquaOneBitRule(options)),
+      d2_gain_(static_cast<float>(options.d2_gain > 0 ? options.d2_gain : one_bit_rule_ ? kD2OneBitGain : 1.0)),
+      d2_leak_(static_cast<float>(options.d2_leak >= 0 ? options.d2_leak : one_bit_rule_ ? kD2OneBitLeak : 0.0)),
       bound_theta_(derived_theta_ && !(options.moniqua_theta_per_lr > 0) && !one_bit_rule_),
       theta_per_lr_(one_bit_rule_ ? kOneBitThetaPerLr : options.moniqua_theta_per_lr),
       sgd_(std::move(sgd)), schedule_(plan.schedule), steps_per_epoch_(plan.steps_per_epoch),

@@ -94,6 +94,7 @@ struct CollectiveShape {
   // footprint does not depend on it); CHOCO: the whole choco+CODEC spec.
   std::string codec;
   std::vector<std::size_t> tensor_sizes;  // Gossip, AllGatherAllReduce: the tensor table (SetTensorTable)
+  bool gossip_d2 = false;                 // Gossip: GossipAlgorithm::kD2's two more model-sized vectors
   uint32_t chunk_floats = 0;              // the ring's pipelining (RingAllReduce)
   transport::FrameLimits limits;          // the context's
 };
@@ -364,6 +365,34 @@ bool IsChocoSpec(const std::string& spec);
 // kInvalidArgument for a malformed spec (the inner codec is not checked here).
 Result<ChocoSpec> ParseChocoSpec(const std::string& spec);
 
+// What a gossip step does with the mixing (Gossip::SetAlgorithm).
+//   kDpsgd  D-PSGD: x = x + sum_j W_ij (x'_j - x'_self) - lr g
+//   kD2     D2 (Tang, Lian, Yan, Zhang and Liu 2018), which removes the
+//           drift that label-skewed peers keep under D-PSGD: the peer sends
+//           and mixes the half step
+//             x_{k+1/2} = 2 x_k - x_{k-1} - lr (g_k - g_{k-1})
+//           written as x_k - lr g_k + c_k, c_k the sum of the peer's mixing
+//           corrections so far (c_0 = 0, so the first step is D-PSGD's);
+//           then M_k = sum_j W_ij (x'_j - x'_self) of the half steps and
+//             x_{k+1} = x_{k+1/2} + M_k,   c_{k+1} = (1 - leak) c_k + gain M_k
+//           in float32 and this order. gain 1, leak 0 is the paper's D2.
+//           A gain below 1 and a leak are ours, for 1-bit Moniqua: D2 keeps
+//           the recovery errors that enter M in c, so the neighbours'
+//           distance they keep up does not shrink with the consensus step
+//           (D-PSGD's does), coordinates wrap, and a wrap (seen by one
+//           receiver only) moves the peers' mean of c, which D2 then adds to
+//           every later step; a gain of 0.05 integrates 20 times less of the
+//           errors and a leak of 0.005 forgets a wrap's share in about 200
+//           steps (docs/design/peer.md, "Moniqua on D2"). Each peer keeps c
+//           and the half step (two more model-sized vectors); c restarts at 0
+//           when the group's members change (a lost peer's share of the sum
+//           of the c's would otherwise stay as a bias). Full precision,
+//           Moniqua (the codec's consensus step gamma scales W) or any codec
+//           that decodes the models; not CHOCO replicas, not a defense.
+enum class GossipAlgorithm : uint8_t { kDpsgd, kD2 };
+// "dpsgd" or "d2"; kInvalidArgument otherwise.
+Result<GossipAlgorithm> ParseGossipAlgorithm(const std::string& name);
+
 struct GossipStats {
   // Moniqua, all neighbours: with check=N, the checked coordinates that
   // wrapped (exact: MoniquaWraps); without, the coordinates recovered near
@@ -425,6 +454,10 @@ class Gossip {
   // kInvalidArgument for a clip that is negative or not finite. Checked
   // against the neighbour count and the codec at every Step.
   Status SetDefense(const GossipDefense& defense);
+  // D-PSGD (the default) or D2 with its correction's gain in (0, 1] and
+  // leak in [0, 1) (GossipAlgorithm; kInvalidArgument outside). Checked
+  // against the codec and the defense at every Step. Every peer sets the same.
+  Status SetAlgorithm(GossipAlgorithm algorithm, float d2_gain = 1.0f, float d2_leak = 0.0f);
   // Tests of the defense: what this peer sends in place of its model (a
   // copy of the model, changed in place by `transform`); its own model and
   // mixing stay honest. Empty: the model itself. Replica (CHOCO) gossip
@@ -481,6 +514,14 @@ class Gossip {
   internal::Scratch<float> choco_diff_;
   internal::Scratch<uint32_t> choco_members_;
   GossipDefense defense_;
+  // D2 (GossipAlgorithm::kD2): the sum of the mixing corrections, the half
+  // step sent and mixed, and the members c belongs to.
+  GossipAlgorithm algorithm_ = GossipAlgorithm::kDpsgd;
+  float d2_gain_ = 1.0f;
+  float d2_leak_ = 0.0f;
+  internal::Scratch<float> d2_correction_;
+  internal::Scratch<float> d2_half_;
+  internal::Scratch<uint32_t> d2_members_;
   std::function<void(uint64_t, float*, std::size_t)> send_transform_;
   internal::Scratch<float> sent_;     // send_transform_'s copy
   std::vector<const float*> models_;  // the defense's set: own, then the neighbours heard

@@ -141,8 +141,11 @@ class PeerGroup {
                     uint64_t step, GossipStats* stats);
   // The model's tensor table for the gossip codec and the compressed
   // all-reduce (Gossip::SetTensorTable, AllGatherAllReduce::SetTensorTable).
-  // Gossip::SetDefense and Gossip::SetSendTransform.
+  // Gossip::SetDefense, Gossip::SetAlgorithm and Gossip::SetSendTransform.
   Status SetGossipDefense(const GossipDefense& defense) { return gossip_.SetDefense(defense); }
+  Status SetGossipAlgorithm(GossipAlgorithm algorithm, float d2_gain = 1.0f, float d2_leak = 0.0f) {
+    return gossip_.SetAlgorithm(algorithm, d2_gain, d2_leak);
+  }
   void SetGossipSendTransform(std::function<void(uint64_t, float*, std::size_t)> transform) {
     gossip_.SetSendTransform(std::move(transform));
   }

@@ -136,6 +136,15 @@ struct PeerTrainerOptions {
   // the ring all-reduces sum, a peer sees partial sums and never another
   // peer's gradient, so no rule has anything to judge.
   GossipDefense gossip_defense;
+  // kGossip: D-PSGD (the default) or D2 (collectives.h, GossipAlgorithm).
+  // Any other reduce, a replica (CHOCO) codec or a defense refuses kD2.
+  // D2's correction gain in (0, 1] and leak in [0, 1) (0 and a negative
+  // leak: unset): unset, the paper's D2 (gain 1, leak 0), except with
+  // Moniqua's 1-bit rule (a 1-bit spec without theta), which takes gain
+  // 0.05 and leak 0.005 (docs/design/peer.md, "Moniqua on D2").
+  GossipAlgorithm gossip_algorithm = GossipAlgorithm::kDpsgd;
+  double d2_gain = 0;
+  double d2_leak = -1;
   // Tests of the defense (kGossip): what this peer sends in place of its
   // model (Gossip::SetSendTransform). Empty: its model.
   std::function<void(uint64_t step, float* values, std::size_t d)> gossip_send_transform;
@@ -288,6 +297,9 @@ class PeerTrainer {
   const std::string& gossip_codec() const { return gossip_codec_; }
   // Moniqua at 1 bit without theta: the runtime's rule (PeerTrainerOptions::moniqua_theta_per_lr).
   bool moniqua_one_bit_rule() const { return one_bit_rule_; }
+  // D2's correction gain and leak in use (PeerTrainerOptions::d2_gain).
+  float d2_gain() const { return d2_gain_; }
+  float d2_leak() const { return d2_leak_; }
   // Gossip with theta from Moniqua's bound: the gossip matrix's mixing time
   // (0: another rule; the codec then names its theta from the start).
   uint32_t moniqua_mixing_time() const { return bound_theta_ ? mixing_time_ : 0; }
@@ -326,6 +338,8 @@ class PeerTrainer {
   const PeerTrainerOptions options_;
   const bool derived_theta_;
   const bool one_bit_rule_;      // Moniqua at 1 bit, theta not named: dither, theta = lr, gamma = 1 - lambda (capped)
+  const float d2_gain_;          // D2's correction gain and leak (the 1-bit rule's unless named)
+  const float d2_leak_;
   const bool bound_theta_;       // derived_theta_ from Moniqua's bound (not per lr, not 1 bit)
   const double theta_per_lr_;    // derived_theta_ and not bound_theta_: theta = this * lr
   std::string one_bit_spec_;     // one_bit_rule_: the spec with the rule's round and gamma

@@ -84,7 +84,8 @@
 // the decoded updates of a round, d floats each (a robust rule looks at
 // every update of the round at once): as many as a round can sample, at
 // most max_held_updates (default 64), so 10,000 keys of LeNet-300-100 with
-// median take 144 MB, not 10.7 GB. Per connection, outside the block: a
+// median take 161 MB (17 MB of it the decoded waiting buffers), not
+// 10.7 GB. Per connection, outside the block: a
 // 208-byte entry in a map (no buffer) and one in the device map once
 // joined, so about 350 bytes of the engine's per idle joined device (its
 // connection's buffers are the binding's); a JoinServer (280 bytes) until

@@ -66,7 +66,8 @@ int RunServe(ServeFlags& flags, const CLI::App& app) {
                                          {"--max-rho", ndqsg, "an ndqsg --codec"},
                                          {"--anchor-levels", ndqsg, "an ndqsg --codec"},
                                          // NDQSG holds every sampled device's payload until the close.
-                                         {"--max-waiting-updates", !ndqsg, "a --codec other than ndqsg"}},
+                                         {"--max-waiting-updates", !ndqsg, "a --codec other than ndqsg"},
+                                         {"--max-decoded-waiting", !ndqsg, "a --codec other than ndqsg"}},
                                         "--codec " + flags.options.codec);
   if (!scoped.ok()) {
     std::fprintf(stderr, "fedrt serve: %s\n", scoped.ToString().c_str());
@@ -394,6 +395,10 @@ void RegisterServe(CLI::App& app, CommandList& commands) {
   serve->add_option("--max-waiting-updates", o.max_waiting_updates,
                     "Updates that may wait at once for their turn in the round's sum, each in a payload slot of the "
                     "aggregator's memory; one more is told to send again when a slot frees (0: 64)")
+      ->capture_default_str()->check(CLI::Range(std::size_t{0}, std::size_t{1} << 20));
+  serve->add_option("--max-decoded-waiting", o.max_decoded_waiting,
+                    "Of the updates waiting for their turn, how many wait decoded (d floats each in the aggregator's "
+                    "memory) so they are decoded once; the others are decoded again at their turn (0: none)")
       ->capture_default_str()->check(CLI::Range(std::size_t{0}, std::size_t{1} << 20));
   serve->add_option("--max-held-updates", o.max_held_updates,
                     "With an --aggregation other than mean: the decoded updates a round may hold for the rule (d "

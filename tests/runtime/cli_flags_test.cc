@@ -112,9 +112,12 @@ TEST_CASE("fedrt serve refuses the ndqsg options with another codec, from flags 
 TEST_CASE("fedrt serve takes the aggregator's memory bounds and refuses the waiting pool for ndqsg") {
   Refused("serve --key-file /nonexistent/keys --codec ndqsg --max-waiting-updates 8",
           "--max-waiting-updates applies to a --codec other than ndqsg only; this run is --codec ndqsg");
+  Refused("serve --key-file /nonexistent/keys --codec ndqsg --max-decoded-waiting 4",
+          "--max-decoded-waiting applies to a --codec other than ndqsg only; this run is --codec ndqsg");
   Refused("serve --key-file /nonexistent/keys --max-devices 0", "--max-devices");
   // Past the option checks: the missing key file is the error.
-  const testing::CliRun run = RunCli("serve --key-file /nonexistent/keys --codec dqsg --max-waiting-updates 8 --max-devices 100");
+  const testing::CliRun run = RunCli(
+      "serve --key-file /nonexistent/keys --codec dqsg --max-waiting-updates 8 --max-decoded-waiting 4 --max-devices 100");
   INFO(run.output);
   CHECK(run.exit_code == 1);
   CHECK(run.output.find("/nonexistent/keys") != std::string::npos);

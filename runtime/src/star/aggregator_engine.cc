@@ -225,6 +225,7 @@ struct Received {
   std::size_t payload_size = 0;  // bounded by the slot (the codec's largest payload)
   int slot = -1;                 // -1: summed, the slot given back
   bool in_scratch = false;       // decoded into scratch_ on arrival, and still there
+  float* decoded = nullptr;      // decoded on arrival into a buffer of the decoded pool, until its turn
   uint64_t wire_bytes = 0;       // payload size as received
   bool added = true;             // plain rounds: false when the sum refused it
   LevelStatistics levels;        // ALQ / AMQ: the statistics it carried
@@ -241,6 +242,7 @@ struct BlockSizes {
   std::size_t slots = 0;         // payload_slot_count_
   std::size_t slot_bytes = 0;    // payload_slot_bytes_
   std::size_t held = 0;          // a rule other than mean: decoded updates (held_capacity_), else 0
+  std::size_t decoded = 0;       // early updates waiting decoded (decoded_capacity_)
   std::size_t codec_bytes = 0;   // the update codecs (ConstructCodec), in codecs_ order, then the downlink's
   std::size_t codec_alignment = 1;
   bool dp = false;
@@ -584,6 +586,14 @@ struct Aggregator::State {
     if (slot >= 0) free_slots_.push_back(slot);
     slot = -1;
   }
+  // Early updates waiting decoded (max_decoded_waiting, at most the waiting
+  // payloads; none for NDQSG): decoded_capacity_ buffers of d floats in
+  // decoded_memory_, those free. An early update whose decode (its check)
+  // found one free stays there until its turn instead of being decoded
+  // again from its payload.
+  std::size_t decoded_capacity_ = 0;
+  float* decoded_memory_ = nullptr;
+  std::vector<float*> free_decoded_;
   // Robust rules: this round's decoded (clipped) updates, in held_memory_
   // (room for held_capacity_: max_held_updates, at most max_updates_), and
   // their weights, in the order of selected_; mean sums into sum_.
@@ -784,6 +794,9 @@ Status Aggregator::State::Init(const DataView* test_set) {
                                                                  : AggregatorConfig::kDefaultWaitingUpdates;
     // The waiting ones plus one for the device whose turn it is.
     payload_slot_count_ = std::min(max_updates_, waiting + 1);
+    // At most payload_slot_count_ - 1 updates wait, the last slot being kept
+    // for the device whose turn it is.
+    decoded_capacity_ = std::min(config_.max_decoded_waiting, payload_slot_count_ - 1);
   }
   mean_.assign(d_, 0.0f);
   if (nested_) ndqsg_mean_ = std::make_unique<NdqsgRunningMean>(d_);
@@ -1289,6 +1302,7 @@ void Aggregator::State::OnUpdateFrame(Peer& peer, Connection& connection, const 
   received.rho = assignment.rho;
   received.slot = -1;
   received.in_scratch = false;
+  received.decoded = nullptr;
   received.added = true;
   received.download_ms = received.compute_ms = received.upload_ms = 0;
   received.num_samples = peer.num_samples;
@@ -1395,25 +1409,35 @@ Status Aggregator::State::CheckUpdate(Received& received) {
   if (codec == nullptr) return InvalidArgument("unknown codec '" + received.spec + "'");
   const CodecContext context = ContextFor(received.sender_id);
   const bool nested = codec->needs_side_info();
-  FEDRT_RETURN_IF_ERROR(codec->Decode(received.payload, received.payload_size, context, scratch_, d_,
+  // A plain update that arrived before its turn is decoded into a free
+  // buffer of the decoded pool (none in NDQSG rounds), where it waits.
+  const bool keep = !nested_ && !free_decoded_.empty() && !IsNextToSum(received.device_id);
+  float* values = keep ? free_decoded_.back() : scratch_;
+  FEDRT_RETURN_IF_ERROR(codec->Decode(received.payload, received.payload_size, context, values, d_,
                                       nested ? zeros_ : nullptr));
   // Its real values exist only against the running mean: bounded at the close.
-  if (nested || config_.max_update_norm <= 0) FEDRT_RETURN_IF_ERROR(CheckFinite(scratch_, d_));
+  if (nested || config_.max_update_norm <= 0) FEDRT_RETURN_IF_ERROR(CheckFinite(values, d_));
   if (nested) return Status();
   // A finite norm means finite values, so the update is read once; only one
   // that fails is scanned for NaN and Inf (the reason names the coordinate).
-  const Status bounded = CheckUpdateNorm(scratch_, d_, config_.max_update_norm);
+  const Status bounded = CheckUpdateNorm(values, d_, config_.max_update_norm);
   if (!bounded.ok()) {
-    FEDRT_RETURN_IF_ERROR(CheckFinite(scratch_, d_));
+    FEDRT_RETURN_IF_ERROR(CheckFinite(values, d_));
     return bounded;
   }
   // Every update keeps its payload in its slot. A plain update whose turn it
   // is is summed right away from scratch_ (SumInOrder), and its slot freed;
-  // one that arrived before an earlier device's is decoded again at its
-  // turn, and NDQSG anchors when the round closes. So a round holds one
-  // model-sized sum plus the payloads of early arrivals, and its float sum
-  // does not depend on the arrival order.
-  received.in_scratch = true;
+  // one that arrived before an earlier device's waits in its decoded buffer,
+  // or, with none free, is decoded again at its turn; NDQSG anchors are
+  // decoded again when the round closes. So a round holds one model-sized
+  // sum plus the payloads (and a bounded number of decoded copies) of early
+  // arrivals, and its float sum does not depend on the arrival order.
+  if (keep) {
+    received.decoded = values;
+    free_decoded_.pop_back();
+  } else {
+    received.in_scratch = true;
+  }
   return Status();
 }
 
@@ -1507,16 +1531,20 @@ void Aggregator::State::SumInOrder(bool closing) {
     }
     Received& r = received_[it->second];
     Status added;
-    if (!r.in_scratch) {
+    const float* values = r.decoded != nullptr ? r.decoded : scratch_;
+    if (r.decoded == nullptr && !r.in_scratch) {
+      counters_.updates_decoded_again++;
       added = CodecFor(r.spec)->Decode(r.payload, r.payload_size, ContextFor(r.sender_id), scratch_, d_, nullptr);
     }
-    if (added.ok()) added = Contribute(r, scratch_);
+    if (added.ok()) added = Contribute(r, values);
     if (!added.ok()) {
       // Checked on arrival; cannot fail unless memory is corrupt.
       Log(LogLevel::kError, "aggregator: update of %s not added: %s", r.device_id.c_str(), added.ToString().c_str());
       r.added = false;
     }
     FreeSlot(r.slot);
+    if (r.decoded != nullptr) free_decoded_.push_back(r.decoded);
+    r.decoded = nullptr;
   }
 }
 
@@ -1763,6 +1791,8 @@ void Aggregator::State::StartRound() {
   // dropped at their next chunk (their round id).
   free_slots_.clear();
   for (std::size_t i = payload_slot_count_; i-- > 0;) free_slots_.push_back(static_cast<int>(i));
+  free_decoded_.clear();
+  for (std::size_t i = decoded_capacity_; i-- > 0;) free_decoded_.push_back(decoded_memory_ + i * d_);
   deferred_count_ = 0;
   for (auto& entry : peers_) {
     entry.second.slot = -1;
@@ -2221,6 +2251,7 @@ Status Aggregator::State::ShareNestedUpdates() {
     r.payload_size = u.payload.size();
     r.slot = -1;
     r.in_scratch = false;
+    r.decoded = nullptr;
     r.wire_bytes = u.wire_bytes;
     r.added = true;
     r.download_ms = r.compute_ms = r.upload_ms = r.arrived_ms = 0;
@@ -2531,6 +2562,7 @@ struct BlockLayout {
   double* noised = nullptr;
   uint8_t* slots = nullptr;
   float* held = nullptr;
+  float* decoded = nullptr;
   unsigned char* codecs = nullptr;
   uint8_t* broadcast = nullptr;
   unsigned char* instructions = nullptr;
@@ -2550,6 +2582,7 @@ BlockLayout CarveBlock(unsigned char* base, const BlockSizes& z, bool with_aggre
   if (z.dp) l.noised = carve.Take<double>(z.d, kBlockAlignment);
   l.slots = carve.Take<uint8_t>(z.slots * z.slot_bytes, kBlockAlignment);
   if (z.held != 0) l.held = carve.Take<float>(z.held * z.d, kBlockAlignment);
+  if (z.decoded != 0) l.decoded = carve.Take<float>(z.decoded * z.d, kBlockAlignment);
   l.codecs = carve.Take<unsigned char>(z.codec_bytes, std::max(z.codec_alignment, kBlockAlignment));
   if (z.downlink) l.broadcast = carve.Take<uint8_t>(z.broadcast_bytes, kBlockAlignment);
   l.instructions = carve.Take<unsigned char>(z.instruction_slots * z.instruction_slot_bytes, kBlockAlignment);
@@ -2628,6 +2661,7 @@ BlockSizes Aggregator::State::Sizes() const {
   z.slots = payload_slot_count_;
   z.slot_bytes = payload_slot_bytes_;
   z.held = HoldsUpdates(config_.aggregation) ? held_capacity_ : 0;
+  z.decoded = decoded_capacity_;
   z.dp = dp();
   z.downlink = downlink_ != nullptr;
   std::vector<std::string> specs;
@@ -2652,7 +2686,7 @@ static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSi
   auto* s = new (l.state) Aggregator::State(config, keys, crypto, clock, std::move(hooks));
   const Status initialised = s->Init(test_set);
   if (initialised.ok() && (s->d_ != z.d || s->max_updates_ != z.updates || s->payload_slot_count_ != z.slots ||
-                             s->payload_slot_bytes_ != z.slot_bytes ||
+                             s->payload_slot_bytes_ != z.slot_bytes || s->decoded_capacity_ != z.decoded ||
                              s->instruction_entries_ * s->instruction_frames_per_entry_ != z.instruction_slots ||
                              s->instruction_slot_bytes_ != z.instruction_slot_bytes)) {
     s->~State();
@@ -2683,7 +2717,9 @@ static Result<Aggregator::State*> PlaceState(const BlockLayout& l, const BlockSi
   s->noised_ = l.noised;
   s->payload_slots_ = l.slots;
   s->held_memory_ = l.held;
+  s->decoded_memory_ = l.decoded;
   s->free_slots_.reserve(z.slots);
+  s->free_decoded_.reserve(z.decoded);
   s->deferred_.reserve(z.updates);
   s->received_.reserve(z.updates);
   s->ordered_.reserve(z.updates);

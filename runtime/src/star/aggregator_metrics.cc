@@ -74,6 +74,10 @@ std::string RenderAggregatorMetrics(const AggregatorCounters& c, const Aggregato
   t.One("fedrt_updates_deferred_total", "counter",
         "Device updates dropped because max waiting updates were waiting for their turn; the device is asked again.",
         U(c.updates_deferred));
+  t.One("fedrt_updates_decoded_again_total", "counter",
+        "Device updates that arrived before their turn in the sum when no decoded buffer was free (max decoded "
+        "waiting), and were decoded again at their turn.",
+        U(c.updates_decoded_again));
   t.One("fedrt_uplink_payload_bytes_total", "counter", "Update payload bytes received from devices.",
         U(c.bytes_up));
   t.One("fedrt_downlink_payload_bytes_total", "counter", "Model payload bytes sent to devices.", U(c.bytes_down));

@@ -77,11 +77,15 @@
 // decoded by a rule other than mean, at its turn, which frees the slot):
 // max_waiting_updates + 1 of them, so 10,000 devices of LeNet-300-100 fp32
 // take 76 MB, not a slot per device (10.7 GB); NDQSG decodes at the close and
-// takes max_updates_per_round slots. With a rule other than mean, also
+// takes max_updates_per_round slots. Beside them, max_decoded_waiting
+// buffers of d floats (default 16, LeNet-300-100: 17 MB) in which an update
+// that arrived before its turn waits decoded, so it is decoded once. With a
+// rule other than mean, also
 // the decoded updates of a round, d floats each (a robust rule looks at
 // every update of the round at once): as many as a round can sample, at
 // most max_held_updates (default 64), so 10,000 keys of LeNet-300-100 with
-// median take 144 MB, not 10.7 GB. Per connection, outside the block: a
+// median take 161 MB (17 MB of it the decoded waiting buffers), not
+// 10.7 GB. Per connection, outside the block: a
 // 208-byte entry in a map (no buffer) and one in the device map once
 // joined, so about 350 bytes of the engine's per idle joined device (its
 // connection's buffers are the binding's); a JoinServer (280 bytes) until
@@ -269,6 +273,16 @@ struct AggregatorConfig {
   // (max_updates_per_round slots): a value other than 0 is refused there.
   std::size_t max_waiting_updates = 0;
   static constexpr std::size_t kDefaultWaitingUpdates = 64;
+  // Every codec but NDQSG: of the updates waiting for their turn, how many
+  // may wait decoded (d floats each, in the block). An update that arrives
+  // before its turn is decoded on arrival to be checked; with a buffer free
+  // it stays decoded there until its turn, else only its payload waits and
+  // it is decoded again at its turn (AggregatorCounters::updates_decoded_again).
+  // The sum and its order are the same either way. At most
+  // max_waiting_updates are used; 0: none (every early update is decoded
+  // twice). NDQSG decodes at the close and has none.
+  std::size_t max_decoded_waiting = kDefaultDecodedWaiting;
+  static constexpr std::size_t kDefaultDecodedWaiting = 16;
   // A rule other than mean: the decoded updates a round may hold for the
   // rule (d floats each, in the block), so the block grows with the devices
   // a round samples up to this cap, never with the keys (10,000 keys of
@@ -382,6 +396,7 @@ struct AggregatorCounters {
   uint64_t updates_accepted = 0;       // updates combined into an applied or failed round
   uint64_t updates_rejected[kUpdateRejectionCount] = {};  // by UpdateRejection
   uint64_t updates_deferred = 0;       // told to send again later: max_waiting_updates were waiting
+  uint64_t updates_decoded_again = 0;  // arrived before their turn, no decoded buffer free: decoded twice
   uint64_t bytes_up = 0;               // update payload bytes received in closed rounds
   uint64_t bytes_down = 0;             // model payload bytes sent in closed rounds
   uint64_t rounds_timed = 0;           // closed rounds (applied or not) ...

@@ -16,9 +16,11 @@
 #   gossip ring, 8 peers, 3 epochs, Dirichlet 0.5, cosine learning rate: fp32,
 #     moniqua:bits=1 (the 1-bit rule: dithered, theta = lr, gamma = 1 - lambda capped at 0.4 / (1 - lambda_min)),
 #     dithered 1-bit Moniqua with
-#     theta 0.05 and consensus step 0.15, and no communication;
+#     theta 0.05 and consensus step 0.15, and no communication; the same at
+#     a constant rate, with D-PSGD and with D2 (--gossip-algorithm d2);
 #   star, 8 devices, 10 rounds, the CNN: fp32 and dqsg:s=2 per tensor.
-# About five minutes on 2 cores. The last results: docs/benchmarks/paper-claims.md.
+# Under 20 minutes on 2 cores (19 with a cross build beside it). The last
+# results: docs/benchmarks/paper-claims.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,6 +41,14 @@ mkdir -p "$out"
 "$FEDRT" sim --topology gossip --peers 8 --epochs 3 --partition dirichlet:0.5 --schedule cosine --data "$data" \
   --out "$out/gossip" --step-timeout-ms 600000 \
   --codec fp32 --codec moniqua:bits=1 --codec moniqua:bits=1,round=dither,theta=0.05,gamma=0.15 --codec local
+# The same gossip at the constant rate: D-PSGD (fp32, no communication, the
+# 1-bit rule), then D2 (fp32 and 1-bit Moniqua; its damped correction is the
+# 1-bit rule's default).
+"$FEDRT" sim --topology gossip --peers 8 --epochs 3 --partition dirichlet:0.5 --data "$data" \
+  --out "$out/gossip-constant" --step-timeout-ms 600000 --codec fp32 --codec local --codec moniqua:bits=1
+"$FEDRT" sim --topology gossip --peers 8 --epochs 3 --partition dirichlet:0.5 --data "$data" \
+  --out "$out/gossip-d2" --step-timeout-ms 600000 --peer-arg=--gossip-algorithm --peer-arg=d2 \
+  --codec fp32 --codec moniqua:bits=1
 "$FEDRT" sim --devices 8 --rounds 10 --model cnn:28x28x1-c8k5-p2-c16k5-p2-d128-10 --data "$data" \
   --out "$out/star-cnn" --codec fp32 --codec dqsg:s=2
 
@@ -105,6 +115,15 @@ for spec, how in (("moniqua:bits=1", "the 1-bit rule: dithered, theta = lr, gamm
         f"gossip ring, 8 peers, 3 epochs, Dirichlet 0.5, cosine lr, {how}",
         f"{acc(mq):.2f}% (fp32 gossip {acc(fp):.2f}%, no communication {acc(lo):.2f}%)",
         acc(mq) >= acc(fp) - 2 and acc(mq) >= acc(lo) + 10)
+const, d2 = final("gossip-constant"), final("gossip-d2")
+cfp, clo = const["fp32"], const["local"]
+for rows, algo in ((const, "D-PSGD"), (d2, "D2 (`--gossip-algorithm d2`, damped correction)")):
+    mq = rows["moniqua:bits=1"]
+    extra = f", fp32 D2 {acc(d2['fp32']):.2f}%" if rows is d2 else ""
+    row("Moniqua", "1-bit gossip converges like full-precision D-PSGD",
+        f"gossip ring, 8 peers, 3 epochs, Dirichlet 0.5, constant lr, {algo}, the 1-bit rule",
+        f"{acc(mq):.2f}% (fp32 gossip {acc(cfp):.2f}%, no communication {acc(clo):.2f}%{extra})",
+        acc(mq) >= acc(cfp) - 2 and acc(mq) >= acc(clo) + 10)
 sf, sd = star["fp32"], star["dqsg:s=2"]
 row("DQSG per tensor", "one scale per tensor keeps full-precision accuracy",
     "star, 8 devices, 10 rounds, CNN c8k5-p2-c16k5-p2-d128-10",

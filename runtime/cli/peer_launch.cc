@@ -112,6 +112,13 @@ Result<std::vector<peer::PeerAddress>> ReadPeerConfig(const std::string& path, p
   if (s.ok()) s = number("join_timeout_ms", &options->join_timeout_ms);
   if (s.ok()) s = number("chunk_floats", &options->chunk_floats);
   if (!s.ok()) return s;
+  // 0 is allowed here: no polling before a wait sleeps.
+  if (doc.contains("busy_poll_us")) {
+    if (!doc["busy_poll_us"].is_number_unsigned() || doc["busy_poll_us"].get<uint64_t>() > 1000000) {
+      return InvalidArgument(path + ": \"busy_poll_us\" must be an integer from 0 to 1000000");
+    }
+    options->busy_poll_us = static_cast<uint32_t>(doc["busy_poll_us"].get<uint64_t>());
+  }
   return peers;
 }
 

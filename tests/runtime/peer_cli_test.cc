@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -97,6 +98,20 @@ LocalRing MakeLocalRing(const testing::TempDir& dir, int n, const std::string& i
   return ring;
 }
 
+// `fedrt peer` for every rank of `files`, training mlp:784-16-10 with batch
+// 8 and lr 0.05, plus `extra` flags.
+std::vector<Child> SpawnPeers(const LocalRing& files, int n, const std::vector<std::string>& extra) {
+  std::vector<Child> children;
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> args = {FEDRT_CLI_PATH, "peer", "--peers", files.config, "--keys", files.keys, "--rank",
+                                     std::to_string(r), "--data", files.data, "--model", "mlp:784-16-10",
+                                     "--batch", "8", "--lr", "0.05"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    children.push_back(Spawn(args));
+  }
+  return children;
+}
+
 // Waits for the child until `deadline` (then kills it and fails); returns its
 // wait status with all its output drained.
 int Finish(Child& c, std::chrono::steady_clock::time_point deadline, int rank) {
@@ -113,6 +128,19 @@ int Finish(Child& c, std::chrono::steady_clock::time_point deadline, int rank) {
   Drain(c);
   close(c.out);
   return status;
+}
+
+// Waits for every child of SpawnPeers until `seconds` from now and checks
+// that each exited 0 and printed `line`.
+void FinishAllOk(std::vector<Child>& children, int seconds, const std::string& line) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  for (std::size_t r = 0; r < children.size(); ++r) {
+    const int status = Finish(children[r], deadline, static_cast<int>(r));
+    INFO("rank ", r, ":\n", children[r].text);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(children[r].text.find(line) != std::string::npos);
+  }
 }
 
 // The test accuracy of a peer's last epoch line ("test acc 93.75%").
@@ -217,24 +245,47 @@ TEST_CASE("fedrt peer gossip with a moniqua codec that names no theta derives th
   testing::TempDir dir;
   const int n = 3;
   const LocalRing files = MakeLocalRing(dir, n, "g", 5000);
-  std::vector<Child> children;
+  std::vector<Child> children =
+      SpawnPeers(files, n, {"--epochs", "2", "--reduce", "gossip", "--codec", "moniqua:bits=2"});
+  FinishAllOk(children, 60, "epoch 2/2");
   for (int r = 0; r < n; ++r) {
-    children.push_back(Spawn({FEDRT_CLI_PATH, "peer", "--peers", files.config, "--keys", files.keys, "--rank",
-                              std::to_string(r), "--data", files.data, "--model", "mlp:784-16-10", "--epochs", "2",
-                              "--batch", "8", "--lr", "0.05", "--reduce", "gossip", "--codec", "moniqua:bits=2"}));
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (int r = 0; r < n; ++r) {
-    const int status = Finish(children[r], deadline, r);
     INFO("rank ", r, ":\n", children[r].text);
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
     // A ring of 3 with weights 1/3 mixes in one step: lambda 0, t_mix ceil(ln 6) = 2.
     CHECK(children[r].text.find("gossip codec moniqua:bits=2, theta from Moniqua's bound") != std::string::npos);
     CHECK(children[r].text.find("t_mix 2,") != std::string::npos);
     CHECK(children[r].text.find("  theta ") != std::string::npos);
-    CHECK(children[r].text.find("epoch 2/2") != std::string::npos);
   }
+}
+
+// peers.json with `extra` (a JSON member) added to what MakeLocalRing wrote.
+void AddToConfig(const LocalRing& files, const std::string& extra) {
+  std::ifstream in(files.config);
+  std::stringstream read;
+  read << in.rdbuf();
+  const std::string text = read.str();
+  const std::size_t end = text.rfind('}');
+  REQUIRE(end != std::string::npos);
+  std::ofstream(files.config) << text.substr(0, end) << ", " << extra << "}\n";
+}
+
+TEST_CASE("fedrt peer takes busy_poll_us from the peer list: 0 trains as before, a value out of range is refused") {
+  testing::TempDir dir;
+  const int n = 2;
+  const LocalRing files = MakeLocalRing(dir, n, "b", 5000);
+  AddToConfig(files, "\"busy_poll_us\": 0");
+  std::vector<Child> children = SpawnPeers(files, n, {"--epochs", "1"});
+  FinishAllOk(children, 60, "epoch 1/1");
+
+  testing::TempDir bad_dir;
+  const LocalRing bad = MakeLocalRing(bad_dir, n, "b", 5000);
+  AddToConfig(bad, "\"busy_poll_us\": 2000000");
+  Child refused = Spawn({FEDRT_CLI_PATH, "peer", "--peers", bad.config, "--keys", bad.keys, "--rank", "0", "--data",
+                         bad.data, "--model", "mlp:784-16-10", "--epochs", "1"});
+  const int status = Finish(refused, std::chrono::steady_clock::now() + std::chrono::seconds(30), 0);
+  INFO(refused.text);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  CHECK(refused.text.find("\"busy_poll_us\" must be an integer from 0 to 1000000") != std::string::npos);
 }
 
 }  // namespace

@@ -4,11 +4,16 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "fedrt/transport/chunking.h"
 #include "fedrt/transport/connection.h"
@@ -769,6 +774,75 @@ TEST_CASE("a direct send waiting for room ends when the connection is aborted") 
   sender.join();
   CHECK_FALSE(failed.ok());
   CHECK(loops.client->WaitClosed(kWait));
+}
+
+// The loop thread's voluntary context switches so far (it slept in the
+// kernel), or -1 where /proc does not say.
+long VoluntarySwitches(long tid) {
+  std::FILE* f = std::fopen(("/proc/self/task/" + std::to_string(tid) + "/status").c_str(), "r");
+  if (f == nullptr) return -1;
+  long count = -1;
+  char line[256];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "voluntary_ctxt_switches: %ld", &count) == 1) break;
+  }
+  std::fclose(f);
+  return count;
+}
+
+// `round_trips` acks sent and their echoes received on a connection with
+// `busy_poll_us`; returns how often the client's loop thread slept meanwhile.
+long SleepsOverRoundTrips(uint32_t busy_poll_us, int round_trips) {
+  ConnectionOptions options = FastOptions();
+  options.busy_poll_us = busy_poll_us;
+  EventLoopThread server_loop;
+  auto server = EchoServer();
+  Result<std::shared_ptr<TcpListener>> listener =
+      TcpListener::Listen(server_loop.loop(), "127.0.0.1", 0, FastOptions(), server);
+  REQUIRE(listener.ok());
+  EventLoopThread loop;
+  auto client = std::make_shared<FrameQueue>();
+  Result<std::shared_ptr<Connection>> connection =
+      TcpConnectAndWait(loop.loop(), "127.0.0.1", (*listener)->port(), options, client, kWait);
+  REQUIRE(connection.ok());
+  std::atomic<long> tid{0};
+  loop.loop().Post([&] { tid = static_cast<long>(::syscall(SYS_gettid)); });
+  REQUIRE(Eventually([&] { return tid.load() != 0; }));
+  // One round trip first: the loop is then polling (or asleep) as it will be.
+  REQUIRE((*connection)->Send(AckFrame(0)).ok());
+  REQUIRE(client->Pop(kWait).ok());
+  const long before = VoluntarySwitches(tid.load());
+  for (int i = 1; i <= round_trips; ++i) {
+    REQUIRE((*connection)->Send(AckFrame(static_cast<uint64_t>(i))).ok());
+    Result<Frame> echo = client->Pop(kWait);
+    REQUIRE(echo.ok());
+    Result<AckMessage> ack = DecodeAck(*echo);
+    REQUIRE(ack.ok());
+    CHECK(ack->round_id == static_cast<uint64_t>(i));
+  }
+  const long after = VoluntarySwitches(tid.load());
+  (*connection)->Close();
+  CHECK(client->WaitClosed(kWait));
+  (*listener)->Close();
+  return before < 0 || after < 0 ? -1 : after - before;
+}
+
+TEST_CASE("a busy-polling connection's loop answers without sleeping and still stops at once") {
+  constexpr int kRoundTrips = 200;
+  // Without busy polling the loop sleeps in the kernel while each echo is on
+  // its way; with it (a window longer than the test) it keeps polling.
+  const long sleeping = SleepsOverRoundTrips(0, kRoundTrips);
+  const auto start = std::chrono::steady_clock::now();
+  const long polling = SleepsOverRoundTrips(60u * 1000 * 1000, kRoundTrips);
+  // ...and the loops stopped when their threads were joined, well inside the
+  // minute of polling they had been asked for.
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+  if (sleeping < 0 || polling < 0) {
+    MESSAGE("/proc does not give the loop thread's context switches here: not compared");
+    return;
+  }
+  CHECK(sleeping >= kRoundTrips / 2);
+  CHECK(polling < kRoundTrips / 10);
 }
 
 TEST_CASE("a loopback flush returns after the peer's handler holds the frames") {

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "event_loop_impl.h"
+#include "fedrt/platform/clock.h"
 #include "fedrt/transport/connection.h"
 
 namespace fedrt {
@@ -38,9 +39,29 @@ EventLoop::~EventLoop() {
   impl_->ShutdownMembers();
 }
 
+void EventLoop::Impl::KeepPolling(uint32_t us) {
+  if (us == 0) return;
+  const uint64_t until = MonotonicNanos() + uint64_t{us} * 1000u;
+  if (until > busy_until_ns.load(std::memory_order_relaxed)) busy_until_ns.store(until, std::memory_order_relaxed);
+}
+
 void EventLoop::Run() {
   impl_->running_thread = std::this_thread::get_id();
-  impl_->io.run();
+  // io.run(), one handler at a time, so that a connection's busy_poll_us is
+  // seen: until busy_until_ns the loop runs what is ready without sleeping
+  // in epoll_wait, and yields the CPU when nothing is. A frame that arrives
+  // then is read at the next poll instead of after the kernel wakes this
+  // thread (on a busy machine, or a virtual one, tens of microseconds).
+  for (;;) {
+    const uint64_t until = impl_->busy_until_ns.load(std::memory_order_relaxed);
+    if (until != 0 && MonotonicNanos() < until) {
+      const std::size_t ran = impl_->io.poll();
+      if (impl_->io.stopped()) break;
+      if (ran == 0) std::this_thread::yield();
+      continue;
+    }
+    if (impl_->io.run_one() == 0) break;  // stopped
+  }
   impl_->running_thread = std::thread::id();
 }
 

@@ -34,6 +34,13 @@ struct EventLoop::Impl {
   asio::io_context io{1};  // one thread runs a loop: no internal locking needed
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
   std::atomic<std::thread::id> running_thread{};
+  // Until this MonotonicNanos() time Run() polls instead of sleeping
+  // (ConnectionOptions::busy_poll_us; 0: never asked).
+  std::atomic<uint64_t> busy_until_ns{0};
+  // Asks Run() to keep polling for `us` microseconds from now. From any
+  // thread: two racing callers may leave the earlier of their two times,
+  // which only shortens one poll.
+  void KeepPolling(uint32_t us);
   // Receive storage for the large frames of this loop's connections.
   static constexpr std::size_t kFramePoolBytes = 32u << 20;
   std::shared_ptr<FrameBytesPool> frame_pool = FrameBytesPool::Create(kFramePoolBytes);

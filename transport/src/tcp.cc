@@ -186,6 +186,7 @@ class TcpConnection final : public Connection,
       return Status(StatusCode::kUnavailable, "connection " + peer_ + " is closed");
     }
     const std::size_t size = frame.wire_size();
+    loop_.KeepPolling(options_.busy_poll_us);  // the reply may follow soon
     std::unique_lock<std::mutex> lock(send_mutex_);
     if (size <= options_.direct_send_max_bytes && !loop_.io.get_executor().running_in_this_thread()) {
       bool written = false;
@@ -388,6 +389,7 @@ class TcpConnection final : public Connection,
     if (state_ == State::kClosed) return;
     if (ec) return OnReadError(ec, false);
     const std::size_t size = std::min(kPayloadPieceBytes, placed_size_ - consumed_bytes_);
+    loop_.KeepPolling(options_.busy_poll_us);  // the next piece follows
     handler_->ConsumePayload(*this, piece_.get(), consumed_bytes_, size);
     consumed_bytes_ += size;
     piece_fill_ = 0;
@@ -404,6 +406,7 @@ class TcpConnection final : public Connection,
     if (state_ == State::kClosed) return;
     if (ec) return OnReadError(ec, false);
     liveness_.OnReceived(NowMs());
+    loop_.KeepPolling(options_.busy_poll_us);  // the next frame may follow soon
     bytes_received_.fetch_add(kFramePrefixBytes + body_.size(), std::memory_order_relaxed);
     frames_received_.fetch_add(1, std::memory_order_relaxed);
     Result<Frame> frame = VerifyFrame(std::move(body_), options_.limits);

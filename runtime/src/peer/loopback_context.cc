@@ -49,10 +49,19 @@ std::vector<std::string> LoopbackIds(uint32_t n) {
   return ids;
 }
 
+// In-process links: another thread of this process hands every frame over,
+// and a waiting member that polled would take CPU from it (ContextOptions::
+// busy_poll_us is the TCP binding's).
+ContextOptions WithoutBusyPoll(ContextOptions options) {
+  options.busy_poll_us = 0;
+  return options;
+}
+
 class LoopbackContext final : public LinkContext {
  public:
   LoopbackContext(std::shared_ptr<LoopbackHub> hub, uint32_t rank)
-      : LinkContext(LoopbackIds(hub->peers), rank, hub->options, transport::FrameLimits()), hub_(std::move(hub)) {}
+      : LinkContext(LoopbackIds(hub->peers), rank, WithoutBusyPoll(hub->options), transport::FrameLimits()),
+        hub_(std::move(hub)) {}
 
   ~LoopbackContext() override {
     DropLinks("peer context destroyed", /*graceful=*/false);

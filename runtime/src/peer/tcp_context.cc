@@ -207,6 +207,7 @@ transport::ConnectionOptions LinkOptions(const PeerOptions& options) {
   // the connection and also passes received ones on, so a send waiting for
   // room would hold up the receive side (an all-reduce at half the rate).
   if (!options.link.shaped()) o.direct_send_max_bytes = std::size_t{1} << 31;
+  o.busy_poll_us = options.busy_poll_us;
   return o;
 }
 

@@ -10,11 +10,13 @@
 #   defaults: build/release/runtime/fedrt, 3 rounds, 16777216 bytes, peers 2 4
 #   SIZES: bytes, several separated by commas (4096,65536,1048576,16777216).
 #   ITERATIONS (environment, default 20) timed calls per run; sizes below
-#   1 MiB, which take microseconds, run ten times as many.
+#   1 MiB, which take microseconds, run a hundred times as many. Both
+#   programs first make a tenth as many untimed calls (at least 3).
 # Expected output: the load average, then per round, size and peer count one
 # `round R: allreduce fp32 ...` line (fedrt) and one `round R: MPI_Allreduce
 # fp32 ...` line, each with p50, p99, bus bandwidth and the CPU time of all
-# processes per call.
+# processes per call; at the end, per size and peer count, the median p50s
+# over the rounds, their ratio and every round's ratio.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/record.sh"
@@ -43,7 +45,7 @@ echo "load average before: $load_before  ($(nproc) cores)"
 for round in $(seq 1 "$rounds"); do
   for size in ${sizes//,/ }; do
     n=$iterations
-    (( size >= 1048576 )) || n=$(( 10 * iterations ))
+    (( size >= 1048576 )) || n=$(( 100 * iterations ))
     for p in "${peers[@]}"; do
       echo "round $round, $size bytes, $p processes:"
       "$fedrt" bench allreduce --peers "$p" --size "$size" --iterations "$n" | sed "s/^/round $round: /" | tee -a "$out"
@@ -53,6 +55,40 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# Summary: one round's p50 says little on a shared machine (OpenMPI's own
+# moves by a third between rounds), so per size and process count the
+# medians over rounds, their ratio, and each round's fedrt / OpenMPI ratio.
+summarize() {
+  sed -nE 's/^round ([0-9]+): (allreduce|MPI_Allreduce) fp32  peers ([0-9]+)  size ([0-9]+) bytes  iterations [0-9]+  p50 ([0-9.]+) ms.*/\4 \3 \1 \2 \5/p' "$out" |
+    sort -k1,1n -k2,2n -k3,3n |
+    awk '
+      function median(a, n,   i, j, t) {
+        for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+      }
+      function flush(   nf, nm, i, ratios, r) {
+        if (key == "") return
+        nf = 0; nm = 0; ratios = ""
+        for (i = 1; i <= rounds; i++) {
+          if (!(i in f) || !(i in m)) continue
+          ff[++nf] = f[i]; mm[++nm] = m[i]
+          ratios = ratios sprintf(" %.2f", f[i] / m[i])
+        }
+        if (nf > 0) {
+          r = median(ff, nf) / median(mm, nm)
+          printf "%10s bytes, %s processes: p50 median fedrt %.3f ms, OpenMPI %.3f ms, ratio %.2f; per round%s\n",
+                 size, peers, median(ff, nf), median(mm, nm), r, ratios
+        }
+        delete f; delete m; delete ff; delete mm; rounds = 0
+      }
+      { if ($1 " " $2 != key) { flush(); key = $1 " " $2; size = $1; peers = $2 }
+        if ($3 > rounds) rounds = $3
+        if ($4 == "allreduce") f[$3] = $5; else m[$3] = $5 }
+      END { flush() }'
+}
+echo "summary over $rounds rounds:"
+summarize
 if (( BENCH_RECORD )); then
   # One row per run: the lines above, cut into their figures.
   sed -nE 's/^round ([0-9]+): (allreduce|MPI_Allreduce) fp32  peers ([0-9]+)  size ([0-9]+) bytes  iterations ([0-9]+)  p50 ([0-9.]+) ms  p99 ([0-9.]+) ms  bus bandwidth ([0-9.]+) GB\/s  cpu ([0-9.]+) ms.*/| \1 | \2 | \3 | \4 | \5 | \6 | \7 | \8 | \9 |/p' "$out" |

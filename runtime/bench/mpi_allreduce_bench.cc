@@ -2,12 +2,12 @@
 // not part of the product; it needs an MPI implementation, fedrt does not).
 //
 // Times MPI_Allreduce(MPI_IN_PLACE, float32, MPI_SUM) exactly as
-// `fedrt bench allreduce` times the ring: 3 warm-up calls, then `iterations`
-// timed calls on rank 0, the vector refilled with 1.0 before each call
-// (outside the timed region), no barrier between calls, p50 / p99 of rank 0's
-// times, bus bandwidth = bytes * 2 (p - 1) / p / p50 (the NCCL tests'
-// definition), and the CPU time (user + system, every thread) of all ranks
-// summed, per call.
+// `fedrt bench allreduce` times the ring: iterations / 10 (at least 3)
+// warm-up calls, then `iterations` timed calls on rank 0, the vector refilled
+// with 1.0 before each call (outside the timed region), no barrier between
+// calls, p50 / p99 of rank 0's times, bus bandwidth = bytes * 2 (p - 1) / p
+// / p50 (the NCCL tests' definition), and the CPU time (user + system, every
+// thread) of all ranks summed, per call.
 //
 // Build (one line; or configure with -DFEDRT_BUILD_MPI_BENCH=ON):
 //   mpicxx -O2 -std=c++17 runtime/bench/mpi_allreduce_bench.cc -o mpi_allreduce_bench
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   std::vector<float> data(n, 1.0f);
   std::vector<double> times;
   double cpu = 0;
-  const int warmup = 3;
+  const int warmup = std::max(3, iterations / 10);  // as `fedrt bench allreduce`
   for (int i = 0; i < warmup + iterations; ++i) {
     std::fill(data.begin(), data.end(), 1.0f);
     const double cpu_start = ProcessCpuSeconds();

@@ -35,8 +35,11 @@ md="$work/allreduce.md"
 check_record_section "$work/out.txt" "$md" 'Dense fp32 all-reduce, fedrt against OpenMPI \(loopback TCP\)' \
   "runtime/bench/allreduce_vs_mpi.sh $fedrt 1 4096 2" \
   '| round | implementation | processes | bytes | iterations | p50 ms | p99 ms | bus GB/s | CPU ms per all-reduce |'
-grep -Eq '^\| 1 \| fedrt \| 2 \| 4096 \| 20 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$' "$md" || fail "no fedrt row"
-grep -q '^| 1 | OpenMPI | 2 | 4096 | 20 | 0.020 | 0.030 | 0.205 | 0.050 |$' "$md" || fail "no OpenMPI row"
+grep -Eq '^\| 1 \| fedrt \| 2 \| 4096 \| 200 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$' "$md" || fail "no fedrt row"
+grep -q '^| 1 | OpenMPI | 2 | 4096 | 200 | 0.020 | 0.030 | 0.205 | 0.050 |$' "$md" || fail "no OpenMPI row"
+# The summary over rounds: fedrt's median p50 against OpenMPI's 0.020 ms.
+grep -Eq '^ +4096 bytes, 2 processes: p50 median fedrt [0-9.]+ ms, OpenMPI 0\.020 ms, ratio [0-9.]+; per round [0-9.]+$' \
+  "$work/out.txt" || { cat "$work/out.txt"; fail "no summary line"; }
 # Without --record nothing is written.
 PATH="$work/bin:$PATH" MPI_BENCH="$work/mpi_bench" FEDRT_BENCH_RECORD_DIR="$work/none" ITERATIONS=2 \
   bash "$src/runtime/bench/allreduce_vs_mpi.sh" "$fedrt" 1 4096 2 > /dev/null 2>&1 || fail "the plain run failed"

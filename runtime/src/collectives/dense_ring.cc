@@ -28,13 +28,13 @@ void AddPiece(const uint8_t* piece, std::size_t size, uint8_t* into) {
 }
 
 // The registered buffers a ring of up to shape.d floats lists at most: every
-// chunk received in both phases. With automatic chunking a shorter vector
-// may cut a segment into up to 3 chunks (half a segment, rounded).
+// chunk received in both phases. A shorter vector has shorter segments and
+// chunks no larger, so no more chunks per segment than d's.
 std::size_t MaxRegisteredBuffers(const CollectiveShape& shape) {
   const std::size_t p = shape.members;
   if (p <= 1 || shape.d == 0) return 0;
   const internal::RingShape ring(shape.d, p, shape.chunk_floats, shape.limits);
-  std::size_t most = shape.chunk_floats == 0 ? 3 : 1;
+  std::size_t most = 1;
   for (std::size_t s = 0; s < p; ++s) most = std::max<std::size_t>(most, ring.chunks(s));
   return 2 * (p - 1) * most;
 }

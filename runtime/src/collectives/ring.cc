@@ -38,8 +38,8 @@ RingShape::RingShape(std::size_t floats, std::size_t members, uint32_t chunk_flo
     : n(floats), p(members) {
   const std::size_t frame_floats = (limits.MaxChunkBytes() - 4096) / sizeof(float);
   std::size_t want = chunk_floats;
-  // Automatic: half a segment, within 1..4 MiB of fp32 (collectives.h).
-  if (want == 0) want = std::min<std::size_t>(std::max<std::size_t>((n + p - 1) / p / 2, 1u << 18), 1u << 20);
+  // Automatic: a whole segment, as far as a frame takes it (collectives.h).
+  if (want == 0) want = std::max<std::size_t>((n + p - 1) / p, 1);
   chunk = std::max<std::size_t>(1, std::min<std::size_t>(want, frame_floats));
 }
 

@@ -152,15 +152,16 @@ class SmallAllReduce {
 // that SmallAllReduce::Fits are summed by it (the same bits).
 class RingAllReduce {
  public:
-  // chunk_floats: pipelining granularity in floats; 0: automatic, half a
-  // segment (the vector's share of one peer), within 1..4 MiB of fp32. Two
-  // chunks per segment keep the links busy (the first segment's chunks are
-  // all queued at once) and cost the fewest frames, wake-ups and system
-  // calls: with more peers than cores, CPU time is what bounds the step
-  // (16 MiB over 4 loopback processes on 2 cores: 2 MiB chunks took 5-10%
-  // less CPU than the 1 MiB that "a segment over the ring size" gave, at
-  // the same or a lower p50). 16 MiB: 4 MiB chunks with 2 peers, 2 MiB with
-  // 4. Chunks are capped to fit one frame.
+  // chunk_floats: pipelining granularity in floats; 0: automatic, a whole
+  // segment (the vector's share of one peer) as far as one frame takes it
+  // (4 MiB less the chunk's head with the default limits; the rest of the
+  // segment is a second, short chunk). Every chunk costs frames, wake-ups
+  // and system calls on both sides, and with more peers than cores CPU time
+  // is what bounds the step: 16 MiB over 4 loopback processes on 2 cores
+  // took 5-10% less CPU with 2 MiB chunks than with 1 MiB, and 8-12% less
+  // again with whole segments than with 2 MiB (docs/benchmarks/allreduce.md).
+  // The links stay busy without finer pipelining: every member sends and
+  // receives at every step. Chunks are capped to fit one frame.
   explicit RingAllReduce(CollectiveContext& context, uint32_t chunk_floats = 0);
   ~RingAllReduce();
 

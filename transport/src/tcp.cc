@@ -48,6 +48,10 @@ constexpr std::size_t kMaxFramesPerWrite = 16;
 // with ConnectionOptions::direct_send_max_bytes raised) wait for room on the
 // sending thread.
 constexpr std::size_t kSmallDirectSendBytes = 64u << 10;
+// ConnectionOptions::busy_poll_us: frames up to this size make the loop
+// poll. After a larger one the next is milliseconds away, and polling on a
+// machine with more busy threads than cores only takes CPU from them.
+constexpr std::size_t kMaxBusyPollFrameBytes = 1u << 20;
 // A direct write waiting for room looks this often whether the connection
 // is being closed (the loop waits for it under send_mutex_).
 constexpr int kDirectSendPollMs = 20;
@@ -186,7 +190,7 @@ class TcpConnection final : public Connection,
       return Status(StatusCode::kUnavailable, "connection " + peer_ + " is closed");
     }
     const std::size_t size = frame.wire_size();
-    loop_.KeepPolling(options_.busy_poll_us);  // the reply may follow soon
+    if (size <= kMaxBusyPollFrameBytes) loop_.KeepPolling(options_.busy_poll_us);  // the reply may follow soon
     std::unique_lock<std::mutex> lock(send_mutex_);
     if (size <= options_.direct_send_max_bytes && !loop_.io.get_executor().running_in_this_thread()) {
       bool written = false;
@@ -389,7 +393,6 @@ class TcpConnection final : public Connection,
     if (state_ == State::kClosed) return;
     if (ec) return OnReadError(ec, false);
     const std::size_t size = std::min(kPayloadPieceBytes, placed_size_ - consumed_bytes_);
-    loop_.KeepPolling(options_.busy_poll_us);  // the next piece follows
     handler_->ConsumePayload(*this, piece_.get(), consumed_bytes_, size);
     consumed_bytes_ += size;
     piece_fill_ = 0;
@@ -406,7 +409,7 @@ class TcpConnection final : public Connection,
     if (state_ == State::kClosed) return;
     if (ec) return OnReadError(ec, false);
     liveness_.OnReceived(NowMs());
-    loop_.KeepPolling(options_.busy_poll_us);  // the next frame may follow soon
+    if (body_.size() <= kMaxBusyPollFrameBytes) loop_.KeepPolling(options_.busy_poll_us);  // the next may follow soon
     bytes_received_.fetch_add(kFramePrefixBytes + body_.size(), std::memory_order_relaxed);
     frames_received_.fetch_add(1, std::memory_order_relaxed);
     Result<Frame> frame = VerifyFrame(std::move(body_), options_.limits);

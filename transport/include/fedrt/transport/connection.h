@@ -70,10 +70,11 @@ struct ConnectionOptions {
   // collective's own thread), not for a server that sends to many clients
   // from one thread.
   std::size_t direct_send_max_bytes = 64u << 10;
-  // After this connection sends or receives a frame (or a piece of one), its
+  // After this connection sends or receives a frame of up to 1 MiB, its
   // event loop keeps polling for this many microseconds instead of sleeping
   // in the kernel, yielding the CPU between empty polls (EventLoop::Run), so
-  // a reply that arrives meanwhile is read without a wake-up. It trades CPU
+  // a reply that arrives meanwhile is read without a wake-up (after a larger
+  // frame the next one is milliseconds away). It trades CPU
   // for latency: for a collective's links, where the next frame follows
   // within microseconds; 0 (the default): the loop sleeps when idle.
   uint32_t busy_poll_us = 0;

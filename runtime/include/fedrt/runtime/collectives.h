@@ -158,7 +158,7 @@ class RingAllReduce {
   // segment is a second, short chunk). Every chunk costs frames, wake-ups
   // and system calls on both sides, and with more peers than cores CPU time
   // is what bounds the step: 16 MiB over 4 loopback processes on 2 cores
-  // took 5-10% less CPU with 2 MiB chunks than with 1 MiB, and 8-12% less
+  // took 5-10% less CPU with 2 MiB chunks than with 1 MiB, and 9-12% less
   // again with whole segments than with 2 MiB (docs/benchmarks/allreduce.md).
   // The links stay busy without finer pipelining: every member sends and
   // receives at every step. Chunks are capped to fit one frame.
